@@ -40,6 +40,19 @@ def test_ffn_type_as_written(ffn_type):
     assert config.hidden_act == "gelu"  # gated: hidden_act keeps its MLM-head role, BERT's default
 
 
+def test_elu_ffn_keeps_gelu_mlm_head():
+    # ELU is not in ACT2FN, so BERT's MLM head cannot use it: hidden_act keeps its head role.
+    config = FfnBertConfig(**TINY, ffn_type="elu", elu_alpha=0.5)
+    assert config.hidden_act == "gelu"
+    from hf_ffn import FfnBertForMaskedLM
+
+    model = FfnBertForMaskedLM(config)
+    assert isinstance(model.bert.encoder.layer[0].mlp.act_fn, torch.nn.ELU)
+    assert model.bert.encoder.layer[0].mlp.act_fn.alpha == 0.5
+    with pytest.raises(ValueError, match=r"hidden_act has unknown value 'elu'; allowed \(transformers' ACT2FN\)"):
+        FfnBertConfig(**TINY, hidden_act="elu")
+
+
 def test_standard_ffn_type_sets_hidden_act_and_conflicts_raise():
     assert FfnBertConfig(ffn_type="relu").hidden_act == "relu"
     assert FfnBertConfig(ffn_type="relu", hidden_act="relu").ffn_type == "relu"

@@ -80,10 +80,12 @@ class FfnBertConfig(BertConfig):
             `"bilinear"` (identity), `"reglu"` (ReLU), `"geglu"` (GELU), `"swiglu"` (Swish/SiLU). Defaults to
             `hidden_act`, i.e. BERT's own FFN.
         hidden_act (`str`, *optional*):
-            BERT's activation: the standard FFN's and the MLM head transform's. For a single standard `ffn_type`
-            the two are one setting: if both are given they must agree (a disagreement raises), and if only
-            `ffn_type` is given `hidden_act` follows it. For gated FFNs the gate activation comes from the variant
-            and `hidden_act` (default `"gelu"`) keeps only its MLM head role.
+            BERT's activation (an `ACT2FN` name): the standard FFN's and the MLM head transform's. For a single
+            standard `ffn_type` that `ACT2FN` knows, the two are one setting: if both are given they must agree
+            (a disagreement raises), and if only `ffn_type` is given `hidden_act` follows it. For gated FFNs,
+            `"elu"` and per-layer lists, the FFN's activation comes from `ffn_type` and `hidden_act` (default
+            `"gelu"`) keeps only its MLM head role. The MLM head uses `ACT2FN[hidden_act]` with its fixed
+            parameters; `leaky_relu_negative_slope` and `swish_beta` apply to the FFN.
         layer_norm_position (`str` or `list[str]`, *optional*, defaults to `"post"`):
             `"post"`: `x = LN(x + f(x))` after each sublayer (Vaswani et al. 2017; BERT). `"pre"`:
             `x = x + f(LN(x))` (Xiong et al. 2020, arXiv 2002.04745), with one final LayerNorm after the last
@@ -119,8 +121,8 @@ class FfnBertConfig(BertConfig):
 
     def __post_init__(self, **kwargs):
         if self.hidden_act is None:
-            standard = isinstance(self.ffn_type, str) and self.ffn_type in STANDARD_FFN_TYPES
-            self.hidden_act = self.ffn_type if standard else "gelu"  # BERT's default
+            coupled = isinstance(self.ffn_type, str) and self.ffn_type in ACT2CLS
+            self.hidden_act = self.ffn_type if coupled else "gelu"  # BERT's default
         if self.ffn_type is None:
             self.ffn_type = self.hidden_act
         super().__post_init__(**kwargs)
@@ -142,15 +144,16 @@ class FfnBertConfig(BertConfig):
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
                 f"({self.num_attention_heads})"
             )
-        if self.hidden_act not in STANDARD_FFN_TYPES:
+        if self.hidden_act not in ACT2CLS:  # the MLM head transform builds ACT2FN[hidden_act]
             raise ValueError(
-                f"hidden_act has unknown value {self.hidden_act!r}; allowed: {', '.join(STANDARD_FFN_TYPES)}"
+                f"hidden_act has unknown value {self.hidden_act!r}; allowed (transformers' ACT2FN): "
+                f"{', '.join(sorted(ACT2CLS))}"
             )
         for name, allowed in (("ffn_type", FFN_TYPES), ("layer_norm_position", LAYER_NORM_POSITIONS)):
             for value in self._per_layer(name):
                 if value not in allowed:
                     raise ValueError(f"{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
-        if isinstance(self.ffn_type, str) and not is_gated(self.ffn_type) and self.ffn_type != self.hidden_act:
+        if isinstance(self.ffn_type, str) and self.ffn_type in ACT2CLS and self.ffn_type != self.hidden_act:
             raise ValueError(
                 f"ffn_type={self.ffn_type!r} disagrees with hidden_act={self.hidden_act!r}: for a standard FFN both "
                 f"name the same activation (BERT's hidden_act, also used by the MLM head transform). Pass "
