@@ -49,7 +49,7 @@ def test_elu_ffn_keeps_gelu_mlm_head():
     model = FfnBertForMaskedLM(config)
     assert isinstance(model.bert.encoder.layer[0].mlp.act_fn, torch.nn.ELU)
     assert model.bert.encoder.layer[0].mlp.act_fn.alpha == 0.5
-    with pytest.raises(ValueError, match=r"hidden_act has unknown value 'elu'; allowed \(transformers' ACT2FN\)"):
+    with pytest.raises(ValueError, match=r"hidden_act has unknown value 'elu'; allowed: .*gelu"):
         FfnBertConfig(**TINY, hidden_act="elu")
 
 
@@ -70,9 +70,17 @@ def test_standard_ffn_type_sets_hidden_act_and_conflicts_raise():
         ({"intermediate_size": 0}, r"intermediate_size must be a positive integer, got 0"),
         ({"hidden_size": -32}, r"hidden_size must be a positive integer, got -32"),
         ({"num_attention_heads": 5}, r"hidden_size \(32\) must be divisible by num_attention_heads \(5\)"),
-        ({"ffn_type": "leaky_relu", "leaky_relu_negative_slope": 1.5}, r"leaky_relu_negative_slope must be in \[0, 1\), got 1.5"),
-        ({"elu_alpha": 0.0}, r"elu_alpha must be > 0, got 0.0"),
-        ({"swish_beta": -1.0}, r"swish_beta must be > 0, got -1.0"),
+        ({"ffn_type": "leaky_relu", "leaky_relu_negative_slope": 1.5},
+         r"leaky_relu_negative_slope must be a number in \[0, 1\), got 1.5"),
+        ({"elu_alpha": 0.0}, r"elu_alpha must be a number in \(0, inf\), got 0.0"),
+        ({"swish_beta": -1.0}, r"swish_beta must be a number in \(0, inf\), got -1.0"),
+        ({"swish_beta": float("inf")}, r"swish_beta must be a number in \(0, inf\), got inf"),
+        ({"elu_alpha": "1"}, r"elu_alpha must be a number in \(0, inf\), got '1'"),
+        ({"ffn_type": 3}, r"ffn_type must be a string or a list of 2 strings, got 3"),
+        ({"layer_norm_position": None}, r"layer_norm_position must be a string or a list of 2 strings, got None"),
+        ({"ffn_bias": "no"}, r"ffn_bias must be True or False, got 'no'"),
+        ({"embedding_layer_norm": None}, r"embedding_layer_norm must be True or False, got None"),
+        ({"ffn_type": "xielu", "hidden_act": "xielu"}, r"hidden_act has unknown value 'xielu'"),
         ({"hidden_act": "gelu_typo"}, r"hidden_act has unknown value 'gelu_typo'"),
         ({"is_decoder": True}, r"FfnBert is an encoder"),
     ],
@@ -116,6 +124,41 @@ def test_from_pretrained_takes_bert_folder_and_overrides(tiny_bert_checkpoint):
     with pytest.raises(ValueError, match="ffn_type='relu' disagrees with hidden_act='gelu'"):
         FfnBertConfig.from_pretrained(tiny_bert_checkpoint, ffn_type="relu")
     assert FfnBertConfig.from_pretrained(tiny_bert_checkpoint, ffn_type="relu", hidden_act="relu").ffn_type == "relu"
+
+
+def test_auto_config_overrides_are_validated_and_coupled(tmp_path):
+    # Regression: upstream `from_dict` set overrides after construction, unchecked (found by a user test).
+    FfnBertConfig(**TINY).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="layer_norm_position has unknown value 'middle'"):
+        AutoConfig.from_pretrained(tmp_path, layer_norm_position="middle")
+    with pytest.raises(ValueError, match="ffn_type has unknown value 'bogus'"):
+        AutoModel.from_pretrained(tmp_path, ffn_type="bogus")
+    with pytest.raises(ValueError, match="ffn_type='silu' disagrees with hidden_act='gelu'"):
+        AutoConfig.from_pretrained(tmp_path, ffn_type="silu")
+    with pytest.raises(ValueError, match="ffn_type has 2 entries but num_hidden_layers is 3"):
+        AutoConfig.from_pretrained(tmp_path, ffn_type=["gelu", "geglu"], num_hidden_layers=3)
+    assert AutoConfig.from_pretrained(tmp_path, ffn_type="swiglu").ffn_type == "swiglu"
+
+
+def test_config_changed_by_assignment_is_checked_when_a_model_is_built():
+    config = FfnBertConfig(**TINY)
+    config.ffn_type = "relu"  # hidden_act is still "gelu"
+    with pytest.raises(ValueError, match="ffn_type='relu' disagrees with hidden_act='gelu'"):
+        FfnBertModel(config)
+
+
+def test_bert_config_dict_keeps_ffn_bert_model_type(tmp_path):
+    # Regression: `FfnBertConfig(**BertConfig().to_dict())` used to keep model_type "bert" as an instance
+    # attribute, which switched off the BERT key mapping: saved FFN weights had in-memory names on disk.
+    config = FfnBertConfig(**BertConfig(**TINY).to_dict())
+    assert config.model_type == "ffn_bert"
+    FfnBertModel(config).save_pretrained(tmp_path)
+    _, info = BertModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    from transformers import GPT2Config
+
+    with pytest.raises(ValueError, match="model_type='gpt2'"):
+        FfnBertConfig.from_dict(GPT2Config().to_dict())
 
 
 def test_non_bert_checkpoint_is_refused(tmp_path):

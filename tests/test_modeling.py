@@ -268,6 +268,13 @@ def test_legacy_gamma_beta_and_stale_position_ids_load(tiny_bert_checkpoint, tmp
         assert torch.equal(ref(**tiny_batch()).last_hidden_state, model.eval()(**tiny_batch()).last_hidden_state)
 
 
+def test_learnable_activation_initialised_when_loading_a_checkpoint(tiny_bert_checkpoint):
+    # Regression: PReLU's weight was left uninitialised (garbage) when loading a BERT checkpoint.
+    model = FfnBertModel.from_pretrained(tiny_bert_checkpoint, ffn_type="prelu", hidden_act="prelu")
+    for layer in model.encoder.layer:
+        assert torch.equal(layer.mlp.act_fn.weight, torch.full((1,), 0.25))
+
+
 def test_every_head_builds_and_runs():
     import hf_ffn
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from hf_ffn import FfnBertModel
+from hf_ffn import FfnBertConfig, FfnBertModel
 from hf_ffn.parity import cached_bert_base, run_parity
 
 from .conftest import tiny_config
@@ -104,6 +104,17 @@ def test_cli_parity_exits_non_zero_when_not_exact(tmp_path):
     assert "NOT EXACT" in result.stdout
 
 
+def test_cli_variant_report_other_width_and_standard_activation(bundled_checkpoint):
+    result = _cli("parity", "--model", bundled_checkpoint, "--ffn-type", "swiglu", "--intermediate-size", "1024",
+                  "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert len(report["mismatched_weights"]) == 6 * 3  # up_proj weight+bias and down_proj weight, per layer
+    result = _cli("parity", "--model", bundled_checkpoint, "--ffn-type", "relu", "--hidden-act", "relu", "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout)["new_weights"] == []
+
+
 def test_cli_variant_report(bundled_checkpoint):
     result = _cli("parity", "--model", bundled_checkpoint, "--ffn-type", "swiglu", "--json")
     assert result.returncode == 0, result.stderr[-2000:]
@@ -113,6 +124,27 @@ def test_cli_variant_report(bundled_checkpoint):
     )
     assert report["parameters"]["variant"] - report["parameters"]["bert"] == 6 * (384 * 1536 + 1536)
     assert report["last_hidden_state"]["max_abs_diff"] > 0
+
+
+def test_example_batch_without_tokenizer_uses_real_ids(bert_base_checkpoint):
+    # Regression: transformers builds an empty tokenizer for a folder without tokenizer files, which turned
+    # every word into [UNK] (id 100) and weakened the bert-base parity proof.
+    from hf_ffn.parity import example_batch
+
+    batch = example_batch(bert_base_checkpoint, FfnBertConfig.from_pretrained(bert_base_checkpoint))
+    real = batch["input_ids"][batch["attention_mask"].bool()]
+    assert real.unique().numel() > 30
+    assert batch["token_type_ids"].max() == 1
+
+
+def test_cli_bad_input_is_one_line_error(tmp_path):
+    from transformers import GPT2Config
+
+    GPT2Config(n_layer=1).save_pretrained(tmp_path)
+    result = _cli("parity", "--model", str(tmp_path))
+    assert result.returncode == 2
+    assert "hf-ffn parity: error:" in result.stderr and "model_type='gpt2'" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_default_checkpoint_choice_settles_fast_without_network(tmp_path):

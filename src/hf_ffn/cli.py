@@ -22,6 +22,7 @@ def _parity(args: argparse.Namespace) -> int:
         k: v
         for k, v in (
             ("ffn_type", args.ffn_type),
+            ("hidden_act", args.hidden_act),
             ("layer_norm_position", args.layer_norm_position),
             ("intermediate_size", args.intermediate_size),
         )
@@ -61,7 +62,10 @@ def _print_variant_report(report: dict) -> None:
     print(f"variant: {report['config']}")
     params = report["parameters"]
     print(f"parameters: BERT {params['bert']:,}  variant {params['variant']:,}  ({params['variant'] - params['bert']:+,})")
-    print(f"new weights (initialised, normal std initializer_range): {len(report['new_weights'])}")
+    print(
+        f"new weights (initialised as BERT does: linears normal(0, initializer_range) with zero bias, "
+        f"LayerNorms ones/zeros): {len(report['new_weights'])}"
+    )
     for key in report["new_weights"]:
         print(f"  + {key}")
     print(f"checkpoint weights not used: {len(report['unused_weights'])}")
@@ -87,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attn", choices=["eager", "sdpa"], default="eager", help="attention implementation")
     p.add_argument("--json", action="store_true", help="print only a JSON document on stdout")
     p.add_argument("--ffn-type", help="report what this FFN variant changes instead (e.g. swiglu)")
+    p.add_argument("--hidden-act", help="with a standard --ffn-type other than the checkpoint's activation: "
+                   "the same name (BERT's hidden_act is its FFN activation)")
     p.add_argument("--layer-norm-position", choices=["post", "pre"], help="report this LayerNorm placement")
     p.add_argument("--intermediate-size", type=int, help="FFN width for the variant report")
     p.set_defaults(func=_parity)
@@ -94,13 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.json:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "json", False):
         # stdout must hold only the JSON document: send transformers' logs and progress bars elsewhere.
         from transformers.utils import logging
 
         logging.disable_progress_bar()
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ValueError, OSError) as error:  # bad input: a one-line message, not a traceback
+        parser.exit(2, f"hf-ffn {args.command}: error: {error}\n")
 
 
 if __name__ == "__main__":

@@ -35,8 +35,13 @@ GATED_FFN_ACTIVATIONS: dict[str, str] = {
 }
 # Activations whose parameters live in the config (the names shadow `ACT2FN`'s fixed-parameter versions).
 PARAMETRISED_ACTIVATIONS = ("leaky_relu", "elu", "swish")
+# Activations with learnable parameters that BERT's initialisation does not cover (their values would be left
+# uninitialised when a checkpoint lacks them), so they are not offered.
+LEARNABLE_ACTIVATIONS = ("xielu",)
+# `hidden_act` values: what BERT's MLM head transform can build with `ACT2FN`.
+HIDDEN_ACTS: tuple[str, ...] = tuple(sorted(set(ACT2CLS) - set(LEARNABLE_ACTIVATIONS)))
 # A standard two-layer FFN `down_proj(act(up_proj(x)))` is named by its activation.
-STANDARD_FFN_TYPES: tuple[str, ...] = tuple(sorted(set(ACT2CLS) | set(PARAMETRISED_ACTIVATIONS)))
+STANDARD_FFN_TYPES: tuple[str, ...] = tuple(sorted(set(HIDDEN_ACTS) | set(PARAMETRISED_ACTIVATIONS)))
 FFN_TYPES: tuple[str, ...] = STANDARD_FFN_TYPES + tuple(GATED_FFN_ACTIVATIONS)
 LAYER_NORM_POSITIONS = ("post", "pre")
 # Model types whose checkpoints have BERT's layout and config fields.
@@ -97,14 +102,18 @@ class FfnBertConfig(BertConfig):
         leaky_relu_negative_slope (`float`, *optional*, defaults to 0.01):
             Slope α of LeakyReLU for x < 0 (Maas et al. 2013), in [0, 1).
         elu_alpha (`float`, *optional*, defaults to 1.0):
-            α of ELU, α·(exp(x) − 1) for x < 0 (Clevert et al. 2016), > 0.
+            α of ELU, α·(exp(x) − 1) for x < 0 (Clevert et al. 2016), finite and > 0.
         swish_beta (`float`, *optional*, defaults to 1.0):
-            β of Swish x·σ(βx) (Ramachandran et al. 2017), > 0; β = 1 is SiLU. Used by `"swish"` and `"swiglu"`.
+            β of Swish x·σ(βx) (Ramachandran et al. 2017), finite and > 0; β = 1 is SiLU. Used by `"swish"` and
+            `"swiglu"`.
 
     Raises:
         ValueError: on an unknown `ffn_type` or `layer_norm_position`, a per-layer list whose length is not
             `num_hidden_layers`, non-positive sizes, `hidden_size` not divisible by `num_attention_heads`, an
-            activation parameter out of range, `ffn_type` disagreeing with `hidden_act`, or a decoder setting.
+            activation parameter out of range, a non-bool switch, `ffn_type` disagreeing with `hidden_act`, a
+            decoder setting, or a `model_type` other than "bert"/"ffn_bert". (A wrong *type* for one of BERT's own
+            fields, e.g. a float `hidden_size`, is caught first by transformers' strict dataclass validation and
+            raises its `StrictDataclassFieldValidationError`, which names the field.)
     """
 
     model_type = "ffn_bert"
@@ -120,6 +129,9 @@ class FfnBertConfig(BertConfig):
     swish_beta: float = 1.0
 
     def __post_init__(self, **kwargs):
+        # A BERT config dict (`BertConfig().to_dict()`) carries `model_type="bert"`: as an instance attribute it
+        # would shadow ours and switch off the BERT key mapping, so check it and drop it.
+        _check_model_type(kwargs.pop("model_type", self.model_type), "config")
         if self.hidden_act is None:
             coupled = isinstance(self.ffn_type, str) and self.ffn_type in ACT2CLS
             self.hidden_act = self.ffn_type if coupled else "gelu"  # BERT's default
@@ -127,14 +139,20 @@ class FfnBertConfig(BertConfig):
             self.ffn_type = self.hidden_act
         super().__post_init__(**kwargs)
         # Checked here too (not only in `validate_architecture`) so that bad values raise a plain `ValueError`.
-        self._check_ffn_fields()
+        self.check_ffn_fields()
 
     def validate_architecture(self):
-        """Part of `@strict` validation (run at init and at save): the checks of `_check_ffn_fields`."""
+        """Part of `@strict` validation (run at init and at save): the checks of `check_ffn_fields`."""
         super().validate_architecture()
-        self._check_ffn_fields()
+        self.check_ffn_fields()
 
-    def _check_ffn_fields(self) -> None:
+    def check_ffn_fields(self) -> None:
+        """Validate the sizes and every FfnBert field. Models call it when built, so a config changed by
+        attribute assignment after construction is checked before it is used.
+
+        Raises:
+            ValueError: naming the field, the bad value and what is allowed.
+        """
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -144,28 +162,32 @@ class FfnBertConfig(BertConfig):
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
                 f"({self.num_attention_heads})"
             )
-        if self.hidden_act not in ACT2CLS:  # the MLM head transform builds ACT2FN[hidden_act]
-            raise ValueError(
-                f"hidden_act has unknown value {self.hidden_act!r}; allowed (transformers' ACT2FN): "
-                f"{', '.join(sorted(ACT2CLS))}"
-            )
+        if self.hidden_act not in HIDDEN_ACTS:  # the MLM head transform builds ACT2FN[hidden_act]
+            raise ValueError(f"hidden_act has unknown value {self.hidden_act!r}; allowed: {', '.join(HIDDEN_ACTS)}")
         for name, allowed in (("ffn_type", FFN_TYPES), ("layer_norm_position", LAYER_NORM_POSITIONS)):
             for value in self._per_layer(name):
                 if value not in allowed:
                     raise ValueError(f"{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
         if isinstance(self.ffn_type, str) and self.ffn_type in ACT2CLS and self.ffn_type != self.hidden_act:
             raise ValueError(
-                f"ffn_type={self.ffn_type!r} disagrees with hidden_act={self.hidden_act!r}: for a standard FFN both "
-                f"name the same activation (BERT's hidden_act, also used by the MLM head transform). Pass "
-                f"hidden_act={self.ffn_type!r} too, or leave ffn_type unset."
+                f"ffn_type={self.ffn_type!r} disagrees with hidden_act={self.hidden_act!r} (a BERT checkpoint's "
+                f"hidden_act is its FFN activation): for a standard FFN both name the same activation, which BERT's "
+                f"MLM head transform uses too. Pass hidden_act={self.ffn_type!r} as well to change both, or leave "
+                f"ffn_type unset."
             )
-        if not 0 <= self.leaky_relu_negative_slope < 1:
-            raise ValueError(
-                f"leaky_relu_negative_slope must be in [0, 1), got {self.leaky_relu_negative_slope!r}"
-            )
-        for name in ("elu_alpha", "swish_beta"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("embedding_layer_norm", "ffn_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        for name, low, high, closed_low in (
+            ("leaky_relu_negative_slope", 0.0, 1.0, True),
+            ("elu_alpha", 0.0, math.inf, False),
+            ("swish_beta", 0.0, math.inf, False),
+        ):
+            value = getattr(self, name)
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not (number and (low <= value if closed_low else low < value) and value < high):
+                interval = f"{'[' if closed_low else '('}{low:g}, {high:g})"
+                raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
         if self.is_decoder or self.add_cross_attention:
             raise ValueError(
                 f"FfnBert is an encoder: is_decoder={self.is_decoder!r} and add_cross_attention="
@@ -176,6 +198,8 @@ class FfnBertConfig(BertConfig):
         value = getattr(self, name)
         if isinstance(value, str):
             return [value] * self.num_hidden_layers
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{name} must be a string or a list of {self.num_hidden_layers} strings, got {value!r}")
         if len(value) != self.num_hidden_layers:
             raise ValueError(
                 f"{name} has {len(value)} entries but num_hidden_layers is {self.num_hidden_layers}; "
@@ -205,38 +229,48 @@ class FfnBertConfig(BertConfig):
         )
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs) -> FfnBertConfig:
-        """Load a config saved by FfnBert or a plain BERT one (`model_type` "bert"), applying keyword overrides.
-
-        Overrides (`ffn_type="swiglu"`, `layer_norm_position="pre"`, `intermediate_size=...`) are merged before
-        the config is built, so derived fields and checks see them.
-
-        Raises:
-            ValueError: if the checkpoint's `model_type` is neither "bert" nor "ffn_bert".
-        """
-        return_unused_kwargs = kwargs.pop("return_unused_kwargs", False)
-        config_dict, kwargs = cls.get_config_dict(pretrained_model_name_or_path, **kwargs)
-        config, unused = cls.from_bert_dict(config_dict, source=str(pretrained_model_name_or_path), **kwargs)
-        return (config, unused) if return_unused_kwargs else config
-
-    @classmethod
-    def from_bert_dict(cls, config_dict: dict[str, Any], source: str = "config", **overrides):
-        """Build a config from a BERT or FfnBert config dict plus overrides; returns `(config, unused_kwargs)`.
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs):
+        """Build a config from an FfnBert or a plain BERT config dict; keyword overrides of config fields
+        (`ffn_type="swiglu"`, `layer_norm_position="pre"`, ...) are merged in before the config is built, so derived
+        fields and checks see them (upstream `from_dict` sets them afterwards, unchecked). `AutoConfig` and
+        `from_pretrained` both come through here.
 
         Raises:
-            ValueError: if `config_dict["model_type"]` is neither "bert" nor "ffn_bert".
+            ValueError: if `config_dict["model_type"]` is neither "bert" nor "ffn_bert", or on a bad value.
         """
-        model_type = config_dict.get("model_type", cls.model_type)
-        if model_type not in BERT_MODEL_TYPES:
-            raise ValueError(
-                f"{source} has model_type={model_type!r}; FfnBert loads BERT-shaped checkpoints only "
-                f"(allowed: {', '.join(BERT_MODEL_TYPES)})"
-            )
+        model_type = _check_model_type(config_dict.get("model_type", cls.model_type), "config")
         dropped = ("model_type", "architectures") if model_type == "bert" else ("model_type",)
         config_dict = {k: v for k, v in config_dict.items() if k not in dropped}
         field_names = set(cls.__dataclass_fields__)
-        config_dict.update({k: overrides.pop(k) for k in list(overrides) if k in field_names})
+        config_dict.update({k: kwargs.pop(k) for k in list(kwargs) if k in field_names})
+        return super().from_dict(config_dict, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs) -> FfnBertConfig:
+        """Load a config saved by FfnBert or a plain BERT one (`model_type` "bert"), applying keyword overrides
+        (see `from_dict`).
+
+        Raises:
+            ValueError: if the checkpoint's `model_type` is neither "bert" nor "ffn_bert", or on a bad value.
+        """
+        config_dict, kwargs = cls.get_config_dict(pretrained_model_name_or_path, **kwargs)
+        _check_model_type(config_dict.get("model_type", cls.model_type), str(pretrained_model_name_or_path))
+        return cls.from_dict(config_dict, **kwargs)
+
+    @classmethod
+    def from_bert_dict(cls, config_dict: dict[str, Any], source: str = "config", **overrides):
+        """`from_dict` returning `(config, unused_kwargs)`, with `source` named in a model_type error."""
+        _check_model_type(config_dict.get("model_type", cls.model_type), source)
         return cls.from_dict(config_dict, return_unused_kwargs=True, **overrides)
+
+
+def _check_model_type(model_type: str, source: str) -> str:
+    if model_type not in BERT_MODEL_TYPES:
+        raise ValueError(
+            f"{source} has model_type={model_type!r}; FfnBert loads BERT-shaped checkpoints only "
+            f"(allowed: {', '.join(BERT_MODEL_TYPES)})"
+        )
+    return model_type
 
 
 __all__ = ["FfnBertConfig", "parameter_matched_glu_width", "is_gated", "FFN_TYPES", "GATED_FFN_ACTIVATIONS"]

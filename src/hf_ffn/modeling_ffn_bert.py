@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.conversion_mapping import get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping
 from transformers.core_model_loading import WeightRenaming
@@ -246,6 +247,11 @@ class FfnBertPreTrainedModel(BertPreTrainedModel):
     _no_split_modules = ["BertEmbeddings", "FfnBertLayer"]
     _can_record_outputs = {"hidden_states": FfnBertLayer, "attentions": BertSelfAttention}
 
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, nn.PReLU):  # a learnable FFN activation (ffn_type="prelu"): torch's own init value
+            init.constant_(module.weight, module.init)
+
 
 class FfnBertModel(FfnBertPreTrainedModel, BertModel):
     """The bare FfnBert encoder: upstream `BertModel` (its `forward`, embeddings and pooler) over an
@@ -259,6 +265,7 @@ class FfnBertModel(FfnBertPreTrainedModel, BertModel):
 
     def __init__(self, config: FfnBertConfig, add_pooling_layer: bool = True):
         FfnBertPreTrainedModel.__init__(self, config)
+        config.check_ffn_fields()  # also catches fields changed by assignment after the config was built
         self.config = config
         self.gradient_checkpointing = False
         self.embeddings = BertEmbeddings(config)

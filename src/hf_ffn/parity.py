@@ -21,7 +21,6 @@ from torch import nn
 from transformers.utils import logging as hf_logging
 from transformers import (
     AutoTokenizer,
-    BertConfig,
     BertForMaskedLM,
     BertForMultipleChoice,
     BertForNextSentencePrediction,
@@ -138,15 +137,21 @@ def choose_default_checkpoint() -> tuple[str, str]:
 # ---------------------------------------------------------------------------------------------------------------
 # Inputs and comparisons
 # ---------------------------------------------------------------------------------------------------------------
-def example_batch(checkpoint: str, config: BertConfig) -> dict[str, torch.Tensor]:
+def example_batch(checkpoint: str, config: FfnBertConfig) -> dict[str, torch.Tensor]:
     """A padded batch of sentence pairs of unequal lengths with `token_type_ids` and `attention_mask`.
 
-    Uses the checkpoint's tokenizer when it has one; otherwise seeded random ids of the same lengths.
+    Uses the checkpoint's tokenizer when it has one; otherwise seeded random ids over the whole vocabulary.
+    (A local folder without tokenizer files is checked explicitly: transformers would build an empty tokenizer
+    for it and turn every word into [UNK].)
     """
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    except (OSError, ValueError, TypeError):
-        tokenizer = None
+    tokenizer = None
+    if not os.path.isdir(checkpoint) or any(
+        os.path.isfile(os.path.join(checkpoint, name)) for name in ("tokenizer.json", "vocab.txt")
+    ):
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+        except (OSError, ValueError, TypeError):
+            tokenizer = None
     if tokenizer is not None:
         first, second = zip(*SENTENCE_PAIRS)
         batch = tokenizer(list(first), list(second), padding=True, return_tensors="pt")
@@ -238,7 +243,7 @@ def run_parity(
     """
     rows: list[ParityRow] = []
     with _quiet_transformers(), tempfile.TemporaryDirectory() as tmp:
-        config = BertConfig.from_pretrained(checkpoint)
+        config = FfnBertConfig.from_pretrained(checkpoint)  # fails early, clearly, on a non-BERT checkpoint
         batch = example_batch(checkpoint, config)
         want_attentions = attn_implementation == "eager"
         for upstream_class, ffn_class in HEAD_PAIRS.items():
@@ -296,13 +301,21 @@ def variant_report(checkpoint: str, attn_implementation: str = "eager", **overri
     variant initialises anew (`new_weights`) and the checkpoint weights it does not use (`unused_weights`), and the
     max / mean |Δ| of `last_hidden_state` and of each hidden state against upstream `BertModel` on the example
     batch.
+
+    Raises:
+        ValueError: if the checkpoint is not BERT-shaped or an override is invalid (from `FfnBertConfig`).
     """
-    config = BertConfig.from_pretrained(checkpoint)
+    config = FfnBertConfig.from_pretrained(checkpoint, **overrides)  # fails early, clearly, on a bad request
     batch = example_batch(checkpoint, config)
     torch.manual_seed(0)
     reference = BertModel.from_pretrained(checkpoint, attn_implementation=attn_implementation).eval()
     variant, info = FfnBertModel.from_pretrained(
-        checkpoint, attn_implementation=attn_implementation, output_loading_info=True, **overrides
+        checkpoint,
+        attn_implementation=attn_implementation,
+        output_loading_info=True,
+        # another width cannot reuse the FFN weights: load them as new (listed under `mismatched_weights`)
+        ignore_mismatched_sizes="intermediate_size" in overrides,
+        **overrides,
     )
     variant.eval()
     with torch.no_grad():
