@@ -114,9 +114,16 @@ def test_gelu_to_sigmoid_gated_is_within_the_approximation_bound(bundled_checkpo
             assert (delta <= bound).all(), f"layer {i}: {(delta - bound).max().item()}"
             assert delta.max() > 1e-4  # an approximation, not silently exact
     diff = measure_difference(bundled_checkpoint, model, report)["last_hidden_state"]
-    scale = source(**batch).last_hidden_state[batch["attention_mask"].bool()].abs().mean().item()
-    # Measured on all-MiniLM-L6-v2: max 0.25, mean 0.028 for both targets (mean |h| ≈ 0.4): under 10 % of the scale.
-    assert 0 < diff["mean_abs_diff"] < 0.1 * scale
+    mask = batch["attention_mask"].bool()
+    with torch.no_grad():
+        h_source, h = source(**batch).last_hidden_state, model(**batch).last_hidden_state
+    # Measured on all-MiniLM-L6-v2: max 0.25, mean 0.0276 for both targets, against mean |h| = 0.34: the drift
+    # must stay under 10 % of the activations' scale, and the model's use (mean-pooled sentence embeddings) must
+    # keep its direction (cosine ≥ 0.99; measured ≥ 0.9957; a fresh FFN gives ≈ 0.49).
+    assert 0 < diff["mean_abs_diff"] < 0.1 * h_source[mask].abs().mean().item()
+    m = mask.unsqueeze(-1).float()
+    cosine = torch.cosine_similarity((h_source * m).sum(1) / m.sum(1), (h * m).sum(1) / m.sum(1), dim=-1)
+    assert (cosine >= 0.99).all(), cosine
     print(f"{target}: last_hidden_state max |Δ| {diff['max_abs_diff']:.4g}, mean |Δ| {diff['mean_abs_diff']:.4g}")
 
 

@@ -3,7 +3,13 @@
 - `load_converted`: a pretrained BERT → an FfnBert variant (another FFN, Pre-LN, another width), either
   function-preserving (exact where the math allows, a documented approximation where it does not) or with the
   converted FFNs freshly initialised. Returns the model and a `ConversionReport` (JSON-serialisable: which
-  weights were copied, mapped or newly initialised, the config changes, and the measured output difference).
+  weights were copied, mapped or newly initialised, the config changes, and the measured output difference,
+  `measure_difference`).
+- Key maps (data, applied with transformers' `Chunk`/`Concatenate`) between FfnBert's gated FFN and
+  transformers' `LlamaMLP` / `ModernBertMLP`; `load_megatron_bert` (MegatronBERT = Pre-LN, through
+  `from_pretrained(key_mapping=...)`).
+- Folders: `convert_checkpoint` (what `hf-ffn convert` and scripts/convert_checkpoint.py run) and
+  `export_to_bert`, both written atomically (`atomic_output_dir`).
 
 Function-preserving recipes (`ffn_recipe`). A BERT FFN is `down(act(W x + b))`; write z = W x + b.
 
@@ -37,8 +43,8 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
