@@ -74,6 +74,9 @@ def test_script_fresh_matched_per_layer(tiny_bert_checkpoint, tmp_path, monkeypa
     assert [l["recipe"] for l in report["layers"]] == ["fresh", "fresh"]  # the width changes both layers
     assert report["config_changes"]["intermediate_size"] == [37, 48]
     assert "bert.encoder.final_norm.weight" in report["new"]  # BertForPreTraining checkpoint → FfnBertForPreTraining
+    # Every head weight came from the checkpoint (only encoder weights are new): compared head to head.
+    assert report["difference"]["reference"] == "transformers.BertForPreTraining"
+    assert report["difference"]["prediction_logits"]["max_abs_diff"] > 0
     weights = load_file(out / "model.safetensors")
     assert weights["bert.encoder.layer.1.mlp.gate_proj.weight"].shape == (48, 32)
 
