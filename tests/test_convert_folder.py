@@ -48,15 +48,18 @@ def test_convert_writes_a_complete_folder(bundled_checkpoint, tmp_path):
         assert torch.equal(reloaded(**batch).last_hidden_state, source(**batch).last_hidden_state)
 
 
-def test_failed_conversion_writes_nothing(tiny_bert_checkpoint, tmp_path):
+def test_failed_conversion_writes_nothing(tiny_bert_checkpoint, tmp_path, capsys):
     out = tmp_path / "out"
-    with pytest.raises(ValueError, match="ffn_type='bilinear'"):
+    with pytest.raises(SystemExit) as exit_info:  # the CLI turns bad input into a one-line error, exit code 2
         main(["convert", tiny_bert_checkpoint, str(out), "--ffn-type", "bilinear"])
+    assert exit_info.value.code == 2
+    assert "hf-ffn convert: error:" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []  # neither the folder nor its temporary sibling
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("keep me")
-    with pytest.raises(FileExistsError, match="exists and is not empty"):
+    with pytest.raises(SystemExit):
         main(["convert", tiny_bert_checkpoint, str(tmp_path / "full"), "--ffn-type", "geglu"])
+    assert "exists and is not empty" in capsys.readouterr().err
     assert os.listdir(tmp_path / "full") == ["x"]
 
 
