@@ -2,6 +2,7 @@
 
     hf-ffn parity [--model PATH_OR_NAME] [--attn eager|sdpa] [--json]
                   [--ffn-type NAME] [--layer-norm-position post|pre] [--intermediate-size N]
+    hf-ffn params [--preset bert-base|bert-large|llama-2-7b ...] [--json]
 """
 
 from __future__ import annotations
@@ -77,6 +78,16 @@ def _print_variant_report(report: dict) -> None:
         print(f"  hidden_states[{i}]: max |Δ| {d['max_abs_diff']:.4g}, mean |Δ| {d['mean_abs_diff']:.4g}")
 
 
+def _params(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from . import params
+
+    rows = [row for preset in args.preset or list(params.PRESETS) for row in params.param_table(preset)]
+    print(json.dumps([asdict(row) for row in rows], indent=2) if args.json else params.format_markdown(rows))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-ffn", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -90,6 +101,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layer-norm-position", choices=["post", "pre"], help="report this LayerNorm placement")
     p.add_argument("--intermediate-size", type=int, help="FFN width for the variant report")
     p.set_defaults(func=_parity)
+
+    from .params import PRESETS
+
+    p = sub.add_parser("params", help="FFN widths, weights, biases, FLOPs per token and share of the model, per "
+                       "variant, counted on the real modules (meta device)")
+    p.add_argument("--preset", action="append", choices=list(PRESETS), help="model dimensions (repeatable; "
+                   "default: all)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of rows instead of a markdown table")
+    p.set_defaults(func=_params)
     return parser
 
 
