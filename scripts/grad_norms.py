@@ -37,6 +37,8 @@ INITS = {"BERT init, normal(0, 0.02)": lambda model: model, "Xavier init (Xiong 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, help="folder of *.txt documents (e.g. ../shared/data/state_union)")
+    parser.add_argument("--pattern", default="[0-9]*.txt",
+                        help="which files of --data are documents (default: the State of the Union speeches)")
     parser.add_argument("--out", type=Path, default=Path("docs/figures/grad_norms.png"))
     parser.add_argument("--depths", type=int, nargs="+", default=[6, 12, 24])
     parser.add_argument("--hidden-size", type=int, default=256)
@@ -46,9 +48,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=2)
     parser.add_argument("--vocab-size", type=int, default=4096)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int,
+                        help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
-    documents = read_documents(args.data)
+    documents = read_documents(args.data, args.pattern)
     tokenizer = train_tokenizer(documents, args.vocab_size)
     blocks = mlm_blocks(documents, tokenizer, args.seq_len)
     batches = masked_batches(blocks, tokenizer, args.batch_size, args.batches, seed=args.seed)

@@ -18,6 +18,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
 
 from hf_ffn.layer_norm_study import (  # noqa: E402
     mlm_blocks,
@@ -34,22 +35,28 @@ from hf_ffn.layer_norm_study import (  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, help="folder of *.txt documents (e.g. ../shared/data/state_union)")
+    parser.add_argument("--pattern", default="[0-9]*.txt",
+                        help="which files of --data are documents (default: the State of the Union speeches)")
     parser.add_argument("--out", type=Path, default=Path("docs/figures/mlm_ln_demo.png"))
     parser.add_argument("--layers", type=int, default=6)
-    parser.add_argument("--hidden-size", type=int, default=128)
+    parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--seq-len", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--max-steps", type=int, default=300)
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--max-steps", type=int, default=250)
+    parser.add_argument("--learning-rate", type=float, default=3e-3)
     parser.add_argument("--eval-steps", type=int, default=50)
     parser.add_argument("--eval-documents", type=int, default=4)
-    parser.add_argument("--max-eval-blocks", type=int, default=128)
-    parser.add_argument("--vocab-size", type=int, default=4096)
+    parser.add_argument("--max-eval-blocks", type=int, default=64)
+    parser.add_argument("--vocab-size", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int,
+                        help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
-    train_docs, eval_docs = split_documents(read_documents(args.data), args.eval_documents)
+    train_docs, eval_docs = split_documents(read_documents(args.data, args.pattern), args.eval_documents)
     tokenizer = train_tokenizer(train_docs, args.vocab_size)
     train_blocks = mlm_blocks(train_docs, tokenizer, args.seq_len)
     eval_blocks = mlm_blocks(eval_docs, tokenizer, args.seq_len)[: args.max_eval_blocks]

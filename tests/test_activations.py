@@ -14,7 +14,7 @@ from transformers.models.bert.modeling_bert import eager_attention_forward
 from hf_ffn.activation_curves import CURVE_PANELS, activation, value_and_derivative
 from hf_ffn.modeling_ffn_bert import Swish
 
-POINTS = torch.tensor([-4.0, -2.7, -1.0, -0.3, -1e-3, 0.0, 1e-3, 0.3, 1.0, 2.7, 4.0], dtype=torch.float64)
+POINTS = torch.tensor([-4, -2.7, -1, -0.3, -1e-3, 0, 1e-3, 0.3, 1, 2.7, 4], dtype=torch.float64)
 GRID = torch.linspace(-10, 10, 200_001, dtype=torch.float64)  # step 1e-4
 
 # max |0.5x(1 + tanh(√(2/π)(x + 0.044715x³))) − x·Φ(x)| over all x is 4.7324e-4 (float64), reached at |x| ≈ 2.70.

@@ -32,21 +32,22 @@ def corpus(tmp_path_factory):
         text = " ".join(words[j] for j in torch.randint(len(words), (400,), generator=g).tolist())
         (folder / f"{2000 + i}-Speaker.txt").write_text(text + ".\n", encoding="utf-8")
     (folder / "1999-Latin1.txt").write_bytes("caf\xe9 society is strong.".encode("latin-1"))  # not UTF-8
-    (folder / "notes.md").write_text("not a document")
-    documents = read_documents(folder)
+    (folder / "SOURCE.txt").write_text("provenance, not a document")
+    documents = read_documents(folder, "[0-9]*.txt")
     tokenizer = train_tokenizer(documents, vocab_size=120)
-    return documents, tokenizer
+    return folder, documents, tokenizer
 
 
-def test_read_documents_sorted_txt_only_and_latin1_survives(corpus, tmp_path):
-    documents, _ = corpus
+def test_read_documents_sorted_pattern_only_and_latin1_survives(corpus, tmp_path):
+    folder, documents, _ = corpus
     assert len(documents) == 4 and documents[0].startswith("caf\ufffd society")  # 1999 first; é replaced
-    with pytest.raises(FileNotFoundError, match="holds no \\*.txt file"):
-        read_documents(tmp_path)
+    assert len(read_documents(folder)) == 5  # the default pattern "*.txt" takes SOURCE.txt too
+    with pytest.raises(FileNotFoundError, match="holds no file matching '\\*.txt'"):
+        read_documents(tmp_path / "empty")
 
 
 def test_blocks_are_the_token_stream_between_cls_and_sep(corpus):
-    documents, tokenizer = corpus
+    _, documents, tokenizer = corpus
     blocks = mlm_blocks(documents, tokenizer, seq_len=10)
     stream = [i for doc in documents for i in tokenizer(doc, add_special_tokens=False)["input_ids"]]
     assert all(len(b) == 10 and b[0] == tokenizer.cls_token_id and b[-1] == tokenizer.sep_token_id for b in blocks)
@@ -62,7 +63,7 @@ def test_unigram_entropy_and_split():
 
 
 def test_gradient_norms_are_those_of_down_proj(corpus):
-    documents, tokenizer = corpus
+    _, documents, tokenizer = corpus
     batches = masked_batches(mlm_blocks(documents, tokenizer, 16), tokenizer, batch_size=2, num_batches=2)
     torch.manual_seed(0)
     model = xavier_init_(FfnBertForMaskedLM(mlm_config(tokenizer.vocab_size, "pre", **SMALL)))
@@ -77,7 +78,7 @@ def test_gradient_norms_are_those_of_down_proj(corpus):
 
 
 def test_train_mlm_uses_a_constant_learning_rate_and_learns(corpus):
-    documents, tokenizer = corpus
+    _, documents, tokenizer = corpus
     train_docs, eval_docs = split_documents(documents, 1)
     history = train_mlm(
         mlm_config(tokenizer.vocab_size, "post", **SMALL), tokenizer, mlm_blocks(train_docs, tokenizer, 16),

@@ -1,13 +1,16 @@
 """`hf-ffn params`: counts read off the real modules, compared with the published numbers."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import BertConfig, BertModel
 
 from hf_ffn.cli import main
-from hf_ffn.params import param_table
+from hf_ffn.params import PRESETS, format_markdown, param_table
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "switches.md"
 
 
 @pytest.fixture(scope="module")
@@ -61,3 +64,8 @@ def test_cli_prints_table_and_json(capsys):
     assert main(["params", "--preset", "llama-2-7b", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["intermediate_size"] for r in rows] == [16384, 16384, 11008]
+
+
+def test_docs_table_is_current():
+    rows = [row for preset in PRESETS for row in param_table(preset)]
+    assert format_markdown(rows) in DOC.read_text(encoding="utf-8"), "regenerate it with `hf-ffn params`"

@@ -27,15 +27,17 @@ from .configuration_ffn_bert import FfnBertConfig
 from .modeling_ffn_bert import FfnBertForMaskedLM
 
 
-def read_documents(text_dir: str | Path) -> list[str]:
-    """The `*.txt` files of `text_dir`, sorted by name, as strings (Latin-1 bytes decoded, never an error).
+def read_documents(text_dir: str | Path, pattern: str = "*.txt") -> list[str]:
+    """The files of `text_dir` matching `pattern`, sorted by name, as strings (non-UTF-8 bytes replaced, never an
+    error). For `../shared/data/state_union` use `"[0-9]*.txt"`: the speeches (`1945-Truman.txt`, ...) without
+    `SOURCE.txt`.
 
     Raises:
-        FileNotFoundError: if `text_dir` holds no `*.txt` file.
+        FileNotFoundError: if no file of `text_dir` matches `pattern`.
     """
-    paths = sorted(Path(text_dir).glob("*.txt"))
+    paths = sorted(p for p in Path(text_dir).glob(pattern) if p.is_file())
     if not paths:
-        raise FileNotFoundError(f"text_dir {str(text_dir)!r} holds no *.txt file")
+        raise FileNotFoundError(f"text_dir {str(text_dir)!r} holds no file matching {pattern!r}")
     # A few State of the Union files are Latin-1; errors="replace" keeps every other byte.
     return [path.read_text(encoding="utf-8", errors="replace") for path in paths]
 
@@ -67,7 +69,8 @@ def masked_batches(
     """`num_batches` batches of the first blocks, masked by `DataCollatorForLanguageModeling` with a fixed seed
     (the same masks for every model compared). Shapes: input_ids, attention_mask, labels (batch_size, seq_len)."""
     if len(blocks) < batch_size * num_batches:
-        raise ValueError(f"only {len(blocks)} blocks of text, need batch_size * num_batches = {batch_size * num_batches}")
+        needed = batch_size * num_batches
+        raise ValueError(f"only {len(blocks)} blocks of text, need batch_size * num_batches = {needed}")
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, return_tensors="pt")
     torch.manual_seed(seed)
     chunks = (blocks[i * batch_size : (i + 1) * batch_size] for i in range(num_batches))
@@ -170,12 +173,12 @@ def train_mlm(
             train_dataset=_Blocks(train_blocks),
             eval_dataset=_Blocks(eval_blocks),
         )
-        trainer.evaluate()  # the loss at step 0
+        initial = trainer.evaluate()["eval_loss"]  # step 0; `train()` starts a fresh log history
         trainer.train()
     history = trainer.state.log_history
     return {
         "train": [(h["step"], h["loss"]) for h in history if "loss" in h],
-        "eval": [(h.get("step", 0), h["eval_loss"]) for h in history if "eval_loss" in h],
+        "eval": [(0, initial)] + [(h["step"], h["eval_loss"]) for h in history if "eval_loss" in h],
         "learning_rate": [(h["step"], h["learning_rate"]) for h in history if "learning_rate" in h],
     }
 
