@@ -6,6 +6,7 @@
                    [--init preserving|fresh] [--width keep|matched|N] [--seed N] [--base-model NAME]
                    [--license ID] [--json]
     hf-ffn convert FFN_BERT_FOLDER OUTPUT_DIR --to-bert
+    hf-ffn params [--preset bert-base|bert-large|llama-2-7b ...] [--json]
 """
 
 from __future__ import annotations
@@ -100,6 +101,19 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _params(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from . import params
+
+    unknown = sorted(set(args.preset or []) - set(params.PRESETS))
+    if unknown:
+        raise ValueError(f"--preset has unknown value(s) {unknown}; allowed: {', '.join(params.PRESETS)}")
+    rows = [row for preset in args.preset or list(params.PRESETS) for row in params.param_table(preset)]
+    print(json.dumps([asdict(row) for row in rows], indent=2) if args.json else params.format_markdown(rows))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-ffn", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -129,6 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print the conversion report as JSON")
     c.add_argument("--to-bert", action="store_true", help="export a default-config FfnBert folder to plain BERT")
     c.set_defaults(func=_convert)
+
+    p = sub.add_parser("params", help="FFN widths, weights, biases, FLOPs per token and share of the model, per "
+                       "variant, counted on the real modules (meta device)")
+    p.add_argument("--preset", action="append", help="model dimensions: bert-base, bert-large or llama-2-7b "
+                   "(repeatable; default: all)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of rows instead of a markdown table")
+    p.set_defaults(func=_params)
     return parser
 
 

@@ -1,0 +1,145 @@
+"""FFN parameter arithmetic, read off the real modules: what a standard FFN, a gated FFN of the same width and a
+parameter-matched gated FFN cost at BERT-base, BERT-large and LLaMA-2-7B dimensions.
+
+Nothing here is a formula: every count comes from instantiating `FfnBertModel` on the meta device (shapes only,
+no memory) and counting its parameters; FLOPs come from `torch.utils.flop_counter.FlopCounterMode` running the
+layer's FFN on one token. `hf-ffn params` prints the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from .configuration_ffn_bert import FfnBertConfig, parameter_matched_glu_width
+from .modeling_ffn_bert import FfnBertModel
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Model dimensions: the standard FFN's activation and width, and the gated variant compared with it."""
+
+    name: str
+    hidden_size: int
+    intermediate_size: int  # the standard FFN's width (4·hidden_size for all three presets)
+    num_hidden_layers: int
+    num_attention_heads: int
+    vocab_size: int
+    max_position_embeddings: int
+    hidden_act: str
+    gated_ffn_type: str
+    ffn_bias: bool
+
+
+PRESETS: dict[str, Dims] = {
+    # Devlin et al. 2019, table/sec. 3: L=12, H=768, A=12 and L=24, H=1024, A=16; FFN width 4H; vocab 30522.
+    "bert-base": Dims("BERT-base", 768, 3072, 12, 12, 30522, 512, "gelu", "geglu", True),
+    "bert-large": Dims("BERT-large", 1024, 4096, 24, 16, 30522, 512, "gelu", "geglu", True),
+    # Touvron et al. 2023 (LLaMA 2): 32 layers, 32 heads, d=4096, vocab 32000, context 4096, SwiGLU without biases;
+    # 4·4096 = 16384 → 11008 by the 2/3 rule. The whole model here is an FfnBertModel (BERT embeddings, Post-LN
+    # encoder, pooler) at these sizes, not LLaMA: only the FFN is LLaMA's.
+    "llama-2-7b": Dims("LLaMA-2-7B dims", 4096, 16384, 32, 32, 32000, 4096, "silu", "swiglu", False),
+}
+
+
+@dataclass(frozen=True)
+class FfnRow:
+    """One FFN variant at one model size. Counts are per layer unless the name says otherwise.
+
+    `ffn_flops_per_token`: forward FLOPs of one layer's FFN for one token, matrix products only (a multiply-add
+    counts 2, FlopCounterMode's convention); bias adds, the activation and the gating product (O(width) each)
+    are not counted. `ffn_share`: all layers' FFN parameters (weights and biases, not `mlp_norm`) over the
+    whole `FfnBertModel`'s parameters (embeddings, encoder, pooler).
+    """
+
+    model: str
+    ffn_type: str
+    intermediate_size: int
+    ffn_weights: int
+    ffn_biases: int
+    ffn_flops_per_token: int
+    ffn_params_all_layers: int
+    model_params: int
+    ffn_share: float
+
+
+def ffn_row(dims: Dims, ffn_type: str, intermediate_size: int) -> FfnRow:
+    """Count one variant by building the whole `FfnBertModel` on the meta device."""
+    config = FfnBertConfig(
+        hidden_size=dims.hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=dims.num_hidden_layers,
+        num_attention_heads=dims.num_attention_heads,
+        vocab_size=dims.vocab_size,
+        max_position_embeddings=dims.max_position_embeddings,
+        hidden_act=dims.hidden_act,
+        ffn_type=ffn_type,
+        ffn_bias=dims.ffn_bias,
+    )
+    with torch.device("meta"):  # shapes only: LLaMA-2-7B sizes would need gigabytes otherwise
+        model = FfnBertModel(config)
+        token = torch.empty(1, 1, dims.hidden_size)  # (batch, seq, hidden): one token
+    mlp = model.encoder.layer[0].mlp
+    weights = sum(p.numel() for name, p in mlp.named_parameters() if name.endswith("weight"))
+    biases = sum(p.numel() for name, p in mlp.named_parameters() if name.endswith("bias"))
+    with FlopCounterMode(display=False) as counter:
+        mlp(token)
+    ffn_all = sum(p.numel() for layer in model.encoder.layer for p in layer.mlp.parameters())
+    total = sum(p.numel() for p in model.parameters())
+    return FfnRow(
+        model=dims.name,
+        ffn_type=ffn_type,
+        intermediate_size=intermediate_size,
+        ffn_weights=weights,
+        ffn_biases=biases,
+        ffn_flops_per_token=counter.get_total_flops(),
+        ffn_params_all_layers=ffn_all,
+        model_params=total,
+        ffn_share=ffn_all / total,
+    )
+
+
+def param_table(preset: str) -> list[FfnRow]:
+    """Three rows for a preset: the standard FFN, the gated FFN at the same width, and the gated FFN at
+    `parameter_matched_glu_width` (same weight count as the standard one).
+
+    Raises:
+        ValueError: if `preset` is not a key of `PRESETS`.
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"preset has unknown value {preset!r}; allowed: {', '.join(PRESETS)}")
+    dims = PRESETS[preset]
+    return [
+        ffn_row(dims, dims.hidden_act, dims.intermediate_size),
+        ffn_row(dims, dims.gated_ffn_type, dims.intermediate_size),
+        ffn_row(dims, dims.gated_ffn_type, parameter_matched_glu_width(dims.intermediate_size)),
+    ]
+
+
+COLUMNS = {
+    "model": "model",
+    "ffn_type": "ffn_type",
+    "intermediate_size": "width",
+    "ffn_weights": "FFN weights / layer",
+    "ffn_biases": "FFN biases / layer",
+    "ffn_flops_per_token": "FFN FLOPs / token / layer",
+    "ffn_params_all_layers": "FFN params (all layers)",
+    "model_params": "model params",
+    "ffn_share": "FFN share",
+}
+
+
+def format_markdown(rows: list[FfnRow]) -> str:
+    """A GitHub-markdown table of `rows`, thousands separated, the share in percent."""
+    lines = ["| " + " | ".join(COLUMNS.values()) + " |", "|" + "---|" * len(COLUMNS)]
+    for row in rows:
+        cells = []
+        for key, value in asdict(row).items():
+            cells.append(f"{value:.1%}" if key == "ffn_share" else f"{value:,}" if isinstance(value, int) else value)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+__all__ = ["PRESETS", "Dims", "FfnRow", "ffn_row", "format_markdown", "param_table"]
