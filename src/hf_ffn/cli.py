@@ -2,6 +2,8 @@
 
     hf-ffn parity [--model PATH_OR_NAME] [--attn eager|sdpa] [--json]
                   [--ffn-type NAME] [--layer-norm-position post|pre] [--intermediate-size N]
+    hf-ffn bench [--quick] [--output-dir DIR] [--repeats N] [--ffn-repeats N] [--threads N] [--no-compile]
+                 [--no-real-checkpoint]
 """
 
 from __future__ import annotations
@@ -77,6 +79,12 @@ def _print_variant_report(report: dict) -> None:
         print(f"  hidden_states[{i}]: max |Δ| {d['max_abs_diff']:.4g}, mean |Δ| {d['mean_abs_diff']:.4g}")
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from . import benchmark
+
+    return benchmark.run_from_args(args, args.parser, " ".join(["hf-ffn", *args.argv]))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-ffn", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -90,12 +98,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layer-norm-position", choices=["post", "pre"], help="report this LayerNorm placement")
     p.add_argument("--intermediate-size", type=int, help="FFN width for the variant report")
     p.set_defaults(func=_parity)
+
+    from .benchmark import add_arguments as add_bench_arguments  # light: no model code runs on import
+
+    p = sub.add_parser("bench", help="benchmark FfnBert variants against upstream BERT and their matmuls")
+    add_bench_arguments(p)
+    p.set_defaults(func=_bench, parser=p)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    if args.json:
+    args.argv = argv
+    if getattr(args, "json", False):
         # stdout must hold only the JSON document: send transformers' logs and progress bars elsewhere.
         from transformers.utils import logging
 
