@@ -7,6 +7,8 @@
                    [--license ID] [--json]
     hf-ffn convert FFN_BERT_FOLDER OUTPUT_DIR --to-bert
     hf-ffn params [--preset bert-base|bert-large|llama-2-7b ...] [--json]
+    hf-ffn bench [--quick] [--output-dir DIR] [--repeats N] [--ffn-repeats N] [--threads N] [--no-compile]
+                 [--no-real-checkpoint]
 """
 
 from __future__ import annotations
@@ -114,6 +116,12 @@ def _params(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from . import benchmark
+
+    return benchmark.run_from_args(args, args.parser, " ".join(["hf-ffn", *args.argv]))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-ffn", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -150,12 +158,19 @@ def build_parser() -> argparse.ArgumentParser:
                    "(repeatable; default: all)")
     p.add_argument("--json", action="store_true", help="print a JSON list of rows instead of a markdown table")
     p.set_defaults(func=_params)
+    from .benchmark import add_arguments as add_bench_arguments  # light: no model code runs on import
+
+    p = sub.add_parser("bench", help="benchmark FfnBert variants against upstream BERT and their matmuls")
+    add_bench_arguments(p)
+    p.set_defaults(func=_bench, parser=p)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = argv
     if getattr(args, "json", False):
         # stdout must hold only the JSON document: send transformers' logs and progress bars elsewhere.
         from transformers.utils import logging
