@@ -461,6 +461,22 @@ def training_seconds(log_history: list[dict], train_runtime: float) -> float:
     return train_runtime - sum(entry.get("eval_runtime", 0.0) for entry in log_history)
 
 
+def conversion_summary(conversion: dict) -> str:
+    """One line for the model card: what loading the variant changed (the full report is in `run_info.json`)."""
+
+    def listed(keys: list[str]) -> str:
+        return f"{len(keys)} ({', '.join(keys)})" if 0 < len(keys) <= 6 else str(len(keys))
+
+    if "config_changes" not in conversion:  # loaded as saved
+        return f"loaded as saved; newly initialised: {listed(conversion.get('new_weights', []))}"
+    changes = {k: v for k, v in conversion["config_changes"].items() if k not in ("id2label", "label2id")}
+    return (
+        f"init={conversion.get('init')}, exact={conversion.get('exact')}, config changes {json.dumps(changes)}; "
+        f"tensors copied {len(conversion.get('copied', []))}, mapped {len(conversion.get('mapped', []))}, "
+        f"newly initialised {listed(conversion.get('new', []))}, dropped {listed(conversion.get('dropped', []))}"
+    )
+
+
 def model_card(
     model_args: ModelArguments,
     training_args: TrainingArguments,
@@ -500,12 +516,12 @@ def model_card(
 
 # {{ name }}
 
-Fine-tuned with [hf_ffn](https://github.com/) (`{{ task }}`) from `{{ base }}` on {{ dataset }}.
+Fine-tuned with hf_ffn (`{{ task }}`) from `{{ base }}` on {{ dataset }}.
 
 ## Variant
 
 - ffn_type: `{{ ffn_type }}`; layer_norm_position: `{{ ln }}`; FFN init: `{{ init }}`; FFN width: `{{ width }}`
-- conversion report: `{{ conversion }}`
+- conversion: {{ conversion }} (full report: `run_info.json`)
 
 ## Results (measured by the training script)
 
@@ -520,7 +536,7 @@ Fine-tuned with [hf_ffn](https://github.com/) (`{{ task }}`) from `{{ base }}` o
     return ModelCard.from_template(
         data, template_str=template, name=name, task=task, base=model_args.model_name_or_path, dataset=dataset,
         ffn_type=model_args.ffn_type or "(checkpoint's)", ln=model_args.layer_norm_position or "(checkpoint's)",
-        init=model_args.ffn_init, width=model_args.ffn_width, conversion=json.dumps(conversion),
+        init=model_args.ffn_init, width=model_args.ffn_width, conversion=conversion_summary(conversion),
         rows=rows, hyper=json.dumps(hyper),
     )
 
