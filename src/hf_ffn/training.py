@@ -266,7 +266,12 @@ def load_classification_datasets(args: ClassificationDataArguments):
     builders = {DATA_FILE_EXTENSIONS[path.suffix] for path in checked.values()}
     if len(builders) != 1:
         raise ValueError(f"data files mix formats ({', '.join(map(str, checked.values()))}); use one of csv or json")
-    return load_dataset(builders.pop(), data_files={split: str(path) for split, path in checked.items()})
+    raw = load_dataset(builders.pop(), data_files={split: str(path) for split, path in checked.items()})
+    test = raw.get("test")
+    if test is not None and args.label_column in test.column_names and set(test[args.label_column]) == {None}:
+        # a test file without labels: `datasets` gives it the other files' columns, filled with None
+        raw["test"] = test.remove_columns(args.label_column)
+    return raw
 
 
 def check_columns_and_labels(raw, args: ClassificationDataArguments) -> tuple[str, list]:
@@ -591,7 +596,9 @@ def run_classification(
             dataset = raw[split] if limit is None else raw[split].select(range(min(limit, len(raw[split]))))
             splits[split] = dataset.map(encode, batched=True, remove_columns=dataset.column_names)
     for split in ("validation", "test"):
-        if split in splits:  # shortest first: less padding per batch; accuracy and F1 do not depend on order
+        # shortest first: less padding per batch; accuracy and F1 do not depend on the order. An unlabelled test
+        # split keeps its order, so its predictions line up with the file.
+        if split in splits and "labels" in splits[split].column_names:
             splits[split] = sort_by_length(splits[split])
 
     # Seed before the model is built: the new weights (classifier, fresh FFNs) depend on it, as in run_glue.
@@ -614,15 +621,19 @@ def run_classification(
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     results = dict(train_output.metrics)
     results.update(final_evaluation(trainer))
+    predictions = None
     if "test" in splits:
         test_output = trainer.predict(splits["test"], metric_key_prefix="test")
-        results.update(test_output.metrics)
+        results.update(test_output.metrics)  # accuracy/F1 only when the test split has labels
+        if "labels" not in splits["test"].column_names:
+            predictions = [str(labels[i]) for i in test_output.predictions.argmax(-1)]
     train_seconds = training_seconds(trainer.state.log_history, train_output.metrics["train_runtime"])
     extra = {
         "conversion": conversion,
         "labels": [str(label) for label in labels],
         "train_tokens": trainer.state.num_input_tokens_seen,
         "train_seconds": train_seconds,
+        "test_predictions": predictions,
     }
     results["train_tokens_per_second"] = extra["train_tokens"] / train_seconds
     dataset_name = data_args.dataset_name or (
