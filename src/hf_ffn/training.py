@@ -18,7 +18,6 @@ removes its staging folder. An `output_dir` that already holds a finished model 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -43,6 +42,7 @@ from transformers import (
 )
 
 from .configuration_ffn_bert import FFN_TYPES, LAYER_NORM_POSITIONS
+from .conversion import load_converted
 from .modeling_ffn_bert import FfnBertForMaskedLM, FfnBertForSequenceClassification
 
 DATA_FILE_EXTENSIONS = {".csv": "csv", ".json": "json", ".jsonl": "json"}
@@ -373,8 +373,6 @@ def load_model(model_args: ModelArguments, model_class: type[PreTrainedModel], *
     if not model_args.is_variant:
         model, info = model_class.from_pretrained(model_args.model_name_or_path, output_loading_info=True, **kwargs)
         return model, {"conversion": "none", "new_weights": sorted(info["missing_keys"])}
-    from .conversion import load_converted
-
     model, report = load_converted(
         model_args.model_name_or_path,
         model_class,
@@ -384,15 +382,7 @@ def load_model(model_args: ModelArguments, model_class: type[PreTrainedModel], *
         width=model_args.width,
         **kwargs,
     )
-    return model, _as_dict(report)
-
-
-def _as_dict(report: Any) -> dict:
-    if hasattr(report, "to_dict"):  # hf_ffn.conversion.ConversionReport
-        return json.loads(json.dumps(report.to_dict(), default=str))
-    if dataclasses.is_dataclass(report):
-        return json.loads(json.dumps(dataclasses.asdict(report), default=str))
-    return dict(report) if isinstance(report, dict) else {"report": str(report)}
+    return model, json.loads(report.to_json())
 
 
 def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
