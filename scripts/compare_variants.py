@@ -184,6 +184,9 @@ def plot(runs: list[dict], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     results = Path(args.results)
+    for path in (args.results, args.table, args.plot):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
         if args.rt_polarity_dir is None:
             sys.exit("--rt_polarity_dir is required to run the comparison")
