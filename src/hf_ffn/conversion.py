@@ -1,0 +1,477 @@
+"""Converting checkpoints into and out of FfnBert, as data plus one loader per direction.
+
+- `load_converted`: a pretrained BERT → an FfnBert variant (another FFN, Pre-LN, another width), either
+  function-preserving (exact where the math allows, a documented approximation where it does not) or with the
+  converted FFNs freshly initialised. Returns the model and a `ConversionReport` (JSON-serialisable: which
+  weights were copied, mapped or newly initialised, the config changes, and the measured output difference).
+
+Function-preserving recipes (`ffn_recipe`). A BERT FFN is `down(act(W x + b))`; write z = W x + b.
+
+    exact     act → gated act':  gate_proj ← (W, b), up_proj ← (0, 1), down_proj ← down
+              act(z) · (0·x + 1) = act(z), bit for bit (x·0 sums to 0, + 1 is exactly 1.0, ·1.0 is exact).
+              GELU → GeGLU, ReLU → ReGLU, SiLU → SwiGLU (β = 1).
+    sigmoid   GELU(z) ≈ z·σ(k z), k = 1.702 (Hendrycks & Gimpel 2016, arXiv 1606.08415, §2); SiLU is k = 1.
+    form      → SwiGLU, Swish_β(u) = u·σ(β u):  with u = c z, c = k/β,
+                  Swish_β(c z) / c = z·σ(β c z) = z·σ(k z),
+                so gate_proj ← c·(W, b), up_proj ← (0, 1/c), down_proj ← down.
+              → GLU, σ(gate)·up:  gate_proj ← k·(W, b), up_proj ← (W, b), so σ(k z)·z.
+              The approximation error |GELU(z) − z·σ(1.702 z)| is at most 0.0203 for every z (at |z| ≈ 2.27; even in z),
+              so one layer's FFN output moves by at most 0.0203·Σ_j |down_proj[i, j]| per coordinate i.
+    kept      standard act → standard act' (and Post-LN → Pre-LN): weights kept as they are; no exact mapping
+              exists, the report carries the measured drift.
+
+Any other pair (e.g. ReLU → SwiGLU, GELU → bilinear) raises `ValueError` listing what is allowed for that
+source activation. Sources: Shazeer 2020 (GLU variants, arXiv 2002.05202), Hendrycks & Gimpel 2016.
+
+Names. Target keys in reports are the model's own parameter names (in memory: `mlp.gate_proj`, `mlp.up_proj`,
+`mlp.down_proj`, `mlp_norm`); source keys are BERT's names for the same weights in the same namespace
+(`intermediate.dense`, `output.dense`, `output.LayerNorm`; see the table in `modeling_ffn_bert`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import BertModel, PreTrainedModel
+
+from .configuration_ffn_bert import STANDARD_FFN_TYPES, FfnBertConfig, is_gated, parameter_matched_glu_width
+from .modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel
+
+# ---------------------------------------------------------------------------------------------------------------
+# Recipes (data)
+# ---------------------------------------------------------------------------------------------------------------
+# BERT activation → the gated variant whose gate activation is the same op (exact conversion).
+EXACT_GATED_TARGET: dict[str, str] = {"gelu": "geglu", "relu": "reglu", "silu": "swiglu", "swish": "swiglu"}
+# act(z) = z·σ(k z): k = 1.702 approximates erf-GELU (Hendrycks & Gimpel 2016, §2); SiLU/Swish_1 is exactly k = 1.
+SIGMOID_SLOPE: dict[str, float] = {"gelu": 1.702, "silu": 1.0, "swish": 1.0}
+SIGMOID_FORM_IS_EXACT: dict[str, bool] = {"gelu": False, "silu": True, "swish": True}
+INITS = ("preserving", "fresh")
+WIDTHS = ("keep", "matched")
+
+# In-memory FFN names → BERT's names (the inverse of `modeling_ffn_bert.CHECKPOINT_KEY_MAPPING`).
+BERT_NAME_OF: dict[str, str] = {
+    ".mlp.up_proj.": ".intermediate.dense.",
+    ".mlp.down_proj.": ".output.dense.",
+    ".mlp_norm.": ".output.LayerNorm.",
+}
+
+
+@dataclass(frozen=True)
+class FfnRecipe:
+    """How one layer's FFN is built from a standard FFN's first projection (W, b) when preserving.
+
+    `gate_scale`: gate_proj ← gate_scale·(W, b). `up`: "constant" (up_proj weight 0, bias `up_bias`) or
+    "copy" (up_proj ← (W, b)). `kind`: "unchanged", "exact", "approximate" or "kept" (standard → standard).
+    A standard target (`gated=False`) keeps all weights.
+    """
+
+    kind: str
+    gated: bool = False
+    gate_scale: float = 1.0
+    up: str = "constant"
+    up_bias: float = 1.0
+    note: str = ""
+
+
+def allowed_preserving_targets(source_act: str) -> list[str]:
+    """The `ffn_type`s a standard FFN with activation `source_act` can be converted to with init='preserving'."""
+    targets = {"any standard activation (weights kept, approximate)"}
+    if source_act in EXACT_GATED_TARGET:
+        targets.add(EXACT_GATED_TARGET[source_act])
+    if source_act in SIGMOID_SLOPE:
+        targets |= {"swiglu", "glu"}
+    return sorted(targets)
+
+
+def ffn_recipe(source_act: str, target: str, swish_beta: float = 1.0) -> FfnRecipe:
+    """The function-preserving recipe from a standard `source_act` FFN to `target` (see the module docstring).
+
+    Raises:
+        ValueError: if no exact or approximate mapping exists, naming the allowed targets.
+    """
+    if target == source_act:
+        return FfnRecipe("unchanged")
+    if not is_gated(target):
+        return FfnRecipe("kept", note=f"standard FFN, activation {source_act} → {target}: weights kept (approximate)")
+    exact_target = EXACT_GATED_TARGET.get(source_act)
+    if target == exact_target and (target != "swiglu" or swish_beta == 1.0):
+        return FfnRecipe("exact", gated=True, note=f"{source_act}(z)·1 = {source_act}(z): gate ← (W, b), up ← (0, 1)")
+    if target in ("swiglu", "glu") and source_act in SIGMOID_SLOPE:
+        k = SIGMOID_SLOPE[source_act]
+        kind = "approximate" if not SIGMOID_FORM_IS_EXACT[source_act] else "approximate (float rounding only)"
+        if target == "swiglu":
+            c = k / swish_beta
+            return FfnRecipe(
+                kind, gated=True, gate_scale=c, up="constant", up_bias=1.0 / c,
+                note=f"{source_act}(z) ≈ z·σ({k}z) = Swish_{swish_beta}({c:.6g}z)/{c:.6g}: gate ← {c:.6g}·(W, b), "
+                f"up ← (0, 1/{c:.6g})",
+            )
+        return FfnRecipe(
+            kind, gated=True, gate_scale=k, up="copy",
+            note=f"{source_act}(z) ≈ σ({k}z)·z: gate ← {k}·(W, b), up ← (W, b)",
+        )
+    raise ValueError(
+        f"init='preserving' cannot convert a {source_act!r} FFN to ffn_type={target!r}: no exact or approximate "
+        f"function-preserving mapping exists; allowed for {source_act!r}: "
+        f"{', '.join(allowed_preserving_targets(source_act))}; or use init='fresh'"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass
+class ConversionReport:
+    """What a conversion did, JSON-serialisable (`to_dict`, `to_json`, `save`).
+
+    Attributes:
+        source: the checkpoint converted. model_class: the FfnBert class it was loaded into.
+        init: "preserving" or "fresh". exact: whether the converted encoder computes exactly the source's function
+            (every layer "unchanged"/"exact", LayerNorm placement and embedding LayerNorm unchanged).
+        config_changes: field → [source value, converted value].
+        layers: per layer: source and target FFN, the recipe kind and a note.
+        copied: target keys loaded unchanged from the checkpoint.
+        mapped: {"target", "source" (BERT name or None for a constant), "operation"} for each weight a recipe set.
+        new: target keys randomly initialised (as BERT initialises: normal(0, initializer_range), zero bias;
+            LayerNorms ones/zeros).
+        dropped: checkpoint weights not used.
+        difference: measured output difference from the source model (`measure_difference`), when measured.
+    """
+
+    source: str
+    model_class: str
+    init: str
+    exact: bool
+    config_changes: dict[str, list[Any]] = field(default_factory=dict)
+    layers: list[dict[str, Any]] = field(default_factory=list)
+    copied: list[str] = field(default_factory=list)
+    mapped: list[dict[str, Any]] = field(default_factory=list)
+    new: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    difference: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def save(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.to_json() + "\n")
+
+
+def bert_key(key: str) -> str:
+    """BERT's name for an in-memory FfnBert key (`...mlp.up_proj.weight` → `...intermediate.dense.weight`)."""
+    for ours, theirs in BERT_NAME_OF.items():
+        key = key.replace(ours, theirs)
+    return key
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loading a converted model
+# ---------------------------------------------------------------------------------------------------------------
+_BOOKKEEPING_FIELDS = {"architectures", "transformers_version", "model_type", "_name_or_path", "dtype", "torch_dtype"}
+
+
+def _target_width(width: str | int, source_width: int, target_types: list[str]) -> int:
+    if isinstance(width, bool) or not (width in WIDTHS or (isinstance(width, int) and width > 0)):
+        raise ValueError(f"width has unknown value {width!r}; allowed: 'keep', 'matched' or a positive integer")
+    if width == "keep":
+        return source_width
+    if width == "matched":
+        if not any(is_gated(t) for t in target_types):
+            raise ValueError(
+                f"width='matched' sizes a gated FFN to a standard one's weight count, but no layer is gated "
+                f"(ffn_type {sorted(set(target_types))}); allowed: 'keep' or an integer"
+            )
+        return parameter_matched_glu_width(source_width)
+    return width
+
+
+def load_converted(
+    checkpoint: str,
+    model_class: type[FfnBertPreTrainedModel] = FfnBertModel,
+    *,
+    ffn_type: str | list[str] | None = None,
+    layer_norm_position: str | list[str] | None = None,
+    init: str = "preserving",
+    width: str | int = "keep",
+    **from_pretrained_kwargs,
+) -> tuple[FfnBertPreTrainedModel, ConversionReport]:
+    """Load a BERT checkpoint into an FfnBert variant, preserving its function where possible.
+
+    Args:
+        checkpoint: a BERT folder or hub name (`model_type` "bert"), or a default-config FfnBert one.
+        model_class: any FfnBert class (`FfnBertModel` or a head). Head weights the checkpoint lacks are new.
+        ffn_type: target FFN (one name or one per layer); None keeps the source's.
+        layer_norm_position: "post"/"pre" (or one per layer); None keeps the source's. Post → Pre keeps weights.
+        init: "preserving" (recipes of the module docstring) or "fresh" (every layer whose FFN type or width
+            changes gets gate/up/down newly initialised as BERT initialises linears: normal(0,
+            initializer_range), zero bias).
+        width: "keep" (the source's intermediate_size), "matched" (`parameter_matched_glu_width`, e.g. 1536 →
+            1024, 3072 → 2048) or an int.
+        **from_pretrained_kwargs: passed to `model_class.from_pretrained` (config overrides such as `num_labels`,
+            `attn_implementation`, ...).
+
+    Returns:
+        `(model, report)`; the model is in eval mode. `report.difference` is not filled (see `measure_difference`).
+
+    Raises:
+        ValueError: a checkpoint that is not BERT-shaped (or a non-default FfnBert one); an unknown `init`,
+            `width`, `ffn_type` or `layer_norm_position`; init='preserving' with a target that has no exact or
+            approximate mapping, a width other than the source's, or `ffn_bias=False`; init='fresh' with no
+            FFN change; `intermediate_size` or `output_loading_info` in the kwargs.
+    """
+    if init not in INITS:
+        raise ValueError(f"init has unknown value {init!r}; allowed: {', '.join(INITS)}")
+    for reserved in ("intermediate_size", "output_loading_info", "hidden_act"):
+        if reserved in from_pretrained_kwargs:
+            raise ValueError(f"{reserved} is set by load_converted (use width= / ffn_type=), not as a keyword")
+    source_config = FfnBertConfig.from_pretrained(checkpoint)  # raises ValueError for non-BERT model_type
+    if not source_config.is_default_bert:
+        raise ValueError(
+            f"{checkpoint} is an FfnBert checkpoint with a non-default config (ffn_type {source_config.ffn_type!r}, "
+            f"layer_norm_position {source_config.layer_norm_position!r}, ...); conversion starts from plain BERT"
+        )
+    source_act = source_config.hidden_act
+    n_layers = source_config.num_hidden_layers
+    overrides: dict[str, Any] = {}
+    if ffn_type is not None:
+        overrides["ffn_type"] = ffn_type
+        if isinstance(ffn_type, str) and ffn_type in STANDARD_FFN_TYPES:
+            overrides["hidden_act"] = ffn_type  # a standard FFN's activation is BERT's hidden_act
+    if layer_norm_position is not None:
+        overrides["layer_norm_position"] = layer_norm_position
+    # Validate the names before touching weights (FfnBertConfig raises naming the field and allowed values).
+    probe = FfnBertConfig.from_bert_dict(source_config.to_dict(), source=str(checkpoint), **overrides)[0]
+    target_types = probe.ffn_types
+    target_width = _target_width(width, source_config.intermediate_size, target_types)
+    width_changed = target_width != source_config.intermediate_size
+    swish_beta = from_pretrained_kwargs.get("swish_beta", source_config.swish_beta)
+
+    if init == "preserving":
+        if width_changed:
+            raise ValueError(
+                f"width={width!r} gives intermediate_size={target_width}, but init='preserving' copies the source "
+                f"FFN weights of width {source_config.intermediate_size}; use width='keep' or init='fresh'"
+            )
+        if from_pretrained_kwargs.get("ffn_bias", True) is False:
+            raise ValueError("init='preserving' needs ffn_bias=True (the recipes set the up_proj bias); got False")
+        recipes = [ffn_recipe(source_act, t, swish_beta) for t in target_types]
+    else:
+        converted = [t != source_act or width_changed for t in target_types]
+        if not any(converted):
+            raise ValueError(
+                f"init='fresh' re-initialises the FFN of every layer whose FFN changes, but none does (ffn_type "
+                f"{ffn_type!r}, width {width!r}); change ffn_type or width, or use init='preserving'"
+            )
+        recipes = [FfnRecipe("fresh" if c else "unchanged", note="newly initialised" if c else "") for c in converted]
+
+    from .parity import _quiet_transformers
+
+    with _quiet_transformers():  # transformers' load table would call the mapped weights "missing": ours replaces it
+        model, info = model_class.from_pretrained(
+            checkpoint,
+            **overrides,
+            intermediate_size=target_width,
+            ignore_mismatched_sizes=init == "fresh",
+            output_loading_info=True,
+            **from_pretrained_kwargs,
+        )
+    model.eval()
+    prefix = f"{model.base_model_prefix}." if model is not model.base_model else ""
+    mapped: list[dict[str, Any]] = []
+    fresh_keys: list[str] = []
+    with torch.no_grad():
+        for i, (layer, recipe) in enumerate(zip(model.base_model.encoder.layer, recipes)):
+            name = f"{prefix}encoder.layer.{i}.mlp"
+            if recipe.kind == "fresh":
+                fresh_keys += _reinit_linears(model, layer.mlp, name)
+            elif recipe.gated:
+                mapped += _apply_recipe(layer.mlp, recipe, name)
+
+    mismatched = {str(k[0]) if isinstance(k, tuple) else str(k) for k in info["mismatched_keys"]}
+    missing = set(info["missing_keys"]) | mismatched
+    mapped_targets = {m["target"] for m in mapped}
+    new = sorted((missing | set(fresh_keys)) - mapped_targets)
+    state_keys = list(model.state_dict().keys())
+    copied = [k for k in state_keys if k not in missing and k not in mapped_targets and k not in fresh_keys]
+    # Re-initialised weights that BERT had (all but gate_proj) are checkpoint weights not used.
+    dropped = sorted(set(info["unexpected_keys"]) | {bert_key(k) for k in fresh_keys if ".gate_proj." not in k})
+    source_lns = source_config.layer_norm_positions
+    layers = [
+        {"layer": i, "source_ffn": source_act, "target_ffn": t, "recipe": r.kind, "note": r.note,
+         "layer_norm_position": [source_lns[i], probe.layer_norm_positions[i]]}
+        for i, (t, r) in enumerate(zip(target_types, recipes))
+    ]
+    exact = (
+        all(r.kind in ("unchanged", "exact") for r in recipes)
+        and model.config.layer_norm_positions == source_lns
+        and model.config.embedding_layer_norm == source_config.embedding_layer_norm
+    )
+    report = ConversionReport(
+        source=str(checkpoint),
+        model_class=model_class.__name__,
+        init=init,
+        exact=exact,
+        config_changes=_config_changes(source_config, model.config),
+        layers=layers,
+        copied=copied,
+        mapped=mapped,
+        new=new,
+        dropped=dropped,
+    )
+    return model, report
+
+
+def _config_changes(source: FfnBertConfig, target: FfnBertConfig) -> dict[str, list[Any]]:
+    before, after = source.to_dict(), target.to_dict()
+    return {
+        k: [before.get(k), after.get(k)]
+        for k in sorted(set(before) | set(after))
+        if k not in _BOOKKEEPING_FIELDS and before.get(k) != after.get(k)
+    }
+
+
+def _apply_recipe(mlp: nn.Module, recipe: FfnRecipe, name: str) -> list[dict[str, Any]]:
+    """Set `mlp.gate_proj` / `mlp.up_proj` from the standard FFN weights just loaded into `mlp.up_proj`."""
+    weight, bias = mlp.up_proj.weight.clone(), mlp.up_proj.bias.clone()  # (intermediate, hidden), (intermediate,)
+    source_w, source_b = bert_key(f"{name}.up_proj.weight"), bert_key(f"{name}.up_proj.bias")
+    scale = recipe.gate_scale
+    op = "copy" if scale == 1.0 else f"multiply by {scale:.9g}"
+    mlp.gate_proj.weight.copy_(weight if scale == 1.0 else weight * scale)
+    mlp.gate_proj.bias.copy_(bias if scale == 1.0 else bias * scale)
+    rows = [
+        {"target": f"{name}.gate_proj.weight", "source": source_w, "operation": op},
+        {"target": f"{name}.gate_proj.bias", "source": source_b, "operation": op},
+    ]
+    if recipe.up == "constant":
+        mlp.up_proj.weight.zero_()
+        mlp.up_proj.bias.fill_(recipe.up_bias)
+        rows += [
+            {"target": f"{name}.up_proj.weight", "source": None, "operation": "constant 0"},
+            {"target": f"{name}.up_proj.bias", "source": None, "operation": f"constant {recipe.up_bias:.9g}"},
+        ]
+    else:  # "copy": up_proj already holds (W, b)
+        rows += [
+            {"target": f"{name}.up_proj.weight", "source": source_w, "operation": "copy"},
+            {"target": f"{name}.up_proj.bias", "source": source_b, "operation": "copy"},
+        ]
+    return rows
+
+
+def _reinit_linears(model: PreTrainedModel, mlp: nn.Module, name: str) -> list[str]:
+    """Re-initialise every linear of `mlp` with the model's own `_init_weights` (BERT: normal(0,
+    initializer_range), zero bias). transformers marks loaded tensors `_is_hf_initialized` and its init
+    functions skip those, so the flag is cleared first."""
+    keys = []
+    for proj_name, proj in mlp.named_children():
+        if not isinstance(proj, nn.Linear):
+            continue
+        for param_name, param in proj.named_parameters(recurse=False):
+            if hasattr(param, "_is_hf_initialized"):
+                del param._is_hf_initialized
+            keys.append(f"{name}.{proj_name}.{param_name}")
+        proj.__dict__.pop("_is_hf_initialized", None)
+        model._init_weights(proj)
+    return keys
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Measuring the difference from the source
+# ---------------------------------------------------------------------------------------------------------------
+# Outputs compared, when both models return them.
+COMPARED_OUTPUTS = (
+    "last_hidden_state", "pooler_output", "logits", "prediction_logits", "seq_relationship_logits",
+    "start_logits", "end_logits",
+)
+
+
+def output_difference(
+    reference: nn.Module, candidate: nn.Module, inputs: dict[str, torch.Tensor]
+) -> dict[str, dict[str, float]]:
+    """max and mean |reference − candidate| of each output in `COMPARED_OUTPUTS` both return, plus `equal`.
+
+    Per-token outputs (batch, seq, ...) are compared on real tokens only (`attention_mask` == 1): padded
+    positions carry no meaning. Both models run in eval mode without gradients.
+    """
+    reference.eval(), candidate.eval()
+    with torch.no_grad():
+        ref_out, cand_out = reference(**inputs), candidate(**inputs)
+    mask = inputs.get("attention_mask")
+    result = {}
+    for key in COMPARED_OUTPUTS:
+        ref, cand = ref_out.get(key), cand_out.get(key)
+        if ref is None or cand is None:
+            continue
+        equal = torch.equal(ref, cand)
+        diff = (ref.float() - cand.float()).abs()
+        if mask is not None and diff.dim() >= 2 and diff.shape[:2] == mask.shape:
+            diff = diff[mask.bool()]  # (real tokens, ...)
+        result[key] = {"max_abs_diff": diff.max().item(), "mean_abs_diff": diff.mean().item(), "equal": equal}
+    return result
+
+
+def measure_difference(
+    source: str, model: FfnBertPreTrainedModel, report: ConversionReport | None = None,
+    inputs: dict[str, torch.Tensor] | None = None,
+) -> dict[str, Any]:
+    """The converted `model`'s output difference from the source checkpoint on a fixed input.
+
+    The reference is upstream transformers' class matching `model` (e.g. `BertForMaskedLM` for
+    `FfnBertForMaskedLM`) loaded from `source`, when every head weight of `model` came from the checkpoint
+    (no `report.new` key outside the encoder FFNs); otherwise upstream `BertModel` against `model.base_model`
+    (last_hidden_state only, as new head weights are random on both sides). The fixed input is
+    `parity.example_batch`: three tokenized sentence pairs of unequal lengths, padded (or seeded random ids
+    when the checkpoint has no tokenizer). If `report` is given, the result is also stored in
+    `report.difference`.
+
+    Returns:
+        {"reference": class name, "inputs": description, output name: {"max_abs_diff", "mean_abs_diff", "equal"}}.
+    """
+    from .parity import HEAD_PAIRS, SENTENCE_PAIRS, _head_inputs, _quiet_transformers, example_batch
+
+    upstream_of = {ours: theirs for theirs, ours in HEAD_PAIRS.items()}
+    attn = model.config._attn_implementation
+    with _quiet_transformers():
+        config = FfnBertConfig.from_pretrained(source)
+        batch = inputs if inputs is not None else example_batch(source, config)
+        new_outside_ffn = report is not None and any(
+            not re.search(r"encoder\.(layer\.\d+\.mlp\.|final_norm\.)", k) for k in report.new
+        )
+        upstream = upstream_of.get(type(model), BertModel)
+        if new_outside_ffn or report is None:
+            upstream, candidate = BertModel, model.base_model
+        else:
+            candidate = model
+        reference = upstream.from_pretrained(source, attn_implementation=attn)
+    result: dict[str, Any] = {
+        "reference": f"transformers.{upstream.__name__}",
+        "inputs": "parity.example_batch: " + "; ".join(" / ".join(p) for p in SENTENCE_PAIRS)
+        if inputs is None else "given",
+    }
+    diffs = output_difference(reference, candidate, _head_inputs(upstream, batch))
+    if upstream is BertModel and candidate is not model:
+        diffs = {"last_hidden_state": diffs["last_hidden_state"]}
+    result.update(diffs)
+    if report is not None:
+        report.difference = result
+    return result
+
+
+__all__ = [
+    "ConversionReport",
+    "FfnRecipe",
+    "allowed_preserving_targets",
+    "bert_key",
+    "ffn_recipe",
+    "load_converted",
+    "measure_difference",
+    "output_difference",
+]

@@ -1,0 +1,199 @@
+"""Converting a pretrained BERT into FfnBert variants: exact where the math allows, bounded where it does not."""
+
+import json
+
+import pytest
+import torch
+from transformers import BertConfig, BertForPreTraining, BertModel, RobertaConfig, RobertaModel
+
+from hf_ffn import FfnBertForPreTraining, FfnBertModel
+from hf_ffn.conversion import bert_key, ffn_recipe, load_converted, measure_difference
+from hf_ffn.parity import HEAD_PAIRS, _head_inputs, compare_outputs, example_batch
+
+from .conftest import TINY, tiny_batch
+
+# sup_z |GELU(z) − z·σ(1.702 z)| (Hendrycks & Gimpel 2016's sigmoid approximation), ≈ 0.02030 at |z| ≈ 2.27.
+SIGMOID_GELU_MAX_ERROR = 0.0204
+
+
+def _sigmoid_gelu_max_error() -> float:
+    z = torch.linspace(-12, 12, 2_400_001, dtype=torch.float64)
+    return (torch.nn.functional.gelu(z) - z * torch.sigmoid(1.702 * z)).abs().max().item()
+
+
+def test_sigmoid_gelu_error_constant():
+    assert 0.0202 < _sigmoid_gelu_max_error() < SIGMOID_GELU_MAX_ERROR
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exact conversions
+# ---------------------------------------------------------------------------------------------------------------
+def test_gelu_to_geglu_is_exact_on_real_checkpoint_every_head(bundled_checkpoint, tmp_path):
+    """Every head: upstream creates the heads the checkpoint lacks once (seeded), saves; both sides load that."""
+    batch = example_batch(bundled_checkpoint, BertConfig.from_pretrained(bundled_checkpoint))
+    for upstream_class, ffn_class in HEAD_PAIRS.items():
+        folder = tmp_path / upstream_class.__name__
+        torch.manual_seed(0)
+        upstream_class.from_pretrained(bundled_checkpoint).save_pretrained(folder)
+        # Reloaded, not reused: freshly initialised in-memory head weights can take another BLAS path (seen: 3e-9 on
+        # the multiple-choice logits) than the same values loaded from disk, as on the FfnBert side.
+        reference = upstream_class.from_pretrained(folder, attn_implementation="eager").eval()
+        model, report = load_converted(str(folder), ffn_class, ffn_type="geglu", attn_implementation="eager")
+        assert report.exact and report.new == [] and report.dropped == []
+        assert model.config.ffn_type == "geglu" and model.config.intermediate_size == 1536
+        inputs = _head_inputs(upstream_class, batch)
+        with torch.no_grad():
+            ref_out = reference(**inputs, output_hidden_states=True, output_attentions=True)
+            out = model(**inputs, output_hidden_states=True, output_attentions=True)
+        rows = compare_outputs(ffn_class.__name__, ref_out, out)
+        assert rows and all(row.equal for row in rows), [r for r in rows if not r.equal]
+    # The last head's report: 6 layers × (gate weight, gate bias, up weight, up bias) set by the recipe.
+    assert len(report.mapped) == 24
+    first = {m["target"]: m for m in report.mapped if ".layer.0." in m["target"]}
+    assert first["bert.encoder.layer.0.mlp.gate_proj.weight"]["source"] == "bert.encoder.layer.0.intermediate.dense.weight"
+    assert first["bert.encoder.layer.0.mlp.up_proj.bias"]["operation"] == "constant 1"
+    json.loads(report.to_json())  # JSON-serialisable
+
+
+def test_measure_difference_on_exact_conversion(bundled_checkpoint):
+    model, report = load_converted(bundled_checkpoint, ffn_type="geglu")
+    diff = measure_difference(bundled_checkpoint, model, report)
+    assert report.difference is diff and diff["reference"] == "transformers.BertModel"
+    assert diff["last_hidden_state"] == {"max_abs_diff": 0.0, "mean_abs_diff": 0.0, "equal": True}
+    assert diff["pooler_output"]["equal"]
+
+
+@pytest.fixture(scope="module")
+def tiny_relu_checkpoint(tmp_path_factory) -> str:
+    folder = tmp_path_factory.mktemp("tiny_relu_bert")
+    torch.manual_seed(0)
+    BertForPreTraining(BertConfig(**TINY, hidden_act="relu")).save_pretrained(folder)
+    return str(folder)
+
+
+def test_relu_to_reglu_is_exact(tiny_relu_checkpoint):
+    reference = BertForPreTraining.from_pretrained(tiny_relu_checkpoint).eval()
+    model, report = load_converted(tiny_relu_checkpoint, FfnBertForPreTraining, ffn_type="reglu")
+    assert report.exact and report.new == [] and [l["recipe"] for l in report.layers] == ["exact", "exact"]
+    assert model.config.hidden_act == "relu"  # the MLM head transform keeps its activation
+    batch = tiny_batch()
+    with torch.no_grad():
+        rows = compare_outputs("pt", reference(**batch, output_hidden_states=True), model(**batch, output_hidden_states=True))
+    assert all(r.equal for r in rows)
+    # Negative control: the same weights with gate and up swapped (relu(1)·z = z) is a different function.
+    mlp = model.bert.encoder.layer[0].mlp
+    with torch.no_grad():
+        for name in ("weight", "bias"):
+            gate, up = getattr(mlp.gate_proj, name).clone(), getattr(mlp.up_proj, name).clone()
+            getattr(mlp.gate_proj, name).copy_(up)
+            getattr(mlp.up_proj, name).copy_(gate)
+        swapped = model(**batch).prediction_logits
+    assert not torch.allclose(swapped, reference(**batch).prediction_logits, atol=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Approximate conversions: GELU → SwiGLU / GLU via GELU(z) ≈ z·σ(1.702 z)
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("target", ["swiglu", "glu"])
+def test_gelu_to_sigmoid_gated_is_within_the_approximation_bound(bundled_checkpoint, target):
+    """Per layer, on the same input, |Δ FFN(x)_i| ≤ ε·Σ_j |down_proj[i, j]| with ε = sup|GELU − z·σ(1.702 z)|
+    (plus 1e-4 for fp32 rounding of the scaled weights and the two accumulation orders). End to end the layers
+    compound; the measured drift is reported and must stay far below the activations' own scale."""
+    source = BertModel.from_pretrained(bundled_checkpoint).eval()
+    model, report = load_converted(bundled_checkpoint, ffn_type=target)
+    assert not report.exact and {l["recipe"] for l in report.layers} == {"approximate"}
+    batch = example_batch(bundled_checkpoint, source.config)
+    with torch.no_grad():
+        hidden = source(**batch, output_hidden_states=True).hidden_states
+        for i, (src_layer, layer) in enumerate(zip(source.encoder.layer, model.encoder.layer)):
+            # The FFN input of layer i is the attention block's output on hidden_states[i].
+            x = src_layer.attention(hidden[i])[0]  # (batch, seq, hidden)
+            expected = src_layer.output.dense(src_layer.intermediate(x))
+            delta = (layer.mlp(x) - expected).abs()
+            bound = SIGMOID_GELU_MAX_ERROR * src_layer.output.dense.weight.abs().sum(dim=1) + 1e-4  # (hidden,)
+            assert (delta <= bound).all(), f"layer {i}: {(delta - bound).max().item()}"
+            assert delta.max() > 1e-4  # an approximation, not silently exact
+    diff = measure_difference(bundled_checkpoint, model, report)["last_hidden_state"]
+    scale = source(**batch).last_hidden_state[batch["attention_mask"].bool()].abs().mean().item()
+    # Measured on all-MiniLM-L6-v2: max 0.25, mean 0.028 for both targets (mean |h| ≈ 0.4): under 10 % of the scale.
+    assert 0 < diff["mean_abs_diff"] < 0.1 * scale
+    print(f"{target}: last_hidden_state max |Δ| {diff['max_abs_diff']:.4g}, mean |Δ| {diff['mean_abs_diff']:.4g}")
+
+
+def test_recipe_scaling_for_swiglu():
+    recipe = ffn_recipe("gelu", "swiglu", swish_beta=1.0)
+    assert (recipe.gate_scale, recipe.up, recipe.up_bias) == (1.702, "constant", 1 / 1.702)
+    recipe = ffn_recipe("gelu", "swiglu", swish_beta=1.702)  # Swish_1.702 is exactly z·σ(1.702 z): no scaling
+    assert (recipe.gate_scale, recipe.up_bias) == (1.0, 1.0)
+    assert ffn_recipe("silu", "swiglu").kind == "exact"
+    assert ffn_recipe("gelu", "glu").up == "copy"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Fresh initialisation and Post-LN → Pre-LN
+# ---------------------------------------------------------------------------------------------------------------
+def test_fresh_matched_width_lists_exactly_the_new_keys(bundled_checkpoint):
+    source = BertModel.from_pretrained(bundled_checkpoint)
+    torch.manual_seed(0)
+    model, report = load_converted(bundled_checkpoint, ffn_type="geglu", init="fresh", width="matched")
+    assert model.config.intermediate_size == 1024  # parameter_matched_glu_width(1536)
+    expected_new = sorted(
+        f"encoder.layer.{i}.mlp.{proj}.{p}" for i in range(6) for proj in ("gate_proj", "up_proj", "down_proj")
+        for p in ("weight", "bias")
+    )
+    assert report.new == expected_new and report.mapped == []
+    assert report.dropped == sorted(
+        f"encoder.layer.{i}.{m}.{p}" for i in range(6) for m in ("intermediate.dense", "output.dense")
+        for p in ("weight", "bias")
+    )
+    source_state, state = source.state_dict(), model.state_dict()
+    for key in report.copied:
+        assert torch.equal(state[key], source_state[bert_key(key)]), key
+    assert set(report.copied) | set(report.new) == set(state)
+    for key in report.new:  # BERT's init: normal(0, 0.02) weights (≥ 384·1024 samples), zero biases
+        if key.endswith("bias"):
+            assert not state[key].any(), key
+        else:
+            assert abs(state[key].std().item() - 0.02) < 0.001 and abs(state[key].mean().item()) < 0.001, key
+
+
+def test_fresh_same_width_reinitialises_the_loaded_ffn(tiny_bert_checkpoint):
+    source = BertForPreTraining.from_pretrained(tiny_bert_checkpoint)
+    model, report = load_converted(tiny_bert_checkpoint, FfnBertForPreTraining, ffn_type=["gelu", "swiglu"], init="fresh")
+    assert [l["recipe"] for l in report.layers] == ["unchanged", "fresh"]
+    assert report.new == sorted(f"bert.encoder.layer.1.mlp.{p}.{w}" for p in ("gate_proj", "up_proj", "down_proj") for w in ("weight", "bias"))
+    layer1 = model.bert.encoder.layer[1].mlp
+    assert not torch.equal(layer1.up_proj.weight, source.bert.encoder.layer[1].intermediate.dense.weight)
+    assert torch.equal(model.bert.encoder.layer[0].mlp.up_proj.weight, source.bert.encoder.layer[0].intermediate.dense.weight)
+
+
+def test_post_to_pre_keeps_weights_and_reports_drift(tiny_bert_checkpoint):
+    model, report = load_converted(tiny_bert_checkpoint, layer_norm_position="pre")
+    assert not report.exact and report.new == ["encoder.final_norm.bias", "encoder.final_norm.weight"]
+    assert report.config_changes == {"layer_norm_position": ["post", "pre"]}
+    diff = measure_difference(tiny_bert_checkpoint, model, report)
+    # Tiny random weights (std 0.02) make sublayer outputs small, so the drift is small but must be there.
+    assert diff["last_hidden_state"]["max_abs_diff"] > 1e-6 and not diff["last_hidden_state"]["equal"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------------------------------------------
+def test_bad_input_names_what_is_wrong(tiny_bert_checkpoint, tiny_relu_checkpoint, tmp_path):
+    RobertaModel(RobertaConfig(**TINY)).save_pretrained(tmp_path / "roberta")
+    cases = [
+        (dict(checkpoint=str(tmp_path / "roberta")), "model_type='roberta'"),
+        (dict(checkpoint=tiny_relu_checkpoint, ffn_type="swiglu"), "allowed for 'relu': any standard activation"),
+        (dict(checkpoint=tiny_bert_checkpoint, ffn_type="bilinear"), "cannot convert a 'gelu' FFN to ffn_type='bilinear'"),
+        (dict(checkpoint=tiny_bert_checkpoint, ffn_type="geglu", width="matched"), "width='matched' gives intermediate_size=256"),
+        (dict(checkpoint=tiny_bert_checkpoint, ffn_type="geglu", width=40), "copies the source FFN weights of width 37"),
+        (dict(checkpoint=tiny_bert_checkpoint, init="random"), "init has unknown value 'random'"),
+        (dict(checkpoint=tiny_bert_checkpoint, width="half"), "width has unknown value 'half'"),
+        (dict(checkpoint=tiny_bert_checkpoint, ffn_type="gegelu"), "ffn_type has unknown value 'gegelu'"),
+        (dict(checkpoint=tiny_bert_checkpoint, layer_norm_position="middle"), "layer_norm_position has unknown value"),
+        (dict(checkpoint=tiny_bert_checkpoint, init="fresh"), "none does"),
+        (dict(checkpoint=tiny_bert_checkpoint, width="matched"), "no layer is gated"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+            load_converted(**kwargs)
