@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from torch import nn
 from transformers import BertModel, PreTrainedModel
+from transformers.core_model_loading import Chunk, ConversionOps
 
 from .configuration_ffn_bert import STANDARD_FFN_TYPES, FfnBertConfig, is_gated, parameter_matched_glu_width
 from .modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel
@@ -465,7 +466,184 @@ def measure_difference(
     return result
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Agreement with the field's reference FFNs: key maps as data, applied with transformers' own ConversionOps
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KeyMap:
+    """One entry of a state-dict mapping: `source` keys → `target` keys, through `op` (None: a plain rename).
+
+    `op` is a transformers `ConversionOps` (`Chunk`, `Concatenate`, ...); the reverse mapping swaps source and
+    target and uses `op.reverse_op`.
+    """
+
+    source: tuple[str, ...]
+    target: tuple[str, ...]
+    op: ConversionOps | None = None
+
+    def reversed(self) -> KeyMap:
+        return KeyMap(self.target, self.source, self.op.reverse_op if self.op is not None else None)
+
+
+# transformers' `LlamaMLP`: down_proj(act_fn(gate_proj(x)) * up_proj(x)), act_fn = SiLU: the same layout and names
+# as `FfnBertGatedMLP` with ffn_type="swiglu" (swish_beta=1 computes F.silu, like ACT2FN["silu"]). Llama has no MLP
+# bias by default (`mlp_bias=False`): use ffn_bias=False; with biases the same names carry `.bias`.
+LLAMA_MLP_TO_FFN: tuple[KeyMap, ...] = tuple(
+    KeyMap((f"{proj}.{p}",), (f"{proj}.{p}",)) for proj in ("gate_proj", "up_proj", "down_proj") for p in ("weight", "bias")
+)
+# transformers' `ModernBertMLP`: `input, gate = Wi(x).chunk(2, dim=-1); Wo(act(input) * gate)`. The fused Wi is
+# [activated half; linear half] along its output dimension (dim 0 of the weight). ModernBERT calls the *linear* half
+# "gate"; here (as in Llama) gate_proj is the *activated* half, so Wi's first half → gate_proj, second → up_proj.
+# act = ACT2FN[hidden_activation], "gelu" (erf) by default: ffn_type="geglu". No MLP bias by default (`mlp_bias`).
+MODERNBERT_MLP_TO_FFN: tuple[KeyMap, ...] = tuple(
+    m
+    for p in ("weight", "bias")
+    for m in (
+        KeyMap((f"Wi.{p}",), (f"gate_proj.{p}", f"up_proj.{p}"), Chunk(dim=0)),
+        KeyMap((f"Wo.{p}",), (f"down_proj.{p}",)),
+    )
+)
+
+
+def reverse_key_maps(mapping: tuple[KeyMap, ...]) -> tuple[KeyMap, ...]:
+    """The inverse mapping (FfnBert → the reference layout)."""
+    return tuple(m.reversed() for m in mapping)
+
+
+FFN_TO_LLAMA_MLP = reverse_key_maps(LLAMA_MLP_TO_FFN)
+FFN_TO_MODERNBERT_MLP = reverse_key_maps(MODERNBERT_MLP_TO_FFN)
+
+
+def convert_state_dict(state_dict: dict[str, torch.Tensor], mapping: tuple[KeyMap, ...]) -> dict[str, torch.Tensor]:
+    """Apply a `KeyMap` mapping to a (module-level) state dict, strictly.
+
+    Entries whose source keys are all absent are skipped (e.g. biases of a bias-free module).
+
+    Raises:
+        ValueError: a key no entry maps, or an entry with only some of its source keys present.
+    """
+    remaining = dict(state_dict)
+    out: dict[str, torch.Tensor] = {}
+    for entry in mapping:
+        present = [k for k in entry.source if k in remaining]
+        if not present:
+            continue
+        if len(present) != len(entry.source):
+            raise ValueError(f"state dict has {present} but not all of {list(entry.source)}")
+        tensors = {k: remaining.pop(k) for k in entry.source}
+        if entry.op is None:
+            out.update(zip(entry.target, tensors.values()))
+        else:
+            out.update(entry.op.convert(tensors, source_patterns=list(entry.source), target_patterns=list(entry.target)))
+    if remaining:
+        raise ValueError(f"keys not covered by the mapping: {sorted(remaining)}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MegatronBERT → FfnBert (Pre-LN, no embedding LayerNorm)
+# ---------------------------------------------------------------------------------------------------------------
+# Checkpoint-key renames passed as `key_mapping=` to `from_pretrained` (regexes, applied in this order, then
+# FfnBert's own mapping: intermediate.dense → mlp.up_proj, output.dense → mlp.down_proj). From
+# transformers/models/megatron_bert/modeling_megatron_bert.py: MegatronBertAttention.ln (before self-attention),
+# MegatronBertLayer.ln (before the FFN), MegatronBertEncoder.ln (final), no embedding LayerNorm.
+MEGATRON_KEY_MAPPING: dict[str, str] = {
+    r"encoder\.ln\.": "encoder.final_norm.",
+    r"attention\.ln\.": "attention.output.LayerNorm.",
+    r"\.ln\.": ".mlp_norm.",  # what is left: encoder.layer.{i}.ln
+}
+# In-memory FfnBert name → MegatronBERT name (for the report), most specific first.
+MEGATRON_NAME_OF: dict[str, str] = {
+    "encoder.final_norm.": "encoder.ln.",
+    "attention.output.LayerNorm.": "attention.ln.",
+    ".mlp_norm.": ".ln.",
+    ".mlp.up_proj.": ".intermediate.dense.",
+    ".mlp.down_proj.": ".output.dense.",
+}
+
+
+def megatron_config_to_ffn_bert(config_dict: dict[str, Any], **overrides) -> FfnBertConfig:
+    """FfnBert config for a MegatronBERT config dict: BERT's fields, Pre-LN, no embedding LayerNorm.
+
+    Raises:
+        ValueError: if `config_dict["model_type"]` is not "megatron-bert".
+    """
+    if config_dict.get("model_type") != "megatron-bert":
+        raise ValueError(f"model_type must be 'megatron-bert', got {config_dict.get('model_type')!r}")
+    bert_dict = {**config_dict, "model_type": "bert", "architectures": None}
+    config, unused = FfnBertConfig.from_bert_dict(
+        bert_dict, source="megatron-bert config", layer_norm_position="pre", embedding_layer_norm=False, **overrides
+    )
+    return config
+
+
+def load_megatron_bert(
+    checkpoint: str, model_class: type[FfnBertPreTrainedModel] = FfnBertModel, **from_pretrained_kwargs
+) -> tuple[FfnBertPreTrainedModel, ConversionReport]:
+    """Load a MegatronBERT checkpoint (`model_type` "megatron-bert") into an FfnBert class, exactly.
+
+    The model is Pre-LN with `embedding_layer_norm=False`; the renames are `MEGATRON_KEY_MAPPING`, applied by
+    transformers' `key_mapping`. transformers remembers the renames used at load (`model._weight_conversions`)
+    and would revert them at save, writing MegatronBERT names; they are dropped here so that `save_pretrained`
+    writes FfnBert's own layout (BERT names, `encoder.final_norm`), which FfnBert reloads without `key_mapping`.
+
+    Outputs equal MegatronBERT's bit for bit with eager attention when the head size is a power of 4 (√d a power
+    of two, e.g. 64): MegatronBERT divides scores by √d, BERT multiplies by d^-1/2, the same float op only then.
+
+    Returns:
+        `(model, report)`: the report lists every renamed key (`mapped`), the new keys (heads the checkpoint
+        lacks) and the checkpoint keys not used.
+
+    Raises:
+        ValueError: if the checkpoint is not a MegatronBERT one.
+    """
+    from transformers import MegatronBertConfig
+
+    from .parity import _quiet_transformers
+
+    source_dict = MegatronBertConfig.get_config_dict(checkpoint)[0]
+    config_fields = set(FfnBertConfig.__dataclass_fields__)
+    config_overrides = {k: from_pretrained_kwargs.pop(k) for k in list(from_pretrained_kwargs) if k in config_fields}
+    config = megatron_config_to_ffn_bert(source_dict, **config_overrides)
+    with _quiet_transformers():
+        model, info = model_class.from_pretrained(
+            checkpoint, config=config, key_mapping=MEGATRON_KEY_MAPPING, output_loading_info=True,
+            **from_pretrained_kwargs,
+        )
+    # Forget the load-time renames: saving then falls back to FfnBert's registered mapping (its own layout).
+    model.__dict__.pop("_weight_conversions", None)
+    model.eval()
+    missing = set(info["missing_keys"])
+    mapped, copied = [], []
+    for key in model.state_dict():
+        if key in missing:
+            continue
+        source = key
+        for ours, theirs in MEGATRON_NAME_OF.items():
+            source = source.replace(ours, theirs)
+        if source == key:
+            copied.append(key)
+        else:
+            mapped.append({"target": key, "source": source, "operation": "rename"})
+    report = ConversionReport(
+        source=str(checkpoint), model_class=model_class.__name__, init="preserving", exact=True,
+        config_changes={"model_type": ["megatron-bert", "ffn_bert"], "layer_norm_position": [None, "pre"],
+                        "embedding_layer_norm": [None, False]},
+        copied=copied, mapped=mapped, new=sorted(missing), dropped=sorted(info["unexpected_keys"]),
+    )
+    return model, report
+
+
 __all__ = [
+    "FFN_TO_LLAMA_MLP",
+    "FFN_TO_MODERNBERT_MLP",
+    "KeyMap",
+    "LLAMA_MLP_TO_FFN",
+    "MEGATRON_KEY_MAPPING",
+    "MODERNBERT_MLP_TO_FFN",
+    "convert_state_dict",
+    "load_megatron_bert",
+    "megatron_config_to_ffn_bert",
     "ConversionReport",
     "FfnRecipe",
     "allowed_preserving_targets",

@@ -1,0 +1,398 @@
+"""Fine-tuning compatibility: Trainer, gradient checkpointing, PEFT LoRA, pipelines, the data loaders, bad input
+and the classification script. Tiny models and tiny data written by the tests; a few optimizer steps each."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+from torch import nn
+from transformers import AutoTokenizer, Trainer, TrainingArguments, pipeline
+from transformers.utils import logging as hf_logging
+
+from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification
+from hf_ffn.training import (
+    ClassificationDataArguments,
+    ModelArguments,
+    check_checkpoint,
+    load_rt_polarity,
+    save_finished,
+)
+
+from .conftest import tiny_config
+
+REPO = Path(__file__).resolve().parents[1]
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+VARIANTS = [{}, {"ffn_type": "swiglu", "layer_norm_position": "pre"}]
+VARIANT_IDS = ["gelu-post", "swiglu-pre"]
+POSITIVE = ["good", "great", "fine", "nice", "happy"]
+NEGATIVE = ["bad", "awful", "poor", "sad", "dull"]
+
+
+@pytest.fixture(autouse=True)
+def quiet_transformers():
+    hf_logging.set_verbosity_error()
+    yield
+    hf_logging.set_verbosity_warning()
+
+
+def training_args(output_dir: Path, **overrides) -> TrainingArguments:
+    defaults = dict(
+        output_dir=str(output_dir), per_device_train_batch_size=8, per_device_eval_batch_size=16,
+        learning_rate=1e-2, max_steps=6, save_strategy="no", report_to="none", disable_tqdm=True,
+        logging_steps=1, seed=0, use_cpu=True,
+    )
+    return TrainingArguments(**{**defaults, **overrides})
+
+
+def token_dataset(n: int = 32, seed: int = 0) -> Dataset:
+    """Label 1 iff the first token after [CLS] is below 50: learnable in a few steps by a tiny model."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 99, (n, 6), generator=g)
+    ids[:, 0] = 2  # a [CLS]-like first token
+    labels = (ids[:, 1] < 50).long()
+    return Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": torch.ones_like(ids).tolist(),
+                              "labels": labels.tolist()})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Trainer
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_trainer_eval_loss_and_loss_decreases(variant, tmp_path):
+    torch.manual_seed(0)
+    model = FfnBertForSequenceClassification(tiny_config(num_labels=2, **NO_DROPOUT, **variant))
+    data = token_dataset()
+    trainer = Trainer(model=model, args=training_args(tmp_path, max_steps=12), train_dataset=data, eval_dataset=data)
+    before = trainer.evaluate()
+    trainer.train()
+    after = trainer.evaluate()
+    # `labels` is in the forward signature, so Trainer computes the loss on evaluation
+    assert "eval_loss" in before and "eval_loss" in after
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 12
+    assert after["eval_loss"] < 0.8 * before["eval_loss"], (before["eval_loss"], after["eval_loss"])
+    assert sum(losses[-3:]) < sum(losses[:3])
+
+
+def test_resume_from_checkpoint_folder_matches_uninterrupted_run(tmp_path):
+    def make_trainer(output_dir: Path) -> Trainer:
+        torch.manual_seed(0)
+        model = FfnBertForSequenceClassification(tiny_config(num_labels=2, ffn_type="geglu", **NO_DROPOUT))
+        args = training_args(output_dir, max_steps=4, save_strategy="steps", save_steps=2)
+        return Trainer(model=model, args=args, train_dataset=token_dataset())
+
+    straight = make_trainer(tmp_path / "straight")
+    straight.train()
+    resumed = make_trainer(tmp_path / "resumed")  # a fresh model: everything must come from the folder
+    checkpoint = tmp_path / "straight" / "checkpoint-2"
+    assert json.loads((checkpoint / "config.json").read_text())["model_type"] == "ffn_bert"
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert resumed.state.global_step == 4
+    for (name, p_straight), p_resumed in zip(straight.model.named_parameters(), resumed.model.parameters()):
+        # the same ops on the same data in the same order, weights and optimizer state restored exactly from disk
+        assert torch.equal(p_straight, p_resumed), name
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Gradient checkpointing
+# ---------------------------------------------------------------------------------------------------------------
+def loss_and_grads(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    model.zero_grad()
+    loss = model(**batch).loss
+    loss.backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), grads
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_gradient_checkpointing_same_loss_and_grads(variant, use_reentrant):
+    torch.manual_seed(0)
+    model = FfnBertForSequenceClassification(tiny_config(num_labels=2, **NO_DROPOUT, **variant)).train()
+    batch = token_dataset(n=8)[:]
+    batch = {key: torch.tensor(value) for key, value in batch.items()}
+    loss_off, grads_off = loss_and_grads(model, batch)
+    # what Trainer calls for `gradient_checkpointing=True`
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    loss_on, grads_on = loss_and_grads(model, batch)
+    # Recomputation repeats the forward ops exactly (no dropout), so the loss is equal; gradients go through the
+    # same ops but autograd may sum contributions in another order: fp32 reassociation, |Δ| ≲ 1e-6 at these sizes.
+    assert torch.equal(loss_on, loss_off)
+    assert grads_on.keys() == grads_off.keys()
+    assert len(grads_off) == sum(1 for _ in model.parameters())
+    for name in grads_off:
+        torch.testing.assert_close(grads_on[name], grads_off[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# PEFT LoRA
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "ffn_type, targets", [("swiglu", ["gate_proj", "up_proj", "down_proj"]), ("gelu", ["up_proj", "down_proj"])]
+)
+def test_lora_on_ffn_projections(ffn_type, targets):
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora import Linear as LoraLinear
+
+    torch.manual_seed(0)
+    base = FfnBertForSequenceClassification(tiny_config(num_labels=2, ffn_type=ffn_type, **NO_DROPOUT))
+    batch = {key: torch.tensor(value) for key, value in token_dataset(n=8)[:].items()}
+    base.eval()
+    with torch.no_grad():
+        base_logits = base(**batch).logits
+    # init_lora_weights=False: B is random instead of 0, so the adapter changes the output and A gets gradients
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=targets, init_lora_weights=False, task_type="SEQ_CLS")
+    model = get_peft_model(base, config)
+
+    wrapped = {name: module for name, module in model.named_modules() if isinstance(module, LoraLinear)}
+    layers = base.config.num_hidden_layers
+    assert sorted(wrapped) == sorted(
+        f"base_model.model.bert.encoder.layer.{i}.mlp.{target}" for i in range(layers) for target in targets
+    )
+    assert all(type(module.base_layer) is nn.Linear for module in wrapped.values())  # only Linear leaves
+
+    model.train()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    model.enable_input_require_grads()  # reentrant checkpointing needs an input that requires grad
+    model(**batch).loss.backward()
+    lora_params = {name: p for name, p in model.named_parameters() if "lora_" in name}
+    assert len(lora_params) == 2 * len(wrapped)
+    for name, p in lora_params.items():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    frozen = [name for name, p in model.named_parameters() if "mlp" in name and "lora_" not in name]
+    assert frozen and all(model.get_parameter(name).grad is None for name in frozen)
+
+    model.eval()
+    weights_before = {name: module.base_layer.weight.detach().clone() for name, module in wrapped.items()}
+    with torch.no_grad():
+        adapted = model(**batch).logits
+        model.merge_adapter()
+        merged = model(**batch).logits
+        model.unmerge_adapter()
+        unmerged = model(**batch).logits
+    assert not torch.allclose(adapted, base_logits, atol=1e-3)  # the adapter is active
+    # merged W + s·BA against W x + s·B(A x): same maths, different fp32 rounding
+    torch.testing.assert_close(merged, adapted, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(unmerged, adapted, rtol=1e-5, atol=1e-5)
+    for name, module in wrapped.items():  # unmerge subtracts what merge added: back to W up to fp32 rounding
+        torch.testing.assert_close(module.base_layer.weight, weights_before[name], rtol=0, atol=1e-6)
+    plain = model.merge_and_unload()
+    assert type(plain) is FfnBertForSequenceClassification
+    assert type(plain.bert.encoder.layer[0].mlp.up_proj) is nn.Linear
+    with torch.no_grad():
+        torch.testing.assert_close(plain(**batch).logits, adapted, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pipelines and the script work on saved FfnBert folders with a real (bundled) BERT tokenizer
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tokenizer(bundled_checkpoint):
+    return AutoTokenizer.from_pretrained(bundled_checkpoint)
+
+
+def real_vocab_config(tokenizer, **overrides):
+    return tiny_config(vocab_size=tokenizer.vocab_size, max_position_embeddings=128, **NO_DROPOUT, **overrides)
+
+
+def test_fill_mask_pipeline_on_saved_model(tokenizer, tmp_path):
+    torch.manual_seed(0)
+    model = FfnBertForMaskedLM(real_vocab_config(tokenizer, ffn_type="geglu", layer_norm_position="pre"))
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+
+    fill = pipeline("fill-mask", model=str(tmp_path), device="cpu")
+    assert type(fill.model) is FfnBertForMaskedLM
+    text = f"the movie was {tokenizer.mask_token} ."
+    predictions = fill(text, top_k=3)
+    encoded = tokenizer(text, return_tensors="pt")
+    with torch.no_grad():
+        logits = model.eval()(**encoded).logits[0, encoded["input_ids"][0].tolist().index(tokenizer.mask_token_id)]
+    expected = logits.softmax(-1).topk(3)
+    assert [p["token"] for p in predictions] == expected.indices.tolist()
+    torch.testing.assert_close(torch.tensor([p["score"] for p in predictions]), expected.values, rtol=1e-5, atol=1e-7)
+
+
+def test_text_classification_pipeline_on_saved_model(tokenizer, tmp_path):
+    torch.manual_seed(0)
+    config = real_vocab_config(tokenizer, ffn_type="swiglu", num_labels=2, id2label={0: "neg", 1: "pos"},
+                               label2id={"neg": 0, "pos": 1})
+    model = FfnBertForSequenceClassification(config)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+
+    classify = pipeline("text-classification", model=str(tmp_path), device="cpu")
+    assert type(classify.model) is FfnBertForSequenceClassification
+    texts = ["a great film", "dull and bad"]
+    outputs = classify(texts)
+    with torch.no_grad():
+        probs = model.eval()(**tokenizer(texts, return_tensors="pt", padding=True)).logits.softmax(-1)
+    for output, row in zip(outputs, probs):
+        assert output["label"] == config.id2label[int(row.argmax())]
+        assert output["score"] == pytest.approx(float(row.max()), rel=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data loaders
+# ---------------------------------------------------------------------------------------------------------------
+def write_rt_polarity(folder: Path, n: int = 10) -> Path:
+    folder.mkdir()
+    (folder / "rt-polarity.pos").write_text("".join(f"{POSITIVE[i % 5]} movie {i}\n" for i in range(n)) + "\n")
+    (folder / "rt-polarity.neg").write_text("".join(f"{NEGATIVE[i % 5]} movie {i}\n" for i in range(n)))
+    (folder / "README.txt").write_text("not a label file\n")
+    return folder
+
+
+def test_rt_polarity_loader_labels_from_file_names_and_fixed_split(tmp_path):
+    folder = write_rt_polarity(tmp_path / "rt")
+    splits = load_rt_polarity(str(folder), (12, 4, 3), seed=7)
+    assert {name: len(split) for name, split in splits.items()} == {"train": 12, "validation": 4, "test": 3}
+    rows = [(row["text"], row["label"]) for split in splits.values() for row in split]
+    assert len(set(rows)) == 19  # disjoint splits; the blank line was skipped
+    for text, label in rows:
+        assert label == ("pos" if text.split()[0] in POSITIVE else "neg")
+    again = load_rt_polarity(str(folder), (12, 4, 3), seed=7)
+    assert again["test"]["text"] == splits["test"]["text"]
+    other = load_rt_polarity(str(folder), (12, 4, 3), seed=8)
+    assert other["train"]["text"] != splits["train"]["text"]
+    with pytest.raises(ValueError, match=r"rt_polarity_split.*at most 20"):
+        load_rt_polarity(str(folder), (12, 4, 5))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The classification script, good and bad input
+# ---------------------------------------------------------------------------------------------------------------
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tokenizer, tmp_path_factory) -> str:
+    """A tiny upstream-layout BERT checkpoint (FfnBert defaults) with the bundled BERT tokenizer next to it."""
+    folder = tmp_path_factory.mktemp("tiny_real_vocab")
+    torch.manual_seed(0)
+    FfnBertForMaskedLM(real_vocab_config(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def write_csv(path: Path, rows: list[tuple[str, str]], header: str = "sentence,label") -> str:
+    path.write_text(header + "\n" + "".join(f"{text},{label}\n" for text, label in rows))
+    return str(path)
+
+
+@pytest.fixture
+def csv_files(tmp_path) -> dict[str, str]:
+    rows = [(f"{word} movie", "pos") for word in POSITIVE] + [(f"{word} movie", "neg") for word in NEGATIVE]
+    return {
+        "train": write_csv(tmp_path / "train.csv", rows * 2),
+        "validation": write_csv(tmp_path / "validation.csv", rows),
+        "test": write_csv(tmp_path / "test.csv", rows[::2]),
+    }
+
+
+def script_argv(checkpoint: str, files: dict[str, str], output_dir: Path, *extra: str) -> list[str]:
+    return [
+        "--model_name_or_path", checkpoint, "--train_file", files["train"], "--validation_file", files["validation"],
+        "--test_file", files["test"], "--output_dir", str(output_dir), "--max_steps", "2",
+        "--per_device_train_batch_size", "4", "--max_seq_length", "16", "--report_to", "none",
+        "--save_strategy", "no", "--disable_tqdm", "true", *extra,
+    ]
+
+
+def test_classification_script_trains_saves_and_loads(tiny_checkpoint, csv_files, tmp_path):
+    main = load_script("finetune_classification").main
+    output_dir = tmp_path / "out"
+    outcome = main(script_argv(tiny_checkpoint, csv_files, output_dir, "--layer_norm_position", "pre"))
+    results = outcome["results"]
+    assert 0 <= results["test_accuracy"] <= 1 and "eval_loss" in results and "test_f1" in results
+    assert outcome["train_tokens"] == 2 * 4 * 4  # 2 steps of 4 rows of [CLS] word movie [SEP]
+    saved = json.loads((output_dir / "all_results.json").read_text())
+    assert saved["test_accuracy"] == results["test_accuracy"]
+    card = (output_dir / "README.md").read_text()
+    assert f"{results['test_accuracy']:.4f}" in card and "layer_norm_position: `pre`" in card
+    assert not (output_dir / ".staging-final").exists()
+    classify = pipeline("text-classification", model=str(output_dir), device="cpu")
+    assert classify.model.config.layer_norm_position == "pre"
+    assert classify("great movie")[0]["label"] in {"neg", "pos"}
+
+
+def assert_fails_before_training(argv: list[str], output_dir: Path, error: type, match: str) -> None:
+    main = load_script("finetune_classification").main
+    with pytest.raises(error, match=match):
+        main(argv)
+    assert not output_dir.exists()  # nothing written, nothing that could pass for a model
+
+
+@pytest.mark.parametrize("broken", ["missing", "empty"])
+def test_missing_or_empty_data_file(broken, tiny_checkpoint, csv_files, tmp_path):
+    files = dict(csv_files)
+    files["validation"] = str(tmp_path / "nowhere.csv")
+    if broken == "empty":
+        Path(files["validation"]).write_text("")
+    error, match = (FileNotFoundError, "does not exist") if broken == "missing" else (ValueError, "is empty")
+    out = tmp_path / "out"
+    assert_fails_before_training(script_argv(tiny_checkpoint, files, out), out, error,
+                                 rf"--validation_file.*nowhere\.csv.*{match}")
+
+
+def test_label_column_that_does_not_exist(tiny_checkpoint, csv_files, tmp_path):
+    out = tmp_path / "out"
+    assert_fails_before_training(script_argv(tiny_checkpoint, csv_files, out, "--label_column", "stars"), out,
+                                 ValueError, r"--label_column: column 'stars' does not exist in the train split "
+                                 r"\(.*train\.csv\); columns: sentence, label")
+
+
+def test_label_sets_differ_between_train_and_validation(tiny_checkpoint, csv_files, tmp_path):
+    write_csv(Path(csv_files["validation"]), [("good movie", "pos"), ("so so movie", "neutral")])
+    out = tmp_path / "out"
+    assert_fails_before_training(script_argv(tiny_checkpoint, csv_files, out), out, ValueError,
+                                 r"validation split \(.*validation\.csv\) differs .* only in validation: "
+                                 r"\['neutral'\], only in train: \['neg'\]")
+
+
+def test_checkpoint_path_that_does_not_exist(csv_files, tmp_path):
+    out = tmp_path / "out"
+    missing = str(tmp_path / "no" / "such" / "checkpoint")
+    assert_fails_before_training(script_argv(missing, csv_files, out), out, FileNotFoundError,
+                                 r"--model_name_or_path: checkpoint folder .*no/such/checkpoint' does not exist")
+    for name in ("./nope", "org/name/extra"):
+        with pytest.raises(FileNotFoundError, match="does not exist"):
+            check_checkpoint(name)
+
+
+def test_bad_switch_values_name_the_argument():
+    with pytest.raises(ValueError, match=r"--ffn_init has unknown value 'random'; allowed: preserving, fresh"):
+        ModelArguments(model_name_or_path="x", ffn_init="random")
+    with pytest.raises(ValueError, match=r"--ffn_width has bad value 'wide'; allowed: keep, matched"):
+        ModelArguments(model_name_or_path="x", ffn_width="wide")
+    with pytest.raises(ValueError, match=r"exactly one data source"):
+        ClassificationDataArguments(train_file="a.csv", validation_file="b.csv", rt_polarity_dir="rt")
+
+
+def test_interrupted_final_save_leaves_no_model(tmp_path):
+    output_dir = tmp_path / "out"
+    output_dir.mkdir()
+
+    def save(folder: Path) -> None:
+        (folder / "model.safetensors").write_bytes(b"partial")
+        raise KeyboardInterrupt  # dies before config.json is written
+
+    with pytest.raises(KeyboardInterrupt):
+        save_finished(str(output_dir), save)
+    assert sorted(p.name for p in output_dir.iterdir()) == []  # staging removed, nothing moved in
+
+    def save_all(folder: Path) -> None:
+        for name in ("model.safetensors", "config.json", "README.md"):
+            (folder / name).write_text(name)
+
+    save_finished(str(output_dir), save_all)
+    assert sorted(p.name for p in output_dir.iterdir()) == ["README.md", "config.json", "model.safetensors"]
