@@ -1,7 +1,9 @@
 """Multi-process fine-tuning: what FSDP/DeepSpeed need to wrap FfnBert, and a real 2-process DDP run on CPU."""
 
 import pytest
+import torch
 
+import hf_ffn
 from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBertModel
 
 from .conftest import tiny_config
@@ -33,3 +35,99 @@ def test_fsdp_wraps_each_layer_whatever_the_variant(model_class, variant):
     prefix = "" if model_class is FfnBertModel else "bert."
     expected = {f"{prefix}embeddings"} | {f"{prefix}encoder.layer.{i}" for i in range(model.config.num_hidden_layers)}
     assert wrapped == expected
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The classification script, unchanged, on 2 processes (torchrun, gloo on CPU) against 1 process
+# ---------------------------------------------------------------------------------------------------------------
+# Same global batch (2 × 4 vs 1 × 8), same seed, no dropout. DDP's step differs from one process's only in float
+# summation order: each rank back-propagates its half batch (padded to its own length) and the two gradients are
+# averaged by an all-reduce, where one process sums the 8 rows' gradients in one backward. Losses agree to ~1e-7
+# relative. Adam's update lr·m/(√v + ε) is scale-free, so for weights whose gradient is near rounding level the
+# same tiny gradient difference becomes a larger update difference, bounded by lr: measured max |Δweight| 9e-9 at
+# lr 1e-3 (2e-6 at lr 1e-2), so the weights are compared at 1e-3·lr. Any real difference is far larger: a loss
+# scaled by the process count doubles every logged loss and gradient norm, another data order changes the
+# losses at the 1e-2 level.
+LEARNING_RATE = 1e-3
+LOSS_RTOL = 1e-5
+WEIGHT_ATOL = 1e-3 * LEARNING_RATE
+GLOBAL_BATCH = 8
+STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def ddp_fixture(tmp_path_factory):
+    """A tiny BERT (no dropout) with the bundled BERT tokenizer, and 32 + 8 labelled sentences of 3-12 tokens."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    from hf_ffn.parity import bundled_checkpoint
+
+    folder = tmp_path_factory.mktemp("ddp")
+    tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint())
+    torch.manual_seed(0)
+    config = tiny_config(vocab_size=tokenizer.vocab_size, max_position_embeddings=128, ffn_type="swiglu",
+                         layer_norm_position="pre", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    FfnBertForMaskedLM(config).save_pretrained(folder / "checkpoint")
+    tokenizer.save_pretrained(folder / "checkpoint")
+    rng = random.Random(0)
+    words = {"pos": ["good", "great", "fine", "nice", "happy"], "neg": ["bad", "awful", "poor", "sad", "dull"]}
+    rows = []
+    for i in range(40):  # lengths vary, so each rank pads its half batch to another length than one process does
+        label = ("neg", "pos")[i % 2]
+        rows.append((" ".join(rng.choices(words[label], k=1 + i % 7) + ["movie"] * (i % 3)), label))
+    for name, part in (("train", rows[:32]), ("validation", rows[32:])):
+        (folder / f"{name}.csv").write_text("sentence,label\n" + "".join(f"{t},{label}\n" for t, label in part))
+    return folder
+
+
+def script_args(folder, output_dir, per_device_batch: int) -> list[str]:
+    return [
+        "--model_name_or_path", str(folder / "checkpoint"), "--train_file", str(folder / "train.csv"),
+        "--validation_file", str(folder / "validation.csv"), "--output_dir", str(output_dir),
+        "--per_device_train_batch_size", str(per_device_batch), "--max_steps", str(STEPS),
+        "--learning_rate", str(LEARNING_RATE), "--max_seq_length", "16", "--logging_steps", "1", "--seed", "0", "--use_cpu", "true", "--report_to", "none",
+        "--save_strategy", "no", "--disable_tqdm", "true",
+    ]
+
+
+def test_torchrun_two_processes_match_one_process(ddp_fixture, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    from . import _rank_probe
+
+    single, ddp = tmp_path / "single", tmp_path / "ddp"
+    single.mkdir(), ddp.mkdir()
+    _rank_probe.run(single, script_args(ddp_fixture, tmp_path / "out1", GLOBAL_BATCH))
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
+               PYTHONPATH=os.pathsep.join([str(Path(hf_ffn.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               _rank_probe.__file__, str(ddp), *script_args(ddp_fixture, tmp_path / "out2", GLOBAL_BATCH // 2)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    one = json.loads((single / "rank0.json").read_text())
+    ranks = [json.loads((ddp / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert one["world_size"] == 1 and [r["world_size"] for r in ranks] == [2, 2]
+    assert ranks[0]["sha256"] == ranks[1]["sha256"]  # both ranks hold identical weights
+    assert len(one["losses"]) == STEPS and ranks[0]["losses"] == ranks[1]["losses"]
+    torch.testing.assert_close(torch.tensor(ranks[0]["losses"]), torch.tensor(one["losses"]), rtol=LOSS_RTOL, atol=0)
+
+    one_weights, ddp_weights = load_file(single / "rank0.safetensors"), load_file(ddp / "rank0.safetensors")
+    initial = load_file(ddp_fixture / "checkpoint" / "model.safetensors")
+    moved = max((one_weights[k] - initial[k]).abs().max().item() for k in initial if k in one_weights)
+    differ = max((one_weights[k] - ddp_weights[k]).abs().max().item() for k in one_weights)
+    print(f"2 processes vs 1: losses {ranks[0]['losses']} vs {one['losses']}; weights moved up to {moved:.3g}, "
+          f"max |Δ| between the runs {differ:.3g}")
+    assert moved > LEARNING_RATE / 2  # the steps really trained (Adam's first step moves weights by up to lr)
+    assert differ <= WEIGHT_ATOL
+    saved = FfnBertForSequenceClassification.from_pretrained(tmp_path / "out2").state_dict()
+    assert saved.keys() == ddp_weights.keys() and all(torch.equal(saved[k], ddp_weights[k]) for k in saved)
