@@ -47,13 +47,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--results", required=True, help="JSON-lines file the runs are appended to")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--max_steps", type=int, default=30, help="optimizer steps per run")
+    parser.add_argument("--max_steps", type=int, default=20, help="optimizer steps per run")
     parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--learning_rate", type=float, default=1e-4)
+    parser.add_argument("--learning_rate", type=float, default=2e-4)
     parser.add_argument("--max_seq_length", type=int, default=64)
     parser.add_argument("--eval_steps", type=int, default=10, help="validation every N steps (the curves)")
-    parser.add_argument("--max_eval_samples", type=int, default=200,
-                        help="validation rows used for the curves (the test split is always used whole)")
+    parser.add_argument("--max_eval_samples", type=int, default=200, help="validation rows used for the curves")
+    parser.add_argument("--max_test_samples", type=int, default=500, help="test rows (the first N of the split)")
     parser.add_argument("--work_dir", help="where run folders go (default: a temporary folder)")
     parser.add_argument("--keep_models", action="store_true")
     parser.add_argument("--report_only", action="store_true", help="only write the table and plot")
@@ -66,7 +66,8 @@ def run_one(args: argparse.Namespace, variant: str, seed: int, output_dir: Path)
     """One fine-tuning run; returns the JSON line stored in `--results`."""
     model_args = ModelArguments(model_name_or_path=args.model_name_or_path or bundled_checkpoint(), **VARIANTS[variant])
     data_args = ClassificationDataArguments(
-        rt_polarity_dir=args.rt_polarity_dir, max_seq_length=args.max_seq_length, max_eval_samples=args.max_eval_samples
+        rt_polarity_dir=args.rt_polarity_dir, max_seq_length=args.max_seq_length, max_eval_samples=args.max_eval_samples,
+        max_test_samples=args.max_test_samples,
     )
     training_args = TrainingArguments(
         output_dir=str(output_dir),
@@ -100,6 +101,7 @@ def run_one(args: argparse.Namespace, variant: str, seed: int, output_dir: Path)
         "batch_size": args.batch_size,
         "learning_rate": args.learning_rate,
         "max_eval_samples": args.max_eval_samples,
+        "max_test_samples": args.max_test_samples,
         "test_accuracy": results["test_accuracy"],
         "test_f1": results["test_f1"],
         "eval_accuracy": results["eval_accuracy"],

@@ -23,6 +23,8 @@ model for `trust_remote_code` loading.
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import nn
 from transformers.activations import ACT2FN
@@ -76,6 +78,18 @@ def _register_key_mappings() -> None:
 
 
 _register_key_mappings()
+
+
+def _rename_checkpoint_keys(module, state_dict, prefix, *args) -> None:
+    # `load_state_dict` pre-hook of each layer: a state dict in the on-disk (BERT) names, as Trainer's
+    # `resume_from_checkpoint` reads `model.safetensors` with `model.load_state_dict(..., strict=False)`, gets the
+    # same renames `from_pretrained` applies. In-memory names match no pattern, so they pass through unchanged.
+    for key in [key for key in state_dict if key.startswith(prefix)]:
+        renamed = key[len(prefix):]
+        for pattern, replacement in {**CHECKPOINT_KEY_MAPPING, **LEGACY_KEY_MAPPING}.items():
+            renamed = re.sub(pattern, replacement, renamed)
+        if prefix + renamed != key:
+            state_dict[prefix + renamed] = state_dict.pop(key)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -185,6 +199,7 @@ class FfnBertLayer(GradientCheckpointingLayer):
         self.mlp = build_ffn(config, config.ffn_types[layer_idx])
         self.mlp_dropout = nn.Dropout(config.hidden_dropout_prob)
         self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.register_load_state_dict_pre_hook(_rename_checkpoint_keys)
 
     def forward(
         self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs

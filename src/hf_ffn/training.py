@@ -131,6 +131,7 @@ class ClassificationDataArguments:
     max_seq_length: int = field(default=128, metadata={"help": "truncate to this many tokens ([CLS]/[SEP] included)"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training rows"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N validation rows"})
+    max_test_samples: int | None = field(default=None, metadata={"help": "use only the first N test rows"})
 
     def __post_init__(self) -> None:
         sources = [
@@ -382,6 +383,8 @@ def load_model(model_args: ModelArguments, model_class: type[PreTrainedModel], *
 
 
 def _as_dict(report: Any) -> dict:
+    if hasattr(report, "to_dict"):  # hf_ffn.conversion.ConversionReport
+        return json.loads(json.dumps(report.to_dict(), default=str))
     if dataclasses.is_dataclass(report):
         return json.loads(json.dumps(dataclasses.asdict(report), default=str))
     return dict(report) if isinstance(report, dict) else {"report": str(report)}
@@ -436,6 +439,15 @@ def save_finished(output_dir: str, save: Callable[[Path], None]) -> None:
             os.replace(staging / name, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def final_evaluation(trainer: Trainer) -> dict[str, float]:
+    """The validation metrics of the trained model: those logged at the last step if `eval_strategy` already
+    evaluated there (no second pass over the same data), else a new `trainer.evaluate()`."""
+    evaluations = [entry for entry in trainer.state.log_history if "eval_loss" in entry]
+    if evaluations and evaluations[-1]["step"] == trainer.state.global_step:
+        return {key: value for key, value in evaluations[-1].items() if key.startswith("eval_")}
+    return trainer.evaluate()
 
 
 def sort_by_length(dataset):
@@ -558,7 +570,7 @@ def run_classification(
 
     splits = {}
     for split, limit in (("train", data_args.max_train_samples), ("validation", data_args.max_eval_samples),
-                         ("test", None)):
+                         ("test", data_args.max_test_samples)):
         if split in raw:
             dataset = raw[split] if limit is None else raw[split].select(range(min(limit, len(raw[split]))))
             splits[split] = dataset.map(encode, batched=True, remove_columns=dataset.column_names)
@@ -585,7 +597,7 @@ def run_classification(
     )
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     results = dict(train_output.metrics)
-    results.update(trainer.evaluate())
+    results.update(final_evaluation(trainer))
     if "test" in splits:
         test_output = trainer.predict(splits["test"], metric_key_prefix="test")
         results.update(test_output.metrics)
