@@ -131,3 +131,32 @@ def test_torchrun_two_processes_match_one_process(ddp_fixture, tmp_path):
     assert differ <= WEIGHT_ATOL
     saved = FfnBertForSequenceClassification.from_pretrained(tmp_path / "out2").state_dict()
     assert saved.keys() == ddp_weights.keys() and all(torch.equal(saved[k], ddp_weights[k]) for k in saved)
+
+
+def test_gradient_accumulation_matches_full_batch(tmp_path):
+    """2 accumulated micro-batches of 4 = one batch of 8: same logged loss and weights (float summation order
+    aside). Guards `accepts_loss_kwargs = False`: with it True, Trainer would not divide the heads' mean losses by
+    gradient_accumulation_steps and the loss and gradient would double."""
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 99, (8, 6), generator=g)
+    data = Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": torch.ones_like(ids).tolist(),
+                              "labels": (ids[:, 1] < 50).long().tolist()})
+    runs = []
+    for batch, accumulation in ((8, 1), (4, 2)):
+        torch.manual_seed(0)
+        model = FfnBertForSequenceClassification(tiny_config(num_labels=2, ffn_type="geglu", hidden_dropout_prob=0.0,
+                                                             attention_probs_dropout_prob=0.0))
+        args = TrainingArguments(output_dir=str(tmp_path / str(batch)), per_device_train_batch_size=batch,
+                                 gradient_accumulation_steps=accumulation, max_steps=2, learning_rate=1e-3,
+                                 logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0,
+                                 disable_tqdm=True)
+        trainer = Trainer(model=model, args=args, train_dataset=data)
+        trainer.train()
+        losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+        runs.append((losses, {k: v.detach().clone() for k, v in model.state_dict().items()}))
+    (full_losses, full_weights), (accumulated_losses, accumulated_weights) = runs
+    torch.testing.assert_close(torch.tensor(accumulated_losses), torch.tensor(full_losses), rtol=LOSS_RTOL, atol=0)
+    assert max((full_weights[k] - accumulated_weights[k]).abs().max().item() for k in full_weights) <= WEIGHT_ATOL
