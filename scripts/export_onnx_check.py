@@ -3,7 +3,7 @@
     HF_HUB_OFFLINE=1 python scripts/export_onnx_check.py [--model PATH] [--out DIR] [--variants default geglu ...]
 
 For each variant: load the checkpoint into FfnBertModel with that variant's overrides (weights a variant adds are
-initialised as `from_pretrained` reports), export with `hf_ffn.export.export_onnx` (traced at batch 2, seq 8),
+initialised as `from_pretrained` reports, seeded), export with `hf_ffn.export.export_onnx` (traced at batch 2, seq 8),
 then run a tokenised batch of 3 sentences of different lengths (another batch size and sequence length) through
 onnxruntime and PyTorch and print max |Δ| per output, the outputs' largest magnitude and the export time.
 """
@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out or tmp)
         for name in args.variants:
+            torch.manual_seed(0)  # the variant's new weights (gate_proj, final_norm)
             model = FfnBertModel.from_pretrained(checkpoint, **VARIANTS[name]).eval()
             start = time.perf_counter()
             path = export_onnx(model, out / f"{name}.onnx")

@@ -1,11 +1,24 @@
 """Multi-process fine-tuning: what FSDP/DeepSpeed need to wrap FfnBert, and a real 2-process DDP run on CPU."""
 
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
+from accelerate.utils import FullyShardedDataParallelPlugin
+from datasets import Dataset
+from safetensors.torch import load_file
+from transformers import AutoTokenizer, Trainer, TrainingArguments
 
 import hf_ffn
 from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBertModel
+from hf_ffn.parity import bundled_checkpoint
 
+from . import _rank_probe
 from .conftest import tiny_config
 
 VARIANTS = {
@@ -22,8 +35,6 @@ def test_fsdp_wraps_each_layer_whatever_the_variant(model_class, variant):
     """accelerate's FSDP plugin reads `_no_split_modules` (transformer_based_wrap): it must wrap the embeddings and
     each encoder layer as one unit, for every FFN variant and head (DeepSpeed ZeRO-3 and device_map read the
     same attribute)."""
-    from accelerate.utils import FullyShardedDataParallelPlugin
-
     model = model_class(tiny_config(**VARIANTS[variant]))
     assert set(model._no_split_modules) == {"BertEmbeddings", "FfnBertLayer"}
     plugin = FullyShardedDataParallelPlugin(auto_wrap_policy="transformer_based_wrap")
@@ -58,12 +69,6 @@ STEPS = 4
 @pytest.fixture(scope="module")
 def ddp_fixture(tmp_path_factory):
     """A tiny BERT (no dropout) with the bundled BERT tokenizer, and 32 + 8 labelled sentences of 3-12 tokens."""
-    import random
-
-    from transformers import AutoTokenizer
-
-    from hf_ffn.parity import bundled_checkpoint
-
     folder = tmp_path_factory.mktemp("ddp")
     tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint())
     torch.manual_seed(0)
@@ -87,24 +92,16 @@ def script_args(folder, output_dir, per_device_batch: int) -> list[str]:
         "--model_name_or_path", str(folder / "checkpoint"), "--train_file", str(folder / "train.csv"),
         "--validation_file", str(folder / "validation.csv"), "--output_dir", str(output_dir),
         "--per_device_train_batch_size", str(per_device_batch), "--max_steps", str(STEPS),
-        "--learning_rate", str(LEARNING_RATE), "--max_seq_length", "16", "--logging_steps", "1", "--seed", "0", "--use_cpu", "true", "--report_to", "none",
-        "--save_strategy", "no", "--disable_tqdm", "true",
+        "--learning_rate", str(LEARNING_RATE), "--max_seq_length", "16", "--logging_steps", "1", "--seed", "0",
+        "--use_cpu", "true", "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true",
     ]
 
 
 def test_torchrun_two_processes_match_one_process(ddp_fixture, tmp_path):
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from safetensors.torch import load_file
-
-    from . import _rank_probe
-
+    """scripts/finetune_classification.py, unchanged, under torchrun on 2 gloo processes vs in one process."""
     single, ddp = tmp_path / "single", tmp_path / "ddp"
-    single.mkdir(), ddp.mkdir()
+    single.mkdir()
+    ddp.mkdir()
     _rank_probe.run(single, script_args(ddp_fixture, tmp_path / "out1", GLOBAL_BATCH))
 
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
@@ -137,9 +134,6 @@ def test_gradient_accumulation_matches_full_batch(tmp_path):
     """2 accumulated micro-batches of 4 = one batch of 8: same logged loss and weights (float summation order
     aside). Guards `accepts_loss_kwargs = False`: with it True, Trainer would not divide the heads' mean losses by
     gradient_accumulation_steps and the loss and gradient would double."""
-    from datasets import Dataset
-    from transformers import Trainer, TrainingArguments
-
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(5, 99, (8, 6), generator=g)
     data = Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": torch.ones_like(ids).tolist(),
