@@ -318,17 +318,22 @@ def script_argv(checkpoint: str, files: dict[str, str], output_dir: Path, *extra
 def test_classification_script_trains_saves_and_loads(tiny_checkpoint, csv_files, tmp_path):
     main = load_script("finetune_classification").main
     output_dir = tmp_path / "out"
+    unlabelled = ["good movie", "awful movie", "fine movie"]
+    (tmp_path / "test.csv").write_text("sentence\n" + "".join(f"{text}\n" for text in unlabelled))
     outcome = main(script_argv(tiny_checkpoint, csv_files, output_dir, "--layer_norm_position", "pre"))
     results = outcome["results"]
-    assert 0 <= results["test_accuracy"] <= 1 and "eval_loss" in results and "test_f1" in results
+    assert 0 <= results["eval_accuracy"] <= 1 and "eval_loss" in results and "eval_f1" in results
+    # an unlabelled test split gives predictions (in file order), no metrics
+    assert "test_accuracy" not in results
+    assert len(outcome["test_predictions"]) == 3 and set(outcome["test_predictions"]) <= {"neg", "pos"}
     assert outcome["train_tokens"] == 2 * 4 * 4  # 2 steps of 4 rows of [CLS] word movie [SEP]
     # Post-LN → Pre-LN goes through hf_ffn.conversion.load_converted, which reports the one new norm
     assert outcome["conversion"]["config_changes"]["layer_norm_position"] == ["post", "pre"]
     assert {"bert.encoder.final_norm.weight", "bert.encoder.final_norm.bias"} <= set(outcome["conversion"]["new"])
     saved = json.loads((output_dir / "all_results.json").read_text())
-    assert saved["test_accuracy"] == results["test_accuracy"]
+    assert saved["eval_accuracy"] == results["eval_accuracy"]
     card = (output_dir / "README.md").read_text()
-    assert f"{results['test_accuracy']:.4f}" in card and "layer_norm_position: `pre`" in card
+    assert f"{results['eval_accuracy']:.4f}" in card and "layer_norm_position: `pre`" in card
     assert not (output_dir / ".staging-final").exists()
     classify = pipeline("text-classification", model=str(output_dir), device="cpu")
     assert classify.model.config.layer_norm_position == "pre"

@@ -18,7 +18,6 @@ removes its staging folder. An `output_dir` that already holds a finished model 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -43,6 +42,7 @@ from transformers import (
 )
 
 from .configuration_ffn_bert import FFN_TYPES, LAYER_NORM_POSITIONS
+from .conversion import load_converted
 from .modeling_ffn_bert import FfnBertForMaskedLM, FfnBertForSequenceClassification
 
 DATA_FILE_EXTENSIONS = {".csv": "csv", ".json": "json", ".jsonl": "json"}
@@ -266,7 +266,12 @@ def load_classification_datasets(args: ClassificationDataArguments):
     builders = {DATA_FILE_EXTENSIONS[path.suffix] for path in checked.values()}
     if len(builders) != 1:
         raise ValueError(f"data files mix formats ({', '.join(map(str, checked.values()))}); use one of csv or json")
-    return load_dataset(builders.pop(), data_files={split: str(path) for split, path in checked.items()})
+    raw = load_dataset(builders.pop(), data_files={split: str(path) for split, path in checked.items()})
+    test = raw.get("test")
+    if test is not None and args.label_column in test.column_names and set(test[args.label_column]) == {None}:
+        # a test file without labels: `datasets` gives it the other files' columns, filled with None
+        raw["test"] = test.remove_columns(args.label_column)
+    return raw
 
 
 def check_columns_and_labels(raw, args: ClassificationDataArguments) -> tuple[str, list]:
@@ -368,8 +373,6 @@ def load_model(model_args: ModelArguments, model_class: type[PreTrainedModel], *
     if not model_args.is_variant:
         model, info = model_class.from_pretrained(model_args.model_name_or_path, output_loading_info=True, **kwargs)
         return model, {"conversion": "none", "new_weights": sorted(info["missing_keys"])}
-    from .conversion import load_converted
-
     model, report = load_converted(
         model_args.model_name_or_path,
         model_class,
@@ -379,15 +382,7 @@ def load_model(model_args: ModelArguments, model_class: type[PreTrainedModel], *
         width=model_args.width,
         **kwargs,
     )
-    return model, _as_dict(report)
-
-
-def _as_dict(report: Any) -> dict:
-    if hasattr(report, "to_dict"):  # hf_ffn.conversion.ConversionReport
-        return json.loads(json.dumps(report.to_dict(), default=str))
-    if dataclasses.is_dataclass(report):
-        return json.loads(json.dumps(dataclasses.asdict(report), default=str))
-    return dict(report) if isinstance(report, dict) else {"report": str(report)}
+    return model, json.loads(report.to_json())
 
 
 def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
@@ -461,6 +456,22 @@ def training_seconds(log_history: list[dict], train_runtime: float) -> float:
     return train_runtime - sum(entry.get("eval_runtime", 0.0) for entry in log_history)
 
 
+def conversion_summary(conversion: dict) -> str:
+    """One line for the model card: what loading the variant changed (the full report is in `run_info.json`)."""
+
+    def listed(keys: list[str]) -> str:
+        return f"{len(keys)} ({', '.join(keys)})" if 0 < len(keys) <= 6 else str(len(keys))
+
+    if "config_changes" not in conversion:  # loaded as saved
+        return f"loaded as saved; newly initialised: {listed(conversion.get('new_weights', []))}"
+    changes = {k: v for k, v in conversion["config_changes"].items() if k not in ("id2label", "label2id")}
+    return (
+        f"init={conversion.get('init')}, exact={conversion.get('exact')}, config changes {json.dumps(changes)}; "
+        f"tensors copied {len(conversion.get('copied', []))}, mapped {len(conversion.get('mapped', []))}, "
+        f"newly initialised {listed(conversion.get('new', []))}, dropped {listed(conversion.get('dropped', []))}"
+    )
+
+
 def model_card(
     model_args: ModelArguments,
     training_args: TrainingArguments,
@@ -500,12 +511,12 @@ def model_card(
 
 # {{ name }}
 
-Fine-tuned with [hf_ffn](https://github.com/) (`{{ task }}`) from `{{ base }}` on {{ dataset }}.
+Fine-tuned with hf_ffn (`{{ task }}`) from `{{ base }}` on {{ dataset }}.
 
 ## Variant
 
 - ffn_type: `{{ ffn_type }}`; layer_norm_position: `{{ ln }}`; FFN init: `{{ init }}`; FFN width: `{{ width }}`
-- conversion report: `{{ conversion }}`
+- conversion: {{ conversion }} (full report: `run_info.json`)
 
 ## Results (measured by the training script)
 
@@ -520,7 +531,7 @@ Fine-tuned with [hf_ffn](https://github.com/) (`{{ task }}`) from `{{ base }}` o
     return ModelCard.from_template(
         data, template_str=template, name=name, task=task, base=model_args.model_name_or_path, dataset=dataset,
         ffn_type=model_args.ffn_type or "(checkpoint's)", ln=model_args.layer_norm_position or "(checkpoint's)",
-        init=model_args.ffn_init, width=model_args.ffn_width, conversion=json.dumps(conversion),
+        init=model_args.ffn_init, width=model_args.ffn_width, conversion=conversion_summary(conversion),
         rows=rows, hyper=json.dumps(hyper),
     )
 
@@ -575,7 +586,9 @@ def run_classification(
             dataset = raw[split] if limit is None else raw[split].select(range(min(limit, len(raw[split]))))
             splits[split] = dataset.map(encode, batched=True, remove_columns=dataset.column_names)
     for split in ("validation", "test"):
-        if split in splits:  # shortest first: less padding per batch; accuracy and F1 do not depend on order
+        # shortest first: less padding per batch; accuracy and F1 do not depend on the order. An unlabelled test
+        # split keeps its order, so its predictions line up with the file.
+        if split in splits and "labels" in splits[split].column_names:
             splits[split] = sort_by_length(splits[split])
 
     # Seed before the model is built: the new weights (classifier, fresh FFNs) depend on it, as in run_glue.
@@ -598,15 +611,19 @@ def run_classification(
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     results = dict(train_output.metrics)
     results.update(final_evaluation(trainer))
+    predictions = None
     if "test" in splits:
         test_output = trainer.predict(splits["test"], metric_key_prefix="test")
-        results.update(test_output.metrics)
+        results.update(test_output.metrics)  # accuracy/F1 only when the test split has labels
+        if "labels" not in splits["test"].column_names:
+            predictions = [str(labels[i]) for i in test_output.predictions.argmax(-1)]
     train_seconds = training_seconds(trainer.state.log_history, train_output.metrics["train_runtime"])
     extra = {
         "conversion": conversion,
         "labels": [str(label) for label in labels],
         "train_tokens": trainer.state.num_input_tokens_seen,
         "train_seconds": train_seconds,
+        "test_predictions": predictions,
     }
     results["train_tokens_per_second"] = extra["train_tokens"] / train_seconds
     dataset_name = data_args.dataset_name or (
