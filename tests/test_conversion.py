@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForPreTraining, BertModel, RobertaConfig, RobertaModel
 
-from hf_ffn import FfnBertForPreTraining, FfnBertModel
+from hf_ffn import FfnBertForPreTraining
 from hf_ffn.conversion import bert_key, ffn_recipe, load_converted, measure_difference
 from hf_ffn.parity import HEAD_PAIRS, _head_inputs, compare_outputs, example_batch
 
@@ -55,14 +55,6 @@ def test_gelu_to_geglu_is_exact_on_real_checkpoint_every_head(bundled_checkpoint
     json.loads(report.to_json())  # JSON-serialisable
 
 
-def test_measure_difference_on_exact_conversion(bundled_checkpoint):
-    model, report = load_converted(bundled_checkpoint, ffn_type="geglu")
-    diff = measure_difference(bundled_checkpoint, model, report)
-    assert report.difference is diff and diff["reference"] == "transformers.BertModel"
-    assert diff["last_hidden_state"] == {"max_abs_diff": 0.0, "mean_abs_diff": 0.0, "equal": True}
-    assert diff["pooler_output"]["equal"]
-
-
 @pytest.fixture(scope="module")
 def tiny_relu_checkpoint(tmp_path_factory) -> str:
     folder = tmp_path_factory.mktemp("tiny_relu_bert")
@@ -94,30 +86,37 @@ def test_relu_to_reglu_is_exact(tiny_relu_checkpoint):
 # ---------------------------------------------------------------------------------------------------------------
 # Approximate conversions: GELU → SwiGLU / GLU via GELU(z) ≈ z·σ(1.702 z)
 # ---------------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("target", ["swiglu", "glu"])
-def test_gelu_to_sigmoid_gated_is_within_the_approximation_bound(bundled_checkpoint, target):
+def test_gelu_to_sigmoid_gated_is_within_the_approximation_bound(bundled_checkpoint):
     """Per layer, on the same input, |Δ FFN(x)_i| ≤ ε·Σ_j |down_proj[i, j]| with ε = sup|GELU − z·σ(1.702 z)|
     (plus 1e-4 for fp32 rounding of the scaled weights and the two accumulation orders). End to end the layers
     compound; the measured drift is reported and must stay far below the activations' own scale."""
     source = BertModel.from_pretrained(bundled_checkpoint).eval()
-    model, report = load_converted(bundled_checkpoint, ffn_type=target)
-    assert not report.exact and {l["recipe"] for l in report.layers} == {"approximate"}
     batch = example_batch(bundled_checkpoint, source.config)
+    mask = batch["attention_mask"].bool()
     with torch.no_grad():
-        hidden = source(**batch, output_hidden_states=True).hidden_states
-        for i, (src_layer, layer) in enumerate(zip(source.encoder.layer, model.encoder.layer)):
-            # The FFN input of layer i is the attention block's output on hidden_states[i].
-            x = src_layer.attention(hidden[i])[0]  # (batch, seq, hidden)
-            expected = src_layer.output.dense(src_layer.intermediate(x))
-            delta = (layer.mlp(x) - expected).abs()
-            bound = SIGMOID_GELU_MAX_ERROR * src_layer.output.dense.weight.abs().sum(dim=1) + 1e-4  # (hidden,)
-            assert (delta <= bound).all(), f"layer {i}: {(delta - bound).max().item()}"
-            assert delta.max() > 1e-4  # an approximation, not silently exact
-    diff = measure_difference(bundled_checkpoint, model, report)["last_hidden_state"]
-    scale = source(**batch).last_hidden_state[batch["attention_mask"].bool()].abs().mean().item()
-    # Measured on all-MiniLM-L6-v2: max 0.25, mean 0.028 for both targets (mean |h| ≈ 0.4): under 10 % of the scale.
-    assert 0 < diff["mean_abs_diff"] < 0.1 * scale
-    print(f"{target}: last_hidden_state max |Δ| {diff['max_abs_diff']:.4g}, mean |Δ| {diff['mean_abs_diff']:.4g}")
+        source_out = source(**batch, output_hidden_states=True)
+    h_source = source_out.last_hidden_state
+    for target in ("swiglu", "glu"):
+        model, report = load_converted(bundled_checkpoint, ffn_type=target)
+        assert not report.exact and {l["recipe"] for l in report.layers} == {"approximate"}
+        with torch.no_grad():
+            for i, (src_layer, layer) in enumerate(zip(source.encoder.layer, model.encoder.layer)):
+                # The FFN input of layer i is the attention block's output on hidden_states[i].
+                x = src_layer.attention(source_out.hidden_states[i])[0]  # (batch, seq, hidden)
+                expected = src_layer.output.dense(src_layer.intermediate(x))
+                delta = (layer.mlp(x) - expected).abs()
+                bound = SIGMOID_GELU_MAX_ERROR * src_layer.output.dense.weight.abs().sum(dim=1) + 1e-4  # (hidden,)
+                assert (delta <= bound).all(), f"{target} layer {i}: {(delta - bound).max().item()}"
+                assert delta.max() > 1e-4  # an approximation, not silently exact
+            h = model(**batch).last_hidden_state
+        diff = measure_difference(bundled_checkpoint, model, report, inputs=batch)["last_hidden_state"]
+        # Measured on all-MiniLM-L6-v2: max 0.25, mean 0.0276 for both targets, against mean |h| = 0.34: the drift
+        # must stay under 10 % of the activations' scale, and the model's use (mean-pooled sentence embeddings)
+        # must keep its direction (cosine ≥ 0.99; measured ≥ 0.9957; a fresh FFN gives ≈ 0.49).
+        assert 0 < diff["mean_abs_diff"] < 0.1 * h_source[mask].abs().mean().item()
+        m = mask.unsqueeze(-1).float()
+        cosine = torch.cosine_similarity((h_source * m).sum(1) / m.sum(1), (h * m).sum(1) / m.sum(1), dim=-1)
+        assert (cosine >= 0.99).all(), cosine
 
 
 def test_recipe_scaling_for_swiglu():

@@ -60,6 +60,17 @@ for _auto_class, _model_class in _AUTO_CLASSES.items():
     _auto_class.register(FfnBertConfig, _model_class, exist_ok=True)
 AutoTokenizer.register(FfnBertConfig, tokenizer_class=BertTokenizer, exist_ok=True)
 
+# trust_remote_code: `save_pretrained` then copies configuration_ffn_bert.py and modeling_ffn_bert.py (which imports
+# only the former, relatively) next to the weights and writes `auto_map`, so the folder loads where hf_ffn is not
+# installed: `AutoModel.from_pretrained(folder, trust_remote_code=True)`.
+FfnBertConfig.register_for_auto_class()
+for _auto_class, _model_class in _AUTO_CLASSES.items():
+    _model_class.register_for_auto_class(_auto_class.__name__)
+# Every Auto class → class, for configs that should load with any of them (see `conversion.full_auto_map`).
+AUTO_MAP = {"AutoConfig": "configuration_ffn_bert.FfnBertConfig"} | {
+    auto.__name__: f"modeling_ffn_bert.{model.__name__}" for auto, model in _AUTO_CLASSES.items()
+}
+
 __all__ = [
     "FFN_TYPES",
     "GATED_FFN_ACTIVATIONS",

@@ -2,6 +2,10 @@
 
     hf-ffn parity [--model PATH_OR_NAME] [--attn eager|sdpa] [--json]
                   [--ffn-type NAME] [--layer-norm-position post|pre] [--intermediate-size N]
+    hf-ffn convert CHECKPOINT OUTPUT_DIR [--ffn-type NAME[,NAME...]] [--layer-norm-position post|pre]
+                   [--init preserving|fresh] [--width keep|matched|N] [--seed N] [--base-model NAME]
+                   [--license ID] [--json]
+    hf-ffn convert FFN_BERT_FOLDER OUTPUT_DIR --to-bert
 """
 
 from __future__ import annotations
@@ -77,6 +81,21 @@ def _print_variant_report(report: dict) -> None:
         print(f"  hidden_states[{i}]: max |Δ| {d['max_abs_diff']:.4g}, mean |Δ| {d['mean_abs_diff']:.4g}")
 
 
+def _convert(args: argparse.Namespace) -> int:
+    from .conversion import convert_checkpoint, export_to_bert, parse_cli_options
+
+    if args.to_bert:
+        print(f"wrote plain BERT folder {export_to_bert(args.checkpoint, args.output_dir)}")
+        return 0
+    report = convert_checkpoint(args.checkpoint, args.output_dir, **parse_cli_options(args))
+    if args.json:
+        print(report.to_json())
+    else:
+        print(report.summary())
+        print(f"wrote {args.output_dir}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-ffn", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -90,6 +109,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layer-norm-position", choices=["post", "pre"], help="report this LayerNorm placement")
     p.add_argument("--intermediate-size", type=int, help="FFN width for the variant report")
     p.set_defaults(func=_parity)
+
+    c = sub.add_parser("convert", help="convert a BERT checkpoint into an FfnBert variant folder (or back to BERT)")
+    c.add_argument("checkpoint", help="BERT checkpoint folder or hub name (with --to-bert: a default FfnBert folder)")
+    c.add_argument("output_dir", help="folder to write; must not exist or be empty (written atomically)")
+    c.add_argument("--ffn-type", help="target FFN: one name (geglu, swiglu, relu, ...) or one per layer, comma-separated")
+    c.add_argument("--layer-norm-position", help="post or pre (or one per layer, comma-separated)")
+    c.add_argument("--init", default="preserving", help="preserving (exact/approximate recipes) or fresh")
+    c.add_argument("--width", default="keep", help="keep, matched (parameter-matched GLU width) or an integer")
+    c.add_argument("--seed", type=int, default=0, help="seed for every newly initialised weight")
+    c.add_argument("--base-model", help="hub name for the model card's base_model (default: the source's)")
+    c.add_argument("--license", help="license id for the model card (default: the source card's, else unknown)")
+    c.add_argument("--json", action="store_true", help="print the conversion report as JSON")
+    c.add_argument("--to-bert", action="store_true", help="export a default-config FfnBert folder to plain BERT")
+    c.set_defaults(func=_convert)
     return parser
 
 
