@@ -260,6 +260,11 @@ class FfnBertPreTrainedModel(BertPreTrainedModel):
     config_class = FfnBertConfig
     config: FfnBertConfig
     _no_split_modules = ["BertEmbeddings", "FfnBertLayer"]
+    # The heads' losses are means over the local batch (upstream BERT's `forward`s ignore `num_items_in_batch`).
+    # Without this, `Trainer` sees `**kwargs` in `forward`, assumes the loss is normalised by the global item
+    # count and multiplies it by the number of processes (DDP/FSDP) and skips the division by
+    # gradient_accumulation_steps: gradients, logged losses and clipping would all be off by those factors.
+    accepts_loss_kwargs = False
     _can_record_outputs = {"hidden_states": FfnBertLayer, "attentions": BertSelfAttention}
 
     def _init_weights(self, module: nn.Module) -> None:

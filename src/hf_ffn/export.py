@@ -1,0 +1,160 @@
+"""ONNX export of FfnBert models with dynamic batch and sequence axes, and a check against PyTorch.
+
+`export_onnx` is a thin wrapper over PyTorch's `torch.export`-based ONNX exporter (`torch.onnx.export(...,
+dynamo=True)`), the only path that works with transformers 5 here. PyTorch's legacy TorchScript exporter
+(`dynamo=False`) does not: called on the model it fails inside transformers' `merge_with_config_defaults`
+decorator (`transformers/utils/generic.py`: `TypeError: BertModel.forward() got multiple values for argument
+'use_cache'`, because the legacy exporter fills every positional argument of `forward` with its default); and
+through a wrapper that passes keyword arguments it traces, but transformers' mask creation is recorded as
+constants (TracerWarning at `transformers/masking_utils.py:229`) and the ONNX graph's outputs are wrong (max |Δ|
+about 2 on a tiny model, even at the export shape). See docs/export.md.
+
+`onnx_max_abs_diff` runs the exported graph with onnxruntime and returns max |ONNX − PyTorch| per output; the
+tests and `scripts/export_onnx_check.py` both use it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from .modeling_ffn_bert import FfnBertPreTrainedModel
+
+ONNX_INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+# The torch.export-based exporter emits opset 18 or later (its onnxscript function library starts there).
+MIN_OPSET = 18
+EXPORTABLE_ATTENTION = ("eager", "sdpa")  # flash / flex attention kernels have no ONNX translation
+
+
+def example_inputs(
+    vocab_size: int, batch_size: int = 2, seq_len: int = 8, seed: int = 0
+) -> dict[str, torch.Tensor]:
+    """A padded batch (row i has `seq_len - i` real tokens, at least 1) with two segments in row 0.
+
+    Returns `input_ids`, `attention_mask`, `token_type_ids`, each (batch_size, seq_len), int64.
+    """
+    g = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(1, vocab_size, (batch_size, seq_len), generator=g)
+    attention_mask = torch.ones_like(input_ids)
+    for row in range(batch_size):
+        attention_mask[row, max(1, seq_len - row) :] = 0
+    input_ids = input_ids * attention_mask  # pad id 0 after the real tokens
+    token_type_ids = torch.zeros_like(input_ids)
+    token_type_ids[0, seq_len // 2 :] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+
+
+def _check_exportable(model: torch.nn.Module, opset_version: int | None) -> None:
+    if not isinstance(model, FfnBertPreTrainedModel):
+        raise TypeError(f"model must be an FfnBert model (FfnBertPreTrainedModel), got {type(model).__name__}")
+    if model.training:
+        raise ValueError("model is in training mode (dropout would be exported); call model.eval() first")
+    attn = model.config._attn_implementation
+    if attn not in EXPORTABLE_ATTENTION:
+        raise ValueError(
+            f"attn_implementation={attn!r} cannot be exported to ONNX; allowed: {', '.join(EXPORTABLE_ATTENTION)}"
+        )
+    dtype = model.dtype
+    if dtype != torch.float32:
+        raise ValueError(f"model dtype is {dtype}; only torch.float32 export is supported (and verified)")
+    for name in ("output_attentions", "output_hidden_states"):
+        if getattr(model.config, name, False):
+            raise ValueError(f"config.{name}=True is not supported for export; allowed: False")
+    if opset_version is not None and opset_version < MIN_OPSET:
+        raise ValueError(
+            f"opset_version={opset_version} is not supported: the torch.export-based ONNX exporter needs "
+            f">= {MIN_OPSET}"
+        )
+
+
+def export_onnx(
+    model: FfnBertPreTrainedModel,
+    path: str | os.PathLike,
+    *,
+    dynamic: bool = True,
+    opset_version: int | None = None,
+    batch_size: int = 2,
+    seq_len: int = 8,
+) -> Path:
+    """Export an FfnBert model (any FFN variant / LayerNorm placement) to one ONNX file.
+
+    The graph takes `input_ids`, `attention_mask`, `token_type_ids` (int64, (batch, sequence)) and returns the
+    model output's tensors under their names (FfnBertModel: `last_hidden_state` (batch, sequence, hidden_size),
+    `pooler_output` (batch, hidden_size) when the model has a pooler). With `dynamic=True` batch and sequence are
+    symbolic ("batch", "sequence"; sequence ≤ `max_position_embeddings`), otherwise fixed to the example's
+    (`batch_size`, `seq_len`), which must then be the shapes used at run time. Tracing uses a padded example batch
+    of that size (both ≥ 2: `torch.export` specialises dimensions of size 0 and 1).
+
+    The file is written to a temporary name beside `path` and renamed, so a failed export leaves nothing.
+
+    Raises:
+        TypeError: if `model` is not an FfnBert model.
+        ValueError: model in training mode, attention other than eager/sdpa, a dtype other than float32,
+            `output_attentions` / `output_hidden_states` set in the config, `opset_version` < 18, or
+            `batch_size` / `seq_len` < 2 or `seq_len` > `max_position_embeddings`.
+    """
+    _check_exportable(model, opset_version)
+    max_len = model.config.max_position_embeddings
+    if batch_size < 2 or not 2 <= seq_len <= max_len:
+        raise ValueError(
+            f"batch_size={batch_size} and seq_len={seq_len} must be >= 2 (torch.export specialises sizes 0 and 1) "
+            f"and seq_len <= max_position_embeddings ({max_len})"
+        )
+    inputs = example_inputs(model.config.vocab_size, batch_size, seq_len)
+    with torch.no_grad():
+        output_names = list(model(**inputs).keys())
+    dynamic_shapes = None
+    if dynamic:
+        batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=max_len)
+        dynamic_shapes = {name: {0: batch, 1: sequence} for name in ONNX_INPUT_NAMES}
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    program = torch.onnx.export(
+        model,
+        (),
+        kwargs=inputs,
+        dynamo=True,
+        dynamic_shapes=dynamic_shapes,
+        input_names=list(ONNX_INPUT_NAMES),
+        output_names=output_names,
+        opset_version=opset_version,
+        verbose=False,
+    )
+    fd, tmp = tempfile.mkstemp(suffix=".onnx.tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        program.save(tmp, external_data=False)  # one self-contained file (models under the 2 GB protobuf limit)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def onnx_max_abs_diff(
+    model: FfnBertPreTrainedModel, path: str | os.PathLike, inputs: Mapping[str, torch.Tensor]
+) -> dict[str, float]:
+    """Max |ONNX − PyTorch| per output (over every position, padding included) for one batch.
+
+    Runs `path` with onnxruntime's CPU provider and `model` (eval mode, no grad) on the same `inputs`
+    (`input_ids`, `attention_mask`, `token_type_ids`). Returns `{output name: max abs difference}`.
+    """
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds = {name: inputs[name].numpy() for name in ONNX_INPUT_NAMES}
+    onnx_outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    with torch.no_grad():
+        torch_outputs = model(**inputs)
+    return {
+        name: (torch.from_numpy(value) - torch_outputs[name]).abs().max().item()
+        for name, value in onnx_outputs.items()
+    }
+
+
+__all__ = ["ONNX_INPUT_NAMES", "example_inputs", "export_onnx", "onnx_max_abs_diff"]
