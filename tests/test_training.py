@@ -433,3 +433,21 @@ def test_interrupted_final_save_leaves_no_model(tmp_path):
 
     save_finished(str(output_dir), save_all)
     assert sorted(p.name for p in output_dir.iterdir()) == ["README.md", "config.json", "model.safetensors"]
+
+
+def test_save_finished_only_main_process_touches_staging(tmp_path):
+    # Regression: every process used to prepare, move and delete the shared staging folder, so a 2-process run
+    # could crash at its end (FileNotFoundError). Now a non-main process only calls `save` between barriers.
+    from hf_ffn.training import STAGING_FOLDER, save_finished
+
+    staging = tmp_path / STAGING_FOLDER
+    staging.mkdir()
+    (staging / "being-written-by-rank-0").write_text("x")
+    calls = []
+    save_finished(str(tmp_path), save=lambda folder: calls.append(folder), main=False, barrier=lambda: calls.append("barrier"))
+    assert (staging / "being-written-by-rank-0").read_text() == "x"  # untouched by the non-main process
+    assert calls == ["barrier", staging, "barrier", "barrier"]
+    assert not (tmp_path / "being-written-by-rank-0").exists()  # nothing moved by it either
+
+    save_finished(str(tmp_path), save=lambda folder: (folder / "config.json").write_text("{}"), main=True)
+    assert (tmp_path / "config.json").read_text() == "{}" and not staging.exists()

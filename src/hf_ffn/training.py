@@ -413,27 +413,36 @@ def check_output_dir(output_dir: str) -> None:
         )
 
 
-def save_finished(output_dir: str, save: Callable[[Path], None]) -> None:
+def save_finished(
+    output_dir: str, save: Callable[[Path], None], main: bool = True, barrier: Callable[[], None] = lambda: None
+) -> None:
     """Write the final output with `save(staging_folder)`, then move it into `output_dir`, `config.json` last.
 
     Each `os.replace` is atomic on one filesystem; `config.json` (which `from_pretrained` needs) arrives only after
     every other file, so an interrupted save never leaves a folder that loads as a model. The staging folder is
-    removed if `save` fails.
+    removed if `save` fails. Multi-process: every process calls this (`save` may be collective, e.g. FSDP's state
+    dict gather); only `main` prepares, moves and removes the staging folder, `barrier` orders the steps.
     """
     output = Path(output_dir)
     staging = output / STAGING_FOLDER
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    if main:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+    barrier()
     try:
         save(staging)
-        names = sorted(os.listdir(staging), key=lambda name: name == "config.json")  # config.json last
-        for name in names:
-            target = output / name
-            if target.is_dir():
-                shutil.rmtree(target)
-            os.replace(staging / name, target)
+        barrier()
+        if main:
+            names = sorted(os.listdir(staging), key=lambda name: name == "config.json")  # config.json last
+            for name in names:
+                target = output / name
+                if target.is_dir():
+                    shutil.rmtree(target)
+                os.replace(staging / name, target)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if main:
+            shutil.rmtree(staging, ignore_errors=True)
+    barrier()
 
 
 def final_evaluation(trainer: Trainer) -> dict[str, float]:
@@ -537,14 +546,18 @@ Fine-tuned with hf_ffn (`{{ task }}`) from `{{ base }}` on {{ dataset }}.
 
 
 def _save_outputs(trainer: Trainer, tokenizer, card, results: dict, extra: dict, output_dir: str) -> None:
+    main = trainer.is_world_process_zero()
+
     def save(folder: Path) -> None:
-        trainer.save_model(str(folder))
+        trainer.save_model(str(folder))  # every process (collective under FSDP / ZeRO-3); writes on process 0
+        if not main:
+            return
         tokenizer.save_pretrained(folder)
         card.save(folder / "README.md")
         (folder / "all_results.json").write_text(json.dumps(results, indent=2) + "\n")
         (folder / "run_info.json").write_text(json.dumps(extra, indent=2, default=str) + "\n")
 
-    save_finished(output_dir, save)
+    save_finished(output_dir, save, main=main, barrier=trainer.accelerator.wait_for_everyone)
 
 
 # ---------------------------------------------------------------------------------------------------------------
