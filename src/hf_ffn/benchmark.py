@@ -29,7 +29,6 @@ cores other processes share.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -43,10 +42,10 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 from torch import nn
 from transformers import BertConfig, BertModel
-from transformers.utils import logging as hf_logging
 
 from .configuration_ffn_bert import FfnBertConfig, parameter_matched_glu_width
 from .modeling_ffn_bert import FfnBertModel, build_ffn
+from .parity import quiet_transformers
 
 # Targets of issue 4, checked on the numbers of one run.
 TARGET_DEFAULT_RATIO = 1.01  # default FfnBert time / upstream BertModel time, inference and training
@@ -224,19 +223,6 @@ def _median_ms(seconds: list[float]) -> float:
     return statistics.median(seconds) * 1e3
 
 
-@contextlib.contextmanager
-def _quiet_transformers():
-    """No per-load reports or progress bars: the benchmark loads many models and its tables are the report."""
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        hf_logging.enable_progress_bar()
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Models: FfnBert variants against upstream BertModel
 # ---------------------------------------------------------------------------------------------------------------
@@ -263,7 +249,7 @@ def load_variants(checkpoint: str, attn_implementation: str) -> dict[str, nn.Mod
     """
     config = BertConfig.from_pretrained(checkpoint)
     models: dict[str, nn.Module] = {}
-    with _quiet_transformers():
+    with quiet_transformers():
         for name, overrides in model_variants(config.intermediate_size).items():
             torch.manual_seed(0)
             if overrides is None:
@@ -566,7 +552,7 @@ def bench_scaling(checkpoint: str, settings: BenchSettings) -> list[dict]:
     """Inference time and peak memory of the default FfnBert model (sdpa) over sequence lengths (at
     `scaling_batch_for_seq`) and batch sizes (at `scaling_seq_for_batch`). `time_growth` / `memory_growth` are
     relative to the first point of the same sweep; `time_per_token_us` shows the attention's quadratic term."""
-    with _quiet_transformers():
+    with quiet_transformers():
         model = FfnBertModel.from_pretrained(checkpoint, attn_implementation="sdpa")
     points = [("seq_len", settings.scaling_batch_for_seq, s) for s in settings.scaling_seq_lens]
     points += [("batch_size", b, settings.scaling_seq_for_batch) for b in settings.scaling_batch_sizes]
@@ -601,7 +587,7 @@ def bench_load(checkpoint: str, settings: BenchSettings) -> dict:
 
     def load(model_class: type) -> Callable[[], object]:
         def run():
-            with _quiet_transformers():
+            with quiet_transformers():
                 return model_class.from_pretrained(checkpoint)
 
         return run
@@ -692,7 +678,7 @@ def run_benchmark(settings: BenchSettings, output_dir: str | None = None, comman
     with tempfile.TemporaryDirectory() as tmp:
         base_checkpoint = os.path.join(tmp, "bert_base_seeded")
         torch.manual_seed(1234)
-        with _quiet_transformers():
+        with quiet_transformers():
             BertModel(base_config).save_pretrained(base_checkpoint)
         checkpoints = [(base_checkpoint, base_label)] + ([(real, "all-MiniLM-L6-v2")] if real else [])
 

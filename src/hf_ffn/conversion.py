@@ -269,7 +269,6 @@ def load_converted(
             f"layer_norm_position {source_config.layer_norm_position!r}, ...); conversion starts from plain BERT"
         )
     source_act = source_config.hidden_act
-    n_layers = source_config.num_hidden_layers
     overrides: dict[str, Any] = {}
     if ffn_type is not None:
         overrides["ffn_type"] = ffn_type
@@ -302,9 +301,9 @@ def load_converted(
             )
         recipes = [FfnRecipe("fresh" if c else "unchanged", note="newly initialised" if c else "") for c in converted]
 
-    from .parity import _quiet_transformers
+    from .parity import quiet_transformers
 
-    with _quiet_transformers():  # transformers' load table would call the mapped weights "missing": ours replaces it
+    with quiet_transformers():  # transformers' load table would call the mapped weights "missing": ours replaces it
         model, info = model_class.from_pretrained(
             checkpoint,
             **overrides,
@@ -465,11 +464,11 @@ def measure_difference(
         {"reference": class name, "inputs": description, "parameters": {"scope", "reference", "candidate"},
         output name: {"max_abs_diff", "mean_abs_diff", "equal"} for each compared output}.
     """
-    from .parity import HEAD_PAIRS, SENTENCE_PAIRS, _head_inputs, _quiet_transformers, example_batch
+    from .parity import HEAD_PAIRS, SENTENCE_PAIRS, _head_inputs, quiet_transformers, example_batch
 
     upstream_of = {ours: theirs for theirs, ours in HEAD_PAIRS.items()}
     attn = model.config._attn_implementation
-    with _quiet_transformers():
+    with quiet_transformers():
         config = FfnBertConfig.from_pretrained(source)
         batch = inputs if inputs is not None else example_batch(source, config)
         new_outside_ffn = report is not None and any(
@@ -633,13 +632,13 @@ def load_megatron_bert(
     """
     from transformers import MegatronBertConfig
 
-    from .parity import _quiet_transformers
+    from .parity import quiet_transformers
 
     source_dict = MegatronBertConfig.get_config_dict(checkpoint)[0]
     config_fields = set(FfnBertConfig.__dataclass_fields__)
     config_overrides = {k: from_pretrained_kwargs.pop(k) for k in list(from_pretrained_kwargs) if k in config_fields}
     config = megatron_config_to_ffn_bert(source_dict, **config_overrides)
-    with _quiet_transformers():
+    with quiet_transformers():
         model, info = model_class.from_pretrained(
             checkpoint, config=config, key_mapping=MEGATRON_KEY_MAPPING, output_loading_info=True,
             **from_pretrained_kwargs,
@@ -823,7 +822,7 @@ def export_to_bert(source: str | os.PathLike, output_dir: str | os.PathLike) -> 
     """
     from transformers import BertConfig
 
-    from .parity import HEAD_PAIRS, _quiet_transformers
+    from .parity import HEAD_PAIRS, quiet_transformers
 
     config = FfnBertConfig.from_pretrained(source)
     reasons = non_default_fields(config)
@@ -838,7 +837,7 @@ def export_to_bert(source: str | os.PathLike, output_dir: str | os.PathLike) -> 
     bert_config = BertConfig.from_dict(fields)
     bert_config.architectures = [upstream.__name__]
     with atomic_output_dir(output_dir) as tmp:
-        with _quiet_transformers():
+        with quiet_transformers():
             model, info = upstream.from_pretrained(source, config=bert_config, output_loading_info=True)
         problems = {k: sorted(map(str, v)) for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
         if problems:

@@ -242,7 +242,7 @@ def run_parity(
         vocabulary is bert-base-uncased's size or larger.
     """
     rows: list[ParityRow] = []
-    with _quiet_transformers(), tempfile.TemporaryDirectory() as tmp:
+    with quiet_transformers(), tempfile.TemporaryDirectory() as tmp:
         config = FfnBertConfig.from_pretrained(checkpoint)  # fails early, clearly, on a non-BERT checkpoint
         batch = example_batch(checkpoint, config)
         want_attentions = attn_implementation == "eager"
@@ -282,7 +282,7 @@ def _ffn_rows(reference: nn.Module, candidate: nn.Module, batch: dict[str, torch
 
 
 @contextlib.contextmanager
-def _quiet_transformers():
+def quiet_transformers():
     """Silence transformers' per-load reports and progress bars (the job loads 16 models; its table is the report)."""
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
