@@ -53,7 +53,7 @@ from transformers import BertModel, PreTrainedModel
 from transformers.core_model_loading import Chunk, ConversionOps
 
 from .configuration_ffn_bert import STANDARD_FFN_TYPES, FfnBertConfig, is_gated, parameter_matched_glu_width
-from .modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel
+from .modeling_ffn_bert import BERT_FFN_NAMES, FfnBertModel, FfnBertPreTrainedModel
 
 # ---------------------------------------------------------------------------------------------------------------
 # Recipes (data)
@@ -66,12 +66,8 @@ SIGMOID_FORM_IS_EXACT: dict[str, bool] = {"gelu": False, "silu": True, "swish": 
 INITS = ("preserving", "fresh")
 WIDTHS = ("keep", "matched")
 
-# In-memory FFN names → BERT's names (the inverse of `modeling_ffn_bert.CHECKPOINT_KEY_MAPPING`).
-BERT_NAME_OF: dict[str, str] = {
-    ".mlp.up_proj.": ".intermediate.dense.",
-    ".mlp.down_proj.": ".output.dense.",
-    ".mlp_norm.": ".output.LayerNorm.",
-}
+# In-memory FFN names → BERT's names (the inverse of `modeling_ffn_bert.BERT_FFN_NAMES`).
+BERT_NAME_OF: dict[str, str] = {f".{ours}.": f".{bert}." for bert, ours in BERT_FFN_NAMES.items()}
 
 
 @dataclass(frozen=True)

@@ -54,12 +54,17 @@ from transformers.models.bert.modeling_bert import (
 
 from .configuration_ffn_bert import GATED_FFN_ACTIVATIONS, FfnBertConfig, is_gated
 
-# BERT checkpoint key → in-memory key. Regexes; `(?<!attention\.)` keeps the attention block's
+# The one table of FFN names: BERT's (on disk) → FfnBert's (in memory), per layer.
+BERT_FFN_NAMES: dict[str, str] = {
+    "output.dense": "mlp.down_proj",
+    "output.LayerNorm": "mlp_norm",
+    "intermediate.dense": "mlp.up_proj",
+}
+# The same as regexes for transformers' weight conversion; `(?<!attention\.)` keeps the attention block's
 # `attention.output.dense` / `attention.output.LayerNorm` (upstream `BertAttention`, unchanged) out of it.
 CHECKPOINT_KEY_MAPPING: dict[str, str] = {
-    r"(?<!attention\.)output\.dense\.": "mlp.down_proj.",
-    r"(?<!attention\.)output\.LayerNorm\.": "mlp_norm.",
-    r"intermediate\.dense\.": "mlp.up_proj.",
+    r"(?<!attention\.)" + re.escape(bert + "."): ours + "."
+    for bert, ours in BERT_FFN_NAMES.items()
 }
 
 # Legacy TF-era names (`LayerNorm.gamma/beta`): transformers' "legacy" renames run after the model's own, when
@@ -368,6 +373,7 @@ class FfnBertForQuestionAnswering(FfnBertPreTrainedModel, BertForQuestionAnsweri
 
 
 __all__ = [
+    "BERT_FFN_NAMES",
     "CHECKPOINT_KEY_MAPPING",
     "FfnBertEncoder",
     "FfnBertForMaskedLM",
