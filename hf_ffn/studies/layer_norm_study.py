@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from transformers import BertTokenizer, DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
-from .configuration_ffn_bert import FfnBertConfig
-from .modeling_ffn_bert import FfnBertForMaskedLM
+from ..configuration_ffn_bert import FfnBertConfig
+from ..modeling_ffn_bert import FfnBertForMaskedLM
 
 
 def read_documents(text_dir: str | Path, pattern: str = "*.txt") -> list[str]:

@@ -1,0 +1,9 @@
+"""Studies and benchmarks around the hf_ffn library, not part of the model library itself.
+
+- `benchmark`: speed and memory of FfnBert against upstream `BertModel` (`hf-ffn bench`).
+- `params`: FFN parameter and FLOP tables (`hf-ffn params`).
+- `activation_curves`: every activation's values and derivatives (docs/switches.md figures).
+- `layer_norm_study`: Post-LN vs Pre-LN gradient norms and a short MLM run (docs/switches.md).
+
+They import the library (`hf_ffn`); the library never imports them.
+"""
