@@ -118,6 +118,8 @@ REMOTE_SCRIPT = textwrap.dedent(
     import importlib.util, os, sys
     # Take every path that holds an hf_ffn package (the editable install's .pth entry, PYTHONPATH, cwd) off sys.path.
     sys.path = [p for p in sys.path if not os.path.isdir(os.path.join(p or os.getcwd(), "hf_ffn"))]
+    # ... and setuptools' editable-install finder (a top-level package is found through it, not through sys.path).
+    sys.meta_path = [f for f in sys.meta_path if "editable" not in getattr(f, "__name__", type(f).__name__).lower()]
     assert importlib.util.find_spec("hf_ffn") is None
     try:
         import hf_ffn
