@@ -1,18 +1,22 @@
-"""Model cards for converted FfnBert folders, filled from the config and the `ConversionReport`.
+"""Model cards of the folders hf_ffn writes: converted checkpoints and fine-tuned models.
 
-Templates live in `hf_ffn/model_cards/`: `gated.md` (any layer with a GLU-family FFN) or `standard.md`, each
-followed by the shared `_body.md`. Rendering is `huggingface_hub.ModelCard.from_template` (front matter from
-`ModelCardData`: library_name, base_model, tags, license).
+Templates live in `hf_ffn/model_cards/`. A converted folder (`build_model_card`, filled from the config and the
+`ConversionReport`) gets `gated.md` (any layer with a GLU-family FFN) or `standard.md`, each followed by the
+shared `_body.md`; a fine-tuned folder (`build_training_card`, filled by `hf_ffn.training`) gets
+`fine_tuned.md`. Rendering is `huggingface_hub.ModelCard.from_template` (front matter from `ModelCardData`:
+library_name, base_model, tags, license, eval_results).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import ModelCard, ModelCardData
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .configuration_ffn_bert import FfnBertConfig, is_gated
 from .conversion import ConversionReport
@@ -127,4 +131,78 @@ def write_model_card(folder: str | os.PathLike, model, report: ConversionReport,
     return path
 
 
-__all__ = ["build_model_card", "source_card_data", "template_family", "write_model_card"]
+def conversion_summary(conversion: Mapping[str, Any]) -> str:
+    """One line for a fine-tuned model's card: what loading the variant changed.
+
+    `conversion` is `hf_ffn.training.load_model`'s report: a `ConversionReport` as a dict, or
+    `{"conversion": "none", "new_weights": [...]}` for a checkpoint loaded as saved.
+    """
+
+    def listed(keys: Sequence[str]) -> str:
+        return f"{len(keys)} ({', '.join(keys)})" if 0 < len(keys) <= 6 else str(len(keys))
+
+    if "config_changes" not in conversion:  # loaded as saved
+        return f"loaded as saved; newly initialised: {listed(conversion.get('new_weights', []))}"
+    changes = {k: v for k, v in conversion["config_changes"].items() if k not in ("id2label", "label2id")}
+    return (
+        f"init={conversion.get('init')}, exact={conversion.get('exact')}, config changes {json.dumps(changes)}; "
+        f"tensors copied {len(conversion.get('copied', []))}, mapped {len(conversion.get('mapped', []))}, "
+        f"newly initialised {listed(conversion.get('new', []))}, dropped {listed(conversion.get('dropped', []))}"
+    )
+
+
+def build_training_card(
+    *,
+    name: str,
+    task: str,
+    base_model: str,
+    dataset: str,
+    variant: Mapping[str, Any],
+    conversion: Mapping[str, Any],
+    results: Mapping[str, float],
+    metric_names: Sequence[str],
+    hyperparameters: Mapping[str, Any],
+) -> ModelCard:
+    """A `ModelCard` for a fine-tuned model (template `fine_tuned.md`).
+
+    `task`: the pipeline task ("text-classification", "fill-mask"); `variant`: ffn_type, layer_norm_position
+    (None: the checkpoint's), ffn_init, ffn_width; `conversion`: as for `conversion_summary`; `results`: the run's
+    metrics, of which `eval_<metric>` and `test_<metric>` for each of `metric_names` also go into the front
+    matter's `model-index` (`EvalResult`, rounded to 4 decimals).
+    """
+    eval_results = [
+        EvalResult(task_type=task, dataset_type=dataset, dataset_name=dataset, dataset_split=split,
+                   metric_type=metric, metric_value=round(results[f"{split}_{metric}"], 4))
+        for split in ("eval", "test")
+        for metric in metric_names
+        if f"{split}_{metric}" in results
+    ]
+    card_data = ModelCardData(
+        library_name="transformers",
+        tags=["hf_ffn", "ffn_bert", variant.get("ffn_type") or "checkpoint-ffn", task],
+        model_name=name,
+        eval_results=eval_results or None,
+    )
+    return ModelCard.from_template(
+        card_data,
+        template_str=(TEMPLATES / "fine_tuned.md").read_text(encoding="utf-8"),
+        model_name=name,
+        task=task,
+        base_model=base_model,
+        dataset=dataset,
+        variant=dict(variant),
+        conversion=conversion_summary(conversion),
+        result_rows=[(key, f"{value:.4f}" if isinstance(value, float) else value)
+                     for key, value in sorted(results.items())],
+        hyperparameters=json.dumps(dict(hyperparameters)),
+    )
+
+
+__all__ = [
+    "build_model_card",
+    "build_training_card",
+    "conversion_summary",
+    "source_card_data",
+    "template_family",
+    "write_model_card",
+]

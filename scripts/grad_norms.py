@@ -1,6 +1,8 @@
 """Per-layer gradient norms at initialisation, Post-LN vs Pre-LN, at several depths (Xiong et al. 2020, fig. 3).
 
-    python scripts/grad_norms.py --data ../shared/data/state_union [--out docs/figures/grad_norms.png]
+    python scripts/grad_norms.py --data ../shared/data/state_union --threads 1   # writes out/grad_norms.png
+
+(`--output-dir docs/figures` regenerates the published figure.)
 
 For each initialisation (BERT's normal(0, 0.02), and Xavier as in the paper), depth and LayerNorm placement: a
 fresh FfnBertForMaskedLM (dropout off), the MLM loss on the same masked batches of real text, and
@@ -20,16 +22,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM  # noqa: E402
 from hf_ffn.studies.layer_norm_study import (  # noqa: E402
     ffn_gradient_norms,
     masked_batches,
-    mlm_blocks,
     mlm_config,
-    read_documents,
     train_tokenizer,
     xavier_init_,
 )
-from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM  # noqa: E402
+from hf_ffn.training import mlm_blocks, read_text_documents  # noqa: E402
 
 INITS = {"BERT init, normal(0, 0.02)": lambda model: model, "Xavier init (Xiong et al.)": xavier_init_}
 
@@ -39,7 +40,8 @@ def main() -> None:
     parser.add_argument("--data", required=True, help="folder of *.txt documents (e.g. ../shared/data/state_union)")
     parser.add_argument("--pattern", default="[0-9]*.txt",
                         help="which files of --data are documents (default: the State of the Union speeches)")
-    parser.add_argument("--out", type=Path, default=Path("docs/figures/grad_norms.png"))
+    parser.add_argument("--output-dir", type=Path, default=Path("out"),
+                        help="where grad_norms.png goes (default: out; docs/figures for the published figure)")
     parser.add_argument("--depths", type=int, nargs="+", default=[6, 12, 24])
     parser.add_argument("--hidden-size", type=int, default=256)
     parser.add_argument("--heads", type=int, default=4)
@@ -54,7 +56,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    documents = read_documents(args.data, args.pattern)
+    documents = [text for _, text in read_text_documents([args.data], args.pattern, argument="--data")]
     tokenizer = train_tokenizer(documents, args.vocab_size)
     blocks = mlm_blocks(documents, tokenizer, args.seq_len)
     batches = masked_batches(blocks, tokenizer, args.batch_size, args.batches, seed=args.seed)
@@ -95,9 +97,10 @@ def main() -> None:
     fig.suptitle(f"Gradient norms at initialisation: MLM loss on {Path(args.data).name}, hidden {args.hidden_size}, "
                  f"FFN {4 * args.hidden_size}, {args.batches}×{args.batch_size} sequences of {args.seq_len} tokens",
                  fontsize=10)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=100)
-    print(f"wrote {args.out}")
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    path = args.output_dir / "grad_norms.png"
+    fig.savefig(path, dpi=100)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

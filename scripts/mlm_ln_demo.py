@@ -1,9 +1,12 @@
 """A short MLM run from scratch, Post-LN vs Pre-LN, fixed learning rate and no warm-up (Trainer).
 
-    python scripts/mlm_ln_demo.py --data ../shared/data/state_union [--out docs/figures/mlm_ln_demo.png]
+    python scripts/mlm_ln_demo.py --data ../shared/data/state_union --threads 1   # writes out/mlm_ln_demo.png
+
+(`--output-dir docs/figures` regenerates the published figure.)
 
 Both models share everything but `layer_norm_position`: config, seed (initial weights, data order, masks), the
-tokenizer (BERT's WordPiece trained on the text), AdamW at a constant learning rate from step 0. The last
+tokenizer (BERT's WordPiece trained on the text), AdamW at a constant learning rate from step 0, trained
+through the library's MLM path (`hf_ffn.training.mlm_trainer`; held-out blocks masked once). The last
 `--eval-documents` documents (the latest speeches) are held out. Prints the losses; writes one PNG with the
 training and held-out MLM loss curves. Needs the `train` and `plots` extras.
 """
@@ -21,15 +24,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from hf_ffn.studies.layer_norm_study import (  # noqa: E402
-    mlm_blocks,
     mlm_config,
-    read_documents,
     split_documents,
     train_mlm,
     train_tokenizer,
     unigram_entropy,
     uniform_loss,
 )
+from hf_ffn.training import mlm_blocks, read_text_documents  # noqa: E402
 
 
 def main() -> None:
@@ -37,7 +39,8 @@ def main() -> None:
     parser.add_argument("--data", required=True, help="folder of *.txt documents (e.g. ../shared/data/state_union)")
     parser.add_argument("--pattern", default="[0-9]*.txt",
                         help="which files of --data are documents (default: the State of the Union speeches)")
-    parser.add_argument("--out", type=Path, default=Path("docs/figures/mlm_ln_demo.png"))
+    parser.add_argument("--output-dir", type=Path, default=Path("out"),
+                        help="where mlm_ln_demo.png goes (default: out; docs/figures for the published figure)")
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--heads", type=int, default=4)
@@ -56,11 +59,13 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    train_docs, eval_docs = split_documents(read_documents(args.data, args.pattern), args.eval_documents)
+    documents = [text for _, text in read_text_documents([args.data], args.pattern, argument="--data")]
+    train_docs, eval_docs = split_documents(documents, args.eval_documents)
     tokenizer = train_tokenizer(train_docs, args.vocab_size)
     train_blocks = mlm_blocks(train_docs, tokenizer, args.seq_len)
-    eval_blocks = mlm_blocks(eval_docs, tokenizer, args.seq_len)[: args.max_eval_blocks]
-    unigram = unigram_entropy(train_blocks, set(tokenizer.all_special_ids))
+    eval_blocks = mlm_blocks(eval_docs, tokenizer, args.seq_len)
+    eval_blocks = eval_blocks.select(range(min(args.max_eval_blocks, len(eval_blocks))))
+    unigram = unigram_entropy(train_blocks["input_ids"], set(tokenizer.all_special_ids))
     print(f"{len(train_blocks)} training blocks, {len(eval_blocks)} held-out blocks of {args.seq_len} tokens; "
           f"uniform loss ln V = {uniform_loss(tokenizer.vocab_size):.3f}, unigram entropy = {unigram:.3f} nats")
     sizes = dict(num_hidden_layers=args.layers, hidden_size=args.hidden_size, num_attention_heads=args.heads,
@@ -90,9 +95,10 @@ def main() -> None:
                  fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=100)
-    print(f"wrote {args.out}")
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    path = args.output_dir / "mlm_ln_demo.png"
+    fig.savefig(path, dpi=100)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

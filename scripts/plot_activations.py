@@ -1,8 +1,9 @@
 """Activation values and derivatives on [-5, 5], computed with hf_ffn's own modules (autograd for f').
 
-    python scripts/plot_activations.py [--out-dir docs/figures]
+    python scripts/plot_activations.py [--output-dir out]
 
-Writes `activations.png` (values) and `activation_derivatives.png` (derivatives). Needs the `plots` extra.
+Writes `activations.png` (values) and `activation_derivatives.png` (derivatives) into `--output-dir` (default
+`out`; `--output-dir docs/figures` regenerates the published figures). Needs the `plots` extra.
 """
 
 from __future__ import annotations
@@ -60,10 +61,11 @@ def plot(out_dir: Path, dpi: int = 100) -> list[Path]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out-dir", type=Path, default=Path("docs/figures"))
+    parser.add_argument("--output-dir", "--out-dir", dest="output_dir", type=Path, default=Path("out"),
+                        help="where the PNGs go (default: out; docs/figures for the published figures)")
     args = parser.parse_args()
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    for path in plot(args.out_dir):
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    for path in plot(args.output_dir):
         print(f"wrote {path}")
 
 

@@ -5,19 +5,18 @@ import math
 import pytest
 import torch
 
+from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.studies.layer_norm_study import (
     ffn_gradient_norms,
     masked_batches,
-    mlm_blocks,
     mlm_config,
-    read_documents,
     split_documents,
     train_mlm,
     train_tokenizer,
     unigram_entropy,
     xavier_init_,
 )
-from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
+from hf_ffn.training import mask_once, mlm_blocks, read_text_documents
 
 SMALL = dict(hidden_size=16, num_attention_heads=2, intermediate_size=24, num_hidden_layers=3,
              max_position_embeddings=16)
@@ -33,26 +32,17 @@ def corpus(tmp_path_factory):
         (folder / f"{2000 + i}-Speaker.txt").write_text(text + ".\n", encoding="utf-8")
     (folder / "1999-Latin1.txt").write_bytes("caf\xe9 society is strong.".encode("latin-1"))  # not UTF-8
     (folder / "SOURCE.txt").write_text("provenance, not a document")
-    documents = read_documents(folder, "[0-9]*.txt")
+    named = read_text_documents([folder], "[0-9]*.txt")  # the library's reader, as the scripts call it
+    documents = [text for _, text in named]
     tokenizer = train_tokenizer(documents, vocab_size=120)
-    return folder, documents, tokenizer
+    return folder, named, documents, tokenizer
 
 
-def test_read_documents_sorted_pattern_only_and_latin1_survives(corpus, tmp_path):
-    folder, documents, _ = corpus
-    assert len(documents) == 4 and documents[0].startswith("caf\ufffd society")  # 1999 first; é replaced
-    assert len(read_documents(folder)) == 5  # the default pattern "*.txt" takes SOURCE.txt too
-    with pytest.raises(FileNotFoundError, match="holds no file matching '\\*.txt'"):
-        read_documents(tmp_path / "empty")
-
-
-def test_blocks_are_the_token_stream_between_cls_and_sep(corpus):
-    _, documents, tokenizer = corpus
-    blocks = mlm_blocks(documents, tokenizer, seq_len=10)
-    stream = [i for doc in documents for i in tokenizer(doc, add_special_tokens=False)["input_ids"]]
-    assert all(len(b) == 10 and b[0] == tokenizer.cls_token_id and b[-1] == tokenizer.sep_token_id for b in blocks)
-    assert [i for b in blocks for i in b[1:-1]] == stream[: 8 * len(blocks)]
-    assert len(stream) - 8 * len(blocks) < 8  # only a remainder shorter than one block is dropped
+def test_documents_sorted_pattern_only_and_latin1_decoded(corpus):
+    _, named, documents, _ = corpus
+    assert [name for name, _ in named] == ["1999-Latin1.txt", "2000-Speaker.txt", "2001-Speaker.txt",
+                                           "2002-Speaker.txt"]  # SOURCE.txt is not a document
+    assert documents[0] == "caf\xe9 society is strong."  # the Latin-1 file decoded as Latin-1, é kept
 
 
 def test_unigram_entropy_and_split():
@@ -63,8 +53,15 @@ def test_unigram_entropy_and_split():
 
 
 def test_gradient_norms_are_those_of_down_proj(corpus):
-    _, documents, tokenizer = corpus
-    batches = masked_batches(mlm_blocks(documents, tokenizer, 16), tokenizer, batch_size=2, num_batches=2)
+    _, _, documents, tokenizer = corpus
+    blocks = mlm_blocks(documents, tokenizer, 16)
+    batches = masked_batches(blocks, tokenizer, batch_size=2, num_batches=2)
+    # the library's fixed masks, cut into batches: the same masked tokens for every model compared
+    masked = mask_once(blocks.select(range(4)), tokenizer, mlm_probability=0.15, seed=0)
+    assert torch.equal(torch.cat([b["labels"] for b in batches]), masked["labels"])
+    assert all(b["input_ids"].shape == (2, 16) and (b["labels"] != -100).any() for b in batches)
+    with pytest.raises(ValueError, match="only 4 blocks of text, need batch_size \\* num_batches = 6"):
+        masked_batches(blocks.select(range(4)), tokenizer, batch_size=2, num_batches=3)
     torch.manual_seed(0)
     model = xavier_init_(FfnBertForMaskedLM(mlm_config(tokenizer.vocab_size, "pre", **SMALL)))
     norms = ffn_gradient_norms(model, batches)
@@ -78,11 +75,12 @@ def test_gradient_norms_are_those_of_down_proj(corpus):
 
 
 def test_train_mlm_uses_a_constant_learning_rate_and_learns(corpus):
-    _, documents, tokenizer = corpus
+    _, _, documents, tokenizer = corpus
     train_docs, eval_docs = split_documents(documents, 1)
     history = train_mlm(
         mlm_config(tokenizer.vocab_size, "post", **SMALL), tokenizer, mlm_blocks(train_docs, tokenizer, 16),
-        mlm_blocks(eval_docs, tokenizer, 16)[:8], max_steps=6, learning_rate=3e-3, batch_size=8, eval_steps=3,
+        mlm_blocks(eval_docs, tokenizer, 16).select(range(8)), max_steps=6, learning_rate=3e-3, batch_size=8,
+        eval_steps=3,
     )
     assert history["learning_rate"] == [(step, 3e-3) for step in range(1, 7)]  # logged each step: no warm-up, no decay
     assert [step for step, _ in history["eval"]] == [0, 3, 6]

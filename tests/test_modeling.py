@@ -169,31 +169,6 @@ def test_dropout_only_in_train_mode(tiny_bert_checkpoint):
     assert not torch.equal(first, second)
 
 
-@pytest.mark.parametrize("variant", [{}, {"ffn_type": "swiglu", "layer_norm_position": "pre"}])
-def test_gradient_checkpointing_same_loss_and_grads(variant):
-    torch.manual_seed(0)
-    model = FfnBertForMaskedLM(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **variant))
-    batch = tiny_batch()
-    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-
-    def loss_and_grads():
-        model.zero_grad()
-        loss = model(**batch, labels=labels).loss
-        loss.backward()
-        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-    model.train()
-    loss_off, grads_off = loss_and_grads()
-    model.activation_checkpointing_enable()
-    assert model.bert.encoder.layer[0].gradient_checkpointing
-    loss_on, grads_on = loss_and_grads()
-    # recomputation repeats the same ops: equal in practice; 1e-6 allows fp32 reassociation in autograd
-    torch.testing.assert_close(loss_on, loss_off, rtol=0, atol=1e-6)
-    assert grads_on.keys() == grads_off.keys()
-    for name in grads_off:
-        torch.testing.assert_close(grads_on[name], grads_off[name], rtol=1e-5, atol=1e-6, msg=name)
-
-
 def test_mlm_decoder_tied_to_word_embeddings(tmp_path):
     model = FfnBertForMaskedLM(tiny_config())
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight

@@ -17,10 +17,14 @@ from transformers.utils import logging as hf_logging
 
 from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification
 from hf_ffn.training import (
+    STAGING_FOLDER,
     ClassificationDataArguments,
     ModelArguments,
     check_checkpoint,
     load_rt_polarity,
+    mask_once,
+    mlm_blocks,
+    read_text_documents,
     save_finished,
 )
 
@@ -271,6 +275,40 @@ def test_rt_polarity_loader_labels_from_file_names_and_fixed_split(tmp_path):
         load_rt_polarity(str(folder), (12, 4, 5))
 
 
+def test_text_documents_sorted_latin1_fallback_and_bad_paths(tmp_path):
+    folder = tmp_path / "speeches"
+    folder.mkdir()
+    (folder / "2001-b.txt").write_text("naïve union\n", encoding="utf-8")
+    (folder / "1999-a.txt").write_bytes("caf\xe9 society".encode("latin-1"))  # not UTF-8: decoded as Latin-1
+    (folder / "SOURCE.txt").write_text("provenance")
+    (folder / "notes.md").write_text("not a .txt file")
+    documents = read_text_documents([folder])
+    assert documents == [("1999-a.txt", "café society"), ("2001-b.txt", "naïve union\n"), ("SOURCE.txt", "provenance")]
+    assert [name for name, _ in read_text_documents([folder], "[0-9]*.txt")] == ["1999-a.txt", "2001-b.txt"]
+    with pytest.raises(FileNotFoundError, match=r"--data: folder .* holds no file matching '\*\.csv'"):
+        read_text_documents([folder], "*.csv", argument="--data")
+    with pytest.raises(FileNotFoundError, match=r"--train_files: .*nowhere.txt' does not exist"):
+        read_text_documents([folder / "nowhere.txt"])
+    (folder / "blank.txt").write_text(" \n")
+    with pytest.raises(ValueError, match=r"--train_files: text file .*blank\.txt' is empty"):
+        read_text_documents([folder])
+
+
+def test_mlm_blocks_cut_the_document_stream_and_fixed_masks_repeat(tokenizer):
+    documents = ["the state of the union is strong . " * 3, "we shall act now ."]
+    blocks = mlm_blocks(documents, tokenizer, block_size=8)
+    stream = [i for text in documents for i in tokenizer(text)["input_ids"]]  # [CLS] text [SEP] per document
+    assert blocks["input_ids"] == [stream[i * 8:(i + 1) * 8] for i in range(len(stream) // 8)]  # remainder dropped
+    special = {tokenizer.cls_token_id, tokenizer.sep_token_id}
+    assert blocks["special_tokens_mask"] == [[int(i in special) for i in row] for row in blocks["input_ids"]]
+    first, again = (mask_once(blocks, tokenizer, mlm_probability=0.5, seed=3) for _ in range(2))
+    other = mask_once(blocks, tokenizer, mlm_probability=0.5, seed=4)
+    assert torch.equal(first["labels"], again["labels"]) and not torch.equal(first["labels"], other["labels"])
+    masked = first["labels"] != -100
+    assert masked.any() and not masked[torch.tensor(blocks["special_tokens_mask"]).bool()].any()
+    assert torch.equal(first["labels"][masked], torch.tensor(blocks["input_ids"])[masked])
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The classification script, good and bad input
 # ---------------------------------------------------------------------------------------------------------------
@@ -438,8 +476,6 @@ def test_interrupted_final_save_leaves_no_model(tmp_path):
 def test_save_finished_only_main_process_touches_staging(tmp_path):
     # Regression: every process used to prepare, move and delete the shared staging folder, so a 2-process run
     # could crash at its end (FileNotFoundError). Now a non-main process only calls `save` between barriers.
-    from hf_ffn.training import STAGING_FOLDER, save_finished
-
     staging = tmp_path / STAGING_FOLDER
     staging.mkdir()
     (staging / "being-written-by-rank-0").write_text("x")

@@ -1,10 +1,12 @@
 """Post-LN vs Pre-LN on a small masked-language model: gradient norms at initialisation and a short training run.
 
 Used by `scripts/grad_norms.py` and `scripts/mlm_ln_demo.py`. The data is plain text (one file per document, e.g.
-the State of the Union addresses in `../shared/data/state_union`); the tokenizer is BERT's WordPiece pipeline
-(`BertTokenizer`) trained on that text with `train_new_from_iterator`, so nothing is downloaded and the vocabulary
-stays small enough for CPU runs. Training is transformers' `Trainer`; batches come from its
-`DataCollatorForLanguageModeling` (15% masking, BERT's 80/10/10 rule).
+the State of the Union addresses in `../shared/data/state_union`), read, cut into blocks and masked by the
+library's own helpers (`hf_ffn.training.read_text_documents`, `mlm_blocks`, `mask_once`); the tokenizer is BERT's
+WordPiece pipeline (`BertTokenizer`) trained on that text with `train_new_from_iterator`, so nothing is
+downloaded and the vocabulary stays small enough for CPU runs. Training is the library's MLM path
+(`hf_ffn.training.mlm_trainer`: transformers' `Trainer` and `DataCollatorForLanguageModeling`, 15% masking,
+BERT's 80/10/10 rule).
 
 Xiong et al. 2020 ("On Layer Normalization in the Transformer Architecture", arXiv 2002.04745, sec. 3 and fig. 3)
 show that at initialisation the gradient of the FFN's second weight W^{2,l} (here `mlp.down_proj.weight`) grows
@@ -15,47 +17,22 @@ learning-rate warm-up.
 from __future__ import annotations
 
 import math
-from collections import Counter
 import tempfile
-from pathlib import Path
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import torch
-from transformers import BertTokenizer, DataCollatorForLanguageModeling, PreTrainedTokenizerBase
+from transformers import BertTokenizer, PreTrainedTokenizerBase, TrainingArguments, set_seed
 
 from ..configuration_ffn_bert import FfnBertConfig
 from ..modeling_ffn_bert import FfnBertForMaskedLM
-
-
-def read_documents(text_dir: str | Path, pattern: str = "*.txt") -> list[str]:
-    """The files of `text_dir` matching `pattern`, sorted by name, as strings (non-UTF-8 bytes replaced, never an
-    error). For `../shared/data/state_union` use `"[0-9]*.txt"`: the speeches (`1945-Truman.txt`, ...) without
-    `SOURCE.txt`.
-
-    Raises:
-        FileNotFoundError: if no file of `text_dir` matches `pattern`.
-    """
-    paths = sorted(p for p in Path(text_dir).glob(pattern) if p.is_file())
-    if not paths:
-        raise FileNotFoundError(f"text_dir {str(text_dir)!r} holds no file matching {pattern!r}")
-    # A few State of the Union files are Latin-1; errors="replace" keeps every other byte.
-    return [path.read_text(encoding="utf-8", errors="replace") for path in paths]
+from ..training import mask_once, mlm_trainer
 
 
 def train_tokenizer(documents: list[str], vocab_size: int = 4096) -> PreTrainedTokenizerBase:
     """BERT's uncased WordPiece tokenizer, trained from scratch on `documents` (`vocab_size` entries)."""
     return BertTokenizer().train_new_from_iterator(documents, vocab_size=vocab_size)
-
-
-def mlm_blocks(documents: list[str], tokenizer: PreTrainedTokenizerBase, seq_len: int) -> list[list[int]]:
-    """Token ids of all documents concatenated and cut into blocks `[CLS] ... [SEP]` of `seq_len` tokens
-    (`run_mlm.py`'s `group_texts`, with the special tokens added per block). The remainder is dropped."""
-    ids = [i for doc in documents for i in tokenizer(doc, add_special_tokens=False)["input_ids"]]
-    body = seq_len - 2
-    return [
-        [tokenizer.cls_token_id, *ids[start : start + body], tokenizer.sep_token_id]
-        for start in range(0, len(ids) - body + 1, body)
-    ]
 
 
 def mlm_config(vocab_size: int, layer_norm_position: str, **sizes: Any) -> FfnBertConfig:
@@ -64,17 +41,23 @@ def mlm_config(vocab_size: int, layer_norm_position: str, **sizes: Any) -> FfnBe
 
 
 def masked_batches(
-    blocks: list[list[int]], tokenizer: PreTrainedTokenizerBase, batch_size: int, num_batches: int, seed: int = 0
+    blocks, tokenizer: PreTrainedTokenizerBase, batch_size: int, num_batches: int, seed: int = 0
 ) -> list[dict[str, torch.Tensor]]:
-    """`num_batches` batches of the first blocks, masked by `DataCollatorForLanguageModeling` with a fixed seed
-    (the same masks for every model compared). Shapes: input_ids, attention_mask, labels (batch_size, seq_len)."""
-    if len(blocks) < batch_size * num_batches:
-        needed = batch_size * num_batches
+    """`num_batches` batches of the first `batch_size * num_batches` blocks (rows of `hf_ffn.training.mlm_blocks`),
+    masked once by `hf_ffn.training.mask_once` with `seed` (the same masks for every model compared). Each batch:
+    input_ids, attention_mask, labels, each (batch_size, block_size).
+
+    Raises:
+        ValueError: if there are fewer than `batch_size * num_batches` blocks.
+    """
+    needed = batch_size * num_batches
+    if len(blocks) < needed:
         raise ValueError(f"only {len(blocks)} blocks of text, need batch_size * num_batches = {needed}")
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, return_tensors="pt")
-    torch.manual_seed(seed)
-    chunks = (blocks[i * batch_size : (i + 1) * batch_size] for i in range(num_batches))
-    return [collator([{"input_ids": ids} for ids in chunk]) for chunk in chunks]
+    masked = mask_once(blocks.select(range(needed)), tokenizer, mlm_probability=0.15, seed=seed)
+    return [
+        {key: masked[key][i * batch_size : (i + 1) * batch_size] for key in ("input_ids", "attention_mask", "labels")}
+        for i in range(num_batches)
+    ]
 
 
 def ffn_gradient_norms(model: FfnBertForMaskedLM, batches: list[dict[str, torch.Tensor]]) -> list[float]:
@@ -110,24 +93,11 @@ def xavier_init_(model: FfnBertForMaskedLM) -> FfnBertForMaskedLM:
     return model
 
 
-class _Blocks(torch.utils.data.Dataset):
-    """Blocks of token ids as the `{"input_ids": [...]}` examples `DataCollatorForLanguageModeling` takes."""
-
-    def __init__(self, blocks: list[list[int]]):
-        self.blocks = blocks
-
-    def __len__(self) -> int:
-        return len(self.blocks)
-
-    def __getitem__(self, i: int) -> dict[str, list[int]]:
-        return {"input_ids": self.blocks[i]}
-
-
 def train_mlm(
     config: FfnBertConfig,
     tokenizer: PreTrainedTokenizerBase,
-    train_blocks: list[list[int]],
-    eval_blocks: list[list[int]],
+    train_blocks,
+    eval_blocks,
     *,
     max_steps: int,
     learning_rate: float,
@@ -135,18 +105,17 @@ def train_mlm(
     eval_steps: int,
     seed: int = 0,
 ) -> dict[str, list[tuple[int, float]]]:
-    """Train an `FfnBertForMaskedLM` from scratch with `Trainer`: AdamW, constant learning rate, no warm-up.
+    """Train an `FfnBertForMaskedLM` from scratch on `train_blocks` (rows of `hf_ffn.training.mlm_blocks`) through
+    the library's MLM path, `hf_ffn.training.mlm_trainer`: transformers' `Trainer`, AdamW, constant learning rate,
+    no warm-up, training batches masked afresh, `eval_blocks` masked once with `seed`.
 
     Returns `{"train": [(step, loss), ...], "eval": [(step, loss), ...], "learning_rate": [(step, lr), ...]}`
     from the Trainer's log history (train loss averaged over each logging window of `eval_steps // 5` steps;
-    eval loss on `eval_blocks`, masked afresh each evaluation; the learning rate the scheduler reported).
+    eval loss on the masked `eval_blocks`, step 0 first; the learning rate the scheduler reported).
     Nothing is saved: the Trainer's output folder is a temporary directory.
     """
-    from transformers import Trainer, TrainingArguments, set_seed
-
     set_seed(seed)  # same initial weights and data order for every config compared
     model = FfnBertForMaskedLM(config)
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, return_tensors="pt")
     with tempfile.TemporaryDirectory() as output_dir:
         args = TrainingArguments(
             output_dir=output_dir,
@@ -166,13 +135,7 @@ def train_mlm(
             disable_tqdm=True,
             dataloader_num_workers=0,
         )
-        trainer = Trainer(
-            model=model,
-            args=args,
-            data_collator=collator,
-            train_dataset=_Blocks(train_blocks),
-            eval_dataset=_Blocks(eval_blocks),
-        )
+        trainer = mlm_trainer(model, tokenizer, train_blocks, eval_blocks, args, mlm_probability=0.15, seed=seed)
         initial = trainer.evaluate()["eval_loss"]  # step 0; `train()` starts a fresh log history
         trainer.train()
     history = trainer.state.log_history
@@ -188,9 +151,10 @@ def uniform_loss(vocab_size: int) -> float:
     return math.log(vocab_size)
 
 
-def unigram_entropy(blocks: list[list[int]], special_ids: set[int]) -> float:
-    """Entropy (nats) of the token frequencies in `blocks`, special tokens left out: the MLM loss of a model that
-    ignores the context and always predicts the corpus's unigram distribution."""
+def unigram_entropy(blocks: Sequence[Sequence[int]], special_ids: set[int]) -> float:
+    """Entropy (nats) of the token frequencies in `blocks` (lists of token ids, e.g. `mlm_blocks(...)["input_ids"]`),
+    special tokens left out: the MLM loss of a model that ignores the context and always predicts the corpus's
+    unigram distribution."""
     counts = Counter(i for block in blocks for i in block if i not in special_ids)
     total = sum(counts.values())
     return -sum(c / total * math.log(c / total) for c in counts.values())
@@ -206,9 +170,7 @@ def split_documents(documents: list[str], eval_documents: int) -> tuple[list[str
 __all__ = [
     "ffn_gradient_norms",
     "masked_batches",
-    "mlm_blocks",
     "mlm_config",
-    "read_documents",
     "split_documents",
     "train_mlm",
     "train_tokenizer",

@@ -1,0 +1,93 @@
+"""Fine-tuning FfnBert variants with transformers' `Trainer`.
+
+`scripts/finetune_classification.py`, `scripts/finetune_mlm.py` and `scripts/compare_variants.py` are thin
+wrappers over `run_classification` and `run_mlm` (the pattern of transformers' `run_glue.py` / `run_mlm.py`:
+`HfArgumentParser` over `ModelArguments`, a data-argument dataclass and `TrainingArguments`).
+
+Modules, one job each:
+
+- `arguments`: the `HfArgumentParser` dataclasses and their checks.
+- `data`: data files, the rt_polarity split, column/label checks, plain-text documents (`read_text_documents`,
+  UTF-8 else Latin-1), MLM blocks (`mlm_blocks`), fixed masks (`mask_once`) and the MLM collator.
+- `outputs`: checkpoint and tokenizer loading, output-folder checks, the finished save (`save_finished`: nothing
+  that loads as a model until every file is written), the final evaluation, the model card.
+- `classification`: `run_classification` and its metrics.
+- `mlm`: `mlm_trainer` (the one MLM training path, also used by the Pre-/Post-LN study) and `run_mlm`.
+
+Everything that can be wrong with the input (a missing or empty data file, a column that does not exist, labels
+that differ between splits, a checkpoint path that does not exist, a bad variant switch) raises before any
+training starts, naming the file or field, the value and what is allowed.
+"""
+
+from .arguments import (
+    FFN_INITS,
+    FFN_WIDTHS,
+    RT_POLARITY_SPLIT,
+    ClassificationDataArguments,
+    MlmDataArguments,
+    ModelArguments,
+)
+from .classification import classification_metrics, run_classification
+from .data import (
+    DATA_FILE_EXTENSIONS,
+    DEFAULT_TEXT_COLUMNS,
+    FixedOrRandomMaskCollator,
+    check_columns_and_labels,
+    check_data_file,
+    decode_text,
+    load_classification_datasets,
+    load_rt_polarity,
+    mask_once,
+    mlm_blocks,
+    read_text_documents,
+    sort_by_length,
+)
+from .mlm import masked_eval_dataset, mlm_trainer, run_mlm
+from .outputs import (
+    STAGING_FOLDER,
+    check_checkpoint,
+    check_output_dir,
+    final_evaluation,
+    load_model,
+    load_tokenizer,
+    model_card,
+    save_finished,
+    save_outputs,
+    training_seconds,
+)
+
+__all__ = [
+    "ClassificationDataArguments",
+    "DATA_FILE_EXTENSIONS",
+    "DEFAULT_TEXT_COLUMNS",
+    "FFN_INITS",
+    "FFN_WIDTHS",
+    "FixedOrRandomMaskCollator",
+    "MlmDataArguments",
+    "ModelArguments",
+    "RT_POLARITY_SPLIT",
+    "STAGING_FOLDER",
+    "check_checkpoint",
+    "check_columns_and_labels",
+    "check_data_file",
+    "check_output_dir",
+    "classification_metrics",
+    "decode_text",
+    "final_evaluation",
+    "load_classification_datasets",
+    "load_model",
+    "load_rt_polarity",
+    "load_tokenizer",
+    "mask_once",
+    "masked_eval_dataset",
+    "mlm_blocks",
+    "mlm_trainer",
+    "model_card",
+    "read_text_documents",
+    "run_classification",
+    "run_mlm",
+    "save_finished",
+    "save_outputs",
+    "sort_by_length",
+    "training_seconds",
+]

@@ -1,0 +1,136 @@
+"""The command-line arguments of the fine-tuning scripts, as dataclasses for `HfArgumentParser` (parsed together
+with transformers' `TrainingArguments`, the pattern of `run_glue.py` / `run_mlm.py`).
+
+Each dataclass checks its values in `__post_init__`: a bad value raises `ValueError` naming the flag, the value and
+what is allowed, before anything is loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..configuration_ffn_bert import FFN_TYPES, LAYER_NORM_POSITIONS
+
+FFN_INITS = ("preserving", "fresh")
+FFN_WIDTHS = ("keep", "matched")
+RT_POLARITY_SPLIT = (8000, 1000, 1662)  # train / validation / test of the 10,662 snippets
+
+
+@dataclass
+class ModelArguments:
+    """Which checkpoint to start from and which FFN variant / LayerNorm placement to turn it into."""
+
+    model_name_or_path: str = field(metadata={"help": "BERT or FfnBert checkpoint: a local folder or a hub name"})
+    ffn_type: str | None = field(
+        default=None, metadata={"help": "FFN variant, e.g. gelu (BERT), geglu, swiglu; default: the checkpoint's"}
+    )
+    layer_norm_position: str | None = field(
+        default=None, metadata={"help": "post (BERT) or pre (Pre-LN); default: the checkpoint's"}
+    )
+    ffn_init: str = field(
+        default="preserving",
+        metadata={"help": "how a BERT FFN becomes a gated one: 'preserving' (copy BERT's weights so the FFN "
+                          "computes the same or nearly the same function) or 'fresh' (new random FFN weights)"},
+    )
+    ffn_width: str = field(
+        default="keep",
+        metadata={"help": "gated FFN width: 'keep' (the checkpoint's intermediate_size), 'matched' (2/3 of it, "
+                          "rounded up to 256: the same FFN weight count) or an integer"},
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "tokenizer folder or name, default: the one saved with the checkpoint"}
+    )
+
+    def __post_init__(self) -> None:
+        checks = (
+            ("ffn_type", self.ffn_type, FFN_TYPES),
+            ("layer_norm_position", self.layer_norm_position, LAYER_NORM_POSITIONS),
+            ("ffn_init", self.ffn_init, FFN_INITS),
+        )
+        for name, value, allowed in checks:
+            if value is not None and value not in allowed:
+                raise ValueError(f"--{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
+        if self.ffn_width not in FFN_WIDTHS and not (self.ffn_width.isdigit() and int(self.ffn_width) > 0):
+            raise ValueError(f"--ffn_width has bad value {self.ffn_width!r}; allowed: keep, matched, a positive integer")
+
+    @property
+    def width(self) -> str | int:
+        """`ffn_width` as `load_converted` takes it: "keep", "matched" or an int."""
+        return int(self.ffn_width) if self.ffn_width.isdigit() else self.ffn_width
+
+    @property
+    def is_variant(self) -> bool:
+        """Whether the checkpoint is to be changed at all (else it loads as saved)."""
+        return (
+            self.ffn_type is not None
+            or self.layer_norm_position is not None
+            or self.width != "keep"
+            or self.ffn_init != "preserving"
+        )
+
+
+@dataclass
+class ClassificationDataArguments:
+    """Where the labelled text comes from: local csv/json/jsonl files, an rt_polarity-style folder, or the hub."""
+
+    train_file: str | None = field(default=None, metadata={"help": "csv / json / jsonl file with the training data"})
+    validation_file: str | None = field(default=None, metadata={"help": "csv / json / jsonl validation file"})
+    test_file: str | None = field(default=None, metadata={"help": "csv / json / jsonl test file (labels optional)"})
+    dataset_name: str | None = field(default=None, metadata={"help": "a dataset on the hub (needs hub access)"})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "the hub dataset's configuration"})
+    rt_polarity_dir: str | None = field(
+        default=None,
+        metadata={"help": "folder in the rt_polarity layout: files rt-polarity.<label>, one snippet per line"},
+    )
+    rt_polarity_split: str = field(
+        default=",".join(map(str, RT_POLARITY_SPLIT)), metadata={"help": "train,validation,test sizes"}
+    )
+    split_seed: int = field(default=42, metadata={"help": "seed of the rt_polarity split (fixed: same for all runs)"})
+    text_column: str | None = field(default=None, metadata={"help": "text column; default: 'text' or 'sentence'"})
+    label_column: str = field(default="label", metadata={"help": "label column"})
+    max_seq_length: int = field(default=128, metadata={"help": "truncate to this many tokens ([CLS]/[SEP] included)"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training rows"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N validation rows"})
+    max_test_samples: int | None = field(default=None, metadata={"help": "use only the first N test rows"})
+
+    def __post_init__(self) -> None:
+        sources = [
+            name for name in ("train_file", "dataset_name", "rt_polarity_dir") if getattr(self, name) is not None
+        ]
+        if len(sources) != 1:
+            raise ValueError(
+                f"give exactly one data source: --train_file (with --validation_file), --rt_polarity_dir or "
+                f"--dataset_name; got {sources or 'none'}"
+            )
+        if self.train_file is not None and self.validation_file is None:
+            raise ValueError("--validation_file is required with --train_file (the label set is checked against it)")
+        if self.max_seq_length <= 2:
+            raise ValueError(f"--max_seq_length must be > 2 ([CLS] and [SEP] take two), got {self.max_seq_length}")
+
+
+@dataclass
+class MlmDataArguments:
+    """Plain-text files (or folders of `*.txt`) for masked-language-model training."""
+
+    train_files: list[str] = field(metadata={"help": "text files or folders of *.txt files"})
+    validation_split_percentage: int = field(
+        default=10, metadata={"help": "percentage of the documents held out (whole documents, seeded)"}
+    )
+    split_seed: int = field(default=42, metadata={"help": "seed of the document split and of the fixed eval masks"})
+    max_seq_length: int = field(default=128, metadata={"help": "tokens per training block"})
+    mlm_probability: float = field(default=0.15, metadata={"help": "fraction of tokens masked (BERT: 0.15)"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training blocks"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N validation blocks"})
+
+    def __post_init__(self) -> None:
+        if not 0 < self.validation_split_percentage < 100:
+            raise ValueError(
+                f"--validation_split_percentage must be in 1..99, got {self.validation_split_percentage}"
+            )
+        if not 0 < self.mlm_probability < 1:
+            raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}")
+        if self.max_seq_length <= 2:
+            raise ValueError(f"--max_seq_length must be > 2, got {self.max_seq_length}")
+
+
+__all__ = ["ClassificationDataArguments", "FFN_INITS", "FFN_WIDTHS", "MlmDataArguments", "ModelArguments", "RT_POLARITY_SPLIT"]

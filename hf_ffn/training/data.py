@@ -1,0 +1,284 @@
+"""Data for fine-tuning: checked local files, the rt_polarity split, column and label checks, plain-text documents,
+MLM blocks and the MLM collators.
+
+Everything that can be wrong with the input (a missing or empty file, a column that does not exist, labels that
+differ between splits) raises before any training starts, naming the file or field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase, default_data_collator
+
+from .arguments import RT_POLARITY_SPLIT, ClassificationDataArguments
+
+DATA_FILE_EXTENSIONS = {".csv": "csv", ".json": "json", ".jsonl": "json"}
+DEFAULT_TEXT_COLUMNS = ("text", "sentence")
+
+
+def check_data_file(path: str, argument: str) -> Path:
+    """`path` as a `Path` after checking it exists, is a csv/json/jsonl file and is not empty.
+
+    Raises:
+        FileNotFoundError: if `path` does not exist or is not a file.
+        ValueError: on an unsupported extension or an empty (or whitespace-only) file.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"{argument}: data file {str(file)!r} does not exist (or is not a file)")
+    if file.suffix not in DATA_FILE_EXTENSIONS:
+        raise ValueError(
+            f"{argument}: {str(file)!r} has extension {file.suffix!r}; allowed: {', '.join(DATA_FILE_EXTENSIONS)}"
+        )
+    with file.open("rb") as handle:
+        if not handle.read(65536).strip():
+            raise ValueError(f"{argument}: data file {str(file)!r} is empty")
+    return file
+
+
+def load_rt_polarity(directory: str, split_sizes: Sequence[int] = RT_POLARITY_SPLIT, seed: int = 42):
+    """The rt_polarity layout as a `DatasetDict` with splits train / validation / test and columns text, label.
+
+    The folder holds one file per class named `rt-polarity.<label>` (`rt-polarity.pos`, `rt-polarity.neg`), one
+    snippet per line (Pang & Lee 2005, sentence polarity v1.0). Blank lines are skipped. The snippets are
+    shuffled with `Dataset.shuffle(seed=seed)` and cut into `split_sizes` (train, validation, test): the same
+    seed always gives the same split. Files are decoded by `decode_text` (UTF-8, else Latin-1).
+
+    Raises:
+        FileNotFoundError: if `directory` does not exist or holds no `rt-polarity.*` files.
+        ValueError: if a label file is empty, fewer than two labels are found, or the split sizes are not three
+            positive integers adding up to at most the number of snippets.
+    """
+    from datasets import Dataset, DatasetDict
+
+    folder = Path(directory)
+    files = sorted(folder.glob("rt-polarity.*")) if folder.is_dir() else []
+    if not files:
+        raise FileNotFoundError(
+            f"--rt_polarity_dir: {str(folder)!r} holds no rt-polarity.<label> files (expected e.g. rt-polarity.pos, "
+            f"rt-polarity.neg)"
+        )
+    texts: list[str] = []
+    labels: list[str] = []
+    for file in files:
+        lines = [line.strip() for line in decode_text(file.read_bytes()).splitlines()]
+        lines = [line for line in lines if line]
+        if not lines:
+            raise ValueError(f"--rt_polarity_dir: label file {str(file)!r} is empty")
+        texts += lines
+        labels += [file.suffix[1:]] * len(lines)
+    if len(files) < 2:
+        raise ValueError(f"--rt_polarity_dir: {str(folder)!r} has one label file ({files[0].name}); need two or more")
+    sizes = list(split_sizes)
+    if len(sizes) != 3 or any(size <= 0 for size in sizes) or sum(sizes) > len(texts):
+        raise ValueError(
+            f"--rt_polarity_split must be three positive sizes (train,validation,test) adding up to at most "
+            f"{len(texts)} (the snippets in {str(folder)!r}), got {sizes}"
+        )
+    shuffled = Dataset.from_dict({"text": texts, "label": labels}).shuffle(seed=seed).flatten_indices()
+    bounds = np.cumsum([0] + sizes)
+    return DatasetDict(
+        {
+            name: shuffled.select(range(bounds[i], bounds[i + 1]))
+            for i, name in enumerate(("train", "validation", "test"))
+        }
+    )
+
+
+def load_classification_datasets(args: ClassificationDataArguments):
+    """The raw splits (`DatasetDict` with train, validation and, if given, test) from the source `args` names.
+
+    Local files are checked with `check_data_file` and read with `datasets.load_dataset("csv" | "json", ...)`.
+
+    Raises:
+        FileNotFoundError, ValueError: as `check_data_file` and `load_rt_polarity`; ValueError if the local files
+            mix csv and json.
+    """
+    from datasets import load_dataset
+
+    if args.rt_polarity_dir is not None:
+        sizes = [int(part) for part in args.rt_polarity_split.split(",") if part.strip()]
+        return load_rt_polarity(args.rt_polarity_dir, sizes, args.split_seed)
+    if args.dataset_name is not None:
+        return load_dataset(args.dataset_name, args.dataset_config_name)
+    files = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}
+    checked = {split: check_data_file(path, f"--{split}_file") for split, path in files.items() if path is not None}
+    builders = {DATA_FILE_EXTENSIONS[path.suffix] for path in checked.values()}
+    if len(builders) != 1:
+        raise ValueError(f"data files mix formats ({', '.join(map(str, checked.values()))}); use one of csv or json")
+    raw = load_dataset(builders.pop(), data_files={split: str(path) for split, path in checked.items()})
+    test = raw.get("test")
+    if test is not None and args.label_column in test.column_names and set(test[args.label_column]) == {None}:
+        # a test file without labels: `datasets` gives it the other files' columns, filled with None
+        raw["test"] = test.remove_columns(args.label_column)
+    return raw
+
+
+def check_columns_and_labels(raw, args: ClassificationDataArguments) -> tuple[str, list]:
+    """`(text_column, labels)`: the text column and the sorted label set, after checking every split.
+
+    Each split must have the text and label columns and at least one row; the label set of validation (and of a
+    labelled test split) must equal the training set's. Unlabelled test splits are allowed (predictions only).
+
+    Raises:
+        ValueError: naming the split (and its file) on a missing column, an empty split or a differing label set.
+    """
+    sources = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}
+
+    def where(split: str) -> str:
+        return f"{split} split ({sources[split]})" if sources.get(split) else f"{split} split"
+
+    for split in ("train", "validation"):
+        if split not in raw:
+            raise ValueError(f"the data has no {split} split; splits found: {', '.join(raw)}")
+    text_column = args.text_column
+    if text_column is None:
+        found = [name for name in DEFAULT_TEXT_COLUMNS if name in raw["train"].column_names]
+        if not found:
+            raise ValueError(
+                f"--text_column not given and the {where('train')} has none of {DEFAULT_TEXT_COLUMNS}; columns: "
+                f"{', '.join(raw['train'].column_names)}"
+            )
+        text_column = found[0]
+    for split, dataset in raw.items():
+        if len(dataset) == 0:
+            raise ValueError(f"the {where(split)} has no rows")
+        columns = dataset.column_names
+        needed = [text_column] + ([args.label_column] if split != "test" else [])
+        for column in needed:
+            if column not in columns:
+                option = "--text_column" if column == text_column else "--label_column"
+                raise ValueError(
+                    f"{option}: column {column!r} does not exist in the {where(split)}; columns: {', '.join(columns)}"
+                )
+    train_labels = set(raw["train"][args.label_column])
+    for split in ("validation", "test"):
+        if split not in raw or args.label_column not in raw[split].column_names:
+            continue
+        labels = set(raw[split][args.label_column])
+        if labels != train_labels:
+            raise ValueError(
+                f"--label_column {args.label_column!r}: the label set of the {where(split)} differs from the training "
+                f"split's: only in {split}: {sorted(labels - train_labels, key=str)}, only in train: "
+                f"{sorted(train_labels - labels, key=str)}"
+            )
+    if len(train_labels) < 2:
+        raise ValueError(f"--label_column {args.label_column!r} has one label in the {where('train')}: {train_labels}")
+    return text_column, sorted(train_labels, key=str)
+
+
+def sort_by_length(dataset):
+    """`dataset` sorted by the length of `input_ids` (stable, so ties keep their order)."""
+    lengths = [len(ids) for ids in dataset["input_ids"]]
+    return dataset.select(np.argsort(lengths, kind="stable"))
+
+
+def decode_text(data: bytes) -> str:
+    """`data` decoded as UTF-8, or as Latin-1 when that fails.
+
+    Latin-1 maps every byte to a character, so nothing is replaced or dropped (a few State of the Union files are
+    Latin-1). The one decoding rule of the package's text readers (`read_text_documents`, `load_rt_polarity`).
+    """
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def read_text_documents(
+    paths: Sequence[str | Path], pattern: str = "*.txt", argument: str = "--train_files"
+) -> list[tuple[str, str]]:
+    """`(file name, text)` for each file in `paths`, each folder expanded to its files matching `pattern`, sorted by
+    name; decoded by `decode_text` (UTF-8, else Latin-1).
+
+    For `../shared/data/state_union` use `pattern="[0-9]*.txt"`: the speeches (`1945-Truman.txt`, ...) without
+    `SOURCE.txt`. `argument` names the option the paths came from in error messages.
+
+    Raises:
+        FileNotFoundError: if a path does not exist or a folder holds no file matching `pattern`.
+        ValueError: if a file is empty (or whitespace only).
+    """
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = sorted(file for file in path.glob(pattern) if file.is_file())
+            if not found:
+                raise FileNotFoundError(f"{argument}: folder {str(path)!r} holds no file matching {pattern!r}")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise FileNotFoundError(f"{argument}: {str(path)!r} does not exist")
+    documents = []
+    for file in files:
+        text = decode_text(file.read_bytes())
+        if not text.strip():
+            raise ValueError(f"{argument}: text file {str(file)!r} is empty")
+        documents.append((file.name, text))
+    return documents
+
+
+class FixedOrRandomMaskCollator:
+    """Masks training batches afresh each time (BERT's dynamic masking, `DataCollatorForLanguageModeling`) but
+    passes batches that already carry `labels` through unchanged: the evaluation set is masked once, with a seed,
+    so perplexity before and after training is measured on the same masked tokens."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, mlm_probability: float):
+        self.mlm = DataCollatorForLanguageModeling(tokenizer, mlm_probability=mlm_probability)
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        if "labels" in features[0]:
+            return default_data_collator(features)
+        return self.mlm(features)
+
+
+def mlm_blocks(documents: Sequence[str], tokenizer: PreTrainedTokenizerBase, block_size: int):
+    """A `Dataset` of `block_size`-token blocks with columns `input_ids` and `special_tokens_mask` (each a list of
+    `block_size` ints per row): the documents tokenized ([CLS] text [SEP] each), concatenated and cut
+    (`run_mlm.py`'s `group_texts`; the remainder shorter than a block is dropped, so a block starts with [CLS]
+    only where a document starts)."""
+    from datasets import Dataset
+
+    ids: list[int] = []
+    special: list[int] = []
+    for text in documents:
+        encoded = tokenizer(text, return_special_tokens_mask=True, verbose=False)
+        ids += encoded["input_ids"]
+        special += encoded["special_tokens_mask"]
+    count = len(ids) // block_size
+    cut = lambda values: [values[i * block_size:(i + 1) * block_size] for i in range(count)]  # noqa: E731
+    return Dataset.from_dict({"input_ids": cut(ids), "special_tokens_mask": cut(special)})
+
+
+def mask_once(blocks, tokenizer: PreTrainedTokenizerBase, mlm_probability: float, seed: int) -> dict[str, torch.Tensor]:
+    """`blocks` (rows of `mlm_blocks`) masked once by `DataCollatorForLanguageModeling` with its own generator seeded
+    by `seed` (BERT's rule: `mlm_probability` of the non-special tokens chosen, 80% → [MASK], 10% → a random token,
+    10% kept): the same seed gives the same masks, whatever else used the global RNG.
+
+    Returns `input_ids`, `attention_mask` and `labels` (-100 where not masked), each (rows, block_size).
+    """
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=mlm_probability, seed=seed)
+    return collator(
+        [{"input_ids": ids, "special_tokens_mask": special}
+         for ids, special in zip(blocks["input_ids"], blocks["special_tokens_mask"], strict=True)]
+    )
+
+
+__all__ = [
+    "DATA_FILE_EXTENSIONS",
+    "DEFAULT_TEXT_COLUMNS",
+    "FixedOrRandomMaskCollator",
+    "check_columns_and_labels",
+    "check_data_file",
+    "decode_text",
+    "load_classification_datasets",
+    "load_rt_polarity",
+    "mask_once",
+    "mlm_blocks",
+    "read_text_documents",
+    "sort_by_length",
+]

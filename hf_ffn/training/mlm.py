@@ -1,0 +1,119 @@
+"""Masked language modelling: `mlm_trainer` (a `Trainer` over MLM blocks, the one MLM training path of the
+package) and `run_mlm` (the job of transformers' `run_mlm.py`: plain text in, perplexity before and after out)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainingArguments
+
+from ..modeling_ffn_bert import FfnBertForMaskedLM
+from .arguments import MlmDataArguments, ModelArguments
+from .data import FixedOrRandomMaskCollator, mask_once, mlm_blocks, read_text_documents
+from .outputs import (
+    check_checkpoint,
+    check_output_dir,
+    load_model,
+    load_tokenizer,
+    model_card,
+    save_outputs,
+    training_seconds,
+)
+
+
+def masked_eval_dataset(blocks, tokenizer: PreTrainedTokenizerBase, mlm_probability: float, seed: int):
+    """`blocks` (rows of `mlm_blocks`) masked once with `seed` (`mask_once`), as a `Dataset` with columns
+    `input_ids` and `labels`: every evaluation of a run scores the same masked tokens."""
+    from datasets import Dataset
+
+    masked = mask_once(blocks, tokenizer, mlm_probability, seed)
+    return Dataset.from_dict({key: masked[key].tolist() for key in ("input_ids", "labels")})
+
+
+def mlm_trainer(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    train_blocks,
+    eval_blocks,
+    training_args: TrainingArguments,
+    mlm_probability: float = 0.15,
+    seed: int = 42,
+) -> Trainer:
+    """A `Trainer` for masked-language-model training of `model` on `train_blocks` (rows of `mlm_blocks`).
+
+    Training batches are masked afresh each time (BERT's dynamic masking); `eval_blocks` are masked once with
+    `seed` (`masked_eval_dataset`), so losses before, during and after training are measured on the same masked
+    tokens. `mlm_probability`: BERT's 0.15 (80% [MASK], 10% random token, 10% kept).
+    """
+    return Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_blocks,
+        eval_dataset=masked_eval_dataset(eval_blocks, tokenizer, mlm_probability, seed),
+        processing_class=tokenizer,
+        data_collator=FixedOrRandomMaskCollator(tokenizer, mlm_probability),
+    )
+
+
+def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_args: TrainingArguments) -> dict:
+    """Masked-language-model training of `FfnBertForMaskedLM` on plain text; perplexity before and after.
+
+    Whole documents are held out for validation (seeded). Perplexity = exp(mean masked-token cross-entropy) on
+    the validation blocks masked once with `split_seed` (15% of tokens, BERT's 80/10/10 rule), so the two
+    numbers are comparable. A checkpoint without an MLM head (e.g. a sentence-embedding BERT) gets a newly
+    initialised head, listed in the returned `conversion["new_weights"]`, and a very high perplexity before.
+
+    Raises:
+        FileNotFoundError, FileExistsError, ValueError: on bad input, before training starts.
+    """
+    start = time.perf_counter()
+    check_output_dir(training_args.output_dir)
+    documents = read_text_documents(data_args.train_files)
+    if len(documents) < 2:
+        raise ValueError("--train_files: need at least two documents (whole documents are held out for validation)")
+    check_checkpoint(model_args.model_name_or_path)
+    tokenizer = load_tokenizer(model_args)
+
+    order = np.random.default_rng(data_args.split_seed).permutation(len(documents))
+    held_out = max(1, round(len(documents) * data_args.validation_split_percentage / 100))
+    eval_docs = [documents[i][1] for i in order[:held_out]]
+    train_docs = [documents[i][1] for i in order[held_out:]]
+    train = mlm_blocks(train_docs, tokenizer, data_args.max_seq_length)
+    evaluation = mlm_blocks(eval_docs, tokenizer, data_args.max_seq_length)
+    if len(train) == 0 or len(evaluation) == 0:
+        raise ValueError(f"--max_seq_length {data_args.max_seq_length}: the text is shorter than one block")
+    if data_args.max_train_samples:
+        train = train.select(range(min(data_args.max_train_samples, len(train))))
+    if data_args.max_eval_samples:
+        evaluation = evaluation.select(range(min(data_args.max_eval_samples, len(evaluation))))
+
+    torch.manual_seed(training_args.seed)
+    model, conversion = load_model(model_args, FfnBertForMaskedLM)
+    trainer = mlm_trainer(model, tokenizer, train, evaluation, training_args, data_args.mlm_probability,
+                          data_args.split_seed)
+    before = trainer.evaluate(metric_key_prefix="before")
+    train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    after = trainer.evaluate()
+    results = dict(train_output.metrics)
+    results.update(before)
+    results.update(after)
+    results["before_perplexity"] = math.exp(before["before_loss"])
+    results["eval_perplexity"] = math.exp(after["eval_loss"])
+    train_seconds = training_seconds(trainer.state.log_history, train_output.metrics["train_runtime"])
+    extra = {
+        "conversion": conversion,
+        "documents": {"train": len(train_docs), "validation": len(eval_docs)},
+        "blocks": {"train": len(train), "validation": len(evaluation)},
+        "train_seconds": train_seconds,
+    }
+    card = model_card(model_args, training_args, "fill-mask", ", ".join(data_args.train_files), results,
+                      conversion, ("perplexity",))
+    save_outputs(trainer, tokenizer, card, results, extra, training_args.output_dir)
+    return {"results": results, "log_history": trainer.state.log_history,
+            "wall_seconds": time.perf_counter() - start, **extra}
+
+
+__all__ = ["masked_eval_dataset", "mlm_trainer", "run_mlm"]

@@ -1,0 +1,208 @@
+"""Models in and out of a fine-tuning run: checkpoint and tokenizer loading (a variant through
+`hf_ffn.conversion.load_converted`), output-folder checks, the finished save, the final evaluation and the model card.
+
+Finished output. Trainer writes its resumable checkpoints to `output_dir/checkpoint-N/` as usual. The final
+model, tokenizer, model card and results are written to a staging folder `output_dir/.staging-final/` and then
+moved into `output_dir` with `os.replace`, `config.json` last. `from_pretrained` and `pipeline` need
+`config.json`, so an `output_dir` whose final save was interrupted never loads as a model; a run that fails
+removes its staging folder. An `output_dir` that already holds a finished model (a `config.json`) is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from huggingface_hub import ModelCard
+from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainingArguments
+
+from ..conversion import load_converted
+from ..model_card import build_training_card
+from .arguments import ModelArguments
+
+STAGING_FOLDER = ".staging-final"
+CARD_HYPERPARAMETERS = (
+    "learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size", "seed", "weight_decay",
+    "warmup_steps", "lr_scheduler_type",
+)
+
+
+def check_checkpoint(name_or_path: str) -> None:
+    """Raise `FileNotFoundError` if `name_or_path` looks like a local path but is not a checkpoint folder.
+
+    Anything that is a folder must hold `config.json`; anything that is not a folder and is not a hub name
+    (`name` or `org/name`) is a path that does not exist.
+    """
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"--model_name_or_path: {name_or_path!r} is a folder without config.json")
+        return
+    looks_like_hub_name = name_or_path.count("/") <= 1 and not name_or_path.startswith((".", "/", "~"))
+    if not looks_like_hub_name or path.exists():
+        raise FileNotFoundError(f"--model_name_or_path: checkpoint folder {name_or_path!r} does not exist")
+
+
+def load_model(model_args: ModelArguments, model_class: type[PreTrainedModel], **kwargs) -> tuple[PreTrainedModel, dict]:
+    """`(model, report)`: the checkpoint as `model_class`, turned into the variant `model_args` asks for.
+
+    A variant is built by `hf_ffn.conversion.load_converted` (function-preserving GELU→GeGLU, approximate
+    GELU→SwiGLU, or fresh weights at a kept / parameter-matched / given width); otherwise the checkpoint loads as
+    saved. `kwargs` (e.g. `num_labels`, `id2label`) go to `from_pretrained`. `report` is a JSON-able dict.
+
+    Raises:
+        FileNotFoundError: if the checkpoint path does not exist (see `check_checkpoint`).
+    """
+    check_checkpoint(model_args.model_name_or_path)
+    if not model_args.is_variant:
+        model, info = model_class.from_pretrained(model_args.model_name_or_path, output_loading_info=True, **kwargs)
+        return model, {"conversion": "none", "new_weights": sorted(info["missing_keys"])}
+    model, report = load_converted(
+        model_args.model_name_or_path,
+        model_class,
+        ffn_type=model_args.ffn_type,
+        layer_norm_position=model_args.layer_norm_position,
+        init=model_args.ffn_init,
+        width=model_args.width,
+        **kwargs,
+    )
+    return model, json.loads(report.to_json())
+
+
+def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
+    """The tokenizer named by `--tokenizer_name`, else the one saved with the checkpoint.
+
+    Raises:
+        FileNotFoundError: if the checkpoint folder holds no tokenizer and `--tokenizer_name` is not given.
+    """
+    name = model_args.tokenizer_name or model_args.model_name_or_path
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as error:
+        raise FileNotFoundError(
+            f"no tokenizer found in {name!r} ({error}); pass --tokenizer_name with a BERT tokenizer folder"
+        ) from error
+
+
+def check_output_dir(output_dir: str) -> None:
+    """Refuse an `output_dir` that already holds a finished model (a `config.json`).
+
+    Raises:
+        FileExistsError: naming the folder.
+    """
+    if (Path(output_dir) / "config.json").exists():
+        raise FileExistsError(
+            f"--output_dir {output_dir!r} already holds a finished model (config.json); choose another folder or "
+            f"delete it"
+        )
+
+
+def save_finished(
+    output_dir: str, save: Callable[[Path], None], main: bool = True, barrier: Callable[[], None] = lambda: None
+) -> None:
+    """Write the final output with `save(staging_folder)`, then move it into `output_dir`, `config.json` last.
+
+    Each `os.replace` is atomic on one filesystem; `config.json` (which `from_pretrained` needs) arrives only after
+    every other file, so an interrupted save never leaves a folder that loads as a model. The staging folder is
+    removed if `save` fails. Multi-process: every process calls this (`save` may be collective, e.g. FSDP's state
+    dict gather); only `main` prepares, moves and removes the staging folder, `barrier` orders the steps.
+    """
+    output = Path(output_dir)
+    staging = output / STAGING_FOLDER
+    if main:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+    barrier()
+    try:
+        save(staging)
+        barrier()
+        if main:
+            names = sorted(os.listdir(staging), key=lambda name: name == "config.json")  # config.json last
+            for name in names:
+                target = output / name
+                if target.is_dir():
+                    shutil.rmtree(target)
+                os.replace(staging / name, target)
+    finally:
+        if main:
+            shutil.rmtree(staging, ignore_errors=True)
+    barrier()
+
+
+def final_evaluation(trainer: Trainer) -> dict[str, float]:
+    """The validation metrics of the trained model: those logged at the last step if `eval_strategy` already
+    evaluated there (no second pass over the same data), else a new `trainer.evaluate()`."""
+    evaluations = [entry for entry in trainer.state.log_history if "eval_loss" in entry]
+    if evaluations and evaluations[-1]["step"] == trainer.state.global_step:
+        return {key: value for key, value in evaluations[-1].items() if key.startswith("eval_")}
+    return trainer.evaluate()
+
+
+def training_seconds(log_history: list[dict], train_runtime: float) -> float:
+    """Seconds spent training: `train_runtime` minus the evaluations run inside `Trainer.train`."""
+    return train_runtime - sum(entry.get("eval_runtime", 0.0) for entry in log_history)
+
+
+def model_card(
+    model_args: ModelArguments,
+    training_args: TrainingArguments,
+    task: str,
+    dataset: str,
+    results: dict[str, float],
+    conversion: dict,
+    metric_names: Sequence[str],
+) -> ModelCard:
+    """The fine-tuned folder's `ModelCard` (`hf_ffn.model_card.build_training_card`), from the run's arguments:
+    the variant, the data, the hyperparameters and the measured `results`; named after `output_dir`."""
+    return build_training_card(
+        name=Path(training_args.output_dir).name,
+        task=task,
+        base_model=model_args.model_name_or_path,
+        dataset=dataset,
+        variant={
+            "ffn_type": model_args.ffn_type,
+            "layer_norm_position": model_args.layer_norm_position,
+            "ffn_init": model_args.ffn_init,
+            "ffn_width": model_args.ffn_width,
+        },
+        conversion=conversion,
+        results=results,
+        metric_names=metric_names,
+        hyperparameters={key: getattr(training_args, key) for key in CARD_HYPERPARAMETERS},
+    )
+
+
+def save_outputs(
+    trainer: Trainer, tokenizer: PreTrainedTokenizerBase, card: ModelCard, results: dict, extra: dict, output_dir: str
+) -> None:
+    """The finished save of a run (`save_finished`): model (`trainer.save_model`, every process), tokenizer, model
+    card `README.md`, `all_results.json` (`results`) and `run_info.json` (`extra`), written on process 0."""
+    main = trainer.is_world_process_zero()
+
+    def save(folder: Path) -> None:
+        trainer.save_model(str(folder))  # every process (collective under FSDP / ZeRO-3); writes on process 0
+        if not main:
+            return
+        tokenizer.save_pretrained(folder)
+        card.save(folder / "README.md")
+        (folder / "all_results.json").write_text(json.dumps(results, indent=2) + "\n")
+        (folder / "run_info.json").write_text(json.dumps(extra, indent=2, default=str) + "\n")
+
+    save_finished(output_dir, save, main=main, barrier=trainer.accelerator.wait_for_everyone)
+
+
+__all__ = [
+    "STAGING_FOLDER",
+    "check_checkpoint",
+    "check_output_dir",
+    "final_evaluation",
+    "load_model",
+    "load_tokenizer",
+    "model_card",
+    "save_finished",
+    "save_outputs",
+    "training_seconds",
+]
