@@ -6,6 +6,7 @@ the interleaving order and the memory accounting are asserted instead.
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from hf_ffn.studies.benchmark import (
     UPSTREAM,
     FusedGatedMLP,
     bench_compile,
+    cpu_profiler,
     matmul_flops,
     paired_ratio,
     peak_memory_bytes,
@@ -187,3 +189,21 @@ def test_bad_repeats_is_rejected(capsys):
     with pytest.raises(SystemExit):
         cli_main(["bench", "--quick", "--repeats", "0"])
     assert "--repeats must be a positive integer, got 0" in capsys.readouterr().err
+
+
+def test_quick_mode_does_not_judge_targets(quick_results):
+    # Tiny sizes measure overheads: the quick document lists each target's number but no MET/MISS verdict.
+    results, markdown = quick_results
+    assert markdown.count("| not judged (--quick) |") == len(results["targets"]) == 10
+    assert "**no**" not in markdown
+
+
+def test_profiler_banner_lines_are_dropped_and_real_stderr_kept(capfd):
+    # Kineto writes "USDT: ... profiler_start/stop" to fd 2 on every profile; anything else written there stays.
+    with cpu_profiler() as prof:
+        torch.ones(4).add_(1)
+        os.write(2, b"a real warning\n")
+    err = capfd.readouterr().err
+    assert "a real warning" in err
+    assert not [line for line in err.splitlines() if line.startswith(("USDT:", "STAGE:"))], err
+    assert any(a.key.startswith("aten::add") for a in prof.key_averages())

@@ -72,6 +72,7 @@ from .settings import FULL, QUICK, BenchSettings
 from .timing import (
     CLOCKS,
     aten_op_counts,
+    cpu_profiler,
     log,
     measure,
     median_ms,
@@ -99,6 +100,7 @@ __all__ = [
     "UPSTREAM",
     "add_arguments",
     "aten_op_counts",
+    "cpu_profiler",
     "bare_matmuls",
     "bench_compile",
     "bench_ffn",

@@ -109,7 +109,7 @@ def format_markdown(results: dict) -> str:
         "",
         _table(["target", "measured [min–max over rounds]", "limit", "met"],
                [[t["target"], f"{t['measured']:.3f} [{t['min']:.3f}–{t['max']:.3f}]", f"{t['op']} {t['limit']}",
-                 _verdict(t)] for t in results["targets"]]),
+                 "not judged (--quick)" if meta["settings"]["quick"] else _verdict(t)] for t in results["targets"]]),
         "",
         "## Models: FfnBert variants vs upstream BertModel (same checkpoint)",
         "",

@@ -3,9 +3,13 @@ per-op profiles and aten op counts (the method is described in `hf_ffn.studies.b
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
+import sys
+import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 
@@ -59,6 +63,36 @@ def paired_ratio(numerator: list[float], denominator: list[float]) -> dict[str, 
     return {"ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
 
 
+
+# Lines that torch's profiler back end (kineto) writes straight to file descriptor 2 on every start and stop.
+PROFILER_BANNER_PREFIXES = ("USDT:", "STAGE:")
+
+
+@contextlib.contextmanager
+def cpu_profiler(**kwargs) -> Iterator[torch.profiler.profile]:
+    """`torch.profiler.profile` over CPU activities, without kineto's `USDT: ... profiler_start/stop` lines.
+
+    Kineto prints them from C++ to file descriptor 2 (no log level turns them off), dozens per benchmark run,
+    where they read like failures. Standard error is sent to a temporary file for the profiled block and
+    everything but those lines is written back afterwards, so real warnings and errors still show.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], **kwargs) as prof:
+                yield prof
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            kept = [line for line in captured.read().decode(errors="replace").splitlines(keepends=True)
+                    if not line.startswith(PROFILER_BANNER_PREFIXES)]
+            sys.stderr.write("".join(kept))
+
+
 def peak_memory_bytes(fn: Callable[[], object], setup: Callable[[], object] | None = None) -> int:
     """Peak live CPU tensor bytes during one call of `fn`, above what was live before it (see module docstring).
 
@@ -69,7 +103,7 @@ def peak_memory_bytes(fn: Callable[[], object], setup: Callable[[], object] | No
     """
     if setup is not None:
         setup()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+    with cpu_profiler(profile_memory=True) as prof:
         fn()
     events = sorted(
         (e.start_ns(), e.nbytes())
@@ -90,7 +124,7 @@ def op_profile(fn: Callable[[], object], calls: int = 3, top: int = 6) -> list[d
     self time of all ops.
     """
     fn()  # warm
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    with cpu_profiler() as prof:
         for _ in range(calls):
             fn()
     averages = [a for a in prof.key_averages() if a.key.startswith("aten::")]
@@ -128,7 +162,7 @@ def measure(
 def aten_op_counts(fn: Callable[[], object]) -> dict[str, int]:
     """How many times each aten op runs in one call of `fn` (torch.profiler): two callables with equal counts
     launch the same kernels, so any time difference between them is Python overhead or noise."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    with cpu_profiler() as prof:
         fn()
     return {a.key: a.count for a in prof.key_averages() if a.key.startswith("aten::")}
 
@@ -139,6 +173,7 @@ def median_ms(seconds: list[float]) -> float:
 
 
 __all__ = [
+    "cpu_profiler",
     "CLOCKS",
     "aten_op_counts",
     "log",
