@@ -15,7 +15,7 @@ from torch import nn
 from transformers import AutoTokenizer, Trainer, TrainingArguments, pipeline
 from transformers.utils import logging as hf_logging
 
-from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification
+from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBertModel
 from hf_ffn.training import (
     STAGING_FOLDER,
     ClassificationDataArguments,
@@ -451,6 +451,35 @@ def test_mlm_script_reports_perplexity_before_and_after(tiny_checkpoint, tmp_pat
     # must bring it well down
     assert results["before_perplexity"] > 10000 and results["eval_perplexity"] < results["before_perplexity"] / 4
     assert (output_dir / "config.json").exists() and "perplexity" in (output_dir / "README.md").read_text()
+
+
+
+def test_mlm_on_a_checkpoint_without_mlm_head_says_the_head_is_new(tokenizer, tmp_path, caplog, capfd):
+    # A sentence-embedding BERT (a bare BertModel, like all-MiniLM-L6-v2) has no cls.predictions.* weights: the run
+    # names the new head and what "before" perplexity then means, instead of transformers' "checkpoint seem
+    # corrupted" warning.
+    checkpoint = tmp_path / "bare"
+    torch.manual_seed(0)
+    FfnBertModel(real_vocab_config(tokenizer)).save_pretrained(checkpoint)
+    tokenizer.save_pretrained(checkpoint)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):
+        (docs / f"speech{i}.txt").write_text("the state of the union is strong . " * 20)
+    with caplog.at_level("WARNING"):
+        outcome = load_script("finetune_mlm").main([
+            "--model_name_or_path", str(checkpoint), "--train_files", str(docs), "--max_seq_length", "32",
+            "--max_steps", "1", "--per_device_train_batch_size", "4", "--output_dir", str(tmp_path / "mlm"),
+            "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true",
+        ])
+    head = ["cls.predictions.bias", "cls.predictions.transform.LayerNorm.bias",
+            "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.dense.bias",
+            "cls.predictions.transform.dense.weight"]
+    assert outcome["mlm_head"] == "newly initialised"
+    assert set(head) <= set(outcome["conversion"]["new_weights"])
+    notes = [r.getMessage() for r in caplog.records if "has no MLM head" in r.getMessage()]
+    assert len(notes) == 1 and all(name in notes[0] for name in head) and "random head" in notes[0]
+    assert "seem corrupted" not in capfd.readouterr().err + caplog.text
 
 
 def test_interrupted_final_save_leaves_no_model(tmp_path):

@@ -3,12 +3,16 @@ package) and `run_mlm` (the job of transformers' `run_mlm.py`: plain text in, pe
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainingArguments
+from transformers.utils import logging as hf_logging
 
 from ..modeling_ffn_bert import FfnBertForMaskedLM
 from .arguments import MlmDataArguments, ModelArguments
@@ -22,6 +26,45 @@ from .outputs import (
     save_outputs,
     training_seconds,
 )
+
+logger = hf_logging.get_logger(__name__)
+
+MLM_HEAD_PREFIX = "cls.predictions."
+# transformers' warning when both ends of the tied MLM decoder bias are absent, i.e. the checkpoint has no MLM head
+# at all (a sentence-embedding BERT): nothing is corrupted, the head is new; `run_mlm` says so in its own words.
+ABSENT_HEAD_WARNING = "This checkpoint seem corrupted"
+
+
+class _DropAbsentHeadWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return ABSENT_HEAD_WARNING not in record.getMessage()
+
+
+@contextlib.contextmanager
+def absent_head_warning_dropped() -> Iterator[None]:
+    """Drop transformers' misleading "checkpoint seem corrupted" warning while an MLM model loads (see above)."""
+    modeling_logger = hf_logging.get_logger("transformers.modeling_utils")
+    log_filter = _DropAbsentHeadWarning()
+    modeling_logger.addFilter(log_filter)
+    try:
+        yield
+    finally:
+        modeling_logger.removeFilter(log_filter)
+
+
+def new_mlm_head_note(new_weights: list[str], checkpoint: str, vocab_size: int) -> str | None:
+    """The message for a checkpoint without an MLM head (its `cls.predictions.*` weights are newly initialised),
+    else None."""
+    head = sorted(k for k in new_weights if MLM_HEAD_PREFIX in k)
+    if not head:
+        return None
+    return (
+        f"{checkpoint} has no MLM head (e.g. a sentence-embedding BERT such as all-MiniLM-L6-v2): the head's "
+        f"{len(head)} weights ({', '.join(head)}) are newly initialised; the decoder weight is tied to the word "
+        f"embeddings. 'before' perplexity therefore measures a random head (a uniform guess over the {vocab_size:,}-"
+        f"token vocabulary scores {vocab_size:,}; a random head scores far worse), not the checkpoint: compare "
+        f"'after' runs, or start from a checkpoint with an MLM head (e.g. bert-base-uncased)."
+    )
 
 
 def masked_eval_dataset(blocks, tokenizer: PreTrainedTokenizerBase, mlm_probability: float, seed: int):
@@ -91,7 +134,12 @@ def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_ar
         evaluation = evaluation.select(range(min(data_args.max_eval_samples, len(evaluation))))
 
     torch.manual_seed(training_args.seed)
-    model, conversion = load_model(model_args, FfnBertForMaskedLM)
+    with absent_head_warning_dropped():
+        model, conversion = load_model(model_args, FfnBertForMaskedLM)
+    head_note = new_mlm_head_note(conversion.get("new_weights", conversion.get("new", [])),
+                                  model_args.model_name_or_path, model.config.vocab_size)
+    if head_note:
+        logger.warning(head_note)
     trainer = mlm_trainer(model, tokenizer, train, evaluation, training_args, data_args.mlm_probability,
                           data_args.split_seed)
     before = trainer.evaluate(metric_key_prefix="before")
@@ -108,6 +156,7 @@ def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_ar
         "documents": {"train": len(train_docs), "validation": len(eval_docs)},
         "blocks": {"train": len(train), "validation": len(evaluation)},
         "train_seconds": train_seconds,
+        "mlm_head": "newly initialised" if head_note else "from the checkpoint",
     }
     card = model_card(model_args, training_args, "fill-mask", ", ".join(data_args.train_files), results,
                       conversion, ("perplexity",))
@@ -116,4 +165,4 @@ def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_ar
             "wall_seconds": time.perf_counter() - start, **extra}
 
 
-__all__ = ["masked_eval_dataset", "mlm_trainer", "run_mlm"]
+__all__ = ["absent_head_warning_dropped", "masked_eval_dataset", "mlm_trainer", "new_mlm_head_note", "run_mlm"]
