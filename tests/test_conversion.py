@@ -8,7 +8,7 @@ from transformers import BertConfig, BertForPreTraining, BertModel, RobertaConfi
 
 from hf_ffn import FfnBertForPreTraining
 from hf_ffn.conversion import bert_key, ffn_recipe, load_converted, measure_difference
-from hf_ffn.parity import HEAD_PAIRS, _head_inputs, compare_outputs, example_batch
+from hf_ffn.parity import HEAD_PAIRS, compare_outputs, example_batch, head_inputs
 
 from .conftest import TINY, tiny_batch
 
@@ -41,7 +41,7 @@ def test_gelu_to_geglu_is_exact_on_real_checkpoint_every_head(bundled_checkpoint
         model, report = load_converted(str(folder), ffn_class, ffn_type="geglu", attn_implementation="eager")
         assert report.exact and report.new == [] and report.dropped == []
         assert model.config.ffn_type == "geglu" and model.config.intermediate_size == 1536
-        inputs = _head_inputs(upstream_class, batch)
+        inputs = head_inputs(upstream_class, batch)
         with torch.no_grad():
             ref_out = reference(**inputs, output_hidden_states=True, output_attentions=True)
             out = model(**inputs, output_hidden_states=True, output_attentions=True)

