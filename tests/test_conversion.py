@@ -175,6 +175,19 @@ def test_post_to_pre_keeps_weights_and_reports_drift(tiny_bert_checkpoint):
     assert diff["last_hidden_state"]["max_abs_diff"] > 1e-6 and not diff["last_hidden_state"]["equal"]
 
 
+def test_standard_ffn_type_sets_the_ffn_alone(tiny_bert_checkpoint):
+    """An explicit standard ffn_type changes the FFN only: hidden_act (the MLM head transform's) stays GELU."""
+    model, report = load_converted(tiny_bert_checkpoint, FfnBertForPreTraining, ffn_type="relu")
+    assert model.config.hidden_act == "gelu" and model.config.ffn_types == ["relu", "relu"]
+    assert [l["recipe"] for l in report.layers] == ["kept", "kept"] and not report.exact
+    assert report.config_changes == {"ffn_type": ["gelu", "relu"]}
+    assert report.new == [] and report.dropped == [] and report.mapped == []
+    assert isinstance(model.bert.encoder.layer[0].mlp.act_fn, torch.nn.ReLU)
+    assert not isinstance(model.cls.predictions.transform.transform_act_fn, torch.nn.ReLU)
+    diff = measure_difference(tiny_bert_checkpoint, model, report)
+    assert diff["reference"] == "transformers.BertForPreTraining" and not diff["prediction_logits"]["equal"]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Bad input
 # ---------------------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import os
 from collections.abc import Sequence
 
 import torch
-from transformers import AutoTokenizer, BertForMultipleChoice
+from transformers import AutoTokenizer, BertForMultipleChoice, PretrainedConfig
 
 # "time flies like an arrow" in the bert-base-uncased vocabulary, without [CLS]/[SEP].
 TIME_FLIES_IDS = [2051, 10029, 2066, 2019, 8612]
@@ -58,7 +58,7 @@ def padded_batch(
     return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
 
 
-def example_batch(checkpoint: str, config) -> dict[str, torch.Tensor]:
+def example_batch(checkpoint: str, config: PretrainedConfig) -> dict[str, torch.Tensor]:
     """A padded batch of sentence pairs of unequal lengths with `token_type_ids` and `attention_mask`.
 
     Uses the checkpoint's tokenizer on `SENTENCE_PAIRS` when it has one; otherwise `padded_batch` over the whole
