@@ -1,23 +1,12 @@
 """hf_ffn: BERT with switchable feed-forward networks (standard, GLU family) and LayerNorm placement.
 
 Importing the package registers `FfnBertConfig` (`model_type="ffn_bert"`) and the FfnBert models with the Auto
-classes (`AutoConfig`, `AutoModel`, `AutoModelForMaskedLM`, ...) and BERT's tokenizer with `AutoTokenizer`.
-transformers' own `bert` registration is left untouched.
+classes (`AutoConfig`, `AutoModel`, `AutoModelForMaskedLM`, ...; the table is `modeling_ffn_bert.HEAD_CLASSES`)
+and BERT's tokenizer with `AutoTokenizer`. transformers' own `bert` registration is left untouched.
 """
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForMultipleChoice,
-    AutoModelForNextSentencePrediction,
-    AutoModelForPreTraining,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-    AutoTokenizer,
-    BertTokenizer,
-)
+import transformers
+from transformers import AutoConfig, AutoTokenizer, BertTokenizer
 
 from .configuration_ffn_bert import (
     FFN_TYPES,
@@ -27,6 +16,8 @@ from .configuration_ffn_bert import (
     parameter_matched_glu_width,
 )
 from .modeling_ffn_bert import (
+    AUTO_MAP,
+    HEAD_CLASSES,
     FfnBertForMaskedLM,
     FfnBertForMultipleChoice,
     FfnBertForNextSentencePrediction,
@@ -43,33 +34,19 @@ from .modeling_ffn_bert import (
 
 __version__ = "0.1.0"
 
-_AUTO_CLASSES = {
-    AutoModel: FfnBertModel,
-    AutoModelForPreTraining: FfnBertForPreTraining,
-    AutoModelForMaskedLM: FfnBertForMaskedLM,
-    AutoModelForNextSentencePrediction: FfnBertForNextSentencePrediction,
-    AutoModelForSequenceClassification: FfnBertForSequenceClassification,
-    AutoModelForTokenClassification: FfnBertForTokenClassification,
-    AutoModelForQuestionAnswering: FfnBertForQuestionAnswering,
-    AutoModelForMultipleChoice: FfnBertForMultipleChoice,
-}
-
 # exist_ok: importing twice (or alongside remote code that registered the same names) must not fail.
 AutoConfig.register(FfnBertConfig.model_type, FfnBertConfig, exist_ok=True)
-for _auto_class, _model_class in _AUTO_CLASSES.items():
-    _auto_class.register(FfnBertConfig, _model_class, exist_ok=True)
+for _head in HEAD_CLASSES:
+    getattr(transformers, _head.auto_class).register(FfnBertConfig, _head.ffn_bert, exist_ok=True)
 AutoTokenizer.register(FfnBertConfig, tokenizer_class=BertTokenizer, exist_ok=True)
 
-# trust_remote_code: `save_pretrained` then copies configuration_ffn_bert.py and modeling_ffn_bert.py (which imports
-# only the former, relatively) next to the weights and writes `auto_map`, so the folder loads where hf_ffn is not
-# installed: `AutoModel.from_pretrained(folder, trust_remote_code=True)`.
+# trust_remote_code: `save_pretrained` then copies configuration_ffn_bert.py and modeling_ffn_bert.py (with the
+# files it imports relatively: checkpoint_names.py, configuration_ffn_bert.py) next to the weights and writes
+# `auto_map`, so the folder loads where hf_ffn is not installed: `AutoModel.from_pretrained(folder,
+# trust_remote_code=True)`. `AUTO_MAP` names every Auto class, for folders that should load with any of them.
 FfnBertConfig.register_for_auto_class()
-for _auto_class, _model_class in _AUTO_CLASSES.items():
-    _model_class.register_for_auto_class(_auto_class.__name__)
-# Every Auto class → class, for configs that should load with any of them (see `conversion.full_auto_map`).
-AUTO_MAP = {"AutoConfig": "configuration_ffn_bert.FfnBertConfig"} | {
-    auto.__name__: f"modeling_ffn_bert.{model.__name__}" for auto, model in _AUTO_CLASSES.items()
-}
+for _head in HEAD_CLASSES:
+    _head.ffn_bert.register_for_auto_class(_head.auto_class)
 
 __all__ = [
     "FFN_TYPES",

@@ -16,15 +16,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
+
+from transformers.utils import logging as hf_logging
+
+from .conversion import convert_checkpoint, export_to_bert, parse_cli_options
+from .parity import choose_default_checkpoint, format_table, rows_as_dicts, run_parity, variant_report
+from .studies import benchmark, params
 
 
 def _parity(args: argparse.Namespace) -> int:
-    from . import parity
-
     if args.model:
         checkpoint, reason = args.model, "given with --model"
     else:
-        checkpoint, reason = parity.choose_default_checkpoint()
+        checkpoint, reason = choose_default_checkpoint()
     overrides = {
         k: v
         for k, v in (
@@ -36,7 +41,7 @@ def _parity(args: argparse.Namespace) -> int:
         if v is not None
     }
     if overrides:  # a variant: report what it changes, never fail on a difference
-        report = parity.variant_report(checkpoint, attn_implementation=args.attn, **overrides)
+        report = variant_report(checkpoint, attn_implementation=args.attn, **overrides)
         report["reason"] = reason
         if args.json:
             print(json.dumps(report, indent=2))
@@ -44,7 +49,7 @@ def _parity(args: argparse.Namespace) -> int:
             _print_variant_report(report)
         return 0
 
-    rows = parity.run_parity(checkpoint, attn_implementation=args.attn)
+    rows = run_parity(checkpoint, attn_implementation=args.attn)
     exact = all(row.equal for row in rows)
     if args.json:
         document = {
@@ -52,12 +57,12 @@ def _parity(args: argparse.Namespace) -> int:
             "reason": reason,
             "attn_implementation": args.attn,
             "exact": exact,
-            "rows": parity.rows_as_dicts(rows),
+            "rows": rows_as_dicts(rows),
         }
         print(json.dumps(document, indent=2))
     else:
         print(f"checkpoint: {checkpoint}\n  ({reason})\nattention: {args.attn}\n")
-        print(parity.format_table(rows))
+        print(format_table(rows))
         equal = sum(row.equal for row in rows)
         verdict = "EXACT: every output equals upstream BERT bit for bit" if exact else "NOT EXACT"
         print(f"\n{equal}/{len(rows)} outputs equal (torch.equal). {verdict}")
@@ -89,8 +94,6 @@ def _print_variant_report(report: dict) -> None:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from .conversion import convert_checkpoint, export_to_bert, parse_cli_options
-
     if args.to_bert:
         print(f"wrote plain BERT folder {export_to_bert(args.checkpoint, args.output_dir)}")
         return 0
@@ -104,10 +107,6 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _params(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
-    from .studies import params
-
     unknown = sorted(set(args.preset or []) - set(params.PRESETS))
     if unknown:
         raise ValueError(f"--preset has unknown value(s) {unknown}; allowed: {', '.join(params.PRESETS)}")
@@ -117,8 +116,6 @@ def _params(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from .studies import benchmark
-
     return benchmark.run_from_args(args, args.parser, " ".join(["hf-ffn", *args.argv]))
 
 
@@ -158,10 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(repeatable; default: all)")
     p.add_argument("--json", action="store_true", help="print a JSON list of rows instead of a markdown table")
     p.set_defaults(func=_params)
-    from .studies.benchmark import add_arguments as add_bench_arguments  # light: no model code runs on import
-
     p = sub.add_parser("bench", help="benchmark FfnBert variants against upstream BERT and their matmuls")
-    add_bench_arguments(p)
+    benchmark.add_arguments(p)
     p.set_defaults(func=_bench, parser=p)
     return parser
 
@@ -173,9 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv
     if getattr(args, "json", False):
         # stdout must hold only the JSON document: send transformers' logs and progress bars elsewhere.
-        from transformers.utils import logging
-
-        logging.disable_progress_bar()
+        hf_logging.disable_progress_bar()
     try:
         return args.func(args)
     except (ValueError, OSError) as error:  # bad input: a one-line message, not a traceback

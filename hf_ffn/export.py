@@ -23,6 +23,8 @@ from pathlib import Path
 import torch
 
 from .modeling_ffn_bert import FfnBertPreTrainedModel
+from .parity.batches import padded_batch
+from .parity.compare import tensor_difference
 
 ONNX_INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 # The torch.export-based exporter emits opset 18 or later (its onnxscript function library starts there).
@@ -33,19 +35,16 @@ EXPORTABLE_ATTENTION = ("eager", "sdpa")  # flash / flex attention kernels have 
 def example_inputs(
     vocab_size: int, batch_size: int = 2, seq_len: int = 8, seed: int = 0
 ) -> dict[str, torch.Tensor]:
-    """A padded batch (row i has `seq_len - i` real tokens, at least 1) with two segments in row 0.
+    """A padded batch (row i has `seq_len - i` real tokens, at least 1) with two segments in row 0 (the second
+    from `seq_len // 2`): `parity.batches.padded_batch` with those lengths.
 
-    Returns `input_ids`, `attention_mask`, `token_type_ids`, each (batch_size, seq_len), int64.
+    Returns `input_ids`, `attention_mask`, `token_type_ids` (in that order, `ONNX_INPUT_NAMES`), each
+    (batch_size, seq_len), int64.
     """
-    g = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(1, vocab_size, (batch_size, seq_len), generator=g)
-    attention_mask = torch.ones_like(input_ids)
-    for row in range(batch_size):
-        attention_mask[row, max(1, seq_len - row) :] = 0
-    input_ids = input_ids * attention_mask  # pad id 0 after the real tokens
-    token_type_ids = torch.zeros_like(input_ids)
-    token_type_ids[0, seq_len // 2 :] = 1
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+    lengths = [max(1, seq_len - row) for row in range(batch_size)]
+    starts = [seq_len // 2] + [None] * (batch_size - 1)
+    batch = padded_batch(vocab_size, lengths, starts, seed=seed, seq_len=seq_len)
+    return {name: batch[name] for name in ONNX_INPUT_NAMES}  # the graph's input order: `export_onnx` passes kwargs
 
 
 def _check_exportable(model: torch.nn.Module, opset_version: int | None) -> None:
@@ -152,7 +151,7 @@ def onnx_max_abs_diff(
     with torch.no_grad():
         torch_outputs = model(**inputs)
     return {
-        name: (torch.from_numpy(value) - torch_outputs[name]).abs().max().item()
+        name: tensor_difference(torch_outputs[name], torch.from_numpy(value))["max_abs_diff"]
         for name, value in onnx_outputs.items()
     }
 

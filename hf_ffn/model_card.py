@@ -14,12 +14,15 @@ import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .configuration_ffn_bert import FfnBertConfig, is_gated
-from .conversion import ConversionReport
+from .modeling_ffn_bert import AUTO_MAP
+
+if TYPE_CHECKING:  # annotations only: hf_ffn.conversion writes cards (imports this module), never the reverse
+    from .conversion.report import ConversionReport
 
 TEMPLATES = Path(__file__).parent / "model_cards"
 CONFIG_FIELDS = (
@@ -116,8 +119,6 @@ def build_model_card(
 
 
 def _auto_class_name(model) -> str:
-    from . import AUTO_MAP
-
     for auto, target in AUTO_MAP.items():
         if target.endswith(f".{type(model).__name__}"):
             return auto

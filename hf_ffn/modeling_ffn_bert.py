@@ -7,8 +7,9 @@ heads. Everything else is upstream BERT (`transformers.models.bert.modeling_bert
 Weight names. In memory the FFN projections are named by role (`mlp.gate_proj`, `mlp.up_proj`, `mlp.down_proj`)
 and the FFN's LayerNorm is `mlp_norm`. On disk every weight BERT has keeps BERT's name, so BERT checkpoints
 load with no missing or unexpected keys and a default-config FfnBert checkpoint loads into upstream `BertModel`.
-The renames are transformers' own weight-conversion mapping (`CHECKPOINT_KEY_MAPPING` below, registered for
-`model_type="ffn_bert"`), applied by `from_pretrained` and reverted by `save_pretrained`:
+The renames are transformers' own weight-conversion mapping, registered for `model_type="ffn_bert"`, applied by
+`from_pretrained` and reverted by `save_pretrained`; the tables, and why the names are what they are, are in
+`checkpoint_names`:
 
     BERT / disk name                               in memory
     encoder.layer.{i}.intermediate.dense           encoder.layer.{i}.mlp.up_proj
@@ -17,20 +18,18 @@ The renames are transformers' own weight-conversion mapping (`CHECKPOINT_KEY_MAP
     (new)  encoder.layer.{i}.mlp.gate_proj          encoder.layer.{i}.mlp.gate_proj   (gated FFNs only)
     (new)  encoder.final_norm                       encoder.final_norm                (Pre-LN last layer only)
 
-This file imports nothing from `hf_ffn` but its configuration module, so it can be shipped beside a saved
-model for `trust_remote_code` loading.
+This file imports nothing from `hf_ffn` but its configuration and naming modules (relatively), so
+`save_pretrained` ships all three beside a saved model for `trust_remote_code` loading.
 """
 
 from __future__ import annotations
 
-import re
+from typing import NamedTuple
 
 import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.conversion_mapping import get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping
-from transformers.core_model_loading import WeightRenaming
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
 from transformers.models.bert.modeling_bert import (
@@ -52,50 +51,11 @@ from transformers.models.bert.modeling_bert import (
     BertSelfAttention,
 )
 
+from .checkpoint_names import BERT_FFN_NAMES, CHECKPOINT_KEY_MAPPING, register_weight_renamings, rename_to_memory_keys
 from .configuration_ffn_bert import GATED_FFN_ACTIVATIONS, FfnBertConfig, is_gated
 
-# The one table of FFN names: BERT's (on disk) → FfnBert's (in memory), per layer.
-BERT_FFN_NAMES: dict[str, str] = {
-    "output.dense": "mlp.down_proj",
-    "output.LayerNorm": "mlp_norm",
-    "intermediate.dense": "mlp.up_proj",
-}
-# The same as regexes for transformers' weight conversion; `(?<!attention\.)` keeps the attention block's
-# `attention.output.dense` / `attention.output.LayerNorm` (upstream `BertAttention`, unchanged) out of it.
-CHECKPOINT_KEY_MAPPING: dict[str, str] = {
-    r"(?<!attention\.)" + re.escape(bert + "."): ours + "."
-    for bert, ours in BERT_FFN_NAMES.items()
-}
-
-# Legacy TF-era names (`LayerNorm.gamma/beta`): transformers' "legacy" renames run after the model's own, when
-# `output.LayerNorm.gamma` has already become `mlp_norm.gamma`; these finish the job. Legacy renames are
-# never applied when saving a fresh model, so new checkpoints keep `.weight/.bias`.
-LEGACY_KEY_MAPPING: dict[str, str] = {r"mlp_norm\.gamma$": "mlp_norm.weight", r"mlp_norm\.beta$": "mlp_norm.bias"}
-
-
-def _register_key_mappings() -> None:
-    if get_checkpoint_conversion_mapping("ffn_bert") is None:
-        renames = [WeightRenaming(source, target) for source, target in CHECKPOINT_KEY_MAPPING.items()]
-        register_checkpoint_conversion_mapping("ffn_bert", renames)
-    legacy = get_checkpoint_conversion_mapping("legacy")
-    if not any(r.source_patterns == [s] for r in legacy for s in LEGACY_KEY_MAPPING):
-        legacy += [WeightRenaming(source, target) for source, target in LEGACY_KEY_MAPPING.items()]
-        register_checkpoint_conversion_mapping("legacy", legacy, overwrite=True)
-
-
-_register_key_mappings()
-
-
-def _rename_checkpoint_keys(module, state_dict, prefix, *args) -> None:
-    # `load_state_dict` pre-hook of each layer: a state dict in the on-disk (BERT) names, as Trainer's
-    # `resume_from_checkpoint` reads `model.safetensors` with `model.load_state_dict(..., strict=False)`, gets the
-    # same renames `from_pretrained` applies. In-memory names match no pattern, so they pass through unchanged.
-    for key in [key for key in state_dict if key.startswith(prefix)]:
-        renamed = key[len(prefix):]
-        for pattern, replacement in {**CHECKPOINT_KEY_MAPPING, **LEGACY_KEY_MAPPING}.items():
-            renamed = re.sub(pattern, replacement, renamed)
-        if prefix + renamed != key:
-            state_dict[prefix + renamed] = state_dict.pop(key)
+# FfnBert's weight renames (BERT's names on disk ↔ role names in memory) for `model_type="ffn_bert"`.
+register_weight_renamings()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -193,7 +153,8 @@ class FfnBertLayer(GradientCheckpointingLayer):
           ──► FFN  ──► drop ──► (+x) ──► LN_f              ──► LN_f ──► FFN  ──► drop ──► (+x)
 
     `Attn` is upstream BERT self-attention with its output projection (`attention.self`, `attention.output.dense`)
-    and LN_a is `attention.output.LayerNorm`; in Post-LN the whole sublayer is upstream `BertAttention.forward`.
+    and LN_a is `attention.output.LayerNorm` (upstream's name in both placements; in Pre-LN it is the sublayer's
+    input norm); in Post-LN the whole sublayer is upstream `BertAttention.forward`.
     LN_f is `mlp_norm`, FFN is `mlp`, drop is dropout with `hidden_dropout_prob`.
     Shapes: hidden_states (batch, seq, hidden_size) → (batch, seq, hidden_size).
     """
@@ -205,7 +166,7 @@ class FfnBertLayer(GradientCheckpointingLayer):
         self.mlp = build_ffn(config, config.ffn_types[layer_idx])
         self.mlp_dropout = nn.Dropout(config.hidden_dropout_prob)
         self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.register_load_state_dict_pre_hook(_rename_checkpoint_keys)
+        self.register_load_state_dict_pre_hook(rename_to_memory_keys)  # Trainer's resume
 
     def forward(
         self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs
@@ -372,9 +333,46 @@ class FfnBertForQuestionAnswering(FfnBertPreTrainedModel, BertForQuestionAnsweri
         self.post_init()
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# The head classes: transformers Auto class ↔ FfnBert class ↔ upstream Bert class
+# ---------------------------------------------------------------------------------------------------------------
+class HeadClass(NamedTuple):
+    """One FfnBert class with the Auto class that loads it and its upstream BERT twin (same head, same weights)."""
+
+    auto_class: str
+    ffn_bert: type[FfnBertPreTrainedModel]
+    bert: type[BertPreTrainedModel]
+
+
+# The one table of head classes, in the order the parity table prints them (registration, parity, conversion).
+HEAD_CLASSES: tuple[HeadClass, ...] = (
+    HeadClass("AutoModel", FfnBertModel, BertModel),
+    HeadClass("AutoModelForPreTraining", FfnBertForPreTraining, BertForPreTraining),
+    HeadClass("AutoModelForMaskedLM", FfnBertForMaskedLM, BertForMaskedLM),
+    HeadClass("AutoModelForNextSentencePrediction", FfnBertForNextSentencePrediction, BertForNextSentencePrediction),
+    HeadClass("AutoModelForSequenceClassification", FfnBertForSequenceClassification, BertForSequenceClassification),
+    HeadClass("AutoModelForTokenClassification", FfnBertForTokenClassification, BertForTokenClassification),
+    HeadClass("AutoModelForQuestionAnswering", FfnBertForQuestionAnswering, BertForQuestionAnswering),
+    HeadClass("AutoModelForMultipleChoice", FfnBertForMultipleChoice, BertForMultipleChoice),
+)
+# `auto_map` naming every Auto class (for configs that should load with any of them through remote code).
+AUTO_MAP: dict[str, str] = {"AutoConfig": f"{FfnBertConfig.__module__.rsplit('.', 1)[-1]}.FfnBertConfig"} | {
+    head.auto_class: f"{__name__.rsplit('.', 1)[-1]}.{head.ffn_bert.__name__}" for head in HEAD_CLASSES
+}
+
+
+def head_class_for(name: str) -> HeadClass | None:
+    """The `HeadClass` whose FfnBert or upstream class is named `name` (e.g. a config's `architectures[0]`)."""
+    return next((h for h in HEAD_CLASSES if name in (h.ffn_bert.__name__, h.bert.__name__)), None)
+
+
 __all__ = [
+    "AUTO_MAP",
     "BERT_FFN_NAMES",
     "CHECKPOINT_KEY_MAPPING",
+    "HEAD_CLASSES",
+    "HeadClass",
+    "head_class_for",
     "FfnBertEncoder",
     "FfnBertForMaskedLM",
     "FfnBertForMultipleChoice",

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from huggingface_hub import snapshot_download
 
 from .configuration_ffn_bert import BERT_MODEL_TYPES
-
-if TYPE_CHECKING:
-    from .conversion import ConversionReport
+from .conversion import ConversionReport, atomic_output_dir, load_converted
+from .modeling_ffn_bert import FfnBertModel
 
 # `type` of the first module in modules.json: the v2-v5 name and the v6 module path.
 TRANSFORMER_MODULE_TYPES = (
@@ -75,8 +74,9 @@ def convert_sentence_transformer(
     The backbone is converted by `hf_ffn.conversion.load_converted(backbone, FfnBertModel, **conversion)`
     (`ffn_type`, `layer_norm_position`, `init`, `width`, ... ; no arguments keeps plain BERT); the other modules
     (Pooling, Normalize, Dense, ...), the tokenizer and the sentence-transformers settings are kept. The folder
-    is written by `SentenceTransformer.save` into a temporary folder beside `output_dir` and renamed, so a
-    failure leaves nothing; `SentenceTransformer(output_dir)` loads it (after `import hf_ffn`).
+    is written by `SentenceTransformer.save` into a temporary folder beside `output_dir` and renamed
+    (`hf_ffn.conversion.atomic_output_dir`), so a failure leaves nothing; `SentenceTransformer(output_dir)` loads
+    it (after `import hf_ffn`).
 
     Args:
         source: a local sentence-transformers model folder, or a hub name already in the local cache.
@@ -92,34 +92,17 @@ def convert_sentence_transformer(
             `bert_backbone_folder`), or `load_converted` rejects the conversion arguments.
         FileExistsError: `output_dir` exists and is not empty.
     """
-    from sentence_transformers import SentenceTransformer
+    from sentence_transformers import SentenceTransformer  # optional dependency (the `sentence-transformers` extra)
 
-    from .conversion import load_converted
-    from .modeling_ffn_bert import FfnBertModel
-
-    output_dir = Path(output_dir)
-    if output_dir.exists() and any(output_dir.iterdir()):
-        raise FileExistsError(f"output_dir {output_dir} exists and is not empty")
     folder = Path(source)
-    if not folder.is_dir():
-        from huggingface_hub import snapshot_download
-
-        folder = Path(snapshot_download(str(source)))
-    backbone = bert_backbone_folder(folder)
-    model, report = load_converted(str(backbone), FfnBertModel, **conversion)
-
-    st_model = SentenceTransformer(str(folder), device="cpu")
-    st_model[0].model = model  # same forward signature (BertModel.forward), so the module's bookkeeping holds
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    try:
+    with atomic_output_dir(output_dir) as tmp:  # raises FileExistsError first, for a non-empty output_dir
+        if not folder.is_dir():
+            folder = Path(snapshot_download(str(source)))
+        backbone = bert_backbone_folder(folder)
+        model, report = load_converted(str(backbone), FfnBertModel, **conversion)
+        st_model = SentenceTransformer(str(folder), device="cpu")
+        st_model[0].model = model  # same forward signature (BertModel.forward), so the module's bookkeeping holds
         st_model.save(str(tmp))
-        if output_dir.exists():
-            output_dir.rmdir()  # empty (checked above)
-        os.replace(tmp, output_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return report
 
 

@@ -11,6 +11,7 @@ from transformers import BertConfig, BertForPreTraining  # noqa: E402
 
 import hf_ffn  # noqa: E402,F401  (registers the Auto classes)
 from hf_ffn.configuration_ffn_bert import FfnBertConfig  # noqa: E402
+from hf_ffn.parity import padded_batch  # noqa: E402
 
 # Tiny odd sizes: every shape bug shows, every test stays fast.
 TINY = dict(
@@ -34,17 +35,8 @@ def tiny_config(**overrides) -> FfnBertConfig:
 
 
 def tiny_batch(vocab_size: int = TINY["vocab_size"], seed: int = 0) -> dict:
-    """Batch 3, padded, unequal lengths (7, 4, 2), two segments in row 0."""
-    g = torch.Generator().manual_seed(seed)
-    lengths = [7, 4, 2]
-    ids = torch.zeros(3, 7, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, n in enumerate(lengths):
-        ids[row, :n] = torch.randint(1, vocab_size, (n,), generator=g)
-        mask[row, :n] = 1
-    token_type_ids = torch.zeros_like(ids)
-    token_type_ids[0, 4:7] = 1
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": token_type_ids}
+    """Batch 3, padded, unequal lengths (7, 4, 2), two segments in row 0 (the package's one batch builder)."""
+    return padded_batch(vocab_size, [7, 4, 2], [4, None, None], seed=seed)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from transformers import BertConfig, BertForPreTraining, BertModel, RobertaConfi
 
 from hf_ffn import FfnBertForPreTraining
 from hf_ffn.conversion import bert_key, ffn_recipe, load_converted, measure_difference
-from hf_ffn.parity import HEAD_PAIRS, _head_inputs, compare_outputs, example_batch
+from hf_ffn.parity import HEAD_PAIRS, compare_outputs, example_batch, head_inputs
 
 from .conftest import TINY, tiny_batch
 
@@ -41,7 +41,7 @@ def test_gelu_to_geglu_is_exact_on_real_checkpoint_every_head(bundled_checkpoint
         model, report = load_converted(str(folder), ffn_class, ffn_type="geglu", attn_implementation="eager")
         assert report.exact and report.new == [] and report.dropped == []
         assert model.config.ffn_type == "geglu" and model.config.intermediate_size == 1536
-        inputs = _head_inputs(upstream_class, batch)
+        inputs = head_inputs(upstream_class, batch)
         with torch.no_grad():
             ref_out = reference(**inputs, output_hidden_states=True, output_attentions=True)
             out = model(**inputs, output_hidden_states=True, output_attentions=True)
@@ -173,6 +173,19 @@ def test_post_to_pre_keeps_weights_and_reports_drift(tiny_bert_checkpoint):
     diff = measure_difference(tiny_bert_checkpoint, model, report)
     # Tiny random weights (std 0.02) make sublayer outputs small, so the drift is small but must be there.
     assert diff["last_hidden_state"]["max_abs_diff"] > 1e-6 and not diff["last_hidden_state"]["equal"]
+
+
+def test_standard_ffn_type_sets_the_ffn_alone(tiny_bert_checkpoint):
+    """An explicit standard ffn_type changes the FFN only: hidden_act (the MLM head transform's) stays GELU."""
+    model, report = load_converted(tiny_bert_checkpoint, FfnBertForPreTraining, ffn_type="relu")
+    assert model.config.hidden_act == "gelu" and model.config.ffn_types == ["relu", "relu"]
+    assert [l["recipe"] for l in report.layers] == ["kept", "kept"] and not report.exact
+    assert report.config_changes == {"ffn_type": ["gelu", "relu"]}
+    assert report.new == [] and report.dropped == [] and report.mapped == []
+    assert isinstance(model.bert.encoder.layer[0].mlp.act_fn, torch.nn.ReLU)
+    assert not isinstance(model.cls.predictions.transform.transform_act_fn, torch.nn.ReLU)
+    diff = measure_difference(tiny_bert_checkpoint, model, report)
+    assert diff["reference"] == "transformers.BertForPreTraining" and not diff["prediction_logits"]["equal"]
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ from hf_ffn.conversion import export_to_bert
 from .conftest import TINY, tiny_batch
 
 EXPECTED_FILES = {
-    "config.json", "model.safetensors", "configuration_ffn_bert.py", "modeling_ffn_bert.py", "conversion_report.json",
+    "config.json", "model.safetensors", "configuration_ffn_bert.py", "modeling_ffn_bert.py", "checkpoint_names.py",
+    "conversion_report.json",
     "README.md",
 }
 
@@ -146,7 +147,7 @@ def test_trust_remote_code_without_hf_ffn(tmp_path):
     model = FfnBertModel(FfnBertConfig(**TINY, ffn_type="swiglu", layer_norm_position="pre")).eval()
     folder = tmp_path / "swiglu_pre"
     model.save_pretrained(folder)
-    assert {"configuration_ffn_bert.py", "modeling_ffn_bert.py"} <= set(os.listdir(folder))
+    assert {"configuration_ffn_bert.py", "modeling_ffn_bert.py", "checkpoint_names.py"} <= set(os.listdir(folder))
     batch = tiny_batch()
     with torch.no_grad():
         torch.save({"inputs": batch, "last_hidden_state": model(**batch).last_hidden_state}, tmp_path / "expected.pt")

@@ -12,6 +12,7 @@ from torch import nn
 
 from ...configuration_ffn_bert import FfnBertConfig, parameter_matched_glu_width
 from ...modeling_ffn_bert import build_ffn
+from ...parity.compare import tensor_difference
 from .settings import BenchSettings
 from .timing import log, median_ms, op_profile, paired_ratio, time_interleaved
 
@@ -185,7 +186,7 @@ def bench_compile(hidden_size: int, intermediate_size: int, settings: BenchSetti
             # A hit in inductor's on-disk FX graph cache (an earlier run compiled the same graph) skips codegen.
             row["inductor_cache_hit"] = counters["inductor"]["fxgraph_cache_hit"] > cache_hits
             with torch.no_grad():
-                row["max_abs_diff_vs_eager"] = (out - module(x)).abs().max().item()
+                row["max_abs_diff_vs_eager"] = tensor_difference(module(x), out)["max_abs_diff"]
             times = time_interleaved(
                 {"eager": no_grad_call(module, x), "compiled": no_grad_call(compiled, x)},
                 settings.compile_repeats,

@@ -12,7 +12,9 @@ from transformers import BertConfig, BertModel
 
 from ...configuration_ffn_bert import parameter_matched_glu_width
 from ...modeling_ffn_bert import FfnBertModel
-from ...parity import quiet_transformers
+from ...logging_utils import quiet_transformers
+from ...parity.batches import padded_batch
+from ...parity.compare import tensor_difference
 from .settings import BenchSettings
 from .timing import aten_op_counts, log, measure, median_ms, paired_ratio, time_interleaved
 
@@ -56,10 +58,9 @@ def load_variants(checkpoint: str, attn_implementation: str) -> dict[str, nn.Mod
 
 
 def random_inputs(vocab_size: int, batch_size: int, seq_len: int, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Seeded random token ids (batch, seq) with an all-ones attention mask (every row full length)."""
-    generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(0, vocab_size, (batch_size, seq_len), generator=generator)
-    return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+    """Seeded random token ids (batch, seq) with an all-ones attention mask (every row full length, one segment):
+    `parity.batches.padded_batch` without padding."""
+    return padded_batch(vocab_size, [seq_len] * batch_size, seed=seed)
 
 
 def inference_step(model: nn.Module, inputs: dict[str, torch.Tensor]) -> Callable[[], object]:
@@ -107,7 +108,7 @@ def bench_models(checkpoint: str, label: str, settings: BenchSettings) -> list[d
             equal = same_ops = None
             if mode == "inference":
                 default = steps[DEFAULT_VARIANT]
-                equal = torch.equal(steps[UPSTREAM]().last_hidden_state, default().last_hidden_state)
+                equal = tensor_difference(steps[UPSTREAM]().last_hidden_state, default().last_hidden_state)["equal"]
                 same_ops = aten_op_counts(steps[UPSTREAM]) == aten_op_counts(default)
             # Training: free the gradients before the memory measurement, so its peak includes new ones.
             setups = {name: (lambda m=model: m.zero_grad(set_to_none=True)) for name, model in models.items()}

@@ -1,0 +1,261 @@
+"""Checkpoint layouts as data: every weight name FfnBert reads or writes, and the renames derived from them.
+
+One table per layout; everything else (transformers' weight renames for `model_type="ffn_bert"`, the inverse
+maps used in reports, the `load_state_dict` pre-hook, key classification) is computed from these tables.
+
+    layout        table                        checkpoint name (on disk)        FfnBert name (in memory)
+    BERT          `BERT_FFN_NAMES`             encoder.layer.{i}.intermediate.dense   encoder.layer.{i}.mlp.up_proj
+                                               encoder.layer.{i}.output.dense         encoder.layer.{i}.mlp.down_proj
+                                               encoder.layer.{i}.output.LayerNorm     encoder.layer.{i}.mlp_norm
+    TF-era BERT   `LEGACY_PARAMETER_NAMES`     ...LayerNorm.gamma / .beta             ...weight / .bias
+    MegatronBERT  `MEGATRON_NAMES`             encoder.ln                             encoder.final_norm
+                  (+ BERT's FFN projections)   encoder.layer.{i}.attention.ln         ...attention.output.LayerNorm
+                                               encoder.layer.{i}.ln                   encoder.layer.{i}.mlp_norm
+    Llama MLP     `LLAMA_MLP_TO_FFN`           gate_proj / up_proj / down_proj        the same
+    ModernBERT    `MODERNBERT_MLP_TO_FFN`      Wi (fused [gate; up]) / Wo             gate_proj + up_proj / down_proj
+
+Weights only FfnBert has (`FFN_BERT_ONLY_NAMES`: `mlp.gate_proj` of gated FFNs, `encoder.final_norm` of a
+Pre-LN last layer) carry their in-memory name on disk too. On disk every weight BERT has keeps BERT's name, so
+BERT checkpoints load with no missing or unexpected keys and a default-config FfnBert checkpoint loads into
+upstream `BertModel`.
+
+Names chosen, and why:
+- FFN vocabulary: *module* names say `mlp` (`mlp`, `mlp_norm`, `mlp_dropout`, `mlp.gate_proj/up_proj/down_proj`,
+  classes `FfnBertMLP` / `FfnBertGatedMLP`), as transformers' own FFN modules do (`LlamaMLP`, `ModernBertMLP`,
+  `mlp.gate_proj`), so PEFT `target_modules` and the Llama key map read the same everywhere. *API and config*
+  names say `ffn` (`ffn_type`, `ffn_bias`, `build_ffn`, FfnBert), the papers' term for the sublayer.
+- The attention-side LayerNorm keeps upstream's in-memory name, `attention.output.LayerNorm`, in both placements:
+  in Post-LN it normalises the attention sublayer's output (inside upstream `BertAttention.forward`, reused
+  unchanged); in Pre-LN the same module is the attention sublayer's *input* norm. The attention block is upstream
+  `BertAttention` itself (so every attention implementation works), and renaming one of its children would need a
+  copy of that module or a second rename for every BERT checkpoint and would break tools that name
+  `attention.output.*` (PEFT targets, upstream's own weight tying and init). `FfnBertLayer`'s docstring says
+  which role the module has in each placement.
+
+This file imports only transformers, so `modeling_ffn_bert` imports it relatively and `save_pretrained` ships it
+beside a saved model for `trust_remote_code` loading (transformers copies relatively imported files).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from transformers.conversion_mapping import get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping
+from transformers.core_model_loading import Chunk, ConversionOps, WeightRenaming
+
+MODEL_TYPE = "ffn_bert"
+
+# ---------------------------------------------------------------------------------------------------------------
+# BERT (and FfnBert on disk)
+# ---------------------------------------------------------------------------------------------------------------
+# BERT's FFN names (on disk) → FfnBert's (in memory), relative to `encoder.layer.{i}`.
+BERT_FFN_NAMES: dict[str, str] = {
+    "intermediate.dense": "mlp.up_proj",
+    "output.dense": "mlp.down_proj",
+    "output.LayerNorm": "mlp_norm",
+}
+# Weights that only FfnBert variants have: new when a BERT checkpoint loads into a gated or Pre-LN variant.
+GATE_PROJ = "mlp.gate_proj"  # relative to encoder.layer.{i}; gated FFNs only
+FINAL_NORM = "encoder.final_norm"  # relative to the base model; a Pre-LN last layer only
+FFN_BERT_ONLY_NAMES: tuple[str, ...] = (GATE_PROJ, FINAL_NORM)
+# TF-era BERT checkpoints name LayerNorm parameters gamma/beta.
+LEGACY_PARAMETER_NAMES: dict[str, str] = {"gamma": "weight", "beta": "bias"}
+
+# The same as regexes for transformers' weight conversion (and the pre-hook); `(?<!attention\.)` keeps the attention
+# block's `attention.output.dense` / `attention.output.LayerNorm` (upstream `BertAttention`, unchanged) out of it.
+CHECKPOINT_KEY_MAPPING: dict[str, str] = {
+    r"(?<!attention\.)" + re.escape(bert + "."): ours + "." for bert, ours in BERT_FFN_NAMES.items()
+}
+# After the rename, `output.LayerNorm.gamma` is `mlp_norm.gamma`: transformers' "legacy" renames (`LayerNorm.gamma`
+# → `LayerNorm.weight`, run after the model's own) no longer see it, so FfnBert's own mapping finishes the job.
+LEGACY_KEY_MAPPING: dict[str, str] = {
+    re.escape(f"{BERT_FFN_NAMES['output.LayerNorm']}.{old}"): f"{BERT_FFN_NAMES['output.LayerNorm']}.{new}"
+    for old, new in LEGACY_PARAMETER_NAMES.items()
+}
+# In-memory FFN names → BERT's names, as substrings of a full key.
+BERT_NAME_OF: dict[str, str] = {f".{ours}.": f".{bert}." for bert, ours in BERT_FFN_NAMES.items()}
+
+
+def bert_key(key: str) -> str:
+    """BERT's (on-disk) name for an in-memory FfnBert key (`...mlp.up_proj.weight` → `...intermediate.dense.weight`).
+
+    Keys without an FFN name (embeddings, attention, heads, `mlp.gate_proj`, `final_norm`) are returned unchanged.
+    """
+    for ours, theirs in BERT_NAME_OF.items():
+        key = key.replace(ours, theirs)
+    return key
+
+
+def memory_key(key: str) -> str:
+    """FfnBert's in-memory name for a checkpoint key in BERT's layout (gamma/beta LayerNorm names included); the
+    inverse of `bert_key`. In-memory names match no pattern and are returned unchanged."""
+    for pattern, replacement in {**CHECKPOINT_KEY_MAPPING, **LEGACY_KEY_MAPPING}.items():
+        key = re.sub(pattern, replacement, key)
+    return key
+
+
+def is_ffn_key(key: str) -> bool:
+    """Whether an in-memory key belongs to a layer's FFN projections (`encoder.layer.{i}.mlp.*`)."""
+    return re.search(r"encoder\.layer\.\d+\.mlp\.", key) is not None
+
+
+def is_variant_key(key: str) -> bool:
+    """Whether an in-memory key is one a variant changes or adds: an FFN projection or `encoder.final_norm`."""
+    return is_ffn_key(key) or f"{FINAL_NORM}." in key
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# transformers' weight conversion for model_type "ffn_bert"
+# ---------------------------------------------------------------------------------------------------------------
+class LoadOnlyRenaming(WeightRenaming):
+    """A rename applied at load that `save_pretrained` reverts only if it renamed a key at that load.
+
+    transformers treats its own "legacy" renames this way (a model built from scratch is saved without them,
+    `revert_weight_conversion(..., add_legacy=False)`; a model loaded through them is saved back in its source's
+    layout). A model's own mapping, by contrast, is always reverted on save: registered as a plain
+    `WeightRenaming`, `mlp_norm.gamma → mlp_norm.weight` would make every new checkpoint say `gamma`. This class
+    lets FfnBert keep its gamma/beta renames in its own mapping instead of overwriting transformers' global
+    "legacy" list.
+    """
+
+    __slots__ = ()
+
+    def reverse_transform(self) -> WeightRenaming:
+        if self.was_used():
+            return super().reverse_transform()
+        return WeightRenaming(source_patterns=r"(?!)", target_patterns="unused")  # `(?!)` matches no key
+
+
+def weight_renamings() -> list[WeightRenaming]:
+    """FfnBert's weight-conversion mapping: BERT's FFN names → in-memory names, then gamma/beta → weight/bias for
+    the FFN LayerNorm. transformers applies every matching rename in order at load and the reverse at save."""
+    renames = [WeightRenaming(source, target) for source, target in CHECKPOINT_KEY_MAPPING.items()]
+    return renames + [LoadOnlyRenaming(source, target) for source, target in LEGACY_KEY_MAPPING.items()]
+
+
+def register_weight_renamings() -> None:
+    """Register `weight_renamings()` for `model_type="ffn_bert"` (once; later calls keep the first registration)."""
+    if get_checkpoint_conversion_mapping(MODEL_TYPE) is None:
+        register_checkpoint_conversion_mapping(MODEL_TYPE, weight_renamings())
+
+
+def rename_to_memory_keys(module, state_dict: dict, prefix: str, *args) -> None:
+    """`load_state_dict` pre-hook: rename the keys under `prefix` from the on-disk layout to the in-memory one.
+
+    `from_pretrained` renames through transformers' weight conversion, but Trainer's `resume_from_checkpoint` reads
+    `model.safetensors` and calls `model.load_state_dict(state_dict, strict=False)`, which applies none: without
+    this hook every FFN weight would silently stay as initialised. Registered by each `FfnBertLayer`.
+    """
+    for key in [key for key in state_dict if key.startswith(prefix)]:
+        renamed = prefix + memory_key(key[len(prefix):])
+        if renamed != key:
+            state_dict[renamed] = state_dict.pop(key)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MegatronBERT (Pre-LN, no embedding LayerNorm)
+# ---------------------------------------------------------------------------------------------------------------
+# MegatronBERT's names → FfnBert's, most specific first. From transformers/models/megatron_bert/
+# modeling_megatron_bert.py: MegatronBertEncoder.ln (final), MegatronBertAttention.ln (before self-attention),
+# MegatronBertLayer.ln (before the FFN). Its FFN projections carry BERT's names (`BERT_FFN_NAMES`).
+MEGATRON_NAMES: dict[str, str] = {
+    "encoder.ln": FINAL_NORM,
+    "attention.ln": "attention.output.LayerNorm",
+    "ln": BERT_FFN_NAMES["output.LayerNorm"],  # what is left: encoder.layer.{i}.ln
+}
+# Checkpoint-key renames passed as `key_mapping=` to `from_pretrained` (applied in this order, then FfnBert's own
+# mapping renames the FFN projections). `(?<![^.])`: the name starts the key or follows a dot.
+MEGATRON_KEY_MAPPING: dict[str, str] = {
+    r"(?<![^.])" + re.escape(theirs + "."): ours + "." for theirs, ours in MEGATRON_NAMES.items()
+}
+# In-memory FfnBert name → MegatronBERT name (for reports), as substrings of a full key.
+MEGATRON_NAME_OF: dict[str, str] = {f"{ours}.": f"{theirs}." for theirs, ours in MEGATRON_NAMES.items()} | {
+    f".{ours}.": f".{bert}." for bert, ours in BERT_FFN_NAMES.items() if ours not in MEGATRON_NAMES.values()
+}
+
+
+def megatron_key(key: str) -> str:
+    """MegatronBERT's name for an in-memory FfnBert key (`...encoder.final_norm.weight` → `...encoder.ln.weight`)."""
+    for ours, theirs in MEGATRON_NAME_OF.items():
+        key = key.replace(ours, theirs)
+    return key
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The field's reference FFNs: key maps as data, applied with transformers' own ConversionOps
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KeyMap:
+    """One entry of a state-dict mapping: `source` keys → `target` keys, through `op` (None: a plain rename).
+
+    `op` is a transformers `ConversionOps` (`Chunk`, `Concatenate`, ...); the reverse mapping swaps source and
+    target and uses `op.reverse_op`.
+    """
+
+    source: tuple[str, ...]
+    target: tuple[str, ...]
+    op: ConversionOps | None = None
+
+    def reversed(self) -> KeyMap:
+        return KeyMap(self.target, self.source, self.op.reverse_op if self.op is not None else None)
+
+
+# transformers' `LlamaMLP`: down_proj(act_fn(gate_proj(x)) * up_proj(x)), act_fn = SiLU: the same layout and names
+# as `FfnBertGatedMLP` with ffn_type="swiglu" (swish_beta=1 computes F.silu, like ACT2FN["silu"]). Llama has no MLP
+# bias by default (`mlp_bias=False`): use ffn_bias=False; with biases the same names carry `.bias`.
+LLAMA_MLP_TO_FFN: tuple[KeyMap, ...] = tuple(
+    KeyMap((f"{proj}.{p}",), (f"{proj}.{p}",)) for proj in ("gate_proj", "up_proj", "down_proj") for p in ("weight", "bias")
+)
+# transformers' `ModernBertMLP`: `input, gate = Wi(x).chunk(2, dim=-1); Wo(act(input) * gate)`. The fused Wi is
+# [activated half; linear half] along its output dimension (dim 0 of the weight). ModernBERT calls the *linear* half
+# "gate"; here (as in Llama) gate_proj is the *activated* half, so Wi's first half → gate_proj, second → up_proj.
+# act = ACT2FN[hidden_activation], "gelu" (erf) by default: ffn_type="geglu". No MLP bias by default (`mlp_bias`).
+MODERNBERT_MLP_TO_FFN: tuple[KeyMap, ...] = tuple(
+    m
+    for p in ("weight", "bias")
+    for m in (
+        KeyMap((f"Wi.{p}",), (f"gate_proj.{p}", f"up_proj.{p}"), Chunk(dim=0)),
+        KeyMap((f"Wo.{p}",), (f"down_proj.{p}",)),
+    )
+)
+
+
+def reverse_key_maps(mapping: tuple[KeyMap, ...]) -> tuple[KeyMap, ...]:
+    """The inverse mapping (FfnBert → the reference layout)."""
+    return tuple(m.reversed() for m in mapping)
+
+
+FFN_TO_LLAMA_MLP = reverse_key_maps(LLAMA_MLP_TO_FFN)
+FFN_TO_MODERNBERT_MLP = reverse_key_maps(MODERNBERT_MLP_TO_FFN)
+
+
+__all__ = [
+    "BERT_FFN_NAMES",
+    "BERT_NAME_OF",
+    "CHECKPOINT_KEY_MAPPING",
+    "FFN_BERT_ONLY_NAMES",
+    "FINAL_NORM",
+    "GATE_PROJ",
+    "FFN_TO_LLAMA_MLP",
+    "FFN_TO_MODERNBERT_MLP",
+    "KeyMap",
+    "LEGACY_KEY_MAPPING",
+    "LEGACY_PARAMETER_NAMES",
+    "LLAMA_MLP_TO_FFN",
+    "LoadOnlyRenaming",
+    "MEGATRON_KEY_MAPPING",
+    "MEGATRON_NAMES",
+    "MEGATRON_NAME_OF",
+    "MODERNBERT_MLP_TO_FFN",
+    "MODEL_TYPE",
+    "bert_key",
+    "is_ffn_key",
+    "is_variant_key",
+    "megatron_key",
+    "memory_key",
+    "register_weight_renamings",
+    "rename_to_memory_keys",
+    "reverse_key_maps",
+    "weight_renamings",
+]

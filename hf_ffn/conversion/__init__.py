@@ -1,0 +1,94 @@
+"""Converting checkpoints into and out of FfnBert, as data plus one loader per direction.
+
+- `recipes`: the function-preserving recipes as a lookup table (`ffn_recipe`, `PRESERVING_METHODS`).
+- `loader`: `load_converted`, a pretrained BERT → an FfnBert variant (another FFN, Pre-LN, another width), either
+  function-preserving (exact where the math allows, a documented approximation where it does not) or with the
+  converted FFNs freshly initialised, cut into plan / load / apply / report steps.
+- `report`: `ConversionReport` (JSON-serialisable: which weights were copied, mapped or newly initialised, the
+  config changes, and the measured output difference).
+- `measure`: `measure_difference`, the converted model against upstream BERT on the parity job's example batch.
+- `megatron`: `load_megatron_bert` (MegatronBERT = Pre-LN, through `from_pretrained(key_mapping=...)`).
+- `state_dicts`: `convert_state_dict`, applying the Llama / ModernBERT FFN key maps (data, in
+  `hf_ffn.checkpoint_names`) with transformers' `Chunk`/`Concatenate`.
+- `folders`: `convert_checkpoint` (what `hf-ffn convert` and scripts/convert_checkpoint.py run) and
+  `export_to_bert`, both written atomically (`atomic_output_dir`).
+
+Every public name of the parts (and the key maps and `bert_key` of `hf_ffn.checkpoint_names`) is importable
+from `hf_ffn.conversion`.
+"""
+
+from ..checkpoint_names import (
+    BERT_NAME_OF,
+    FFN_TO_LLAMA_MLP,
+    FFN_TO_MODERNBERT_MLP,
+    LLAMA_MLP_TO_FFN,
+    MEGATRON_KEY_MAPPING,
+    MEGATRON_NAME_OF,
+    MODERNBERT_MLP_TO_FFN,
+    KeyMap,
+    bert_key,
+    reverse_key_maps,
+)
+from ..parity.compare import COMPARED_OUTPUTS, output_difference
+from .folders import (
+    REPORT_FILE,
+    atomic_output_dir,
+    convert_checkpoint,
+    export_to_bert,
+    ffn_class_for,
+    full_auto_map,
+    non_default_fields,
+    parse_cli_options,
+)
+from .loader import load_converted
+from .measure import measure_difference
+from .megatron import load_megatron_bert, megatron_config_to_ffn_bert
+from .recipes import (
+    EXACT_GATED_TARGET,
+    INITS,
+    SIGMOID_FORM_IS_EXACT,
+    SIGMOID_SLOPE,
+    WIDTHS,
+    FfnRecipe,
+    allowed_preserving_targets,
+    ffn_recipe,
+)
+from .report import ConversionReport
+from .state_dicts import convert_state_dict
+
+__all__ = [
+    "BERT_NAME_OF",
+    "COMPARED_OUTPUTS",
+    "EXACT_GATED_TARGET",
+    "FFN_TO_LLAMA_MLP",
+    "FFN_TO_MODERNBERT_MLP",
+    "INITS",
+    "LLAMA_MLP_TO_FFN",
+    "MEGATRON_KEY_MAPPING",
+    "MEGATRON_NAME_OF",
+    "MODERNBERT_MLP_TO_FFN",
+    "REPORT_FILE",
+    "SIGMOID_FORM_IS_EXACT",
+    "SIGMOID_SLOPE",
+    "WIDTHS",
+    "ConversionReport",
+    "FfnRecipe",
+    "KeyMap",
+    "allowed_preserving_targets",
+    "atomic_output_dir",
+    "bert_key",
+    "convert_checkpoint",
+    "convert_state_dict",
+    "export_to_bert",
+    "ffn_class_for",
+    "ffn_recipe",
+    "full_auto_map",
+    "load_converted",
+    "load_megatron_bert",
+    "measure_difference",
+    "megatron_config_to_ffn_bert",
+    "non_default_fields",
+    "output_difference",
+    "parse_cli_options",
+    "reverse_key_maps",
+]

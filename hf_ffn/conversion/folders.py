@@ -1,0 +1,202 @@
+"""Writing folders: `convert_checkpoint` (what `hf-ffn convert` and scripts/convert_checkpoint.py run) and
+`export_to_bert`, both written atomically (`atomic_output_dir`), with the remote-code `auto_map`, the tokenizer,
+the conversion report and the model card."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoTokenizer, BertConfig, PretrainedConfig
+
+from ..configuration_ffn_bert import FfnBertConfig
+from ..logging_utils import quiet_transformers
+from ..model_card import write_model_card
+from ..modeling_ffn_bert import AUTO_MAP, FfnBertModel, FfnBertPreTrainedModel, head_class_for
+from .loader import load_converted
+from .measure import measure_difference
+from .report import ConversionReport
+
+REPORT_FILE = "conversion_report.json"
+# FfnBert's own config fields (and remote-code bookkeeping) that a plain BERT config does not carry.
+FFN_ONLY_FIELDS = (
+    "ffn_type", "layer_norm_position", "embedding_layer_norm", "ffn_bias", "leaky_relu_negative_slope", "elu_alpha",
+    "swish_beta", "auto_map", "model_type", "architectures",
+)
+
+
+@contextlib.contextmanager
+def atomic_output_dir(output_dir: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary folder beside `output_dir`, renamed to `output_dir` only if the block succeeds.
+
+    Nothing is left at `output_dir` (nor the temporary folder) when the block raises.
+
+    Raises:
+        FileExistsError: if `output_dir` exists and is not an empty folder (checked before the block runs).
+    """
+    output = Path(output_dir)
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise FileExistsError(f"output folder {str(output)!r} exists and is not empty; choose a new path")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.tmp-", dir=output.parent))
+    try:
+        yield tmp
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private (0700); the result is an ordinary folder
+        if output.exists():
+            output.rmdir()  # empty (checked above)
+        tmp.rename(output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def full_auto_map() -> dict[str, str]:
+    """`auto_map` naming every FfnBert Auto class, so a saved folder loads with any of them (remote code)."""
+    return dict(AUTO_MAP)
+
+
+def save_tokenizer(checkpoint: str, folder: Path) -> bool:
+    """Save the checkpoint's tokenizer files into `folder` (through AutoTokenizer); False if it has none."""
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    except (OSError, ValueError, TypeError):
+        return False
+    tokenizer.save_pretrained(folder)
+    return True
+
+
+def ffn_class_for(checkpoint: str) -> type[FfnBertPreTrainedModel]:
+    """The FfnBert class matching the checkpoint's `architectures[0]` (`BertForMaskedLM` → `FfnBertForMaskedLM`);
+    `FfnBertModel` when it names none or another one."""
+    architectures = PretrainedConfig.get_config_dict(checkpoint)[0].get("architectures") or []
+    head = head_class_for(architectures[0]) if architectures else None
+    return head.ffn_bert if head is not None else FfnBertModel
+
+
+def convert_checkpoint(
+    checkpoint: str,
+    output_dir: str | os.PathLike,
+    *,
+    ffn_type: str | list[str] | None = None,
+    layer_norm_position: str | list[str] | None = None,
+    init: str = "preserving",
+    width: str | int = "keep",
+    model_class: type[FfnBertPreTrainedModel] | None = None,
+    seed: int = 0,
+    base_model: str | None = None,
+    license: str | None = None,
+) -> ConversionReport:
+    """Convert a BERT checkpoint into an FfnBert folder: config (with `auto_map`), model.safetensors, the
+    configuration/modeling/naming source for `trust_remote_code`, the tokenizer files, `conversion_report.json`
+    (with the measured difference from the source on the fixed input of `measure_difference`) and a model card
+    (README.md).
+
+    `model_class` defaults to the FfnBert twin of the checkpoint's architecture. `seed` seeds every weight the
+    conversion initialises. The folder is written beside `output_dir` and renamed at the end: on any error
+    nothing is left at `output_dir`.
+
+    Raises:
+        FileExistsError: `output_dir` exists and is not empty.
+        ValueError: as `load_converted`.
+    """
+    with atomic_output_dir(output_dir) as tmp:
+        model_class = model_class or ffn_class_for(checkpoint)
+        torch.manual_seed(seed)
+        model, report = load_converted(
+            checkpoint, model_class, ffn_type=ffn_type, layer_norm_position=layer_norm_position, init=init, width=width
+        )
+        measure_difference(checkpoint, model, report)
+        model.config.auto_map = full_auto_map()
+        model.save_pretrained(tmp)
+        save_tokenizer(checkpoint, tmp)
+        report.save(str(tmp / REPORT_FILE))
+        write_model_card(tmp, model, report, base_model=base_model, license=license)
+    return report
+
+
+def parse_cli_options(args: Any) -> dict[str, Any]:
+    """`convert_checkpoint` keywords from `hf-ffn convert` arguments: comma lists become per-layer lists, a
+    numeric width an int (other values are validated by `load_converted`)."""
+
+    def names(value: str | None) -> str | list[str] | None:
+        return None if value is None else (value.split(",") if "," in value else value)
+
+    width = int(args.width) if str(args.width).isdigit() else args.width
+    return {
+        "ffn_type": names(args.ffn_type), "layer_norm_position": names(args.layer_norm_position), "init": args.init,
+        "width": width, "seed": args.seed, "base_model": args.base_model, "license": args.license,
+    }
+
+
+def non_default_fields(config: FfnBertConfig) -> list[str]:
+    """Why `config` is not plain BERT: one 'field=value (BERT: ...)' entry per non-default switch; [] if it is."""
+    reasons = []
+    if config.ffn_types != [config.hidden_act] * config.num_hidden_layers:
+        reasons.append(f"ffn_type={config.ffn_type!r} (BERT: the standard FFN with hidden_act={config.hidden_act!r})")
+    if config.hidden_act in ("leaky_relu", "elu", "swish"):
+        reasons.append(f"hidden_act={config.hidden_act!r} is parametrised by FfnBert; BERT's ACT2FN has its own")
+    if config.layer_norm_positions != ["post"] * config.num_hidden_layers:
+        reasons.append(f"layer_norm_position={config.layer_norm_position!r} (BERT: 'post')")
+    if not config.embedding_layer_norm:
+        reasons.append("embedding_layer_norm=False (BERT: True)")
+    if not config.ffn_bias:
+        reasons.append("ffn_bias=False (BERT: True)")
+    return reasons
+
+
+def export_to_bert(source: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
+    """Write a default-config FfnBert folder as a plain BERT folder (`model_type` "bert") for upstream `BertModel`.
+
+    The weights already carry BERT's names on disk; upstream loads them (strictly: no missing or unexpected key
+    allowed) and saves them with a `BertConfig`. The tokenizer files are copied through AutoTokenizer.
+
+    Raises:
+        ValueError: if the config is not plain BERT, naming each non-default switch (BERT has no such FFN/LN), or
+            if the checkpoint is not FfnBert / BERT.
+        FileExistsError: `output_dir` exists and is not empty.
+    """
+    config = FfnBertConfig.from_pretrained(source)
+    reasons = non_default_fields(config)
+    if reasons:
+        raise ValueError(
+            f"{source} cannot be exported to plain BERT: upstream BertModel has only the standard Post-LN FFN with "
+            f"biases and an embedding LayerNorm, and this model differs: {'; '.join(reasons)}"
+        )
+    upstream = head_class_for(ffn_class_for(str(source)).__name__).bert
+    fields = {k: v for k, v in config.to_dict().items() if k not in FFN_ONLY_FIELDS}
+    bert_config = BertConfig.from_dict(fields)
+    bert_config.architectures = [upstream.__name__]
+    with atomic_output_dir(output_dir) as tmp:
+        with quiet_transformers():
+            model, info = upstream.from_pretrained(source, config=bert_config, output_loading_info=True)
+        problems = {
+            k: sorted(map(str, v)) for k, v in info.items()
+            if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v
+        }
+        if problems:
+            raise ValueError(f"{source}: weights do not load strictly into {upstream.__name__}: {problems}")
+        model.save_pretrained(tmp)
+        save_tokenizer(str(source), tmp)
+    return Path(output_dir)
+
+
+__all__ = [
+    "FFN_ONLY_FIELDS",
+    "REPORT_FILE",
+    "atomic_output_dir",
+    "convert_checkpoint",
+    "export_to_bert",
+    "ffn_class_for",
+    "full_auto_map",
+    "non_default_fields",
+    "parse_cli_options",
+    "save_tokenizer",
+]

@@ -1,0 +1,69 @@
+"""`measure_difference`: a converted model's output difference from its source checkpoint, on the parity job's
+example batch, through the one output-difference helper (`hf_ffn.parity.compare.output_difference`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import BertModel
+
+from ..checkpoint_names import is_variant_key
+from ..configuration_ffn_bert import FfnBertConfig
+from ..logging_utils import quiet_transformers
+from ..modeling_ffn_bert import HEAD_CLASSES, FfnBertPreTrainedModel
+from ..parity.batches import SENTENCE_PAIRS, example_batch, head_inputs
+from ..parity.compare import output_difference
+from .report import ConversionReport
+
+
+def measure_difference(
+    source: str, model: FfnBertPreTrainedModel, report: ConversionReport | None = None,
+    inputs: dict[str, torch.Tensor] | None = None,
+) -> dict[str, Any]:
+    """The converted `model`'s output difference from the source checkpoint on a fixed input.
+
+    The reference is upstream transformers' class matching `model` (e.g. `BertForMaskedLM` for
+    `FfnBertForMaskedLM`) loaded from `source`, when every head weight of `model` came from the checkpoint
+    (no `report.new` key outside the encoder FFNs and `final_norm`); otherwise upstream `BertModel` against
+    `model.base_model` (last_hidden_state only, as new head weights are random on both sides). The fixed input is
+    `parity.example_batch`: three tokenized sentence pairs of unequal lengths, padded (or seeded random ids
+    when the checkpoint has no tokenizer); per-token outputs are compared on real tokens. If `report` is given,
+    the result is also stored in `report.difference`.
+
+    Returns:
+        {"reference": class name, "inputs": description, "parameters": {"scope", "reference", "candidate"},
+        output name: {"max_abs_diff", "mean_abs_diff", "equal"} for each compared output}.
+    """
+    upstream_of = {head.ffn_bert: head.bert for head in HEAD_CLASSES}
+    attn = model.config._attn_implementation
+    with quiet_transformers():
+        config = FfnBertConfig.from_pretrained(source)
+        batch = inputs if inputs is not None else example_batch(source, config)
+        new_outside_ffn = report is not None and any(not is_variant_key(k) for k in report.new)
+        upstream = upstream_of.get(type(model), BertModel)
+        if new_outside_ffn or report is None:
+            upstream, candidate = BertModel, model.base_model
+        else:
+            candidate = model
+        reference = upstream.from_pretrained(source, attn_implementation=attn)
+    result: dict[str, Any] = {
+        "reference": f"transformers.{upstream.__name__}",
+        "inputs": "parity.example_batch: " + "; ".join(" / ".join(p) for p in SENTENCE_PAIRS)
+        if inputs is None else "given",
+    }
+    result["parameters"] = {
+        "scope": "base model" if candidate is not model else "whole model",
+        "reference": sum(p.numel() for p in reference.parameters()),
+        "candidate": sum(p.numel() for p in candidate.parameters()),
+    }
+    diffs = output_difference(reference, candidate, head_inputs(upstream, batch))
+    if upstream is BertModel and candidate is not model:
+        diffs = {"last_hidden_state": diffs["last_hidden_state"]}
+    result.update(diffs)
+    if report is not None:
+        report.difference = result
+    return result
+
+
+__all__ = ["measure_difference"]

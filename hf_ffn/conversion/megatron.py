@@ -1,0 +1,83 @@
+"""MegatronBERT → FfnBert (Pre-LN, no embedding LayerNorm), exactly, through `from_pretrained(key_mapping=...)`
+with the renames of `hf_ffn.checkpoint_names.MEGATRON_KEY_MAPPING`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import MegatronBertConfig
+
+from ..checkpoint_names import MEGATRON_KEY_MAPPING, megatron_key
+from ..configuration_ffn_bert import FfnBertConfig
+from ..logging_utils import quiet_transformers
+from ..modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel
+from .report import ConversionReport
+
+
+def megatron_config_to_ffn_bert(config_dict: dict[str, Any], **overrides) -> FfnBertConfig:
+    """FfnBert config for a MegatronBERT config dict: BERT's fields, Pre-LN, no embedding LayerNorm.
+
+    Raises:
+        ValueError: if `config_dict["model_type"]` is not "megatron-bert".
+    """
+    if config_dict.get("model_type") != "megatron-bert":
+        raise ValueError(f"model_type must be 'megatron-bert', got {config_dict.get('model_type')!r}")
+    bert_dict = {**config_dict, "model_type": "bert", "architectures": None}
+    config, _unused = FfnBertConfig.from_bert_dict(
+        bert_dict, source="megatron-bert config", layer_norm_position="pre", embedding_layer_norm=False, **overrides
+    )
+    return config
+
+
+def load_megatron_bert(
+    checkpoint: str, model_class: type[FfnBertPreTrainedModel] = FfnBertModel, **from_pretrained_kwargs
+) -> tuple[FfnBertPreTrainedModel, ConversionReport]:
+    """Load a MegatronBERT checkpoint (`model_type` "megatron-bert") into an FfnBert class, exactly.
+
+    The model is Pre-LN with `embedding_layer_norm=False`; the renames are `MEGATRON_KEY_MAPPING`, applied by
+    transformers' `key_mapping`. transformers remembers the renames used at load (`model._weight_conversions`)
+    and would revert them at save, writing MegatronBERT names; they are dropped here so that `save_pretrained`
+    writes FfnBert's own layout (BERT names, `encoder.final_norm`), which FfnBert reloads without `key_mapping`.
+
+    Outputs equal MegatronBERT's bit for bit with eager attention when the head size is a power of 4 (√d a power
+    of two, e.g. 64): MegatronBERT divides scores by √d, BERT multiplies by d^-1/2, the same float op only then.
+
+    Returns:
+        `(model, report)`: the report lists every renamed key (`mapped`), the new keys (heads the checkpoint
+        lacks) and the checkpoint keys not used.
+
+    Raises:
+        ValueError: if the checkpoint is not a MegatronBERT one.
+    """
+    source_dict = MegatronBertConfig.get_config_dict(checkpoint)[0]
+    config_fields = set(FfnBertConfig.__dataclass_fields__)
+    config_overrides = {k: from_pretrained_kwargs.pop(k) for k in list(from_pretrained_kwargs) if k in config_fields}
+    config = megatron_config_to_ffn_bert(source_dict, **config_overrides)
+    with quiet_transformers():
+        model, info = model_class.from_pretrained(
+            checkpoint, config=config, key_mapping=MEGATRON_KEY_MAPPING, output_loading_info=True,
+            **from_pretrained_kwargs,
+        )
+    # Forget the load-time renames: saving then falls back to FfnBert's registered mapping (its own layout).
+    model.__dict__.pop("_weight_conversions", None)
+    model.eval()
+    missing = set(info["missing_keys"])
+    mapped, copied = [], []
+    for key in model.state_dict():
+        if key in missing:
+            continue
+        source = megatron_key(key)
+        if source == key:
+            copied.append(key)
+        else:
+            mapped.append({"target": key, "source": source, "operation": "rename"})
+    report = ConversionReport(
+        source=str(checkpoint), model_class=model_class.__name__, init="preserving", exact=True,
+        config_changes={"model_type": ["megatron-bert", "ffn_bert"], "layer_norm_position": [None, "pre"],
+                        "embedding_layer_norm": [None, False]},
+        copied=copied, mapped=mapped, new=sorted(missing), dropped=sorted(info["unexpected_keys"]),
+    )
+    return model, report
+
+
+__all__ = ["load_megatron_bert", "megatron_config_to_ffn_bert"]

@@ -1,0 +1,47 @@
+"""The parity job and its parts: which checkpoint (`checkpoints`), the example batches (`batches`), the one
+output-difference helper (`compare`) and the job itself (`job`: `run_parity`, `variant_report`, `format_table`).
+
+Every public name of the parts is importable from `hf_ffn.parity`.
+"""
+
+from ..logging_utils import quiet_transformers
+from .batches import SENTENCE_PAIRS, TIME_FLIES_IDS, example_batch, head_inputs, padded_batch
+from .checkpoints import BERT_BASE_NAMES, bundled_checkpoint, cached_bert_base, choose_default_checkpoint, hub_reachable
+from .compare import (
+    COMPARED_OUTPUTS,
+    ParityRow,
+    compare_outputs,
+    compare_tensors,
+    flatten_output,
+    output_difference,
+    tensor_difference,
+)
+from .job import HEAD_PAIRS, ffn_outputs, ffn_rows, format_table, rows_as_dicts, run_parity, variant_report
+
+__all__ = [
+    "BERT_BASE_NAMES",
+    "COMPARED_OUTPUTS",
+    "HEAD_PAIRS",
+    "ParityRow",
+    "SENTENCE_PAIRS",
+    "TIME_FLIES_IDS",
+    "bundled_checkpoint",
+    "cached_bert_base",
+    "choose_default_checkpoint",
+    "compare_outputs",
+    "compare_tensors",
+    "example_batch",
+    "ffn_outputs",
+    "ffn_rows",
+    "flatten_output",
+    "format_table",
+    "head_inputs",
+    "hub_reachable",
+    "output_difference",
+    "padded_batch",
+    "quiet_transformers",
+    "rows_as_dicts",
+    "run_parity",
+    "tensor_difference",
+    "variant_report",
+]

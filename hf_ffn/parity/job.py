@@ -1,0 +1,164 @@
+"""The parity job: a BERT checkpoint loaded into upstream transformers and into hf_ffn, output by output.
+
+`run_parity` compares every output (last_hidden_state, pooler_output, each hidden state and attention map, each
+head's logits) of each FfnBert head class with the same upstream Bert head class (`HEAD_CLASSES`), plus each
+layer's FFN output, with `torch.equal`. Heads whose weights the checkpoint lacks are first created by upstream
+transformers with a fixed seed and saved, and both models load that folder, so both see the same weights.
+`variant_report` shows what a non-default variant changes instead. The tests and `hf-ffn parity` call these.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import asdict
+
+import torch
+from torch import nn
+from transformers import BertModel
+
+from ..configuration_ffn_bert import FfnBertConfig
+from ..logging_utils import quiet_transformers
+from ..modeling_ffn_bert import HEAD_CLASSES, FfnBertModel
+from .batches import TIME_FLIES_IDS, example_batch, head_inputs
+from .compare import ParityRow, compare_outputs, compare_tensors, tensor_difference
+
+# upstream class → FfnBert class, in the order the table prints them (from `HEAD_CLASSES`).
+HEAD_PAIRS: dict[type, type] = {head.bert: head.ffn_bert for head in HEAD_CLASSES}
+
+
+def ffn_outputs(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Each layer's FFN output (batch, seq, hidden_size) during one forward of a BERT or FfnBert base model.
+
+    Upstream BERT's FFN is `output.dense(intermediate(x))`, so its output is `output.dense`'s; hf_ffn's is `mlp`'s.
+    """
+    modules = [getattr(layer, "mlp", None) or layer.output.dense for layer in model.encoder.layer]
+    captured: list[torch.Tensor] = []
+    handles = [m.register_forward_hook(lambda _m, _i, out: captured.append(out)) for m in modules]
+    try:
+        with torch.no_grad():
+            model(**inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return captured
+
+
+def run_parity(
+    checkpoint: str, attn_implementation: str = "eager", seed: int = 0, **overrides
+) -> list[ParityRow]:
+    """Load `checkpoint` into each upstream Bert head class and the matching FfnBert class; compare all outputs.
+
+    Args:
+        checkpoint: a BERT (or default FfnBert) folder or hub name.
+        attn_implementation: "eager" (attention maps are compared too) or "sdpa".
+        seed: seeds the heads that the checkpoint lacks (created once by upstream, saved, loaded by both).
+        **overrides: config overrides for the FfnBert side (e.g. `layer_norm_eps=1e-5` as a negative control).
+
+    Returns:
+        Rows for every output of every head, then `ffn[i]` rows for each layer's FFN output on the padded batch,
+        then `ffn[0] "time flies like an arrow"` (ids 2051 10029 2066 2019 8612, no special tokens) when the
+        vocabulary is bert-base-uncased's size or larger.
+
+    Raises:
+        ValueError: a checkpoint that is not BERT-shaped (from `FfnBertConfig`).
+    """
+    rows: list[ParityRow] = []
+    with quiet_transformers(), tempfile.TemporaryDirectory() as tmp:
+        config = FfnBertConfig.from_pretrained(checkpoint)  # fails early, clearly, on a non-BERT checkpoint
+        batch = example_batch(checkpoint, config)
+        want_attentions = attn_implementation == "eager"
+        for upstream_class, ffn_class in HEAD_PAIRS.items():
+            folder = os.path.join(tmp, upstream_class.__name__)
+            torch.manual_seed(seed)
+            upstream_class.from_pretrained(checkpoint).save_pretrained(folder)
+            reference = upstream_class.from_pretrained(folder, attn_implementation=attn_implementation).eval()
+            candidate = ffn_class.from_pretrained(folder, attn_implementation=attn_implementation, **overrides).eval()
+            inputs = head_inputs(upstream_class, batch)
+            with torch.no_grad():
+                ref_out = reference(**inputs, output_hidden_states=True, output_attentions=want_attentions)
+                cand_out = candidate(**inputs, output_hidden_states=True, output_attentions=want_attentions)
+            rows += compare_outputs(ffn_class.__name__, ref_out, cand_out)
+            if upstream_class is BertModel:
+                rows += ffn_rows(reference, candidate, batch)
+    return rows
+
+
+def ffn_rows(reference: nn.Module, candidate: nn.Module, batch: dict[str, torch.Tensor]) -> list[ParityRow]:
+    """`ffn[i]` rows (each layer's FFN output on `batch`), plus `ffn[0]` on "time flies like an arrow" when the
+    vocabulary is bert-base-uncased's or larger."""
+    rows = [
+        compare_tensors("FFN", f"ffn[{i}]", ref, cand)
+        for i, (ref, cand) in enumerate(zip(ffn_outputs(reference, batch), ffn_outputs(candidate, batch)))
+    ]
+    if reference.config.vocab_size <= max(TIME_FLIES_IDS):  # not the bert-base-uncased vocabulary
+        return rows
+    ids = {"input_ids": torch.tensor([TIME_FLIES_IDS])}
+    rows.append(
+        compare_tensors(
+            "FFN", 'ffn[0] "time flies like an arrow"', ffn_outputs(reference, ids)[0], ffn_outputs(candidate, ids)[0]
+        )
+    )
+    return rows
+
+
+def variant_report(checkpoint: str, attn_implementation: str = "eager", **overrides) -> dict:
+    """What an FfnBert variant changes relative to the BERT checkpoint (a report, never a failure).
+
+    Returns a dict with the config overrides, parameter counts (upstream BERT, the variant), the weights the
+    variant initialises anew (`new_weights`) and the checkpoint weights it does not use (`unused_weights`), and the
+    max / mean |Δ| (and `equal`) of `last_hidden_state` and of each hidden state against upstream `BertModel` on
+    the example batch, over real tokens (`tensor_difference`).
+
+    Raises:
+        ValueError: if the checkpoint is not BERT-shaped or an override is invalid (from `FfnBertConfig`).
+    """
+    config = FfnBertConfig.from_pretrained(checkpoint, **overrides)  # fails early, clearly, on a bad request
+    batch = example_batch(checkpoint, config)
+    torch.manual_seed(0)
+    reference = BertModel.from_pretrained(checkpoint, attn_implementation=attn_implementation).eval()
+    variant, info = FfnBertModel.from_pretrained(
+        checkpoint,
+        attn_implementation=attn_implementation,
+        output_loading_info=True,
+        # another width cannot reuse the FFN weights: load them as new (listed under `mismatched_weights`)
+        ignore_mismatched_sizes="intermediate_size" in overrides,
+        **overrides,
+    )
+    variant.eval()
+    with torch.no_grad():
+        ref_out = reference(**batch, output_hidden_states=True)
+        var_out = variant(**batch, output_hidden_states=True)
+    mask = batch["attention_mask"]
+    return {
+        "checkpoint": checkpoint,
+        "overrides": overrides,
+        "config": {k: getattr(variant.config, k) for k in ("ffn_type", "layer_norm_position", "intermediate_size")},
+        "parameters": {
+            "bert": sum(p.numel() for p in reference.parameters()),
+            "variant": sum(p.numel() for p in variant.parameters()),
+        },
+        "new_weights": sorted(info["missing_keys"]),
+        "unused_weights": sorted(info["unexpected_keys"]),
+        "mismatched_weights": sorted(str(k) for k in info["mismatched_keys"]),
+        "last_hidden_state": tensor_difference(ref_out.last_hidden_state, var_out.last_hidden_state, mask),
+        "hidden_states": [tensor_difference(r, v, mask) for r, v in zip(ref_out.hidden_states, var_out.hidden_states)],
+    }
+
+
+def rows_as_dicts(rows: list[ParityRow]) -> list[dict]:
+    """The rows as JSON-ready dicts (`head`, `output`, `shape`, `max_abs_diff`, `equal`)."""
+    return [asdict(row) for row in rows]
+
+
+def format_table(rows: list[ParityRow]) -> str:
+    """A fixed-width text table of the rows."""
+    header = f"{'head':<34} {'output':<34} {'shape':<18} {'max |Δ|':>10}  equal"
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        shape = "×".join(map(str, r.shape))
+        lines.append(f"{r.head:<34} {r.output:<34} {shape:<18} {r.max_abs_diff:>10.3g}  {'yes' if r.equal else 'NO'}")
+    return "\n".join(lines)
+
+
+__all__ = ["HEAD_PAIRS", "ffn_outputs", "ffn_rows", "format_table", "rows_as_dicts", "run_parity", "variant_report"]

@@ -1,0 +1,94 @@
+"""Print the import graph of the hf_ffn package (module → the package modules it imports at module level) and
+check the layout rules: no import cycle, no function-level import of the package's own modules, no private
+(`_x`) name imported across modules. Exits 1 if a rule is broken. Imports under `if TYPE_CHECKING:` are
+annotations only and are left out of the graph. Run from the repository root: `python scripts/import_graph.py`.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "hf_ffn"
+
+
+def module_names() -> dict[str, Path]:
+    names = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> tuple[set[str], list[str]]:
+    """(package modules imported at module level, rule violations) of one module."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    deps: set[str] = set()
+    problems: list[str] = []
+
+    def visit(node: ast.AST, in_function: bool, type_only: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            child_type_only = type_only or (isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test))
+            if isinstance(child, ast.ImportFrom) and (child.level or (child.module or "").startswith("hf_ffn")):
+                base = package[: len(package) - child.level + 1] if child.level else []
+                target = ".".join(base + ([child.module] if child.module else [])) if child.level else child.module
+                for alias in child.names:
+                    full = f"{target}.{alias.name}"
+                    imported = full if full in modules else target
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        problems.append(f"{name}: imports the private name {alias.name} from {target}")
+                    if in_function:
+                        problems.append(f"{name}: function-level import of {imported}")
+                    elif not child_type_only and imported != name:
+                        deps.add(imported)
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)), child_type_only)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), False, False)
+    return deps, problems
+
+
+def with_parents(deps: set[str], name: str, modules: dict[str, Path]) -> set[str]:
+    """Importing `a.b.c` first imports `a.b` (its `__init__`): those edges count for cycles too."""
+    out = set(deps)
+    for dep in deps:
+        parts = dep.split(".")
+        for i in range(2, len(parts)):
+            parent = ".".join(parts[:i])
+            if parent in modules and not name.startswith(parent + ".") and parent != name:
+                out.add(parent)
+    return out
+
+
+def main() -> int:
+    modules = module_names()
+    graph, problems = {}, []
+    for name, path in modules.items():
+        graph[name], found = imports_of(name, path, modules)
+        problems += found
+    edges = {name: with_parents(deps, name, modules) for name, deps in graph.items()}
+    state: dict[str, int] = {}
+
+    def dfs(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(edges.get(node, ())):
+            if state.get(dep) == 1:
+                problems.append("import cycle: " + " -> ".join(stack[stack.index(dep):] + [dep]))
+            elif dep not in state:
+                dfs(dep, stack + [dep])
+        state[node] = 2
+
+    for name in graph:
+        if name not in state:
+            dfs(name, [name])
+    for name, deps in graph.items():
+        lines = len(modules[name].read_text(encoding="utf-8").splitlines())
+        short = sorted(d.removeprefix("hf_ffn.") for d in deps)
+        print(f"{name:34} {lines:4}  -> {', '.join(short) or '-'}")
+    for problem in problems:
+        print(f"PROBLEM {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
