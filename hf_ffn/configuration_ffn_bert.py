@@ -87,7 +87,9 @@ class FfnBertConfig(BertConfig):
         hidden_act (`str`, *optional*, defaults to `"gelu"`):
             BERT's field, unchanged: the checkpoint's activation (an `ACT2FN` name). The MLM head transform
             always uses `ACT2FN[hidden_act]` (with its fixed parameters); the FFN uses it only when `ffn_type` is
-            not given. So `FfnBertConfig(ffn_type="relu")` has a ReLU FFN and BERT's GELU head transform.
+            not given (`ffn_type` is then set to it at construction, and saved). So `FfnBertConfig(ffn_type="relu")`
+            has a ReLU FFN and BERT's GELU head transform, and a BERT checkpoint loaded with `ffn_type="relu"` keeps
+            its own `hidden_act`.
         layer_norm_position (`str` or `list[str]`, *optional*, defaults to `"post"`):
             `"post"`: `x = LN(x + f(x))` after each sublayer (Vaswani et al. 2017; BERT). `"pre"`:
             `x = x + f(LN(x))` (Xiong et al. 2020, arXiv 2002.04745), with one final LayerNorm after the last
