@@ -34,7 +34,6 @@ def _parity(args: argparse.Namespace) -> int:
         k: v
         for k, v in (
             ("ffn_type", args.ffn_type),
-            ("hidden_act", args.hidden_act),
             ("layer_norm_position", args.layer_norm_position),
             ("intermediate_size", args.intermediate_size),
         )
@@ -129,8 +128,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attn", choices=["eager", "sdpa"], default="eager", help="attention implementation")
     p.add_argument("--json", action="store_true", help="print only a JSON document on stdout")
     p.add_argument("--ffn-type", help="report what this FFN variant changes instead (e.g. swiglu)")
-    p.add_argument("--hidden-act", help="with a standard --ffn-type other than the checkpoint's activation: "
-                   "the same name (BERT's hidden_act is its FFN activation)")
     p.add_argument("--layer-norm-position", choices=["post", "pre"], help="report this LayerNorm placement")
     p.add_argument("--intermediate-size", type=int, help="FFN width for the variant report")
     p.set_defaults(func=_parity)

@@ -82,15 +82,14 @@ class FfnBertConfig(BertConfig):
             is named by its activation: any `transformers.activations.ACT2FN` name (`"gelu"`, `"gelu_new"`,
             `"relu"`, `"silu"`, `"tanh"`, ...) or `"leaky_relu"`, `"elu"`, `"swish"` with the parameters below.
             A gated FFN `down_proj(act(gate_proj(x)) * up_proj(x))` (Shazeer 2020) is one of `"glu"` (sigmoid),
-            `"bilinear"` (identity), `"reglu"` (ReLU), `"geglu"` (GELU), `"swiglu"` (Swish/SiLU). Defaults to
-            `hidden_act`, i.e. BERT's own FFN.
-        hidden_act (`str`, *optional*):
-            BERT's activation (an `ACT2FN` name): the standard FFN's and the MLM head transform's. For a single
-            standard `ffn_type` that `ACT2FN` knows, the two are one setting: if both are given they must agree
-            (a disagreement raises), and if only `ffn_type` is given `hidden_act` follows it. For gated FFNs,
-            `"elu"` and per-layer lists, the FFN's activation comes from `ffn_type` and `hidden_act` (default
-            `"gelu"`) keeps only its MLM head role. The MLM head uses `ACT2FN[hidden_act]` with its fixed
-            parameters; `leaky_relu_negative_slope` and `swish_beta` apply to the FFN.
+            `"bilinear"` (identity), `"reglu"` (ReLU), `"geglu"` (GELU), `"swiglu"` (Swish/SiLU). Sets the FFN
+            alone: `hidden_act` is left as it is. Defaults to `hidden_act`, i.e. BERT's own FFN.
+        hidden_act (`str`, *optional*, defaults to `"gelu"`):
+            BERT's field, unchanged: the checkpoint's activation (an `ACT2FN` name). The MLM head transform
+            always uses `ACT2FN[hidden_act]` (with its fixed parameters); the FFN uses it only when `ffn_type` is
+            not given (`ffn_type` is then set to it at construction, and saved). So `FfnBertConfig(ffn_type="relu")`
+            has a ReLU FFN and BERT's GELU head transform, and a BERT checkpoint loaded with `ffn_type="relu"` keeps
+            its own `hidden_act`.
         layer_norm_position (`str` or `list[str]`, *optional*, defaults to `"post"`):
             `"post"`: `x = LN(x + f(x))` after each sublayer (Vaswani et al. 2017; BERT). `"pre"`:
             `x = x + f(LN(x))` (Xiong et al. 2020, arXiv 2002.04745), with one final LayerNorm after the last
@@ -107,19 +106,22 @@ class FfnBertConfig(BertConfig):
             β of Swish x·σ(βx) (Ramachandran et al. 2017), finite and > 0; β = 1 is SiLU. Used by `"swish"` and
             `"swiglu"`.
 
+    Validation follows `BertConfig`: BERT's own fields are checked at construction only for their types (by
+    transformers' strict dataclass, which raises `StrictDataclassFieldValidationError` naming the field), and for
+    their values when a model is built (`check_model_fields`), as upstream BERT checks them in its modules. So
+    `FfnBertConfig(hidden_size=32)` constructs, like `BertConfig(hidden_size=32)`, and `FfnBertModel` then
+    rejects it (32 is not divisible by the default 12 heads).
+
     Raises:
-        ValueError: on an unknown `ffn_type` or `layer_norm_position`, a per-layer list whose length is not
-            `num_hidden_layers`, non-positive sizes, `hidden_size` not divisible by `num_attention_heads`, an
-            activation parameter out of range, a non-bool switch, `ffn_type` disagreeing with `hidden_act`, a
-            decoder setting, or a `model_type` other than "bert"/"ffn_bert". (A wrong *type* for one of BERT's own
-            fields, e.g. a float `hidden_size`, is caught first by transformers' strict dataclass validation and
-            raises its `StrictDataclassFieldValidationError`, which names the field.)
+        ValueError: at construction, on an FfnBert field: an unknown `ffn_type` or `layer_norm_position`, a
+            per-layer list whose length is not `num_hidden_layers`, an activation parameter out of range, a
+            non-bool switch, or a `model_type` other than "bert"/"ffn_bert". An `ffn_type` entry equal to
+            `hidden_act` is BERT's own FFN and is checked with `hidden_act`, at model build.
     """
 
     model_type = "ffn_bert"
 
-    # `None` here only tells "not given" apart from BERT's default; after construction it is never `None`.
-    hidden_act: str | None = None
+    # `None` here only tells "not given" apart from a value; after construction it is never `None`.
     ffn_type: str | list[str] | None = None
     layer_norm_position: str | list[str] = "post"
     embedding_layer_norm: bool = True
@@ -132,23 +134,48 @@ class FfnBertConfig(BertConfig):
         # A BERT config dict (`BertConfig().to_dict()`) carries `model_type="bert"`: as an instance attribute it
         # would shadow ours and switch off the BERT key mapping, so check it and drop it.
         _check_model_type(kwargs.pop("model_type", self.model_type), "config")
-        if self.hidden_act is None:
-            coupled = isinstance(self.ffn_type, str) and self.ffn_type in ACT2CLS
-            self.hidden_act = self.ffn_type if coupled else "gelu"  # BERT's default
         if self.ffn_type is None:
-            self.ffn_type = self.hidden_act
+            self.ffn_type = self.hidden_act  # BERT's FFN
         super().__post_init__(**kwargs)
         # Checked here too (not only in `validate_architecture`) so that bad values raise a plain `ValueError`.
         self.check_ffn_fields()
 
     def validate_architecture(self):
-        """Part of `@strict` validation (run at init and at save): the checks of `check_ffn_fields`."""
+        """Part of `@strict` validation (run at init and at save): upstream's checks, then `check_ffn_fields`."""
         super().validate_architecture()
         self.check_ffn_fields()
 
     def check_ffn_fields(self) -> None:
-        """Validate the sizes and every FfnBert field. Models call it when built, so a config changed by
-        attribute assignment after construction is checked before it is used.
+        """Validate the FfnBert fields (run at construction and at save). An `ffn_type` entry equal to
+        `hidden_act` is BERT's own FFN: like `hidden_act` itself it is checked at model build
+        (`check_model_fields`), where upstream BERT checks it.
+
+        Raises:
+            ValueError: naming the field, the bad value and what is allowed.
+        """
+        for name, allowed in (("ffn_type", FFN_TYPES), ("layer_norm_position", LAYER_NORM_POSITIONS)):
+            for value in self._per_layer(name):
+                if value not in allowed and not (name == "ffn_type" and value == self.hidden_act):
+                    raise ValueError(f"{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
+        for name in ("embedding_layer_norm", "ffn_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        for name, low, high, closed_low in (
+            ("leaky_relu_negative_slope", 0.0, 1.0, True),
+            ("elu_alpha", 0.0, math.inf, False),
+            ("swish_beta", 0.0, math.inf, False),
+        ):
+            value = getattr(self, name)
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not (number and (low <= value if closed_low else low < value) and value < high):
+                interval = f"{'[' if closed_low else '('}{low:g}, {high:g})"
+                raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
+
+    def check_model_fields(self) -> None:
+        """Validate everything a model build needs: the checks upstream BERT makes in its modules (positive sizes,
+        `hidden_size` divisible by `num_attention_heads` as in `BertSelfAttention`, `hidden_act` an `ACT2FN`
+        name as in `BertPredictionHeadTransform`), that the model is an encoder, and `check_ffn_fields`. Models
+        call it when built, so a config changed by attribute assignment after construction is checked before use.
 
         Raises:
             ValueError: naming the field, the bad value and what is allowed.
@@ -164,35 +191,15 @@ class FfnBertConfig(BertConfig):
             )
         if self.hidden_act not in HIDDEN_ACTS:  # the MLM head transform builds ACT2FN[hidden_act]
             raise ValueError(f"hidden_act has unknown value {self.hidden_act!r}; allowed: {', '.join(HIDDEN_ACTS)}")
-        for name, allowed in (("ffn_type", FFN_TYPES), ("layer_norm_position", LAYER_NORM_POSITIONS)):
-            for value in self._per_layer(name):
-                if value not in allowed:
-                    raise ValueError(f"{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
-        if isinstance(self.ffn_type, str) and self.ffn_type in ACT2CLS and self.ffn_type != self.hidden_act:
-            raise ValueError(
-                f"ffn_type={self.ffn_type!r} disagrees with hidden_act={self.hidden_act!r} (a BERT checkpoint's "
-                f"hidden_act is its FFN activation): for a standard FFN both name the same activation, which BERT's "
-                f"MLM head transform uses too. Pass hidden_act={self.ffn_type!r} as well to change both, or leave "
-                f"ffn_type unset."
-            )
-        for name in ("embedding_layer_norm", "ffn_bias"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        for name, low, high, closed_low in (
-            ("leaky_relu_negative_slope", 0.0, 1.0, True),
-            ("elu_alpha", 0.0, math.inf, False),
-            ("swish_beta", 0.0, math.inf, False),
-        ):
-            value = getattr(self, name)
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not (number and (low <= value if closed_low else low < value) and value < high):
-                interval = f"{'[' if closed_low else '('}{low:g}, {high:g})"
-                raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
+        for value in self.ffn_types:
+            if value not in FFN_TYPES:
+                raise ValueError(f"ffn_type has unknown value {value!r}; allowed: {', '.join(FFN_TYPES)}")
         if self.is_decoder or self.add_cross_attention:
             raise ValueError(
                 f"FfnBert is an encoder: is_decoder={self.is_decoder!r} and add_cross_attention="
                 f"{self.add_cross_attention!r} are not supported; allowed: False for both"
             )
+        self.check_ffn_fields()
 
     def _per_layer(self, name: str) -> list[str]:
         value = getattr(self, name)
@@ -219,7 +226,10 @@ class FfnBertConfig(BertConfig):
 
     @property
     def is_default_bert(self) -> bool:
-        """Whether this config describes plain BERT (so the model is exactly upstream `BertModel`)."""
+        """Whether this config describes plain BERT, so that the model is exactly upstream `BertModel`: every
+        layer's FFN is the standard one with `hidden_act` (the activation upstream uses), Post-LN, with the
+        embedding LayerNorm and FFN biases, and `hidden_act` is not one that FfnBert parametrises differently from
+        `ACT2FN`."""
         return (
             self.ffn_types == [self.hidden_act] * self.num_hidden_layers
             and self.layer_norm_positions == ["post"] * self.num_hidden_layers

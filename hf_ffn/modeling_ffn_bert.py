@@ -251,7 +251,7 @@ class FfnBertModel(FfnBertPreTrainedModel, BertModel):
 
     def __init__(self, config: FfnBertConfig, add_pooling_layer: bool = True):
         FfnBertPreTrainedModel.__init__(self, config)
-        config.check_ffn_fields()  # also catches fields changed by assignment after the config was built
+        config.check_model_fields()  # also catches fields changed by assignment after the config was built
         self.config = config
         self.gradient_checkpointing = False
         self.embeddings = BertEmbeddings(config)

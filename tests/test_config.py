@@ -1,15 +1,25 @@
 """FfnBertConfig: BERT fields unchanged, the new fields, validation, serialisation, Auto registration."""
 
 import dataclasses
+import json
 
 import pytest
 import torch
 from transformers import AutoConfig, AutoModel, BertConfig, BertModel
 from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
-from hf_ffn import FfnBertConfig, FfnBertGatedMLP, FfnBertMLP, FfnBertModel, parameter_matched_glu_width
+from transformers.activations import ACT2FN
 
-from .conftest import TINY
+from hf_ffn import (
+    FfnBertConfig,
+    FfnBertForMaskedLM,
+    FfnBertGatedMLP,
+    FfnBertMLP,
+    FfnBertModel,
+    parameter_matched_glu_width,
+)
+
+from .conftest import TINY, tiny_batch
 
 BERT_FIELDS = [f.name for f in dataclasses.fields(BertConfig) if f.name != "transformers_version"]
 
@@ -44,20 +54,56 @@ def test_elu_ffn_keeps_gelu_mlm_head():
     # ELU is not in ACT2FN, so BERT's MLM head cannot use it: hidden_act keeps its head role.
     config = FfnBertConfig(**TINY, ffn_type="elu", elu_alpha=0.5)
     assert config.hidden_act == "gelu"
-    from hf_ffn import FfnBertForMaskedLM
-
     model = FfnBertForMaskedLM(config)
     assert isinstance(model.bert.encoder.layer[0].mlp.act_fn, torch.nn.ELU)
     assert model.bert.encoder.layer[0].mlp.act_fn.alpha == 0.5
+    assert isinstance(model.cls.predictions.transform.transform_act_fn, type(ACT2FN["gelu"]))
+    config = FfnBertConfig(**TINY, hidden_act="elu")  # constructs, as BertConfig(hidden_act="elu") does
     with pytest.raises(ValueError, match=r"hidden_act has unknown value 'elu'; allowed: .*gelu"):
-        FfnBertConfig(**TINY, hidden_act="elu")
+        FfnBertForMaskedLM(config)
 
 
-def test_standard_ffn_type_sets_hidden_act_and_conflicts_raise():
-    assert FfnBertConfig(ffn_type="relu").hidden_act == "relu"
-    assert FfnBertConfig(ffn_type="relu", hidden_act="relu").ffn_type == "relu"
-    with pytest.raises(ValueError, match=r"ffn_type='relu' disagrees with hidden_act='gelu'"):
-        FfnBertConfig(ffn_type="relu", hidden_act="gelu")
+@pytest.mark.parametrize("ffn_type", ["relu", "gelu_new", "silu", "swiglu", "leaky_relu"])
+def test_ffn_type_sets_the_ffn_alone(ffn_type):
+    config = FfnBertConfig(ffn_type=ffn_type)
+    assert (config.ffn_type, config.hidden_act) == (ffn_type, "gelu")
+    assert not config.is_default_bert
+    config = FfnBertConfig(ffn_type=ffn_type, hidden_act="relu")  # both given: each keeps its own value
+    assert (config.ffn_type, config.hidden_act) == (ffn_type, "relu")
+
+
+def test_hidden_act_alone_sets_bert_ffn_and_head():
+    config = FfnBertConfig(hidden_act="gelu_new")
+    assert (config.ffn_type, config.hidden_act) == ("gelu_new", "gelu_new")
+    assert config.is_default_bert  # BERT with hidden_act="gelu_new": the FFN is upstream's
+
+
+@pytest.mark.parametrize(
+    "kwargs, default",
+    [
+        ({}, True),
+        ({"ffn_type": "gelu"}, True),  # written out, still BERT's FFN
+        ({"ffn_type": ["gelu", "gelu"]}, True),
+        ({"ffn_type": ["gelu", "relu"]}, False),
+        ({"ffn_type": "relu"}, False),  # a ReLU FFN under a GELU checkpoint
+        ({"ffn_type": "relu", "hidden_act": "relu"}, True),  # BERT with hidden_act="relu"
+        ({"layer_norm_position": ["post", "pre"]}, False),
+        ({"embedding_layer_norm": False}, False),
+        ({"ffn_bias": False}, False),
+        ({"hidden_act": "leaky_relu"}, False),  # FfnBert's leaky_relu takes its slope from the config
+    ],
+)
+def test_is_default_bert_means_exactly_upstream_bert(kwargs, default, tmp_path):
+    config = FfnBertConfig(**TINY, **kwargs)
+    assert config.is_default_bert is default
+    if default:  # then the FfnBert model is upstream BertModel, bit for bit, on the same weights
+        torch.manual_seed(0)
+        bert = BertModel(BertConfig(**TINY, hidden_act=config.hidden_act)).eval()
+        bert.save_pretrained(tmp_path)
+        ours = FfnBertModel.from_pretrained(tmp_path, **kwargs).eval()
+        assert ours.config.is_default_bert
+        with torch.no_grad():
+            assert torch.equal(bert(**tiny_batch()).last_hidden_state, ours(**tiny_batch()).last_hidden_state)
 
 
 @pytest.mark.parametrize(
@@ -67,9 +113,6 @@ def test_standard_ffn_type_sets_hidden_act_and_conflicts_raise():
         ({"layer_norm_position": "middle"}, r"layer_norm_position has unknown value 'middle'; allowed: post, pre"),
         ({"ffn_type": ["gelu", "swiglu", "gelu"]}, r"ffn_type has 3 entries but num_hidden_layers is 2"),
         ({"layer_norm_position": ["pre"]}, r"layer_norm_position has 1 entries but num_hidden_layers is 2"),
-        ({"intermediate_size": 0}, r"intermediate_size must be a positive integer, got 0"),
-        ({"hidden_size": -32}, r"hidden_size must be a positive integer, got -32"),
-        ({"num_attention_heads": 5}, r"hidden_size \(32\) must be divisible by num_attention_heads \(5\)"),
         ({"ffn_type": "leaky_relu", "leaky_relu_negative_slope": 1.5},
          r"leaky_relu_negative_slope must be a number in \[0, 1\), got 1.5"),
         ({"elu_alpha": 0.0}, r"elu_alpha must be a number in \(0, inf\), got 0.0"),
@@ -80,14 +123,45 @@ def test_standard_ffn_type_sets_hidden_act_and_conflicts_raise():
         ({"layer_norm_position": None}, r"layer_norm_position must be a string or a list of 2 strings, got None"),
         ({"ffn_bias": "no"}, r"ffn_bias must be True or False, got 'no'"),
         ({"embedding_layer_norm": None}, r"embedding_layer_norm must be True or False, got None"),
-        ({"ffn_type": "xielu", "hidden_act": "xielu"}, r"hidden_act has unknown value 'xielu'"),
-        ({"hidden_act": "gelu_typo"}, r"hidden_act has unknown value 'gelu_typo'"),
-        ({"is_decoder": True}, r"FfnBert is an encoder"),
+        ({"ffn_type": "xielu"}, r"ffn_type has unknown value 'xielu'"),  # learnable: not offered
+        ({"ffn_type": ["gelu", "gelu_typo"]}, r"ffn_type has unknown value 'gelu_typo'"),
     ],
 )
-def test_bad_values_raise_value_error_naming_field_and_value(kwargs, pattern):
+def test_bad_ffn_bert_values_raise_value_error_naming_field_and_value(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         FfnBertConfig(**{**TINY, **kwargs})
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        ({"intermediate_size": 0}, r"intermediate_size must be a positive integer, got 0"),
+        ({"hidden_size": -32}, r"hidden_size must be a positive integer, got -32"),
+        ({"num_attention_heads": 5}, r"hidden_size \(32\) must be divisible by num_attention_heads \(5\)"),
+        ({"ffn_type": "xielu", "hidden_act": "xielu"}, r"hidden_act has unknown value 'xielu'"),
+        ({"hidden_act": "gelu_typo"}, r"hidden_act has unknown value 'gelu_typo'"),  # and so the FFN's
+        ({"hidden_act": "gelu_typo", "ffn_type": "gelu"}, r"hidden_act has unknown value 'gelu_typo'"),
+        ({"ffn_type": ["gelu", "elu"], "hidden_act": "elu"}, r"hidden_act has unknown value 'elu'"),
+        ({"is_decoder": True}, r"FfnBert is an encoder: is_decoder=True"),
+        ({"add_cross_attention": True}, r"FfnBert is an encoder: .*add_cross_attention=True"),
+    ],
+)
+def test_bert_fields_are_checked_at_model_build_as_upstream(kwargs, pattern):
+    # BertConfig accepts these values and upstream BERT fails only when its modules are built: so do we, with
+    # a ValueError naming the field.
+    BertConfig(**{**TINY, **{k: v for k, v in kwargs.items() if k in BERT_FIELDS}})
+    config = FfnBertConfig(**{**TINY, **kwargs})
+    with pytest.raises(ValueError, match=pattern):
+        FfnBertModel(config)
+
+
+def test_hidden_size_32_constructs_and_the_model_build_rejects_it():
+    config = FfnBertConfig(hidden_size=32)  # as BertConfig(hidden_size=32): 12 heads, checked at model build
+    assert (config.hidden_size, config.num_attention_heads) == (32, 12)
+    with pytest.raises(ValueError, match=r"The hidden size \(32\) is not a multiple of the number of attention"):
+        BertModel(BertConfig(hidden_size=32))
+    with pytest.raises(ValueError, match=r"hidden_size \(32\) must be divisible by num_attention_heads \(12\)"):
+        FfnBertModel(config)
 
 
 def test_per_layer_lists():
@@ -121,20 +195,18 @@ def test_from_pretrained_takes_bert_folder_and_overrides(tiny_bert_checkpoint):
                                            intermediate_size=24)
     assert (config.ffn_type, config.layer_norm_position, config.intermediate_size) == ("swiglu", "pre", 24)
     assert config.hidden_size == TINY["hidden_size"]
-    with pytest.raises(ValueError, match="ffn_type='relu' disagrees with hidden_act='gelu'"):
-        FfnBertConfig.from_pretrained(tiny_bert_checkpoint, ffn_type="relu")
-    assert FfnBertConfig.from_pretrained(tiny_bert_checkpoint, ffn_type="relu", hidden_act="relu").ffn_type == "relu"
+    config = FfnBertConfig.from_pretrained(tiny_bert_checkpoint, ffn_type="relu")
+    assert (config.ffn_type, config.hidden_act) == ("relu", "gelu")
 
 
-def test_auto_config_overrides_are_validated_and_coupled(tmp_path):
+def test_auto_config_overrides_are_validated(tmp_path):
     # Regression: upstream `from_dict` set overrides after construction, unchecked (found by a user test).
     FfnBertConfig(**TINY).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="layer_norm_position has unknown value 'middle'"):
         AutoConfig.from_pretrained(tmp_path, layer_norm_position="middle")
     with pytest.raises(ValueError, match="ffn_type has unknown value 'bogus'"):
         AutoModel.from_pretrained(tmp_path, ffn_type="bogus")
-    with pytest.raises(ValueError, match="ffn_type='silu' disagrees with hidden_act='gelu'"):
-        AutoConfig.from_pretrained(tmp_path, ffn_type="silu")
+    assert AutoConfig.from_pretrained(tmp_path, ffn_type="silu").hidden_act == "gelu"
     with pytest.raises(ValueError, match="ffn_type has 2 entries but num_hidden_layers is 3"):
         AutoConfig.from_pretrained(tmp_path, ffn_type=["gelu", "geglu"], num_hidden_layers=3)
     assert AutoConfig.from_pretrained(tmp_path, ffn_type="swiglu").ffn_type == "swiglu"
@@ -142,8 +214,12 @@ def test_auto_config_overrides_are_validated_and_coupled(tmp_path):
 
 def test_config_changed_by_assignment_is_checked_when_a_model_is_built():
     config = FfnBertConfig(**TINY)
-    config.ffn_type = "relu"  # hidden_act is still "gelu"
-    with pytest.raises(ValueError, match="ffn_type='relu' disagrees with hidden_act='gelu'"):
+    config.ffn_type = "swigluu"
+    with pytest.raises(ValueError, match="ffn_type has unknown value 'swigluu'"):
+        FfnBertModel(config)
+    config = FfnBertConfig(**TINY)
+    config.num_attention_heads = 5
+    with pytest.raises(ValueError, match=r"hidden_size \(32\) must be divisible by num_attention_heads \(5\)"):
         FfnBertModel(config)
 
 
@@ -189,3 +265,68 @@ def test_registration_does_not_touch_bert():
     assert MODEL_MAPPING[BertConfig] is BertModel
     assert MODEL_MAPPING[FfnBertConfig] is FfnBertModel
     assert type(AutoModel.from_config(BertConfig(**TINY))) is BertModel
+
+
+# The checks of transformers' own `ConfigTester.run_common_tests` (tests/test_configuration_common.py, not shipped in
+# the wheel), written out for FfnBertConfig with the inputs upstream's BERT model test uses (hidden_size=37 with the
+# default 12 heads: the config must not check divisibility, the model build does).
+COMMON_INPUTS = dict(hidden_size=37)
+# Values different from the defaults for fields every config has (upstream's `config_common_kwargs`, those that
+# transformers 5 configs still take), including BERT's decoder switches, which the config accepts as BertConfig does.
+COMMON_KWARGS = dict(
+    return_dict=False, output_hidden_states=True, tie_word_embeddings=False, is_decoder=True,
+    add_cross_attention=True, chunk_size_feed_forward=5, architectures=["BertModel"], finetuning_task="translation",
+    id2label={0: "label"}, label2id={"label": "0"}, tokenizer_class="BertTokenizerFast", bos_token_id=6,
+    pad_token_id=7, eos_token_id=8, sep_token_id=9, problem_type="regression", dtype="float16",
+)
+
+
+def test_common_properties_get_set_and_construct():
+    config = FfnBertConfig(**COMMON_INPUTS)
+    names = ["hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"]
+    for idx, name in enumerate(names):
+        setattr(config, name, idx)
+        assert getattr(config, name) == idx, name
+    for idx, name in enumerate(names):  # e.g. hidden_size=0: constructs, as BertConfig(hidden_size=0) does
+        assert getattr(FfnBertConfig(**{name: idx}), name) == idx, name
+        assert getattr(BertConfig(**{name: idx}), name) == idx, name
+
+
+def test_common_to_json_string_and_file(tmp_path):
+    config = FfnBertConfig(**COMMON_INPUTS)
+    written = json.loads(config.to_json_string())
+    for key, value in COMMON_INPUTS.items():
+        assert written[key] == value
+    assert (written["ffn_type"], written["hidden_act"]) == ("gelu", "gelu")
+    config.to_json_file(tmp_path / "config.json")
+    assert FfnBertConfig.from_json_file(tmp_path / "config.json").to_dict() == config.to_dict()
+
+
+def test_common_from_and_save_pretrained_with_subfolder(tmp_path):
+    config = FfnBertConfig(**COMMON_INPUTS, ffn_type="relu")
+    config.save_pretrained(tmp_path / "plain")
+    assert FfnBertConfig.from_pretrained(tmp_path / "plain").to_dict() == config.to_dict()
+    with pytest.raises(OSError):
+        FfnBertConfig.from_pretrained(tmp_path / "missing")
+    config.save_pretrained(tmp_path / "repo" / "sub")
+    assert FfnBertConfig.from_pretrained(tmp_path / "repo", subfolder="sub").to_dict() == config.to_dict()
+
+
+def test_common_num_labels_and_init_without_params():
+    config = FfnBertConfig(**COMMON_INPUTS, num_labels=5)
+    assert len(config.id2label) == len(config.label2id) == 5
+    config.num_labels = 3
+    assert len(config.id2label) == len(config.label2id) == 3
+    assert FfnBertConfig() is not None
+
+
+def test_common_arguments_init():
+    config = FfnBertConfig(**COMMON_KWARGS)
+    wrong = {}
+    for key, value in COMMON_KWARGS.items():
+        got = getattr(config, key)
+        if key == "dtype":
+            value = torch.float16
+        if got != value:
+            wrong[key] = (got, value)
+    assert not wrong

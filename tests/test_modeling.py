@@ -3,12 +3,13 @@
 import pytest
 import torch
 from torch import nn
-from transformers import AutoModel, AutoModelForMaskedLM, BertConfig, BertModel
+from transformers import AutoModel, AutoModelForMaskedLM, BertConfig, BertForPreTraining, BertModel
 from transformers.activations import ACT2FN
 
 from hf_ffn import (
     FfnBertConfig,
     FfnBertForMaskedLM,
+    FfnBertForPreTraining,
     FfnBertGatedMLP,
     FfnBertMLP,
     FfnBertModel,
@@ -218,6 +219,36 @@ def test_variant_reports_exactly_the_new_weights_and_initialises_them(tiny_bert_
     assert torch.equal(model.encoder.layer[1].mlp_norm.bias, bert.encoder.layer[1].output.LayerNorm.bias)
 
 
+@pytest.mark.parametrize("ffn_type, act", [("relu", torch.relu), ("gelu_new", ACT2FN["gelu_new"])])
+def test_other_standard_ffn_on_a_bert_checkpoint_keeps_hidden_act(tmp_path, ffn_type, act):
+    # An explicit ffn_type sets the FFN alone: BERT's weights load unchanged, the MLM head keeps hidden_act.
+    # Weights of std 1 (not 0.02) put the FFN pre-activations in the range where gelu_new and relu visibly differ
+    # from gelu (max |Δ logits| 0.81 for relu, 9e-3 for gelu_new); at std 0.02 they are near 0, where gelu_new -
+    # gelu is below 1e-7 on the logits.
+    torch.manual_seed(0)
+    BertForPreTraining(BertConfig(**TINY, initializer_range=1.0)).save_pretrained(tmp_path / "bert")
+    model, info = FfnBertForPreTraining.from_pretrained(tmp_path / "bert", ffn_type=ffn_type,
+                                                        output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    assert (model.config.ffn_type, model.config.hidden_act) == (ffn_type, "gelu")
+    bert = BertForPreTraining.from_pretrained(tmp_path / "bert").eval()
+    model.eval()
+    head_act = model.cls.predictions.transform.transform_act_fn
+    assert type(head_act) is type(bert.cls.predictions.transform.transform_act_fn) is type(ACT2FN["gelu"])
+    for ours, theirs in zip(model.state_dict().values(), bert.state_dict().values(), strict=True):
+        assert torch.equal(ours, theirs)  # the same weights, in the same order: only the FFN activation differs
+    mlp = model.bert.encoder.layer[0].mlp
+    x = torch.randn(3, 7, TINY["hidden_size"], generator=torch.Generator().manual_seed(1))  # (batch, seq, hidden)
+    with torch.no_grad():
+        assert torch.equal(mlp(x), mlp.down_proj(act(mlp.up_proj(x))))
+        ours, theirs = model(**tiny_batch()), bert(**tiny_batch())
+    mask = tiny_batch()["attention_mask"].bool()
+    assert (ours.prediction_logits[mask] - theirs.prediction_logits[mask]).abs().max() > 1e-3
+    model.save_pretrained(tmp_path / "ours")  # the round trip keeps both fields
+    loaded = FfnBertForPreTraining.from_pretrained(tmp_path / "ours")
+    assert (loaded.config.ffn_type, loaded.config.hidden_act) == (ffn_type, "gelu")
+
+
 def test_gated_checkpoint_round_trip(tmp_path):
     model = FfnBertForMaskedLM(tiny_config(ffn_type=["geglu", "relu"], hidden_act="relu", layer_norm_position="pre"))
     model.save_pretrained(tmp_path)
@@ -245,7 +276,7 @@ def test_legacy_gamma_beta_and_stale_position_ids_load(tiny_bert_checkpoint, tmp
 
 def test_learnable_activation_initialised_when_loading_a_checkpoint(tiny_bert_checkpoint):
     # Regression: PReLU's weight was left uninitialised (garbage) when loading a BERT checkpoint.
-    model = FfnBertModel.from_pretrained(tiny_bert_checkpoint, ffn_type="prelu", hidden_act="prelu")
+    model = FfnBertModel.from_pretrained(tiny_bert_checkpoint, ffn_type="prelu")
     for layer in model.encoder.layer:
         assert torch.equal(layer.mlp.act_fn.weight, torch.full((1,), 0.25))
 
