@@ -81,7 +81,7 @@ class UnpadSettings:
     repeats: int = 6  # interleaved rounds
     warmup: int = 1
     attn_implementations: tuple[str, ...] = ("eager", "sdpa")
-    checkpoints: tuple[str, ...] = ("all-MiniLM-L6-v2", "bert-base shapes")
+    checkpoints: tuple[str, ...] = ("all-MiniLM-L6-v2", "bert-base-shapes")
     threads: int = 0  # 0: torch's default
     clock: str = "wall"  # "wall" or "cpu" (see hf_ffn.studies.benchmark)
 
@@ -160,7 +160,7 @@ def pad_fraction(batches: list[dict]) -> float:
 def load_models(name: str, attn: str, vocab_size: int, folder: str) -> dict[str, nn.Module]:
     """"upstream", "off", "on": the three classification models of checkpoint `name` with the same weights.
 
-    all-MiniLM-L6-v2 loads the bundled checkpoint; "bert-base shapes" and "tiny (quick)" are saved first to
+    all-MiniLM-L6-v2 loads the bundled checkpoint; "bert-base-shapes" and "tiny (quick)" are saved first to
     `folder` (a temporary one) with seeded weights. The head (in no checkpoint) is seeded; every model gets
     upstream's weights.
     """
@@ -170,7 +170,7 @@ def load_models(name: str, attn: str, vocab_size: int, folder: str) -> dict[str,
         checkpoint = str(Path(folder) / name.replace(" ", "_"))
         if not Path(checkpoint).is_dir():
             torch.manual_seed(1234)
-            sizes = {} if name == "bert-base shapes" else dict(TINY_QUICK, vocab_size=vocab_size)
+            sizes = {} if name == "bert-base-shapes" else dict(TINY_QUICK, vocab_size=vocab_size)
             BertForSequenceClassification(BertConfig(**sizes)).save_pretrained(checkpoint)
     with quiet_transformers():
         torch.manual_seed(0)
@@ -374,9 +374,14 @@ def main(argv: list[str] | None = None, prog: str = "python scripts/bench_unpadd
     parser.add_argument("--batches", type=int, help="batches of each kind (default 6; quick 2)")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's; quick 1)")
     parser.add_argument("--clock", choices=["wall", "cpu"], help="wall time (default) or process CPU time")
+    parser.add_argument("--checkpoints", nargs="+", choices=FULL.checkpoints,
+                        help=f"a subset of {', '.join(FULL.checkpoints)} (default: both)")
     args = parser.parse_args(argv)
+    if args.quick and args.checkpoints:
+        parser.error("--checkpoints does not apply to --quick (a tiny model)")
     settings = QUICK if args.quick else FULL
     overrides = {key: getattr(args, key) for key in ("repeats", "batches", "threads", "clock")}
+    overrides["checkpoints"] = tuple(args.checkpoints) if args.checkpoints else None
     settings = replace(settings, **{key: value for key, value in overrides.items() if value is not None})
     for key in ("repeats", "batches"):
         if getattr(settings, key) < 1:
