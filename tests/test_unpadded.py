@@ -408,7 +408,9 @@ def test_lora_on_attention_names_unchanged():
 
 def test_torch_compile_dynamic_matches_eager():
     torch.manual_seed(0)
-    model = FfnBertModel(tiny_config(unpad_tokens=True)).eval()
+    # one layer and dynamo's own backend keep tracing short; the data-dependent parts (mask check, nonzero) are
+    # the model's, not the layers'
+    model = FfnBertModel(tiny_config(unpad_tokens=True, num_hidden_layers=1)).eval()
     compiled = torch.compile(model, backend="eager", dynamic=True)
     with torch.no_grad():
         for seed in (0, 1):
