@@ -8,6 +8,7 @@ config converts without loss. The new fields are:
 - `embedding_layer_norm`: keep the embedding LayerNorm (BERT, ModernBERT) or drop it (MegatronBERT).
 - `ffn_bias`: biases on the FFN projections (BERT: yes; Shazeer's GLU variants: no).
 - `leaky_relu_negative_slope`, `elu_alpha`, `swish_beta`: parameters of those activations.
+- `unpad_tokens`: run every token-wise part on the real tokens only (an execution switch, off by default).
 
 This module has no dependency on `hf_ffn` itself, so it can be copied next to a saved model for
 `trust_remote_code` loading.
@@ -105,6 +106,17 @@ class FfnBertConfig(BertConfig):
         swish_beta (`float`, *optional*, defaults to 1.0):
             β of Swish x·σ(βx) (Ramachandran et al. 2017), finite and > 0; β = 1 is SiLU. Used by `"swish"` and
             `"swiglu"`.
+        unpad_tokens (`bool`, *optional*, defaults to `False`):
+            Unpadded execution. `False`: upstream BERT exactly, pad positions included. `True`: when the
+            `attention_mask` is a plain padding mask (2-D, 0/1, some 0, a 1 in column 0 of every row), every
+            token-wise part (embedding LayerNorm and dropout, Q/K/V and attention output projections, LayerNorms,
+            FFN, residual adds, dropout, the final norm) runs on the real tokens only, packed as
+            (n_real_tokens, hidden_size), re-padded only for the attention core. Every real token's output, the
+            pooler, every head's logits at real positions and every loss that ignores pad positions (labels -100
+            there, as the data collators set them) equal the padded path's bit for bit; hidden states at pad
+            positions are zeros (so the question-answering span loss, a softmax over all positions, differs).
+            Other masks, no padding and `output_attentions` run the padded path. Compute and memory scale with
+            the real tokens instead of batch × seq. An execution switch: the weights are the same either way.
 
     Validation follows `BertConfig`: BERT's own fields are checked at construction only for their types (by
     transformers' strict dataclass, which raises `StrictDataclassFieldValidationError` naming the field), and for
@@ -129,6 +141,7 @@ class FfnBertConfig(BertConfig):
     leaky_relu_negative_slope: float = 0.01
     elu_alpha: float = 1.0
     swish_beta: float = 1.0
+    unpad_tokens: bool = False
 
     def __post_init__(self, **kwargs):
         # A BERT config dict (`BertConfig().to_dict()`) carries `model_type="bert"`: as an instance attribute it
@@ -157,7 +170,7 @@ class FfnBertConfig(BertConfig):
             for value in self._per_layer(name):
                 if value not in allowed and not (name == "ffn_type" and value == self.hidden_act):
                     raise ValueError(f"{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
-        for name in ("embedding_layer_norm", "ffn_bias"):
+        for name in ("embedding_layer_norm", "ffn_bias", "unpad_tokens"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         for name, low, high, closed_low in (

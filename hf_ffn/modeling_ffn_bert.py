@@ -18,8 +18,8 @@ The renames are transformers' own weight-conversion mapping, registered for `mod
     (new)  encoder.layer.{i}.mlp.gate_proj          encoder.layer.{i}.mlp.gate_proj   (gated FFNs only)
     (new)  encoder.final_norm                       encoder.final_norm                (Pre-LN last layer only)
 
-This file imports nothing from `hf_ffn` but its configuration and naming modules (relatively), so
-`save_pretrained` ships all three beside a saved model for `trust_remote_code` loading.
+This file imports nothing from `hf_ffn` but its configuration, naming and `unpadding` modules (relatively), so
+`save_pretrained` ships all four beside a saved model for `trust_remote_code` loading.
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPastAndCrossAttentions,
+    BaseModelOutputWithPoolingAndCrossAttentions,
+)
 from transformers.models.bert.modeling_bert import (
     BertAttention,
     BertEmbeddings,
@@ -50,9 +53,11 @@ from transformers.models.bert.modeling_bert import (
     BertPreTrainingHeads,
     BertSelfAttention,
 )
+from transformers.utils.output_capturing import capture_outputs
 
 from .checkpoint_names import BERT_FFN_NAMES, CHECKPOINT_KEY_MAPPING, register_weight_renamings, rename_to_memory_keys
 from .configuration_ffn_bert import GATED_FFN_ACTIVATIONS, FfnBertConfig, is_gated
+from .unpadding import TokenPadding, packed_embeddings, packed_self_attention
 
 # FfnBert's weight renames (BERT's names on disk ↔ role names in memory) for `model_type="ffn_bert"`.
 register_weight_renamings()
@@ -157,6 +162,11 @@ class FfnBertLayer(GradientCheckpointingLayer):
     input norm); in Post-LN the whole sublayer is upstream `BertAttention.forward`.
     LN_f is `mlp_norm`, FFN is `mlp`, drop is dropout with `hidden_dropout_prob`.
     Shapes: hidden_states (batch, seq, hidden_size) → (batch, seq, hidden_size).
+
+    Unpadded (`padding` given, see `FfnBertModel`): the same sublayers on packed real tokens, hidden_states
+    (n_real, hidden_size) → (n_real, hidden_size); only the attention core sees the padded layout
+    (`packed_self_attention`). A padded input (batch, seq, hidden_size), as the model passes while hidden states
+    are recorded, is packed first and the output re-padded, zeros at pad positions.
     """
 
     def __init__(self, config: FfnBertConfig, layer_idx: int):
@@ -169,8 +179,14 @@ class FfnBertLayer(GradientCheckpointingLayer):
         self.register_load_state_dict_pre_hook(rename_to_memory_keys)  # Trainer's resume
 
     def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        padding: TokenPadding | None = None,
+        **kwargs,
     ) -> torch.Tensor:
+        if padding is not None:
+            return self._unpadded_forward(hidden_states, attention_mask, padding, **kwargs)
         if self.layer_norm_position == "post":
             hidden_states, _ = self.attention(hidden_states, attention_mask, **kwargs)  # LN_a(x + Attn(x))
             return self.mlp_norm(hidden_states + self.mlp_dropout(self.mlp(hidden_states)))
@@ -179,6 +195,24 @@ class FfnBertLayer(GradientCheckpointingLayer):
         attn_output, _ = attention.self(normed, attention_mask=attention_mask, **kwargs)
         hidden_states = hidden_states + attention.output.dropout(attention.output.dense(attn_output))
         return hidden_states + self.mlp_dropout(self.mlp(self.mlp_norm(hidden_states)))
+
+    def _unpadded_forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, padding: TokenPadding, **kwargs
+    ) -> torch.Tensor:
+        # The two placements of `forward`, op for op, with `packed_self_attention` for `attention.self`.
+        padded = hidden_states.dim() == 3
+        x = padding.unpad(hidden_states) if padded else hidden_states  # (n_real, hidden)
+        attention = self.attention
+        if self.layer_norm_position == "post":
+            attn_output = packed_self_attention(attention.self, x, attention_mask, padding, **kwargs)
+            x = attention.output(attn_output, x)  # BertSelfOutput: LN_a(x + drop(dense(attn)))
+            x = self.mlp_norm(x + self.mlp_dropout(self.mlp(x)))
+        else:
+            normed = attention.output.LayerNorm(x)
+            attn_output = packed_self_attention(attention.self, normed, attention_mask, padding, **kwargs)
+            x = x + attention.output.dropout(attention.output.dense(attn_output))
+            x = x + self.mlp_dropout(self.mlp(self.mlp_norm(x)))
+        return padding.pad(x) if padded else x
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -247,6 +281,16 @@ class FfnBertModel(FfnBertPreTrainedModel, BertModel):
     Inputs and outputs are `BertModel`'s: `last_hidden_state` (batch, seq, hidden_size), `pooler_output`
     (batch, hidden_size), `hidden_states` (num_hidden_layers + 1 tensors), `attentions` (num_hidden_layers
     tensors of shape (batch, heads, seq, seq), eager attention only).
+
+    Unpadded execution (`config.unpad_tokens=True`, e.g. `from_pretrained(path, unpad_tokens=True)`): when
+    `attention_mask` is a plain padding mask (`TokenPadding.from_attention_mask`: 2-D, 0/1, some 0, a 1 in column
+    0 of every row), the embeddings' LayerNorm and dropout and every layer's token-wise parts run on the n_real
+    real tokens, packed as (n_real, hidden_size); only the attention core is re-padded. Guarantee: at every real
+    token `last_hidden_state` and each recorded `hidden_states` entry equal the padded path's (`torch.equal`, in
+    eval mode: dropout masks are drawn for other shapes), and so does `pooler_output` (token 0 is real); at pad
+    positions they are zeros (heads then see zeros there: their outputs at pad positions are the head applied
+    to zeros). Without padding, with any other mask, or when `output_attentions` is requested (the attention
+    weights come from upstream's `BertSelfAttention` hooks), the padded path runs: upstream `BertModel.forward`.
     """
 
     def __init__(self, config: FfnBertConfig, add_pooling_layer: bool = True):
@@ -260,6 +304,52 @@ class FfnBertModel(FfnBertPreTrainedModel, BertModel):
         self.encoder = FfnBertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
         self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPoolingAndCrossAttentions:
+        """`BertModel.forward` (the same arguments and outputs); unpadded when `config.unpad_tokens` applies."""
+        inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        padding = None
+        if self.config.unpad_tokens and not kwargs.get("output_attentions", self.config.output_attentions):
+            padding = TokenPadding.from_attention_mask(attention_mask)
+        if padding is None:
+            return super().forward(*inputs, **kwargs)
+        return self._unpadded_forward(*inputs, padding=padding, **kwargs)
+
+    @capture_outputs
+    def _unpadded_forward(
+        self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, padding: TokenPadding, **kwargs
+    ) -> BaseModelOutputWithPoolingAndCrossAttentions:
+        # Upstream `BertModel.forward` (an encoder: no cache, no cross-attention) with packed tokens.
+        if (input_ids is None) ^ (inputs_embeds is not None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        embedding_output = packed_embeddings(  # (n_real, hidden)
+            self.embeddings, padding, input_ids, token_type_ids, position_ids, inputs_embeds
+        )
+        # Upstream's mask from the 2-D mask; the builder reads only the shape, dtype and device of the embeddings,
+        # so a zero-stride stand-in (batch, seq, hidden) does.
+        stand_in = embedding_output.new_zeros(()).expand(padding.batch_size, padding.seq_len, self.config.hidden_size)
+        attention_mask, _ = self._create_attention_masks(attention_mask, None, stand_in, None, None)
+        # Hidden states are recorded by hooks on each layer's input and output: they travel padded while recorded.
+        recording = kwargs.get("output_hidden_states", self.config.output_hidden_states)
+        hidden_states = padding.pad(embedding_output) if recording else embedding_output
+        hidden_states = self.encoder(
+            hidden_states, attention_mask=attention_mask, position_ids=position_ids, padding=padding, **kwargs
+        ).last_hidden_state
+        if hidden_states.dim() == 3:  # recorded: padded, and the final norm may have written the pads
+            hidden_states = padding.unpad(hidden_states)
+        sequence_output = padding.pad(hidden_states)  # (batch, seq, hidden), zeros at pad positions
+        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
+        return BaseModelOutputWithPoolingAndCrossAttentions(
+            last_hidden_state=sequence_output, pooler_output=pooled_output
+        )
 
 
 # Heads: upstream BERT heads (their `forward`s and head modules) over `FfnBertModel`. Each `__init__` mirrors

@@ -1,6 +1,8 @@
 """Studies and benchmarks around the hf_ffn library, not part of the model library itself.
 
 - `benchmark`: speed and memory of FfnBert against upstream `BertModel` (`hf-ffn bench`).
+- `unpadded_benchmark`: `unpad_tokens` off and on against upstream on real padded batches
+  (`scripts/bench_unpadded.py`).
 - `params`: FFN parameter and FLOP tables (`hf-ffn params`).
 - `activation_curves`: every activation's values and derivatives (docs/switches.md figures).
 - `layer_norm_study`: Post-LN vs Pre-LN gradient norms and a short MLM run (docs/switches.md).

@@ -1,0 +1,67 @@
+"""The unpadded-execution benchmark runs (`--quick`, in-process) and writes a complete report. No speed is
+asserted (times on shared CI machines are noise): the batches, the document's structure and the exactness check."""
+
+import json
+
+import pytest
+from transformers import AutoTokenizer
+
+from hf_ffn.studies.unpadded_benchmark import CANDIDATES, KINDS, QUICK, RATIOS, main, make_batches, read_sentences
+
+WORDS = "the film is a long and oddly moving story about two friends who never quite say what they mean".split()
+
+
+@pytest.fixture(scope="module")
+def rt_polarity_dir(tmp_path_factory):
+    """A tiny rt_polarity folder: 30 snippets per label, 1 to 17 words."""
+    folder = tmp_path_factory.mktemp("rt_polarity")
+    for label, offset in (("neg", 0), ("pos", 5)):
+        lines = [" ".join(WORDS[: (7 * i + offset) % 17 + 1]) for i in range(30)]
+        (folder / f"rt-polarity.{label}").write_text("\n".join(lines) + "\n\n")  # a blank line is skipped
+    return str(folder)
+
+
+def test_batches_have_the_kinds_and_sizes(rt_polarity_dir, bundled_checkpoint):
+    texts, labels = read_sentences(rt_polarity_dir)
+    assert len(texts) == 60 and labels == [0] * 30 + [1] * 30
+    batches = make_batches(AutoTokenizer.from_pretrained(bundled_checkpoint), texts, labels, QUICK)
+    assert set(batches) == set(KINDS)
+    for kind, kind_batches in batches.items():
+        assert len(kind_batches) == QUICK.batches
+        for batch in kind_batches:
+            assert batch["input_ids"].shape[0] == QUICK.batch_size == batch["labels"].shape[0]
+            assert (batch["attention_mask"] == 0).any() != (kind == "no padding")
+
+
+def test_read_sentences_names_the_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="rt-polarity.neg"):
+        read_sentences(str(tmp_path))
+
+
+def test_quick_run_writes_a_complete_report(rt_polarity_dir, tmp_path):
+    assert main(["--quick", "--rt-polarity-dir", rt_polarity_dir, "--output-dir", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "unpadded_benchmark.json").read_text())
+    markdown = (tmp_path / "unpadded_benchmark.md").read_text()
+    assert results["data"]["no padding"]["pad_fraction"] == 0.0 < results["data"]["shuffled"]["pad_fraction"]
+    assert len(results["load_average_before"]) == len(results["load_average_after"]) == 3
+    assert {"torch", "transformers", "python"} <= set(results["environment"])
+    cases = results["cases"]
+    assert [(c["attn"], c["mode"]) for c in cases] == [
+        (attn, mode) for attn in ("eager", "sdpa") for mode in ("inference", "training")
+    ]
+    for case in cases:
+        assert case["equal_at_real_tokens"] is True
+        assert set(case["candidates"]) == set(CANDIDATES)
+        for candidate in case["candidates"].values():
+            assert len(candidate["times_ms"]) == QUICK.repeats and candidate["real_tokens_per_s"] > 0
+            assert candidate["peak_memory_mb"] > 0
+        assert len(case["ratios"]) == len(RATIOS)
+        for ratio in case["ratios"]:
+            assert 0 < ratio["ratio_min"] <= ratio["ratio"] <= ratio["ratio_max"]
+            assert (ratio["met"] is None) == (ratio["target"] is None)
+    for heading in ("# Unpadded execution benchmark", "## Targets", "## Ratios", "## Candidates", "Load average"):
+        assert heading in markdown
+    # one row per target (and the training memory target of each attention), per ratio, per candidate
+    targets = sum(r["target"] is not None for c in cases for r in c["ratios"]) + 2
+    assert targets == 10
+    assert markdown.count("| tiny (quick) |") == targets + len(cases) * (len(RATIOS) + len(CANDIDATES))
