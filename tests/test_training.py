@@ -379,6 +379,21 @@ def test_classification_script_trains_saves_and_loads(tiny_checkpoint, csv_files
     assert classify("great movie")[0]["label"] in {"neg", "pos"}
 
 
+def test_test_predictions_in_split_order_under_group_by_length(tiny_checkpoint, tokenizer, tmp_path):
+    # Trainer evaluates through a seeded LengthGroupedSampler under group_by_length: rows of equal length (here all
+    # "word movie") would come back shuffled. The predicted / label ids must follow the length-sorted test split.
+    main = load_script("finetune_classification").main
+    rows = [(f"{word} movie", "pos") for word in POSITIVE] + [(f"{word} movie", "neg") for word in NEGATIVE]
+    files = {"train": write_csv(tmp_path / "train.csv", rows * 2), "validation": write_csv(tmp_path / "v.csv", rows),
+             "test": write_csv(tmp_path / "test.csv", rows)}
+    outcome = main(script_argv(tiny_checkpoint, files, tmp_path / "out", "--train_sampling_strategy",
+                               "group_by_length", "--per_device_eval_batch_size", "4"))
+    lengths = [len(tokenizer(text)["input_ids"]) for text, _ in rows]
+    expected = [{"neg": 0, "pos": 1}[rows[i][1]] for i in sorted(range(len(rows)), key=lengths.__getitem__)]
+    assert outcome["test_label_ids"] == expected
+    assert len(outcome["test_predicted_ids"]) == len(rows)
+
+
 def assert_fails_before_training(argv: list[str], output_dir: Path, error: type, match: str) -> None:
     main = load_script("finetune_classification").main
     with pytest.raises(error, match=match):

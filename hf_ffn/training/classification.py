@@ -39,6 +39,22 @@ def classification_metrics(prediction: EvalPrediction) -> dict[str, float]:
     return {"accuracy": float(accuracy_score(labels, predicted)), "f1": float(f1_score(labels, predicted, average="macro"))}
 
 
+def predict_in_order(trainer: Trainer, dataset, metric_key_prefix: str = "test"):
+    """`trainer.predict(dataset)` with the predictions in the order of `dataset`'s rows.
+
+    Under `train_sampling_strategy="group_by_length"` Trainer also evaluates through a `LengthGroupedSampler`
+    (a seeded shuffle, then sorting by length), so rows of equal length come back in a seed-dependent order and
+    predictions no longer line up with the file. Prediction therefore runs with the sequential sampler; the
+    strategy is restored afterwards (the samplers are the only readers of it).
+    """
+    strategy = trainer.args.train_sampling_strategy
+    trainer.args.train_sampling_strategy = "random"  # evaluation sampler: sequential
+    try:
+        return trainer.predict(dataset, metric_key_prefix=metric_key_prefix)
+    finally:
+        trainer.args.train_sampling_strategy = strategy
+
+
 def run_classification(
     model_args: ModelArguments, data_args: ClassificationDataArguments, training_args: TrainingArguments
 ) -> dict[str, Any]:
@@ -48,7 +64,9 @@ def run_classification(
     evaluation, and last the finished save (see `hf_ffn.training.outputs`). Returns a dict with `results` (eval_* and
     test_* accuracy/F1/loss, train metrics), `log_history` (Trainer's, for eval curves), `train_tokens`
     (non-padding training tokens seen), `train_seconds` (training time without in-training evaluation),
-    `wall_seconds` and `conversion` (what the variant load changed).
+    `wall_seconds`, `conversion` (what the variant load changed) and, for a labelled test split,
+    `test_predicted_ids` / `test_label_ids` (class ids per test example, in the test split's length-sorted order,
+    which is the same for every run on the same data and tokenizer).
 
     Raises:
         FileNotFoundError, FileExistsError, ValueError: on bad input, before training starts.
@@ -100,12 +118,15 @@ def run_classification(
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     results = dict(train_output.metrics)
     results.update(final_evaluation(trainer))
-    predictions = None
+    predictions = test_predicted_ids = test_label_ids = None
     if "test" in splits:
-        test_output = trainer.predict(splits["test"], metric_key_prefix="test")
+        test_output = predict_in_order(trainer, splits["test"])
         results.update(test_output.metrics)  # accuracy/F1 only when the test split has labels
         if "labels" not in splits["test"].column_names:
             predictions = [str(labels[i]) for i in test_output.predictions.argmax(-1)]
+        else:  # per-snippet predictions for paired tests, in the length-sorted order (the same for every run)
+            test_predicted_ids = test_output.predictions.argmax(-1).tolist()
+            test_label_ids = test_output.label_ids.tolist()
     train_seconds = training_seconds(trainer.state.log_history, train_output.metrics["train_runtime"])
     extra = {
         "conversion": conversion,
@@ -113,6 +134,8 @@ def run_classification(
         "train_tokens": trainer.state.num_input_tokens_seen,
         "train_seconds": train_seconds,
         "test_predictions": predictions,
+        "test_predicted_ids": test_predicted_ids,
+        "test_label_ids": test_label_ids,
     }
     results["train_tokens_per_second"] = extra["train_tokens"] / train_seconds
     dataset_name = data_args.dataset_name or (
@@ -130,4 +153,4 @@ def run_classification(
     }
 
 
-__all__ = ["classification_metrics", "run_classification"]
+__all__ = ["classification_metrics", "predict_in_order", "run_classification"]

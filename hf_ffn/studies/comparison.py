@@ -1,0 +1,265 @@
+"""The variant comparison: statistics over seeds and test snippets, the starting points' linear probe, the markdown
+table and the validation-curve plot (`scripts/compare_variants.py` runs the fine-tunings and calls these).
+
+Two kinds of noise, two intervals, both paired against the baseline:
+
+- `paired_t_interval`: seed noise. For each seed s the difference d_s = metric(variant, s) − metric(baseline, s);
+  mean(d) ± t_{0.975, n−1} · sd(d) / √n (Student's t with n − 1 degrees of freedom; sd with denominator n − 1).
+  It says how much the difference moves when training is rerun with another seed, on this test set.
+- `paired_bootstrap`: test-set noise. Per test snippet i, the seed-averaged correctness difference
+  d_i = mean_s(correct(variant, s, i) − correct(baseline, s, i)); its mean is the accuracy difference. The snippets
+  are resampled with replacement (the same indices for both, hence paired) and the 2.5 / 97.5 percentiles of the
+  resampled means form the interval (Efron & Tibshirani 1993, percentile interval). It says how much the difference
+  moves on another test set of the same size.
+
+A difference is called outside the noise only when both intervals exclude zero.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+BASELINE = "gelu-post (baseline)"
+# name → `ModelArguments` switches; every variant starts from the same checkpoint (GELU, Post-LN).
+VARIANTS: dict[str, dict[str, str]] = {
+    BASELINE: {},
+    "geglu-preserving": {"ffn_type": "geglu", "ffn_init": "preserving"},
+    "swiglu-approx": {"ffn_type": "swiglu", "ffn_init": "preserving"},
+    "swiglu-fresh-matched": {"ffn_type": "swiglu", "ffn_init": "fresh", "ffn_width": "matched"},
+    "pre-ln": {"layer_norm_position": "pre"},
+}
+HEALABLE = ("swiglu-approx", "swiglu-fresh-matched", "pre-ln")
+HEALED_SUFFIX = " healed"
+BOOTSTRAP_RESAMPLES = 10_000
+
+
+def healed_name(variant: str) -> str:
+    """The table name of `variant` healed by distillation, e.g. "swiglu-approx healed"."""
+    return variant + HEALED_SUFFIX
+
+
+def variant_order(names: Sequence[str]) -> list[str]:
+    """`names` in table order: each converted variant, then its healed form."""
+    order = [name for variant in VARIANTS for name in (variant, healed_name(variant))]
+    return sorted(names, key=lambda name: order.index(name) if name in order else len(order))
+
+
+def parse_healed(items: Sequence[str]) -> dict[str, str]:
+    """`["swiglu-approx=PATH", ...]` → {"swiglu-approx healed": PATH}.
+
+    Raises:
+        ValueError: naming `--healed` and the item when it is not VARIANT=FOLDER with VARIANT in `HEALABLE` or the
+            folder has no config.json.
+    """
+    healed = {}
+    for item in items:
+        variant, _, path = item.partition("=")
+        if variant not in HEALABLE or not path:
+            raise ValueError(f"--healed {item!r}: expected VARIANT=FOLDER with VARIANT one of {', '.join(HEALABLE)}")
+        if not (Path(path) / "config.json").is_file():
+            raise ValueError(f"--healed {item!r}: {path!r} is not a checkpoint folder (no config.json)")
+        healed[healed_name(variant)] = path
+    return healed
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, sample standard deviation with denominator n − 1; nan for n < 2)."""
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else math.nan
+
+
+def paired_t_interval(differences: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): the Student-t confidence interval of the mean of paired `differences` (n ≥ 2), n − 1
+    degrees of freedom: mean ± t_{(1+confidence)/2, n−1} · sd / √n.
+
+    Raises:
+        ValueError: if fewer than two differences are given.
+    """
+    n = len(differences)
+    if n < 2:
+        raise ValueError(f"paired_t_interval needs at least 2 paired differences, got {n}")
+    mean, sd = mean_std(differences)
+    half = stats.t.ppf((1 + confidence) / 2, n - 1) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def paired_bootstrap(
+    correct: np.ndarray, baseline_correct: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
+    confidence: float = 0.95,
+) -> tuple[float, float, float]:
+    """(mean, low, high): the accuracy difference variant − baseline and its paired percentile-bootstrap interval
+    over test snippets.
+
+    `correct`, `baseline_correct`: (seeds, snippets) 0/1 arrays, row s of both from the same seed. Each resample
+    draws snippet indices with replacement (numpy generator seeded by `seed`) and takes the mean of the
+    seed-averaged per-snippet difference at those indices.
+
+    Raises:
+        ValueError: if the shapes differ.
+    """
+    correct, baseline_correct = np.asarray(correct, dtype=float), np.asarray(baseline_correct, dtype=float)
+    if correct.shape != baseline_correct.shape:
+        raise ValueError(f"paired_bootstrap: shapes differ: {correct.shape} vs baseline {baseline_correct.shape}")
+    per_snippet = (correct - baseline_correct).mean(axis=0)  # (snippets,)
+    index = np.random.default_rng(seed).integers(0, len(per_snippet), size=(resamples, len(per_snippet)))
+    means = per_snippet[index].mean(axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(per_snippet.mean()), float(low), float(high)
+
+
+def last_fifth_change(curve: Sequence[dict], key: str = "eval_loss") -> dict[str, float]:
+    """How flat `key` is over the last fifth of training, from the eval points (dicts with "step" and `key`) at
+    step ≥ 0.8 · last step: the least-squares slope per step, and the change over the fifth relative to the mean
+    value there (slope · fifth / mean, so −0.01 means the loss fell 1% over the last fifth)."""
+    last = max(point["step"] for point in curve)
+    window = [point for point in curve if point["step"] >= 0.8 * last]
+    steps = np.array([point["step"] for point in window], dtype=float)
+    values = np.array([point[key] for point in window], dtype=float)
+    slope = float(np.polyfit(steps, values, 1)[0]) if len(window) > 1 else math.nan
+    return {"points": len(window), "slope_per_step": slope, "relative_change": float(slope * 0.2 * last / values.mean())}
+
+
+def encode_ids(ids: Sequence[int]) -> str:
+    """Class ids 0–9 as a string of digits (one character per snippet: compact in JSON).
+
+    Raises:
+        ValueError: for an id outside 0–9.
+    """
+    if any(not 0 <= i <= 9 for i in ids):
+        raise ValueError("encode_ids: class ids must be 0-9 (one digit each)")
+    return "".join(map(str, ids))
+
+
+def correctness(runs: Sequence[dict]) -> np.ndarray:
+    """(runs, snippets) 0/1: whether each run's test prediction (`encode_ids` strings "test_predicted" /
+    "test_labels") is right.
+
+    Raises:
+        ValueError: if the runs' label strings differ (the test snippets would not line up).
+    """
+    labels = {run["test_labels"] for run in runs}
+    if len(labels) != 1:
+        raise ValueError("the runs' test labels differ: their test snippets are not in the same order")
+    truth = np.frombuffer(labels.pop().encode(), dtype=np.uint8)
+    return np.stack([np.frombuffer(run["test_predicted"].encode(), dtype=np.uint8) == truth for run in runs])
+
+
+def machine() -> dict[str, str | int]:
+    """CPU model (from /proc/cpuinfo where it exists) and the number of logical cores."""
+    model = platform.processor() or "unknown"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {"cpu": model, "cores": os.cpu_count() or 0}
+
+
+def _cell(values: Sequence[float], digits: int = 4) -> str:
+    mean, sd = mean_std(values)
+    return f"{mean:.{digits}f} ± {sd:.{digits}f}" if len(values) > 1 else f"{mean:.{digits}f}"
+
+
+def _interval(mean: float, low: float, high: float) -> str:
+    return f"{100 * mean:+.2f} [{100 * low:+.2f}, {100 * high:+.2f}]"
+
+
+def report(runs: Sequence[dict], probes: dict[str, dict], header: dict) -> str:
+    """The markdown report: settings and machine (`header`), the table (one row per variant), the paired
+    differences from the baseline, the probes and the baseline's convergence check."""
+    names = variant_order({run["variant"] for run in runs})
+    by_variant = {name: sorted((r for r in runs if r["variant"] == name), key=lambda r: r["seed"]) for name in names}
+    lines = [
+        "| variant | seeds | test accuracy | test F1 (macro) | Δ accuracy vs baseline, points: t 95% CI (seeds) | "
+        "Δ accuracy: bootstrap 95% CI (snippets) | Δ F1, points: t 95% CI | verdict | linear probe of the start | "
+        "real tokens/s | wall s / run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    base = {run["seed"]: run for run in by_variant.get(BASELINE, [])}
+    for name in names:
+        rows = by_variant[name]
+        paired = [run for run in rows if run["seed"] in base]
+        t_acc = t_f1 = boot = "–"
+        verdict = "baseline" if name == BASELINE else "fewer than 2 paired seeds"
+        if name != BASELINE and len(paired) >= 2:
+            acc = paired_t_interval([r["test_accuracy"] - base[r["seed"]]["test_accuracy"] for r in paired])
+            f1 = paired_t_interval([r["test_f1"] - base[r["seed"]]["test_f1"] for r in paired])
+            bs = paired_bootstrap(correctness(paired), correctness([base[r["seed"]] for r in paired]))
+            t_acc, t_f1, boot = _interval(*acc), _interval(*f1), _interval(*bs)
+            outside = all(low > 0 or high < 0 for _, low, high in (acc, bs))
+            verdict = ("**outside the noise**" if outside else "inside the noise")
+        probe = probes.get(name)
+        probe_cell = f"{probe['accuracy']:.4f}" if probe else "–"
+        lines.append(
+            f"| {name} | {', '.join(str(r['seed']) for r in rows)} | {_cell([r['test_accuracy'] for r in rows])} | "
+            f"{_cell([r['test_f1'] for r in rows])} | {t_acc} | {boot} | {t_f1} | {verdict} | {probe_cell} | "
+            f"{statistics.mean(r['train_tokens_per_second'] for r in rows):.0f} | "
+            f"{statistics.mean(r['wall_seconds'] for r in rows):.0f} |"
+        )
+    loads = [run["load_before"] for run in runs] + [run["load_after"] for run in runs]
+    text = [header["title"], "", header["intro"], "", "\n".join(lines), ""]
+    if BASELINE in by_variant:
+        text += ["Baseline convergence, validation loss over the last fifth of training (least-squares slope; "
+                 "relative change over the fifth):", ""]
+        for run in by_variant[BASELINE]:
+            change = last_fifth_change(run["curve"])
+            text.append(f"- seed {run['seed']}: {change['points']} eval points, slope {change['slope_per_step']:.2e}"
+                        f" / step, relative change {100 * change['relative_change']:+.2f}%")
+        text.append("")
+    if probes:
+        text += ["Linear probe (5-fold logistic regression on frozen mean-pooled embeddings of "
+                 f"{next(iter(probes.values()))['snippets']} rt_polarity snippets) of each starting point:", ""]
+        text += [f"- {name}: {probes[name]['accuracy']:.4f} ± {probes[name]['std']:.4f} (folds)"
+                 for name in variant_order(probes)]
+        text.append("")
+    text += [
+        f"Machine: {header['machine']['cpu']}, {header['machine']['cores']} logical cores; "
+        f"{header['threads']} torch thread(s) per run; load average (1 min) before/after each run: "
+        f"{min(loads):.2f}–{max(loads):.2f}. Versions: {header['versions']}. Wall time: "
+        f"{sum(r['wall_seconds'] for r in runs) / 3600:.2f} h for {len(runs)} runs.",
+        "", f"Command: `{header['command']}`", "",
+    ]
+    return "\n".join(text)
+
+
+def plot_curves(runs: Sequence[dict], path: Path, title: str) -> None:
+    """Validation loss and accuracy against the step, the mean over seeds per variant (PNG at `path`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for index, name in enumerate(variant_order({run["variant"] for run in runs})):
+        rows = [run for run in runs if run["variant"] == name]
+        steps = [point["step"] for point in rows[0]["curve"]]
+        style = "--" if name.endswith(HEALED_SUFFIX) else "-"
+        for metric, axis in zip(("eval_loss", "eval_accuracy"), axes):
+            means = [statistics.mean(run["curve"][i][metric] for run in rows) for i in range(len(steps))]
+            axis.plot(steps, means, style, color=f"C{index}", linewidth=1.8, label=f"{name} (n={len(rows)})")
+    for axis, label in zip(axes, ("validation loss", "validation accuracy")):
+        axis.set_xlabel(f"optimizer step (batch {runs[0]['settings']['batch_size']})")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+    axes[1].legend(fontsize=8, loc="lower right")
+    figure.suptitle(title)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+__all__ = [
+    "BASELINE", "BOOTSTRAP_RESAMPLES", "HEALABLE", "VARIANTS", "correctness", "encode_ids", "healed_name",
+    "last_fifth_change", "machine", "mean_std", "paired_bootstrap", "paired_t_interval", "parse_healed",
+    "plot_curves", "report", "variant_order",
+]

@@ -1,0 +1,130 @@
+"""The comparison's statistics against hand calculations, on small known inputs (no model, no training)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+from hf_ffn.studies.comparison import (
+    BASELINE,
+    correctness,
+    encode_ids,
+    healed_name,
+    last_fifth_change,
+    paired_bootstrap,
+    paired_t_interval,
+    parse_healed,
+    report,
+    variant_order,
+)
+
+
+def test_paired_t_interval_by_hand():
+    # differences 0.01, 0.03, 0.02: mean 0.02, sd = sqrt(((-.01)^2 + .01^2 + 0) / 2) = 0.01,
+    # t_{0.975, 2} = 4.302652729911275 (tables: 4.303), half-width = 4.302652729911275 * 0.01 / sqrt(3)
+    mean, low, high = paired_t_interval([0.01, 0.03, 0.02])
+    half = 4.302652729911275 * 0.01 / math.sqrt(3)
+    assert mean == pytest.approx(0.02, abs=1e-15)
+    assert low == pytest.approx(0.02 - half, abs=1e-12)
+    assert high == pytest.approx(0.02 + half, abs=1e-12)
+    # two differences: t_{0.975, 1} = 12.706204736174707
+    mean, low, high = paired_t_interval([0.0, 0.02])
+    assert (high - low) / 2 == pytest.approx(12.706204736174707 * math.sqrt(2e-4) / math.sqrt(2), abs=1e-12)
+
+
+def test_paired_t_interval_needs_two():
+    with pytest.raises(ValueError, match="at least 2"):
+        paired_t_interval([0.1])
+
+
+def test_paired_bootstrap_by_hand():
+    # one seed, 4 snippets: variant right on 0,1,2; baseline right on 0 → per-snippet differences 0, 1, 1, 0.
+    variant = np.array([[1, 1, 1, 0]])
+    baseline = np.array([[1, 0, 0, 0]])
+    mean, low, high = paired_bootstrap(variant, baseline, resamples=20_000, seed=1)
+    assert mean == 0.5
+    # A resample's mean is k/4 with k ~ Binomial(4, 1/2): P(k=0) = 1/16 > 2.5%, so both percentiles sit at the
+    # extremes 0 and 1 of the distribution's support.
+    assert (low, high) == (0.0, 1.0)
+    # Identical predictions: every resampled difference is 0.
+    assert paired_bootstrap(variant, variant) == (0.0, 0.0, 0.0)
+
+
+def test_paired_bootstrap_averages_seeds_per_snippet():
+    # two seeds: per-snippet differences (1 - 0 + 0 - 0) / 2 = 0.5 on snippet 0, 0 elsewhere → mean 0.5 / 3.
+    variant = np.array([[1, 1, 0], [0, 1, 0]])
+    baseline = np.array([[0, 1, 0], [0, 1, 0]])
+    mean, low, high = paired_bootstrap(variant, baseline, resamples=5_000, seed=0)
+    assert mean == pytest.approx(0.5 / 3)
+    # resampled means are (number of snippet-0 draws) · 0.5 / 3 ∈ {0, 1/6, 1/3, 1/2}; P(0 draws) = 8/27 > 2.5%,
+    assert low == 0.0 and high == pytest.approx(0.5)  # P(3 draws) = 1/27 = 3.7% > 2.5%: the top value
+    with pytest.raises(ValueError, match="shapes differ"):
+        paired_bootstrap(variant, baseline[:1])
+
+
+def test_paired_bootstrap_large_sample_matches_normal_approximation():
+    # 2,000 snippets, differences ±1 on 400 (300 up, 100 down): mean 0.1, sd of the mean ≈ sqrt(var / n) with
+    # var = E[d²] − mean² = 0.2 − 0.01 = 0.19 → 95% interval ≈ 0.1 ± 1.96 · sqrt(0.19 / 2000) = 0.1 ± 0.0191.
+    d = np.zeros(2000)
+    d[:300], d[300:400] = 1, -1
+    variant, baseline = (d > 0).astype(int)[None], (d < 0).astype(int)[None]
+    mean, low, high = paired_bootstrap(variant, baseline, resamples=20_000, seed=0)
+    assert mean == pytest.approx(0.1)
+    half = 1.96 * math.sqrt(0.19 / 2000)
+    assert low == pytest.approx(0.1 - half, abs=0.002) and high == pytest.approx(0.1 + half, abs=0.002)
+
+
+def test_last_fifth_change():
+    # eval at 0, 50, ..., 250: the last fifth is steps 200 and 250; loss 0.40 → 0.38: slope −0.02/50 = −4e-4,
+    # relative change −4e-4 · 50 / 0.39
+    curve = [{"step": s, "eval_loss": v} for s, v in zip(range(0, 251, 50), [0.7, 0.5, 0.45, 0.42, 0.40, 0.38])]
+    change = last_fifth_change(curve)
+    assert change["points"] == 2
+    assert change["slope_per_step"] == pytest.approx(-4e-4)
+    assert change["relative_change"] == pytest.approx(-0.02 / 0.39)
+
+
+def test_correctness_and_encoding():
+    runs = [{"test_labels": encode_ids([0, 1, 1]), "test_predicted": encode_ids([0, 0, 1])},
+            {"test_labels": "011", "test_predicted": "111"}]
+    assert correctness(runs).tolist() == [[True, False, True], [False, True, True]]
+    with pytest.raises(ValueError, match="not in the same order"):
+        correctness([runs[0], {"test_labels": "110", "test_predicted": "110"}])
+    with pytest.raises(ValueError, match="0-9"):
+        encode_ids([10])
+
+
+def test_parse_healed(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    assert parse_healed([f"pre-ln={tmp_path}"]) == {"pre-ln healed": str(tmp_path)}
+    with pytest.raises(ValueError, match="geglu-preserving"):
+        parse_healed([f"geglu-preserving={tmp_path}"])
+    with pytest.raises(ValueError, match="no config.json"):
+        parse_healed([f"pre-ln={tmp_path / 'missing'}"])
+    assert variant_order([healed_name("pre-ln"), "pre-ln", BASELINE]) == [BASELINE, "pre-ln", "pre-ln healed"]
+
+
+def test_report_verdicts():
+    # baseline right on half of 400 snippets; "variant" right on every snippet in each of 3 seeds → +50 points
+    # with zero spread: the t interval is the point +50 and the bootstrap excludes 0: outside the noise.
+    labels = "0" * 400
+    base = "1" * 200 + "0" * 200
+    curve = [{"step": s, "eval_loss": 0.5, "eval_accuracy": 0.5, "eval_f1": 0.5} for s in range(0, 11, 2)]
+
+    def run(variant, seed, predicted, accuracy):
+        return {"variant": variant, "seed": seed, "test_accuracy": accuracy, "test_f1": accuracy,
+                "test_labels": labels, "test_predicted": predicted, "train_tokens_per_second": 100.0,
+                "wall_seconds": 10.0, "load_before": 1.0, "load_after": 2.0, "curve": curve}
+
+    runs = [run(BASELINE, s, base, 0.5) for s in range(3)] + [run("pre-ln", s, labels, 1.0) for s in range(3)]
+    runs += [run("geglu-preserving", s, base, 0.5 + 0.01 * (s - 1)) for s in range(3)]
+    header = {"title": "# t", "intro": "i", "machine": {"cpu": "cpu", "cores": 2}, "threads": 1, "versions": "v",
+              "command": "c"}
+    text = report(runs, {}, header)
+    rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
+    assert "+50.00 [+50.00, +50.00]" in rows["pre-ln"] and "**outside the noise**" in rows["pre-ln"]
+    assert "inside the noise" in rows["geglu-preserving"]
+    assert re.search(r"relative change [+-]0\.00%", text)
