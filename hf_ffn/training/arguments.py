@@ -40,6 +40,12 @@ class ModelArguments:
     tokenizer_name: str | None = field(
         default=None, metadata={"help": "tokenizer folder or name, default: the one saved with the checkpoint"}
     )
+    unpad_tokens: bool = field(
+        default=True,
+        metadata={"help": "run every token-wise part on the real tokens only (FfnBertConfig.unpad_tokens; exact at "
+                          "real tokens, the same loss, about half the work on padded batches); --no_unpad_tokens "
+                          "turns it off"},
+    )
 
     def __post_init__(self) -> None:
         checks = (

@@ -57,6 +57,7 @@ def load_model(model_args: ModelArguments, model_class: type[PreTrainedModel], *
         FileNotFoundError: if the checkpoint path does not exist (see `check_checkpoint`).
     """
     check_checkpoint(model_args.model_name_or_path)
+    kwargs["unpad_tokens"] = model_args.unpad_tokens
     if not model_args.is_variant:
         model, info = model_class.from_pretrained(model_args.model_name_or_path, output_loading_info=True, **kwargs)
         return model, {"conversion": "none", "new_weights": sorted(info["missing_keys"])}
