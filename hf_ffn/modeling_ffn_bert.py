@@ -53,11 +53,10 @@ from transformers.models.bert.modeling_bert import (
     BertPreTrainingHeads,
     BertSelfAttention,
 )
-from transformers.utils.output_capturing import capture_outputs
 
 from .checkpoint_names import BERT_FFN_NAMES, CHECKPOINT_KEY_MAPPING, register_weight_renamings, rename_to_memory_keys
 from .configuration_ffn_bert import GATED_FFN_ACTIVATIONS, FfnBertConfig, is_gated
-from .unpadding import TokenPadding, packed_embeddings, packed_self_attention
+from .unpadding import TokenPadding, packed_layer_forward, unpadded_model_forward
 
 # FfnBert's weight renames (BERT's names on disk ↔ role names in memory) for `model_type="ffn_bert"`.
 register_weight_renamings()
@@ -163,10 +162,10 @@ class FfnBertLayer(GradientCheckpointingLayer):
     LN_f is `mlp_norm`, FFN is `mlp`, drop is dropout with `hidden_dropout_prob`.
     Shapes: hidden_states (batch, seq, hidden_size) → (batch, seq, hidden_size).
 
-    Unpadded (`padding` given, see `FfnBertModel`): the same sublayers on packed real tokens, hidden_states
-    (n_real, hidden_size) → (n_real, hidden_size); only the attention core sees the padded layout
-    (`packed_self_attention`). A padded input (batch, seq, hidden_size), as the model passes while hidden states
-    are recorded, is packed first and the output re-padded, zeros at pad positions.
+    Unpadded (`padding` given, see `FfnBertModel`): `hf_ffn.unpadding.packed_layer_forward`, the two placements
+    below op for op on packed real tokens, hidden_states (n_real, hidden_size) → (n_real, hidden_size); only the
+    attention core sees the padded layout. A padded input (batch, seq, hidden_size), as the model passes while
+    hidden states are recorded, is packed first and the output re-padded, zeros at pad positions.
     """
 
     def __init__(self, config: FfnBertConfig, layer_idx: int):
@@ -186,7 +185,7 @@ class FfnBertLayer(GradientCheckpointingLayer):
         **kwargs,
     ) -> torch.Tensor:
         if padding is not None:
-            return self._unpadded_forward(hidden_states, attention_mask, padding, **kwargs)
+            return packed_layer_forward(self, hidden_states, attention_mask, padding, **kwargs)
         if self.layer_norm_position == "post":
             hidden_states, _ = self.attention(hidden_states, attention_mask, **kwargs)  # LN_a(x + Attn(x))
             return self.mlp_norm(hidden_states + self.mlp_dropout(self.mlp(hidden_states)))
@@ -195,24 +194,6 @@ class FfnBertLayer(GradientCheckpointingLayer):
         attn_output, _ = attention.self(normed, attention_mask=attention_mask, **kwargs)
         hidden_states = hidden_states + attention.output.dropout(attention.output.dense(attn_output))
         return hidden_states + self.mlp_dropout(self.mlp(self.mlp_norm(hidden_states)))
-
-    def _unpadded_forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, padding: TokenPadding, **kwargs
-    ) -> torch.Tensor:
-        # The two placements of `forward`, op for op, with `packed_self_attention` for `attention.self`.
-        padded = hidden_states.dim() == 3
-        x = padding.unpad(hidden_states) if padded else hidden_states  # (n_real, hidden)
-        attention = self.attention
-        if self.layer_norm_position == "post":
-            attn_output = packed_self_attention(attention.self, x, attention_mask, padding, **kwargs)
-            x = attention.output(attn_output, x)  # BertSelfOutput: LN_a(x + drop(dense(attn)))
-            x = self.mlp_norm(x + self.mlp_dropout(self.mlp(x)))
-        else:
-            normed = attention.output.LayerNorm(x)
-            attn_output = packed_self_attention(attention.self, normed, attention_mask, padding, **kwargs)
-            x = x + attention.output.dropout(attention.output.dense(attn_output))
-            x = x + self.mlp_dropout(self.mlp(self.mlp_norm(x)))
-        return padding.pad(x) if padded else x
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -291,6 +272,7 @@ class FfnBertModel(FfnBertPreTrainedModel, BertModel):
     positions they are zeros (heads then see zeros there: their outputs at pad positions are the head applied
     to zeros). Without padding, with any other mask, or when `output_attentions` is requested (the attention
     weights come from upstream's `BertSelfAttention` hooks), the padded path runs: upstream `BertModel.forward`.
+    The unpadded path is `hf_ffn.unpadding.unpadded_model_forward`.
     """
 
     def __init__(self, config: FfnBertConfig, add_pooling_layer: bool = True):
@@ -321,35 +303,7 @@ class FfnBertModel(FfnBertPreTrainedModel, BertModel):
             padding = TokenPadding.from_attention_mask(attention_mask)
         if padding is None:
             return super().forward(*inputs, **kwargs)
-        return self._unpadded_forward(*inputs, padding=padding, **kwargs)
-
-    @capture_outputs
-    def _unpadded_forward(
-        self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, padding: TokenPadding, **kwargs
-    ) -> BaseModelOutputWithPoolingAndCrossAttentions:
-        # Upstream `BertModel.forward` (an encoder: no cache, no cross-attention) with packed tokens.
-        if (input_ids is None) ^ (inputs_embeds is not None):
-            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
-        embedding_output = packed_embeddings(  # (n_real, hidden)
-            self.embeddings, padding, input_ids, token_type_ids, position_ids, inputs_embeds
-        )
-        # Upstream's mask from the 2-D mask; the builder reads only the shape, dtype and device of the embeddings,
-        # so a zero-stride stand-in (batch, seq, hidden) does.
-        stand_in = embedding_output.new_zeros(()).expand(padding.batch_size, padding.seq_len, self.config.hidden_size)
-        attention_mask, _ = self._create_attention_masks(attention_mask, None, stand_in, None, None)
-        # Hidden states are recorded by hooks on each layer's input and output: they travel padded while recorded.
-        recording = kwargs.get("output_hidden_states", self.config.output_hidden_states)
-        hidden_states = padding.pad(embedding_output) if recording else embedding_output
-        hidden_states = self.encoder(
-            hidden_states, attention_mask=attention_mask, position_ids=position_ids, padding=padding, **kwargs
-        ).last_hidden_state
-        if hidden_states.dim() == 3:  # recorded: padded, and the final norm may have written the pads
-            hidden_states = padding.unpad(hidden_states)
-        sequence_output = padding.pad(hidden_states)  # (batch, seq, hidden), zeros at pad positions
-        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
-        return BaseModelOutputWithPoolingAndCrossAttentions(
-            last_hidden_state=sequence_output, pooler_output=pooled_output
-        )
+        return unpadded_model_forward(self, *inputs, padding=padding, **kwargs)
 
 
 # Heads: upstream BERT heads (their `forward`s and head modules) over `FfnBertModel`. Each `__init__` mirrors

@@ -7,6 +7,12 @@ attention core, which mixes tokens, needs the padded layout: `packed_self_attent
 positions) for transformers' attention function and packs its output again. Pad tokens enter attention only as
 keys the mask removes (softmax weight exactly 0), so real tokens see the same attention as in the padded batch.
 
+Reads bottom-up from the token positions to the whole model: `TokenPadding` (where the real tokens are) →
+`packed_embeddings` → `packed_self_attention` → `packed_layer_forward` (one `FfnBertLayer`, both LayerNorm
+placements) → `unpadded_model_forward` (`FfnBertModel.forward` when `config.unpad_tokens` applies). The modules
+they run are the model's own (upstream BERT's embeddings and attention, FfnBert's FFN and norms): the layer and
+the model are passed in, never imported, so `modeling_ffn_bert` imports this module and not the reverse.
+
 This module imports only torch and transformers, so it can be shipped beside a saved model for
 `trust_remote_code` loading.
 """
@@ -17,8 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch import nn
+from transformers.modeling_outputs import BaseModelOutputWithPoolingAndCrossAttentions
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.models.bert.modeling_bert import BertEmbeddings, BertSelfAttention, eager_attention_forward
+from transformers.models.bert.modeling_bert import BertEmbeddings, BertModel, BertSelfAttention, eager_attention_forward
+from transformers.utils.output_capturing import capture_outputs
 
 
 @dataclass(frozen=True)
@@ -135,4 +144,79 @@ def packed_self_attention(
     return padding.unpad(attn_output.reshape(batch_size, seq_len, -1))  # (batch, seq, heads, head_dim) → packed
 
 
-__all__ = ["TokenPadding", "packed_embeddings", "packed_self_attention"]
+def packed_layer_forward(
+    layer: nn.Module, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, padding: TokenPadding, **kwargs
+) -> torch.Tensor:
+    """`FfnBertLayer.forward` for packed tokens: (n_real, hidden) → (n_real, hidden).
+
+    `layer` is an `FfnBertLayer` (its `layer_norm_position`, `attention` (upstream `BertAttention`), `mlp`,
+    `mlp_dropout`, `mlp_norm`); both placements run op for op as in its padded `forward`, with
+    `packed_self_attention` for `attention.self`. A padded input (batch, seq, hidden), as the model passes while
+    hidden states are recorded, is packed first and the output re-padded (zeros at pad positions).
+    """
+    padded = hidden_states.dim() == 3
+    x = padding.unpad(hidden_states) if padded else hidden_states  # (n_real, hidden)
+    attention = layer.attention
+    if layer.layer_norm_position == "post":
+        attn_output = packed_self_attention(attention.self, x, attention_mask, padding, **kwargs)
+        x = attention.output(attn_output, x)  # BertSelfOutput: LN_a(x + drop(dense(attn)))
+        x = layer.mlp_norm(x + layer.mlp_dropout(layer.mlp(x)))
+    else:
+        normed = attention.output.LayerNorm(x)
+        attn_output = packed_self_attention(attention.self, normed, attention_mask, padding, **kwargs)
+        x = x + attention.output.dropout(attention.output.dense(attn_output))
+        x = x + layer.mlp_dropout(layer.mlp(layer.mlp_norm(x)))
+    return padding.pad(x) if padded else x
+
+
+@capture_outputs
+def unpadded_model_forward(
+    model: BertModel,
+    input_ids: torch.Tensor | None,
+    attention_mask: torch.Tensor,
+    token_type_ids: torch.Tensor | None,
+    position_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+    padding: TokenPadding,
+    **kwargs,
+) -> BaseModelOutputWithPoolingAndCrossAttentions:
+    """Upstream `BertModel.forward` (an encoder: no cache, no cross-attention) with packed tokens, for an
+    `FfnBertModel` whose encoder takes `padding` (its layers then run `packed_layer_forward`).
+
+    Inputs as `BertModel.forward`'s (batch, seq); `attention_mask` is the plain padding mask `padding` was built
+    from. Returns `last_hidden_state` (batch, seq, hidden) with zeros at pad positions and `pooler_output`
+    (batch, hidden) when the model has a pooler; `capture_outputs` (the decorator of upstream's `forward`) adds
+    the recorded `hidden_states`.
+
+    Raises:
+        ValueError: unless exactly one of `input_ids` and `inputs_embeds` is given (upstream's check).
+    """
+    if (input_ids is None) ^ (inputs_embeds is not None):
+        raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+    embedding_output = packed_embeddings(  # (n_real, hidden)
+        model.embeddings, padding, input_ids, token_type_ids, position_ids, inputs_embeds
+    )
+    # Upstream's mask from the 2-D mask (`BertModel`'s own builder); it reads only the shape, dtype and device of
+    # the embeddings, so a zero-stride stand-in (batch, seq, hidden) does.
+    stand_in = embedding_output.new_zeros(()).expand(padding.batch_size, padding.seq_len, model.config.hidden_size)
+    attention_mask, _ = model._create_attention_masks(attention_mask, None, stand_in, None, None)
+    # Hidden states are recorded by hooks on each layer's input and output: they travel padded while recorded.
+    recording = kwargs.get("output_hidden_states", model.config.output_hidden_states)
+    hidden_states = padding.pad(embedding_output) if recording else embedding_output
+    hidden_states = model.encoder(
+        hidden_states, attention_mask=attention_mask, position_ids=position_ids, padding=padding, **kwargs
+    ).last_hidden_state
+    if hidden_states.dim() == 3:  # recorded: padded, and the final norm may have written the pads
+        hidden_states = padding.unpad(hidden_states)
+    sequence_output = padding.pad(hidden_states)  # (batch, seq, hidden), zeros at pad positions
+    pooled_output = model.pooler(sequence_output) if model.pooler is not None else None
+    return BaseModelOutputWithPoolingAndCrossAttentions(last_hidden_state=sequence_output, pooler_output=pooled_output)
+
+
+__all__ = [
+    "TokenPadding",
+    "packed_embeddings",
+    "packed_layer_forward",
+    "packed_self_attention",
+    "unpadded_model_forward",
+]

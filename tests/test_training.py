@@ -16,7 +16,7 @@ from torch import nn
 from transformers import AutoTokenizer, Trainer, TrainingArguments, pipeline
 from transformers.utils import logging as hf_logging
 
-from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBertModel
+from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBertModel, modeling_ffn_bert
 from hf_ffn.training import (
     STAGING_FOLDER,
     ClassificationDataArguments,
@@ -539,3 +539,86 @@ def test_save_finished_only_main_process_touches_staging(tmp_path):
 
     save_finished(str(tmp_path), save=lambda folder: (folder / "config.json").write_text("{}"), main=True)
     assert (tmp_path / "config.json").read_text() == "{}" and not staging.exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Unpadded execution in the scripts: `--unpad_tokens` on by default, `--no_unpad_tokens` turns it off
+# ---------------------------------------------------------------------------------------------------------------
+def count_unpadded_forwards(monkeypatch) -> list[int]:
+    """Count the forwards that took the unpadded path (`FfnBertModel` calls `unpadded_model_forward`)."""
+    calls: list[int] = []
+    unpadded = modeling_ffn_bert.unpadded_model_forward
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return unpadded(*args, **kwargs)
+
+    monkeypatch.setattr(modeling_ffn_bert, "unpadded_model_forward", counted)
+    return calls
+
+
+def logged_losses(outcome: dict) -> list[float]:
+    return [entry["loss"] for entry in outcome["log_history"] if "loss" in entry]
+
+
+def test_classification_script_unpadded_by_default_same_losses_saved_switch_off(tiny_checkpoint, tmp_path, monkeypatch):
+    # `tiny_checkpoint` has no dropout: with dropout, on and off runs draw their masks for other shapes ((n_real,
+    # hidden) packed rows on, (batch, seq, hidden) off) and compute different random draws of the same loss.
+    # Sentences of 1 to 7 words: every batch of 4 is padded. DataCollatorWithPadding gives sequence labels only,
+    # so the loss reads the pooler (token 0, real) and the switch changes no loss.
+    words = POSITIVE + NEGATIVE
+    rows = [(" ".join(words[i:i + 1 + i % 7]) + " movie", "pos" if i % 2 else "neg") for i in range(10)]
+    files = {split: write_csv(tmp_path / f"{split}.csv", rows) for split in ("train", "validation", "test")}
+    main = load_script("finetune_classification").main
+    extra = ("--max_steps", "3", "--logging_steps", "1", "--optim", "sgd", "--learning_rate", "0.5")
+    unpadded = count_unpadded_forwards(monkeypatch)
+    on = main(script_argv(tiny_checkpoint, files, tmp_path / "on", *extra))
+    forwards_on = len(unpadded)
+    off = main(script_argv(tiny_checkpoint, files, tmp_path / "off", *extra, "--no_unpad_tokens"))
+    assert forwards_on >= 3 and len(unpadded) == forwards_on  # on: every training step unpadded; off: none
+    assert (on["unpad_tokens"], off["unpad_tokens"]) == (True, False)
+    losses_on, losses_off = logged_losses(on), logged_losses(off)
+    assert len(losses_on) == 3
+    # The tolerance of tests/test_unpadded.py: step 1 equal (same weights, same batch); later steps start from
+    # weights that differ by the learning rate times the fp32 rounding of the weight gradients (summed over
+    # n_real rows on, batch·seq rows off), which SGD keeps proportional.
+    assert losses_on[0] == losses_off[0]
+    assert losses_on == pytest.approx(losses_off, rel=1e-5)
+    assert on["results"]["eval_loss"] == pytest.approx(off["results"]["eval_loss"], rel=1e-5)
+    # The saved model keeps the checkpoint's value (off): the switch was how the run executed, not the model.
+    for run in ("on", "off"):
+        assert json.loads((tmp_path / run / "config.json").read_text())["unpad_tokens"] is False
+
+
+def test_mlm_script_switch_falls_back_exactly_and_saved_switch_is_the_checkpoints(tokenizer, tmp_path, monkeypatch):
+    # MLM blocks are cut from the token stream, all full (no padding): with the switch on every forward falls
+    # back to the padded path, so the losses are the same bits. Labels are -100 wherever a token is not masked,
+    # pads included (DataCollatorForLanguageModeling never masks a pad), so with padding the loss would not read
+    # the pads either. The checkpoint is saved with the switch on: both runs save that value, the one run with
+    # --no_unpad_tokens too.
+    checkpoint = tmp_path / "checkpoint"
+    torch.manual_seed(0)
+    FfnBertForMaskedLM(real_vocab_config(tokenizer, unpad_tokens=True)).save_pretrained(checkpoint)
+    tokenizer.save_pretrained(checkpoint)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):
+        (docs / f"speech{i}.txt").write_text(f"the state of the union {i} is strong . " * 20)
+    main = load_script("finetune_mlm").main
+
+    def run(name: str, *extra: str) -> dict:
+        return main([
+            "--model_name_or_path", str(checkpoint), "--train_files", str(docs), "--max_seq_length", "32",
+            "--max_steps", "3", "--logging_steps", "1", "--per_device_train_batch_size", "4",
+            "--output_dir", str(tmp_path / name), "--report_to", "none", "--save_strategy", "no",
+            "--disable_tqdm", "true", *extra,
+        ])
+
+    unpadded = count_unpadded_forwards(monkeypatch)
+    on, off = run("on"), run("off", "--no_unpad_tokens")
+    assert (on["unpad_tokens"], off["unpad_tokens"]) == (True, False)
+    assert unpadded == []  # no padding: the padded path ran every time
+    assert len(logged_losses(on)) == 3 and logged_losses(on) == logged_losses(off)
+    assert on["results"]["eval_loss"] == off["results"]["eval_loss"]
+    for name in ("on", "off"):
+        assert json.loads((tmp_path / name / "config.json").read_text())["unpad_tokens"] is True

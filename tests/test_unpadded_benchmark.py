@@ -2,11 +2,13 @@
 asserted (times on shared CI machines are noise): the batches, the document's structure and the exactness check."""
 
 import json
+from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
 
 from hf_ffn.studies.unpadded_benchmark import CANDIDATES, KINDS, QUICK, RATIOS, main, make_batches, read_sentences
+from hf_ffn.studies.unpadded_report import NOT_JUDGED, UNPADDED_COMMAND, benchmarks_section, judge
 
 WORDS = "the film is a long and oddly moving story about two friends who never quite say what they mean".split()
 
@@ -58,10 +60,28 @@ def test_quick_run_writes_a_complete_report(rt_polarity_dir, tmp_path):
         assert len(case["ratios"]) == len(RATIOS)
         for ratio in case["ratios"]:
             assert 0 < ratio["ratio_min"] <= ratio["ratio"] <= ratio["ratio_max"]
-            assert (ratio["met"] is None) == (ratio["target"] is None)
+            assert ratio["met"] is None  # a quick run judges no target
+        assert case["peak_memory"]["met"] is None
+        assert (case["peak_memory"]["target"] is None) == (case["mode"] == "inference")
     for heading in ("# Unpadded execution benchmark", "## Targets", "## Ratios", "## Candidates", "Load average"):
         assert heading in markdown
     # one row per target (and the training memory target of each attention), per ratio, per candidate
     targets = sum(r["target"] is not None for c in cases for r in c["ratios"]) + 2
     assert targets == 10
     assert markdown.count("| tiny (quick) |") == targets + len(cases) * (len(RATIOS) + len(CANDIDATES))
+    target_table = markdown.split("## Targets")[1].split("## Ratios")[0]
+    assert target_table.count(f"| {NOT_JUDGED} |") == targets and "| yes |" not in target_table
+    assert "**no**" not in markdown
+
+
+def test_targets_judged_only_in_a_full_run():
+    assert judge(0.59, 0.6, judged=True) is True and judge(0.61, 0.6, judged=True) is False
+    assert judge(1.0, 1.0, judged=True) is True and judge(1.0, 1.0, judged=True, strict=True) is False
+    assert judge(0.1, 0.6, judged=False) is None and judge(0.1, None, judged=True) is None
+
+
+def test_benchmarks_md_links_the_report_with_its_command():
+    # docs/benchmarks.md is written by the main benchmark (`format_markdown` ends with this section)
+    section = "\n".join(benchmarks_section())
+    assert UNPADDED_COMMAND in section and "(unpadded_benchmark.md)" in section
+    assert section in (Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md").read_text()

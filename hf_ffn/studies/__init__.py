@@ -2,7 +2,7 @@
 
 - `benchmark`: speed and memory of FfnBert against upstream `BertModel` (`hf-ffn bench`).
 - `unpadded_benchmark`: `unpad_tokens` off and on against upstream on real padded batches
-  (`scripts/bench_unpadded.py`).
+  (`scripts/bench_unpadded.py`); `unpadded_report` writes its report.
 - `params`: FFN parameter and FLOP tables (`hf-ffn params`).
 - `activation_curves`: every activation's values and derivatives (docs/switches.md figures).
 - `layer_norm_study`: Post-LN vs Pre-LN gradient norms and a short MLM run (docs/switches.md).

@@ -18,13 +18,16 @@ round r gives every candidate batch r mod k of its kind, so a ratio of two candi
 (`paired_ratio`: the median of per-round ratios, [min–max] its spread). Ratios across kinds (length-grouped
 against shuffled) compare time per real token. Peak memory is `peak_memory_bytes` of the first (warm-up) call.
 Real tokens/s counts real tokens only. Targets: switch on / upstream ≤ 0.6 (inference) and ≤ 0.65 (training) on
-shuffled batches, switch on / off ≤ 1.02 without padding, training peak memory below upstream's.
+shuffled batches (the limit is their real-token fraction, printed), switch on / off ≤ 1.02 without padding,
+training peak memory below upstream's. A `--quick` run (a tiny model) judges no target: "not judged".
+
+The run prints the pad fraction of each kind of batch, every ratio, the targets and the load average before and
+after (run it on a quiet machine); `hf_ffn.studies.unpadded_report` writes the JSON and markdown.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -41,11 +44,11 @@ from torch import nn
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
+from .. import __version__
 from ..modeling_ffn_bert import FfnBertForSequenceClassification
 from ..parity import bundled_checkpoint, quiet_transformers
 from .benchmark import paired_ratio, peak_memory_bytes, time_interleaved
-
-JSON_NAME, MARKDOWN_NAME = "unpadded_benchmark.json", "unpadded_benchmark.md"
+from .unpadded_report import judge, target_rows, verdict, write_reports
 KINDS = ("shuffled", "length-grouped", "no padding")
 # candidate → (model, batch kind)
 CANDIDATES: dict[str, tuple[str, str]] = {
@@ -58,7 +61,7 @@ CANDIDATES: dict[str, tuple[str, str]] = {
     "switch off, no padding": ("off", "no padding"),
     "switch on, no padding": ("on", "no padding"),
 }
-# (numerator, denominator, per real token, {mode: target upper bound})
+# (numerator, denominator, per real token, {mode: target upper bound}); peak memory: `MEMORY_TARGET`
 RATIOS = [
     ("switch on", "upstream", False, {"inference": 0.6, "training": 0.65}),
     ("switch off", "upstream", False, {}),
@@ -68,6 +71,7 @@ RATIOS = [
     ("switch on, length-grouped", "upstream", True, {}),
     ("switch on, length-grouped", "upstream, length-grouped", True, {}),
 ]
+MEMORY_TARGET = ("switch on", "upstream", {"training": 1.0})  # switch on / upstream peak memory < 1
 TINY_QUICK = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
 
 
@@ -168,11 +172,11 @@ def load_models(name: str, attn: str, vocab_size: int, folder: str) -> dict[str,
         checkpoint = bundled_checkpoint()
     else:
         checkpoint = str(Path(folder) / name.replace(" ", "_"))
+    with quiet_transformers():
         if not Path(checkpoint).is_dir():
             torch.manual_seed(1234)
             sizes = {} if name == "bert-base-shapes" else dict(TINY_QUICK, vocab_size=vocab_size)
             BertForSequenceClassification(BertConfig(**sizes)).save_pretrained(checkpoint)
-    with quiet_transformers():
         torch.manual_seed(0)
         upstream = BertForSequenceClassification.from_pretrained(checkpoint, attn_implementation=attn)
         models = {"upstream": upstream}
@@ -234,8 +238,12 @@ def bench_case(models: dict[str, nn.Module], batches: dict[str, list[dict]], mod
         ratio = paired_ratio(source[numerator], source[denominator])
         target = targets.get(mode)
         ratios.append({"ratio_of": f"{numerator} / {denominator}", "per_real_token": by_token, **ratio,
-                       "target": target, "met": None if target is None else ratio["ratio"] <= target})
-    return candidates, ratios
+                       "target": target, "met": judge(ratio["ratio"], target, not settings.quick)})
+    numerator, denominator, targets = MEMORY_TARGET
+    memory_ratio = memory[numerator] / memory[denominator]
+    peak_memory = {"ratio_of": f"{numerator} / {denominator}", "ratio": memory_ratio, "target": targets.get(mode),
+                   "met": judge(memory_ratio, targets.get(mode), not settings.quick, strict=True)}
+    return candidates, ratios, peak_memory
 
 
 def equal_at_real_tokens(models: dict[str, nn.Module], batch: dict) -> bool:
@@ -251,13 +259,15 @@ def equal_at_real_tokens(models: dict[str, nn.Module], batch: dict) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Run, report
+# Run
 # ---------------------------------------------------------------------------------------------------------------
 def run_unpadded_benchmark(settings: UnpadSettings, data_dir: str, work_dir: str, command: str) -> dict:
     """Every checkpoint × attention × mode; returns the JSON document (see `write_reports`)."""
     if settings.threads:
         torch.set_num_threads(settings.threads)
     started, load_before = time.time(), os.getloadavg()
+    _log(f"load average before (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in load_before)} on {os.cpu_count()} "
+         f"logical CPUs")
     tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint())
     texts, labels = read_sentences(data_dir)
     batches = make_batches(tokenizer, texts, labels, settings)
@@ -273,95 +283,30 @@ def run_unpadded_benchmark(settings: UnpadSettings, data_dir: str, work_dir: str
             models = load_models(name, attn, tokenizer.vocab_size, work_dir)
             equal = equal_at_real_tokens(models, batches["shuffled"][0])
             for mode in ("inference", "training"):
-                candidates, ratios = bench_case(models, batches, mode, settings)
+                candidates, ratios, peak_memory = bench_case(models, batches, mode, settings)
                 cases.append({"checkpoint": name, "attn": attn, "mode": mode, "equal_at_real_tokens": equal,
-                              "candidates": candidates, "ratios": ratios})
+                              "candidates": candidates, "ratios": ratios, "peak_memory": peak_memory})
                 for ratio in ratios:
                     _log(f"  {name:<17} {attn:<5} {mode:<9} {ratio['ratio_of']:<52} ×{ratio['ratio']:.3f} "
                          f"[{ratio['ratio_min']:.3f}, {ratio['ratio_max']:.3f}]")
             del models
+    load_after = os.getloadavg()
+    _log(f"load average after (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in load_after)}")
     return {
         "command": command,
         "settings": asdict(settings),
         "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
         "wall_s": time.time() - started,
         "load_average_before": list(load_before),
-        "load_average_after": list(os.getloadavg()),
+        "load_average_after": list(load_after),
         "environment": {
-            "torch": torch.__version__, "transformers": transformers.__version__,
+            "hf_ffn": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
         },
         "data": data,
         "cases": cases,
     }
-
-
-def render_markdown(results: dict) -> str:
-    """The report: header (command, versions, load), data, the targets, every candidate."""
-    env, load = results["environment"], results
-    lines = [
-        "# Unpadded execution benchmark",
-        "",
-        f"Command: `{results['command']}` — started {results['started_utc']} UTC, {results['wall_s']:.0f} s wall. "
-        f"torch {env['torch']}, transformers {env['transformers']}, Python {env['python']}, {env['machine']}, "
-        f"{env['cpus']} logical CPUs, {env['torch_threads']} torch threads, float32, "
-        f"{results['settings']['clock']} clock. Load average (1, 5, 15 min) before "
-        f"{', '.join(f'{x:.2f}' for x in load['load_average_before'])}, after "
-        f"{', '.join(f'{x:.2f}' for x in load['load_average_after'])}.",
-        "",
-    ]
-    if max(load["load_average_before"][0], load["load_average_after"][0]) > env["cpus"]:
-        lines += ["**Caveat: the machine was busy** (load average above its CPU count): read every ratio with its "
-                  "[min–max] spread.", ""]
-    lines += ["Batches of rt_polarity sentences (see `hf_ffn.studies.unpadded_benchmark` for the method):", "",
-              "| batches | count | pad fraction | shapes (batch × seq) |", "|---|---|---|---|"]
-    for kind, info in results["data"].items():
-        shapes = ", ".join("×".join(map(str, s)) for s in info["shapes"])
-        lines.append(f"| {kind} | {info['batches']} | {info['pad_fraction']:.3f} | {shapes} |")
-    lines += ["", "## Targets", "", "| checkpoint | attn | mode | ratio | measured [min–max] | limit | met |",
-              "|---|---|---|---|---|---|---|"]
-    for case in results["cases"]:
-        for r in case["ratios"]:
-            if r["target"] is not None:
-                met = "yes" if r["met"] else "**no**"
-                lines.append(f"| {case['checkpoint']} | {case['attn']} | {case['mode']} | {r['ratio_of']} | "
-                             f"{r['ratio']:.3f} [{r['ratio_min']:.3f}–{r['ratio_max']:.3f}] | ≤ {r['target']} | "
-                             f"{met} |")
-        if case["mode"] == "training":
-            on, up = case["candidates"]["switch on"], case["candidates"]["upstream"]
-            below = on["peak_memory_mb"] < up["peak_memory_mb"]
-            lines.append(f"| {case['checkpoint']} | {case['attn']} | training | peak memory, switch on / upstream "
-                         f"| {on['peak_memory_mb'] / up['peak_memory_mb']:.3f} | < 1 | "
-                         f"{'yes' if below else '**no**'} |")
-    lines += ["", "## Ratios", "", "| checkpoint | attn | mode | ratio | per real token | median [min–max] |",
-              "|---|---|---|---|---|---|"]
-    for case in results["cases"]:
-        for r in case["ratios"]:
-            lines.append(f"| {case['checkpoint']} | {case['attn']} | {case['mode']} | {r['ratio_of']} | "
-                         f"{'yes' if r['per_real_token'] else 'no'} | "
-                         f"{r['ratio']:.3f} [{r['ratio_min']:.3f}–{r['ratio_max']:.3f}] |")
-    lines += ["", "## Candidates", "",
-              "| checkpoint | attn | mode | candidate | batches | median ms | real tokens/s | peak MB | equal |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    for case in results["cases"]:
-        for name, c in case["candidates"].items():
-            lines.append(f"| {case['checkpoint']} | {case['attn']} | {case['mode']} | {name} | {c['batches']} | "
-                         f"{c['median_ms']:.1f} | {c['real_tokens_per_s']:.0f} | {c['peak_memory_mb']:.1f} | "
-                         f"{case['equal_at_real_tokens'] if name == 'switch on' else ''} |")
-    lines += ["", "*equal*: switch-on logits and last hidden state at real tokens `torch.equal` to upstream's "
-              "(shuffled batch 0, eval)."]
-    return "\n".join(lines) + "\n"
-
-
-def write_reports(results: dict, output_dir: str) -> tuple[Path, Path]:
-    """`unpadded_benchmark.json` and `unpadded_benchmark.md` in `output_dir` (created)."""
-    folder = Path(output_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    json_path, markdown_path = folder / JSON_NAME, folder / MARKDOWN_NAME
-    json_path.write_text(json.dumps(results, indent=1) + "\n")
-    markdown_path.write_text(render_markdown(results))
-    return json_path, markdown_path
 
 
 def main(argv: list[str] | None = None, prog: str = "python scripts/bench_unpadded.py") -> int:
@@ -389,6 +334,10 @@ def main(argv: list[str] | None = None, prog: str = "python scripts/bench_unpadd
     command = " ".join([prog, *(sys.argv[1:] if argv is None else argv)])
     with tempfile.TemporaryDirectory() as work_dir:  # the seeded checkpoints
         results = run_unpadded_benchmark(settings, args.rt_polarity_dir, work_dir, command)
+    _log("targets:")
+    for t in target_rows(results):
+        _log(f"  {t['checkpoint']} {t['attn']} {t['mode']}: {t['ratio_of']} {t['measured']} (limit {t['limit']}): "
+             f"{verdict(t['met'])}")
     for path in write_reports(results, args.output_dir):
         _log(f"wrote {path}")
     return 0

@@ -18,7 +18,8 @@ RT_POLARITY_SPLIT = (8000, 1000, 1662)  # train / validation / test of the 10,66
 
 @dataclass
 class ModelArguments:
-    """Which checkpoint to start from and which FFN variant / LayerNorm placement to turn it into."""
+    """Which checkpoint to start from, which FFN variant / LayerNorm placement to turn it into, and whether the run
+    executes unpadded (`unpad_tokens`, on by default: an execution switch, not part of the variant)."""
 
     model_name_or_path: str = field(metadata={"help": "BERT or FfnBert checkpoint: a local folder or a hub name"})
     ffn_type: str | None = field(
@@ -42,9 +43,11 @@ class ModelArguments:
     )
     unpad_tokens: bool = field(
         default=True,
-        metadata={"help": "run every token-wise part on the real tokens only (FfnBertConfig.unpad_tokens; exact at "
-                          "real tokens, the same loss, about half the work on padded batches); --no_unpad_tokens "
-                          "turns it off"},
+        metadata={"help": "unpadded execution during the run (FfnBertConfig.unpad_tokens): every token-wise part "
+                          "runs on the real tokens only. The losses ignore pad positions, so they are the same as "
+                          "with it off (to fp32 rounding of the weight gradients; with dropout, other random "
+                          "draws of the same masks). Turn off with --no_unpad_tokens (or --unpad_tokens false). "
+                          "The saved model keeps the checkpoint's value"},
     )
 
     def __post_init__(self) -> None:

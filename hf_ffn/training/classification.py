@@ -17,6 +17,7 @@ from .data import check_columns_and_labels, load_classification_datasets, sort_b
 from .outputs import (
     check_checkpoint,
     check_output_dir,
+    checkpoint_unpad_tokens,
     final_evaluation,
     load_model,
     load_tokenizer,
@@ -130,6 +131,7 @@ def run_classification(
     train_seconds = training_seconds(trainer.state.log_history, train_output.metrics["train_runtime"])
     extra = {
         "conversion": conversion,
+        "unpad_tokens": model_args.unpad_tokens,  # how the run executed (not saved in config.json)
         "labels": [str(label) for label in labels],
         "train_tokens": trainer.state.num_input_tokens_seen,
         "train_seconds": train_seconds,
@@ -144,7 +146,8 @@ def run_classification(
     )
     card = model_card(model_args, training_args, "text-classification", dataset_name, results, conversion,
                       ("accuracy", "f1"))
-    save_outputs(trainer, tokenizer, card, results, extra, training_args.output_dir)
+    save_outputs(trainer, tokenizer, card, results, extra, training_args.output_dir,
+                 unpad_tokens=checkpoint_unpad_tokens(model_args.model_name_or_path))
     return {
         "results": results,
         "log_history": trainer.state.log_history,

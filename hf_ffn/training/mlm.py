@@ -20,6 +20,7 @@ from .data import FixedOrRandomMaskCollator, mask_once, mlm_blocks, read_text_do
 from .outputs import (
     check_checkpoint,
     check_output_dir,
+    checkpoint_unpad_tokens,
     load_model,
     load_tokenizer,
     model_card,
@@ -153,6 +154,7 @@ def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_ar
     train_seconds = training_seconds(trainer.state.log_history, train_output.metrics["train_runtime"])
     extra = {
         "conversion": conversion,
+        "unpad_tokens": model_args.unpad_tokens,  # how the run executed (not saved in config.json)
         "documents": {"train": len(train_docs), "validation": len(eval_docs)},
         "blocks": {"train": len(train), "validation": len(evaluation)},
         "train_seconds": train_seconds,
@@ -160,7 +162,8 @@ def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_ar
     }
     card = model_card(model_args, training_args, "fill-mask", ", ".join(data_args.train_files), results,
                       conversion, ("perplexity",))
-    save_outputs(trainer, tokenizer, card, results, extra, training_args.output_dir)
+    save_outputs(trainer, tokenizer, card, results, extra, training_args.output_dir,
+                 unpad_tokens=checkpoint_unpad_tokens(model_args.model_name_or_path))
     return {"results": results, "log_history": trainer.state.log_history,
             "wall_seconds": time.perf_counter() - start, **extra}
 

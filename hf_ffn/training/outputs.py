@@ -6,6 +6,14 @@ model, tokenizer, model card and results are written to a staging folder `output
 moved into `output_dir` with `os.replace`, `config.json` last. `from_pretrained` and `pipeline` need
 `config.json`, so an `output_dir` whose final save was interrupted never loads as a model; a run that fails
 removes its staging folder. An `output_dir` that already holds a finished model (a `config.json`) is refused.
+
+Unpadded execution. `load_model` sets `config.unpad_tokens` to the run's `--unpad_tokens` (on by default: the
+classification and MLM losses ignore pad positions, so it changes no loss), and `save_outputs` writes the
+checkpoint's own value back into the finished model's `config.json`. The switch is a choice of how this run
+executes, not a property of the trained weights: a saved `True` would silently give everyone who loads the model
+zeros at pad positions (a different question-answering span loss, an ONNX export whose shapes depend on the
+mask), and would break the package's promise that a default-config model is upstream BERT, pad positions
+included. Trainer's resumable `checkpoint-N/` folders are this run's state and keep the run's value.
 """
 
 from __future__ import annotations
@@ -17,7 +25,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from huggingface_hub import ModelCard
-from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainingArguments
+from transformers import (
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Trainer,
+    TrainingArguments,
+)
 
 from ..conversion import load_converted
 from ..model_card import build_training_card
@@ -52,25 +67,36 @@ def load_model(model_args: ModelArguments, model_class: type[PreTrainedModel], *
     A variant is built by `hf_ffn.conversion.load_converted` (function-preserving GELU→GeGLU, approximate
     GELU→SwiGLU, or fresh weights at a kept / parameter-matched / given width); otherwise the checkpoint loads as
     saved. `kwargs` (e.g. `num_labels`, `id2label`) go to `from_pretrained`. `report` is a JSON-able dict.
+    `config.unpad_tokens` is then set to `model_args.unpad_tokens` (after loading, so the conversion report lists
+    only what the conversion changed; `save_outputs` saves the checkpoint's value, see the module docstring).
 
     Raises:
         FileNotFoundError: if the checkpoint path does not exist (see `check_checkpoint`).
     """
     check_checkpoint(model_args.model_name_or_path)
-    kwargs["unpad_tokens"] = model_args.unpad_tokens
     if not model_args.is_variant:
         model, info = model_class.from_pretrained(model_args.model_name_or_path, output_loading_info=True, **kwargs)
-        return model, {"conversion": "none", "new_weights": sorted(info["missing_keys"])}
-    model, report = load_converted(
-        model_args.model_name_or_path,
-        model_class,
-        ffn_type=model_args.ffn_type,
-        layer_norm_position=model_args.layer_norm_position,
-        init=model_args.ffn_init,
-        width=model_args.width,
-        **kwargs,
-    )
-    return model, json.loads(report.to_json())
+        report = {"conversion": "none", "new_weights": sorted(info["missing_keys"])}
+    else:
+        model, conversion = load_converted(
+            model_args.model_name_or_path,
+            model_class,
+            ffn_type=model_args.ffn_type,
+            layer_norm_position=model_args.layer_norm_position,
+            init=model_args.ffn_init,
+            width=model_args.width,
+            **kwargs,
+        )
+        report = json.loads(conversion.to_json())
+    model.config.unpad_tokens = model_args.unpad_tokens  # read at every forward
+    return model, report
+
+
+def checkpoint_unpad_tokens(name_or_path: str) -> bool:
+    """The `unpad_tokens` saved in the checkpoint's `config.json`: `False` when absent (upstream BERT has no such
+    field, FfnBert's default is off)."""
+    config_dict, _ = PretrainedConfig.get_config_dict(name_or_path)
+    return bool(config_dict.get("unpad_tokens", False))
 
 
 def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
@@ -177,10 +203,21 @@ def model_card(
 
 
 def save_outputs(
-    trainer: Trainer, tokenizer: PreTrainedTokenizerBase, card: ModelCard, results: dict, extra: dict, output_dir: str
+    trainer: Trainer,
+    tokenizer: PreTrainedTokenizerBase,
+    card: ModelCard,
+    results: dict,
+    extra: dict,
+    output_dir: str,
+    unpad_tokens: bool,
 ) -> None:
     """The finished save of a run (`save_finished`): model (`trainer.save_model`, every process), tokenizer, model
-    card `README.md`, `all_results.json` (`results`) and `run_info.json` (`extra`), written on process 0."""
+    card `README.md`, `all_results.json` (`results`) and `run_info.json` (`extra`), written on process 0.
+
+    `unpad_tokens`: the value the saved `config.json` gets (the checkpoint's, `checkpoint_unpad_tokens`; the run's
+    own switch is an execution choice, see the module docstring); it is set on the model's config before saving.
+    """
+    trainer.model.config.unpad_tokens = unpad_tokens
     main = trainer.is_world_process_zero()
 
     def save(folder: Path) -> None:
@@ -198,6 +235,7 @@ def save_outputs(
 __all__ = [
     "STAGING_FOLDER",
     "check_checkpoint",
+    "checkpoint_unpad_tokens",
     "check_output_dir",
     "final_evaluation",
     "load_model",

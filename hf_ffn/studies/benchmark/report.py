@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+from ..unpadded_report import benchmarks_section
 from .ffn import FUSED_SUFFIX
 from .models import DEFAULT_VARIANT
 
@@ -172,6 +173,7 @@ def format_markdown(results: dict) -> str:
                [[f"{results['load']['upstream_ms']:.1f}", f"{results['load']['ffn_bert_ms']:.1f}",
                  _spread(results["load"])]]),
         "",
+        *benchmarks_section(),
     ]
     return "\n".join(out)
 

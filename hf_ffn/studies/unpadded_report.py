@@ -1,0 +1,145 @@
+"""The unpadded-execution benchmark's report: the targets judged (or not, in a quick run), the markdown and the
+files (`unpadded_benchmark.json`, `unpadded_benchmark.md`); the run itself is `hf_ffn.studies.unpadded_benchmark`.
+
+`docs/benchmarks.md` (the main benchmark's report) links to `docs/unpadded_benchmark.md` and names the command
+that writes it, `UNPADDED_COMMAND`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+JSON_NAME, MARKDOWN_NAME = "unpadded_benchmark.json", "unpadded_benchmark.md"
+UNPADDED_COMMAND = "python scripts/bench_unpadded.py --output-dir docs"
+NOT_JUDGED = "not judged (--quick)"
+QUICK_NOTE = (" A `--quick` run times a tiny model for seconds: it shows that the benchmark runs and judges no target; "
+              f"the targets are for `{UNPADDED_COMMAND}` on a quiet machine.")
+
+
+def benchmarks_section() -> list[str]:
+    """The section of `docs/benchmarks.md` (the main benchmark's report) that points at this report and its
+    command: the unpadded benchmark is a run of its own (minutes of real batches), not a section of that run."""
+    return [
+        "## Unpadded execution (`unpad_tokens`)",
+        "",
+        "Measured by a run of its own: upstream `BertForSequenceClassification` against FfnBert with `unpad_tokens` "
+        "off and on, on batches of 32 real rt_polarity sentences (shuffled, length-grouped as "
+        "`Trainer(group_by_length=True)` batches them, and without padding), all-MiniLM-L6-v2 and bert-base shapes, "
+        "eager and sdpa, inference and training step: time ratios with their spread, real tokens/s, peak memory "
+        "and the targets (inference ≤ 0.6× upstream, training ≤ 0.65×, ≤ 1.02× without padding, training peak "
+        f"memory below upstream's). `{UNPADDED_COMMAND}` writes [{MARKDOWN_NAME}]({MARKDOWN_NAME}) and "
+        f"`{JSON_NAME}`.",
+        "",
+    ]
+
+
+def judge(value: float, limit: float | None, judged: bool, strict: bool = False) -> bool | None:
+    """Whether `value` meets the upper bound `limit` (≤, or < if `strict`); None without a limit or when the run
+    is not judged (a `--quick` smoke test: a tiny model's times say nothing about the targets)."""
+    if limit is None or not judged:
+        return None
+    return value < limit if strict else value <= limit
+
+
+def target_rows(results: dict) -> list[dict]:
+    """Every target of the run: the time ratios that have a limit and the training peak-memory ratio of each case.
+
+    Rows: `checkpoint`, `attn`, `mode`, `ratio_of`, `measured` ("0.512 [0.480–0.560]"), `limit` ("≤ 0.6"),
+    `met` (True / False / None when not judged).
+    """
+    rows = []
+    for case in results["cases"]:
+        where = {key: case[key] for key in ("checkpoint", "attn", "mode")}
+        for r in case["ratios"]:
+            if r["target"] is not None:
+                rows.append({**where, "ratio_of": r["ratio_of"], "limit": f"≤ {r['target']}", "met": r["met"],
+                             "measured": f"{r['ratio']:.3f} [{r['ratio_min']:.3f}–{r['ratio_max']:.3f}]"})
+        memory = case["peak_memory"]
+        if memory["target"] is not None:
+            rows.append({**where, "ratio_of": f"peak memory, {memory['ratio_of']}", "limit": f"< {memory['target']}",
+                         "measured": f"{memory['ratio']:.3f}", "met": memory["met"]})
+    return rows
+
+
+def verdict(met: bool | None) -> str:
+    return NOT_JUDGED if met is None else ("yes" if met else "**no**")
+
+
+def render_markdown(results: dict) -> str:
+    """The report: header (command, versions, load before and after), data, the targets, ratios, candidates."""
+    env = results["environment"]
+    lines = [
+        "# Unpadded execution benchmark",
+        "",
+        f"Command: `{results['command']}` — started {results['started_utc']} UTC, {results['wall_s']:.0f} s wall. "
+        f"hf_ffn {env['hf_ffn']}, torch {env['torch']}, transformers {env['transformers']}, "
+        f"Python {env['python']}, {env['machine']}, {env['cpus']} logical CPUs, {env['torch_threads']} torch "
+        f"threads, float32, {results['settings']['clock']} clock. Load average (1, 5, 15 min) before "
+        f"{', '.join(f'{x:.2f}' for x in results['load_average_before'])}, after "
+        f"{', '.join(f'{x:.2f}' for x in results['load_average_after'])}.",
+        "",
+    ]
+    if max(results["load_average_before"][0], results["load_average_after"][0]) > env["cpus"]:
+        lines += ["**Caveat: the machine was busy** (load average above its CPU count): read every ratio with its "
+                  "[min–max] spread.", ""]
+    lines += ["Batches of rt_polarity sentences (see `hf_ffn.studies.unpadded_benchmark` for the method):", "",
+              "| batches | count | pad fraction | real-token fraction | shapes (batch × seq) |",
+              "|---|---|---|---|---|"]
+    for kind, info in results["data"].items():
+        shapes = ", ".join("×".join(map(str, s)) for s in info["shapes"])
+        lines.append(f"| {kind} | {info['batches']} | {info['pad_fraction']:.3f} | "
+                     f"{1 - info['pad_fraction']:.3f} | {shapes} |")
+    real = 1 - results["data"]["shuffled"]["pad_fraction"]
+    lines += ["", "## Targets", "",
+              f"The time of the token-wise parts scales with the real tokens, so *switch on / upstream* on shuffled "
+              f"batches cannot go below their real-token fraction, {real:.3f} (the attention core still runs "
+              f"padded)." + (QUICK_NOTE if results["settings"]["quick"] else ""), "",
+              "| checkpoint | attn | mode | ratio | measured [min–max] | limit | met |",
+              "|---|---|---|---|---|---|---|"]
+    for t in target_rows(results):
+        lines.append(f"| {t['checkpoint']} | {t['attn']} | {t['mode']} | {t['ratio_of']} | {t['measured']} | "
+                     f"{t['limit']} | {verdict(t['met'])} |")
+    lines += ["", "## Ratios", "", "| checkpoint | attn | mode | ratio | per real token | median [min–max] |",
+              "|---|---|---|---|---|---|"]
+    for case in results["cases"]:
+        for r in case["ratios"]:
+            lines.append(f"| {case['checkpoint']} | {case['attn']} | {case['mode']} | {r['ratio_of']} | "
+                         f"{'yes' if r['per_real_token'] else 'no'} | "
+                         f"{r['ratio']:.3f} [{r['ratio_min']:.3f}–{r['ratio_max']:.3f}] |")
+    lines += ["", "## Candidates", "",
+              "| checkpoint | attn | mode | candidate | batches | median ms | real tokens/s | peak MB | equal |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for case in results["cases"]:
+        for name, c in case["candidates"].items():
+            lines.append(f"| {case['checkpoint']} | {case['attn']} | {case['mode']} | {name} | {c['batches']} | "
+                         f"{c['median_ms']:.1f} | {c['real_tokens_per_s']:.0f} | {c['peak_memory_mb']:.1f} | "
+                         f"{case['equal_at_real_tokens'] if name == 'switch on' else ''} |")
+    lines += ["", "*real tokens/s*: real (non-pad) tokens of the candidate's batches over its time. *peak MB*: peak "
+              "live tensor memory of one step above what was live before (`peak_memory_bytes`). *equal*: switch-on "
+              "logits and last hidden state at real tokens `torch.equal` to upstream's (shuffled batch 0, eval)."]
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(results: dict, output_dir: str) -> tuple[Path, Path]:
+    """`unpadded_benchmark.json` and `unpadded_benchmark.md` in `output_dir` (created)."""
+    folder = Path(output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    json_path, markdown_path = folder / JSON_NAME, folder / MARKDOWN_NAME
+    json_path.write_text(json.dumps(results, indent=1) + "\n")
+    markdown_path.write_text(render_markdown(results))
+    return json_path, markdown_path
+
+
+__all__ = [
+    "JSON_NAME",
+    "MARKDOWN_NAME",
+    "NOT_JUDGED",
+    "UNPADDED_COMMAND",
+    "benchmarks_section",
+    "judge",
+    "render_markdown",
+    "target_rows",
+    "verdict",
+    "write_reports",
+]
