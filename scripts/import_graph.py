@@ -1,7 +1,7 @@
 """Print the import graph of the hf_ffn package (module → the package modules it imports at module level) and
 check the layout rules: no import cycle, no function-level import of the package's own modules, no private
-(`_x`) name imported across modules. Exits 1 if a rule is broken. Imports under `if TYPE_CHECKING:` are
-annotations only and are left out of the graph. Run from the repository root: `python scripts/import_graph.py`.
+(`_x`) name imported across modules, no module over `MAX_LINES`, the library never imports `hf_ffn.studies`.
+Exits 1 if a rule is broken. Imports under `if TYPE_CHECKING:` are annotations only and are left out of the graph. Run from the repository root: `python scripts/import_graph.py`.
 """
 
 from __future__ import annotations
@@ -60,7 +60,16 @@ def with_parents(deps: set[str], name: str, modules: dict[str, Path]) -> set[str
     return out
 
 
-def main() -> int:
+# A module of the package is one job: about 400 lines at most (the modeling file, config → FFN variants → layer →
+# encoder → heads in one reading, may run a little over).
+MAX_LINES = 450
+# The studies and benchmarks import the library, never the reverse; the CLI is the one front door to both.
+STUDIES = "hf_ffn.studies"
+FRONT_DOORS = ("hf_ffn.cli",)
+
+
+def layout() -> tuple[dict[str, set[str]], list[str]]:
+    """(module → package modules it imports at module level, every broken layout rule as a sentence)."""
     modules = module_names()
     graph, problems = {}, []
     for name, path in modules.items():
@@ -81,6 +90,20 @@ def main() -> int:
     for name in graph:
         if name not in state:
             dfs(name, [name])
+    for name, deps in graph.items():
+        lines = len(modules[name].read_text(encoding="utf-8").splitlines())
+        if lines > MAX_LINES:
+            problems.append(f"{name}: {lines} lines (more than {MAX_LINES}: split it)")
+        in_library = not name.startswith(STUDIES) and name not in FRONT_DOORS
+        for dep in deps:
+            if in_library and dep.startswith(STUDIES):
+                problems.append(f"{name}: the library imports the study module {dep}")
+    return graph, problems
+
+
+def main() -> int:
+    modules = module_names()
+    graph, problems = layout()
     for name, deps in graph.items():
         lines = len(modules[name].read_text(encoding="utf-8").splitlines())
         short = sorted(d.removeprefix("hf_ffn.") for d in deps)

@@ -1,0 +1,32 @@
+"""The package's layout rules (scripts/import_graph.py): no import cycle, no function-level import of the package's
+own modules, no private name imported across modules, modules of one job (line limit), studies apart."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("import_graph", REPO / "scripts" / "import_graph.py")
+import_graph = importlib.util.module_from_spec(spec)
+sys.modules["import_graph"] = import_graph
+spec.loader.exec_module(import_graph)
+
+
+def test_layout_rules_hold():
+    graph, problems = import_graph.layout()
+    assert problems == []
+    # the checker sees the real package: the model core, its subpackages and the studies
+    assert {"hf_ffn.modeling_ffn_bert", "hf_ffn.conversion.loader", "hf_ffn.parity.job", "hf_ffn.training.mlm",
+            "hf_ffn.studies.benchmark.run"} <= set(graph)
+    assert graph["hf_ffn.modeling_ffn_bert"] == {"hf_ffn.checkpoint_names", "hf_ffn.configuration_ffn_bert",
+                                                 "hf_ffn.unpadding"}
+
+
+def test_checker_finds_a_function_level_import_and_a_private_name(tmp_path):
+    module = tmp_path / "hf_ffn" / "bad.py"
+    module.parent.mkdir()
+    module.write_text("from .x import _helper\n\ndef f():\n    from . import y\n")
+    modules = {"hf_ffn.bad": module, "hf_ffn.x": module, "hf_ffn.y": module}
+    _, problems = import_graph.imports_of("hf_ffn.bad", module, modules)
+    assert problems == ["hf_ffn.bad: imports the private name _helper from hf_ffn.x",
+                        "hf_ffn.bad: function-level import of hf_ffn.y"]
