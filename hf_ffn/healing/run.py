@@ -235,7 +235,7 @@ def run_healing(
         "teacher": teacher_path,
         "command": command,
         "arguments": {k: v for k, v in asdict(heal_args).items()},
-        "training": {k: getattr(training_args, k) for k in (
+        "training": {k: getattr(getattr(training_args, k), "value", getattr(training_args, k)) for k in (
             "learning_rate", "max_steps", "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps",
             "world_size", "warmup_steps", "lr_scheduler_type", "weight_decay", "seed", "bf16")},
         "trainable_parameters": sum(p.numel() for n, p in student.named_parameters() if n in trainable_set),
@@ -308,7 +308,10 @@ def healing_section(healing: dict) -> str:
         ]
     held = healing["heldout"]
     training = healing["training"]
-    probe_settings = (after.get("probe") or {}).get("student", {}).get("settings")
+    settings = (after.get("probe") or {}).get("student", {}).get("settings")
+    probe = (f"{settings['folds']}-fold stratified cross-validation (seed {settings['seed']}) of "
+             f"{settings['classifier']} with C={settings['C']}, max_iter={settings['max_iter']} on standardised "
+             f"embeddings, the same folds for the teacher and this model" if settings else "not run")
     return f"""
 ## Healing (distillation from the source model)
 
@@ -322,7 +325,7 @@ training['gradient_accumulation_steps']} blocks × {healing['data']['block_token
 schedule, {training['warmup_steps']} warm-up steps), {healing['train_seconds']:.0f} s of training.
 
 Measured on {held['snippets']} held-out snippets never trained on (`{held['eval_dir']}`); embeddings are mean-pooled
-`last_hidden_state`; the linear probe is {probe_settings or 'not run'}.
+`last_hidden_state`; the linear probe is {probe}.
 
 | | before healing | after healing |
 |---|---|---|
