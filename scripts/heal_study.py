@@ -141,6 +141,7 @@ def report(args: argparse.Namespace) -> None:
             f"fold std of the paired difference {100 * a['probe']['difference_std']:.2f}); {h['steps']} steps × "
             f"{h['training']['per_device_train_batch_size']} blocks of {h['data']['block_tokens']} tokens, "
             f"{minutes:.1f} min of training.{tail}")
+    first = next(iter(records.values()))
     figure = output / "figures" / "healing_curves.png"
     figure.parent.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -152,13 +153,12 @@ def report(args: argparse.Namespace) -> None:
         if variant in records:
             axes[0].axhline(1 - cos_goal, color="grey", linestyle=":", linewidth=1)
     axes[0].set(yscale="log", xlabel="optimizer step", ylabel="1 − mean cosine to the teacher",
-                title="sentence embeddings (1,000 held-out snippets)")
+                title=f"sentence embeddings ({first['heldout']['curve_snippets']:,} held-out snippets)")
     axes[1].set(yscale="log", xlabel="optimizer step", ylabel="mean |Δ| last_hidden_state",
                 title="real tokens (same snippets)")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(figure, dpi=120)
-    first = next(iter(records.values()))
     settings = first["after"]["probe"]["student"]["settings"]
     text = TEMPLATE.format(
         rows="\n".join(rows), verdicts="\n".join(verdicts), figure=os.path.relpath(figure, output),
