@@ -7,6 +7,9 @@
                    [--license ID] [--json]
     hf-ffn convert FFN_BERT_FOLDER OUTPUT_DIR --to-bert
     hf-ffn params [--preset bert-base|bert-large|llama-2-7b ...] [--json]
+    hf-ffn heal --student FOLDER --train_files PATH [PATH...] --output_dir DIR [--teacher CHECKPOINT]
+                [--eval_dir RT_POLARITY_DIR] [--train_parts ffn|ffn_norms|encoder|all] [TrainingArguments...]
+                (or one .json file of these arguments; all: hf-ffn heal --help)
     hf-ffn bench [--quick] [--output-dir DIR] [--repeats N] [--ffn-repeats N] [--threads N] [--no-compile]
                  [--no-real-checkpoint]
 """
@@ -18,9 +21,11 @@ import json
 import sys
 from dataclasses import asdict
 
+from transformers import HfArgumentParser, TrainingArguments
 from transformers.utils import logging as hf_logging
 
 from .conversion import convert_checkpoint, export_to_bert, parse_cli_options
+from .healing import HealArguments, run_healing
 from .parity import choose_default_checkpoint, format_table, rows_as_dicts, run_parity, variant_report
 from .studies import benchmark, params
 
@@ -118,6 +123,20 @@ def _bench(args: argparse.Namespace) -> int:
     return benchmark.run_from_args(args, args.parser, " ".join(["hf-ffn", *args.argv]))
 
 
+def _heal(args: argparse.Namespace) -> int:
+    parser = HfArgumentParser((HealArguments, TrainingArguments), prog="hf-ffn heal")
+    argv = args.heal_argv
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        heal_args, training_args = parser.parse_json_file(argv[0])
+    else:
+        heal_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    healing = run_healing(heal_args, training_args, command=" ".join(["hf-ffn", *args.argv]))
+    if healing:  # the main process
+        print(json.dumps({k: healing[k] for k in ("before", "after", "steps", "train_seconds", "healed_dir")},
+                         indent=2, default=str))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-ffn", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -152,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(repeatable; default: all)")
     p.add_argument("--json", action="store_true", help="print a JSON list of rows instead of a markdown table")
     p.set_defaults(func=_params)
+    sub.add_parser("heal", add_help=False, help="distil a converted FfnBert folder from its source checkpoint "
+                   "(options: hf-ffn heal --help)")
     p = sub.add_parser("bench", help="benchmark FfnBert variants against upstream BERT and their matmuls")
     benchmark.add_arguments(p)
     p.set_defaults(func=_bench, parser=p)
@@ -161,7 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
-    args = parser.parse_args(argv)
+    if argv[:1] == ["heal"]:  # its options are HfArgumentParser's (HealArguments + TrainingArguments)
+        args = argparse.Namespace(command="heal", func=_heal, heal_argv=argv[1:])
+    else:
+        args = parser.parse_args(argv)
     args.argv = argv
     if getattr(args, "json", False):
         # stdout must hold only the JSON document: send transformers' logs and progress bars elsewhere.

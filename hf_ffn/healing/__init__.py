@@ -1,0 +1,56 @@
+"""Healing converted BERTs: distil a converted FfnBert (the student) from its source checkpoint (the teacher) on
+plain text, and measure how closely it reproduces the teacher on held-out snippets.
+
+- `distill`: the loss (`DistillationLoss`), `DistillationTrainer` (transformers' `Trainer` with `compute_loss`
+  overridden), which parameters train (`select_trainable`), dropout off during distillation (`dropout_off`).
+- `metrics`: sentence-embedding cosine and |Δ| to the teacher (`compare_to_teacher`), the linear probe
+  (`linear_probe`), both together (`measure_agreement`), the during-training curve (`AgreementCallback`).
+- `run`: `HealArguments` and `run_healing` (what `hf-ffn heal` and scripts/heal.py run).
+"""
+
+from .distill import (
+    HIDDEN_LOSSES,
+    LAYER_CHOICES,
+    TRAIN_PARTS,
+    DistillationLoss,
+    DistillationTrainer,
+    dropout_off,
+    encoder_outputs,
+    is_trainable,
+    select_trainable,
+)
+from .metrics import (
+    AgreementCallback,
+    compare_to_teacher,
+    linear_probe,
+    mean_pool,
+    measure_agreement,
+    read_labelled_snippets,
+    subset_indices,
+)
+from .run import HealArguments, check_models, healing_section, resume_path, run_healing, save_healed
+
+__all__ = [
+    "AgreementCallback",
+    "DistillationLoss",
+    "DistillationTrainer",
+    "HIDDEN_LOSSES",
+    "HealArguments",
+    "LAYER_CHOICES",
+    "TRAIN_PARTS",
+    "check_models",
+    "compare_to_teacher",
+    "dropout_off",
+    "encoder_outputs",
+    "healing_section",
+    "is_trainable",
+    "linear_probe",
+    "mean_pool",
+    "measure_agreement",
+    "read_labelled_snippets",
+    "resume_path",
+    "run_healing",
+    "save_healed",
+    "select_trainable",
+    "subset_indices",
+]

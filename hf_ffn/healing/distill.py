@@ -1,0 +1,201 @@
+"""Distillation of a converted FfnBert (the student) from its source checkpoint (the teacher): the loss, the
+`Trainer` subclass that computes it, which parameters train, and dropout off during distillation.
+
+Loss (`DistillationLoss`), at real tokens (attention_mask 1) only:
+
+    hidden  mean over tokens of  ‖h_s − h_t‖² / hidden     ("mse", default), or  1 − cos(h_s, h_t)  ("cosine")
+            on `last_hidden_state` ("last", default) or averaged over every hidden state ("all": the embedding
+            output and each layer's output, as TinyBERT's hidden-state loss, Jiao et al. 2020, Eq. 7-9)
+    + w · T² · KL(softmax(z_t / T) ‖ softmax(z_s / T))   on MLM logits (Hinton et al. 2015), when w > 0
+
+MSE is the default because the measured targets are absolute: max/mean |Δ| of `last_hidden_state` and the cosine of
+mean-pooled embeddings. MSE drives both to their ideal (Δ = 0 gives cosine 1), while a cosine loss (DistilBERT's
+cosine-embedding loss, Sanh et al. 2019) leaves the norm of each hidden state free, so |Δ| need not shrink.
+TinyBERT distils hidden states with exactly this MSE (no projection is needed here: equal hidden sizes).
+
+Dropout. The student is distilled with every dropout probability set to 0 (`dropout_off`; the saved config keeps
+the original values) and the teacher runs in eval mode. The target is the teacher's inference function, which is
+what is measured and what a user runs. With dropout on, a student that already equals the teacher would get a
+non-zero loss and gradient from the dropout noise alone and drift away; with it off, a default-config student
+(nothing to heal) has loss exactly 0, gradients exactly 0 and Adam leaves its weights bit for bit unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import Trainer
+
+HIDDEN_LOSSES = ("mse", "cosine")
+LAYER_CHOICES = ("last", "all")
+# Which parameters train (in-memory FfnBert names). The pooler never trains: the loss does not reach it.
+TRAIN_PARTS = {
+    "ffn": "the FFNs (encoder.layer.*.mlp.*)",
+    "ffn_norms": "the FFNs and every LayerNorm (embedding, attention output, mlp_norm, final_norm)",
+    "encoder": "every encoder layer (attention, FFN, LayerNorms) and final_norm; not the embeddings",
+    "all": "everything the loss reaches: embeddings and encoder (and the MLM head with the KL term)",
+}
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids")
+
+
+def is_trainable(name: str, parts: str, with_head: bool) -> bool:
+    """Whether parameter `name` (in-memory name, e.g. `encoder.layer.0.mlp.up_proj.weight`) trains for `parts`.
+
+    Raises:
+        ValueError: if `parts` is not a key of `TRAIN_PARTS`.
+    """
+    if parts not in TRAIN_PARTS:
+        raise ValueError(f"--train_parts has unknown value {parts!r}; allowed: {', '.join(TRAIN_PARTS)}")
+    is_norm = "LayerNorm" in name or "mlp_norm" in name or "final_norm" in name
+    if "pooler." in name:
+        return False
+    if parts == "ffn":
+        return ".mlp." in name
+    if parts == "ffn_norms":
+        return ".mlp." in name or is_norm
+    if parts == "encoder":
+        return "encoder." in name
+    return "cls." not in name or with_head
+
+
+def select_trainable(model: nn.Module, parts: str, with_head: bool = False) -> list[str]:
+    """Set `requires_grad` on each parameter of `model` by `is_trainable`; return the trainable names.
+
+    Raises:
+        ValueError: on an unknown `parts`, or when nothing is selected.
+    """
+    names = []
+    for name, parameter in model.named_parameters():
+        trainable = is_trainable(name, parts, with_head)
+        parameter.requires_grad_(trainable)
+        if trainable:
+            names.append(name)
+    if not names:
+        raise ValueError(f"--train_parts {parts!r} selects no parameter of {type(model).__name__}")
+    return names
+
+
+@contextlib.contextmanager
+def dropout_off(model: nn.Module) -> Iterator[None]:
+    """Set `p = 0` on every `nn.Dropout` of `model` for the block (BERT's attention-probability dropout reads the
+    module's `p` too), then restore each module's `p`."""
+    saved = [(module, module.p) for module in model.modules() if isinstance(module, nn.Dropout)]
+    for module, _ in saved:
+        module.p = 0.0
+    try:
+        yield
+    finally:
+        for module, p in saved:
+            module.p = p
+
+
+@dataclass(frozen=True)
+class DistillationLoss:
+    """The distillation loss of the module docstring. `mlm_kl_weight` w ≥ 0, `temperature` T > 0.
+
+    Raises:
+        ValueError: on an unknown `hidden_loss` / `layers` or a negative weight / non-positive temperature.
+    """
+
+    hidden_loss: str = "mse"
+    layers: str = "last"
+    mlm_kl_weight: float = 0.0
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.hidden_loss not in HIDDEN_LOSSES:
+            raise ValueError(f"--hidden_loss has unknown value {self.hidden_loss!r}; allowed: {', '.join(HIDDEN_LOSSES)}")
+        if self.layers not in LAYER_CHOICES:
+            raise ValueError(f"--layers has unknown value {self.layers!r}; allowed: {', '.join(LAYER_CHOICES)}")
+        if self.mlm_kl_weight < 0:
+            raise ValueError(f"--mlm_kl_weight must be >= 0, got {self.mlm_kl_weight}")
+        if self.temperature <= 0:
+            raise ValueError(f"--temperature must be > 0, got {self.temperature}")
+
+    def hidden_term(self, student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(batch, seq, hidden) × 2, (batch, seq) bool → scalar: mean over real tokens."""
+        s, t = student[mask].float(), teacher[mask].float()  # (tokens, hidden)
+        if self.hidden_loss == "mse":
+            return F.mse_loss(s, t)
+        return (1.0 - F.cosine_similarity(s, t, dim=-1)).mean()
+
+    def __call__(self, student: dict[str, Any], teacher: dict[str, Any], attention_mask: torch.Tensor) -> torch.Tensor:
+        """`student` / `teacher`: {"last_hidden_state", "hidden_states" (with layers="all"), "logits" (with w > 0)}."""
+        mask = attention_mask.bool()
+        if self.layers == "last":
+            loss = self.hidden_term(student["last_hidden_state"], teacher["last_hidden_state"], mask)
+        else:
+            pairs = list(zip(student["hidden_states"], teacher["hidden_states"], strict=True))
+            loss = sum(self.hidden_term(s, t, mask) for s, t in pairs) / len(pairs)
+        if self.mlm_kl_weight > 0:
+            T = self.temperature
+            s_log = F.log_softmax(student["logits"][mask].float() / T, dim=-1)  # (tokens, vocab)
+            t_log = F.log_softmax(teacher["logits"][mask].float() / T, dim=-1)
+            kl = F.kl_div(s_log, t_log, log_target=True, reduction="none").sum(-1).mean()
+            loss = loss + self.mlm_kl_weight * T * T * kl
+        return loss
+
+
+def encoder_outputs(model: nn.Module, base_model: nn.Module, inputs: dict[str, torch.Tensor],
+                    hidden_states: bool) -> dict[str, Any]:
+    """One forward of `model` (possibly DDP-wrapped, so the call must go through it); `base_model`'s own output is
+    captured with a forward hook, since a head's output has no `last_hidden_state` and, for Pre-LN, its
+    `hidden_states[-1]` is the last layer's output before `final_norm`.
+
+    Returns:
+        {"last_hidden_state": (batch, seq, hidden), "hidden_states": tuple or None, "logits": MLM logits or None}.
+    """
+    captured: dict[str, Any] = {}
+    handle = base_model.register_forward_hook(lambda module, args, output: captured.update(output=output))
+    try:
+        outputs = model(**inputs, output_hidden_states=hidden_states, return_dict=True)
+    finally:
+        handle.remove()
+    base = captured["output"]
+    logits = outputs.get("logits", outputs.get("prediction_logits"))
+    return {"last_hidden_state": base.last_hidden_state, "hidden_states": base.hidden_states, "logits": logits}
+
+
+class DistillationTrainer(Trainer):
+    """`Trainer` whose loss is `DistillationLoss` between the student (`model`) and a frozen `teacher`.
+
+    Only `compute_loss` is overridden: everything else (optimizer, schedule, checkpoints, resume, logging,
+    mixed precision, DDP) is Trainer's. The teacher is moved to the training device, put in eval mode and frozen;
+    it is not wrapped (no gradients flow through it). The loss is a mean over the micro-batch's real tokens, so
+    `loss_is_scaled_for_ga = False` lets Trainer divide it by the gradient-accumulation steps.
+    """
+
+    def __init__(self, *args, teacher: nn.Module, distillation_loss: DistillationLoss, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.teacher = teacher.to(self.args.device).eval().requires_grad_(False)
+        self.distillation_loss = distillation_loss
+        self.loss_is_scaled_for_ga = False
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        inputs = {k: v for k, v in inputs.items() if k in MODEL_INPUTS}
+        loss_fn = self.distillation_loss
+        all_layers = loss_fn.layers == "all"
+        with torch.no_grad():
+            teacher = encoder_outputs(self.teacher, self.teacher.base_model, inputs, all_layers)
+        student = encoder_outputs(model, self.accelerator.unwrap_model(model).base_model, inputs, all_layers)
+        loss = loss_fn(student, teacher, inputs["attention_mask"])
+        return (loss, student) if return_outputs else loss
+
+
+__all__ = [
+    "DistillationLoss",
+    "DistillationTrainer",
+    "HIDDEN_LOSSES",
+    "LAYER_CHOICES",
+    "TRAIN_PARTS",
+    "dropout_off",
+    "encoder_outputs",
+    "is_trainable",
+    "select_trainable",
+]

@@ -1,0 +1,256 @@
+"""How closely a student reproduces its teacher on held-out text, and what its sentence embeddings are worth.
+
+- `read_labelled_snippets`: every snippet of a folder in the rt_polarity layout (one file per label,
+  `rt-polarity.<label>`, one snippet per line; Pang & Lee 2005, sentence polarity v1.0), in file order.
+- `compare_to_teacher`: one pass of teacher and student over the snippets (eval mode, no gradients, fp32):
+  cosine of the mean-pooled sentence embeddings (mean and minimum over snippets) and max / mean |Δ| of
+  `last_hidden_state` at real tokens. Mean pooling over the attention mask is sentence-transformers' `Pooling`
+  (`pooling_mode_mean_tokens`), the pooling all-MiniLM-L6-v2 was trained with.
+- `linear_probe`: accuracy of a logistic-regression classifier on frozen embeddings, stratified k-fold
+  cross-validation (scikit-learn `StandardScaler` + `LogisticRegression`, seeded folds: the teacher's and the
+  student's embeddings are scored on the same folds, so their difference is paired).
+- `AgreementCallback`: `compare_to_teacher` on a fixed subset every N optimizer steps during `Trainer.train`, stored
+  in `trainer.state.log_history` (so the curve survives checkpoint / resume).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from transformers import PreTrainedTokenizerBase, TrainerCallback
+
+SNIPPET_FILES = "rt-polarity.*"
+PROBE_FOLDS = 5
+PROBE_C = 1.0  # scikit-learn's default inverse L2 strength, on standardised features
+PROBE_MAX_ITER = 2000  # lbfgs converges in a few hundred iterations on 384 standardised features; margin above
+
+
+def read_labelled_snippets(folder: str | Path) -> tuple[list[str], list[str]]:
+    """`(texts, labels)`: every non-blank line of each `rt-polarity.<label>` file in `folder` (files sorted by name,
+    lines in file order, stripped), the label being the file's suffix. Read as UTF-8, undecodable bytes replaced
+    (as `hf_ffn.training.load_rt_polarity` reads them).
+
+    Raises:
+        FileNotFoundError: if `folder` is not a folder or holds no `rt-polarity.*` file.
+        ValueError: if a label file is empty or there is only one.
+    """
+    path = Path(folder)
+    files = sorted(path.glob(SNIPPET_FILES)) if path.is_dir() else []
+    if not files:
+        raise FileNotFoundError(
+            f"--eval_dir: {str(path)!r} holds no rt-polarity.<label> files (one snippet per line per label file)"
+        )
+    if len(files) < 2:
+        raise ValueError(f"--eval_dir: {str(path)!r} has one label file ({files[0].name}); the probe needs two or more")
+    texts: list[str] = []
+    labels: list[str] = []
+    for file in files:
+        lines = [line.strip() for line in file.read_text(encoding="utf-8", errors="replace").splitlines()]
+        lines = [line for line in lines if line]
+        if not lines:
+            raise ValueError(f"--eval_dir: label file {str(file)!r} is empty")
+        texts += lines
+        labels += [file.suffix[1:]] * len(lines)
+    return texts, labels
+
+
+def subset_indices(count: int, size: int, seed: int = 0) -> list[int]:
+    """`size` indices out of `count` (all when `size >= count`), drawn without replacement with `seed`, sorted."""
+    if size >= count:
+        return list(range(count))
+    return sorted(np.random.default_rng(seed).choice(count, size=size, replace=False).tolist())
+
+
+def mean_pool(last_hidden_state: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """(batch, seq, hidden), (batch, seq) → (batch, hidden): the mean over real tokens (attention_mask 1)."""
+    mask = attention_mask.unsqueeze(-1).to(last_hidden_state.dtype)
+    return (last_hidden_state * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+
+def _batches(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], batch_size: int, max_length: int):
+    """Tokenized batches, shortest texts first (less padding), with the indices of their texts."""
+    lengths = [len(ids) for ids in tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]]
+    order = np.argsort(lengths, kind="stable")
+    for start in range(0, len(order), batch_size):
+        index = order[start:start + batch_size]
+        batch = tokenizer([texts[i] for i in index], truncation=True, max_length=max_length, padding=True,
+                          return_tensors="pt")
+        yield index, batch
+
+
+@torch.no_grad()
+def compare_to_teacher(
+    teacher: nn.Module,
+    student: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    *,
+    batch_size: int = 128,
+    max_length: int = 128,
+    teacher_cache: list | None = None,
+) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """Teacher–student agreement on `texts`; both run in eval mode (their modes are restored after).
+
+    `teacher` and `student` are base models (BERT / FfnBert `...Model`, or a head's `.base_model`) returning
+    `last_hidden_state` (batch, seq, hidden). Texts are truncated to `max_length` tokens. `teacher_cache`: an
+    empty list is filled with the teacher's outputs (one (batch, seq, hidden) fp32 CPU tensor per batch; about
+    1.5 KB per token at hidden 384), a filled one is used instead of running the teacher again — valid only for
+    the same teacher, tokenizer, texts, batch_size and max_length.
+
+    Returns:
+        `(metrics, teacher_embeddings, student_embeddings)`: metrics = {"cosine_mean", "cosine_min" (over texts, of
+        the mean-pooled embeddings), "max_abs_diff", "mean_abs_diff" (over every coordinate of
+        `last_hidden_state` at real tokens), "texts", "tokens"}; embeddings (len(texts), hidden) float32 in the
+        order of `texts`.
+    """
+    modes = teacher.training, student.training
+    teacher.eval(), student.eval()
+    device = next(student.parameters()).device
+    hidden = student.config.hidden_size
+    teacher_emb = np.zeros((len(texts), hidden), dtype=np.float32)
+    student_emb = np.zeros((len(texts), hidden), dtype=np.float32)
+    cosines = np.zeros(len(texts), dtype=np.float64)
+    max_diff, diff_sum, tokens = 0.0, 0.0, 0
+    try:
+        cached = teacher_cache is not None and len(teacher_cache) > 0
+        for number, (index, batch) in enumerate(_batches(tokenizer, texts, batch_size, max_length)):
+            batch = {k: v.to(device) for k, v in batch.items()}
+            if cached:
+                t = teacher_cache[number].to(device)
+            else:
+                t = teacher(**batch).last_hidden_state.float()  # (batch, seq, hidden)
+                if teacher_cache is not None:
+                    teacher_cache.append(t.cpu())
+            s = student(**batch).last_hidden_state.float()
+            mask = batch["attention_mask"].bool()
+            diff = (t - s).abs()[mask]  # (real tokens, hidden)
+            max_diff = max(max_diff, diff.max().item())
+            diff_sum += diff.double().sum().item()
+            tokens += int(mask.sum())
+            t_pooled, s_pooled = mean_pool(t, batch["attention_mask"]), mean_pool(s, batch["attention_mask"])
+            cosines[index] = torch.nn.functional.cosine_similarity(t_pooled, s_pooled, dim=-1).double().cpu().numpy()
+            teacher_emb[index], student_emb[index] = t_pooled.cpu().numpy(), s_pooled.cpu().numpy()
+    finally:
+        teacher.train(modes[0]), student.train(modes[1])
+    metrics = {
+        "cosine_mean": float(cosines.mean()),
+        "cosine_min": float(cosines.min()),
+        "max_abs_diff": max_diff,
+        "mean_abs_diff": diff_sum / (tokens * hidden),
+        "texts": len(texts),
+        "tokens": tokens,
+    }
+    return metrics, teacher_emb, student_emb
+
+
+def linear_probe(
+    embeddings: np.ndarray,
+    labels: Sequence[Any],
+    *,
+    folds: int = PROBE_FOLDS,
+    seed: int = 0,
+    C: float = PROBE_C,
+    max_iter: int = PROBE_MAX_ITER,
+) -> dict[str, Any]:
+    """Linear-probe accuracy of frozen `embeddings` (n, hidden) for `labels` (n,): stratified `folds`-fold
+    cross-validation (shuffled with `seed`) of `StandardScaler` → `LogisticRegression(C, max_iter)` (lbfgs, L2).
+
+    Returns:
+        {"accuracy": mean over folds, "std": their standard deviation, "folds": per-fold accuracies, "settings"}.
+
+    Raises:
+        ValueError: if the lengths differ or a class has fewer members than `folds`.
+    """
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    labels = np.asarray(labels)
+    if len(labels) != len(embeddings):
+        raise ValueError(f"linear_probe: {len(embeddings)} embeddings but {len(labels)} labels")
+    smallest = min(np.unique(labels, return_counts=True)[1])
+    if smallest < folds:
+        raise ValueError(f"linear_probe: a class has {smallest} examples, fewer than folds={folds}")
+    probe = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=max_iter))
+    split = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    scores = cross_val_score(probe, embeddings, labels, cv=split, scoring="accuracy")
+    return {
+        "accuracy": float(scores.mean()),
+        "std": float(scores.std()),
+        "folds": [float(s) for s in scores],
+        "settings": {"folds": folds, "seed": seed, "C": C, "max_iter": max_iter, "features": "standardised",
+                     "classifier": "sklearn LogisticRegression (lbfgs, L2)"},
+    }
+
+
+def measure_agreement(
+    teacher: nn.Module,
+    student: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    labels: Sequence[Any] | None = None,
+    **kwargs,
+) -> dict[str, Any]:
+    """`compare_to_teacher` on `texts`, plus — when `labels` are given — the teacher's and the student's
+    `linear_probe` on the same folds and their per-fold difference (student − teacher). `kwargs`: batch_size,
+    max_length, teacher_cache (see `compare_to_teacher`)."""
+    metrics, teacher_emb, student_emb = compare_to_teacher(teacher, student, tokenizer, texts, **kwargs)
+    result: dict[str, Any] = {"agreement": metrics}
+    if labels is not None:
+        teacher_probe, student_probe = linear_probe(teacher_emb, labels), linear_probe(student_emb, labels)
+        differences = np.subtract(student_probe["folds"], teacher_probe["folds"])
+        result["probe"] = {
+            "teacher": teacher_probe, "student": student_probe,
+            "difference": float(differences.mean()), "difference_std": float(differences.std()),
+        }
+    return result
+
+
+class AgreementCallback(TrainerCallback):
+    """At the start, every `every` optimizer steps and at the last, `compare_to_teacher` on `texts` with the model being
+    trained, appended to `state.log_history` as {"step", "heldout_cosine_mean", "heldout_cosine_min",
+    "heldout_max_abs_diff", "heldout_mean_abs_diff"}. Runs on the main process only (the model is the same on
+    every process under DDP). `teacher` and `student` give the base models to compare (`student` receives the
+    trained model, possibly a head, and returns its base model)."""
+
+    def __init__(self, teacher: nn.Module, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], every: int,
+                 max_length: int = 128):
+        self.teacher, self.tokenizer, self.texts = teacher, tokenizer, list(texts)
+        self.every, self.max_length = every, max_length
+        self.teacher_cache: list = []  # the teacher's outputs on `texts`, computed once
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if state.global_step == 0:  # the starting point (a resumed run has it in its restored log_history)
+            self.record(state, model)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        last = state.global_step == state.max_steps
+        if last or (self.every and state.global_step % self.every == 0):
+            self.record(state, model)
+
+    def record(self, state, model) -> None:
+        done = any(e.get("step") == state.global_step and "heldout_cosine_mean" in e for e in state.log_history)
+        if done or not state.is_world_process_zero:
+            return
+        metrics, _, _ = compare_to_teacher(self.teacher, model.base_model, self.tokenizer, self.texts,
+                                           max_length=self.max_length, teacher_cache=self.teacher_cache)
+        state.log_history.append({"step": state.global_step, **{
+            f"heldout_{k}": v for k, v in metrics.items() if k in ("cosine_mean", "cosine_min", "max_abs_diff",
+                                                                   "mean_abs_diff")}})
+
+
+__all__ = [
+    "AgreementCallback",
+    "compare_to_teacher",
+    "linear_probe",
+    "mean_pool",
+    "measure_agreement",
+    "read_labelled_snippets",
+    "subset_indices",
+]

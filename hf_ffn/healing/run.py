@@ -1,0 +1,342 @@
+"""`run_healing`: check the input, distil the student from the teacher with `DistillationTrainer`, measure before
+and after on held-out snippets, and write the healed model as a converted folder.
+
+The output (`healed_dir`, default `output_dir/healed`) is what `hf-ffn convert` writes — config with `auto_map`,
+model.safetensors, the remote-code files, the tokenizer, `conversion_report.json` and a model card (README.md) —
+with the report extended by a `healing` entry (command, arguments, data, before/after numbers, the curve, the
+training losses) and the card by a "Healing" section; the card's "measured difference from the source" is
+re-measured on the healed weights. It is written atomically (`hf_ffn.conversion.atomic_output_dir`): nothing is
+left there if the run fails. `output_dir` is Trainer's: checkpoints (`checkpoint-N/`, resumable with
+`--resume_from_checkpoint PATH` or `last`) and logs.
+
+Everything that can be wrong with the input raises before training: missing or empty text files or folders,
+text shorter than one block, teacher and student of different vocabularies (config or tokenizer) or hidden sizes,
+`--layers all` across different LayerNorm placements or depths, the KL term without an MLM head on both sides,
+a missing `--eval_dir`, a non-empty `healed_dir`.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer, TrainingArguments
+from transformers import default_data_collator
+from transformers.trainer_utils import get_last_checkpoint
+
+from ..configuration_ffn_bert import FfnBertConfig
+from ..conversion import REPORT_FILE, ConversionReport, atomic_output_dir, ffn_class_for, full_auto_map
+from ..conversion import measure_difference
+from ..model_card import build_model_card
+from ..training import mlm_blocks, read_text_documents
+from .distill import DistillationLoss, DistillationTrainer, dropout_off, select_trainable
+from .metrics import AgreementCallback, measure_agreement, read_labelled_snippets, subset_indices
+
+MLM_CLASSES = ("FfnBertForMaskedLM", "FfnBertForPreTraining")
+
+
+@dataclass
+class HealArguments:
+    """What to heal, from which teacher, on which text, with which loss; parsed with `TrainingArguments`."""
+
+    student: str = field(metadata={"help": "converted FfnBert folder (hf-ffn convert's output) to heal"})
+    train_files: list[str] = field(metadata={"help": "plain-text files or folders of *.txt files to distil on"})
+    teacher: str | None = field(
+        default=None, metadata={"help": "the source checkpoint (BERT or FfnBert); default: the student's "
+                                        "conversion_report.json source"})
+    healed_dir: str | None = field(default=None, metadata={"help": "folder for the healed model (default: "
+                                                                   "OUTPUT_DIR/healed); must not exist or be empty"})
+    eval_dir: str | None = field(
+        default=None, metadata={"help": "held-out snippets in the rt_polarity layout (rt-polarity.<label>, one per "
+                                        "line), never trained on: before/after agreement and the linear probe"})
+    probe: bool = field(default=True, metadata={"help": "linear probe on all eval_dir snippets before and after"})
+    curve_snippets: int = field(default=1000, metadata={"help": "snippets (seeded subset) measured during training"})
+    curve_steps: int = field(default=0, metadata={"help": "measure the subset every N steps (0: at the end only)"})
+    max_seq_length: int = field(default=128, metadata={"help": "tokens per training block"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N blocks"})
+    hidden_loss: str = field(default="mse", metadata={"help": "mse or cosine, on hidden states at real tokens"})
+    layers: str = field(default="last", metadata={"help": "last (last_hidden_state) or all (every hidden state)"})
+    mlm_kl_weight: float = field(default=0.0, metadata={"help": "weight of KL on MLM logits (needs both heads)"})
+    temperature: float = field(default=1.0, metadata={"help": "softmax temperature of the KL term"})
+    train_parts: str = field(default="encoder", metadata={"help": "ffn, ffn_norms, encoder or all"})
+
+    def __post_init__(self) -> None:
+        self.loss = DistillationLoss(self.hidden_loss, self.layers, self.mlm_kl_weight, self.temperature)
+        for name in ("curve_snippets", "curve_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_seq_length <= 2:
+            raise ValueError(f"--max_seq_length must be > 2, got {self.max_seq_length}")
+
+
+def check_models(heal_args: HealArguments) -> str:
+    """The teacher path, after checking that teacher and student fit (see the module docstring).
+
+    Raises:
+        FileNotFoundError: student or teacher folder missing. ValueError: as the module docstring says.
+    """
+    student = Path(heal_args.student)
+    if not (student / "config.json").is_file():
+        raise FileNotFoundError(f"--student: {heal_args.student!r} is not a model folder (no config.json)")
+    teacher = heal_args.teacher
+    if teacher is None:
+        report_file = student / REPORT_FILE
+        if not report_file.is_file():
+            raise ValueError(f"--teacher not given and --student {str(student)!r} has no {REPORT_FILE} naming its source")
+        teacher = json.loads(report_file.read_text())["source"]
+    s_config = FfnBertConfig.from_pretrained(student)
+    try:
+        t_config = AutoConfig.from_pretrained(teacher)
+    except OSError as error:
+        raise FileNotFoundError(f"--teacher: cannot load a config from {teacher!r} ({error})") from error
+    for name in ("vocab_size", "hidden_size"):
+        if getattr(t_config, name) != getattr(s_config, name):
+            raise ValueError(
+                f"teacher and student differ in {name}: teacher {teacher!r} has {getattr(t_config, name)}, student "
+                f"{str(student)!r} has {getattr(s_config, name)}; distillation compares hidden states token by "
+                f"token, so both must be equal")
+    if heal_args.layers == "all":
+        t_lns = getattr(t_config, "layer_norm_positions", ["post"] * t_config.num_hidden_layers)
+        if t_lns != s_config.layer_norm_positions:
+            raise ValueError(
+                f"--layers all compares every hidden state, but the LayerNorm placement differs (teacher {t_lns}, "
+                f"student {s_config.layer_norm_positions}): a Pre-LN layer's output is the un-normalised residual "
+                f"stream, a Post-LN one's is normalised; use --layers last")
+    if heal_args.mlm_kl_weight > 0 and ffn_class_for(str(student)).__name__ not in MLM_CLASSES:
+        raise ValueError(f"--mlm_kl_weight > 0 needs an MLM head on the student; {str(student)!r} is a "
+                         f"{ffn_class_for(str(student)).__name__} (allowed: {', '.join(MLM_CLASSES)})")
+    t_vocab, s_vocab = tokenizer_vocab(teacher), tokenizer_vocab(str(student))
+    if s_vocab is None:
+        raise FileNotFoundError(f"--student: {str(student)!r} holds no tokenizer (tokenizer.json or vocab.txt)")
+    if t_vocab is not None and t_vocab != s_vocab:
+        only = sorted(set(s_vocab.items()) ^ set(t_vocab.items()))[:5]
+        raise ValueError(f"teacher {teacher!r} and student {str(student)!r} tokenizers differ ({len(t_vocab)} vs "
+                         f"{len(s_vocab)} tokens; e.g. {only}); distillation needs the same vocabulary")
+    return teacher
+
+
+def tokenizer_vocab(name_or_path: str) -> dict[str, int] | None:
+    """The tokenizer's vocabulary (token → id), or None for a local folder without tokenizer files (transformers
+    would otherwise build an empty tokenizer for it)."""
+    folder = Path(name_or_path)
+    if folder.is_dir() and not any((folder / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
+        return None
+    return AutoTokenizer.from_pretrained(name_or_path).get_vocab()
+
+
+def check_healed_dir(path: Path) -> None:
+    """Raise `FileExistsError` before training if `path` exists and is not an empty folder (the final write,
+    `atomic_output_dir`, refuses it too: this fails early instead)."""
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise FileExistsError(f"--healed_dir {str(path)!r} exists and is not empty; choose a new folder")
+
+
+def load_teacher(teacher: str, with_head: bool) -> torch.nn.Module:
+    """The teacher (upstream `BertModel`/`BertForMaskedLM` for a BERT checkpoint, FfnBert for an FfnBert one),
+    eval mode, frozen. With the KL term, every MLM-head weight must come from the checkpoint.
+
+    Raises:
+        ValueError: if the MLM head would be newly initialised.
+    """
+    auto = AutoModelForMaskedLM if with_head else AutoModel
+    model, info = auto.from_pretrained(teacher, output_loading_info=True)
+    if with_head and info["missing_keys"]:
+        raise ValueError(f"--mlm_kl_weight > 0 needs the teacher's MLM head, but {teacher!r} lacks "
+                         f"{sorted(info['missing_keys'])}")
+    return model.eval().requires_grad_(False)
+
+
+def resume_path(value: str | None, output_dir: str) -> str | None:
+    """`--resume_from_checkpoint`: a checkpoint path, or "last" / "true" for the newest in `output_dir`.
+
+    Raises:
+        ValueError: "last" without any checkpoint in `output_dir`.
+    """
+    if value is None or value.lower() not in ("last", "true"):
+        return value
+    last = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    if last is None:
+        raise ValueError(f"--resume_from_checkpoint {value}: no checkpoint-N folder in {output_dir!r}")
+    return last
+
+
+def run_healing(
+    heal_args: HealArguments, training_args: TrainingArguments, *, callbacks: list | None = None,
+    command: str | None = None,
+) -> dict[str, Any]:
+    """Heal `heal_args.student` (see the module docstring). Returns the `healing` record written to the report
+    (with "healed_dir").
+
+    Raises:
+        FileNotFoundError, FileExistsError, ValueError: on bad input, before training.
+    """
+    start = time.perf_counter()
+    command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    documents = read_text_documents(heal_args.train_files)
+    teacher_path = check_models(heal_args)
+    healed_dir = Path(heal_args.healed_dir or Path(training_args.output_dir) / "healed")
+    check_healed_dir(healed_dir)
+    texts, labels = read_labelled_snippets(heal_args.eval_dir) if heal_args.eval_dir else (None, None)
+    resume = resume_path(training_args.resume_from_checkpoint, training_args.output_dir)
+    tokenizer = AutoTokenizer.from_pretrained(heal_args.student)
+    blocks = mlm_blocks([text for _, text in documents], tokenizer, heal_args.max_seq_length)
+    if len(blocks) == 0:
+        raise ValueError(f"--train_files: the text is shorter than one block of --max_seq_length "
+                         f"{heal_args.max_seq_length} tokens")
+    if heal_args.max_train_samples:
+        blocks = blocks.select(range(min(heal_args.max_train_samples, len(blocks))))
+    blocks = blocks.remove_columns("special_tokens_mask")
+    blocks = blocks.add_column("attention_mask", [[1] * heal_args.max_seq_length] * len(blocks))
+
+    with_head = heal_args.mlm_kl_weight > 0
+    teacher = load_teacher(teacher_path, with_head)
+    student_class = ffn_class_for(heal_args.student)
+    student = student_class.from_pretrained(heal_args.student)
+    trainable = select_trainable(student, heal_args.train_parts, with_head)
+    main = training_args.process_index == 0
+    curve_texts = [texts[i] for i in subset_indices(len(texts), heal_args.curve_snippets)] if texts else []
+
+    teacher_cache: list = []  # the teacher's outputs on the held-out snippets, computed once for before and after
+
+    def measure(probe: bool) -> dict[str, Any] | None:
+        if not texts:
+            return None
+        return measure_agreement(teacher.base_model, student.base_model, tokenizer, texts,
+                                 labels if probe else None, max_length=heal_args.max_seq_length,
+                                 teacher_cache=teacher_cache)
+
+    before = measure(heal_args.probe) if main else None
+    callbacks = list(callbacks or [])
+    if curve_texts and heal_args.curve_snippets:
+        callbacks.append(AgreementCallback(teacher.base_model, tokenizer, curve_texts, heal_args.curve_steps,
+                                           heal_args.max_seq_length))
+    trainer = DistillationTrainer(model=student, args=training_args, train_dataset=blocks,
+                                  data_collator=default_data_collator, teacher=teacher,
+                                  distillation_loss=heal_args.loss, callbacks=callbacks)
+    with dropout_off(student):
+        train_output = trainer.train(resume_from_checkpoint=resume)
+    if not main:
+        return {}
+    student = trainer.accelerator.unwrap_model(trainer.model).eval()
+    after = measure(heal_args.probe)
+    trainable_set = set(trainable)
+    history = trainer.state.log_history
+    curve = [{"step": e["step"], **{k[len("heldout_"):]: v for k, v in e.items() if k.startswith("heldout_")}}
+             for e in history if "heldout_cosine_mean" in e]
+    healing = {
+        "student": heal_args.student,
+        "teacher": teacher_path,
+        "command": command,
+        "arguments": {k: v for k, v in asdict(heal_args).items()},
+        "training": {k: getattr(getattr(training_args, k), "value", getattr(training_args, k)) for k in (
+            "learning_rate", "max_steps", "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps",
+            "world_size", "warmup_steps", "lr_scheduler_type", "weight_decay", "seed", "bf16")},
+        "trainable_parameters": sum(p.numel() for n, p in student.named_parameters() if n in trainable_set),
+        "train_parts": heal_args.train_parts,
+        "data": {"train_files": heal_args.train_files, "documents": len(documents), "blocks": len(blocks),
+                 "block_tokens": heal_args.max_seq_length},
+        "heldout": {"eval_dir": heal_args.eval_dir, "snippets": len(texts or []), "curve_snippets": len(curve_texts)},
+        "before": before,
+        "after": after,
+        "curve": curve,
+        "losses": [{"step": e["step"], "loss": e["loss"]} for e in history if "loss" in e],
+        "steps": trainer.state.global_step,
+        "train_seconds": train_output.metrics["train_runtime"],
+        "wall_seconds": time.perf_counter() - start,
+        "healed_dir": str(healed_dir),
+    }
+    save_healed(healed_dir, student.cpu(), tokenizer, heal_args.student, teacher_path, healing)
+    return healing
+
+
+def student_report(student_dir: str, teacher: str, model_class: str) -> tuple[ConversionReport, dict | None]:
+    """The student's `ConversionReport` (from its folder; a minimal one naming the teacher if it has none) and the
+    `healing` record of an earlier healing, if any."""
+    file = Path(student_dir) / REPORT_FILE
+    if not file.is_file():
+        return ConversionReport(source=teacher, model_class=model_class, init="unknown", exact=False), None
+    data = json.loads(file.read_text())
+    previous = data.pop("healing", None)
+    return ConversionReport(**data), previous
+
+
+def save_healed(folder: Path, student, tokenizer, student_dir: str, teacher: str, healing: dict) -> None:
+    """Write the healed converted folder atomically (see the module docstring)."""
+    report, previous = student_report(student_dir, teacher, type(student).__name__)
+    if previous is not None:
+        healing = {**healing, "previous": previous}
+    before_difference = report.difference
+    with atomic_output_dir(folder) as tmp:
+        student.config.auto_map = full_auto_map()
+        student.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        measure_difference(teacher, student, report)
+        healing["fixed_input_difference_before"] = before_difference
+        (tmp / REPORT_FILE).write_text(json.dumps({**report.to_dict(), "healing": healing}, indent=2,
+                                                  default=str) + "\n")
+        card = build_model_card(student, report, model_name=f"{Path(student_dir).name}-healed")
+        card.text = card.text + healing_section(healing)
+        card.save(tmp / "README.md")
+
+
+def _row(name: str, before: dict | None, after: dict | None, key: str, fmt: str) -> str:
+    values = [format(d[key], fmt) if d else "-" for d in (before, after)]
+    return f"| {name} | {values[0]} | {values[1]} |"
+
+
+def healing_section(healing: dict) -> str:
+    """The model card's "Healing" section: before/after table, budget and the exact command."""
+    before, after = healing["before"] or {}, healing["after"] or {}
+    b, a = before.get("agreement"), after.get("agreement")
+    rows = [_row("sentence-embedding cosine to the teacher, mean", b, a, "cosine_mean", ".6f"),
+            _row("sentence-embedding cosine to the teacher, min", b, a, "cosine_min", ".6f"),
+            _row("last_hidden_state max abs diff (real tokens)", b, a, "max_abs_diff", ".4g"),
+            _row("last_hidden_state mean abs diff (real tokens)", b, a, "mean_abs_diff", ".4g")]
+    if "probe" in before and "probe" in after:
+        pb, pa = before["probe"], after["probe"]
+        rows += [
+            f"| linear-probe accuracy, teacher | {pb['teacher']['accuracy']:.4f} | {pa['teacher']['accuracy']:.4f} |",
+            f"| linear-probe accuracy, this model | {pb['student']['accuracy']:.4f} | {pa['student']['accuracy']:.4f} |",
+            f"| probe difference (this − teacher, paired folds) | {pb['difference']:+.4f} | {pa['difference']:+.4f} |",
+        ]
+    held = healing["heldout"]
+    training = healing["training"]
+    settings = (after.get("probe") or {}).get("student", {}).get("settings")
+    probe = (f"{settings['folds']}-fold stratified cross-validation (seed {settings['seed']}) of "
+             f"{settings['classifier']} with C={settings['C']}, max_iter={settings['max_iter']} on standardised "
+             f"embeddings, the same folds for the teacher and this model" if settings else "not run")
+    return f"""
+## Healing (distillation from the source model)
+
+This model was distilled from `{healing['teacher']}` (frozen, eval mode) with hf_ffn's `heal`: loss
+`{healing['arguments']['hidden_loss']}` on {'last_hidden_state' if healing['arguments']['layers'] == 'last' else 'every hidden state'}
+at real tokens{' + KL on MLM logits' if healing['arguments']['mlm_kl_weight'] else ''}, dropout off in the student,
+trained parts: `{healing['train_parts']}` ({healing['trainable_parameters']:,} parameters),
+{healing['steps']} optimizer steps of {training['per_device_train_batch_size'] * training['world_size'] *
+training['gradient_accumulation_steps']} blocks × {healing['data']['block_tokens']} tokens from
+{', '.join(map(str, healing['data']['train_files']))} (learning rate {training['learning_rate']}, {training['lr_scheduler_type']}
+schedule, {training['warmup_steps']} warm-up steps), {healing['train_seconds']:.0f} s of training.
+
+Measured on {held['snippets']} held-out snippets never trained on (`{held['eval_dir']}`); embeddings are mean-pooled
+`last_hidden_state`; the linear probe is {probe}.
+
+| | before healing | after healing |
+|---|---|---|
+{chr(10).join(rows)}
+
+Command:
+
+```bash
+{healing['command']}
+```
+"""
+
+
+__all__ = ["HealArguments", "check_models", "healing_section", "resume_path", "run_healing", "save_healed"]

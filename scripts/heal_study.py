@@ -1,0 +1,250 @@
+#!/usr/bin/env python
+"""Healing study: convert all-MiniLM-L6-v2 (or another BERT) into three drifting variants, heal each by distillation
+with `hf-ffn heal`, and write the before/after table and the curves.
+
+    python scripts/heal_study.py run --text-dir ../shared/data/state_union --eval-dir ../shared/data/rt_polarity
+    python scripts/heal_study.py report --output-dir docs      # docs/healing.md + docs/figures/healing_curves.png
+
+`run` works one variant at a time (each a separate `hf-ffn heal` process, its output in WORK/VARIANT/log.txt),
+skips variants already healed and resumes an interrupted one from its last checkpoint: rerunning the same command
+continues where it stopped. `report` reads WORK/VARIANT/healed/conversion_report.json and writes `healing.md` and
+`figures/healing_curves.png` under `--output-dir` (default: WORK). Defaults: WORK = out/heal_study.
+
+Variants (`VARIANTS`): GELU → SwiGLU with the approximate recipe GELU(z) ≈ z·σ(1.702 z) (init preserving); a fresh
+SwiGLU at the parameter-matched width (1536 → 1024); Post-LN → Pre-LN with the weights kept. Goals (`GOALS`): the
+approximate SwiGLU to embedding cosine ≥ 0.999 with the linear probe within 0.3 points of the teacher's; the other
+two to cosine ≥ 0.99 with the probe within 1 point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VARIANTS = {
+    "swiglu-approx": {
+        "title": "GELU → SwiGLU, approximate (init preserving)",
+        "convert": {"ffn_type": "swiglu"},
+        "heal": {"learning_rate": 1e-4, "layers": "all"},
+    },
+    "swiglu-fresh": {
+        "title": "SwiGLU fresh, matched width 1024",
+        "convert": {"ffn_type": "swiglu", "init": "fresh", "width": "matched"},
+        "heal": {"learning_rate": 5e-4, "layers": "all"},
+    },
+    "pre-ln": {
+        "title": "Post-LN → Pre-LN (weights kept)",
+        "convert": {"layer_norm_position": "pre"},
+        "heal": {"learning_rate": 3e-4, "layers": "last"},  # "all" compares unlike hidden states across placements
+    },
+}
+GOALS = {"swiglu-approx": (0.999, 0.3), "swiglu-fresh": (0.99, 1.0), "pre-ln": (0.99, 1.0)}  # cosine, probe points
+
+
+def heal_command(variant: str, args: argparse.Namespace, student: Path, run_dir: Path, teacher: str) -> list[str]:
+    """The `hf-ffn heal` arguments for one variant (the budget is the same for all but the learning rate)."""
+    heal = VARIANTS[variant]["heal"]
+    return [
+        "--student", str(student), "--teacher", teacher, "--train_files", args.text_dir, "--eval_dir", args.eval_dir,
+        "--output_dir", str(run_dir), "--layers", heal["layers"], "--train_parts", args.train_parts,
+        "--max_seq_length", str(args.block), "--per_device_train_batch_size", str(args.batch_size),
+        "--max_steps", str(args.steps), "--learning_rate", str(heal["learning_rate"]),
+        "--warmup_steps", str(max(1, args.steps // 10)), "--lr_scheduler_type", "linear", "--seed", "0",
+        "--curve_steps", str(args.curve_steps), "--curve_snippets", str(args.curve_snippets),
+        "--save_steps", str(args.curve_steps), "--save_total_limit", "1", "--logging_steps", "5",
+        "--use_cpu", "true", "--report_to", "none", "--dataloader_num_workers", "0",
+    ]
+
+
+def run(args: argparse.Namespace) -> None:
+    from hf_ffn.conversion import convert_checkpoint
+    from hf_ffn.parity import bundled_checkpoint
+
+    teacher = args.model or bundled_checkpoint()
+    work = Path(args.work_dir)
+    for variant in args.variants:
+        run_dir, student = work / variant, work / "students" / variant
+        if (run_dir / "healed" / "config.json").is_file():
+            print(f"{variant}: already healed ({run_dir / 'healed'})")
+            continue
+        if not (student / "config.json").is_file():
+            convert_checkpoint(teacher, student, **VARIANTS[variant]["convert"])
+        command = heal_command(variant, args, student, run_dir, teacher)
+        resume = run_dir.is_dir() and any(run_dir.glob("checkpoint-*"))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        print(f"{variant}: {'resuming' if resume else 'starting'}; log: {run_dir / 'log.txt'}", flush=True)
+        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        full = [sys.executable, "-m", "hf_ffn.cli", "heal", *command,
+                *(["--resume_from_checkpoint", "last"] if resume else [])]
+        with open(run_dir / "log.txt", "a") as log:
+            log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} OMP_NUM_THREADS={args.threads} "
+                      f"hf-ffn heal {shlex.join(full[4:])}\n")
+            log.flush()
+            code = subprocess.call(full, env=env, stdout=log, stderr=subprocess.STDOUT)
+        if code != 0:
+            raise SystemExit(f"{variant}: hf-ffn heal exited with {code}; see {run_dir / 'log.txt'}")
+
+
+def _points(probe: dict) -> tuple[float, float, float]:
+    return 100 * probe["teacher"]["accuracy"], 100 * probe["student"]["accuracy"], 100 * probe["difference"]
+
+
+def report(args: argparse.Namespace) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+    import transformers
+
+    work, output = Path(args.work_dir), Path(args.output_dir or args.work_dir)
+    records = {}
+    for variant in VARIANTS:
+        file = work / variant / "healed" / "conversion_report.json"
+        if file.is_file():
+            records[variant] = json.loads(file.read_text())["healing"]
+    if not records:
+        raise SystemExit(f"no healed variant under {work}; run `scripts/heal_study.py run` first")
+    rows, verdicts = [], []
+    for variant, h in records.items():
+        b, a = h["before"], h["after"]
+        tb, sb, db = _points(b["probe"])
+        ta, sa, da = _points(a["probe"])
+        minutes = h["train_seconds"] / 60
+        rows.append(
+            f"| {VARIANTS[variant]['title']} | {b['agreement']['cosine_mean']:.5f} → **{a['agreement']['cosine_mean']:.5f}** "
+            f"| {b['agreement']['cosine_min']:.4f} → {a['agreement']['cosine_min']:.4f} "
+            f"| {b['agreement']['max_abs_diff']:.3g} → {a['agreement']['max_abs_diff']:.3g} "
+            f"| {b['agreement']['mean_abs_diff']:.3g} → {a['agreement']['mean_abs_diff']:.3g} "
+            f"| {tb:.2f} | {sb:.2f} ({db:+.2f}) → **{sa:.2f} ({da:+.2f})** | {h['steps']} | {minutes:.1f} min |")
+        cos_goal, probe_goal = GOALS[variant]
+        reached = a["agreement"]["cosine_mean"] >= cos_goal, abs(da) <= probe_goal
+        curve = h["curve"]
+        crossed = next((p["step"] for p in curve if p["cosine_mean"] >= cos_goal), None)
+        tail = ""
+        if len(curve) >= 3:
+            (s0, c0), (s1, c1) = (curve[-2]["step"], 1 - curve[-2]["cosine_mean"]), (curve[-1]["step"], 1 - curve[-1]["cosine_mean"])
+            tail = (f" Over the last {s1 - s0} steps of the curve, 1 − cosine went {c0:.2e} → {c1:.2e} "
+                    f"(×{c1 / c0:.2f}).")
+        verdicts.append(
+            f"- **{VARIANTS[variant]['title']}**: goal cosine ≥ {cos_goal} "
+            f"{'reached' if reached[0] else 'not reached'} ({a['agreement']['cosine_mean']:.5f}"
+            f"{f', first at step {crossed} on the 1,000-snippet curve' if crossed is not None else ''}); "
+            f"probe within {probe_goal} points {'reached' if reached[1] else 'not reached'} ({da:+.2f} points, "
+            f"fold std of the paired difference {100 * a['probe']['difference_std']:.2f}); {h['steps']} steps × "
+            f"{h['training']['per_device_train_batch_size']} blocks of {h['data']['block_tokens']} tokens, "
+            f"{minutes:.1f} min of training.{tail}")
+    first = next(iter(records.values()))
+    figure = output / "figures" / "healing_curves.png"
+    figure.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for variant, h in records.items():
+        steps = [p["step"] for p in h["curve"]]
+        axes[0].plot(steps, [1 - p["cosine_mean"] for p in h["curve"]], marker="o", label=VARIANTS[variant]["title"])
+        axes[1].plot(steps, [p["mean_abs_diff"] for p in h["curve"]], marker="o", label=VARIANTS[variant]["title"])
+    for variant, (cos_goal, _) in GOALS.items():
+        if variant in records:
+            axes[0].axhline(1 - cos_goal, color="grey", linestyle=":", linewidth=1)
+    axes[0].set(yscale="log", xlabel="optimizer step", ylabel="1 − mean cosine to the teacher",
+                title=f"sentence embeddings ({first['heldout']['curve_snippets']:,} held-out snippets)")
+    axes[1].set(yscale="log", xlabel="optimizer step", ylabel="mean |Δ| last_hidden_state",
+                title="real tokens (same snippets)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(figure, dpi=120)
+    settings = first["after"]["probe"]["student"]["settings"]
+    text = TEMPLATE.format(
+        rows="\n".join(rows), verdicts="\n".join(verdicts), figure=os.path.relpath(figure, output),
+        commands="\n".join(f"# {v}\n{h['command']}" for v, h in records.items()),
+        snippets=first["heldout"]["snippets"], curve_snippets=first["heldout"]["curve_snippets"],
+        probe=f"{settings['folds']}-fold stratified CV (seed {settings['seed']}), standardised features, "
+              f"LogisticRegression(C={settings['C']}, max_iter={settings['max_iter']})",
+        machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores shared with other jobs "
+                f"(load average {os.getloadavg()[0]:.1f} when this report was written), "
+                f"OMP_NUM_THREADS={args.threads}",
+        versions=f"torch {torch.__version__}, transformers {transformers.__version__}, Python {platform.python_version()}",
+        teacher=first["teacher"], train_files=", ".join(first["data"]["train_files"]),
+        blocks=first["data"]["blocks"], block=first["data"]["block_tokens"],
+    )
+    (output / "healing.md").write_text(text)
+    print(f"wrote {output / 'healing.md'} and {figure}")
+
+
+TEMPLATE = """# Healing converted BERTs by distillation
+
+A conversion that does not preserve the function (GELU → SwiGLU approximately, a fresh FFN, Post-LN → Pre-LN)
+leaves a model that drifts from its source. `hf-ffn heal` distils the converted model (student) from the source
+(teacher, frozen, eval mode) on plain text: MSE between the students' and the teacher's hidden states at real tokens
+(TinyBERT's hidden-state loss, Jiao et al. 2020; the last hidden state only for Pre-LN, whose intermediate hidden
+states are the un-normalised residual stream), dropout off in the student, the encoder trained (attention, FFNs,
+LayerNorms; embeddings and pooler frozen), `transformers.Trainer` doing the training. The result is a normal
+converted folder whose `conversion_report.json` and model card carry the numbers below and the command.
+
+Teacher: `{teacher}` (all-MiniLM-L6-v2: 6 layers, hidden 384, FFN 1536). Training text: {train_files}
+({blocks} blocks of {block} tokens). Held-out text, never trained on: all {snippets} rt_polarity snippets
+(Pang & Lee 2005); embeddings are mean-pooled `last_hidden_state` (all-MiniLM-L6-v2's own pooling). The linear
+probe: {probe}, the same folds for teacher and student (the difference is paired). The curve uses a seeded subset
+of {curve_snippets} snippets.
+
+## Before → after
+
+| variant | mean cosine | min cosine | max abs diff | mean abs diff | probe, teacher (%) | probe, student (%) (Δ points) | steps | training time |
+|---|---|---|---|---|---|---|---|---|
+{rows}
+
+## Goals
+
+{verdicts}
+
+## Curves
+
+![held-out agreement vs optimizer steps]({figure})
+
+Dotted lines: the cosine goals (0.999, 0.99).
+
+## How this was made
+
+Machine: {machine}. Versions: {versions}.
+
+```bash
+python scripts/heal_study.py run --text-dir ../shared/data/state_union --eval-dir ../shared/data/rt_polarity
+python scripts/heal_study.py report --output-dir docs
+```
+
+which ran, one after the other (each resumable with `--resume_from_checkpoint last`):
+
+```bash
+{commands}
+```
+"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=["run", "report"])
+    parser.add_argument("--work-dir", default="out/heal_study", help="students, runs and checkpoints")
+    parser.add_argument("--output-dir", help="report: where healing.md and figures/ go (default: the work dir)")
+    parser.add_argument("--model", help="the BERT to convert and heal (default: the bundled all-MiniLM-L6-v2)")
+    parser.add_argument("--text-dir", default="../shared/data/state_union", help="training text (*.txt files)")
+    parser.add_argument("--eval-dir", default="../shared/data/rt_polarity", help="held-out rt_polarity folder")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--steps", type=int, default=150, help="optimizer steps per variant")
+    parser.add_argument("--batch-size", type=int, default=16, help="blocks per step")
+    parser.add_argument("--block", type=int, default=128, help="tokens per block")
+    parser.add_argument("--train-parts", default="encoder", help="ffn, ffn_norms, encoder or all")
+    parser.add_argument("--curve-steps", type=int, default=25, help="measure the curve subset (and save) every N")
+    parser.add_argument("--curve-snippets", type=int, default=1000)
+    parser.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS of each run")
+    args = parser.parse_args(argv)
+    (run if args.action == "run" else report)(args)
+
+
+if __name__ == "__main__":
+    main()

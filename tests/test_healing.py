@@ -1,0 +1,307 @@
+"""Healing (distillation of a converted FfnBert from its source): it reduces the distance, leaves an exact student
+untouched, refuses bad input before training, resumes exactly, and 2 processes match 1."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoTokenizer, BertModel, TrainerCallback, TrainingArguments
+
+import hf_ffn
+from hf_ffn import FfnBertModel
+from hf_ffn.conversion import convert_checkpoint
+from hf_ffn.healing import (
+    DistillationLoss,
+    DistillationTrainer,
+    HealArguments,
+    compare_to_teacher,
+    dropout_off,
+    linear_probe,
+    read_labelled_snippets,
+    run_healing,
+)
+from hf_ffn.healing import run as run_module
+from hf_ffn.parity import bundled_checkpoint
+
+from .conftest import TINY
+
+BLOCK = 16
+WORDS = ("the nation budget people congress war peace economy year tax school health work world freedom "
+         "america jobs energy future families children security law states government").split()
+
+
+def write_texts(folder: Path, documents: int = 3, words: int = 300, seed: int = 0) -> Path:
+    rng = random.Random(seed)
+    folder.mkdir(parents=True)
+    for i in range(documents):
+        (folder / f"{i}.txt").write_text(" ".join(rng.choices(WORDS, k=words)) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A tiny upstream BERT teacher with the bundled BERT tokenizer (dropout 0.1, as BERT), text, snippets.
+
+    Weights are drawn with std 0.3 instead of BERT's 0.02: at 0.02 a tiny random model's layers barely change
+    their input and a Post → Pre-LN conversion drifts by ~2e-5 (mean |Δ|); at 0.3 it drifts by ~0.6, like a
+    trained BERT's."""
+    root = tmp_path_factory.mktemp("heal")
+    tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint())
+    torch.manual_seed(0)
+    from transformers import BertConfig
+
+    teacher = BertModel(BertConfig(**{**TINY, "vocab_size": tokenizer.vocab_size, "max_position_embeddings": 128,
+                                      "initializer_range": 0.3}))
+    teacher.save_pretrained(root / "teacher")
+    tokenizer.save_pretrained(root / "teacher")
+    write_texts(root / "text")
+    snippets = root / "snippets"
+    snippets.mkdir()
+    rng = random.Random(1)
+    for label, extra in (("pos", "good great"), ("neg", "bad awful")):
+        lines = [" ".join(rng.choices(WORDS + extra.split() * 6, k=rng.randint(3, 9))) for _ in range(20)]
+        (snippets / f"rt-polarity.{label}").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def heal_args(setup, student, **overrides) -> HealArguments:
+    kwargs = dict(student=str(student), train_files=[str(setup / "text")], teacher=str(setup / "teacher"),
+                  eval_dir=str(setup / "snippets"), max_seq_length=BLOCK, curve_snippets=40, probe=False)
+    return HealArguments(**{**kwargs, **overrides})
+
+
+def training_args(output_dir, **overrides) -> TrainingArguments:
+    kwargs = dict(output_dir=str(output_dir), per_device_train_batch_size=4, max_steps=4, learning_rate=1e-3,
+                  logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0, disable_tqdm=True)
+    return TrainingArguments(**{**kwargs, **overrides})
+
+
+def weights(folder) -> dict[str, torch.Tensor]:
+    return load_file(Path(folder) / "model.safetensors")
+
+
+def test_healing_reduces_the_distance_and_writes_a_converted_folder(setup, tmp_path):
+    """A Post-LN → Pre-LN student (drift from moving the LayerNorms) gets measurably closer to its teacher."""
+    student = tmp_path / "pre"
+    convert_checkpoint(str(setup / "teacher"), student, layer_norm_position="pre")
+    args = heal_args(setup, student, probe=True, curve_steps=5)
+    healing = run_healing(args, training_args(tmp_path / "run", max_steps=15, learning_rate=1e-2), command="heal x")
+    before, after = healing["before"]["agreement"], healing["after"]["agreement"]
+    print({k: (before[k], after[k]) for k in ("cosine_mean", "cosine_min", "max_abs_diff", "mean_abs_diff")})
+    # measured: mean |Δ| 0.657 → 0.384, cosine 0.690 → 0.896 in 15 steps
+    assert after["mean_abs_diff"] < 0.7 * before["mean_abs_diff"]
+    assert after["max_abs_diff"] < before["max_abs_diff"]
+    assert 1 - after["cosine_mean"] < 0.5 * (1 - before["cosine_mean"])
+    assert [point["step"] for point in healing["curve"]] == [0, 5, 10, 15]
+    assert healing["curve"][0]["mean_abs_diff"] > healing["curve"][-1]["mean_abs_diff"]
+    losses = [entry["loss"] for entry in healing["losses"]]
+    assert len(losses) == 15 and losses[-1] < losses[0]
+
+    healed = tmp_path / "run" / "healed"
+    for name in ("config.json", "model.safetensors", "modeling_ffn_bert.py", "configuration_ffn_bert.py",
+                 "tokenizer.json", "conversion_report.json", "README.md"):
+        assert (healed / name).is_file(), name
+    report = json.loads((healed / "conversion_report.json").read_text())
+    assert report["healing"]["after"] == json.loads(json.dumps(healing["after"]))
+    assert report["layers"] and report["source"] == str(setup / "teacher")
+    # The card's fixed-input difference is re-measured on the healed weights, smaller than the converted one's.
+    assert (report["difference"]["last_hidden_state"]["mean_abs_diff"]
+            < report["healing"]["fixed_input_difference_before"]["last_hidden_state"]["mean_abs_diff"])
+    card = (healed / "README.md").read_text()
+    assert "## Healing" in card and "heal x" in card and f"{after['cosine_mean']:.6f}" in card
+    # What was saved is what was measured: re-measuring the reloaded folder gives the reported numbers.
+    tokenizer = AutoTokenizer.from_pretrained(healed)
+    texts, labels = read_labelled_snippets(setup / "snippets")
+    reloaded = FfnBertModel.from_pretrained(healed)
+    metrics, teacher_emb, student_emb = compare_to_teacher(BertModel.from_pretrained(setup / "teacher"), reloaded,
+                                                           tokenizer, texts, max_length=BLOCK)
+    assert metrics == healing["after"]["agreement"]
+    assert linear_probe(student_emb, labels)["accuracy"] == healing["after"]["probe"]["student"]["accuracy"]
+    assert reloaded.config.hidden_dropout_prob == 0.1  # dropout was off for distillation only
+
+
+def test_default_config_student_stays_equal_to_the_teacher(setup, tmp_path):
+    """Nothing to heal: loss exactly 0 at every step, weights bit for bit the teacher's, outputs torch.equal."""
+    student = tmp_path / "default"
+    FfnBertModel.from_pretrained(setup / "teacher").save_pretrained(student)
+    AutoTokenizer.from_pretrained(setup / "teacher").save_pretrained(student)
+    healing = run_healing(heal_args(setup, student, eval_dir=None), training_args(tmp_path / "run", max_steps=3))
+    assert [entry["loss"] for entry in healing["losses"]] == [0.0, 0.0, 0.0]
+    healed = weights(tmp_path / "run" / "healed")
+    original = weights(setup / "teacher")
+    assert healed.keys() == original.keys() and all(torch.equal(healed[k], original[k]) for k in original)
+    batch = AutoTokenizer.from_pretrained(student)(["the nation", "peace and war in the world"], padding=True,
+                                                   return_tensors="pt")
+    upstream = BertModel.from_pretrained(setup / "teacher").eval()
+    ours = FfnBertModel.from_pretrained(tmp_path / "run" / "healed").eval()
+    assert torch.equal(upstream(**batch).last_hidden_state, ours(**batch).last_hidden_state)
+
+
+def test_dropout_is_what_would_move_an_exact_student(setup, tmp_path):
+    """Negative control for the test above: in train mode with BERT's dropout (0.1) the loss of an exact student
+    is not 0; `dropout_off` makes it exactly 0."""
+    student = FfnBertModel.from_pretrained(setup / "teacher")
+    teacher = BertModel.from_pretrained(setup / "teacher")
+    trainer = DistillationTrainer(model=student, args=training_args(tmp_path / "run"), teacher=teacher,
+                                  distillation_loss=DistillationLoss())
+    ids = torch.randint(1000, 2000, (2, 8), generator=torch.Generator().manual_seed(0))
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    student.train()
+    assert trainer.compute_loss(student, inputs).item() > 1e-4
+    with dropout_off(student):
+        assert trainer.compute_loss(student, inputs).item() == 0.0
+    assert {m.p for m in student.modules() if isinstance(m, torch.nn.Dropout)} == {0.1}  # restored
+
+
+def _student_with_other_tokenizer(setup, folder):
+    FfnBertModel.from_pretrained(setup / "teacher").save_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(setup / "teacher")
+    tokenizer.add_tokens(["hfffnnewtoken"])
+    tokenizer.save_pretrained(folder)
+
+
+def _student_with_config(setup, folder, **overrides):
+    tokenizer = AutoTokenizer.from_pretrained(setup / "teacher")
+    config = {**TINY, "vocab_size": tokenizer.vocab_size, "max_position_embeddings": 128, "initializer_range": 0.3,
+              **overrides}
+    FfnBertModel(hf_ffn.FfnBertConfig(**config)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+BAD_INPUTS = {
+    "hidden size": (lambda s, f: _student_with_config(s, f, hidden_size=48, num_attention_heads=4), {},
+                    ValueError, "hidden_size"),
+    "vocab size": (lambda s, f: _student_with_config(s, f, vocab_size=30600), {}, ValueError, "vocab_size"),
+    "tokenizer vocabulary": (_student_with_other_tokenizer, {}, ValueError, "tokenizers differ"),
+    "missing text": (None, {"train_files": ["/nonexistent/speeches"]}, FileNotFoundError, "does not exist"),
+    "folder without txt": (None, {"train_files": ["EMPTY_FOLDER"]}, FileNotFoundError, r"holds no \*\.txt"),
+    "empty text": (None, {"train_files": ["EMPTY_FILE"]}, ValueError, "is empty"),
+    "text shorter than a block": (None, {"train_files": ["SHORT_FILE"]}, ValueError, "shorter than one block"),
+    "missing eval dir": (None, {"eval_dir": "/nonexistent/rt"}, FileNotFoundError, "rt-polarity"),
+    "layers all across LN placements": (lambda s, f: convert_checkpoint(str(s / "teacher"), f,
+                                                                        layer_norm_position="pre"),
+                                        {"layers": "all"}, ValueError, "LayerNorm placement"),
+    "KL without an MLM head": (None, {"mlm_kl_weight": 1.0}, ValueError, "MLM head"),
+    "unknown train_parts": (None, {"train_parts": "attention"}, ValueError, "ffn, ffn_norms, encoder, all"),
+    "missing student": (lambda s, f: None, {}, FileNotFoundError, "no config.json"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_fails_before_training(setup, tmp_path, monkeypatch, case):
+    make_student, overrides, error, message = BAD_INPUTS[case]
+    student = tmp_path / "student"
+    if make_student is None:
+        FfnBertModel.from_pretrained(setup / "teacher").save_pretrained(student)
+        AutoTokenizer.from_pretrained(setup / "teacher").save_pretrained(student)
+    else:
+        make_student(setup, student)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty.txt").write_text("  \n")
+    (tmp_path / "short.txt").write_text("peace\n")
+    files = {"EMPTY_FOLDER": tmp_path / "empty", "EMPTY_FILE": tmp_path / "empty.txt",
+             "SHORT_FILE": tmp_path / "short.txt"}
+    if "train_files" in overrides:
+        overrides = {**overrides, "train_files": [str(files.get(p, p)) for p in overrides["train_files"]]}
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(run_module, "DistillationTrainer", no_training)
+    with pytest.raises(error, match=message):
+        run_healing(heal_args(setup, student, **overrides), training_args(tmp_path / "run"))
+    assert not (tmp_path / "run" / "healed").exists()
+
+
+def test_non_empty_healed_dir_is_refused_before_training(setup, tmp_path, monkeypatch):
+    student = tmp_path / "student"
+    FfnBertModel.from_pretrained(setup / "teacher").save_pretrained(student)
+    AutoTokenizer.from_pretrained(setup / "teacher").save_pretrained(student)
+    (tmp_path / "run" / "healed").mkdir(parents=True)
+    (tmp_path / "run" / "healed" / "keep.txt").write_text("x")
+    monkeypatch.setattr(run_module, "DistillationTrainer", None)
+    with pytest.raises(FileExistsError, match="not empty"):
+        run_healing(heal_args(setup, student), training_args(tmp_path / "run"))
+
+
+class StopAt(TrainerCallback):
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = True
+
+
+def test_resume_gives_the_weights_of_an_uninterrupted_run(setup, tmp_path):
+    """4 steps in one go = 2 steps, stop, resume from checkpoint-2, 2 more: torch.equal weights and losses
+    (Trainer restores model, optimizer, scheduler and RNG states and skips the batches already seen)."""
+    student = tmp_path / "fresh"
+    convert_checkpoint(str(setup / "teacher"), student, ffn_type="swiglu", init="fresh", width="matched")
+    args = heal_args(setup, student, eval_dir=None)
+    common = dict(max_steps=4, save_strategy="steps", save_steps=2)
+    whole = run_healing(args, training_args(tmp_path / "whole", **common))
+    run_healing(args, training_args(tmp_path / "parts", **common), callbacks=[StopAt(2)])
+    assert (tmp_path / "parts" / "checkpoint-2").is_dir() and not (tmp_path / "parts" / "checkpoint-4").exists()
+    resumed = run_healing(
+        heal_args(setup, student, eval_dir=None, healed_dir=str(tmp_path / "resumed")),
+        training_args(tmp_path / "parts", resume_from_checkpoint="last", **common),
+    )
+    assert resumed["steps"] == whole["steps"] == 4
+    assert [e["loss"] for e in resumed["losses"]] == [e["loss"] for e in whole["losses"]]
+    a, b = weights(tmp_path / "whole" / "healed"), weights(tmp_path / "resumed")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    initial = weights(student)
+    assert any(not torch.equal(a[k], initial[k]) for k in a)  # the steps really trained
+
+
+# 2 processes (torchrun, gloo on CPU) × 2 blocks vs 1 process × 4 blocks: same global batch and data order (accelerate
+# deals consecutive per-device batches of one sampler permutation to the ranks). Every block is full (no padding),
+# so the mean of the two ranks' per-token means is the global mean; the runs differ only in float summation order
+# (DDP all-reduces two half-batch gradients). Measured: losses agree to ~1e-7 relative; Adam's scale-free update
+# turns rounding-level gradient differences into weight differences bounded by lr, so weights are compared at
+# 1e-3·lr (as in tests/test_distributed.py); measured ≤ 6e-8. Except the attention key biases: softmax is invariant
+# to them (q·(k + b) adds q·b to every score of a row), so their true gradient is 0 and what each run computes is
+# rounding noise, which Adam normalises into steps of up to lr in an arbitrary direction (measured 2e-4 apart):
+# they are only checked to stay within Adam's bound, steps·lr, of each other.
+LEARNING_RATE = 1e-3
+
+
+def test_torchrun_two_processes_match_one_process(setup, tmp_path):
+    student = tmp_path / "pre"
+    convert_checkpoint(str(setup / "teacher"), student, layer_norm_position="pre")
+    argv = ["--student", str(student), "--teacher", str(setup / "teacher"), "--train_files", str(setup / "text"),
+            "--max_seq_length", str(BLOCK), "--max_steps", "3", "--learning_rate", str(LEARNING_RATE),
+            "--logging_steps", "1", "--seed", "0", "--use_cpu", "true", "--report_to", "none",
+            "--save_strategy", "no", "--disable_tqdm", "true"]
+    script = Path(hf_ffn.__file__).parents[1] / "scripts" / "heal.py"
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
+               PYTHONPATH=os.pathsep.join([str(Path(hf_ffn.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+    one = run_healing(*_parse(argv + ["--output_dir", str(tmp_path / "one"), "--per_device_train_batch_size", "4"]))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
+               *argv, "--output_dir", str(tmp_path / "two"), "--per_device_train_batch_size", "2"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    two = json.loads((tmp_path / "two" / "healed" / "conversion_report.json").read_text())["healing"]
+    assert two["training"]["world_size"] == 2 and one["training"]["world_size"] == 1
+    torch.testing.assert_close(torch.tensor([e["loss"] for e in two["losses"]]),
+                               torch.tensor([e["loss"] for e in one["losses"]]), rtol=1e-5, atol=0)
+    a, b = weights(tmp_path / "one" / "healed"), weights(tmp_path / "two" / "healed")
+    initial = weights(student)
+    moved = max((a[k] - initial[k]).abs().max().item() for k in a)
+    differ = max((a[k] - b[k]).abs().max().item() for k in a if not k.endswith("attention.self.key.bias"))
+    print(f"2 processes vs 1: weights moved up to {moved:.3g}, max |Δ| between the runs {differ:.3g}")
+    assert moved > LEARNING_RATE / 2 and differ <= 1e-3 * LEARNING_RATE
+    assert all((a[k] - b[k]).abs().max() <= 3 * LEARNING_RATE for k in a if k.endswith("key.bias"))
+
+
+def _parse(argv):
+    from transformers import HfArgumentParser
+
+    return HfArgumentParser((HealArguments, TrainingArguments)).parse_args_into_dataclasses(args=argv)
