@@ -145,14 +145,7 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _convert_sentence_transformer(args: argparse.Namespace, options: dict):
-    """A source with modules.json: convert the backbone and keep every other module (its own model card too)."""
-    card_options = [flag for flag, key in (("--base-model", "base_model"), ("--license", "license")) if options[key]]
-    if card_options:
-        raise ValueError(
-            f"{', '.join(card_options)}: {args.checkpoint} is a sentence-transformers model ({MODULES_FILE}), "
-            f"whose own model card is kept; drop the option"
-        )
-    options = {k: v for k, v in options.items() if k not in ("base_model", "license")}
+    """A source with modules.json: convert the backbone and keep every other module."""
     try:
         report = convert_sentence_transformer(args.checkpoint, args.output_dir, **options)
     except ImportError as error:

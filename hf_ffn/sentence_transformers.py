@@ -21,8 +21,9 @@ from huggingface_hub import snapshot_download
 
 from .checkpoints import REPORT_FILE, check_checkpoint, looks_local
 from .configuration_ffn_bert import BERT_MODEL_TYPES
-from .conversion import ConversionReport, load_converted, measure_difference
+from .conversion import ConversionReport, full_auto_map, load_converted, measure_difference
 from .files import atomic_output_dir
+from .model_card import write_model_card
 from .modeling_ffn_bert import FfnBertModel
 
 # What marks a sentence-transformers model folder (read by `SentenceTransformer`, written by its `save`).
@@ -78,7 +79,12 @@ def is_sentence_transformer(name_or_path: str | os.PathLike) -> bool:
 
 
 def convert_sentence_transformer(
-    source: str | os.PathLike, output_dir: str | os.PathLike, seed: int = 0, **conversion: Any
+    source: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    seed: int = 0,
+    base_model: str | None = None,
+    license: str | None = None,
+    **conversion: Any,
 ) -> ConversionReport:
     """Save a copy of a sentence-transformers BERT model whose backbone is an FfnBert variant.
 
@@ -87,14 +93,17 @@ def convert_sentence_transformer(
     (Pooling, Normalize, Dense, ...), the tokenizer and the sentence-transformers settings are kept. The folder
     is written by `SentenceTransformer.save` into a temporary folder beside `output_dir` and renamed
     (`hf_ffn.files.atomic_output_dir`), so a failure leaves nothing; `SentenceTransformer(output_dir)` loads
-    it (after `import hf_ffn`, or with `trust_remote_code=True`). The backbone's `conversion_report.json` (with
-    the measured difference from the source backbone, `measure_difference`) is written beside its weights.
+    it (after `import hf_ffn`, or with `trust_remote_code=True`). The folder also holds what `hf-ffn convert`
+    writes for a plain checkpoint: the `auto_map` of every FfnBert Auto class, the backbone's
+    `conversion_report.json` (with the measured difference from the source backbone, `measure_difference`) beside
+    its weights, and hf_ffn's model card (README.md, in place of the one sentence-transformers generates).
     `hf-ffn convert` runs this for a source with `modules.json`.
 
     Args:
         source: a local sentence-transformers model folder, or a hub name already in the local cache.
         output_dir: the new folder; must not exist, or be empty.
         seed: seeds every weight the conversion initialises.
+        base_model, license: for the model card (default: the source card's), as in `convert_checkpoint`.
         **conversion: keyword arguments of `load_converted`.
 
     Returns:
@@ -118,10 +127,12 @@ def convert_sentence_transformer(
         torch.manual_seed(seed)
         model, report = load_converted(str(backbone), FfnBertModel, **conversion)
         measure_difference(str(backbone), model, report)
+        model.config.auto_map = full_auto_map()
         st_model = SentenceTransformer(str(folder), device="cpu")
         st_model[0].model = model  # same forward signature (BertModel.forward), so the module's bookkeeping holds
         st_model.save(str(tmp))
         report.save(str(bert_backbone_folder(tmp) / REPORT_FILE))
+        write_model_card(tmp, model, report, base_model=base_model, license=license)
     return report
 
 

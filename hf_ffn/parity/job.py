@@ -117,7 +117,9 @@ def run_parity(
             torch.manual_seed(seed)
             upstream_class.from_pretrained(checkpoint).save_pretrained(folder)
             reference = upstream_class.from_pretrained(folder, attn_implementation=attn_implementation).eval()
-            candidate = ffn_class.from_pretrained(folder, attn_implementation=attn_implementation, **overrides).eval()
+            with variant_change_intended():  # `overrides` are deliberate (negative controls)
+                candidate = ffn_class.from_pretrained(folder, attn_implementation=attn_implementation, **overrides)
+            candidate.eval()
             inputs = head_inputs(upstream_class, batch)
             with torch.no_grad():
                 ref_out = reference(**inputs, output_hidden_states=True, output_attentions=want_attentions)
