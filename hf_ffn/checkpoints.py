@@ -32,7 +32,9 @@ def looks_local(name_or_path: str | os.PathLike) -> bool:
     return path.exists() or ("/" in text and path.parent.is_dir())
 
 
-def check_checkpoint(name_or_path: str | os.PathLike, argument: str = "checkpoint", marker: str = "config.json") -> None:
+def check_checkpoint(
+    name_or_path: str | os.PathLike, argument: str = "checkpoint", marker: str = "config.json"
+) -> None:
     """Raise `FileNotFoundError` if `name_or_path` looks local (`looks_local`) but is not a checkpoint folder.
 
     Args:

@@ -70,7 +70,7 @@ def _parity(args: argparse.Namespace) -> int:
             print(json.dumps(report, indent=2))
         else:
             _print_variant_report(report)
-        return 0
+        return EXIT_OK
 
     try:
         rows = run_parity(checkpoint, attn_implementation=args.attn)
