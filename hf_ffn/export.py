@@ -16,12 +16,12 @@ tests and `scripts/export_onnx_check.py` both use it.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 
+from .files import atomic_output_file
 from .modeling_ffn_bert import FfnBertPreTrainedModel
 from .parity.batches import padded_batch
 from .parity.compare import tensor_difference
@@ -63,6 +63,13 @@ def _check_exportable(model: torch.nn.Module, opset_version: int | None) -> None
     for name in ("output_attentions", "output_hidden_states"):
         if getattr(model.config, name, False):
             raise ValueError(f"config.{name}=True is not supported for export; allowed: False")
+    if model.config.unpad_tokens:
+        # The unpadded path packs the real tokens (a data-dependent count), which torch.export cannot trace.
+        raise ValueError(
+            "config.unpad_tokens=True cannot be exported to ONNX (the unpadded path's packed token count depends on "
+            "the attention mask, which torch.export cannot trace); set model.config.unpad_tokens = False before "
+            "export: the weights are the same, and the padded path gives the same outputs at real tokens"
+        )
     if opset_version is not None and opset_version < MIN_OPSET:
         raise ValueError(
             f"opset_version={opset_version} is not supported: the torch.export-based ONNX exporter needs "
@@ -88,12 +95,13 @@ def export_onnx(
     (`batch_size`, `seq_len`), which must then be the shapes used at run time. Tracing uses a padded example batch
     of that size (both ≥ 2: `torch.export` specialises dimensions of size 0 and 1).
 
-    The file is written to a temporary name beside `path` and renamed, so a failed export leaves nothing.
+    The file is written to a temporary name beside `path` and renamed, so a failed export leaves nothing; it
+    gets an ordinary file's permissions (`0o666 & ~umask`, `hf_ffn.files.atomic_output_file`).
 
     Raises:
         TypeError: if `model` is not an FfnBert model.
         ValueError: model in training mode, attention other than eager/sdpa, a dtype other than float32,
-            `output_attentions` / `output_hidden_states` set in the config, `opset_version` < 18, or
+            `output_attentions` / `output_hidden_states` or `unpad_tokens` set in the config, `opset_version` < 18, or
             `batch_size` / `seq_len` < 2 or `seq_len` > `max_position_embeddings`.
     """
     _check_exportable(model, opset_version)
@@ -124,14 +132,8 @@ def export_onnx(
         opset_version=opset_version,
         verbose=False,
     )
-    fd, tmp = tempfile.mkstemp(suffix=".onnx.tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        program.save(tmp, external_data=False)  # one self-contained file (models under the 2 GB protobuf limit)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with atomic_output_file(path, suffix=".onnx.tmp") as tmp:  # an ordinary file (umask), renamed at the end
+        program.save(str(tmp), external_data=False)  # one self-contained file (models under the 2 GB protobuf limit)
     return path
 
 

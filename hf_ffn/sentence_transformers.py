@@ -16,11 +16,18 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
 from huggingface_hub import snapshot_download
 
+from .checkpoints import REPORT_FILE, check_checkpoint, looks_local
 from .configuration_ffn_bert import BERT_MODEL_TYPES
-from .conversion import ConversionReport, atomic_output_dir, load_converted
+from .conversion import ConversionReport, full_auto_map, load_converted, measure_difference
+from .files import atomic_output_dir
+from .model_card import write_model_card
 from .modeling_ffn_bert import FfnBertModel
+
+# What marks a sentence-transformers model folder (read by `SentenceTransformer`, written by its `save`).
+MODULES_FILE = "modules.json"
 
 # `type` of the first module in modules.json: the v2-v5 name and the v6 module path.
 TRANSFORMER_MODULE_TYPES = (
@@ -40,7 +47,7 @@ def bert_backbone_folder(folder: str | os.PathLike) -> Path:
             `Transformer`; a backbone without `config.json` or whose `model_type` is not BERT-shaped.
     """
     folder = Path(folder)
-    modules_file = folder / "modules.json"
+    modules_file = folder / MODULES_FILE
     if not modules_file.is_file():
         raise ValueError(
             f"{folder} is not a sentence-transformers model folder: it has no modules.json "
@@ -66,8 +73,18 @@ def bert_backbone_folder(folder: str | os.PathLike) -> Path:
     return backbone
 
 
+def is_sentence_transformer(name_or_path: str | os.PathLike) -> bool:
+    """Whether `name_or_path` is a local sentence-transformers model folder (it holds `modules.json`)."""
+    return (Path(name_or_path).expanduser() / MODULES_FILE).is_file()
+
+
 def convert_sentence_transformer(
-    source: str | os.PathLike, output_dir: str | os.PathLike, **conversion: Any
+    source: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    seed: int = 0,
+    base_model: str | None = None,
+    license: str | None = None,
+    **conversion: Any,
 ) -> ConversionReport:
     """Save a copy of a sentence-transformers BERT model whose backbone is an FfnBert variant.
 
@@ -75,12 +92,18 @@ def convert_sentence_transformer(
     (`ffn_type`, `layer_norm_position`, `init`, `width`, ... ; no arguments keeps plain BERT); the other modules
     (Pooling, Normalize, Dense, ...), the tokenizer and the sentence-transformers settings are kept. The folder
     is written by `SentenceTransformer.save` into a temporary folder beside `output_dir` and renamed
-    (`hf_ffn.conversion.atomic_output_dir`), so a failure leaves nothing; `SentenceTransformer(output_dir)` loads
-    it (after `import hf_ffn`).
+    (`hf_ffn.files.atomic_output_dir`), so a failure leaves nothing; `SentenceTransformer(output_dir)` loads
+    it (after `import hf_ffn`, or with `trust_remote_code=True`). The folder also holds what `hf-ffn convert`
+    writes for a plain checkpoint: the `auto_map` of every FfnBert Auto class, the backbone's
+    `conversion_report.json` (with the measured difference from the source backbone, `measure_difference`) beside
+    its weights, and hf_ffn's model card (README.md, in place of the one sentence-transformers generates).
+    `hf-ffn convert` runs this for a source with `modules.json`.
 
     Args:
         source: a local sentence-transformers model folder, or a hub name already in the local cache.
         output_dir: the new folder; must not exist, or be empty.
+        seed: seeds every weight the conversion initialises.
+        base_model, license: for the model card (default: the source card's), as in `convert_checkpoint`.
         **conversion: keyword arguments of `load_converted`.
 
     Returns:
@@ -88,22 +111,35 @@ def convert_sentence_transformer(
         whether the conversion is exact).
 
     Raises:
+        FileNotFoundError: `source` looks local and is not a folder with `modules.json` (`check_checkpoint`).
         ValueError: `source` is not a sentence-transformers model with a BERT backbone (see
             `bert_backbone_folder`), or `load_converted` rejects the conversion arguments.
         FileExistsError: `output_dir` exists and is not empty.
     """
     from sentence_transformers import SentenceTransformer  # optional dependency (the `sentence-transformers` extra)
 
-    folder = Path(source)
+    check_checkpoint(source, marker=MODULES_FILE)
+    folder = Path(source).expanduser()
     with atomic_output_dir(output_dir) as tmp:  # raises FileExistsError first, for a non-empty output_dir
-        if not folder.is_dir():
+        if not looks_local(source):
             folder = Path(snapshot_download(str(source)))
         backbone = bert_backbone_folder(folder)
+        torch.manual_seed(seed)
         model, report = load_converted(str(backbone), FfnBertModel, **conversion)
+        measure_difference(str(backbone), model, report)
+        model.config.auto_map = full_auto_map()
         st_model = SentenceTransformer(str(folder), device="cpu")
         st_model[0].model = model  # same forward signature (BertModel.forward), so the module's bookkeeping holds
         st_model.save(str(tmp))
+        report.save(str(bert_backbone_folder(tmp) / REPORT_FILE))
+        write_model_card(tmp, model, report, base_model=base_model, license=license)
     return report
 
 
-__all__ = ["TRANSFORMER_MODULE_TYPES", "bert_backbone_folder", "convert_sentence_transformer"]
+__all__ = [
+    "MODULES_FILE",
+    "TRANSFORMER_MODULE_TYPES",
+    "bert_backbone_folder",
+    "convert_sentence_transformer",
+    "is_sentence_transformer",
+]

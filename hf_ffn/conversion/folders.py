@@ -1,21 +1,20 @@
 """Writing folders: `convert_checkpoint` (what `hf-ffn convert` and scripts/convert_checkpoint.py run) and
 `export_to_bert`, both written atomically (`atomic_output_dir`), with the remote-code `auto_map`, the tokenizer,
-the conversion report and the model card."""
+the conversion report and the model card. (`atomic_output_dir` lives in `hf_ffn.files`, `non_default_fields` and
+`REPORT_FILE` in `hf_ffn.checkpoints`; all are re-exported here.)"""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import AutoTokenizer, BertConfig, PretrainedConfig
 
+from ..checkpoints import REPORT_FILE, check_checkpoint, non_default_fields
 from ..configuration_ffn_bert import FfnBertConfig
+from ..files import atomic_output_dir
 from ..logging_utils import quiet_transformers
 from ..model_card import write_model_card
 from ..modeling_ffn_bert import AUTO_MAP, FfnBertModel, FfnBertPreTrainedModel, head_class_for
@@ -23,39 +22,11 @@ from .loader import load_converted
 from .measure import measure_difference
 from .report import ConversionReport
 
-REPORT_FILE = "conversion_report.json"
 # FfnBert's own config fields (and remote-code bookkeeping) that a plain BERT config does not carry.
 FFN_ONLY_FIELDS = (
     "ffn_type", "layer_norm_position", "embedding_layer_norm", "ffn_bias", "leaky_relu_negative_slope", "elu_alpha",
     "swish_beta", "auto_map", "model_type", "architectures",
 )
-
-
-@contextlib.contextmanager
-def atomic_output_dir(output_dir: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary folder beside `output_dir`, renamed to `output_dir` only if the block succeeds.
-
-    Nothing is left at `output_dir` (nor the temporary folder) when the block raises.
-
-    Raises:
-        FileExistsError: if `output_dir` exists and is not an empty folder (checked before the block runs).
-    """
-    output = Path(output_dir)
-    if output.exists() and (not output.is_dir() or any(output.iterdir())):
-        raise FileExistsError(f"output folder {str(output)!r} exists and is not empty; choose a new path")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.tmp-", dir=output.parent))
-    try:
-        yield tmp
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private (0700); the result is an ordinary folder
-        if output.exists():
-            output.rmdir()  # empty (checked above)
-        tmp.rename(output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def full_auto_map() -> dict[str, str]:
@@ -105,8 +76,10 @@ def convert_checkpoint(
 
     Raises:
         FileExistsError: `output_dir` exists and is not empty.
+        FileNotFoundError: `checkpoint` looks local and is not a checkpoint folder (`check_checkpoint`).
         ValueError: as `load_converted`.
     """
+    check_checkpoint(checkpoint)
     with atomic_output_dir(output_dir) as tmp:
         model_class = model_class or ffn_class_for(checkpoint)
         torch.manual_seed(seed)
@@ -136,22 +109,6 @@ def parse_cli_options(args: Any) -> dict[str, Any]:
     }
 
 
-def non_default_fields(config: FfnBertConfig) -> list[str]:
-    """Why `config` is not plain BERT: one 'field=value (BERT: ...)' entry per non-default switch; [] if it is."""
-    reasons = []
-    if config.ffn_types != [config.hidden_act] * config.num_hidden_layers:
-        reasons.append(f"ffn_type={config.ffn_type!r} (BERT: the standard FFN with hidden_act={config.hidden_act!r})")
-    if config.hidden_act in ("leaky_relu", "elu", "swish"):
-        reasons.append(f"hidden_act={config.hidden_act!r} is parametrised by FfnBert; BERT's ACT2FN has its own")
-    if config.layer_norm_positions != ["post"] * config.num_hidden_layers:
-        reasons.append(f"layer_norm_position={config.layer_norm_position!r} (BERT: 'post')")
-    if not config.embedding_layer_norm:
-        reasons.append("embedding_layer_norm=False (BERT: True)")
-    if not config.ffn_bias:
-        reasons.append("ffn_bias=False (BERT: True)")
-    return reasons
-
-
 def export_to_bert(source: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
     """Write a default-config FfnBert folder as a plain BERT folder (`model_type` "bert") for upstream `BertModel`.
 
@@ -161,8 +118,10 @@ def export_to_bert(source: str | os.PathLike, output_dir: str | os.PathLike) -> 
     Raises:
         ValueError: if the config is not plain BERT, naming each non-default switch (BERT has no such FFN/LN), or
             if the checkpoint is not FfnBert / BERT.
+        FileNotFoundError: `source` looks local and is not a checkpoint folder (`check_checkpoint`).
         FileExistsError: `output_dir` exists and is not empty.
     """
+    check_checkpoint(source)
     config = FfnBertConfig.from_pretrained(source)
     reasons = non_default_fields(config)
     if reasons:

@@ -19,7 +19,8 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from ..checkpoint_names import GATE_PROJ, bert_key
-from ..configuration_ffn_bert import FfnBertConfig, is_gated, parameter_matched_glu_width
+from ..checkpoints import check_checkpoint
+from ..configuration_ffn_bert import FfnBertConfig, is_gated, parameter_matched_glu_width, variant_change_intended
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel
 from .recipes import INITS, WIDTHS, FfnRecipe, ffn_recipe
@@ -264,16 +265,19 @@ def load_converted(
         `(model, report)`; the model is in eval mode. `report.difference` is not filled (see `measure_difference`).
 
     Raises:
+        FileNotFoundError: `checkpoint` looks local and is not a checkpoint folder (`hf_ffn.checkpoints`).
         ValueError: a checkpoint that is not BERT-shaped (or a non-default FfnBert one); an unknown `init`,
             `width`, `ffn_type` or `layer_norm_position`; init='preserving' with a target that has no exact or
             approximate mapping, a width other than the source's, or `ffn_bias=False`; init='fresh' with no
             FFN change; `intermediate_size` or `output_loading_info` in the kwargs.
     """
-    plan = plan_conversion(
-        checkpoint, ffn_type=ffn_type, layer_norm_position=layer_norm_position, init=init, width=width,
-        from_pretrained_kwargs=from_pretrained_kwargs,
-    )
-    model, info = load_planned(plan, model_class, from_pretrained_kwargs)
+    check_checkpoint(checkpoint)
+    with variant_change_intended():  # the variant changes on purpose: no "weights reused" warning from the config
+        plan = plan_conversion(
+            checkpoint, ffn_type=ffn_type, layer_norm_position=layer_norm_position, init=init, width=width,
+            from_pretrained_kwargs=from_pretrained_kwargs,
+        )
+        model, info = load_planned(plan, model_class, from_pretrained_kwargs)
     mapped, fresh_keys = apply_plan(model, plan)
     return model, conversion_report(plan, model, info, mapped, fresh_keys)
 

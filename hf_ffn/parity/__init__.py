@@ -16,12 +16,22 @@ from .compare import (
     output_difference,
     tensor_difference,
 )
-from .job import HEAD_PAIRS, ffn_outputs, ffn_rows, format_table, rows_as_dicts, run_parity, variant_report
+from .job import (
+    HEAD_PAIRS,
+    NotPlainBertError,
+    ffn_outputs,
+    ffn_rows,
+    format_table,
+    rows_as_dicts,
+    run_parity,
+    variant_report,
+)
 
 __all__ = [
     "BERT_BASE_NAMES",
     "COMPARED_OUTPUTS",
     "HEAD_PAIRS",
+    "NotPlainBertError",
     "ParityRow",
     "SENTENCE_PAIRS",
     "TIME_FLIES_IDS",

@@ -17,7 +17,14 @@ import torch
 from torch import nn
 from transformers import BertModel
 
-from ..configuration_ffn_bert import FfnBertConfig
+from ..checkpoints import (
+    check_checkpoint,
+    conversion_source,
+    group_layer_keys,
+    non_default_fields,
+    weights_bert_ignores,
+)
+from ..configuration_ffn_bert import FfnBertConfig, variant_change_intended
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import HEAD_CLASSES, FfnBertModel
 from .batches import TIME_FLIES_IDS, example_batch, head_inputs
@@ -25,6 +32,38 @@ from .compare import ParityRow, compare_outputs, compare_tensors, tensor_differe
 
 # upstream class → FfnBert class, in the order the table prints them (from `HEAD_CLASSES`).
 HEAD_PAIRS: dict[type, type] = {head.bert: head.ffn_bert for head in HEAD_CLASSES}
+
+
+class NotPlainBertError(ValueError):
+    """The checkpoint is an FfnBert variant that upstream `BertModel` cannot represent, so an output-by-output
+    parity check against BERT is not defined for it (`hf-ffn parity` exits 3 on it).
+
+    Attributes:
+        checkpoint: the checkpoint given. reasons: `non_default_fields` of its config. ignored_weights: the
+            weights `BertModel` would drop (`weights_bert_ignores`).
+    """
+
+    def __init__(self, checkpoint: str, config: FfnBertConfig):
+        self.checkpoint = checkpoint
+        self.reasons = non_default_fields(config)
+        self.ignored_weights = weights_bert_ignores(config)
+        ignored = (
+            f"loading it into BertModel would ignore {len(self.ignored_weights)} weights "
+            f"({', '.join(group_layer_keys(self.ignored_weights))}) and run BERT's own FFN and LayerNorm placement"
+            if self.ignored_weights
+            else "BertModel would run BERT's own FFN and LayerNorm placement on these weights"
+        )
+        source = conversion_source(checkpoint) or "BERT_CHECKPOINT"
+        variant = f"--ffn-type {','.join(dict.fromkeys(config.ffn_types))}"
+        if config.layer_norm_positions != ["post"] * config.num_hidden_layers:
+            variant += f" --layer-norm-position {config.layer_norm_positions[0]}"
+        super().__init__(
+            f"{checkpoint} is not a plain-BERT checkpoint: {'; '.join(self.reasons)}. Upstream BertModel cannot "
+            f"represent it: {ignored}, so comparing outputs with BERT would only measure the variant. To see what "
+            f"the variant changes relative to its BERT source, run `hf-ffn parity --model {source} {variant}` "
+            f"(a report). Only default-config FfnBert folders are plain BERT (`hf-ffn convert FOLDER OUT --to-bert` "
+            f"exports those)."
+        )
 
 
 def ffn_outputs(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
@@ -61,11 +100,16 @@ def run_parity(
         vocabulary is bert-base-uncased's size or larger.
 
     Raises:
+        FileNotFoundError: `checkpoint` looks local and is not a checkpoint folder (`hf_ffn.checkpoints`).
+        NotPlainBertError: an FfnBert checkpoint whose config is not plain BERT (`is_default_bert` false).
         ValueError: a checkpoint that is not BERT-shaped (from `FfnBertConfig`).
     """
+    check_checkpoint(checkpoint)
     rows: list[ParityRow] = []
     with quiet_transformers(), tempfile.TemporaryDirectory() as tmp:
         config = FfnBertConfig.from_pretrained(checkpoint)  # fails early, clearly, on a non-BERT checkpoint
+        if not config.is_default_bert:
+            raise NotPlainBertError(str(checkpoint), config)
         batch = example_batch(checkpoint, config)
         want_attentions = attn_implementation == "eager"
         for upstream_class, ffn_class in HEAD_PAIRS.items():
@@ -73,7 +117,9 @@ def run_parity(
             torch.manual_seed(seed)
             upstream_class.from_pretrained(checkpoint).save_pretrained(folder)
             reference = upstream_class.from_pretrained(folder, attn_implementation=attn_implementation).eval()
-            candidate = ffn_class.from_pretrained(folder, attn_implementation=attn_implementation, **overrides).eval()
+            with variant_change_intended():  # `overrides` are deliberate (negative controls)
+                candidate = ffn_class.from_pretrained(folder, attn_implementation=attn_implementation, **overrides)
+            candidate.eval()
             inputs = head_inputs(upstream_class, batch)
             with torch.no_grad():
                 ref_out = reference(**inputs, output_hidden_states=True, output_attentions=want_attentions)
@@ -111,20 +157,23 @@ def variant_report(checkpoint: str, attn_implementation: str = "eager", **overri
     the example batch, over real tokens (`tensor_difference`).
 
     Raises:
+        FileNotFoundError: `checkpoint` looks local and is not a checkpoint folder (`hf_ffn.checkpoints`).
         ValueError: if the checkpoint is not BERT-shaped or an override is invalid (from `FfnBertConfig`).
     """
-    config = FfnBertConfig.from_pretrained(checkpoint, **overrides)  # fails early, clearly, on a bad request
-    batch = example_batch(checkpoint, config)
-    torch.manual_seed(0)
-    reference = BertModel.from_pretrained(checkpoint, attn_implementation=attn_implementation).eval()
-    variant, info = FfnBertModel.from_pretrained(
-        checkpoint,
-        attn_implementation=attn_implementation,
-        output_loading_info=True,
-        # another width cannot reuse the FFN weights: load them as new (listed under `mismatched_weights`)
-        ignore_mismatched_sizes="intermediate_size" in overrides,
-        **overrides,
-    )
+    check_checkpoint(checkpoint)
+    with variant_change_intended():  # the report lists the reused and new weights itself
+        config = FfnBertConfig.from_pretrained(checkpoint, **overrides)  # fails early, clearly, on a bad request
+        batch = example_batch(checkpoint, config)
+        torch.manual_seed(0)
+        reference = BertModel.from_pretrained(checkpoint, attn_implementation=attn_implementation).eval()
+        variant, info = FfnBertModel.from_pretrained(
+            checkpoint,
+            attn_implementation=attn_implementation,
+            output_loading_info=True,
+            # another width cannot reuse the FFN weights: load them as new (listed under `mismatched_weights`)
+            ignore_mismatched_sizes="intermediate_size" in overrides,
+            **overrides,
+        )
     variant.eval()
     with torch.no_grad():
         ref_out = reference(**batch, output_hidden_states=True)
@@ -161,4 +210,13 @@ def format_table(rows: list[ParityRow]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["HEAD_PAIRS", "ffn_outputs", "ffn_rows", "format_table", "rows_as_dicts", "run_parity", "variant_report"]
+__all__ = [
+    "HEAD_PAIRS",
+    "NotPlainBertError",
+    "ffn_outputs",
+    "ffn_rows",
+    "format_table",
+    "rows_as_dicts",
+    "run_parity",
+    "variant_report",
+]

@@ -76,7 +76,7 @@ def run_classification(
     check_output_dir(training_args.output_dir)
     raw = load_classification_datasets(data_args)
     text_column, labels = check_columns_and_labels(raw, data_args)
-    check_checkpoint(model_args.model_name_or_path)
+    check_checkpoint(model_args.model_name_or_path, "--model_name_or_path")
     tokenizer = load_tokenizer(model_args)
 
     label2id = {label: i for i, label in enumerate(labels)}

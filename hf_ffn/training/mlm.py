@@ -118,7 +118,7 @@ def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_ar
     documents = read_text_documents(data_args.train_files)
     if len(documents) < 2:
         raise ValueError("--train_files: need at least two documents (whole documents are held out for validation)")
-    check_checkpoint(model_args.model_name_or_path)
+    check_checkpoint(model_args.model_name_or_path, "--model_name_or_path")
     tokenizer = load_tokenizer(model_args)
 
     order = np.random.default_rng(data_args.split_seed).permutation(len(documents))

@@ -1,5 +1,6 @@
 """Models in and out of a fine-tuning run: checkpoint and tokenizer loading (a variant through
-`hf_ffn.conversion.load_converted`), output-folder checks, the finished save, the final evaluation and the model card.
+`hf_ffn.conversion.load_converted`; the checkpoint argument is checked by `hf_ffn.checkpoints.check_checkpoint`,
+re-exported here), output-folder checks, the finished save, the final evaluation and the model card.
 
 Finished output. Trainer writes its resumable checkpoints to `output_dir/checkpoint-N/` as usual. The final
 model, tokenizer, model card and results are written to a staging folder `output_dir/.staging-final/` and then
@@ -34,7 +35,9 @@ from transformers import (
     TrainingArguments,
 )
 
+from ..checkpoints import check_checkpoint
 from ..conversion import load_converted
+from ..files import give_ordinary_permissions
 from ..model_card import build_training_card
 from .arguments import ModelArguments
 
@@ -43,22 +46,6 @@ CARD_HYPERPARAMETERS = (
     "learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size", "seed", "weight_decay",
     "warmup_steps", "lr_scheduler_type",
 )
-
-
-def check_checkpoint(name_or_path: str) -> None:
-    """Raise `FileNotFoundError` if `name_or_path` looks like a local path but is not a checkpoint folder.
-
-    Anything that is a folder must hold `config.json`; anything that is not a folder and is not a hub name
-    (`name` or `org/name`) is a path that does not exist.
-    """
-    path = Path(name_or_path).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"--model_name_or_path: {name_or_path!r} is a folder without config.json")
-        return
-    looks_like_hub_name = name_or_path.count("/") <= 1 and not name_or_path.startswith((".", "/", "~"))
-    if not looks_like_hub_name or path.exists():
-        raise FileNotFoundError(f"--model_name_or_path: checkpoint folder {name_or_path!r} does not exist")
 
 
 def load_model(model_args: ModelArguments, model_class: type[PreTrainedModel], **kwargs) -> tuple[PreTrainedModel, dict]:
@@ -71,9 +58,10 @@ def load_model(model_args: ModelArguments, model_class: type[PreTrainedModel], *
     only what the conversion changed; `save_outputs` saves the checkpoint's value, see the module docstring).
 
     Raises:
-        FileNotFoundError: if the checkpoint path does not exist (see `check_checkpoint`).
+        FileNotFoundError: if the checkpoint looks local and is not a checkpoint folder
+            (`hf_ffn.checkpoints.check_checkpoint`).
     """
-    check_checkpoint(model_args.model_name_or_path)
+    check_checkpoint(model_args.model_name_or_path, "--model_name_or_path")
     if not model_args.is_variant:
         model, info = model_class.from_pretrained(model_args.model_name_or_path, output_loading_info=True, **kwargs)
         report = {"conversion": "none", "new_weights": sorted(info["missing_keys"])}
@@ -147,6 +135,7 @@ def save_finished(
         save(staging)
         barrier()
         if main:
+            give_ordinary_permissions(staging)  # safetensors writes model.safetensors owner-only (0600)
             names = sorted(os.listdir(staging), key=lambda name: name == "config.json")  # config.json last
             for name in names:
                 target = output / name

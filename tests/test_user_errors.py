@@ -1,0 +1,387 @@
+"""What a new user meets: checkpoint paths that do not exist, a parity check on a variant folder, a variant
+override at load, a sentence-transformers source given to `hf-ffn convert`, file permissions, and the tokenizer of
+a converted folder without hf_ffn installed. CLI behaviour is checked in-process (`hf_ffn.cli.main`)."""
+
+import json
+import logging
+import os
+import runpy
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertModel
+
+import hf_ffn.training
+from hf_ffn import FfnBertConfig, FfnBertModel, configuration_ffn_bert
+from hf_ffn.checkpoints import check_checkpoint, looks_local
+import hf_ffn.cli
+from hf_ffn.cli import EXIT_BAD_INPUT, EXIT_NOT_EXACT, EXIT_NOT_PLAIN_BERT, build_parser, main
+from hf_ffn.conversion import convert_checkpoint, export_to_bert, load_converted
+from hf_ffn.export import export_onnx
+from hf_ffn.files import atomic_output_file
+from hf_ffn.parity import NotPlainBertError, ParityRow, run_parity, variant_report
+from hf_ffn.sentence_transformers import convert_sentence_transformer
+from hf_ffn.training import save_finished
+
+from .conftest import TINY, tiny_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def umask_022():
+    """Run the test under umask 0o022 (files 0o644, folders 0o755), restoring the previous umask after."""
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def cli_error(capsys, argv: list[str]) -> tuple[int, str]:
+    """Run `hf-ffn ARGV` in-process; return (exit code, stderr) of a run that exits through `parser.exit`."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    return exited.value.code, capsys.readouterr().err
+
+
+# --- checkpoint paths that do not exist ------------------------------------------------------------------------
+
+
+def missing_paths(tmp_path: Path) -> list[str]:
+    """Local-looking paths that do not exist: absolute, ./, ../, ~, and one whose parent folder exists."""
+    return [str(tmp_path / "missing"), "./no-such-checkpoint", "../no-such-checkpoint", "~/no-such-checkpoint-xyz",
+            f"{tmp_path.name}/missing"]
+
+
+def test_missing_local_checkpoint_in_every_command(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path.parent)  # so "<tmp_path.name>/missing" has an existing parent folder
+    for path in missing_paths(tmp_path):
+        for argv, argument in (
+            (["parity", "--model", path], "--model"),
+            (["parity", "--model", path, "--ffn-type", "geglu"], "--model"),
+            (["convert", path, str(tmp_path / "out"), "--ffn-type", "geglu"], "CHECKPOINT"),
+            (["convert", path, str(tmp_path / "out"), "--to-bert"], "CHECKPOINT"),
+        ):
+            code, err = cli_error(capsys, argv)
+            assert code == EXIT_BAD_INPUT, (argv, err)
+            assert f"{argument}: no such folder: {path}" in err, (argv, err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_convert_script_names_the_missing_folder(tmp_path, capsys, monkeypatch):
+    missing = str(tmp_path / "missing")
+    monkeypatch.setattr(sys, "argv", ["convert_checkpoint.py", missing, str(tmp_path / "out"), "--ffn-type", "geglu"])
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_path(str(REPO / "scripts" / "convert_checkpoint.py"), run_name="__main__")
+    assert exited.value.code == EXIT_BAD_INPUT
+    assert f"CHECKPOINT: no such folder: {missing}" in capsys.readouterr().err
+
+
+def test_library_functions_name_the_missing_folder(tmp_path):
+    missing = str(tmp_path / "missing")
+    calls = [
+        lambda: load_converted(missing, ffn_type="geglu"),
+        lambda: run_parity(missing),
+        lambda: variant_report(missing, ffn_type="geglu"),
+        lambda: convert_checkpoint(missing, tmp_path / "out", ffn_type="geglu"),
+        lambda: export_to_bert(missing, tmp_path / "out"),
+        lambda: convert_sentence_transformer(missing, tmp_path / "out", ffn_type="geglu"),
+    ]
+    for call in calls:
+        with pytest.raises(FileNotFoundError, match=f"no such folder: {missing}$"):
+            call()
+    assert not (tmp_path / "out").exists()
+
+
+def test_folder_without_config_and_a_file(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    code, err = cli_error(capsys, ["parity", "--model", str(tmp_path / "empty")])
+    assert code == EXIT_BAD_INPUT and f"--model: {tmp_path / 'empty'} is a folder without config.json" in err
+    (tmp_path / "weights.bin").write_bytes(b"")
+    code, err = cli_error(capsys, ["convert", str(tmp_path / "weights.bin"), str(tmp_path / "out")])
+    assert code == EXIT_BAD_INPUT and "is a file, not a checkpoint folder" in err
+    with pytest.raises(FileNotFoundError, match=r"^--model_name_or_path: .* is a folder without config.json$"):
+        check_checkpoint(tmp_path / "empty", "--model_name_or_path")
+
+
+def test_fine_tuning_uses_the_same_check():
+    # The fine-tuning scripts (hf_ffn.training.load_model, run_classification, run_mlm) check through this one.
+    assert hf_ffn.training.check_checkpoint is check_checkpoint
+
+
+def test_hub_names_pass_through(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("bert-base-uncased", "google-bert/bert-base-uncased"):
+        assert not looks_local(name)
+        check_checkpoint(name)  # no error: transformers resolves it
+    (tmp_path / "org").mkdir()
+    assert looks_local("org/name")  # an existing parent folder: a local path
+    # Offline, a hub name gets transformers' own error, not "no such folder".
+    code, err = cli_error(capsys, ["parity", "--model", "nobody-here/no-such-model"])
+    assert code == EXIT_BAD_INPUT and "no such folder" not in err and "huggingface.co" in err
+
+
+# --- parity on a variant folder --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def swiglu_pre_folder(tiny_bert_checkpoint, tmp_path_factory) -> Path:
+    """`hf-ffn convert TINY_BERT OUT --ffn-type swiglu --layer-norm-position pre`, under umask 0o022."""
+    out = tmp_path_factory.mktemp("variant") / "swiglu-pre"
+    previous = os.umask(0o022)
+    try:
+        assert main(["convert", tiny_bert_checkpoint, str(out), "--ffn-type", "swiglu",
+                     "--layer-norm-position", "pre"]) == 0
+    finally:
+        os.umask(previous)
+    return out
+
+
+def test_parity_on_a_variant_folder_explains_and_exits_3(swiglu_pre_folder, tiny_bert_checkpoint, capsys):
+    capsys.readouterr()
+    assert main(["parity", "--model", str(swiglu_pre_folder)]) == EXIT_NOT_PLAIN_BERT == 3
+    captured = capsys.readouterr()
+    assert "outputs equal" not in captured.out  # no parity table: it would only measure the variant
+    err = captured.err
+    assert f"{swiglu_pre_folder} is not a plain-BERT checkpoint" in err
+    assert "ffn_type='swiglu'" in err and "layer_norm_position='pre'" in err
+    assert "Upstream BertModel cannot represent it" in err
+    assert ("would ignore 6 weights (encoder.layer.{0, 1}.mlp.gate_proj.weight, encoder.layer.{0, 1}.mlp.gate_proj"
+            ".bias, encoder.final_norm.weight, encoder.final_norm.bias)") in err
+    hint = f"hf-ffn parity --model {tiny_bert_checkpoint} --ffn-type swiglu --layer-norm-position pre"
+    assert hint in err  # the source, read from conversion_report.json
+    # The hinted command runs: the variant report, exit 0.
+    assert main(hint.split()[1:]) == 0
+    assert "new weights" in capsys.readouterr().out
+
+    assert main(["parity", "--json", "--model", str(swiglu_pre_folder)]) == EXIT_NOT_PLAIN_BERT
+    document = json.loads(capsys.readouterr().out)
+    assert document["not_plain_bert"] is True and document["exact"] is None
+    assert "encoder.final_norm.weight" in document["ignored_weights"]
+    with pytest.raises(NotPlainBertError):
+        run_parity(str(swiglu_pre_folder))
+
+
+def test_parity_exit_code_1_is_a_real_difference(monkeypatch, capsys):
+    # A plain-BERT checkpoint whose outputs differ would be an hf_ffn bug; stand one in to check the exit code.
+    rows = [ParityRow("FfnBertModel", "last_hidden_state", (3, 7, 32), 0.5, False)]
+    monkeypatch.setattr(hf_ffn.cli, "run_parity", lambda checkpoint, attn_implementation: rows)
+    monkeypatch.setattr(hf_ffn.cli, "choose_default_checkpoint", lambda: ("some/bert", "stand-in"))
+    assert main(["parity"]) == EXIT_NOT_EXACT == 1
+    assert "0/1 outputs equal (torch.equal). NOT EXACT" in capsys.readouterr().out
+
+
+def test_exit_codes_are_in_the_help():
+    for parser in (build_parser(), build_parser()._subparsers._group_actions[0].choices["parity"]):
+        text = parser.format_help()
+        assert "exit codes:" in text
+        assert "  1  parity failed" in text and "  2  bad input" in text
+        assert "  3  parity: the checkpoint is an FfnBert variant that upstream BertModel cannot represent" in text
+
+
+# --- a variant override at load --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def config_warnings():
+    """The warnings of the config module's logger (transformers' loggers need not propagate to the root)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    configuration_ffn_bert.logger.addHandler(handler)
+    yield records
+    configuration_ffn_bert.logger.removeHandler(handler)
+
+
+def messages(records) -> list[str]:
+    return [r.getMessage() for r in records if "overridden at load" in r.getMessage()]
+
+
+def test_overriding_a_saved_variant_warns(tmp_path, config_warnings):
+    torch.manual_seed(0)
+    FfnBertModel(tiny_config(ffn_type="swiglu", layer_norm_position="pre")).save_pretrained(tmp_path)
+    FfnBertModel.from_pretrained(tmp_path, ffn_type="geglu")
+    (message,) = messages(config_warnings)
+    assert "the checkpoint's ffn_type is 'swiglu', overridden at load with 'geglu'" in message
+    assert "the saved gate_proj/up_proj/down_proj weights, trained for swiglu, are reused under geglu" in message
+    assert "the outputs change" in message and "hf_ffn.conversion.load_converted" in message
+
+    config_warnings.clear()
+    FfnBertConfig.from_pretrained(tmp_path, layer_norm_position="post")
+    (message,) = messages(config_warnings)
+    assert "layer_norm_position is 'pre', overridden at load with 'post'" in message
+    assert "trained in Pre-LN places, are applied in Post-LN places" in message
+
+    config_warnings.clear()
+    FfnBertConfig.from_pretrained(tmp_path, ffn_type="swiglu", layer_norm_position="pre")  # the saved values
+    FfnBertConfig.from_pretrained(tmp_path)
+    assert messages(config_warnings) == []
+
+
+def test_overriding_a_bert_checkpoints_activation_warns_unless_gated(tiny_bert_checkpoint, config_warnings):
+    FfnBertConfig.from_pretrained(tiny_bert_checkpoint, ffn_type="relu")
+    (message,) = messages(config_warnings)
+    assert "ffn_type is 'gelu' (a plain BERT checkpoint), overridden at load with 'relu'" in message
+    assert "trained for gelu, are reused under relu" in message
+    config_warnings.clear()
+    # A gated FFN's gate_proj is missing from the checkpoint: transformers' loading report lists it as new.
+    FfnBertConfig.from_pretrained(tiny_bert_checkpoint, ffn_type="geglu")
+    FfnBertConfig.from_pretrained(tiny_bert_checkpoint, ffn_type="gelu")  # BERT's own FFN
+    assert messages(config_warnings) == []
+
+
+def test_the_conversion_api_does_not_warn(tiny_bert_checkpoint, config_warnings):
+    load_converted(tiny_bert_checkpoint, ffn_type="relu", init="fresh")  # changes the variant on purpose
+    load_converted(tiny_bert_checkpoint, layer_norm_position="pre")
+    variant_report(tiny_bert_checkpoint, ffn_type="relu")
+    assert messages(config_warnings) == []
+
+
+# --- a sentence-transformers source ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_sentence_transformer(bundled_checkpoint, tmp_path_factory) -> Path:
+    """A tiny sentence-transformers model (BERT backbone of TINY sizes with the bundled vocabulary, mean Pooling,
+    Normalize), saved by sentence-transformers itself."""
+    st = pytest.importorskip("sentence_transformers")
+    modules = pytest.importorskip("sentence_transformers.sentence_transformer.modules")
+    root = tmp_path_factory.mktemp("tiny_st")
+    torch.manual_seed(0)
+    BertModel(BertConfig(**{**TINY, "vocab_size": 30522})).save_pretrained(root / "bert")
+    AutoTokenizer.from_pretrained(bundled_checkpoint).save_pretrained(root / "bert")
+    stack = [modules.Transformer(str(root / "bert")), modules.Pooling(TINY["hidden_size"], "mean"), modules.Normalize()]
+    st.SentenceTransformer(modules=stack, device="cpu").save(str(root / "st"))
+    return root / "st"
+
+
+def test_convert_keeps_sentence_transformers_modules(tiny_sentence_transformer, tmp_path, capsys):
+    st = pytest.importorskip("sentence_transformers")
+    out = tmp_path / "geglu"
+    assert main(["convert", str(tiny_sentence_transformer), str(out), "--ffn-type", "geglu"]) == 0
+    assert "kept the other modules (modules.json)" in capsys.readouterr().out
+    assert {"modules.json", "conversion_report.json", "README.md", "modeling_ffn_bert.py"} <= set(os.listdir(out))
+    assert "| `last_hidden_state` | 0 | 0 | yes |" in (out / "README.md").read_text()  # hf_ffn's model card
+    sentences = ["a short one", "a somewhat longer sentence, padded in the batch", "three"]
+    source = st.SentenceTransformer(str(tiny_sentence_transformer), device="cpu")
+    converted = st.SentenceTransformer(str(out), device="cpu")
+    assert [type(m).__name__ for m in converted] == ["Transformer", "Pooling", "Normalize"]
+    assert type(converted[0].model) is FfnBertModel and converted[0].model.config.ffn_types == ["geglu"] * 2
+    expected = source.encode(sentences, convert_to_tensor=True)
+    embeddings = converted.encode(sentences, convert_to_tensor=True)
+    assert torch.allclose(embeddings.norm(dim=-1), torch.ones(3))  # normalised: Normalize kept
+    assert torch.equal(embeddings, expected)  # GELU → GeGLU is function-preserving, bit for bit
+
+
+# --- file permissions ---------------------------------------------------------------------------------------------
+
+
+class FakeProgram:
+    """Stands in for torch.onnx.export's ONNXProgram: the test is about how the file is written, not the export
+    (10-30 s per graph, exercised in test_export.py)."""
+
+    def save(self, path, external_data):
+        Path(path).write_bytes(b"onnx")
+
+
+def test_exported_onnx_file_has_umask_permissions(tmp_path, monkeypatch, umask_022):
+    monkeypatch.setattr(torch.onnx, "export", lambda *args, **kwargs: FakeProgram())
+    model = FfnBertModel(tiny_config()).eval()
+    path = export_onnx(model, tmp_path / "model.onnx")
+    assert path.read_bytes() == b"onnx"
+    assert mode(path) == 0o666 & ~0o022 == 0o644
+    assert sorted(os.listdir(tmp_path)) == ["model.onnx"]  # no temporary file left
+
+
+def test_atomic_output_file_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "file.txt"
+    target.write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_output_file(target) as tmp:
+            tmp.write_text("new")
+            raise RuntimeError("interrupted")
+    assert target.read_text() == "old" and os.listdir(tmp_path) == ["file.txt"]
+
+
+def test_converted_and_fine_tuned_folders_have_umask_permissions(swiglu_pre_folder, tmp_path, umask_022):
+    # safetensors writes model.safetensors owner-only (0600); the folders hf_ffn writes get ordinary permissions.
+    assert mode(swiglu_pre_folder) == 0o755
+    for path in swiglu_pre_folder.iterdir():
+        assert mode(path) == 0o644, path
+
+    def save(folder: Path) -> None:
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(b"")
+        os.chmod(folder / "model.safetensors", 0o600)
+
+    save_finished(str(tmp_path / "run"), save)
+    assert {p.name: mode(p) for p in (tmp_path / "run").iterdir()} == {"config.json": 0o644,
+                                                                        "model.safetensors": 0o644}
+
+
+def test_export_refuses_unpad_tokens(tmp_path):
+    model = FfnBertModel(tiny_config(unpad_tokens=True)).eval()
+    with pytest.raises(ValueError, match=r"config.unpad_tokens=True cannot be exported .* set "
+                                         r"model.config.unpad_tokens = False"):
+        export_onnx(model, tmp_path / "model.onnx")
+    assert not (tmp_path / "model.onnx").exists()
+
+
+# --- the tokenizer of a converted folder without hf_ffn ------------------------------------------------------------
+
+TOKENIZER_SCRIPT = textwrap.dedent(
+    """
+    import importlib.util, json, os, sys, time
+    sys.path = [p for p in sys.path if not os.path.isdir(os.path.join(p or os.getcwd(), "hf_ffn"))]
+    sys.meta_path = [f for f in sys.meta_path if "editable" not in getattr(f, "__name__", type(f).__name__).lower()]
+    assert importlib.util.find_spec("hf_ffn") is None
+    from transformers import AutoTokenizer, BertTokenizer
+    folder = sys.argv[1]
+    for line in sys.argv[2:]:
+        start = time.perf_counter()
+        exec(line.replace('"path/to/this/folder"', repr(folder)))
+        seconds = time.perf_counter() - start
+        ids = tokenizer("time flies like an arrow")["input_ids"]
+        print("TOKENIZER " + json.dumps({"line": line, "class": type(tokenizer).__name__, "ids": ids,
+                                          "seconds": seconds}), flush=True)
+    """
+)
+
+
+def documented_tokenizer_lines() -> list[str]:
+    """The tokenizer lines of the model card's "How to load" (the converted-folder template)."""
+    body = (REPO / "hf_ffn" / "model_cards" / "_body.md").read_text(encoding="utf-8")
+    return [line for line in body.splitlines() if line.startswith("tokenizer = ")]
+
+
+def test_documented_tokenizer_call_needs_no_prompt_without_hf_ffn(swiglu_pre_folder, bundled_checkpoint, tmp_path):
+    folder = tmp_path / "converted"
+    folder.mkdir()
+    for path in swiglu_pre_folder.iterdir():  # the converted folder (its config has auto_map.AutoConfig) ...
+        (folder / path.name).write_bytes(path.read_bytes())
+    AutoTokenizer.from_pretrained(bundled_checkpoint).save_pretrained(folder)  # ... with a real BERT tokenizer
+    lines = documented_tokenizer_lines()
+    assert lines == [
+        'tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder", trust_remote_code=False)',
+        'tokenizer = BertTokenizer.from_pretrained("path/to/this/folder")',
+    ]
+    env = {"PATH": os.environ.get("PATH", ""), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home")}
+    # stdin closed: a prompt would read EOF at once; the check is that none is shown, and the time of each call.
+    result = subprocess.run([sys.executable, "-c", TOKENIZER_SCRIPT, str(folder), *lines], cwd=tmp_path, env=env,
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Do you wish to run the custom code" not in result.stdout + result.stderr
+    loaded = [json.loads(out.split(" ", 1)[1]) for out in result.stdout.splitlines() if out.startswith("TOKENIZER ")]
+    assert [entry["line"] for entry in loaded] == lines, result.stdout
+    for entry in loaded:
+        assert entry["class"] == "BertTokenizer", entry
+        assert entry["ids"] == [101, 2051, 10029, 2066, 2019, 8612, 102], entry  # bert-base-uncased's ids
+        assert entry["seconds"] < 5, entry
