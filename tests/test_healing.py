@@ -180,7 +180,7 @@ BAD_INPUTS = {
     "vocab size": (lambda s, f: _student_with_config(s, f, vocab_size=30600), {}, ValueError, "vocab_size"),
     "tokenizer vocabulary": (_student_with_other_tokenizer, {}, ValueError, "tokenizers differ"),
     "missing text": (None, {"train_files": ["/nonexistent/speeches"]}, FileNotFoundError, "does not exist"),
-    "folder without txt": (None, {"train_files": ["EMPTY_FOLDER"]}, FileNotFoundError, r"holds no \*\.txt"),
+    "folder without txt": (None, {"train_files": ["EMPTY_FOLDER"]}, FileNotFoundError, r"holds no file matching '\*\.txt'"),
     "empty text": (None, {"train_files": ["EMPTY_FILE"]}, ValueError, "is empty"),
     "text shorter than a block": (None, {"train_files": ["SHORT_FILE"]}, ValueError, "shorter than one block"),
     "missing eval dir": (None, {"eval_dir": "/nonexistent/rt"}, FileNotFoundError, "rt-polarity"),
@@ -189,7 +189,9 @@ BAD_INPUTS = {
                                         {"layers": "all"}, ValueError, "LayerNorm placement"),
     "KL without an MLM head": (None, {"mlm_kl_weight": 1.0}, ValueError, "MLM head"),
     "unknown train_parts": (None, {"train_parts": "attention"}, ValueError, "ffn, ffn_norms, encoder, all"),
-    "missing student": (lambda s, f: None, {}, FileNotFoundError, "no config.json"),
+    "missing student": (lambda s, f: None, {}, FileNotFoundError, "--student: no such folder: "),
+    "missing teacher": (None, {"teacher": "/nonexistent/bert"}, FileNotFoundError,
+                        "--teacher: no such folder: /nonexistent/bert"),
 }
 
 

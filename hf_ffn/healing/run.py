@@ -31,6 +31,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokeni
 from transformers import default_data_collator
 from transformers.trainer_utils import get_last_checkpoint
 
+from ..checkpoints import check_checkpoint
 from ..configuration_ffn_bert import FfnBertConfig
 from ..conversion import REPORT_FILE, ConversionReport, atomic_output_dir, ffn_class_for, full_auto_map
 from ..conversion import measure_difference
@@ -82,15 +83,17 @@ def check_models(heal_args: HealArguments) -> str:
     Raises:
         FileNotFoundError: student or teacher folder missing. ValueError: as the module docstring says.
     """
+    check_checkpoint(heal_args.student, "--student")
     student = Path(heal_args.student)
-    if not (student / "config.json").is_file():
-        raise FileNotFoundError(f"--student: {heal_args.student!r} is not a model folder (no config.json)")
+    if not student.is_dir():
+        raise FileNotFoundError(f"--student: no such folder: {heal_args.student} (the student is a local folder)")
     teacher = heal_args.teacher
     if teacher is None:
         report_file = student / REPORT_FILE
         if not report_file.is_file():
             raise ValueError(f"--teacher not given and --student {str(student)!r} has no {REPORT_FILE} naming its source")
         teacher = json.loads(report_file.read_text())["source"]
+    check_checkpoint(teacher, "--teacher")
     s_config = FfnBertConfig.from_pretrained(student)
     try:
         t_config = AutoConfig.from_pretrained(teacher)
