@@ -254,6 +254,7 @@ def test_cli_bad_input_is_one_line_error(tmp_path, capsys):
     assert err.startswith("hf-ffn parity: error:") and "model_type='gpt2'" in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_console_command_runs(tmp_path):
     """The installed `hf-ffn` entry point, in a process of its own: a bad folder is one line on stderr, exit 2."""
     command = shutil.which("hf-ffn", path=os.path.dirname(sys.executable))
