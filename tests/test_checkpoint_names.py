@@ -32,24 +32,33 @@ def test_fresh_default_model_saves_exactly_bert_names(tmp_path):
     assert not any("gamma" in k or "beta" in k for k in saved_keys(tmp_path / "ours"))
 
 
-def test_legacy_gamma_beta_checkpoint_reloads_and_resaves_as_upstream_does(tiny_bert_checkpoint, tmp_path):
+def test_legacy_checkpoint_loads_and_resaves_as_upstream_does(tiny_bert_checkpoint, tmp_path):
+    """A checkpoint with TF-era `LayerNorm.gamma/beta` names and a stale `position_ids` buffer: FfnBert loads it
+    as upstream BERT does (every weight, the buffer dropped, the same outputs) and re-saves upstream's layout."""
     state = load_file(f"{tiny_bert_checkpoint}/model.safetensors")
     legacy = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
               for k, v in state.items()}
+    legacy["bert.embeddings.position_ids"] = torch.arange(TINY["max_position_embeddings"])[None]
     (tmp_path / "legacy").mkdir()
     save_file(legacy, tmp_path / "legacy" / "model.safetensors", metadata={"format": "pt"})
     (tmp_path / "legacy" / "config.json").write_text(open(f"{tiny_bert_checkpoint}/config.json").read())
     ours, info = FfnBertModel.from_pretrained(tmp_path / "legacy", output_loading_info=True)
-    assert not info["missing_keys"]
+    upstream, upstream_info = BertModel.from_pretrained(tmp_path / "legacy", output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"]
+    # A base model leaves the checkpoint's `cls.*` head out, as BertModel does; nothing else is left over.
+    assert {k for k in info["unexpected_keys"] if not k.startswith("cls.")} == set()
+    assert info["unexpected_keys"] == upstream_info["unexpected_keys"]
     assert all(torch.equal(ours.encoder.layer[i].mlp_norm.weight, state[f"bert.encoder.layer.{i}.output.LayerNorm.weight"])
                for i in range(TINY["num_hidden_layers"]))
-    upstream = BertModel.from_pretrained(tmp_path / "legacy")
+    original = BertModel.from_pretrained(tiny_bert_checkpoint).eval()  # the same weights under today's names
+    with torch.no_grad():
+        assert torch.equal(original(**tiny_batch()).last_hidden_state, ours.eval()(**tiny_batch()).last_hidden_state)
     ours.save_pretrained(tmp_path / "ours")
     upstream.save_pretrained(tmp_path / "upstream")
     assert saved_keys(tmp_path / "ours") == saved_keys(tmp_path / "upstream")  # the source's layout, as upstream keeps it
     reloaded = FfnBertModel.from_pretrained(tmp_path / "ours").eval()
     with torch.no_grad():
-        assert torch.equal(reloaded(**tiny_batch()).last_hidden_state, ours.eval()(**tiny_batch()).last_hidden_state)
+        assert torch.equal(reloaded(**tiny_batch()).last_hidden_state, ours(**tiny_batch()).last_hidden_state)
 
 
 def test_transformers_legacy_mapping_is_left_alone():

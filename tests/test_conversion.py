@@ -8,7 +8,8 @@ from transformers import BertConfig, BertForPreTraining, BertModel, RobertaConfi
 
 from hf_ffn import FfnBertForPreTraining
 from hf_ffn.conversion import bert_key, ffn_recipe, load_converted, measure_difference
-from hf_ffn.parity import HEAD_PAIRS, compare_outputs, example_batch, head_inputs
+from hf_ffn.modeling_ffn_bert import HEAD_CLASSES
+from hf_ffn.parity import compare_outputs, example_batch, head_inputs
 
 from .conftest import TINY, tiny_batch
 
@@ -28,30 +29,30 @@ def test_sigmoid_gelu_error_constant():
 # ---------------------------------------------------------------------------------------------------------------
 # Exact conversions
 # ---------------------------------------------------------------------------------------------------------------
-def test_gelu_to_geglu_is_exact_on_real_checkpoint_every_head(bundled_checkpoint, tmp_path):
-    """Every head: upstream creates the heads the checkpoint lacks once (seeded), saves; both sides load that."""
+@pytest.mark.parametrize("head", HEAD_CLASSES, ids=[head.ffn_bert.__name__ for head in HEAD_CLASSES])
+def test_gelu_to_geglu_is_exact_on_real_checkpoint_every_head(bundled_checkpoint, bundled_head_folders, head):
+    """Every head, from the folders the parity job prepares (upstream creates the heads the checkpoint lacks once,
+    seeded, and saves them): the converted GeGLU model equals upstream on every output, attention maps included.
+    Both sides load from disk: freshly initialised in-memory head weights can take another BLAS path (seen: 3e-9
+    on the multiple-choice logits) than the same values loaded from a file."""
+    folder = bundled_head_folders[head.bert]
     batch = example_batch(bundled_checkpoint, BertConfig.from_pretrained(bundled_checkpoint))
-    for upstream_class, ffn_class in HEAD_PAIRS.items():
-        folder = tmp_path / upstream_class.__name__
-        torch.manual_seed(0)
-        upstream_class.from_pretrained(bundled_checkpoint).save_pretrained(folder)
-        # Reloaded, not reused: freshly initialised in-memory head weights can take another BLAS path (seen: 3e-9 on
-        # the multiple-choice logits) than the same values loaded from disk, as on the FfnBert side.
-        reference = upstream_class.from_pretrained(folder, attn_implementation="eager").eval()
-        model, report = load_converted(str(folder), ffn_class, ffn_type="geglu", attn_implementation="eager")
-        assert report.exact and report.new == [] and report.dropped == []
-        assert model.config.ffn_type == "geglu" and model.config.intermediate_size == 1536
-        inputs = head_inputs(upstream_class, batch)
-        with torch.no_grad():
-            ref_out = reference(**inputs, output_hidden_states=True, output_attentions=True)
-            out = model(**inputs, output_hidden_states=True, output_attentions=True)
-        rows = compare_outputs(ffn_class.__name__, ref_out, out)
-        assert rows and all(row.equal for row in rows), [r for r in rows if not r.equal]
-    # The last head's report: 6 layers × (gate weight, gate bias, up weight, up bias) set by the recipe.
+    reference = head.bert.from_pretrained(folder, attn_implementation="eager").eval()
+    model, report = load_converted(folder, head.ffn_bert, ffn_type="geglu", attn_implementation="eager")
+    assert report.exact and report.new == [] and report.dropped == []
+    assert model.config.ffn_type == "geglu" and model.config.intermediate_size == 1536
+    inputs = head_inputs(head.bert, batch)
+    with torch.no_grad():
+        ref_out = reference(**inputs, output_hidden_states=True, output_attentions=True)
+        out = model(**inputs, output_hidden_states=True, output_attentions=True)
+    rows = compare_outputs(head.ffn_bert.__name__, ref_out, out)
+    assert rows and all(row.equal for row in rows), [r for r in rows if not r.equal]
+    # 6 layers × (gate weight, gate bias, up weight, up bias) set by the recipe.
     assert len(report.mapped) == 24
+    prefix = "" if head.bert is BertModel else "bert."
     first = {m["target"]: m for m in report.mapped if ".layer.0." in m["target"]}
-    assert first["bert.encoder.layer.0.mlp.gate_proj.weight"]["source"] == "bert.encoder.layer.0.intermediate.dense.weight"
-    assert first["bert.encoder.layer.0.mlp.up_proj.bias"]["operation"] == "constant 1"
+    assert first[f"{prefix}encoder.layer.0.mlp.gate_proj.weight"]["source"] == f"{prefix}encoder.layer.0.intermediate.dense.weight"
+    assert first[f"{prefix}encoder.layer.0.mlp.up_proj.bias"]["operation"] == "constant 1"
     json.loads(report.to_json())  # JSON-serialisable
 
 

@@ -142,6 +142,7 @@ REMOTE_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_trust_remote_code_without_hf_ffn(tmp_path):
     torch.manual_seed(0)
     model = FfnBertModel(FfnBertConfig(**TINY, ffn_type="swiglu", layer_norm_position="pre")).eval()

@@ -97,6 +97,7 @@ def script_args(folder, output_dir, per_device_batch: int) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_torchrun_two_processes_match_one_process(ddp_fixture, tmp_path):
     """scripts/finetune_classification.py, unchanged, under torchrun on 2 gloo processes vs in one process."""
     single, ddp = tmp_path / "single", tmp_path / "ddp"

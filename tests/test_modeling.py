@@ -139,24 +139,8 @@ def test_pre_ln_hidden_states_last_is_final_normed_output():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# BERT parity on tiny odd sizes (the real-weight matrix is in test_parity.py)
+# Modes and tied weights (BERT parity, tiny odd sizes included, is the matrix in test_parity.py)
 # ---------------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("attn", ["eager", "sdpa"])
-def test_tiny_default_equals_bert(tiny_bert_checkpoint, attn):
-    ref = BertModel.from_pretrained(tiny_bert_checkpoint, attn_implementation=attn).eval()
-    ours = FfnBertModel.from_pretrained(tiny_bert_checkpoint, attn_implementation=attn).eval()
-    kwargs = dict(output_hidden_states=True, output_attentions=attn == "eager")
-    with torch.no_grad():
-        a, b = ref(**tiny_batch(), **kwargs), ours(**tiny_batch(), **kwargs)
-    assert torch.equal(a.last_hidden_state, b.last_hidden_state)
-    assert torch.equal(a.pooler_output, b.pooler_output)
-    assert len(b.hidden_states) == TINY["num_hidden_layers"] + 1
-    assert all(torch.equal(x, y) for x, y in zip(a.hidden_states, b.hidden_states, strict=True))
-    if attn == "eager":
-        assert len(b.attentions) == TINY["num_hidden_layers"]
-        assert all(torch.equal(x, y) for x, y in zip(a.attentions, b.attentions, strict=True))
-
-
 def test_dropout_only_in_train_mode(tiny_bert_checkpoint):
     model = FfnBertModel.from_pretrained(tiny_bert_checkpoint)
     batch = tiny_batch()
@@ -258,45 +242,8 @@ def test_gated_checkpoint_round_trip(tmp_path):
         assert torch.equal(a, b), name
 
 
-def test_legacy_gamma_beta_and_stale_position_ids_load(tiny_bert_checkpoint, tmp_path):
-    from safetensors.torch import load_file, save_file
-
-    state = load_file(f"{tiny_bert_checkpoint}/model.safetensors")
-    legacy = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
-              for k, v in state.items()}
-    legacy["bert.embeddings.position_ids"] = torch.arange(TINY["max_position_embeddings"])[None]
-    save_file(legacy, tmp_path / "model.safetensors", metadata={"format": "pt"})
-    (tmp_path / "config.json").write_text(open(f"{tiny_bert_checkpoint}/config.json").read())
-    model, info = FfnBertModel.from_pretrained(tmp_path, output_loading_info=True)
-    assert _no_missing_no_unexpected(info)  # the stale position_ids buffer is dropped, as upstream drops it
-    ref = BertModel.from_pretrained(tiny_bert_checkpoint).eval()
-    with torch.no_grad():
-        assert torch.equal(ref(**tiny_batch()).last_hidden_state, model.eval()(**tiny_batch()).last_hidden_state)
-
-
 def test_learnable_activation_initialised_when_loading_a_checkpoint(tiny_bert_checkpoint):
     # Regression: PReLU's weight was left uninitialised (garbage) when loading a BERT checkpoint.
     model = FfnBertModel.from_pretrained(tiny_bert_checkpoint, ffn_type="prelu")
     for layer in model.encoder.layer:
         assert torch.equal(layer.mlp.act_fn.weight, torch.full((1,), 0.25))
-
-
-def test_every_head_builds_and_runs():
-    import hf_ffn
-
-    batch = tiny_batch()
-    for name in hf_ffn.__all__:
-        cls = getattr(hf_ffn, name)
-        if not (isinstance(cls, type) and name.startswith("FfnBertFor")):
-            continue
-        model = cls(tiny_config()).eval()
-        inputs = {k: v[:, None].repeat(1, 2, 1) for k, v in batch.items()} if "MultipleChoice" in name else batch
-        with torch.no_grad():
-            out = model(**inputs)
-        assert out[0].shape[0] == 3, name
-
-
-def test_bert_config_instance_builds_ffn_model_with_bert_semantics():
-    cfg, _ = FfnBertConfig.from_bert_dict(BertConfig(**TINY).to_dict())
-    assert cfg.is_default_bert
-    assert cfg.ffn_type == "gelu"
