@@ -143,6 +143,17 @@ def test_default_config_student_stays_equal_to_the_teacher(setup, tmp_path):
     assert torch.equal(upstream(**batch).last_hidden_state, ours(**batch).last_hidden_state)
 
 
+def test_max_eval_snippets_measures_a_seeded_subset(setup, tmp_path):
+    """A quick run measures before/after and the probe on exactly N held-out snippets (the same N both times)."""
+    student = tmp_path / "pre"
+    convert_checkpoint(str(setup / "teacher"), student, layer_norm_position="pre")
+    args = heal_args(setup, student, probe=True, max_eval_snippets=20, curve_snippets=0)
+    healing = run_healing(args, training_args(tmp_path / "run", max_steps=1))
+    assert healing["before"]["agreement"]["texts"] == healing["after"]["agreement"]["texts"] == 20
+    with pytest.raises(ValueError, match="--max_eval_snippets must be at least 10"):
+        heal_args(setup, student, max_eval_snippets=3)
+
+
 def test_dropout_is_what_would_move_an_exact_student(setup, tmp_path):
     """Negative control for the test above: in train mode with BERT's dropout (0.1) the loss of an exact student
     is not 0; `dropout_off` makes it exactly 0."""

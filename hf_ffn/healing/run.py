@@ -58,6 +58,9 @@ class HealArguments:
         default=None, metadata={"help": "held-out snippets in the rt_polarity layout (rt-polarity.<label>, one per "
                                         "line), never trained on: before/after agreement and the linear probe"})
     probe: bool = field(default=True, metadata={"help": "linear probe on all eval_dir snippets before and after"})
+    max_eval_snippets: int | None = field(
+        default=None, metadata={"help": "measure before/after (and probe) on a seeded subset of N held-out snippets "
+                                        "instead of all of them (a quick run; published numbers use all)"})
     curve_snippets: int = field(default=1000, metadata={"help": "snippets (seeded subset) measured during training"})
     curve_steps: int = field(default=0, metadata={"help": "measure the subset every N steps (0: at the end only)"})
     max_seq_length: int = field(default=128, metadata={"help": "tokens per training block"})
@@ -70,6 +73,8 @@ class HealArguments:
 
     def __post_init__(self) -> None:
         self.loss = DistillationLoss(self.hidden_loss, self.layers, self.mlm_kl_weight, self.temperature)
+        if self.max_eval_snippets is not None and self.max_eval_snippets < 10:
+            raise ValueError(f"--max_eval_snippets must be at least 10 (5-fold probe), got {self.max_eval_snippets}")
         for name in ("curve_snippets", "curve_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
@@ -187,6 +192,9 @@ def run_healing(
     healed_dir = Path(heal_args.healed_dir or Path(training_args.output_dir) / "healed")
     check_healed_dir(healed_dir)
     texts, labels = read_labelled_snippets(heal_args.eval_dir) if heal_args.eval_dir else (None, None)
+    if texts and heal_args.max_eval_snippets:
+        keep = subset_indices(len(texts), heal_args.max_eval_snippets)
+        texts, labels = [texts[i] for i in keep], [labels[i] for i in keep]
     resume = resume_path(training_args.resume_from_checkpoint, training_args.output_dir)
     tokenizer = AutoTokenizer.from_pretrained(heal_args.student)
     blocks = mlm_blocks([text for _, text in documents], tokenizer, heal_args.max_seq_length)
