@@ -34,8 +34,10 @@ from transformers import TrainingArguments
 
 import hf_ffn
 from hf_ffn.parity import bundled_checkpoint
+from hf_ffn.conversion import REPORT_FILE
 from hf_ffn.studies.comparison import (
-    BASELINE, VARIANTS, encode_ids, last_fifth_change, machine, parse_healed, plot_curves, report, variant_order,
+    BASELINE, HEAL_STUDY_NAMES, VARIANTS, encode_ids, last_fifth_change, machine, parse_healed, plot_curves,
+    probes_from_healing, report, variant_order,
 )
 from hf_ffn.training import ClassificationDataArguments, ModelArguments, run_classification
 
@@ -71,6 +73,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="run the padded path (default: unpad_tokens on, the same losses at about half the work)")
     parser.add_argument("--work_dir", help="where run folders go (default: a temporary folder, deleted per run)")
     parser.add_argument("--report_only", action="store_true", help="only write the table and plot")
+    parser.add_argument("--heal-dir", "--heal_dir", dest="heal_dir",
+                        help="the healing study's work folder (scripts/heal_study.py): the starting points' linear "
+                             "probes, measured there on all 10,662 snippets, go into the table")
     return parser.parse_args(argv)
 
 
@@ -139,7 +144,12 @@ def write_report(args: argparse.Namespace, runs: list[dict], argv: list[str] | N
         "machine": runs[-1]["machine"], "threads": runs[-1]["threads"], "versions": runs[-1]["versions"],
         "command": "python scripts/compare_variants.py " + shlex.join(sys.argv[1:] if argv is None else argv),
     }
-    (output / TABLE).write_text(report(runs, {}, header))
+    healings = {}
+    for name in HEAL_STUDY_NAMES if args.heal_dir else ():
+        file = Path(args.heal_dir) / name / "healed" / REPORT_FILE
+        if file.is_file():
+            healings[name] = json.loads(file.read_text())["healing"]
+    (output / TABLE).write_text(report(runs, probes_from_healing(healings), header))
     plot_curves(runs, output / PLOT, "rt_polarity fine-tuning from all-MiniLM-L6-v2: validation (mean over seeds)")
 
 

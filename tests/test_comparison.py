@@ -8,6 +8,8 @@ import re
 import numpy as np
 import pytest
 
+from hf_ffn.studies import comparison
+
 from hf_ffn.studies.comparison import (
     BASELINE,
     correctness,
@@ -128,3 +130,19 @@ def test_report_verdicts():
     assert "+50.00 [+50.00, +50.00]" in rows["pre-ln"] and "**outside the noise**" in rows["pre-ln"]
     assert "inside the noise" in rows["geglu-preserving"]
     assert re.search(r"relative change [+-]0\.00%", text)
+
+
+def test_probes_from_healing_map_teacher_before_and_after():
+    def probe(accuracy):
+        return {"accuracy": accuracy, "std": accuracy / 100, "folds": [accuracy] * 5}
+
+    healing = {
+        "before": {"agreement": {"texts": 10662}, "probe": {"teacher": probe(0.80), "student": probe(0.78)}},
+        "after": {"agreement": {"texts": 10662}, "probe": {"teacher": probe(0.80), "student": probe(0.795)}},
+    }
+    probes = comparison.probes_from_healing({"swiglu-fresh": healing})
+    assert probes == {
+        "gelu-post (baseline)": {"accuracy": 0.80, "std": 0.008, "snippets": 10662},
+        "swiglu-fresh-matched": {"accuracy": 0.78, "std": 0.0078, "snippets": 10662},
+        "swiglu-fresh-matched healed": {"accuracy": 0.795, "std": 0.00795, "snippets": 10662},
+    }

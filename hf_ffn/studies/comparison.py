@@ -70,6 +70,30 @@ def parse_healed(items: Sequence[str]) -> dict[str, str]:
     return healed
 
 
+# The healing study's variant names (scripts/heal_study.py) → the comparison's.
+HEAL_STUDY_NAMES = {"swiglu-approx": "swiglu-approx", "swiglu-fresh": "swiglu-fresh-matched", "pre-ln": "pre-ln"}
+
+
+def probes_from_healing(healings: dict[str, dict]) -> dict[str, dict]:
+    """The linear probes of the starting points, from the healing study's records (its variant name → the
+    `healing` entry of a healed folder's conversion_report.json, with `before`/`after` measured on all snippets):
+    the baseline is the teacher, each converted variant its student before healing, each healed variant after.
+
+    Returns:
+        {comparison variant name: {"accuracy", "std", "snippets"}}; variants without a record are left out.
+    """
+    probes: dict[str, dict] = {}
+    for study_name, healing in healings.items():
+        variant = HEAL_STUDY_NAMES[study_name]
+        snippets = healing["before"]["agreement"]["texts"]
+        teacher = healing["before"]["probe"]["teacher"]
+        probes[BASELINE] = {"accuracy": teacher["accuracy"], "std": teacher["std"], "snippets": snippets}
+        for name, side in ((variant, "before"), (healed_name(variant), "after")):
+            student = healing[side]["probe"]["student"]
+            probes[name] = {"accuracy": student["accuracy"], "std": student["std"], "snippets": snippets}
+    return probes
+
+
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
     """(mean, sample standard deviation with denominator n − 1; nan for n < 2)."""
     return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else math.nan
@@ -259,7 +283,7 @@ def plot_curves(runs: Sequence[dict], path: Path, title: str) -> None:
 
 
 __all__ = [
-    "BASELINE", "BOOTSTRAP_RESAMPLES", "HEALABLE", "VARIANTS", "correctness", "encode_ids", "healed_name",
+    "BASELINE", "BOOTSTRAP_RESAMPLES", "HEALABLE", "HEAL_STUDY_NAMES", "probes_from_healing", "VARIANTS", "correctness", "encode_ids", "healed_name",
     "last_fifth_change", "machine", "mean_std", "paired_bootstrap", "paired_t_interval", "parse_healed",
     "plot_curves", "report", "variant_order",
 ]
