@@ -133,16 +133,16 @@ def test_report_verdicts():
 
 
 def test_probes_from_healing_map_teacher_before_and_after():
-    def probe(accuracy):
-        return {"accuracy": accuracy, "std": accuracy / 100, "folds": [accuracy] * 5}
+    def probe(accuracy, std=0.01):
+        return {"accuracy": accuracy, "std": std, "folds": [accuracy] * 5}
 
     healing = {
-        "before": {"agreement": {"texts": 10662}, "probe": {"teacher": probe(0.80), "student": probe(0.78)}},
-        "after": {"agreement": {"texts": 10662}, "probe": {"teacher": probe(0.80), "student": probe(0.795)}},
+        "before": {"agreement": {"texts": 10662}, "probe": {"teacher": probe(0.80), "student": probe(0.78, 0.02)}},
+        "after": {"agreement": {"texts": 10662}, "probe": {"teacher": probe(0.80), "student": probe(0.795, 0.03)}},
     }
     probes = comparison.probes_from_healing({"swiglu-fresh": healing})
     assert probes == {
-        "gelu-post (baseline)": {"accuracy": 0.80, "std": 0.008, "snippets": 10662},
-        "swiglu-fresh-matched": {"accuracy": 0.78, "std": 0.0078, "snippets": 10662},
-        "swiglu-fresh-matched healed": {"accuracy": 0.795, "std": 0.00795, "snippets": 10662},
+        "gelu-post (baseline)": {"accuracy": 0.80, "std": 0.01, "snippets": 10662},
+        "swiglu-fresh-matched": {"accuracy": 0.78, "std": 0.02, "snippets": 10662},
+        "swiglu-fresh-matched healed": {"accuracy": 0.795, "std": 0.03, "snippets": 10662},
     }
