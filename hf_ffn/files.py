@@ -36,6 +36,17 @@ def give_ordinary_permissions(path: str | os.PathLike) -> None:
         entry.chmod((0o777 if entry.is_dir() else 0o666) & ~umask)
 
 
+def check_folder_path(path: str | os.PathLike, argument: str = "output folder") -> None:
+    """Check, before any work, that `path` can be (or already is) a folder.
+
+    Raises:
+        FileExistsError: "ARGUMENT 'PATH' is a file, not a folder" when `path` (or a parent) is a file.
+    """
+    for candidate in (Path(path), *Path(path).parents):
+        if candidate.exists() and not candidate.is_dir():
+            raise FileExistsError(f"{argument} {str(path)!r}: {str(candidate)!r} is a file, not a folder")
+
+
 @contextlib.contextmanager
 def atomic_output_file(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
     """Yield a temporary file name beside `path`; after the block it gets ordinary permissions and is renamed to
@@ -64,7 +75,8 @@ def atomic_output_dir(output_dir: str | os.PathLike) -> Iterator[Path]:
         FileExistsError: if `output_dir` exists and is not an empty folder (checked before the block runs).
     """
     output = Path(output_dir)
-    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+    check_folder_path(output)
+    if output.exists() and any(output.iterdir()):
         raise FileExistsError(f"output folder {str(output)!r} exists and is not empty; choose a new path")
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.tmp-", dir=output.parent))
@@ -79,4 +91,4 @@ def atomic_output_dir(output_dir: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
-__all__ = ["atomic_output_dir", "atomic_output_file", "current_umask", "give_ordinary_permissions"]
+__all__ = ["atomic_output_dir", "atomic_output_file", "check_folder_path", "current_umask", "give_ordinary_permissions"]

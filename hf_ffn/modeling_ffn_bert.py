@@ -253,6 +253,13 @@ class FfnBertPreTrainedModel(BertPreTrainedModel):
         if isinstance(module, nn.PReLU):  # a learnable FFN activation (ffn_type="prelu"): torch's own init value
             init.constant_(module.weight, module.init)
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # `auto_map` names every Auto class (`AUTO_MAP`), so a folder saved from any head loads with `AutoModel`,
+        # `AutoModelForMaskedLM`, ... and trust_remote_code; transformers' `custom_object_save` adds only the
+        # saving class's own entry to what the config already has.
+        self.config.auto_map = {**AUTO_MAP, **(getattr(self.config, "auto_map", None) or {})}
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
 
 class FfnBertModel(FfnBertPreTrainedModel, BertModel):
     """The bare FfnBert encoder: upstream `BertModel` (its `forward`, embeddings and pooler) over an

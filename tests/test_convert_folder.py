@@ -13,7 +13,7 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from transformers import BertForMaskedLM, BertModel
 
-from hf_ffn import FfnBertConfig, FfnBertForMaskedLM, FfnBertModel
+from hf_ffn import AUTO_MAP, FfnBertConfig, FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBertModel
 from hf_ffn.cli import main
 from hf_ffn.conversion import export_to_bert
 
@@ -176,3 +176,12 @@ def test_model_card_standard_family(tiny_bert_checkpoint):
     diff = report.difference["last_hidden_state"]
     assert f"| `last_hidden_state` | {diff['max_abs_diff']:.4g} | {diff['mean_abs_diff']:.4g} | no |" in card.text
     assert "2× final_norm" in card.text  # the new weights, summarised
+
+
+def test_a_folder_saved_from_a_head_names_every_auto_class(tmp_path):
+    # transformers writes only the saving class's entry; without the others, AutoModel.from_pretrained(folder,
+    # trust_remote_code=True) fails where hf_ffn is not installed ("Unrecognized configuration class").
+    FfnBertForSequenceClassification(FfnBertConfig(**TINY, ffn_type="swiglu")).save_pretrained(tmp_path)
+    auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
+    assert auto_map == AUTO_MAP
+    assert auto_map["AutoModel"] == "modeling_ffn_bert.FfnBertModel"

@@ -150,8 +150,11 @@ def test_max_eval_snippets_measures_a_seeded_subset(setup, tmp_path):
     args = heal_args(setup, student, probe=True, max_eval_snippets=20, curve_snippets=0)
     healing = run_healing(args, training_args(tmp_path / "run", max_steps=1))
     assert healing["before"]["agreement"]["texts"] == healing["after"]["agreement"]["texts"] == 20
-    with pytest.raises(ValueError, match="--max_eval_snippets must be at least 10"):
-        heal_args(setup, student, max_eval_snippets=3)
+    with pytest.raises(ValueError, match="--max_eval_snippets must be at least 2"):
+        heal_args(setup, student, max_eval_snippets=1)
+    # A seeded subset of 6 can hold fewer than 5 snippets of a label: the 5-fold probe cannot run on it.
+    with pytest.raises(ValueError, match=r"--max_eval_snippets 6: the seeded subset has .* needs at least 5 of each"):
+        run_healing(heal_args(setup, student, probe=True, max_eval_snippets=6), training_args(tmp_path / "r2"))
 
 
 def test_dropout_is_what_would_move_an_exact_student(setup, tmp_path):

@@ -23,7 +23,8 @@ import hf_ffn.cli
 from hf_ffn.cli import EXIT_BAD_INPUT, EXIT_NOT_EXACT, EXIT_NOT_PLAIN_BERT, build_parser, main
 from hf_ffn.conversion import convert_checkpoint, export_to_bert, load_converted
 from hf_ffn.export import export_onnx
-from hf_ffn.files import atomic_output_file
+from hf_ffn.files import atomic_output_dir, atomic_output_file
+import hf_ffn.studies.benchmark.cli
 from hf_ffn.parity import NotPlainBertError, ParityRow, run_parity, variant_report
 from hf_ffn.sentence_transformers import convert_sentence_transformer
 from hf_ffn.training import save_finished
@@ -385,3 +386,24 @@ def test_documented_tokenizer_call_needs_no_prompt_without_hf_ffn(swiglu_pre_fol
         assert entry["class"] == "BertTokenizer", entry
         assert entry["ids"] == [101, 2051, 10029, 2066, 2019, 8612, 102], entry  # bert-base-uncased's ids
         assert entry["seconds"] < 5, entry
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# An output path that is a file fails before any work
+# ---------------------------------------------------------------------------------------------------------------
+def test_output_folder_that_is_a_file_fails_up_front(tmp_path, capsys, monkeypatch):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the benchmark ran before its output folder was checked")
+
+    monkeypatch.setattr(hf_ffn.studies.benchmark.cli, "run_benchmark", no_work)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "--quick", "--output-dir", str(a_file / "results")])
+    assert exit_info.value.code == EXIT_BAD_INPUT
+    assert f"--output-dir '{a_file / 'results'}': '{a_file}' is a file, not a folder" in capsys.readouterr().err
+    with pytest.raises(FileExistsError, match="is a file, not a folder"):
+        with atomic_output_dir(a_file):
+            raise AssertionError("never reached")
+    assert a_file.read_text() == "mine"

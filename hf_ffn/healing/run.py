@@ -38,7 +38,7 @@ from ..conversion import measure_difference
 from ..model_card import build_model_card
 from ..training import mlm_blocks, read_text_documents
 from .distill import DistillationLoss, DistillationTrainer, dropout_off, select_trainable
-from .metrics import AgreementCallback, measure_agreement, read_labelled_snippets, subset_indices
+from .metrics import PROBE_FOLDS, AgreementCallback, measure_agreement, read_labelled_snippets, subset_indices
 
 MLM_CLASSES = ("FfnBertForMaskedLM", "FfnBertForPreTraining")
 
@@ -73,8 +73,8 @@ class HealArguments:
 
     def __post_init__(self) -> None:
         self.loss = DistillationLoss(self.hidden_loss, self.layers, self.mlm_kl_weight, self.temperature)
-        if self.max_eval_snippets is not None and self.max_eval_snippets < 10:
-            raise ValueError(f"--max_eval_snippets must be at least 10 (5-fold probe), got {self.max_eval_snippets}")
+        if self.max_eval_snippets is not None and self.max_eval_snippets < 2:
+            raise ValueError(f"--max_eval_snippets must be at least 2, got {self.max_eval_snippets}")
         for name in ("curve_snippets", "curve_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
@@ -195,6 +195,11 @@ def run_healing(
     if texts and heal_args.max_eval_snippets:
         keep = subset_indices(len(texts), heal_args.max_eval_snippets)
         texts, labels = [texts[i] for i in keep], [labels[i] for i in keep]
+        counts = {label: labels.count(label) for label in sorted(set(labels))}
+        if heal_args.probe and min(counts.values()) < PROBE_FOLDS:
+            raise ValueError(f"--max_eval_snippets {heal_args.max_eval_snippets}: the seeded subset has {counts} "
+                             f"snippets per label, but the {PROBE_FOLDS}-fold probe needs at least {PROBE_FOLDS} of "
+                             f"each; give a larger number or --probe false")
     resume = resume_path(training_args.resume_from_checkpoint, training_args.output_dir)
     tokenizer = AutoTokenizer.from_pretrained(heal_args.student)
     blocks = mlm_blocks([text for _, text in documents], tokenizer, heal_args.max_seq_length)

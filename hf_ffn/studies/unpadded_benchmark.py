@@ -45,6 +45,7 @@ from transformers import AutoTokenizer, BertConfig, BertForSequenceClassificatio
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from .. import __version__
+from ..files import check_folder_path
 from ..modeling_ffn_bert import FfnBertForSequenceClassification
 from ..parity import bundled_checkpoint, quiet_transformers
 from .benchmark import paired_ratio, peak_memory_bytes, time_interleaved
@@ -331,6 +332,10 @@ def main(argv: list[str] | None = None, prog: str = "python scripts/bench_unpadd
     for key in ("repeats", "batches"):
         if getattr(settings, key) < 1:
             parser.error(f"--{key} must be at least 1, got {getattr(settings, key)}")
+    try:
+        check_folder_path(args.output_dir, "--output-dir")
+    except FileExistsError as error:
+        parser.error(str(error))
     command = " ".join([prog, *(sys.argv[1:] if argv is None else argv)])
     with tempfile.TemporaryDirectory() as work_dir:  # the seeded checkpoints
         results = run_unpadded_benchmark(settings, args.rt_polarity_dir, work_dir, command)

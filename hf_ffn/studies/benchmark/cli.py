@@ -6,6 +6,7 @@ import argparse
 import sys
 from dataclasses import replace
 
+from ...files import check_folder_path
 from .run import run_benchmark
 from .settings import FULL, QUICK, BenchSettings
 from .timing import CLOCKS
@@ -57,7 +58,9 @@ def run_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser, com
     """Run the benchmark the parsed `args` describe (a bad value exits through `parser.error`)."""
     try:
         settings = settings_from_args(args)
-    except ValueError as error:
+        if args.output_dir:
+            check_folder_path(args.output_dir, "--output-dir")
+    except (ValueError, FileExistsError) as error:
         parser.error(str(error))
     run_benchmark(settings, args.output_dir, command)
     return 0
