@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from transformers import BertConfig, BertModel
 
-from ...configuration_ffn_bert import parameter_matched_glu_width
+from ...configuration_ffn_bert import parameter_matched_glu_width, variant_change_intended
 from ...modeling_ffn_bert import FfnBertModel
 from ...logging_utils import quiet_transformers
 from ...parity.batches import padded_batch
@@ -45,7 +45,7 @@ def load_variants(checkpoint: str, attn_implementation: str) -> dict[str, nn.Mod
     """
     config = BertConfig.from_pretrained(checkpoint)
     models: dict[str, nn.Module] = {}
-    with quiet_transformers():
+    with quiet_transformers(), variant_change_intended():  # the variants are built on purpose: no reuse warning
         for name, overrides in model_variants(config.intermediate_size).items():
             torch.manual_seed(0)
             if overrides is None:
