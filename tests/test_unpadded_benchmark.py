@@ -81,7 +81,13 @@ def test_targets_judged_only_in_a_full_run():
 
 
 def test_benchmarks_md_links_the_report_with_its_command():
-    # docs/benchmarks.md is written by the main benchmark (`format_markdown` ends with this section)
-    section = "\n".join(benchmarks_section())
-    assert UNPADDED_COMMAND in section and "(unpadded_benchmark.md)" in section
-    assert section in (Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md").read_text()
+    # docs/benchmarks.md is written by the main benchmark (`format_markdown` ends with this section, and lists the
+    # targets of the unpadded run whose JSON lies beside its own)
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    link = "\n".join(benchmarks_section())
+    assert UNPADDED_COMMAND in link and "(unpadded_benchmark.md)" in link
+    unpadded = json.loads((docs / "unpadded_benchmark.json").read_text())
+    section = "\n".join(benchmarks_section(unpadded))
+    assert section.startswith(link) and unpadded["command"] in section
+    assert section.count("\n| all-MiniLM-L6-v2 |") == section.count("\n| bert-base-shapes |") == 10
+    assert section in (docs / "benchmarks.md").read_text()

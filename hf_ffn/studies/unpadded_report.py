@@ -17,10 +17,12 @@ QUICK_NOTE = (" A `--quick` run times a tiny model for seconds: it shows that th
               f"the targets are for `{UNPADDED_COMMAND}` on a quiet machine.")
 
 
-def benchmarks_section() -> list[str]:
+def benchmarks_section(unpadded: dict | None = None) -> list[str]:
     """The section of `docs/benchmarks.md` (the main benchmark's report) that points at this report and its
-    command: the unpadded benchmark is a run of its own (minutes of real batches), not a section of that run."""
-    return [
+    command: the unpadded benchmark is a run of its own (minutes of real batches), not a section of that run.
+    With `unpadded` (the results of a run, `unpadded_benchmark.json` beside `benchmarks.json`) it also gives that
+    run's command, load and targets."""
+    lines = [
         "## Unpadded execution (`unpad_tokens`)",
         "",
         "Measured by a run of its own: upstream `BertForSequenceClassification` against FfnBert with `unpad_tokens` "
@@ -32,6 +34,22 @@ def benchmarks_section() -> list[str]:
         f"`{JSON_NAME}`.",
         "",
     ]
+    if unpadded is None:
+        return lines
+    load = ", ".join(f"{x:.2f}" for x in unpadded["load_average_before"])
+    load_after = ", ".join(f"{x:.2f}" for x in unpadded["load_average_after"])
+    lines += [
+        f"Latest run: `{unpadded['command']}`, started {unpadded['started_utc']} UTC, {unpadded['wall_s']:.0f} s "
+        f"wall, {unpadded['environment']['torch_threads']} torch threads, {unpadded['settings']['clock']} clock; "
+        f"load average (1, 5, 15 min) before {load}, after {load_after}. Shuffled batches: real-token fraction "
+        f"{1 - unpadded['data']['shuffled']['pad_fraction']:.3f} (the floor of *switch on / upstream*).",
+        "",
+        "| checkpoint | attn | mode | ratio | measured [min–max] | limit | met |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [f"| {t['checkpoint']} | {t['attn']} | {t['mode']} | {t['ratio_of']} | {t['measured']} | {t['limit']} | "
+              f"{verdict(t['met'])} |" for t in target_rows(unpadded)]
+    return lines + [""]
 
 
 def judge(value: float, limit: float | None, judged: bool, strict: bool = False) -> bool | None:

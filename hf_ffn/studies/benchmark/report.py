@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+from ..unpadded_report import JSON_NAME as UNPADDED_JSON
 from ..unpadded_report import benchmarks_section
 from .ffn import FUSED_SUFFIX
 from .models import DEFAULT_VARIANT
@@ -52,9 +53,13 @@ def evaluate_targets(results: dict) -> list[dict]:
 
 
 def write_results(results: dict, output_dir: str) -> None:
-    """Write `benchmarks.json` and `benchmarks.md` into `output_dir` (created if missing), each atomically."""
+    """Write `benchmarks.json` and `benchmarks.md` into `output_dir` (created if missing), each atomically. An
+    unpadded benchmark's `unpadded_benchmark.json` in the same folder puts its targets into `benchmarks.md`."""
     os.makedirs(output_dir, exist_ok=True)
-    for name, text in ((JSON_NAME, json.dumps(results, indent=2) + "\n"), (MARKDOWN_NAME, format_markdown(results))):
+    unpadded_file = os.path.join(output_dir, UNPADDED_JSON)
+    unpadded = json.load(open(unpadded_file, encoding="utf-8")) if os.path.isfile(unpadded_file) else None
+    markdown = format_markdown(results, unpadded)
+    for name, text in ((JSON_NAME, json.dumps(results, indent=2) + "\n"), (MARKDOWN_NAME, markdown)):
         path = os.path.join(output_dir, name)
         with open(path + ".tmp", "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -88,8 +93,9 @@ def format_targets(targets: list[dict]) -> str:
     )
 
 
-def format_markdown(results: dict) -> str:
-    """The results document as markdown: targets, then one table per section."""
+def format_markdown(results: dict, unpadded: dict | None = None) -> str:
+    """The results document as markdown: targets, then one table per section; last, the unpadded benchmark's
+    section (with `unpadded`, the results of its latest run, their targets)."""
     meta = results["meta"]
     out = [
         "# hf_ffn benchmark results",
@@ -173,7 +179,7 @@ def format_markdown(results: dict) -> str:
                [[f"{results['load']['upstream_ms']:.1f}", f"{results['load']['ffn_bert_ms']:.1f}",
                  _spread(results["load"])]]),
         "",
-        *benchmarks_section(),
+        *benchmarks_section(unpadded),
     ]
     return "\n".join(out)
 
