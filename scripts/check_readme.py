@@ -11,8 +11,9 @@ set-up block, which `.ci/run` itself runs first; a long command whose short vari
     python scripts/check_readme.py            # from a fresh clone after README's set-up command, ~5 min here
     python scripts/check_readme.py --list     # only print the blocks and whether each runs
 
-Exit status: 0 when every block ran, 1 when one failed (its line number and output are printed), 2 on a README
-without blocks or a skip marker without a reason.
+Exit status: 0 when every block ran and no committed file changed (`git status`), 1 when a block failed (its line
+number and output are printed) or a committed file changed, 2 on a README without blocks or a skip marker without
+a reason.
 """
 
 from __future__ import annotations
@@ -86,6 +87,13 @@ def session_script(blocks: list[Block], folder: Path) -> str:
     return "\n".join(parts) + "\n"
 
 
+def changed_tracked_files(folder: Path) -> list[str]:
+    """Committed files that differ from the checkout's HEAD (`git status`), [] outside a git checkout."""
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder,
+                            capture_output=True, text=True)
+    return [line[3:] for line in status.stdout.splitlines()] if status.returncode == 0 else []
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--readme", default=str(REPO / "README.md"))
@@ -104,15 +112,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"README.md:{block.line:<4} {block.language:<6} {status}")
     if args.list:
         return 0
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VIRTUAL_ENV=str(REPO / ".venv"),
-               PATH=f"{REPO / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+    root = Path(args.readme).resolve().parent  # the blocks run where the README is, with that checkout's .venv
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VIRTUAL_ENV=str(root / ".venv"),
+               PATH=f"{root / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "readme.sh"
         script.write_text(session_script(blocks, Path(tmp)))
-        result = subprocess.run(["bash", str(script)], cwd=REPO, env=env, stdin=subprocess.DEVNULL)
+        result = subprocess.run(["bash", str(script)], cwd=root, env=env, stdin=subprocess.DEVNULL)
     if result.returncode != 0:
         print(f"check_readme: a README block failed (exit {result.returncode}); see the last '===' line above",
               file=sys.stderr)
+        return 1
+    changed = changed_tracked_files(root)
+    if changed:
+        print(f"check_readme: the README blocks changed committed files (scripts must write to out/): "
+              f"{', '.join(changed)}", file=sys.stderr)
         return 1
     print("check_readme: every README block ran", file=sys.stderr)
     return 0

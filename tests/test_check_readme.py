@@ -1,6 +1,7 @@
 """scripts/check_readme.py: README blocks run in order in one session, skip markers need a reason, a failure stops."""
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -39,3 +40,14 @@ def test_state_carries_across_blocks_and_a_failure_stops(tmp_path, capfd):
     assert check_readme.main(["--readme", str(failing)]) == 1
     assert not marker.exists()  # the block after the failing one never ran
     assert "=== README.md:1 (bash)" in capfd.readouterr().err
+
+
+def test_a_block_that_overwrites_a_committed_file_fails(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "figure.png").write_text("committed")
+    readme = write(tmp_path, "```bash\necho new > figure.png\n```\n")
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    assert check_readme.main(["--readme", str(readme)]) == 1
+    assert check_readme.changed_tracked_files(tmp_path) == ["figure.png"]
