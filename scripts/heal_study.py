@@ -225,8 +225,8 @@ of {curve_snippets} snippets.
 Dotted lines: the cosine goals (0.999, 0.99). The learning rate decays linearly to 0 over the run, so the
 flattening at the end is partly the schedule: these curves show the direction, not how far a longer run would
 go. The approximate SwiGLU start is already close (one conversion recipe away) and 120 steps reach its goal; a
-fresh FFN has to relearn a function from random weights, and a Post→Pre-LN student moves every LayerNorm, so both
-need a budget closer to continued pre-training (tens of thousands of steps) than to 120 on one CPU core.
+fresh FFN has to relearn a function from random weights, and a Post→Pre-LN student moves every LayerNorm: both
+improve steadily but need a much larger budget than 120 steps on one CPU core (how much, these curves cannot tell).
 
 ## How this was made
 
