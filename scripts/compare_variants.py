@@ -2,7 +2,9 @@
 """The variant comparison: fine-tune each FFN / LayerNorm variant of one BERT checkpoint on rt_polarity for several
 seeds with `hf_ffn.training.run_classification`, then write the table (mean ± std, paired differences from the
 baseline with a t interval over seeds and a bootstrap interval over test snippets, linear probes, throughput) and
-the validation-curve plot (statistics and rendering: `hf_ffn.studies.comparison`).
+the validation-curve plot (statistics and rendering: `hf_ffn.studies.comparison`). Throughput is measured after the
+runs, every variant side by side in one process (`hf_ffn.studies.variant_throughput`): the runs' own tokens/s
+depend on the load of their hour.
 
     python scripts/compare_variants.py --rt_polarity_dir ../shared/data/rt_polarity --threads 1
     python scripts/compare_variants.py --rt_polarity_dir ../shared/data/rt_polarity --threads 1 \
@@ -10,6 +12,7 @@ the validation-curve plot (statistics and rendering: `hf_ffn.studies.comparison`
     python scripts/compare_variants.py --output-dir docs ...                          # publish under docs/
 
 Writes OUTPUT_DIR/comparison_runs.jsonl (one line per finished run; per-snippet test predictions as digit strings),
+OUTPUT_DIR/comparison_throughput.json (kept once measured; `--remeasure_throughput` measures again),
 OUTPUT_DIR/comparison.md and OUTPUT_DIR/figures/comparison_curves.png. Finished runs in the JSONL are skipped, so an
 interrupted comparison resumes; runs go seed by seed (every variant for seed 0, then seed 1, ...), so a partial
 comparison has the same seeds for every variant. Settings must match the file's (else ValueError: use another
@@ -39,9 +42,11 @@ from hf_ffn.studies.comparison import (
     BASELINE, HEAL_STUDY_NAMES, VARIANTS, encode_ids, last_fifth_change, machine, parse_healed, plot_curves,
     probes_from_healing, report, variant_order,
 )
+from hf_ffn.studies.variant_throughput import measure_throughput
 from hf_ffn.training import ClassificationDataArguments, ModelArguments, run_classification
 
 RESULTS, TABLE, PLOT = "comparison_runs.jsonl", "comparison.md", "figures/comparison_curves.png"
+THROUGHPUT = "comparison_throughput.json"
 LR_NOTE = (
     "Learning rate 1e-4: all-MiniLM-L6-v2 is a compact BERT (6 layers, hidden 384); for compact BERTs Turc et al. "
     "2019 (arXiv 1908.08962) fine-tune over {1e-4, 5e-5, 3e-5}, and with one epoch the largest value of that grid "
@@ -73,6 +78,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="run the padded path (default: unpad_tokens on, the same losses at about half the work)")
     parser.add_argument("--work_dir", help="where run folders go (default: a temporary folder, deleted per run)")
     parser.add_argument("--report_only", action="store_true", help="only write the table and plot")
+    parser.add_argument("--throughput_rounds", type=int, default=30,
+                        help="interleaved rounds of the side-by-side throughput measurement (0: do not measure)")
+    parser.add_argument("--remeasure_throughput", action="store_true",
+                        help="measure the side-by-side throughput again (else a measured OUTPUT_DIR/"
+                             f"{THROUGHPUT} is kept)")
     parser.add_argument("--heal-dir", "--heal_dir", dest="heal_dir",
                         help="the healing study's work folder (scripts/heal_study.py): the starting points' linear "
                              "probes, measured there on all 10,662 snippets, go into the table")
@@ -141,7 +151,7 @@ def write_report(args: argparse.Namespace, runs: list[dict], argv: list[str] | N
                   f"every {run_settings['eval_steps']} steps, {test:,} test snippets (the split has 1,662); the "
                   f"same seeds for every variant. Δ columns: variant − baseline in accuracy points, mean "
                   f"[95% interval]. {LR_NOTE}"),
-        "machine": runs[-1]["machine"], "threads": runs[-1]["threads"], "versions": runs[-1]["versions"],
+        "machine": runs[-1]["machine"], "versions": runs[-1]["versions"],
         "command": "python scripts/compare_variants.py " + shlex.join(sys.argv[1:] if argv is None else argv),
     }
     healings = {}
@@ -149,7 +159,9 @@ def write_report(args: argparse.Namespace, runs: list[dict], argv: list[str] | N
         file = Path(args.heal_dir) / name / "healed" / REPORT_FILE
         if file.is_file():
             healings[name] = json.loads(file.read_text())["healing"]
-    (output / TABLE).write_text(report(runs, probes_from_healing(healings), header))
+    throughput_file = output / THROUGHPUT
+    throughput = json.loads(throughput_file.read_text()) if throughput_file.is_file() else None
+    (output / TABLE).write_text(report(runs, probes_from_healing(healings), header, throughput))
     plot_curves(runs, output / PLOT, "rt_polarity fine-tuning from all-MiniLM-L6-v2: validation (mean over seeds)")
 
 
@@ -194,6 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     runs = read_runs(results)
     if not runs:
         raise ValueError(f"{results} holds no runs yet")
+    measure = args.throughput_rounds > 0 and (args.remeasure_throughput or not (output / THROUGHPUT).is_file())
+    if not args.report_only and measure:
+        unhealed = {name: start for name, start in starts.items() if name in VARIANTS}
+        unhealed.setdefault(BASELINE, ModelArguments(model_name_or_path=base_checkpoint, unpad_tokens=args.unpad_tokens))
+        print(f"=== throughput, {len(unhealed)} variants side by side ({time.strftime('%H:%M:%S')}) ===", flush=True)
+        measured = measure_throughput(unhealed, BASELINE, args.rt_polarity_dir, batch_size=args.batch_size,
+                                      max_seq_length=args.max_seq_length, repeats=args.throughput_rounds)
+        measured |= {"unpad_tokens": args.unpad_tokens, "machine": machine(), "versions": versions()}
+        (output / THROUGHPUT).write_text(json.dumps(measured, indent=1) + "\n")
     for run in (r for r in runs if r["variant"] == BASELINE):
         change = last_fifth_change(run["curve"])
         print(f"baseline seed {run['seed']}: validation loss over the last fifth: slope "

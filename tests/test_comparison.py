@@ -1,4 +1,5 @@
-"""The comparison's statistics against hand calculations, on small known inputs (no model, no training)."""
+"""The comparison's statistics against hand calculations, on small known inputs (no training; one test times two
+small steps of the bundled model)."""
 
 from __future__ import annotations
 
@@ -87,6 +88,9 @@ def test_last_fifth_change():
     assert change["points"] == 2
     assert change["slope_per_step"] == pytest.approx(-4e-4)
     assert change["relative_change"] == pytest.approx(-0.02 / 0.39)
+    # the fifth before (steps 150, 200): 0.42 → 0.40, relative −0.02 / 0.41
+    before = last_fifth_change(curve, start=0.6, end=0.8)
+    assert before["points"] == 2 and before["relative_change"] == pytest.approx(-0.02 / 0.41)
 
 
 def test_correctness_and_encoding():
@@ -119,17 +123,65 @@ def test_report_verdicts():
     def run(variant, seed, predicted, accuracy):
         return {"variant": variant, "seed": seed, "test_accuracy": accuracy, "test_f1": accuracy,
                 "test_labels": labels, "test_predicted": predicted, "train_tokens_per_second": 100.0,
-                "wall_seconds": 10.0, "load_before": 1.0, "load_after": 2.0, "curve": curve}
+                "wall_seconds": 10.0, "load_before": 1.0, "load_after": 2.0, "curve": curve, "threads": 1 + seed % 2}
 
     runs = [run(BASELINE, s, base, 0.5) for s in range(3)] + [run("pre-ln", s, labels, 1.0) for s in range(3)]
     runs += [run("geglu-preserving", s, base, 0.5 + 0.01 * (s - 1)) for s in range(3)]
-    header = {"title": "# t", "intro": "i", "machine": {"cpu": "cpu", "cores": 2}, "threads": 1, "versions": "v",
-              "command": "c"}
+    header = {"title": "# t", "intro": "i", "machine": {"cpu": "cpu", "cores": 2}, "versions": "v", "command": "c"}
     text = report(runs, {}, header)
     rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
     assert "+50.00 [+50.00, +50.00]" in rows["pre-ln"] and "**outside the noise**" in rows["pre-ln"]
     assert "inside the noise" in rows["geglu-preserving"]
     assert re.search(r"relative change [+-]0\.00%", text)
+    # runs of seeds 0 and 2 used 1 thread, seed 1 used 2: the machine line counts both, per run
+    assert "torch threads per run: 1 (6 runs), 2 (3 runs)" in text
+    assert rows["pre-ln"].endswith("| – | – | 10 |")  # no throughput measured: no speed claimed
+    # a healed pre-ln right on half the snippets, as the baseline: −50 points against the converted pre-ln
+    healed = [run(healed_name("pre-ln"), s, base, 0.5) for s in range(3)]
+    text = report(runs + healed, {}, header)
+    assert "- pre-ln healed: -50.00 [-50.00, -50.00] (seeds), -50.00 [" in text
+    assert text.split("- pre-ln healed: ")[1].splitlines()[0].endswith(": **outside the noise**")
+
+
+def test_report_throughput_rows_healed_share_their_variant():
+    runs = [{"variant": name, "seed": 0, "test_accuracy": 0.8, "test_f1": 0.8, "test_labels": "01",
+             "test_predicted": "01", "wall_seconds": 5.0, "load_before": 0.1, "load_after": 0.2, "threads": 2,
+             "curve": [{"step": 0, "eval_loss": 0.6, "eval_accuracy": 0.5, "eval_f1": 0.5}]}
+            for name in (BASELINE, "pre-ln", "pre-ln healed")]
+    speed = {"real_tokens_per_s": 1500.0, "median_ms": 40.0, "ratio": 1.0183, "ratio_min": 0.9, "ratio_max": 1.1}
+    throughput = {"variants": {BASELINE: {**speed, "ratio": 1.0, "ratio_min": 1.0, "ratio_max": 1.0},
+                               "pre-ln": speed},
+                  "settings": {"batch_size": 32, "max_seq_length": 64, "batches": 6, "repeats": 30, "warmup": 1},
+                  "load_before": 0.1, "load_after": 0.3, "threads": 2, "unpad_tokens": True, "versions": "v"}
+    header = {"title": "# t", "intro": "i", "machine": {"cpu": "cpu", "cores": 2}, "versions": "v", "command": "c"}
+    text = report(runs, {}, header, throughput)
+    rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
+    assert "| 1500 | 1.018 [0.900–1.100] | 5 |" in rows["pre-ln"]
+    assert "| 1500 | 1.018 [0.900–1.100] | 5 |" in rows["pre-ln healed"]
+    assert "1.000 [1.000–1.000]" in rows[BASELINE]
+    assert "30 interleaved rounds" in text and "load average (1 min) 0.10 before, 0.30 after" in text
+
+
+def test_measure_throughput_times_every_variant_on_real_batches(bundled_checkpoint, tmp_path):
+    from hf_ffn.studies.variant_throughput import measure_throughput
+    from hf_ffn.training import ModelArguments
+
+    folder = tmp_path / "rt"
+    folder.mkdir()
+    (folder / "rt-polarity.pos").write_text("".join(f"a fine and moving film number {i}\n" for i in range(12)))
+    (folder / "rt-polarity.neg").write_text("".join(f"dull {'very ' * (i % 4)}dull {i}\n" for i in range(12)))
+    starts = {BASELINE: ModelArguments(model_name_or_path=bundled_checkpoint, unpad_tokens=True),
+              "geglu-preserving": ModelArguments(model_name_or_path=bundled_checkpoint, unpad_tokens=True,
+                                                 ffn_type="geglu", ffn_init="preserving")}
+    measured = measure_throughput(starts, BASELINE, str(folder), batch_size=4, max_seq_length=8, batches=2, repeats=3)
+    assert set(measured["variants"]) == set(starts)
+    base = measured["variants"][BASELINE]
+    assert base["ratio"] == base["ratio_min"] == base["ratio_max"] == 1.0  # its own times over its own times
+    for speed in measured["variants"].values():
+        assert speed["real_tokens_per_s"] > 0 and speed["ratio_min"] <= speed["ratio"] <= speed["ratio_max"]
+    assert measured["settings"] == {"batch_size": 4, "max_seq_length": 8, "batches": 2, "repeats": 3, "warmup": 1}
+    with pytest.raises(ValueError, match="baseline 'nope' is not among the variants to time"):
+        measure_throughput(starts, "nope", str(folder))
 
 
 def test_probes_from_healing_map_teacher_before_and_after():

@@ -139,16 +139,20 @@ def paired_bootstrap(
     return float(per_snippet.mean()), float(low), float(high)
 
 
-def last_fifth_change(curve: Sequence[dict], key: str = "eval_loss") -> dict[str, float]:
-    """How flat `key` is over the last fifth of training, from the eval points (dicts with "step" and `key`) at
-    step ≥ 0.8 · last step: the least-squares slope per step, and the change over the fifth relative to the mean
-    value there (slope · fifth / mean, so −0.01 means the loss fell 1% over the last fifth)."""
+def last_fifth_change(
+    curve: Sequence[dict], key: str = "eval_loss", start: float = 0.8, end: float = 1.0
+) -> dict[str, float]:
+    """How flat `key` is over the last fifth of training (or the window [start, end] of the run, as fractions of
+    the last step), from the eval points (dicts with "step" and `key`) at start · last ≤ step ≤ end · last: the
+    least-squares slope per step, and the change over the window relative to the mean value there
+    (slope · (end − start) · last / mean, so −0.01 means the loss fell 1% over the window)."""
     last = max(point["step"] for point in curve)
-    window = [point for point in curve if point["step"] >= 0.8 * last]
+    window = [point for point in curve if start * last <= point["step"] <= end * last]
     steps = np.array([point["step"] for point in window], dtype=float)
     values = np.array([point[key] for point in window], dtype=float)
     slope = float(np.polyfit(steps, values, 1)[0]) if len(window) > 1 else math.nan
-    return {"points": len(window), "slope_per_step": slope, "relative_change": float(slope * 0.2 * last / values.mean())}
+    relative = float(slope * (end - start) * last / values.mean())
+    return {"points": len(window), "slope_per_step": slope, "relative_change": relative}
 
 
 def encode_ids(ids: Sequence[int]) -> str:
@@ -197,37 +201,57 @@ def _interval(mean: float, low: float, high: float) -> str:
     return f"{100 * mean:+.2f} [{100 * low:+.2f}, {100 * high:+.2f}]"
 
 
-def report(runs: Sequence[dict], probes: dict[str, dict], header: dict) -> str:
+def paired_difference(runs: Sequence[dict], reference: Sequence[dict]) -> dict[str, str] | None:
+    """`runs` − `reference` on the seeds both have, formatted: "accuracy" and "f1" (`paired_t_interval` over
+    seeds), "bootstrap" (`paired_bootstrap` of accuracy over test snippets), each "mean [low, high]" in points, and
+    "verdict" ("**outside the noise**" when both accuracy intervals exclude 0, else "inside the noise"). None with
+    fewer than 2 paired seeds."""
+    by_seed = {run["seed"]: run for run in reference}
+    paired = [run for run in runs if run["seed"] in by_seed]
+    if len(paired) < 2:
+        return None
+    accuracy = paired_t_interval([r["test_accuracy"] - by_seed[r["seed"]]["test_accuracy"] for r in paired])
+    f1 = paired_t_interval([r["test_f1"] - by_seed[r["seed"]]["test_f1"] for r in paired])
+    bootstrap = paired_bootstrap(correctness(paired), correctness([by_seed[r["seed"]] for r in paired]))
+    outside = all(low > 0 or high < 0 for _, low, high in (accuracy, bootstrap))
+    return {"accuracy": _interval(*accuracy), "f1": _interval(*f1), "bootstrap": _interval(*bootstrap),
+            "verdict": "**outside the noise**" if outside else "inside the noise"}
+
+
+def base_variant(name: str) -> str:
+    """The converted variant a table row was built from: "pre-ln healed" → "pre-ln" (same architecture)."""
+    return name.removesuffix(HEALED_SUFFIX)
+
+
+def report(runs: Sequence[dict], probes: dict[str, dict], header: dict, throughput: dict | None = None) -> str:
     """The markdown report: settings and machine (`header`), the table (one row per variant), the paired
-    differences from the baseline, the probes and the baseline's convergence check."""
+    differences from the baseline, the probes, the baseline's convergence check and the side-by-side training
+    throughput (`throughput`, from `hf_ffn.studies.variant_throughput.measure_throughput`; a healed variant gets
+    its converted variant's row, the same architecture)."""
+    speeds = (throughput or {}).get("variants", {})
     names = variant_order({run["variant"] for run in runs})
     by_variant = {name: sorted((r for r in runs if r["variant"] == name), key=lambda r: r["seed"]) for name in names}
     lines = [
         "| variant | seeds | test accuracy | test F1 (macro) | Δ accuracy vs baseline, points: t 95% CI (seeds) | "
         "Δ accuracy: bootstrap 95% CI (snippets) | Δ F1, points: t 95% CI | verdict | linear probe of the start | "
-        "real tokens/s | wall s / run |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "training real tokens/s (side by side) | time per step ÷ baseline's [min–max] | wall s / run (at its load) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    base = {run["seed"]: run for run in by_variant.get(BASELINE, [])}
     for name in names:
         rows = by_variant[name]
-        paired = [run for run in rows if run["seed"] in base]
         t_acc = t_f1 = boot = "–"
         verdict = "baseline" if name == BASELINE else "fewer than 2 paired seeds"
-        if name != BASELINE and len(paired) >= 2:
-            acc = paired_t_interval([r["test_accuracy"] - base[r["seed"]]["test_accuracy"] for r in paired])
-            f1 = paired_t_interval([r["test_f1"] - base[r["seed"]]["test_f1"] for r in paired])
-            bs = paired_bootstrap(correctness(paired), correctness([base[r["seed"]] for r in paired]))
-            t_acc, t_f1, boot = _interval(*acc), _interval(*f1), _interval(*bs)
-            outside = all(low > 0 or high < 0 for _, low, high in (acc, bs))
-            verdict = ("**outside the noise**" if outside else "inside the noise")
+        if name != BASELINE and (paired := paired_difference(rows, by_variant.get(BASELINE, []))):
+            t_acc, t_f1, boot, verdict = paired["accuracy"], paired["f1"], paired["bootstrap"], paired["verdict"]
         probe = probes.get(name)
         probe_cell = f"{probe['accuracy']:.4f}" if probe else "–"
+        speed = speeds.get(base_variant(name))
+        speed_cells = (f"{speed['real_tokens_per_s']:.0f} | {speed['ratio']:.3f} [{speed['ratio_min']:.3f}–"
+                       f"{speed['ratio_max']:.3f}]" if speed else "– | –")
         lines.append(
             f"| {name} | {', '.join(str(r['seed']) for r in rows)} | {_cell([r['test_accuracy'] for r in rows])} | "
             f"{_cell([r['test_f1'] for r in rows])} | {t_acc} | {boot} | {t_f1} | {verdict} | {probe_cell} | "
-            f"{statistics.mean(r['train_tokens_per_second'] for r in rows):.0f} | "
-            f"{statistics.mean(r['wall_seconds'] for r in rows):.0f} |"
+            f"{speed_cells} | {statistics.mean(r['wall_seconds'] for r in rows):.0f} |"
         )
     loads = [run["load_before"] for run in runs] + [run["load_after"] for run in runs]
     text = [header["title"], "", header["intro"], "", "\n".join(lines), ""]
@@ -236,8 +260,18 @@ def report(runs: Sequence[dict], probes: dict[str, dict], header: dict) -> str:
                  "relative change over the fifth):", ""]
         for run in by_variant[BASELINE]:
             change = last_fifth_change(run["curve"])
+            before = last_fifth_change(run["curve"], start=0.6, end=0.8)
             text.append(f"- seed {run['seed']}: {change['points']} eval points, slope {change['slope_per_step']:.2e}"
-                        f" / step, relative change {100 * change['relative_change']:+.2f}%")
+                        f" / step, relative change {100 * change['relative_change']:+.2f}% (the fifth before: "
+                        f"{100 * before['relative_change']:+.2f}%)")
+        text.append("")
+    healing_rows = [(name, paired_difference(by_variant[name], by_variant[base_variant(name)]))
+                    for name in names if name.endswith(HEALED_SUFFIX) and base_variant(name) in by_variant]
+    if healing_rows:
+        text += ["What healing changes in fine-tuning: healed − as converted, accuracy points, paired by seed (t 95% "
+                 "CI) and by test snippet (bootstrap 95% CI):", ""]
+        text += [f"- {name}: " + (f"{paired['accuracy']} (seeds), {paired['bootstrap']} (snippets): {paired['verdict']}"
+                                  if paired else "fewer than 2 paired seeds") for name, paired in healing_rows]
         text.append("")
     if probes:
         text += ["Linear probe (5-fold logistic regression on frozen mean-pooled embeddings of "
@@ -245,9 +279,22 @@ def report(runs: Sequence[dict], probes: dict[str, dict], header: dict) -> str:
         text += [f"- {name}: {probes[name]['accuracy']:.4f} ± {probes[name]['std']:.4f} (folds)"
                  for name in variant_order(probes)]
         text.append("")
+    if throughput:
+        settings = throughput["settings"]
+        text += [f"Throughput: every variant's classification model built as the runs build it (unpad_tokens "
+                 f"{'on' if throughput['unpad_tokens'] else 'off'}), timed side by side in one process: "
+                 f"{settings['repeats']} interleaved rounds of one training step (forward + backward, no optimizer "
+                 f"step) on {settings['batches']} length-grouped batches of {settings['batch_size']} rt_polarity "
+                 f"snippets (max_seq_length {settings['max_seq_length']}); real tokens only; ratio: median of the "
+                 f"per-round ratios. {throughput['threads']} torch thread(s), load average (1 min) "
+                 f"{throughput['load_before']:.2f} before, {throughput['load_after']:.2f} after; "
+                 f"{throughput['versions']}. A healed variant has its converted variant's architecture and speed.",
+                 ""]
+    thread_counts = sorted({run["threads"] for run in runs})
+    per_threads = ", ".join(f"{count} ({sum(run['threads'] == count for run in runs)} runs)" for count in thread_counts)
     text += [
         f"Machine: {header['machine']['cpu']}, {header['machine']['cores']} logical cores; "
-        f"{header['threads']} torch thread(s) per run; load average (1 min) before/after each run: "
+        f"torch threads per run: {per_threads}; load average (1 min) before/after each run: "
         f"{min(loads):.2f}–{max(loads):.2f}. Versions: {header['versions']}. Wall time: "
         f"{sum(r['wall_seconds'] for r in runs) / 3600:.2f} h for {len(runs)} runs.",
         "", f"Command: `{header['command']}`", "",
@@ -283,7 +330,8 @@ def plot_curves(runs: Sequence[dict], path: Path, title: str) -> None:
 
 
 __all__ = [
-    "BASELINE", "BOOTSTRAP_RESAMPLES", "HEALABLE", "HEAL_STUDY_NAMES", "probes_from_healing", "VARIANTS", "correctness", "encode_ids", "healed_name",
+    "BASELINE", "BOOTSTRAP_RESAMPLES", "HEALABLE", "HEAL_STUDY_NAMES", "VARIANTS", "base_variant", "correctness",
+    "encode_ids", "healed_name", "paired_difference", "probes_from_healing",
     "last_fifth_change", "machine", "mean_std", "paired_bootstrap", "paired_t_interval", "parse_healed",
     "plot_curves", "report", "variant_order",
 ]
