@@ -26,6 +26,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -46,6 +47,7 @@ VARIANTS = {
         "heal": {"learning_rate": 3e-4, "layers": "last"},  # "all" compares unlike hidden states across placements
     },
 }
+DEFAULT_WORK_DIR = "out/heal_study"
 GOALS = {"swiglu-approx": (0.999, 0.3), "swiglu-fresh": (0.99, 1.0), "pre-ln": (0.99, 1.0)}  # cosine, probe points
 
 
@@ -57,7 +59,7 @@ def heal_command(variant: str, args: argparse.Namespace, student: Path, run_dir:
         "--output_dir", str(run_dir), "--layers", heal["layers"], "--train_parts", args.train_parts,
         "--max_seq_length", str(args.block), "--per_device_train_batch_size", str(args.batch_size),
         "--max_steps", str(args.steps), "--learning_rate", str(heal["learning_rate"]),
-        "--warmup_steps", str(max(1, args.steps // 10)), "--lr_scheduler_type", "linear", "--seed", "0",
+        "--warmup_steps", str(max(1, args.steps // 10)), "--lr_scheduler_type", args.lr_scheduler, "--seed", "0",
         "--curve_steps", str(args.curve_steps), "--curve_snippets", str(args.curve_snippets),
         "--save_steps", str(args.curve_steps), "--save_total_limit", "1", "--logging_steps", "5",
         "--use_cpu", "true", "--report_to", "none", "--dataloader_num_workers", "0",
@@ -107,6 +109,22 @@ def run_threads(work: Path, records: dict) -> str:
     return "/".join(sorted(found)) or "unknown"
 
 
+def power_law_projection(curve: list[dict], cosine_goal: float) -> dict | None:
+    """Fit log(1 − cosine) = a + b·log(step) by least squares over the curve points at step ≥ half the last step
+    (at least 3 points) and solve for the step where 1 − cosine = 1 − `cosine_goal`: {"exponent": b, "steps": the
+    step, or None when b ≥ 0 (no approach)}. None with fewer than 3 points. Only meaningful for a curve at a constant
+    learning rate: a decaying one flattens because of the schedule."""
+    import numpy as np
+
+    last = curve[-1]["step"]
+    points = [(p["step"], 1 - p["cosine_mean"]) for p in curve if p["step"] >= last / 2 and p["step"] > 0]
+    if len(points) < 3:
+        return None
+    b, a = np.polyfit(np.log([s for s, _ in points]), np.log([c for _, c in points]), 1)
+    steps = float(np.exp((np.log(1 - cosine_goal) - a) / b)) if b < 0 else None
+    return {"exponent": float(b), "steps": steps}
+
+
 def report(args: argparse.Namespace) -> None:
     import matplotlib
 
@@ -144,6 +162,13 @@ def report(args: argparse.Namespace) -> None:
             (s0, c0), (s1, c1) = (curve[-2]["step"], 1 - curve[-2]["cosine_mean"]), (curve[-1]["step"], 1 - curve[-1]["cosine_mean"])
             tail = (f" Over the last {s1 - s0} steps of the curve, 1 − cosine went {c0:.2e} → {c1:.2e} "
                     f"(×{c1 / c0:.2f}).")
+        projection = power_law_projection(curve, cos_goal)
+        if projection and h["training"]["lr_scheduler_type"] != "linear" and not reached[0]:
+            tail += (f" A power law fitted to 1 − cosine over the second half of the curve (exponent "
+                     f"{projection['exponent']:.2f}) reaches the goal at about "
+                     f"{projection['steps']:,.0f} steps" if projection["steps"] else
+                     f" A power law fitted to 1 − cosine over the second half of the curve has exponent "
+                     f"{projection['exponent']:.2f}: no approach to the goal") + " (an extrapolation, not a measurement)."
         verdicts.append(
             f"- **{VARIANTS[variant]['title']}**: goal cosine ≥ {cos_goal} "
             f"{'reached' if reached[0] else 'not reached'} ({a['agreement']['cosine_mean']:.5f}"
@@ -172,6 +197,10 @@ def report(args: argparse.Namespace) -> None:
     fig.savefig(figure, dpi=120)
     settings = first["after"]["probe"]["student"]["settings"]
     threads = run_threads(work, records)
+    where = "" if args.work_dir == DEFAULT_WORK_DIR else f" --work-dir {args.work_dir}"
+    variants = "" if list(records) == list(VARIANTS) else " --variants " + " ".join(records)
+    schedule = first["training"]["lr_scheduler_type"]
+    scheduler = "" if schedule == "linear" else f" --lr-scheduler {schedule}"
     text = TEMPLATE.format(
         rows="\n".join(rows), verdicts="\n".join(verdicts), figure=os.path.relpath(figure, output),
         commands="\n".join(f"# {v}\n{h['command']}" for v, h in records.items()),
@@ -181,16 +210,32 @@ def report(args: argparse.Namespace) -> None:
         machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores shared with other jobs "
                 f"(load average {os.getloadavg()[0]:.1f} when this report was written), "
                 f"OMP_NUM_THREADS={threads}",
-        run_command=(f"python scripts/heal_study.py run --text-dir ../shared/data/state_union --eval-dir "
-                     f"../shared/data/rt_polarity --steps {first['steps']} --curve-steps "
-                     f"{first['arguments']['curve_steps']} --threads {threads}"),
+        run_command=(f"python scripts/heal_study.py run{where} --text-dir ../shared/data/state_union --eval-dir "
+                     f"../shared/data/rt_polarity{variants} --steps {first['steps']} --curve-steps "
+                     f"{first['arguments']['curve_steps']} --threads {threads}{scheduler}"),
+        report_command=f"python scripts/heal_study.py report{where} --output-dir {args.output_dir or args.work_dir}",
         versions=f"torch {torch.__version__}, transformers {transformers.__version__}, Python {platform.python_version()}",
         teacher=first["teacher"], train_files=", ".join(first["data"]["train_files"]),
         blocks=first["data"]["blocks"], block=first["data"]["block_tokens"],
+        schedule_note=textwrap.fill("Dotted lines: the cosine goals (0.999, 0.99). " + SCHEDULE_NOTES[schedule], 115),
     )
     (output / "healing.md").write_text(text)
     print(f"wrote {output / 'healing.md'} and {figure}")
 
+
+SCHEDULE_NOTES = {
+    "linear": (
+        "The learning rate decays linearly to 0 over the run, so the flattening at the end is partly the schedule: "
+        "these curves show the direction, not how far a longer run would go. The approximate SwiGLU start is "
+        "already close (one conversion recipe away); a fresh FFN has to relearn a function from random weights, and "
+        "a Post→Pre-LN student moves every LayerNorm: both improve steadily but need a much larger budget. A run "
+        "at a constant learning rate (`--lr-scheduler constant_with_warmup`) gives a curve to extrapolate from."
+    ),
+    "constant_with_warmup": (
+        "The learning rate is constant after the warm-up, so the flattening of these curves is the student's, not "
+        "the schedule's; the goals above extrapolate them with a power law in the step count."
+    ),
+}
 
 TEMPLATE = """# Healing converted BERTs by distillation
 
@@ -222,11 +267,7 @@ of {curve_snippets} snippets.
 
 ![held-out agreement vs optimizer steps]({figure})
 
-Dotted lines: the cosine goals (0.999, 0.99). The learning rate decays linearly to 0 over the run, so the
-flattening at the end is partly the schedule: these curves show the direction, not how far a longer run would
-go. The approximate SwiGLU start is already close (one conversion recipe away) and 120 steps reach its goal; a
-fresh FFN has to relearn a function from random weights, and a Post→Pre-LN student moves every LayerNorm: both
-improve steadily but need a much larger budget than 120 steps on one CPU core (how much, these curves cannot tell).
+{schedule_note}
 
 ## How this was made
 
@@ -234,7 +275,7 @@ Machine: {machine}. Versions: {versions}.
 
 ```bash
 {run_command}
-python scripts/heal_study.py report --output-dir docs
+{report_command}
 ```
 
 which ran, one after the other (each resumable with `--resume_from_checkpoint last`):
@@ -248,7 +289,7 @@ which ran, one after the other (each resumable with `--resume_from_checkpoint la
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=["run", "report"])
-    parser.add_argument("--work-dir", default="out/heal_study", help="students, runs and checkpoints")
+    parser.add_argument("--work-dir", default=DEFAULT_WORK_DIR, help="students, runs and checkpoints")
     parser.add_argument("--output-dir", help="report: where healing.md and figures/ go (default: the work dir)")
     parser.add_argument("--model", help="the BERT to convert and heal (default: the bundled all-MiniLM-L6-v2)")
     parser.add_argument("--text-dir", default="../shared/data/state_union", help="training text (*.txt files)")
@@ -261,6 +302,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--curve-steps", type=int, default=25, help="measure the curve subset (and save) every N")
     parser.add_argument("--curve-snippets", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS of each run")
+    parser.add_argument("--lr-scheduler", default="linear", choices=["linear", "constant_with_warmup"],
+                        help="linear: decay to 0 (the published study); constant_with_warmup: a curve that the "
+                             "schedule does not flatten, to extrapolate how far a longer run goes")
     args = parser.parse_args(argv)
     (run if args.action == "run" else report)(args)
 
