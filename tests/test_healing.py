@@ -23,9 +23,9 @@ from hf_ffn.healing import (
     compare_to_teacher,
     dropout_off,
     linear_probe,
-    read_labelled_snippets,
     run_healing,
 )
+from hf_ffn.training import read_rt_polarity
 from hf_ffn.healing import run as run_module
 from hf_ffn.parity import bundled_checkpoint
 
@@ -117,7 +117,7 @@ def test_healing_reduces_the_distance_and_writes_a_converted_folder(setup, tmp_p
     assert "## Healing" in card and "heal x" in card and f"{after['cosine_mean']:.6f}" in card
     # What was saved is what was measured: re-measuring the reloaded folder gives the reported numbers.
     tokenizer = AutoTokenizer.from_pretrained(healed)
-    texts, labels = read_labelled_snippets(setup / "snippets")
+    texts, labels = read_rt_polarity(setup / "snippets")
     reloaded = FfnBertModel.from_pretrained(healed)
     metrics, teacher_emb, student_emb = compare_to_teacher(BertModel.from_pretrained(setup / "teacher"), reloaded,
                                                            tokenizer, texts, max_length=BLOCK)

@@ -25,7 +25,6 @@ from .metrics import (
     linear_probe,
     mean_pool,
     measure_agreement,
-    read_labelled_snippets,
     subset_indices,
 )
 from .run import HealArguments, check_models, healing_section, resume_path, run_healing, save_healed
@@ -47,7 +46,6 @@ __all__ = [
     "linear_probe",
     "mean_pool",
     "measure_agreement",
-    "read_labelled_snippets",
     "resume_path",
     "run_healing",
     "save_healed",

@@ -1,7 +1,5 @@
 """How closely a student reproduces its teacher on held-out text, and what its sentence embeddings are worth.
 
-- `read_labelled_snippets`: every snippet of a folder in the rt_polarity layout (one file per label,
-  `rt-polarity.<label>`, one snippet per line; Pang & Lee 2005, sentence polarity v1.0), in file order.
 - `compare_to_teacher`: one pass of teacher and student over the snippets (eval mode, no gradients, fp32):
   cosine of the mean-pooled sentence embeddings (mean and minimum over snippets) and max / mean |Δ| of
   `last_hidden_state` at real tokens. Mean pooling over the attention mask is sentence-transformers' `Pooling`
@@ -24,39 +22,9 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
-SNIPPET_FILES = "rt-polarity.*"
 PROBE_FOLDS = 5
 PROBE_C = 1.0  # scikit-learn's default inverse L2 strength, on standardised features
 PROBE_MAX_ITER = 2000  # lbfgs converges in a few hundred iterations on 384 standardised features; margin above
-
-
-def read_labelled_snippets(folder: str | Path) -> tuple[list[str], list[str]]:
-    """`(texts, labels)`: every non-blank line of each `rt-polarity.<label>` file in `folder` (files sorted by name,
-    lines in file order, stripped), the label being the file's suffix. Read as UTF-8, undecodable bytes replaced
-    (as `hf_ffn.training.load_rt_polarity` reads them).
-
-    Raises:
-        FileNotFoundError: if `folder` is not a folder or holds no `rt-polarity.*` file.
-        ValueError: if a label file is empty or there is only one.
-    """
-    path = Path(folder)
-    files = sorted(path.glob(SNIPPET_FILES)) if path.is_dir() else []
-    if not files:
-        raise FileNotFoundError(
-            f"--eval_dir: {str(path)!r} holds no rt-polarity.<label> files (one snippet per line per label file)"
-        )
-    if len(files) < 2:
-        raise ValueError(f"--eval_dir: {str(path)!r} has one label file ({files[0].name}); the probe needs two or more")
-    texts: list[str] = []
-    labels: list[str] = []
-    for file in files:
-        lines = [line.strip() for line in file.read_text(encoding="utf-8", errors="replace").splitlines()]
-        lines = [line for line in lines if line]
-        if not lines:
-            raise ValueError(f"--eval_dir: label file {str(file)!r} is empty")
-        texts += lines
-        labels += [file.suffix[1:]] * len(lines)
-    return texts, labels
 
 
 def subset_indices(count: int, size: int, seed: int = 0) -> list[int]:
@@ -251,6 +219,5 @@ __all__ = [
     "linear_probe",
     "mean_pool",
     "measure_agreement",
-    "read_labelled_snippets",
     "subset_indices",
 ]

@@ -36,9 +36,9 @@ from ..configuration_ffn_bert import FfnBertConfig
 from ..conversion import REPORT_FILE, ConversionReport, atomic_output_dir, ffn_class_for, full_auto_map
 from ..conversion import measure_difference
 from ..model_card import build_model_card
-from ..training import mlm_blocks, read_text_documents
+from ..training import mlm_blocks, read_rt_polarity, read_text_documents
 from .distill import DistillationLoss, DistillationTrainer, dropout_off, select_trainable
-from .metrics import PROBE_FOLDS, AgreementCallback, measure_agreement, read_labelled_snippets, subset_indices
+from .metrics import PROBE_FOLDS, AgreementCallback, measure_agreement, subset_indices
 
 MLM_CLASSES = ("FfnBertForMaskedLM", "FfnBertForPreTraining")
 
@@ -191,7 +191,7 @@ def run_healing(
     teacher_path = check_models(heal_args)
     healed_dir = Path(heal_args.healed_dir or Path(training_args.output_dir) / "healed")
     check_healed_dir(healed_dir)
-    texts, labels = read_labelled_snippets(heal_args.eval_dir) if heal_args.eval_dir else (None, None)
+    texts, labels = read_rt_polarity(heal_args.eval_dir, "--eval_dir") if heal_args.eval_dir else (None, None)
     if texts and heal_args.max_eval_snippets:
         keep = subset_indices(len(texts), heal_args.max_eval_snippets)
         texts, labels = [texts[i] for i in keep], [labels[i] for i in keep]

@@ -49,6 +49,7 @@ from .. import __version__
 from ..files import check_folder_path
 from ..modeling_ffn_bert import FfnBertForSequenceClassification
 from ..parity import bundled_checkpoint, quiet_transformers
+from ..training import read_rt_polarity
 from .benchmark import paired_ratio, peak_memory_bytes, time_interleaved, write_results
 from .benchmark.report import JSON_NAME as BENCHMARKS_JSON
 from .unpadded_report import judge, target_rows, verdict, write_reports
@@ -105,22 +106,15 @@ def _log(message: str) -> None:
 # Data
 # ---------------------------------------------------------------------------------------------------------------
 def read_sentences(folder: str) -> tuple[list[str], list[int]]:
-    """The snippets of an rt_polarity folder (`rt-polarity.neg` → label 0, `rt-polarity.pos` → 1; blank lines
-    skipped, UTF-8 with undecodable bytes replaced).
+    """The snippets of an rt_polarity folder (`hf_ffn.training.read_rt_polarity`) with class ids in label-name
+    order (`rt-polarity.neg` → 0, `rt-polarity.pos` → 1).
 
     Raises:
-        FileNotFoundError: if either file is missing.
+        FileNotFoundError, ValueError: as `read_rt_polarity`, naming `--rt-polarity-dir`.
     """
-    texts: list[str] = []
-    labels: list[int] = []
-    for label, name in enumerate(("rt-polarity.neg", "rt-polarity.pos")):
-        path = Path(folder) / name
-        if not path.is_file():
-            raise FileNotFoundError(f"--rt-polarity-dir: {str(path)!r} does not exist")
-        lines = [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
-        texts += [line for line in lines if line]
-        labels += [label] * (len(texts) - len(labels))
-    return texts, labels
+    texts, names = read_rt_polarity(folder, "--rt-polarity-dir")
+    classes = sorted(set(names))
+    return texts, [classes.index(name) for name in names]
 
 
 def make_batches(tokenizer, texts: list[str], labels: list[int], settings: UnpadSettings) -> dict[str, list[dict]]:

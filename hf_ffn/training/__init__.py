@@ -39,6 +39,7 @@ from .data import (
     load_rt_polarity,
     mask_once,
     mlm_blocks,
+    read_rt_polarity,
     read_text_documents,
     sort_by_length,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "mlm_blocks",
     "mlm_trainer",
     "model_card",
+    "read_rt_polarity",
     "read_text_documents",
     "run_classification",
     "run_mlm",

@@ -40,39 +40,50 @@ def check_data_file(path: str, argument: str) -> Path:
     return file
 
 
-def load_rt_polarity(directory: str, split_sizes: Sequence[int] = RT_POLARITY_SPLIT, seed: int = 42):
-    """The rt_polarity layout as a `DatasetDict` with splits train / validation / test and columns text, label.
-
-    The folder holds one file per class named `rt-polarity.<label>` (`rt-polarity.pos`, `rt-polarity.neg`), one
-    snippet per line (Pang & Lee 2005, sentence polarity v1.0). Blank lines are skipped. The snippets are
-    shuffled with `Dataset.shuffle(seed=seed)` and cut into `split_sizes` (train, validation, test): the same
-    seed always gives the same split. Files are decoded by `decode_text` (UTF-8, else Latin-1).
+def read_rt_polarity(directory: str | Path, argument: str = "--rt_polarity_dir") -> tuple[list[str], list[str]]:
+    """`(texts, labels)` of an rt_polarity-layout folder: one file per class named `rt-polarity.<label>`
+    (`rt-polarity.neg`, `rt-polarity.pos`; files sorted by name), one snippet per line (Pang & Lee 2005, sentence
+    polarity v1.0), lines stripped, blank lines skipped, the label being the file's suffix. Files are decoded by
+    `decode_text` (UTF-8, else Latin-1). The one reader of the layout (fine-tuning, healing probe, benchmarks).
 
     Raises:
-        FileNotFoundError: if `directory` does not exist or holds no `rt-polarity.*` files.
-        ValueError: if a label file is empty, fewer than two labels are found, or the split sizes are not three
-            positive integers adding up to at most the number of snippets.
+        FileNotFoundError: naming `argument`, if `directory` does not exist or holds no `rt-polarity.*` files.
+        ValueError: naming `argument`, if a label file is empty or fewer than two labels are found.
     """
-    from datasets import Dataset, DatasetDict
-
     folder = Path(directory)
     files = sorted(folder.glob("rt-polarity.*")) if folder.is_dir() else []
     if not files:
         raise FileNotFoundError(
-            f"--rt_polarity_dir: {str(folder)!r} holds no rt-polarity.<label> files (expected e.g. rt-polarity.pos, "
+            f"{argument}: {str(folder)!r} holds no rt-polarity.<label> files (expected e.g. rt-polarity.pos, "
             f"rt-polarity.neg)"
         )
+    if len(files) < 2:
+        raise ValueError(f"{argument}: {str(folder)!r} has one label file ({files[0].name}); need two or more")
     texts: list[str] = []
     labels: list[str] = []
     for file in files:
         lines = [line.strip() for line in decode_text(file.read_bytes()).splitlines()]
         lines = [line for line in lines if line]
         if not lines:
-            raise ValueError(f"--rt_polarity_dir: label file {str(file)!r} is empty")
+            raise ValueError(f"{argument}: label file {str(file)!r} is empty")
         texts += lines
         labels += [file.suffix[1:]] * len(lines)
-    if len(files) < 2:
-        raise ValueError(f"--rt_polarity_dir: {str(folder)!r} has one label file ({files[0].name}); need two or more")
+    return texts, labels
+
+
+def load_rt_polarity(directory: str, split_sizes: Sequence[int] = RT_POLARITY_SPLIT, seed: int = 42):
+    """The rt_polarity layout (`read_rt_polarity`) as a `DatasetDict` with splits train / validation / test and
+    columns text, label. The snippets are shuffled with `Dataset.shuffle(seed=seed)` and cut into `split_sizes`
+    (train, validation, test): the same seed always gives the same split.
+
+    Raises:
+        FileNotFoundError, ValueError: as `read_rt_polarity`; ValueError also if the split sizes are not three
+            positive integers adding up to at most the number of snippets.
+    """
+    from datasets import Dataset, DatasetDict
+
+    folder = Path(directory)
+    texts, labels = read_rt_polarity(folder)
     sizes = list(split_sizes)
     if len(sizes) != 3 or any(size <= 0 for size in sizes) or sum(sizes) > len(texts):
         raise ValueError(
