@@ -47,6 +47,17 @@ def check_folder_path(path: str | os.PathLike, argument: str = "output folder") 
             raise FileExistsError(f"{argument} {str(path)!r}: {str(candidate)!r} is a file, not a folder")
 
 
+def check_new_folder(path: str | os.PathLike, argument: str = "output folder") -> None:
+    """Check, before any work, that `path` can become a new folder: it does not exist or is an empty folder.
+
+    Raises:
+        FileExistsError: naming `argument`, when `path` (or a parent) is a file, or `path` is a folder with files.
+    """
+    check_folder_path(path, argument)
+    if Path(path).exists() and any(Path(path).iterdir()):
+        raise FileExistsError(f"{argument} {str(path)!r} exists and is not empty; choose a new path")
+
+
 @contextlib.contextmanager
 def atomic_output_file(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
     """Yield a temporary file name beside `path`; after the block it gets ordinary permissions and is renamed to
@@ -75,9 +86,7 @@ def atomic_output_dir(output_dir: str | os.PathLike) -> Iterator[Path]:
         FileExistsError: if `output_dir` exists and is not an empty folder (checked before the block runs).
     """
     output = Path(output_dir)
-    check_folder_path(output)
-    if output.exists() and any(output.iterdir()):
-        raise FileExistsError(f"output folder {str(output)!r} exists and is not empty; choose a new path")
+    check_new_folder(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.tmp-", dir=output.parent))
     try:
@@ -91,4 +100,7 @@ def atomic_output_dir(output_dir: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
-__all__ = ["atomic_output_dir", "atomic_output_file", "check_folder_path", "current_umask", "give_ordinary_permissions"]
+__all__ = [
+    "atomic_output_dir", "atomic_output_file", "check_folder_path", "check_new_folder", "current_umask",
+    "give_ordinary_permissions",
+]

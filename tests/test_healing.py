@@ -242,7 +242,7 @@ def test_non_empty_healed_dir_is_refused_before_training(setup, tmp_path, monkey
     (tmp_path / "run" / "healed").mkdir(parents=True)
     (tmp_path / "run" / "healed" / "keep.txt").write_text("x")
     monkeypatch.setattr(run_module, "DistillationTrainer", None)
-    with pytest.raises(FileExistsError, match="not empty"):
+    with pytest.raises(FileExistsError, match=r"--healed_dir .*healed. exists and is not empty"):
         run_healing(heal_args(setup, student), training_args(tmp_path / "run"))
 
 

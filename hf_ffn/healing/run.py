@@ -33,8 +33,8 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from ..checkpoints import check_checkpoint
 from ..configuration_ffn_bert import FfnBertConfig
-from ..conversion import REPORT_FILE, ConversionReport, atomic_output_dir, ffn_class_for, full_auto_map
-from ..conversion import measure_difference
+from ..conversion import REPORT_FILE, ConversionReport, ffn_class_for, full_auto_map, measure_difference
+from ..files import atomic_output_dir, check_new_folder
 from ..model_card import build_model_card
 from ..training import mlm_blocks, read_rt_polarity, read_text_documents
 from .distill import DistillationLoss, DistillationTrainer, dropout_off, select_trainable
@@ -139,13 +139,6 @@ def tokenizer_vocab(name_or_path: str) -> dict[str, int] | None:
     return AutoTokenizer.from_pretrained(name_or_path).get_vocab()
 
 
-def check_healed_dir(path: Path) -> None:
-    """Raise `FileExistsError` before training if `path` exists and is not an empty folder (the final write,
-    `atomic_output_dir`, refuses it too: this fails early instead)."""
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise FileExistsError(f"--healed_dir {str(path)!r} exists and is not empty; choose a new folder")
-
-
 def load_teacher(teacher: str, with_head: bool) -> torch.nn.Module:
     """The teacher (upstream `BertModel`/`BertForMaskedLM` for a BERT checkpoint, FfnBert for an FfnBert one),
     eval mode, frozen. With the KL term, every MLM-head weight must come from the checkpoint.
@@ -190,7 +183,7 @@ def run_healing(
     documents = read_text_documents(heal_args.train_files)
     teacher_path = check_models(heal_args)
     healed_dir = Path(heal_args.healed_dir or Path(training_args.output_dir) / "healed")
-    check_healed_dir(healed_dir)
+    check_new_folder(healed_dir, "--healed_dir")
     texts, labels = read_rt_polarity(heal_args.eval_dir, "--eval_dir") if heal_args.eval_dir else (None, None)
     if texts and heal_args.max_eval_snippets:
         keep = subset_indices(len(texts), heal_args.max_eval_snippets)
