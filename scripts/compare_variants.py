@@ -78,6 +78,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="run the padded path (default: unpad_tokens on, the same losses at about half the work)")
     parser.add_argument("--work_dir", help="where run folders go (default: a temporary folder, deleted per run)")
     parser.add_argument("--report_only", action="store_true", help="only write the table and plot")
+    parser.add_argument("--longer_dir",
+                        help="an output folder of the same comparison at a larger --max_steps (e.g. the baseline at "
+                             "two epochs): the table gets a convergence check against it")
     parser.add_argument("--throughput_rounds", type=int, default=30,
                         help="interleaved rounds of the side-by-side throughput measurement (0: do not measure)")
     parser.add_argument("--remeasure_throughput", action="store_true",
@@ -161,7 +164,8 @@ def write_report(args: argparse.Namespace, runs: list[dict], argv: list[str] | N
             healings[name] = json.loads(file.read_text())["healing"]
     throughput_file = output / THROUGHPUT
     throughput = json.loads(throughput_file.read_text()) if throughput_file.is_file() else None
-    (output / TABLE).write_text(report(runs, probes_from_healing(healings), header, throughput))
+    longer = read_runs(Path(args.longer_dir) / RESULTS) if args.longer_dir else []
+    (output / TABLE).write_text(report(runs, probes_from_healing(healings), header, throughput, longer))
     plot_curves(runs, output / PLOT, "rt_polarity fine-tuning from all-MiniLM-L6-v2: validation (mean over seeds)")
 
 
@@ -169,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.longer_dir and not read_runs(Path(args.longer_dir) / RESULTS):
+        raise ValueError(f"--longer_dir {args.longer_dir!r} holds no {RESULTS} with runs")
     output = Path(args.output_dir)
     output.mkdir(parents=True, exist_ok=True)
     results = output / RESULTS

@@ -143,6 +143,30 @@ def test_report_verdicts():
     assert text.split("- pre-ln healed: ")[1].splitlines()[0].endswith(": **outside the noise**")
 
 
+def test_report_longer_budget_check():
+    # baseline right on 200 of 400 snippets at 250 steps, on 300 at 500 steps, in seeds 0 and 1: +25 points
+    labels = "0" * 400
+
+    def run(seed, steps, right):
+        return {"variant": BASELINE, "seed": seed, "test_accuracy": right / 400, "test_f1": right / 400,
+                "test_labels": labels, "test_predicted": "0" * right + "1" * (400 - right), "wall_seconds": 1.0,
+                "load_before": 0.0, "load_after": 0.0, "threads": 1, "settings": {"max_steps": steps},
+                "curve": [{"step": 0, "eval_loss": 0.7, "eval_accuracy": 0.5, "eval_f1": 0.5}]}
+
+    short, longer = [run(s, 250, 200) for s in (0, 1)], [run(s, 500, 300) for s in (0, 1)]
+    lines = comparison.longer_budget_lines(short, longer)
+    assert lines[0].startswith("Convergence check: the same runs at 500 steps instead of 250")
+    match = re.fullmatch(
+        r"- gelu-post \(baseline\): 0\.7500 ± 0\.0000 at 500 steps \(seeds 0, 1\) against 0\.5000 ± 0\.0000; "
+        r"longer − shorter \+25\.00 \[\+25\.00, \+25\.00\] points \(seeds\), \+25\.00 \[\+(\S+), \+(\S+)\] "
+        r"\(snippets\): \*\*outside the noise\*\*", lines[2])
+    assert match, lines[2]
+    # 100 of 400 snippets flip to right: the bootstrap interval brackets 25 points, ± about 1.96 · √(0.25·0.75/400) = 4.2
+    low, high = map(float, match.groups())
+    assert 20 < low < 25 < high < 30
+    assert comparison.longer_budget_lines(short, []) == []
+
+
 def test_report_throughput_rows_healed_share_their_variant():
     runs = [{"variant": name, "seed": 0, "test_accuracy": 0.8, "test_f1": 0.8, "test_labels": "01",
              "test_predicted": "01", "wall_seconds": 5.0, "load_before": 0.1, "load_after": 0.2, "threads": 2,

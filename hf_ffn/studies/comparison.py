@@ -223,11 +223,14 @@ def base_variant(name: str) -> str:
     return name.removesuffix(HEALED_SUFFIX)
 
 
-def report(runs: Sequence[dict], probes: dict[str, dict], header: dict, throughput: dict | None = None) -> str:
+def report(
+    runs: Sequence[dict], probes: dict[str, dict], header: dict, throughput: dict | None = None,
+    longer: Sequence[dict] = (),
+) -> str:
     """The markdown report: settings and machine (`header`), the table (one row per variant), the paired
     differences from the baseline, the probes, the baseline's convergence check and the side-by-side training
     throughput (`throughput`, from `hf_ffn.studies.variant_throughput.measure_throughput`; a healed variant gets
-    its converted variant's row, the same architecture)."""
+    its converted variant's row, the same architecture) and, given `longer` runs, `longer_budget_lines`."""
     speeds = (throughput or {}).get("variants", {})
     names = variant_order({run["variant"] for run in runs})
     by_variant = {name: sorted((r for r in runs if r["variant"] == name), key=lambda r: r["seed"]) for name in names}
@@ -265,6 +268,7 @@ def report(runs: Sequence[dict], probes: dict[str, dict], header: dict, throughp
                         f" / step, relative change {100 * change['relative_change']:+.2f}% (the fifth before: "
                         f"{100 * before['relative_change']:+.2f}%)")
         text.append("")
+    text += longer_budget_lines(runs, longer)
     healing_rows = [(name, paired_difference(by_variant[name], by_variant[base_variant(name)]))
                     for name in names if name.endswith(HEALED_SUFFIX) and base_variant(name) in by_variant]
     if healing_rows:
@@ -302,6 +306,27 @@ def report(runs: Sequence[dict], probes: dict[str, dict], header: dict, throughp
     return "\n".join(text)
 
 
+def longer_budget_lines(runs: Sequence[dict], longer: Sequence[dict]) -> list[str]:
+    """Markdown lines comparing each variant of `longer` (the same runs at a larger `max_steps`, e.g. two epochs)
+    with its runs in `runs`: test accuracy mean ± std at both budgets and the paired difference longer − shorter
+    (`paired_difference`: seeds and test snippets). Says whether the shorter budget had converged in accuracy."""
+    if not longer:
+        return []
+    steps = longer[0]["settings"]["max_steps"]
+    lines = [f"Convergence check: the same runs at {steps} steps instead of {runs[0]['settings']['max_steps']} "
+             "(the learning-rate schedule stretched to the longer run), test accuracy, paired by seed and snippet:", ""]
+    for name in variant_order({run["variant"] for run in longer}):
+        long_rows = sorted((r for r in longer if r["variant"] == name), key=lambda r: r["seed"])
+        short_rows = [r for r in runs if r["variant"] == name]
+        paired = paired_difference(long_rows, short_rows)
+        change = (f"; longer − shorter {paired['accuracy']} points (seeds), {paired['bootstrap']} (snippets): "
+                  f"{paired['verdict']}" if paired else "")
+        lines.append(f"- {name}: {_cell([r['test_accuracy'] for r in long_rows])} at {steps} steps (seeds "
+                     f"{', '.join(str(r['seed']) for r in long_rows)}) against "
+                     f"{_cell([r['test_accuracy'] for r in short_rows])}{change}")
+    return lines + [""]
+
+
 def plot_curves(runs: Sequence[dict], path: Path, title: str) -> None:
     """Validation loss and accuracy against the step, the mean over seeds per variant (PNG at `path`)."""
     import matplotlib
@@ -331,7 +356,7 @@ def plot_curves(runs: Sequence[dict], path: Path, title: str) -> None:
 
 __all__ = [
     "BASELINE", "BOOTSTRAP_RESAMPLES", "HEALABLE", "HEAL_STUDY_NAMES", "VARIANTS", "base_variant", "correctness",
-    "encode_ids", "healed_name", "paired_difference", "probes_from_healing",
+    "encode_ids", "healed_name", "longer_budget_lines", "paired_difference", "probes_from_healing",
     "last_fifth_change", "machine", "mean_std", "paired_bootstrap", "paired_t_interval", "parse_healed",
     "plot_curves", "report", "variant_order",
 ]
