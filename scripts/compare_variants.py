@@ -40,7 +40,7 @@ from hf_ffn.parity import bundled_checkpoint
 from hf_ffn.conversion import REPORT_FILE
 from hf_ffn.studies.comparison import (
     BASELINE, HEAL_STUDY_NAMES, VARIANTS, encode_ids, last_fifth_change, machine, parse_healed, plot_curves,
-    probes_from_healing, report, variant_order,
+    probes_from_healing, report, variant_order, weights_sha256,
 )
 from hf_ffn.studies.variant_throughput import measure_throughput
 from hf_ffn.training import ClassificationDataArguments, ModelArguments, run_classification
@@ -54,6 +54,13 @@ LR_NOTE = (
     "(`train_sampling_strategy=\"group_by_length\"`): less padding, so faster on CPU; it changes which snippets share "
     "a batch, not what is learned in expectation, and with the same seed every variant sees the same batches."
 )
+
+
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (do not measure) or more rounds, got {value}")
+    return value
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -81,11 +88,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--longer_dir",
                         help="an output folder of the same comparison at a larger --max_steps (e.g. the baseline at "
                              "two epochs): the table gets a convergence check against it")
-    parser.add_argument("--throughput_rounds", type=int, default=30,
+    parser.add_argument("--throughput_rounds", type=non_negative, default=30,
                         help="interleaved rounds of the side-by-side throughput measurement (0: do not measure)")
     parser.add_argument("--remeasure_throughput", action="store_true",
                         help="measure the side-by-side throughput again (else a measured OUTPUT_DIR/"
-                             f"{THROUGHPUT} is kept)")
+                             f"{THROUGHPUT} is kept while it covers every variant at these threads and sizes)")
     parser.add_argument("--heal-dir", "--heal_dir", dest="heal_dir",
                         help="the healing study's work folder (scripts/heal_study.py): the starting points' linear "
                              "probes, measured there on all 10,662 snippets, go into the table")
@@ -99,7 +106,8 @@ def settings(args: argparse.Namespace) -> dict:
         "max_eval_samples", "max_test_samples", "unpad_tokens")} | {"train_sampling_strategy": "group_by_length", "split_seed": 42}
 
 
-def run_one(args: argparse.Namespace, name: str, model_args: ModelArguments, seed: int, output_dir: Path) -> dict:
+def run_one(args: argparse.Namespace, name: str, model_args: ModelArguments, seed: int, output_dir: Path,
+            fingerprint: str) -> dict:
     """One fine-tuning run; returns its JSON line."""
     data_args = ClassificationDataArguments(
         rt_polarity_dir=args.rt_polarity_dir, max_seq_length=args.max_seq_length,
@@ -119,7 +127,7 @@ def run_one(args: argparse.Namespace, name: str, model_args: ModelArguments, see
     curve = [{key: entry[key] for key in ("step", "eval_loss", "eval_accuracy", "eval_f1")}
              for entry in outcome["log_history"] if "eval_accuracy" in entry]
     return {
-        "variant": name, "seed": seed, "checkpoint": model_args.model_name_or_path,
+        "variant": name, "seed": seed, "checkpoint": model_args.model_name_or_path, "checkpoint_sha256": fingerprint,
         "switches": {k: v for k, v in vars(model_args).items() if k != "model_name_or_path" and v is not None},
         "settings": settings(args),
         "test_accuracy": results["test_accuracy"], "test_f1": results["test_f1"],
@@ -130,6 +138,17 @@ def run_one(args: argparse.Namespace, name: str, model_args: ModelArguments, see
         "load_before": load_before, "load_after": os.getloadavg()[0], "threads": torch.get_num_threads(),
         "machine": machine(), "versions": versions(), "curve": curve,
     }
+
+
+def throughput_stale(path: Path, variants: dict, args: argparse.Namespace) -> bool:
+    """Whether the side-by-side throughput at `path` must be measured (again): none yet, `--remeasure_throughput`,
+    a variant of this comparison missing from it, or other threads, batch size or sequence length."""
+    if args.remeasure_throughput or not path.is_file():
+        return True
+    measured = json.loads(path.read_text())
+    return (not set(variants) <= set(measured["variants"]) or measured["threads"] != torch.get_num_threads()
+            or measured["settings"]["batch_size"] != args.batch_size
+            or measured["settings"]["max_seq_length"] != args.max_seq_length)
 
 
 def versions() -> str:
@@ -183,13 +202,17 @@ def main(argv: list[str] | None = None) -> int:
               for name in args.variants}
     starts |= {name: ModelArguments(model_name_or_path=path, unpad_tokens=args.unpad_tokens)
                for name, path in parse_healed(args.healed).items()}
-    for run in read_runs(results):
+    paths = {start.model_name_or_path for start in starts.values()} if not args.report_only else set()
+    sha = {path: weights_sha256(path) for path in paths}  # one hash per folder (the variants share the base)
+    fingerprints = {name: sha.get(start.model_name_or_path) for name, start in starts.items()}
+    for run in read_runs(results) if not args.report_only else ():  # a report is made from the file as it is
         if run["settings"] != settings(args):
             raise ValueError(f"{results} holds runs with settings {run['settings']}, not {settings(args)}; "
-                             f"use another --output-dir")
-        if run["variant"] in starts and run["checkpoint"] != starts[run["variant"]].model_name_or_path:
-            raise ValueError(f"{results}: {run['variant']!r} was run from {run['checkpoint']!r}, not "
-                             f"{starts[run['variant']].model_name_or_path!r}; use another --output-dir")
+                             f"use another --output-dir (or --report_only)")
+        if run["variant"] in starts and run.get("checkpoint_sha256") != fingerprints[run["variant"]]:
+            raise ValueError(f"{results}: {run['variant']!r} was run from other weights ({run['checkpoint']!r}, "
+                             f"sha256 {run.get('checkpoint_sha256')}) than {starts[run['variant']].model_name_or_path!r}"
+                             f" (sha256 {fingerprints[run['variant']]}); use another --output-dir")
     if not args.report_only:
         if args.rt_polarity_dir is None:
             raise ValueError("--rt_polarity_dir is required to run the comparison (or give --report_only)")
@@ -201,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                 work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="compare_variants_"))
                 run_dir = work_dir / f"{name.replace(' ', '-')}-seed{seed}"
                 shutil.rmtree(run_dir, ignore_errors=True)
-                line = run_one(args, name, starts[name], seed, run_dir)
+                line = run_one(args, name, starts[name], seed, run_dir, fingerprints[name])
                 shutil.rmtree(run_dir if args.work_dir else work_dir, ignore_errors=True)
                 with results.open("a") as handle:
                     handle.write(json.dumps(line) + "\n")
@@ -212,10 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = read_runs(results)
     if not runs:
         raise ValueError(f"{results} holds no runs yet")
-    measure = args.throughput_rounds > 0 and (args.remeasure_throughput or not (output / THROUGHPUT).is_file())
-    if not args.report_only and measure:
-        unhealed = {name: start for name, start in starts.items() if name in VARIANTS}
-        unhealed.setdefault(BASELINE, ModelArguments(model_name_or_path=base_checkpoint, unpad_tokens=args.unpad_tokens))
+    unhealed = {name: start for name, start in starts.items() if name in VARIANTS}
+    unhealed.setdefault(BASELINE, ModelArguments(model_name_or_path=base_checkpoint, unpad_tokens=args.unpad_tokens))
+    if not args.report_only and args.throughput_rounds and throughput_stale(output / THROUGHPUT, unhealed, args):
         print(f"=== throughput, {len(unhealed)} variants side by side ({time.strftime('%H:%M:%S')}) ===", flush=True)
         measured = measure_throughput(unhealed, BASELINE, args.rt_polarity_dir, batch_size=args.batch_size,
                                       max_seq_length=args.max_seq_length, repeats=args.throughput_rounds)

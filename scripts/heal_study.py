@@ -74,7 +74,13 @@ def run(args: argparse.Namespace) -> None:
     work = Path(args.work_dir)
     for variant in args.variants:
         run_dir, student = work / variant, work / "students" / variant
-        if (run_dir / "healed" / "config.json").is_file():
+        done = run_dir / "healed" / "conversion_report.json"
+        if done.is_file():
+            training = json.loads(done.read_text())["healing"]["training"]
+            if (training["max_steps"], training["lr_scheduler_type"]) != (args.steps, args.lr_scheduler):
+                raise SystemExit(f"{variant}: {run_dir / 'healed'} was healed with --steps {training['max_steps']} "
+                                 f"--lr-scheduler {training['lr_scheduler_type']}, not --steps {args.steps} "
+                                 f"--lr-scheduler {args.lr_scheduler}; use another --work-dir")
             print(f"{variant}: already healed ({run_dir / 'healed'})")
             continue
         if not (student / "config.json").is_file():
@@ -157,6 +163,7 @@ def report(args: argparse.Namespace) -> None:
         reached = a["agreement"]["cosine_mean"] >= cos_goal, abs(da) <= probe_goal
         curve = h["curve"]
         crossed = next((p["step"] for p in curve if p["cosine_mean"] >= cos_goal), None)
+        len_curve = h["heldout"]["curve_snippets"]
         tail = ""
         if len(curve) >= 3:
             (s0, c0), (s1, c1) = (curve[-2]["step"], 1 - curve[-2]["cosine_mean"]), (curve[-1]["step"], 1 - curve[-1]["cosine_mean"])
@@ -172,7 +179,7 @@ def report(args: argparse.Namespace) -> None:
         verdicts.append(
             f"- **{VARIANTS[variant]['title']}**: goal cosine ≥ {cos_goal} "
             f"{'reached' if reached[0] else 'not reached'} ({a['agreement']['cosine_mean']:.5f}"
-            f"{f', first at step {crossed} on the 1,000-snippet curve' if crossed is not None else ''}); "
+            f"{f', first at step {crossed} on the {len_curve:,}-snippet curve' if crossed is not None else ''}); "
             f"probe within {probe_goal} points {'reached' if reached[1] else 'not reached'} ({da:+.2f} points, "
             f"fold std of the paired difference {100 * a['probe']['difference_std']:.2f}); {h['steps']} steps × "
             f"{h['training']['per_device_train_batch_size']} blocks of {h['data']['block_tokens']} tokens, "
@@ -228,8 +235,10 @@ SCHEDULE_NOTES = {
         "The learning rate decays linearly to 0 over the run, so the flattening at the end is partly the schedule: "
         "these curves show the direction, not how far a longer run would go. The approximate SwiGLU start is "
         "already close (one conversion recipe away); a fresh FFN has to relearn a function from random weights, and "
-        "a Post→Pre-LN student moves every LayerNorm: both improve steadily but need a much larger budget. A run "
-        "at a constant learning rate (`--lr-scheduler constant_with_warmup`) gives a curve to extrapolate from."
+        "a Post→Pre-LN student moves every LayerNorm: their distance to the teacher falls fast at first and slowly "
+        "at the end (where the rate is near 0), and a closer embedding does not always mean a better probe (see the "
+        "table). A run at a constant learning rate (`--lr-scheduler constant_with_warmup`) gives a curve to "
+        "extrapolate from."
     ),
     "constant_with_warmup": (
         "The learning rate is constant after the warm-up, so the flattening of these curves is the student's, not "
@@ -286,6 +295,13 @@ which ran, one after the other (each resumable with `--resume_from_checkpoint la
 """
 
 
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=["run", "report"])
@@ -295,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--text-dir", default="../shared/data/state_union", help="training text (*.txt files)")
     parser.add_argument("--eval-dir", default="../shared/data/rt_polarity", help="held-out rt_polarity folder")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
-    parser.add_argument("--steps", type=int, default=150, help="optimizer steps per variant")
+    parser.add_argument("--steps", type=positive, default=150, help="optimizer steps per variant")
     parser.add_argument("--batch-size", type=int, default=16, help="blocks per step")
     parser.add_argument("--block", type=int, default=128, help="tokens per block")
     parser.add_argument("--train-parts", default="encoder", help="ffn, ffn_norms, encoder or all")

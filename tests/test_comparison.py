@@ -3,13 +3,21 @@ small steps of the bundled model)."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from hf_ffn.studies import comparison
+
+REPO = Path(__file__).resolve().parents[1]
 
 from hf_ffn.studies.comparison import (
     BASELINE,
@@ -135,7 +143,11 @@ def test_report_verdicts():
     assert re.search(r"relative change [+-]0\.00%", text)
     # runs of seeds 0 and 2 used 1 thread, seed 1 used 2: the machine line counts both, per run
     assert "torch threads per run: 1 (6 runs), 2 (3 runs)" in text
-    assert rows["pre-ln"].endswith("| – | – | 10 |")  # no throughput measured: no speed claimed
+    assert rows["pre-ln"].endswith("| – | – | 10 (1, 2) |")  # no throughput measured: no speed claimed
+    assert "only when both exclude 0" in text and "not that the variants are equal" in text
+    # no baseline: the reason is said, not "fewer than 2 paired seeds"
+    alone = report([r for r in runs if r["variant"] == "pre-ln"], {}, header)
+    assert "| no baseline runs |" in alone
     # a healed pre-ln right on half the snippets, as the baseline: −50 points against the converted pre-ln
     healed = [run(healed_name("pre-ln"), s, base, 0.5) for s in range(3)]
     text = report(runs + healed, {}, header)
@@ -180,8 +192,11 @@ def test_report_throughput_rows_healed_share_their_variant():
     header = {"title": "# t", "intro": "i", "machine": {"cpu": "cpu", "cores": 2}, "versions": "v", "command": "c"}
     text = report(runs, {}, header, throughput)
     rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
-    assert "| 1500 | 1.018 [0.900–1.100] | 5 |" in rows["pre-ln"]
-    assert "| 1500 | 1.018 [0.900–1.100] | 5 |" in rows["pre-ln healed"]
+    assert "| 1500 | 1.018 [0.900–1.100] | 5 (2) |" in rows["pre-ln"]
+    assert "| 1500 | 1.018 [0.900–1.100] | 5 (2) |" in rows["pre-ln healed"]
+    assert "Throughput (gelu-post (baseline), pre-ln):" in text
+    # one eval point per fifth: no slope, said plainly (not nan)
+    assert "- seed 0: fewer than 2 eval points in a fifth of training: no slope" in text and "nan" not in text
     assert "1.000 [1.000–1.000]" in rows[BASELINE]
     assert "30 interleaved rounds" in text and "load average (1 min) 0.10 before, 0.30 after" in text
 
@@ -222,3 +237,57 @@ def test_probes_from_healing_map_teacher_before_and_after():
         "swiglu-fresh-matched": {"accuracy": 0.78, "std": 0.02, "snippets": 10662},
         "swiglu-fresh-matched healed": {"accuracy": 0.795, "std": 0.03, "snippets": 10662},
     }
+
+
+def test_weights_sha256_is_the_weights_identity_wherever_they_lie(tmp_path):
+    for name, value in (("a", 1.0), ("b", 1.0), ("c", 2.0)):
+        (tmp_path / name).mkdir()
+        save_file({"w": torch.full((3,), value)}, tmp_path / name / "model.safetensors")
+    assert comparison.weights_sha256(tmp_path / "a") == comparison.weights_sha256(str(tmp_path / "b"))
+    assert comparison.weights_sha256(tmp_path / "a") != comparison.weights_sha256(tmp_path / "c")
+    expected = hashlib.sha256((tmp_path / "a" / "model.safetensors").read_bytes()).hexdigest()
+    assert comparison.weights_sha256(tmp_path / "a") == expected
+    with pytest.raises(FileNotFoundError, match="holds no"):
+        comparison.weights_sha256(tmp_path / "missing")
+
+
+def load_compare_script():
+    spec = importlib.util.spec_from_file_location("compare_variants", REPO / "scripts" / "compare_variants.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_resume_refuses_runs_from_other_weights_and_accepts_the_same_weights_elsewhere(tmp_path, bundled_checkpoint):
+    script = load_compare_script()
+    args = script.parse_args(["--rt_polarity_dir", str(tmp_path)])
+    curve = [{"step": s, "eval_loss": 0.5, "eval_accuracy": 0.8, "eval_f1": 0.8} for s in range(0, 251, 50)]
+    line = {"variant": BASELINE, "seed": 0, "checkpoint": "/elsewhere/model", "checkpoint_sha256": "0" * 64,
+            "settings": script.settings(args), "test_accuracy": 0.75, "test_f1": 0.75, "test_labels": "0011",
+            "test_predicted": "0010", "wall_seconds": 1.0, "load_before": 0.0, "load_after": 0.0, "threads": 1,
+            "machine": {"cpu": "cpu", "cores": 2}, "versions": "v", "curve": curve}
+    (tmp_path / script.RESULTS).write_text(json.dumps(line) + "\n")
+    argv = ["--rt_polarity_dir", str(tmp_path), "--output-dir", str(tmp_path), "--variants", BASELINE, "--seeds", "0",
+            "--throughput_rounds", "0"]
+    with pytest.raises(ValueError, match=r"was run from other weights \('/elsewhere/model', sha256 0000"):
+        script.main(argv)
+    # the same weights at another path are the same start: the finished run is kept and reported, not rerun
+    line["checkpoint_sha256"] = comparison.weights_sha256(bundled_checkpoint)
+    (tmp_path / script.RESULTS).write_text(json.dumps(line) + "\n")
+    assert script.main(argv) == 0
+    assert "| gelu-post (baseline) | 0 | 0.7500 |" in (tmp_path / script.TABLE).read_text()
+
+
+def test_throughput_is_measured_again_when_it_does_not_cover_the_comparison(tmp_path):
+    script = load_compare_script()
+    args = script.parse_args(["--output-dir", str(tmp_path)])
+    path = tmp_path / script.THROUGHPUT
+    assert script.throughput_stale(path, {BASELINE: None}, args)  # nothing measured yet
+    path.write_text(json.dumps({"variants": {BASELINE: {}}, "threads": torch.get_num_threads(),
+                                "settings": {"batch_size": 32, "max_seq_length": 64}}))
+    assert not script.throughput_stale(path, {BASELINE: None}, args)
+    assert script.throughput_stale(path, {BASELINE: None, "pre-ln": None}, args)  # a variant it lacks
+    assert script.throughput_stale(path, {BASELINE: None}, script.parse_args(["--max_seq_length", "128"]))
+    assert script.throughput_stale(path, {BASELINE: None}, script.parse_args(["--remeasure_throughput"]))
+    with pytest.raises(SystemExit):
+        script.parse_args(["--throughput_rounds", "-1"])

@@ -28,6 +28,14 @@ import numpy as np
 from scipy import stats
 
 BASELINE = "gelu-post (baseline)"
+VERDICT_NOTE = (
+    "How to read the Δ columns: the t interval (over seeds) says how much a difference moves when training is rerun "
+    "with other seeds; the bootstrap interval (over the test snippets) how much it moves on another test set of the "
+    "same size. A difference is called outside the noise only when both exclude 0. Inside the noise means no "
+    "difference was detected at this number of seeds, not that the variants are equal: the interval's width is "
+    "the size of a difference this comparison could have missed. Wall time per run depends on the load and threads "
+    "of its hour; the speed columns come from one side-by-side measurement (below)."
+)
 # name → `ModelArguments` switches; every variant starts from the same checkpoint (GELU, Post-LN).
 VARIANTS: dict[str, dict[str, str]] = {
     BASELINE: {},
@@ -155,6 +163,26 @@ def last_fifth_change(
     return {"points": len(window), "slope_per_step": slope, "relative_change": relative}
 
 
+def weights_sha256(folder: str) -> str:
+    """SHA-256 over the weight files of a checkpoint folder (`*.safetensors`, else `*.bin`, sorted by name): the
+    identity of the weights a run started from, the same wherever the folder lies.
+
+    Raises:
+        FileNotFoundError: if `folder` holds no weight file.
+    """
+    import hashlib
+
+    files = sorted(Path(folder).glob("*.safetensors")) or sorted(Path(folder).glob("*.bin"))
+    if not files:
+        raise FileNotFoundError(f"{folder!r} holds no *.safetensors or *.bin weight file")
+    digest = hashlib.sha256()
+    for file in files:
+        with file.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
 def encode_ids(ids: Sequence[int]) -> str:
     """Class ids 0–9 as a string of digits (one character per snippet: compact in JSON).
 
@@ -237,13 +265,14 @@ def report(
     lines = [
         "| variant | seeds | test accuracy | test F1 (macro) | Δ accuracy vs baseline, points: t 95% CI (seeds) | "
         "Δ accuracy: bootstrap 95% CI (snippets) | Δ F1, points: t 95% CI | verdict | linear probe of the start | "
-        "training real tokens/s (side by side) | time per step ÷ baseline's [min–max] | wall s / run (at its load) |",
+        "training real tokens/s (side by side) | time per step ÷ baseline's [min–max] | wall s / run (torch threads) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in names:
         rows = by_variant[name]
         t_acc = t_f1 = boot = "–"
-        verdict = "baseline" if name == BASELINE else "fewer than 2 paired seeds"
+        verdict = ("baseline" if name == BASELINE else "no baseline runs" if BASELINE not in by_variant
+                   else "fewer than 2 paired seeds")
         if name != BASELINE and (paired := paired_difference(rows, by_variant.get(BASELINE, []))):
             t_acc, t_f1, boot, verdict = paired["accuracy"], paired["f1"], paired["bootstrap"], paired["verdict"]
         probe = probes.get(name)
@@ -254,16 +283,21 @@ def report(
         lines.append(
             f"| {name} | {', '.join(str(r['seed']) for r in rows)} | {_cell([r['test_accuracy'] for r in rows])} | "
             f"{_cell([r['test_f1'] for r in rows])} | {t_acc} | {boot} | {t_f1} | {verdict} | {probe_cell} | "
-            f"{speed_cells} | {statistics.mean(r['wall_seconds'] for r in rows):.0f} |"
+            f"{speed_cells} | {statistics.mean(r['wall_seconds'] for r in rows):.0f} "
+            f"({', '.join(str(t) for t in sorted({r['threads'] for r in rows}))}) |"
         )
     loads = [run["load_before"] for run in runs] + [run["load_after"] for run in runs]
-    text = [header["title"], "", header["intro"], "", "\n".join(lines), ""]
+    text = [header["title"], "", header["intro"], "", "\n".join(lines), "", VERDICT_NOTE, ""]
     if BASELINE in by_variant:
         text += ["Baseline convergence, validation loss over the last fifth of training (least-squares slope; "
                  "relative change over the fifth):", ""]
         for run in by_variant[BASELINE]:
             change = last_fifth_change(run["curve"])
             before = last_fifth_change(run["curve"], start=0.6, end=0.8)
+            if change["points"] < 2 or before["points"] < 2:
+                text.append(f"- seed {run['seed']}: fewer than 2 eval points in a fifth of training: no slope "
+                            f"(evaluate more often, --eval_steps)")
+                continue
             text.append(f"- seed {run['seed']}: {change['points']} eval points, slope {change['slope_per_step']:.2e}"
                         f" / step, relative change {100 * change['relative_change']:+.2f}% (the fifth before: "
                         f"{100 * before['relative_change']:+.2f}%)")
@@ -285,12 +319,13 @@ def report(
         text.append("")
     if throughput:
         settings = throughput["settings"]
-        text += [f"Throughput: every variant's classification model built as the runs build it (unpad_tokens "
+        text += [f"Throughput ({', '.join(variant_order(throughput['variants']))}): each classification model built "
+                 f"as the runs build it (unpad_tokens "
                  f"{'on' if throughput['unpad_tokens'] else 'off'}), timed side by side in one process: "
                  f"{settings['repeats']} interleaved rounds of one training step (forward + backward, no optimizer "
                  f"step) on {settings['batches']} length-grouped batches of {settings['batch_size']} rt_polarity "
-                 f"snippets (max_seq_length {settings['max_seq_length']}); real tokens only; ratio: median of the "
-                 f"per-round ratios. {throughput['threads']} torch thread(s), load average (1 min) "
+                 f"snippets (max_seq_length {settings['max_seq_length']}); real tokens/s: median over rounds of the "
+                 f"round's real tokens / its time; ratio: median of the per-round time ratios. {throughput['threads']} torch thread(s), load average (1 min) "
                  f"{throughput['load_before']:.2f} before, {throughput['load_after']:.2f} after; "
                  f"{throughput['versions']}. A healed variant has its converted variant's architecture and speed.",
                  ""]
@@ -357,6 +392,7 @@ def plot_curves(runs: Sequence[dict], path: Path, title: str) -> None:
 __all__ = [
     "BASELINE", "BOOTSTRAP_RESAMPLES", "HEALABLE", "HEAL_STUDY_NAMES", "VARIANTS", "base_variant", "correctness",
     "encode_ids", "healed_name", "longer_budget_lines", "paired_difference", "probes_from_healing",
+    "weights_sha256",
     "last_fifth_change", "machine", "mean_std", "paired_bootstrap", "paired_t_interval", "parse_healed",
     "plot_curves", "report", "variant_order",
 ]

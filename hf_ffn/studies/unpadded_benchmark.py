@@ -105,14 +105,14 @@ def _log(message: str) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # Data
 # ---------------------------------------------------------------------------------------------------------------
-def read_sentences(folder: str) -> tuple[list[str], list[int]]:
+def read_sentences(folder: str, argument: str = "--rt-polarity-dir") -> tuple[list[str], list[int]]:
     """The snippets of an rt_polarity folder (`hf_ffn.training.read_rt_polarity`) with class ids in label-name
     order (`rt-polarity.neg` → 0, `rt-polarity.pos` → 1).
 
     Raises:
-        FileNotFoundError, ValueError: as `read_rt_polarity`, naming `--rt-polarity-dir`.
+        FileNotFoundError, ValueError: as `read_rt_polarity`, naming `argument` (the flag the folder came from).
     """
-    texts, names = read_rt_polarity(folder, "--rt-polarity-dir")
+    texts, names = read_rt_polarity(folder, argument)
     classes = sorted(set(names))
     return texts, [classes.index(name) for name in names]
 

@@ -14,7 +14,8 @@ interleaved, on the same real batches:
   variants keep equal.
 - **timing**: `hf_ffn.studies.benchmark.time_interleaved` (order rotated every round; round r gives every variant
   batch r mod k, so per-round ratios are paired); `paired_ratio` against the baseline (median of the per-round
-  ratios, [min–max] their spread). Real tokens/s counts non-padding tokens, as the runs' `train_tokens` does.
+  ratios, [min–max] their spread). Real tokens/s: the median over rounds of the round's non-padding tokens / its
+  time (a median, like the ratio, so one slow round moves neither).
 
 A healed variant has its converted variant's architecture (healing trains weights, it changes no switch), so it
 runs at the same speed; the report gives it that row.
@@ -57,9 +58,9 @@ def measure_throughput(
             calls of each variant first.
 
     Returns:
-        {"variants": {name: {"real_tokens_per_s", "median_ms", "ratio", "ratio_min", "ratio_max"}}, "settings",
-        "load_before", "load_after", "threads"}; "ratio" is time per step of the variant / the baseline's
-        (below 1: faster).
+        {"variants": {name: {"real_tokens_per_s", "median_ms", "ratio", "ratio_min", "ratio_max", "times_ms" (per
+        round)}}, "real_tokens" (per round, the same batch for every variant), "settings", "load_before",
+        "load_after", "threads"}; "ratio" is time per step of the variant / the baseline's (below 1: faster).
 
     Raises:
         ValueError: if `baseline` is not in `starts`. FileNotFoundError: a missing rt_polarity file or checkpoint.
@@ -67,7 +68,7 @@ def measure_throughput(
     if baseline not in starts:
         raise ValueError(f"baseline {baseline!r} is not among the variants to time: {', '.join(starts)}")
     load_before = os.getloadavg()[0]
-    texts, labels = read_sentences(rt_polarity_dir)
+    texts, labels = read_sentences(rt_polarity_dir, "--rt_polarity_dir")
     tokenizer = load_tokenizer(starts[baseline])
     tokenizer.model_max_length = max_seq_length  # make_batches truncates at the tokenizer's maximum
     settings = UnpadSettings(quick=False, batch_size=batch_size, batches=batches)
@@ -82,9 +83,10 @@ def measure_throughput(
     real = [int(grouped[(warmup + r) % batches]["attention_mask"].sum()) for r in range(repeats)]
     variants = {
         name: {
-            "real_tokens_per_s": sum(real) / sum(times[name]),
+            "real_tokens_per_s": statistics.median(n / t for n, t in zip(real, times[name], strict=True)),
             "median_ms": statistics.median(times[name]) * 1e3,
             **paired_ratio(times[name], times[baseline]),
+            "times_ms": [t * 1e3 for t in times[name]],
         }
         for name in starts
     }
@@ -92,7 +94,8 @@ def measure_throughput(
         "variants": variants,
         "settings": {"batch_size": batch_size, "max_seq_length": max_seq_length, "batches": batches,
                      "repeats": repeats, "warmup": warmup},
-        "load_before": load_before, "load_after": os.getloadavg()[0], "threads": torch.get_num_threads(),
+        "real_tokens": real, "load_before": load_before, "load_after": os.getloadavg()[0],
+        "threads": torch.get_num_threads(),
     }
 
 
