@@ -195,7 +195,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.longer_dir and not read_runs(Path(args.longer_dir) / RESULTS):
         raise ValueError(f"--longer_dir {args.longer_dir!r} holds no {RESULTS} with runs")
     output = Path(args.output_dir)
-    output.mkdir(parents=True, exist_ok=True)
     results = output / RESULTS
     base_checkpoint = args.model_name_or_path or bundled_checkpoint()
     starts = {name: ModelArguments(model_name_or_path=base_checkpoint, unpad_tokens=args.unpad_tokens, **VARIANTS[name])
@@ -216,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         if args.rt_polarity_dir is None:
             raise ValueError("--rt_polarity_dir is required to run the comparison (or give --report_only)")
+        output.mkdir(parents=True, exist_ok=True)  # after every check: a refused command leaves no folder
         for seed in args.seeds:
             for name in variant_order(list(starts)):
                 if (name, seed) in {(run["variant"], run["seed"]) for run in read_runs(results)}:
@@ -253,4 +253,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (ValueError, FileNotFoundError) as error:  # bad input: the message, not a traceback
+        sys.exit(f"compare_variants.py: error: {error}")

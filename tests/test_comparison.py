@@ -112,8 +112,15 @@ def test_correctness_and_encoding():
 
 
 def test_parse_healed(tmp_path):
-    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "config.json").write_text('{"layer_norm_position": ["pre", "pre"]}')
     assert parse_healed([f"pre-ln={tmp_path}"]) == {"pre-ln healed": str(tmp_path)}
+    # a folder of another variant is refused: its switches are not pre-ln's / swiglu's
+    (tmp_path / "config.json").write_text('{"ffn_type": "swiglu", "layer_norm_position": ["pre", "pre"]}')
+    with pytest.raises(ValueError, match=r"has layer_norm_position=\['pre', 'pre'\], but swiglu-approx has 'post'"):
+        parse_healed([f"swiglu-approx={tmp_path}"])
+    (tmp_path / "config.json").write_text('{"ffn_type": "geglu"}')
+    with pytest.raises(ValueError, match=r"has ffn_type='geglu', but pre-ln has 'gelu'"):
+        parse_healed([f"pre-ln={tmp_path}"])
     with pytest.raises(ValueError, match="geglu-preserving"):
         parse_healed([f"geglu-preserving={tmp_path}"])
     with pytest.raises(ValueError, match="no config.json"):

@@ -17,6 +17,7 @@ A difference is called outside the noise only when both intervals exclude zero.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
@@ -64,8 +65,8 @@ def parse_healed(items: Sequence[str]) -> dict[str, str]:
     """`["swiglu-approx=PATH", ...]` → {"swiglu-approx healed": PATH}.
 
     Raises:
-        ValueError: naming `--healed` and the item when it is not VARIANT=FOLDER with VARIANT in `HEALABLE` or the
-            folder has no config.json.
+        ValueError: naming `--healed` and the item when it is not VARIANT=FOLDER with VARIANT in `HEALABLE`, the
+            folder has no config.json, or its `ffn_type` / `layer_norm_position` are not the variant's.
     """
     healed = {}
     for item in items:
@@ -74,6 +75,11 @@ def parse_healed(items: Sequence[str]) -> dict[str, str]:
             raise ValueError(f"--healed {item!r}: expected VARIANT=FOLDER with VARIANT one of {', '.join(HEALABLE)}")
         if not (Path(path) / "config.json").is_file():
             raise ValueError(f"--healed {item!r}: {path!r} is not a checkpoint folder (no config.json)")
+        config = json.loads((Path(path) / "config.json").read_text())
+        for field, default in (("ffn_type", "gelu"), ("layer_norm_position", "post")):
+            want, have = VARIANTS[variant].get(field, default), config.get(field, default)
+            if ({have} if isinstance(have, str) else set(have)) != {want}:  # one name, or one per layer
+                raise ValueError(f"--healed {item!r}: {path!r} has {field}={have!r}, but {variant} has {want!r}")
         healed[healed_name(variant)] = path
     return healed
 
