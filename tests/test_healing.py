@@ -197,7 +197,7 @@ BAD_INPUTS = {
     "folder without txt": (None, {"train_files": ["EMPTY_FOLDER"]}, FileNotFoundError, r"holds no file matching '\*\.txt'"),
     "empty text": (None, {"train_files": ["EMPTY_FILE"]}, ValueError, "is empty"),
     "text shorter than a block": (None, {"train_files": ["SHORT_FILE"]}, ValueError, "shorter than one block"),
-    "missing eval dir": (None, {"eval_dir": "/nonexistent/rt"}, FileNotFoundError, "rt-polarity"),
+    "missing eval dir": (None, {"eval_dir": "/nonexistent/rt"}, FileNotFoundError, "--eval_dir: no such folder: '/nonexistent/rt'"),
     "layers all across LN placements": (lambda s, f: convert_checkpoint(str(s / "teacher"), f,
                                                                         layer_norm_position="pre"),
                                         {"layers": "all"}, ValueError, "LayerNorm placement"),

@@ -25,6 +25,7 @@ from hf_ffn.training import (
     load_rt_polarity,
     mask_once,
     mlm_blocks,
+    read_rt_polarity,
     read_text_documents,
     save_finished,
 )
@@ -258,6 +259,24 @@ def write_rt_polarity(folder: Path, n: int = 10) -> Path:
     (folder / "rt-polarity.neg").write_text("".join(f"{NEGATIVE[i % 5]} movie {i}\n" for i in range(n)))
     (folder / "README.txt").write_text("not a label file\n")
     return folder
+
+
+def test_read_rt_polarity_reads_every_snippet_and_names_the_flag_on_bad_folders(tmp_path):
+    folder = write_rt_polarity(tmp_path / "rt", n=3)
+    texts, labels = read_rt_polarity(folder)
+    assert labels == ["neg"] * 3 + ["pos"] * 3  # files by name, the blank last line of .pos skipped
+    assert texts[0] == f"{NEGATIVE[0]} movie 0" and texts[-1] == f"{POSITIVE[2]} movie 2"
+    with pytest.raises(FileNotFoundError, match=r"^--eval_dir: no such folder: '/nowhere'$"):
+        read_rt_polarity("/nowhere", "--eval_dir")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"--rt_polarity_dir: .*empty' holds no rt-polarity.<label> files"):
+        read_rt_polarity(tmp_path / "empty")
+    (folder / "rt-polarity.neg").unlink()
+    with pytest.raises(ValueError, match=r"has one label file \(rt-polarity.pos\); need two or more"):
+        read_rt_polarity(folder)
+    (folder / "rt-polarity.neg").write_text("\n\n")
+    with pytest.raises(ValueError, match=r"label file .*rt-polarity.neg' is empty"):
+        read_rt_polarity(folder)
 
 
 def test_rt_polarity_loader_labels_from_file_names_and_fixed_split(tmp_path):

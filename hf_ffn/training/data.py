@@ -47,11 +47,13 @@ def read_rt_polarity(directory: str | Path, argument: str = "--rt_polarity_dir")
     `decode_text` (UTF-8, else Latin-1). The one reader of the layout (fine-tuning, healing probe, benchmarks).
 
     Raises:
-        FileNotFoundError: naming `argument`, if `directory` does not exist or holds no `rt-polarity.*` files.
+        FileNotFoundError: naming `argument`, if `directory` is not a folder or holds no `rt-polarity.*` files.
         ValueError: naming `argument`, if a label file is empty or fewer than two labels are found.
     """
     folder = Path(directory)
-    files = sorted(folder.glob("rt-polarity.*")) if folder.is_dir() else []
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{argument}: no such folder: {str(folder)!r}")
+    files = sorted(folder.glob("rt-polarity.*"))
     if not files:
         raise FileNotFoundError(
             f"{argument}: {str(folder)!r} holds no rt-polarity.<label> files (expected e.g. rt-polarity.pos, "
