@@ -224,6 +224,7 @@ def report(args: argparse.Namespace) -> None:
         versions=f"torch {torch.__version__}, transformers {transformers.__version__}, Python {platform.python_version()}",
         teacher=first["teacher"], train_files=", ".join(first["data"]["train_files"]),
         blocks=first["data"]["blocks"], block=first["data"]["block_tokens"],
+        title_note="" if schedule == "linear" else f": {first['steps']} steps at a constant learning rate",
         schedule_note=textwrap.fill("Dotted lines: the cosine goals (0.999, 0.99). " + SCHEDULE_NOTES[schedule], 115),
     )
     (output / "healing.md").write_text(text)
@@ -246,7 +247,7 @@ SCHEDULE_NOTES = {
     ),
 }
 
-TEMPLATE = """# Healing converted BERTs by distillation
+TEMPLATE = """# Healing converted BERTs by distillation{title_note}
 
 A conversion that does not preserve the function (GELU → SwiGLU approximately, a fresh FFN, Post-LN → Pre-LN)
 leaves a model that drifts from its source. `hf-ffn heal` distils the converted model (student) from the source
