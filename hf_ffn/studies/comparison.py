@@ -358,7 +358,8 @@ def longer_budget_lines(runs: Sequence[dict], longer: Sequence[dict]) -> list[st
              "(the learning-rate schedule stretched to the longer run), test accuracy, paired by seed and snippet:", ""]
     for name in variant_order({run["variant"] for run in longer}):
         long_rows = sorted((r for r in longer if r["variant"] == name), key=lambda r: r["seed"])
-        short_rows = [r for r in runs if r["variant"] == name]
+        seeds = {r["seed"] for r in long_rows}
+        short_rows = [r for r in runs if r["variant"] == name and r["seed"] in seeds]  # the same seeds
         paired = paired_difference(long_rows, short_rows)
         change = (f"; longer − shorter {paired['accuracy']} points (seeds), {paired['bootstrap']} (snippets): "
                   f"{paired['verdict']}" if paired else "")
