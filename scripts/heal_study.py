@@ -57,6 +57,7 @@ def heal_command(variant: str, args: argparse.Namespace, student: Path, run_dir:
     return [
         "--student", str(student), "--teacher", teacher, "--train_files", args.text_dir, "--eval_dir", args.eval_dir,
         "--output_dir", str(run_dir), "--layers", heal["layers"], "--train_parts", args.train_parts,
+        "--hidden_loss", args.hidden_loss,
         "--max_seq_length", str(args.block), "--per_device_train_batch_size", str(args.batch_size),
         "--max_steps", str(args.steps), "--learning_rate", str(heal["learning_rate"]),
         "--warmup_steps", str(max(1, args.steps // 10)), "--lr_scheduler_type", args.lr_scheduler, "--seed", "0",
@@ -77,10 +78,13 @@ def run(args: argparse.Namespace) -> None:
         done = run_dir / "healed" / "conversion_report.json"
         if done.is_file():
             training = json.loads(done.read_text())["healing"]["training"]
-            if (training["max_steps"], training["lr_scheduler_type"]) != (args.steps, args.lr_scheduler):
+            loss = json.loads(done.read_text())["healing"]["arguments"]["hidden_loss"]
+            if (training["max_steps"], training["lr_scheduler_type"], loss) != (args.steps, args.lr_scheduler,
+                                                                                args.hidden_loss):
                 raise SystemExit(f"{variant}: {run_dir / 'healed'} was healed with --steps {training['max_steps']} "
-                                 f"--lr-scheduler {training['lr_scheduler_type']}, not --steps {args.steps} "
-                                 f"--lr-scheduler {args.lr_scheduler}; use another --work-dir")
+                                 f"--lr-scheduler {training['lr_scheduler_type']} --hidden-loss {loss}, not --steps "
+                                 f"{args.steps} --lr-scheduler {args.lr_scheduler} --hidden-loss {args.hidden_loss}; "
+                                 f"use another --work-dir")
             print(f"{variant}: already healed ({run_dir / 'healed'})")
             continue
         if not (student / "config.json").is_file():
@@ -208,6 +212,8 @@ def report(args: argparse.Namespace) -> None:
     variants = "" if list(records) == list(VARIANTS) else " --variants " + " ".join(records)
     schedule = first["training"]["lr_scheduler_type"]
     scheduler = "" if schedule == "linear" else f" --lr-scheduler {schedule}"
+    hidden_loss = first["arguments"]["hidden_loss"]
+    scheduler += "" if hidden_loss == "mse" else f" --hidden-loss {hidden_loss}"
     text = TEMPLATE.format(
         rows="\n".join(rows), verdicts="\n".join(verdicts), figure=os.path.relpath(figure, output),
         commands="\n".join(f"# {v}\n{h['command']}" for v, h in records.items()),
@@ -224,13 +230,19 @@ def report(args: argparse.Namespace) -> None:
         versions=f"torch {torch.__version__}, transformers {transformers.__version__}, Python {platform.python_version()}",
         teacher=first["teacher"], train_files=", ".join(first["data"]["train_files"]),
         blocks=first["data"]["blocks"], block=first["data"]["block_tokens"],
-        title_note="" if schedule == "linear" else f": {first['steps']} steps at a constant learning rate",
+        title_note=("" if schedule == "linear" else f": {first['steps']} steps at a constant learning rate")
+                   + ("" if hidden_loss == "mse" else f", {hidden_loss} loss"),
+        loss=LOSSES[hidden_loss][0], loss_source=LOSSES[hidden_loss][1],
         schedule_note=textwrap.fill("Dotted lines: the cosine goals (0.999, 0.99). " + SCHEDULE_NOTES[schedule], 115),
     )
     (output / "healing.md").write_text(text)
     print(f"wrote {output / 'healing.md'} and {figure}")
 
 
+LOSSES = {  # hf-ffn heal --hidden_loss → (what the text calls it, its source)
+    "mse": ("MSE", "TinyBERT's hidden-state loss, Jiao et al. 2020"),
+    "cosine": ("1 − cosine similarity per token", "DistilBERT's cosine embedding loss, Sanh et al. 2019"),
+}
 SCHEDULE_NOTES = {
     "linear": (
         "The learning rate decays linearly to 0 over the run, so the flattening at the end is partly the schedule: "
@@ -251,11 +263,11 @@ TEMPLATE = """# Healing converted BERTs by distillation{title_note}
 
 A conversion that does not preserve the function (GELU → SwiGLU approximately, a fresh FFN, Post-LN → Pre-LN)
 leaves a model that drifts from its source. `hf-ffn heal` distils the converted model (student) from the source
-(teacher, frozen, eval mode) on plain text: MSE between the students' and the teacher's hidden states at real tokens
-(TinyBERT's hidden-state loss, Jiao et al. 2020; the last hidden state only for Pre-LN, whose intermediate hidden
-states are the un-normalised residual stream), dropout off in the student, the encoder trained (attention, FFNs,
-LayerNorms; embeddings and pooler frozen), `transformers.Trainer` doing the training. The result is a normal
-converted folder whose `conversion_report.json` and model card carry the numbers below and the command.
+(teacher, frozen, eval mode) on plain text: {loss} between the students' and the teacher's hidden states at real
+tokens ({loss_source}; the last hidden state only for Pre-LN, whose
+intermediate hidden states are the un-normalised residual stream), dropout off in the student, the encoder trained
+(attention, FFNs, LayerNorms; embeddings and pooler frozen), `transformers.Trainer` doing the training. The result
+is a normal converted folder whose `conversion_report.json` and model card carry the numbers below and the command.
 
 Teacher: `{teacher}` (all-MiniLM-L6-v2: 6 layers, hidden 384, FFN 1536). Training text: {train_files}
 ({blocks} blocks of {block} tokens). Held-out text, never trained on: all {snippets} rt_polarity snippets
@@ -319,6 +331,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--curve-steps", type=int, default=25, help="measure the curve subset (and save) every N")
     parser.add_argument("--curve-snippets", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS of each run")
+    parser.add_argument("--hidden-loss", default="mse", choices=list(LOSSES),
+                        help="the distillation loss on hidden states (hf-ffn heal --hidden_loss)")
     parser.add_argument("--lr-scheduler", default="linear", choices=["linear", "constant_with_warmup"],
                         help="linear: decay to 0 (the published study); constant_with_warmup: a curve that the "
                              "schedule does not flatten, to extrapolate how far a longer run goes")
