@@ -1,6 +1,6 @@
 """What a checkpoint argument is: a local folder that must exist (`check_checkpoint`, the one check every command,
-script and loading function runs first), and why a saved config is not plain BERT (`non_default_fields`,
-`weights_bert_ignores`).
+script and loading function runs first), and what BERT would not load of a saved FfnBert folder
+(`weights_bert_ignores`; why its config is not plain BERT is `FfnBertConfig.non_default_fields`).
 
 A name that looks local (absolute, `./`, `../`, `~`, more than one `/`, or whose parent folder exists) and does not
 exist gets "no such folder: PATH" here, instead of the hub client's repo-id or connection error. Hub names
@@ -58,22 +58,6 @@ def check_checkpoint(
         raise FileNotFoundError(f"{argument}: {os.fspath(name_or_path)} is a folder without {marker}")
 
 
-def non_default_fields(config: FfnBertConfig) -> list[str]:
-    """Why `config` is not plain BERT: one 'field=value (BERT: ...)' entry per non-default switch; [] if it is."""
-    reasons = []
-    if config.ffn_types != [config.hidden_act] * config.num_hidden_layers:
-        reasons.append(f"ffn_type={config.ffn_type!r} (BERT: the standard FFN with hidden_act={config.hidden_act!r})")
-    if config.hidden_act in ("leaky_relu", "elu", "swish"):
-        reasons.append(f"hidden_act={config.hidden_act!r} is parametrised by FfnBert; BERT's ACT2FN has its own")
-    if config.layer_norm_positions != ["post"] * config.num_hidden_layers:
-        reasons.append(f"layer_norm_position={config.layer_norm_position!r} (BERT: 'post')")
-    if not config.embedding_layer_norm:
-        reasons.append("embedding_layer_norm=False (BERT: True)")
-    if not config.ffn_bias:
-        reasons.append("ffn_bias=False (BERT: True)")
-    return reasons
-
-
 def weights_bert_ignores(config: FfnBertConfig) -> list[str]:
     """The weights (base-model names, as on disk) a model of `config` has and upstream `BertModel` has no place
     for, so that loading the folder into `BertModel` would drop them: each gated layer's `mlp.gate_proj` and the
@@ -116,6 +100,5 @@ __all__ = [
     "conversion_source",
     "group_layer_keys",
     "looks_local",
-    "non_default_fields",
     "weights_bert_ignores",
 ]

@@ -258,17 +258,27 @@ class FfnBertConfig(BertConfig):
 
     @property
     def is_default_bert(self) -> bool:
-        """Whether this config describes plain BERT, so that the model is exactly upstream `BertModel`: every
-        layer's FFN is the standard one with `hidden_act` (the activation upstream uses), Post-LN, with the
-        embedding LayerNorm and FFN biases, and `hidden_act` is not one that FfnBert parametrises differently from
-        `ACT2FN`."""
-        return (
-            self.ffn_types == [self.hidden_act] * self.num_hidden_layers
-            and self.layer_norm_positions == ["post"] * self.num_hidden_layers
-            and self.embedding_layer_norm
-            and self.ffn_bias
-            and self.hidden_act not in PARAMETRISED_ACTIVATIONS
-        )
+        """Whether this config describes plain BERT, so that the model is exactly upstream `BertModel`: no
+        `non_default_fields`."""
+        return not self.non_default_fields()
+
+    def non_default_fields(self) -> list[str]:
+        """Why this config is not plain BERT: one 'field=value (BERT: ...)' entry per non-default switch; [] if it
+        is. Plain BERT: every layer's FFN is the standard one with `hidden_act` (the activation upstream uses),
+        Post-LN, with the embedding LayerNorm and FFN biases, and `hidden_act` is not one that FfnBert parametrises
+        differently from `ACT2FN`."""
+        reasons = []
+        if self.ffn_types != [self.hidden_act] * self.num_hidden_layers:
+            reasons.append(f"ffn_type={self.ffn_type!r} (BERT: the standard FFN with hidden_act={self.hidden_act!r})")
+        if self.hidden_act in PARAMETRISED_ACTIVATIONS:
+            reasons.append(f"hidden_act={self.hidden_act!r} is parametrised by FfnBert; BERT's ACT2FN has its own")
+        if self.layer_norm_positions != ["post"] * self.num_hidden_layers:
+            reasons.append(f"layer_norm_position={self.layer_norm_position!r} (BERT: 'post')")
+        if not self.embedding_layer_norm:
+            reasons.append("embedding_layer_norm=False (BERT: True)")
+        if not self.ffn_bias:
+            reasons.append("ffn_bias=False (BERT: True)")
+        return reasons
 
     @classmethod
     def from_dict(cls, config_dict: dict[str, Any], **kwargs):

@@ -96,6 +96,10 @@ def test_hidden_act_alone_sets_bert_ffn_and_head():
 def test_is_default_bert_means_exactly_upstream_bert(kwargs, default, tmp_path):
     config = FfnBertConfig(**TINY, **kwargs)
     assert config.is_default_bert is default
+    # the reasons name each non-default switch: exactly one here, or none for plain BERT
+    reasons = config.non_default_fields()
+    assert len(reasons) == (0 if default else 1)
+    assert all(reason.startswith(next(iter(kwargs))) for reason in reasons)
     if default:  # then the FfnBert model is upstream BertModel, bit for bit, on the same weights
         torch.manual_seed(0)
         bert = BertModel(BertConfig(**TINY, hidden_act=config.hidden_act)).eval()

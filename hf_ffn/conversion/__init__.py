@@ -37,7 +37,6 @@ from .folders import (
     export_to_bert,
     ffn_class_for,
     full_auto_map,
-    non_default_fields,
     parse_cli_options,
 )
 from .loader import load_converted
@@ -87,7 +86,6 @@ __all__ = [
     "load_megatron_bert",
     "measure_difference",
     "megatron_config_to_ffn_bert",
-    "non_default_fields",
     "output_difference",
     "parse_cli_options",
     "reverse_key_maps",

@@ -1,7 +1,7 @@
 """Writing folders: `convert_checkpoint` (what `hf-ffn convert` and scripts/convert_checkpoint.py run) and
 `export_to_bert`, both written atomically (`atomic_output_dir`), with the remote-code `auto_map`, the tokenizer,
-the conversion report and the model card. (`atomic_output_dir` lives in `hf_ffn.files`, `non_default_fields` and
-`REPORT_FILE` in `hf_ffn.checkpoints`; all are re-exported here.)"""
+the conversion report and the model card. (`atomic_output_dir` lives in `hf_ffn.files`, `REPORT_FILE` in
+`hf_ffn.checkpoints`; both are re-exported here.)"""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer, BertConfig, PretrainedConfig
 
-from ..checkpoints import REPORT_FILE, check_checkpoint, non_default_fields
+from ..checkpoints import REPORT_FILE, check_checkpoint
 from ..configuration_ffn_bert import FfnBertConfig
 from ..files import atomic_output_dir
 from ..logging_utils import quiet_transformers
@@ -123,7 +123,7 @@ def export_to_bert(source: str | os.PathLike, output_dir: str | os.PathLike) -> 
     """
     check_checkpoint(source)
     config = FfnBertConfig.from_pretrained(source)
-    reasons = non_default_fields(config)
+    reasons = config.non_default_fields()
     if reasons:
         raise ValueError(
             f"{source} cannot be exported to plain BERT: upstream BertModel has only the standard Post-LN FFN with "
@@ -155,7 +155,6 @@ __all__ = [
     "export_to_bert",
     "ffn_class_for",
     "full_auto_map",
-    "non_default_fields",
     "parse_cli_options",
     "save_tokenizer",
 ]

@@ -21,7 +21,6 @@ from ..checkpoints import (
     check_checkpoint,
     conversion_source,
     group_layer_keys,
-    non_default_fields,
     weights_bert_ignores,
 )
 from ..configuration_ffn_bert import FfnBertConfig, variant_change_intended
@@ -39,13 +38,13 @@ class NotPlainBertError(ValueError):
     parity check against BERT is not defined for it (`hf-ffn parity` exits 3 on it).
 
     Attributes:
-        checkpoint: the checkpoint given. reasons: `non_default_fields` of its config. ignored_weights: the
+        checkpoint: the checkpoint given. reasons: its config's `non_default_fields()`. ignored_weights: the
             weights `BertModel` would drop (`weights_bert_ignores`).
     """
 
     def __init__(self, checkpoint: str, config: FfnBertConfig):
         self.checkpoint = checkpoint
-        self.reasons = non_default_fields(config)
+        self.reasons = config.non_default_fields()
         self.ignored_weights = weights_bert_ignores(config)
         ignored = (
             f"loading it into BertModel would ignore {len(self.ignored_weights)} weights "
