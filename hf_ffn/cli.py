@@ -41,6 +41,7 @@ from .parity import (
 )
 from .sentence_transformers import MODULES_FILE, convert_sentence_transformer, is_sentence_transformer
 from .studies import benchmark, params
+from .training import parse_arguments
 
 EXIT_OK, EXIT_NOT_EXACT, EXIT_BAD_INPUT, EXIT_NOT_PLAIN_BERT = 0, 1, 2, 3
 EXIT_CODES = {
@@ -178,11 +179,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _heal(args: argparse.Namespace) -> int:
     parser = HfArgumentParser((HealArguments, TrainingArguments), prog="hf-ffn heal")
-    argv = args.heal_argv
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        heal_args, training_args = parser.parse_json_file(argv[0])
-    else:
-        heal_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    heal_args, training_args = parse_arguments(parser, args.heal_argv)
     healing = run_healing(heal_args, training_args, command=" ".join(["hf-ffn", *args.argv]))
     if healing:  # the main process
         print(json.dumps({k: healing[k] for k in ("before", "after", "steps", "train_seconds", "healed_dir")},

@@ -24,17 +24,13 @@ import sys
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from hf_ffn.training import ClassificationDataArguments, ModelArguments, run_classification
+from hf_ffn.training import ClassificationDataArguments, ModelArguments, parse_arguments, run_classification
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Parse `argv` (default: `sys.argv[1:]`; or one `.json` file of arguments), train, return the outcome."""
     parser = HfArgumentParser((ModelArguments, ClassificationDataArguments, TrainingArguments))
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(argv[0])
-    else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    model_args, data_args, training_args = parse_arguments(parser, sys.argv[1:] if argv is None else argv)
     outcome = run_classification(model_args, data_args, training_args)
     print(json.dumps(outcome["results"], indent=2))
     print(f"saved to {training_args.output_dir}")

@@ -22,17 +22,13 @@ import sys
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from hf_ffn.training import MlmDataArguments, ModelArguments, run_mlm
+from hf_ffn.training import MlmDataArguments, ModelArguments, parse_arguments, run_mlm
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Parse `argv` (default: `sys.argv[1:]`; or one `.json` file of arguments), train, return the outcome."""
     parser = HfArgumentParser((ModelArguments, MlmDataArguments, TrainingArguments))
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(argv[0])
-    else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    model_args, data_args, training_args = parse_arguments(parser, sys.argv[1:] if argv is None else argv)
     outcome = run_mlm(model_args, data_args, training_args)
     results = outcome["results"]
     print(json.dumps(results, indent=2))

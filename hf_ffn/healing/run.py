@@ -31,7 +31,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokeni
 from transformers import default_data_collator
 from transformers.trainer_utils import get_last_checkpoint
 
-from ..checkpoints import check_checkpoint
+from ..checkpoints import check_checkpoint, conversion_source
 from ..configuration_ffn_bert import FfnBertConfig
 from ..conversion import REPORT_FILE, ConversionReport, ffn_class_for, full_auto_map, measure_difference
 from ..files import atomic_output_dir, check_new_folder
@@ -94,10 +94,9 @@ def check_models(heal_args: HealArguments) -> str:
         raise FileNotFoundError(f"--student: no such folder: {heal_args.student} (the student is a local folder)")
     teacher = heal_args.teacher
     if teacher is None:
-        report_file = student / REPORT_FILE
-        if not report_file.is_file():
+        teacher = conversion_source(student)
+        if teacher is None:
             raise ValueError(f"--teacher not given and --student {str(student)!r} has no {REPORT_FILE} naming its source")
-        teacher = json.loads(report_file.read_text())["source"]
     check_checkpoint(teacher, "--teacher")
     s_config = FfnBertConfig.from_pretrained(student)
     try:
@@ -233,7 +232,7 @@ def run_healing(
         train_output = trainer.train(resume_from_checkpoint=resume)
     if not main:
         return {}
-    student = trainer.accelerator.unwrap_model(trainer.model).eval()
+    student = trainer.accelerator.unwrap_model(trainer.model).eval()  # under FSDP trainer.model is the wrapper
     after = measure(heal_args.probe)
     trainable_set = set(trainable)
     history = trainer.state.log_history
@@ -243,7 +242,7 @@ def run_healing(
         "student": heal_args.student,
         "teacher": teacher_path,
         "command": command,
-        "arguments": {k: v for k, v in asdict(heal_args).items()},
+        "arguments": asdict(heal_args),
         "training": {k: getattr(getattr(training_args, k), "value", getattr(training_args, k)) for k in (
             "learning_rate", "max_steps", "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps",
             "world_size", "warmup_steps", "lr_scheduler_type", "weight_decay", "seed", "bf16")},

@@ -123,9 +123,8 @@ def paired_t_interval(differences: Sequence[float], confidence: float = 0.95) ->
     n = len(differences)
     if n < 2:
         raise ValueError(f"paired_t_interval needs at least 2 paired differences, got {n}")
-    mean, sd = mean_std(differences)
-    half = stats.t.ppf((1 + confidence) / 2, n - 1) * sd / math.sqrt(n)
-    return mean, mean - half, mean + half
+    interval = stats.ttest_1samp(differences, 0.0).confidence_interval(confidence)  # scipy's one-sample t interval
+    return statistics.mean(differences), float(interval.low), float(interval.high)
 
 
 def paired_bootstrap(

@@ -6,7 +6,7 @@ wrappers over `run_classification` and `run_mlm` (the pattern of transformers' `
 
 Modules, one job each:
 
-- `arguments`: the `HfArgumentParser` dataclasses and their checks.
+- `arguments`: the `HfArgumentParser` dataclasses and their checks, `parse_arguments` (argv or one .json file).
 - `data`: data files, the rt_polarity split, column/label checks, plain-text documents (`read_text_documents`,
   UTF-8 else Latin-1), MLM blocks (`mlm_blocks`), fixed masks (`mask_once`) and the MLM collator.
 - `outputs`: checkpoint and tokenizer loading, output-folder checks, the finished save (`save_finished`: nothing
@@ -26,6 +26,7 @@ from .arguments import (
     ClassificationDataArguments,
     MlmDataArguments,
     ModelArguments,
+    parse_arguments,
 )
 from .classification import classification_metrics, run_classification
 from .data import (
@@ -68,6 +69,7 @@ __all__ = [
     "MlmDataArguments",
     "ModelArguments",
     "RT_POLARITY_SPLIT",
+    "parse_arguments",
     "STAGING_FOLDER",
     "check_checkpoint",
     "checkpoint_unpad_tokens",

@@ -7,7 +7,10 @@ what is allowed, before anything is loaded.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from transformers import HfArgumentParser
 
 from ..configuration_ffn_bert import FFN_TYPES, LAYER_NORM_POSITIONS
 
@@ -142,4 +145,13 @@ class MlmDataArguments:
             raise ValueError(f"--max_seq_length must be > 2, got {self.max_seq_length}")
 
 
-__all__ = ["ClassificationDataArguments", "FFN_INITS", "FFN_WIDTHS", "MlmDataArguments", "ModelArguments", "RT_POLARITY_SPLIT"]
+def parse_arguments(parser: HfArgumentParser, argv: Sequence[str]) -> tuple:
+    """`parser`'s dataclasses from `argv`, or from one `.json` file of arguments when `argv` is just its path (the
+    convention of transformers' example scripts: `parse_json_file`, else `parse_args_into_dataclasses`)."""
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        return parser.parse_json_file(argv[0])
+    return parser.parse_args_into_dataclasses(args=list(argv))
+
+
+__all__ = ["ClassificationDataArguments", "FFN_INITS", "FFN_WIDTHS", "MlmDataArguments", "ModelArguments", "RT_POLARITY_SPLIT",
+           "parse_arguments"]

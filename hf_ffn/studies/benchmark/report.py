@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+from ...files import atomic_output_file
 from ..unpadded_report import JSON_NAME as UNPADDED_JSON
 from ..unpadded_report import benchmarks_section
 from .ffn import FUSED_SUFFIX
@@ -60,10 +61,8 @@ def write_results(results: dict, output_dir: str) -> None:
     unpadded = json.load(open(unpadded_file, encoding="utf-8")) if os.path.isfile(unpadded_file) else None
     markdown = format_markdown(results, unpadded)
     for name, text in ((JSON_NAME, json.dumps(results, indent=2) + "\n"), (MARKDOWN_NAME, markdown)):
-        path = os.path.join(output_dir, name)
-        with open(path + ".tmp", "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(path + ".tmp", path)
+        with atomic_output_file(os.path.join(output_dir, name)) as tmp:
+            tmp.write_text(text, encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------------------------------------------
