@@ -32,16 +32,15 @@ import time
 from pathlib import Path
 
 import torch
-import transformers
 from transformers import TrainingArguments
 
-import hf_ffn
 from hf_ffn.parity import bundled_checkpoint
 from hf_ffn.conversion import REPORT_FILE
 from hf_ffn.studies.comparison import (
-    BASELINE, HEAL_STUDY_NAMES, VARIANTS, encode_ids, last_fifth_change, machine, parse_healed, plot_curves,
+    BASELINE, HEAL_STUDY_NAMES, VARIANTS, encode_ids, last_fifth_change, parse_healed, plot_curves,
     probes_from_healing, report, variant_order, weights_sha256,
 )
+from hf_ffn.studies.environment import machine, versions
 from hf_ffn.studies.variant_throughput import measure_throughput
 from hf_ffn.training import ClassificationDataArguments, ModelArguments, run_classification
 
@@ -149,10 +148,6 @@ def throughput_stale(path: Path, variants: dict, args: argparse.Namespace) -> bo
     return (not set(variants) <= set(measured["variants"]) or measured["threads"] != torch.get_num_threads()
             or measured["settings"]["batch_size"] != args.batch_size
             or measured["settings"]["max_seq_length"] != args.max_seq_length)
-
-
-def versions() -> str:
-    return f"torch {torch.__version__}, transformers {transformers.__version__}, hf_ffn {hf_ffn.__version__}"
 
 
 def read_runs(path: Path) -> list[dict]:

@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import re
-import platform
 import shlex
 import subprocess
 import sys
@@ -140,8 +139,8 @@ def report(args: argparse.Namespace) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import torch
-    import transformers
+
+    from hf_ffn.studies.environment import machine, versions
 
     work, output = Path(args.work_dir), Path(args.output_dir or args.work_dir)
     records = {}
@@ -220,14 +219,14 @@ def report(args: argparse.Namespace) -> None:
         snippets=first["heldout"]["snippets"], curve_snippets=first["heldout"]["curve_snippets"],
         probe=f"{settings['folds']}-fold stratified CV (seed {settings['seed']}), standardised features, "
               f"LogisticRegression(C={settings['C']}, max_iter={settings['max_iter']})",
-        machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores shared with other jobs "
+        machine=f"{machine()['cpu']}, {machine()['cores']} logical cores shared with other jobs "
                 f"(load average {os.getloadavg()[0]:.1f} when this report was written), "
                 f"OMP_NUM_THREADS={threads}",
         run_command=(f"python scripts/heal_study.py run{where} --text-dir ../shared/data/state_union --eval-dir "
                      f"../shared/data/rt_polarity{variants} --steps {first['steps']} --curve-steps "
                      f"{first['arguments']['curve_steps']} --threads {threads}{scheduler}"),
         report_command=f"python scripts/heal_study.py report{where} --output-dir {args.output_dir or args.work_dir}",
-        versions=f"torch {torch.__version__}, transformers {transformers.__version__}, Python {platform.python_version()}",
+        versions=versions(),
         teacher=first["teacher"], train_files=", ".join(first["data"]["train_files"]),
         blocks=first["data"]["blocks"], block=first["data"]["block_tokens"],
         title_note=("" if schedule == "linear" else f": {first['steps']} steps at a constant learning rate")

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import platform
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -213,18 +211,6 @@ def correctness(runs: Sequence[dict]) -> np.ndarray:
     return np.stack([np.frombuffer(run["test_predicted"].encode(), dtype=np.uint8) == truth for run in runs])
 
 
-def machine() -> dict[str, str | int]:
-    """CPU model (from /proc/cpuinfo where it exists) and the number of logical cores."""
-    model = platform.processor() or "unknown"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return {"cpu": model, "cores": os.cpu_count() or 0}
-
-
 def _cell(values: Sequence[float], digits: int = 4) -> str:
     mean, sd = mean_std(values)
     return f"{mean:.{digits}f} ± {sd:.{digits}f}" if len(values) > 1 else f"{mean:.{digits}f}"
@@ -330,7 +316,8 @@ def report(
                  f"{settings['repeats']} interleaved rounds of one training step (forward + backward, no optimizer "
                  f"step) on {settings['batches']} length-grouped batches of {settings['batch_size']} rt_polarity "
                  f"snippets (max_seq_length {settings['max_seq_length']}); real tokens/s: median over rounds of the "
-                 f"round's real tokens / its time; ratio: median of the per-round time ratios. {throughput['threads']} torch thread(s), load average (1 min) "
+                 f"round's real tokens / its time; ratio: median of the per-round time ratios. "
+                 f"{throughput['threads']} torch thread(s), load average (1 min) "
                  f"{throughput['load_before']:.2f} before, {throughput['load_after']:.2f} after; "
                  f"{throughput['versions']}. A healed variant has its converted variant's architecture and speed.",
                  ""]
@@ -399,6 +386,6 @@ __all__ = [
     "BASELINE", "BOOTSTRAP_RESAMPLES", "HEALABLE", "HEAL_STUDY_NAMES", "VARIANTS", "base_variant", "correctness",
     "encode_ids", "healed_name", "longer_budget_lines", "paired_difference", "probes_from_healing",
     "weights_sha256",
-    "last_fifth_change", "machine", "mean_std", "paired_bootstrap", "paired_t_interval", "parse_healed",
+    "last_fifth_change", "mean_std", "paired_bootstrap", "paired_t_interval", "parse_healed",
     "plot_curves", "report", "variant_order",
 ]
