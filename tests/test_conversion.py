@@ -189,6 +189,17 @@ def test_standard_ffn_type_sets_the_ffn_alone(tiny_bert_checkpoint):
     assert diff["reference"] == "transformers.BertForPreTraining" and not diff["prediction_logits"]["equal"]
 
 
+def test_measure_difference_from_an_ffn_bert_variant_source_keeps_its_weights(tiny_bert_checkpoint, tmp_path):
+    """A variant source (e.g. a healed teacher) is the reference as itself: an upstream class would drop its
+    gate_proj weights and re-initialise them, so the same model would differ from its own folder."""
+    variant, _ = load_converted(tiny_bert_checkpoint, FfnBertForPreTraining, ffn_type="swiglu", init="fresh")
+    variant.save_pretrained(tmp_path / "variant")
+    model = FfnBertForPreTraining.from_pretrained(tmp_path / "variant")
+    diff = measure_difference(str(tmp_path / "variant"), model)
+    assert diff["reference"] == "hf_ffn.FfnBertModel"  # no report: the base models are compared
+    assert diff["last_hidden_state"]["equal"] and diff["last_hidden_state"]["max_abs_diff"] == 0.0
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Bad input
 # ---------------------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from transformers import BertModel
 from ..checkpoint_names import is_variant_key
 from ..configuration_ffn_bert import FfnBertConfig
 from ..logging_utils import quiet_transformers
-from ..modeling_ffn_bert import HEAD_CLASSES, FfnBertPreTrainedModel
+from ..modeling_ffn_bert import HEAD_CLASSES, FfnBertModel, FfnBertPreTrainedModel
 from ..parity.batches import SENTENCE_PAIRS, example_batch, head_inputs
 from ..parity.compare import output_difference
 from .report import ConversionReport
@@ -26,7 +26,9 @@ def measure_difference(
     The reference is upstream transformers' class matching `model` (e.g. `BertForMaskedLM` for
     `FfnBertForMaskedLM`) loaded from `source`, when every head weight of `model` came from the checkpoint
     (no `report.new` key outside the encoder FFNs and `final_norm`); otherwise upstream `BertModel` against
-    `model.base_model` (last_hidden_state only, as new head weights are random on both sides). The fixed input is
+    `model.base_model` (last_hidden_state only, as new head weights are random on both sides). A source that is an
+    FfnBert variant (not plain BERT, e.g. a healed or converted teacher) is loaded as the FfnBert twin of that class
+    instead, since an upstream class would drop its variant weights. The fixed input is
     `parity.example_batch`: three tokenized sentence pairs of unequal lengths, padded (or seeded random ids
     when the checkpoint has no tokenizer); per-token outputs are compared on real tokens. If `report` is given,
     the result is also stored in `report.difference`.
@@ -36,6 +38,7 @@ def measure_difference(
         output name: {"max_abs_diff", "mean_abs_diff", "equal"} for each compared output}.
     """
     upstream_of = {head.ffn_bert: head.bert for head in HEAD_CLASSES}
+    ffn_bert_of = {head.bert: head.ffn_bert for head in HEAD_CLASSES}
     attn = model.config._attn_implementation
     with quiet_transformers():
         config = FfnBertConfig.from_pretrained(source)
@@ -46,9 +49,11 @@ def measure_difference(
             upstream, candidate = BertModel, model.base_model
         else:
             candidate = model
+        if not config.is_default_bert:
+            upstream = ffn_bert_of[upstream]
         reference = upstream.from_pretrained(source, attn_implementation=attn)
     result: dict[str, Any] = {
-        "reference": f"transformers.{upstream.__name__}",
+        "reference": f"{upstream.__module__.split('.')[0]}.{upstream.__name__}",
         "inputs": "parity.example_batch: " + "; ".join(" / ".join(p) for p in SENTENCE_PAIRS)
         if inputs is None else "given",
     }
@@ -58,7 +63,7 @@ def measure_difference(
         "candidate": sum(p.numel() for p in candidate.parameters()),
     }
     diffs = output_difference(reference, candidate, head_inputs(upstream, batch))
-    if upstream is BertModel and candidate is not model:
+    if upstream in (BertModel, FfnBertModel) and candidate is not model:
         diffs = {"last_hidden_state": diffs["last_hidden_state"]}
     result.update(diffs)
     if report is not None:
