@@ -6,6 +6,9 @@
 - `params`: FFN parameter and FLOP tables (`hf-ffn params`).
 - `activation_curves`: every activation's values and derivatives (docs/switches.md figures).
 - `layer_norm_study`: Post-LN vs Pre-LN gradient norms and a short MLM run (docs/switches.md).
+- `comparison`: the variant comparison's statistics, table and plot (`scripts/compare_variants.py`);
+  `variant_throughput` times its variants side by side.
+- `environment`: the machine and versions the comparison and the healing study report.
 
 They import the library (`hf_ffn`); the library never imports them.
 """
