@@ -239,6 +239,20 @@ def test_overriding_a_bert_checkpoints_activation_warns_unless_gated(tiny_bert_c
     assert messages(config_warnings) == []
 
 
+def test_warn_reused_weights_false_is_the_callers_explicit_choice(tmp_path, config_warnings):
+    """The warning is decided by the call's own arguments (no process-wide switch): `warn_reused_weights=False`
+    through a model class's `from_pretrained` reaches the config and is consumed there (neither a config attribute
+    nor a model argument); the next call without it warns again."""
+    torch.manual_seed(0)
+    FfnBertModel(tiny_config(ffn_type="swiglu")).save_pretrained(tmp_path)
+    model = FfnBertModel.from_pretrained(tmp_path, ffn_type="geglu", warn_reused_weights=False)
+    assert model.config.ffn_type == "geglu" and not hasattr(model.config, "warn_reused_weights")
+    assert FfnBertConfig.from_dict(model.config.to_dict(), warn_reused_weights=False, ffn_type="reglu").ffn_type == "reglu"
+    assert messages(config_warnings) == []
+    FfnBertModel.from_pretrained(tmp_path, ffn_type="geglu")
+    assert len(messages(config_warnings)) == 1
+
+
 def test_the_conversion_api_does_not_warn(tiny_bert_checkpoint, config_warnings):
     load_converted(tiny_bert_checkpoint, ffn_type="relu", init="fresh")  # changes the variant on purpose
     load_converted(tiny_bert_checkpoint, layer_norm_position="pre")
