@@ -15,6 +15,11 @@ from transformers import HfArgumentParser
 from ..configuration_ffn_bert import FFN_TYPES, LAYER_NORM_POSITIONS
 from ..conversion.recipes import INITS, parse_width
 
+# `load_converted`'s keywords → the options of `ModelArguments` that set them (errors name the option).
+CONVERSION_OPTIONS = {
+    "ffn_type": "--ffn_type", "layer_norm_position": "--layer_norm_position",
+    "init": "--ffn_init", "width": "--ffn_width",
+}
 RT_POLARITY_SPLIT = (8000, 1000, 1662)  # train / validation / test of the 10,662 snippets
 
 
@@ -151,5 +156,5 @@ def parse_arguments(parser: HfArgumentParser, argv: Sequence[str]) -> tuple:
     return parser.parse_args_into_dataclasses(args=list(argv))
 
 
-__all__ = ["ClassificationDataArguments", "MlmDataArguments", "ModelArguments", "RT_POLARITY_SPLIT",
-           "parse_arguments"]
+__all__ = ["CONVERSION_OPTIONS", "ClassificationDataArguments", "MlmDataArguments", "ModelArguments",
+           "RT_POLARITY_SPLIT", "parse_arguments"]
