@@ -1,9 +1,13 @@
 """The package's layout rules (scripts/import_graph.py): no import cycle, no function-level import of the package's
-own modules, no private name imported across modules, modules of one job (line limit), studies apart."""
+own modules, no private name imported across modules, modules of one job (line limit), studies apart and not
+installed."""
 
 import importlib.util
 import sys
 from pathlib import Path
+
+import pytest
+from setuptools import find_packages
 
 REPO = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("import_graph", REPO / "scripts" / "import_graph.py")
@@ -17,7 +21,7 @@ def test_layout_rules_hold():
     assert problems == []
     # the checker sees the real package: the model core, its subpackages and the studies
     assert {"hf_ffn.modeling_ffn_bert", "hf_ffn.conversion.loader", "hf_ffn.parity.job", "hf_ffn.training.mlm",
-            "hf_ffn.studies.benchmark.run"} <= set(graph)
+            "studies.benchmark.run"} <= set(graph)
     assert graph["hf_ffn.modeling_ffn_bert"] == {"hf_ffn.checkpoint_names", "hf_ffn.configuration_ffn_bert",
                                                  "hf_ffn.unpadding"}
 
@@ -30,3 +34,26 @@ def test_checker_finds_a_function_level_import_and_a_private_name(tmp_path):
     _, problems = import_graph.imports_of("hf_ffn.bad", module, modules)
     assert problems == ["hf_ffn.bad: imports the private name _helper from hf_ffn.x",
                         "hf_ffn.bad: function-level import of hf_ffn.y"]
+
+
+def test_the_library_never_imports_the_studies(tmp_path):
+    bad = tmp_path / "hf_ffn" / "cli.py"
+    bad.parent.mkdir()
+    bad.write_text("import studies.benchmark\nfrom studies.params import PRESETS\n")
+    modules = {"hf_ffn.cli": bad, "studies.benchmark": bad, "studies.params": bad}
+    deps, _ = import_graph.imports_of("hf_ffn.cli", bad, modules)
+    assert deps == {"studies.benchmark", "studies.params"}
+
+
+def test_the_installed_package_holds_no_study_code():
+    """What the wheel ships, found as setuptools finds it (pyproject's `packages.find`): exactly hf_ffn and its
+    subpackages, none of them a study; the studies are found beside the scripts."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    find = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]
+    shipped = set(find_packages(where=str(REPO), **find["find"]))
+    assert shipped == {".".join(init.parent.relative_to(REPO).parts) for init in (REPO / "hf_ffn").rglob("__init__.py")}
+    graph, problems = import_graph.layout()
+    studies = {name for name in graph if name.split(".")[0] == import_graph.STUDIES}
+    assert {"studies.benchmark", "studies.unpadded_benchmark", "studies.comparison"} <= studies
+    assert not any("studies" in package.split(".") for package in shipped)
+    assert not any("the library imports the study module" in problem for problem in problems)
