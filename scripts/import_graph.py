@@ -1,7 +1,9 @@
-"""Print the import graph of the hf_ffn package (module → the package modules it imports at module level) and
-check the layout rules: no import cycle, no function-level import of the package's own modules, no private
-(`_x`) name imported across modules, no module over `MAX_LINES`, the library never imports `studies`.
-Exits 1 if a rule is broken. Imports under `if TYPE_CHECKING:` are annotations only and are left out of the graph. Run from the repository root: `python scripts/import_graph.py`.
+"""Print the import graph of the hf_ffn package and of the studies beside it (scripts/studies/, package `studies`):
+module → the modules of either it imports at module level. Check the layout rules: no import cycle, no
+function-level import of the packages' own modules, no private (`_x`) name imported across modules, no module over
+`MAX_LINES`, the library never imports the studies (they are not installed). Exits 1 if a rule is broken.
+Imports under `if TYPE_CHECKING:` are annotations only and are left out of the graph. Run from the repository
+root: `python scripts/import_graph.py`.
 """
 
 from __future__ import annotations
@@ -85,9 +87,9 @@ STUDIES = "studies"
 FRONT_DOORS = ("hf_ffn.cli",)
 
 
-def layout() -> tuple[dict[str, set[str]], list[str]]:
+def layout(packages: tuple[Path, ...] = (PACKAGE, STUDIES_DIR)) -> tuple[dict[str, set[str]], list[str]]:
     """(module → package modules it imports at module level, every broken layout rule as a sentence)."""
-    modules = module_names()
+    modules = module_names(packages)
     graph, problems = {}, []
     for name, path in modules.items():
         graph[name], found = imports_of(name, path, modules)

@@ -36,13 +36,19 @@ def test_checker_finds_a_function_level_import_and_a_private_name(tmp_path):
                         "hf_ffn.bad: function-level import of hf_ffn.y"]
 
 
-def test_the_library_never_imports_the_studies(tmp_path):
-    bad = tmp_path / "hf_ffn" / "cli.py"
-    bad.parent.mkdir()
-    bad.write_text("import studies.benchmark\nfrom studies.params import PRESETS\n")
-    modules = {"hf_ffn.cli": bad, "studies.benchmark": bad, "studies.params": bad}
-    deps, _ = import_graph.imports_of("hf_ffn.cli", bad, modules)
-    assert deps == {"studies.benchmark", "studies.params"}
+def test_checker_finds_the_library_importing_a_study(tmp_path):
+    for file, text in {"hf_ffn/__init__.py": "", "hf_ffn/cli.py": "import studies.bench\nfrom studies import plots\n",
+                       "studies/__init__.py": "", "studies/bench.py": "from hf_ffn import cli\n",
+                       "studies/plots.py": ""}.items():
+        (tmp_path / file).parent.mkdir(exist_ok=True)
+        (tmp_path / file).write_text(text)
+    graph, problems = import_graph.layout((tmp_path / "hf_ffn", tmp_path / "studies"))
+    assert graph["hf_ffn.cli"] == {"studies.bench", "studies.plots"}
+    assert sorted(p for p in problems if "study" in p) == [
+        "hf_ffn.cli: the library imports the study module studies.bench",
+        "hf_ffn.cli: the library imports the study module studies.plots",
+    ]
+    assert "import cycle: hf_ffn.cli -> studies.bench -> hf_ffn.cli" in problems
 
 
 def test_the_installed_package_holds_no_study_code():
