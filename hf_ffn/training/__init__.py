@@ -22,11 +22,13 @@ training starts, naming the file or field, the value and what is allowed.
 from .arguments import (
     FFN_INITS,
     FFN_WIDTHS,
+    RESUME_LAST,
     RT_POLARITY_SPLIT,
     ClassificationDataArguments,
     MlmDataArguments,
     ModelArguments,
     parse_arguments,
+    resume_checkpoint,
 )
 from .classification import classification_metrics, run_classification
 from .data import (
@@ -68,8 +70,10 @@ __all__ = [
     "FixedOrRandomMaskCollator",
     "MlmDataArguments",
     "ModelArguments",
+    "RESUME_LAST",
     "RT_POLARITY_SPLIT",
     "parse_arguments",
+    "resume_checkpoint",
     "STAGING_FOLDER",
     "check_checkpoint",
     "checkpoint_unpad_tokens",
