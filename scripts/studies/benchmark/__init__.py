@@ -67,7 +67,7 @@ from .report import (
     format_targets,
     write_results,
 )
-from .run import load_average, real_checkpoint, run_benchmark, run_metadata
+from .run import real_checkpoint, run_benchmark, run_metadata
 from .settings import FULL, QUICK, BenchSettings
 from .timing import (
     CLOCKS,
@@ -112,7 +112,6 @@ __all__ = [
     "format_markdown",
     "format_targets",
     "inference_step",
-    "load_average",
     "load_variants",
     "log",
     "main",
