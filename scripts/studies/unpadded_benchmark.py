@@ -50,7 +50,7 @@ from hf_ffn.training import read_rt_polarity
 
 from .benchmark import paired_ratio, peak_memory_bytes, time_interleaved, write_results
 from .benchmark.report import JSON_NAME as BENCHMARKS_JSON
-from .environment import environment, load_average
+from .environment import environment, load_average, portable_command
 from .unpadded_report import judge, target_rows, verdict, write_reports
 KINDS = ("shuffled", "length-grouped", "no padding")
 # candidate → (model, batch kind)
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None, prog: str = "python scripts/bench_unpadd
         check_folder_path(args.output_dir, "--output-dir")
     except FileExistsError as error:
         parser.error(str(error))
-    command = " ".join([prog, *(sys.argv[1:] if argv is None else argv)])
+    command = portable_command([*prog.split(), *(sys.argv[1:] if argv is None else argv)])
     with tempfile.TemporaryDirectory() as work_dir:  # the seeded checkpoints
         results = run_unpadded_benchmark(settings, args.rt_polarity_dir, work_dir, command)
     _log("targets:")
