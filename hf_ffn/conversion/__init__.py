@@ -55,6 +55,7 @@ from .recipes import (
     FfnRecipe,
     allowed_preserving_targets,
     ffn_recipe,
+    parse_width,
 )
 from .report import ConversionReport
 from .state_dicts import convert_state_dict
@@ -92,6 +93,7 @@ __all__ = [
     "megatron_config_to_ffn_bert",
     "output_difference",
     "parse_cli_options",
+    "parse_width",
     "reverse_key_maps",
     "source_tokenizer",
     "write_converted_folder",
