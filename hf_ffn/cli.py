@@ -10,6 +10,7 @@
     hf-ffn heal --student FOLDER --train_files PATH [PATH...] --output_dir DIR [--teacher CHECKPOINT]
                 [--eval_dir RT_POLARITY_DIR] [--train_parts ffn|ffn_norms|encoder|all] [TrainingArguments...]
                 (or one .json file of these arguments; all: hf-ffn heal --help)
+    hf-ffn sts --model FOLDER --data_dir STSB_DIR [--split test|validation|train] [--json]
     hf-ffn bench [--quick] [--output-dir DIR] [--repeats N] [--ffn-repeats N] [--threads N] [--no-compile]
                  [--no-real-checkpoint]
 
@@ -40,6 +41,7 @@ from .parity import (
     variant_report,
 )
 from .sentence_transformers import MODULES_FILE, convert_sentence_transformer, is_sentence_transformer
+from .similarity import sts_spearman
 from .studies import benchmark, params
 from .training import parse_arguments
 
@@ -187,6 +189,16 @@ def _heal(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sts(args: argparse.Namespace) -> int:
+    result = sts_spearman(args.model, args.data_dir, split=args.split, batch_size=args.batch_size)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"STS-B {result['split']} ({result['pairs']} pairs), cosine of mean-pooled embeddings: Spearman "
+              f"{result['spearman']:.4f}, Pearson {result['pearson']:.4f} ({result['model']}, {result['seconds']:.0f} s)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
@@ -229,6 +241,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_params)
     sub.add_parser("heal", add_help=False, help="distil a converted FfnBert folder from its source checkpoint "
                    "(options: hf-ffn heal --help)")
+    p = sub.add_parser("sts", help="zero-shot STS-B: Spearman correlation of the cosine similarities of mean-pooled "
+                       "embeddings with the gold scores, no training (hf_ffn.similarity.sts_spearman)")
+    p.add_argument("--model", required=True, help="checkpoint folder: a BERT teacher, a converted or a healed folder")
+    p.add_argument("--data_dir", "--data-dir", required=True, help="the STS-B folder (sts-test.csv, ...)")
+    p.add_argument("--split", default="test", help="test (default), validation or train")
+    p.add_argument("--batch_size", "--batch-size", type=int, default=64, help="sentences per forward pass")
+    p.add_argument("--json", action="store_true", help="print only a JSON document on stdout")
+    p.set_defaults(func=_sts)
     p = sub.add_parser("bench", help="benchmark FfnBert variants against upstream BERT and their matmuls")
     benchmark.add_arguments(p)
     p.set_defaults(func=_bench, parser=p)
