@@ -49,6 +49,7 @@ from studies.environment import machine, versions
 from studies.task_comparison import report
 
 RESULTS, TABLE = "task_runs.jsonl", "tasks.md"
+BUNDLED_NAME = "bundled all-MiniLM-L6-v2"
 DEFAULT_VARIANTS = [BASELINE, "geglu-preserving"]  # the healed ones come in with --healed
 FULL_TABLE_VARIANTS = 5  # baseline, GeGLU exact, SwiGLU approximate, matched SwiGLU and Pre-LN, the last three healed
 METRIC_KEYS = ("accuracy", "f1", "f1_binary", "matthews_correlation", "pearson", "spearman", "mse")
@@ -128,8 +129,10 @@ def run_one(args: argparse.Namespace, task: str, name: str, model_args: ModelArg
     prefix = "test_" if TASKS[task].report_split == "test" else "eval_"
     curve = [{"step": entry["step"], "eval_loss": entry["eval_loss"], "score": task_score(task, entry, "eval_")}
              for entry in outcome["log_history"] if "eval_loss" in entry]
+    checkpoint = model_args.model_name_or_path
     return {
-        "task": task, "variant": name, "seed": seed, "checkpoint": model_args.model_name_or_path,
+        "task": task, "variant": name, "seed": seed,
+        "checkpoint": BUNDLED_NAME if checkpoint == bundled_checkpoint() else checkpoint,  # no machine path
         "checkpoint_sha256": fingerprint, "settings": settings(args, task), "max_steps": max_steps, **sizes,
         "metrics": {key: results[prefix + key] for key in METRIC_KEYS if prefix + key in results},
         "score": task_score(task, results, prefix), "split": prefix.rstrip("_"),

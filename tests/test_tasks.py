@@ -11,12 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from datasets import Dataset, DatasetDict
 from transformers import AutoTokenizer, EvalPrediction
 from transformers.utils import logging as hf_logging
 
 from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBertModel
 from hf_ffn.similarity import sts_spearman
-from hf_ffn.training import classification_metrics, regression_metrics
+from hf_ffn.training import (
+    ClassificationDataArguments,
+    check_columns_and_labels,
+    classification_metrics,
+    regression_metrics,
+)
 from hf_ffn.training.tasks import load_cola, load_mrpc, load_stsb, read_stsb, task_score
 
 from .conftest import tiny_config
@@ -277,3 +283,19 @@ def test_sts_spearman_matches_a_hand_computed_spearman(tiny_checkpoint, tmp_path
         sts_spearman(tiny_checkpoint, str(data), split="dev")
     with pytest.raises(FileNotFoundError, match=r"--model"):
         sts_spearman(str(tmp_path / "nowhere"), str(data))
+
+
+def test_labels_of_a_datasets_dataset_checked_split_by_split():
+    # `datasets` dicts (hub or json) can hold numbers in train and words in validation; csv files cannot get there
+    # (the csv builder refuses files of different types, tested above)
+    args = ClassificationDataArguments(dataset_name="any", text_column="a", text_pair_column="b")
+    raw = DatasetDict({"train": Dataset.from_dict({"a": ["x", "y"], "b": ["u", "v"], "label": [0.5, 4.0]}),
+                       "validation": Dataset.from_dict({"a": ["x", "y"], "b": ["u", "v"], "label": ["1", "high"]})})
+    with pytest.raises(ValueError, match=r"the training labels are real numbers \(a regression\), but row 1 of the "
+                                         r"validation split has label 'high'"):
+        check_columns_and_labels(raw, args)
+    raw["validation"] = Dataset.from_dict({"a": ["x"], "b": ["u"], "label": [3]})  # integers: numbers too
+    assert check_columns_and_labels(raw, args) == (("a", "b"), None)
+    raw["train"] = Dataset.from_dict({"a": ["x", "y"], "b": ["u", "v"], "label": [[1], [0]]})
+    with pytest.raises(ValueError, match=r"row 0 of the train split has label \[1\] \(a list\)"):
+        check_columns_and_labels(raw, args)
