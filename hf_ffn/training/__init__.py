@@ -21,11 +21,13 @@ training starts, naming the file or field, the value and what is allowed.
 """
 
 from .arguments import (
+    RESUME_LAST,
     RT_POLARITY_SPLIT,
     ClassificationDataArguments,
     MlmDataArguments,
     ModelArguments,
     parse_arguments,
+    resume_checkpoint,
 )
 from .classification import classification_metrics, regression_metrics, run_classification
 from .data import (
@@ -76,8 +78,10 @@ __all__ = [
     "FixedOrRandomMaskCollator",
     "MlmDataArguments",
     "ModelArguments",
+    "RESUME_LAST",
     "RT_POLARITY_SPLIT",
     "parse_arguments",
+    "resume_checkpoint",
     "STAGING_FOLDER",
     "check_checkpoint",
     "checkpoint_unpad_tokens",

@@ -14,7 +14,7 @@ import torch
 from transformers import EvalPrediction, Trainer, TrainingArguments
 
 from ..modeling_ffn_bert import FfnBertForSequenceClassification
-from .arguments import ClassificationDataArguments, ModelArguments
+from .arguments import ClassificationDataArguments, ModelArguments, resume_checkpoint
 from .data import check_columns_and_labels, load_classification_datasets, sort_by_length
 from .tasks import get_task
 from .outputs import (
@@ -116,6 +116,7 @@ def run_classification(
     """
     start = time.perf_counter()
     check_output_dir(training_args.output_dir)
+    resume = resume_checkpoint(training_args)
     task = get_task(data_args.task) if data_args.task is not None else None
     if task is not None:  # the task's columns (its reader gives the hub copy's names)
         data_args = dataclasses.replace(data_args, text_column=task.text_column,
@@ -169,7 +170,7 @@ def run_classification(
         processing_class=tokenizer,  # also gives DataCollatorWithPadding (dynamic padding)
         compute_metrics=regression_metrics if regression else classification_metrics,
     )
-    train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_output = trainer.train(resume_from_checkpoint=resume)
     results = dict(train_output.metrics)
     results.update(final_evaluation(trainer))
     predictions = test_predicted_ids = test_label_ids = None
