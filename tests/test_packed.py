@@ -26,6 +26,7 @@ from transformers import (
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBertModel
+from hf_ffn.training import PaddingFreeCollator
 from hf_ffn.unpadding import TokenPacking
 
 from .conftest import TINY, assert_close_to_scale, tiny_config
@@ -308,3 +309,24 @@ def test_chunk_size_feed_forward_as_bert_layer():
         with pytest.raises(ValueError, match="has to be a multiple of the chunk size 4"):
             ours.config.unpad_tokens = False
             ours(**padded(sequences([15, 9])))  # as upstream BertLayer: seq 15 is not a multiple of 4
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The collator of the scripts' --padding_free
+# ---------------------------------------------------------------------------------------------------------------
+def test_padding_free_collator_keeps_token_columns_and_sequence_labels():
+    features = [
+        {"input_ids": [2, 7, 8], "token_type_ids": [0, 0, 1], "attention_mask": [1, 1, 1], "labels": 1},
+        {"input_ids": [2, 9], "token_type_ids": [0, 0], "attention_mask": [1, 1], "labels": 0},
+    ]
+    batch = PaddingFreeCollator()(features)
+    assert batch["input_ids"].tolist() == [[2, 7, 8, 2, 9]] and batch["position_ids"].tolist() == [[0, 1, 2, 0, 1]]
+    assert batch["token_type_ids"].tolist() == [[0, 0, 1, 0, 0]] and batch["attention_mask"].tolist() == [[1] * 5]
+    assert batch["labels"].tolist() == [1, 0]  # one per sequence, as the pooler's outputs
+    model = model_for("post-standard", "sdpa", model_class=FfnBertForSequenceClassification, num_labels=2).eval()
+    with torch.no_grad():
+        out = model(**batch)
+    assert out.logits.shape == (2, 2) and out.loss.isfinite()
+    masked = PaddingFreeCollator(then=lambda rows: {"input_ids": torch.tensor([rows[0]["input_ids"]]),
+                                                    "labels": torch.tensor([rows[0]["input_ids"]])})
+    assert masked([{"input_ids": [2, 7]}, {"input_ids": [2]}])["labels"].tolist() == [[2, 7, 2]]  # token labels
