@@ -10,8 +10,6 @@
     hf-ffn heal --student FOLDER --train_files PATH [PATH...] --output_dir DIR [--teacher CHECKPOINT]
                 [--eval_dir RT_POLARITY_DIR] [--train_parts ffn|ffn_norms|encoder|all] [TrainingArguments...]
                 (or one .json file of these arguments; all: hf-ffn heal --help)
-    hf-ffn bench [--quick] [--output-dir DIR] [--repeats N] [--ffn-repeats N] [--threads N] [--no-compile]
-                 [--no-real-checkpoint]
 
 A `convert` source with `modules.json` (a sentence-transformers model) is converted with
 `hf_ffn.sentence_transformers.convert_sentence_transformer`, which keeps its Pooling / Normalize / Dense modules.
@@ -28,6 +26,7 @@ from dataclasses import asdict
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.utils import logging as hf_logging
 
+from . import params
 from .checkpoints import check_checkpoint
 from .conversion import convert_checkpoint, export_to_bert, parse_cli_options
 from .healing import HealArguments, run_healing
@@ -40,7 +39,6 @@ from .parity import (
     variant_report,
 )
 from .sentence_transformers import MODULES_FILE, convert_sentence_transformer, is_sentence_transformer
-from .studies import benchmark, params
 from .training import parse_arguments
 
 EXIT_OK, EXIT_NOT_EXACT, EXIT_BAD_INPUT, EXIT_NOT_PLAIN_BERT = 0, 1, 2, 3
@@ -110,8 +108,8 @@ def _parity(args: argparse.Namespace) -> int:
 def _print_variant_report(report: dict) -> None:
     print(f"checkpoint: {report['checkpoint']}\n  ({report['reason']})")
     print(f"variant: {report['config']}")
-    params = report["parameters"]
-    print(f"parameters: BERT {params['bert']:,}  variant {params['variant']:,}  ({params['variant'] - params['bert']:+,})")
+    counts = report["parameters"]
+    print(f"parameters: BERT {counts['bert']:,}  variant {counts['variant']:,}  ({counts['variant'] - counts['bert']:+,})")
     print(
         f"new weights (initialised as BERT does: linears normal(0, initializer_range) with zero bias, "
         f"LayerNorms ones/zeros): {len(report['new_weights'])}"
@@ -173,10 +171,6 @@ def _params(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench(args: argparse.Namespace) -> int:
-    return benchmark.run_from_args(args, args.parser, " ".join(["hf-ffn", *args.argv]))
-
-
 def _heal(args: argparse.Namespace) -> int:
     parser = HfArgumentParser((HealArguments, TrainingArguments), prog="hf-ffn heal")
     heal_args, training_args = parse_arguments(parser, args.heal_argv)
@@ -229,9 +223,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_params)
     sub.add_parser("heal", add_help=False, help="distil a converted FfnBert folder from its source checkpoint "
                    "(options: hf-ffn heal --help)")
-    p = sub.add_parser("bench", help="benchmark FfnBert variants against upstream BERT and their matmuls")
-    benchmark.add_arguments(p)
-    p.set_defaults(func=_bench, parser=p)
     return parser
 
 

@@ -21,9 +21,8 @@ from huggingface_hub import snapshot_download
 
 from .checkpoints import REPORT_FILE, check_checkpoint, looks_local
 from .configuration_ffn_bert import BERT_MODEL_TYPES
-from .conversion import ConversionReport, full_auto_map, load_converted, measure_difference
+from .conversion import ConversionReport, full_auto_map, load_converted, measure_difference, write_model_card
 from .files import atomic_output_dir
-from .model_card import write_model_card
 from .modeling_ffn_bert import FfnBertModel
 
 # What marks a sentence-transformers model folder (read by `SentenceTransformer`, written by its `save`).

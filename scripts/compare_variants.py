@@ -2,8 +2,8 @@
 """The variant comparison: fine-tune each FFN / LayerNorm variant of one BERT checkpoint on rt_polarity for several
 seeds with `hf_ffn.training.run_classification`, then write the table (mean ± std, paired differences from the
 baseline with a t interval over seeds and a bootstrap interval over test snippets, linear probes, throughput) and
-the validation-curve plot (statistics and rendering: `hf_ffn.studies.comparison`). Throughput is measured after the
-runs, every variant side by side in one process (`hf_ffn.studies.variant_throughput`): the runs' own tokens/s
+the validation-curve plot (statistics and rendering: `studies.comparison`). Throughput is measured after the
+runs, every variant side by side in one process (`studies.variant_throughput`): the runs' own tokens/s
 depend on the load of their hour.
 
     python scripts/compare_variants.py --rt_polarity_dir ../shared/data/rt_polarity --threads 1
@@ -36,12 +36,12 @@ from transformers import TrainingArguments
 
 from hf_ffn.parity import bundled_checkpoint
 from hf_ffn.conversion import REPORT_FILE
-from hf_ffn.studies.comparison import (
+from studies.comparison import (
     BASELINE, HEAL_STUDY_NAMES, VARIANTS, encode_ids, last_fifth_change, parse_healed, plot_curves,
     probes_from_healing, report, variant_order, weights_sha256,
 )
-from hf_ffn.studies.environment import machine, versions
-from hf_ffn.studies.variant_throughput import measure_throughput
+from studies.environment import machine, versions
+from studies.variant_throughput import measure_throughput
 from hf_ffn.training import ClassificationDataArguments, ModelArguments, run_classification
 
 RESULTS, TABLE, PLOT = "comparison_runs.jsonl", "comparison.md", "figures/comparison_curves.png"

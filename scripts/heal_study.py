@@ -140,7 +140,7 @@ def report(args: argparse.Namespace) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hf_ffn.studies.environment import machine, versions
+    from studies.environment import machine, versions
 
     work, output = Path(args.work_dir), Path(args.output_dir or args.work_dir)
     records = {}

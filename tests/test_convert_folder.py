@@ -165,7 +165,7 @@ def test_trust_remote_code_without_hf_ffn(tmp_path):
 
 def test_model_card_standard_family(tiny_bert_checkpoint):
     from hf_ffn.conversion import load_converted, measure_difference
-    from hf_ffn.model_card import build_model_card
+    from hf_ffn.conversion import build_model_card
 
     model, report = load_converted(tiny_bert_checkpoint, layer_norm_position="pre")
     measure_difference(tiny_bert_checkpoint, model, report)

@@ -24,10 +24,10 @@ from hf_ffn.cli import EXIT_BAD_INPUT, EXIT_NOT_EXACT, EXIT_NOT_PLAIN_BERT, buil
 from hf_ffn.conversion import convert_checkpoint, export_to_bert, load_converted
 from hf_ffn.export import export_onnx
 from hf_ffn.files import atomic_output_dir, atomic_output_file
-import hf_ffn.studies.benchmark.cli
 from hf_ffn.parity import NotPlainBertError, ParityRow, run_parity, variant_report
 from hf_ffn.sentence_transformers import convert_sentence_transformer
 from hf_ffn.training import save_finished
+import studies.benchmark.cli
 
 from .conftest import TINY, tiny_config
 
@@ -398,9 +398,9 @@ def test_output_folder_that_is_a_file_fails_up_front(tmp_path, capsys, monkeypat
     def no_work(*args, **kwargs):
         raise AssertionError("the benchmark ran before its output folder was checked")
 
-    monkeypatch.setattr(hf_ffn.studies.benchmark.cli, "run_benchmark", no_work)
+    monkeypatch.setattr(studies.benchmark.cli, "run_benchmark", no_work)
     with pytest.raises(SystemExit) as exit_info:
-        main(["bench", "--quick", "--output-dir", str(a_file / "results")])
+        studies.benchmark.main(["--quick", "--output-dir", str(a_file / "results")])
     assert exit_info.value.code == EXIT_BAD_INPUT
     assert f"--output-dir '{a_file / 'results'}': '{a_file}' is a file, not a folder" in capsys.readouterr().err
     with pytest.raises(FileExistsError, match="is a file, not a folder"):

@@ -10,6 +10,7 @@
 - `megatron`: `load_megatron_bert` (MegatronBERT = Pre-LN, through `from_pretrained(key_mapping=...)`).
 - `state_dicts`: `convert_state_dict`, applying the Llama / ModernBERT FFN key maps (data, in
   `hf_ffn.checkpoint_names`) with transformers' `Chunk`/`Concatenate`.
+- `card`: `build_model_card` / `write_model_card`, a converted folder's model card (README.md).
 - `folders`: `convert_checkpoint` (what `hf-ffn convert` and scripts/convert_checkpoint.py run) and
   `export_to_bert`, both written atomically (`atomic_output_dir`).
 
@@ -30,6 +31,7 @@ from ..checkpoint_names import (
     reverse_key_maps,
 )
 from ..parity.compare import COMPARED_OUTPUTS, output_difference
+from .card import build_model_card, write_model_card
 from .folders import (
     REPORT_FILE,
     atomic_output_dir,
@@ -75,6 +77,7 @@ __all__ = [
     "KeyMap",
     "allowed_preserving_targets",
     "atomic_output_dir",
+    "build_model_card",
     "bert_key",
     "convert_checkpoint",
     "convert_state_dict",
@@ -89,4 +92,5 @@ __all__ = [
     "output_difference",
     "parse_cli_options",
     "reverse_key_maps",
+    "write_model_card",
 ]

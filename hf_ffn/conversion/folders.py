@@ -16,8 +16,8 @@ from ..checkpoints import REPORT_FILE, check_checkpoint
 from ..configuration_ffn_bert import FfnBertConfig
 from ..files import atomic_output_dir
 from ..logging_utils import quiet_transformers
-from ..model_card import write_model_card
 from ..modeling_ffn_bert import AUTO_MAP, FfnBertModel, FfnBertPreTrainedModel, head_class_for
+from .card import write_model_card
 from .loader import load_converted
 from .measure import measure_difference
 from .report import ConversionReport

@@ -33,9 +33,15 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from ..checkpoints import check_checkpoint, conversion_source
 from ..configuration_ffn_bert import FfnBertConfig
-from ..conversion import REPORT_FILE, ConversionReport, ffn_class_for, full_auto_map, measure_difference
+from ..conversion import (
+    REPORT_FILE,
+    ConversionReport,
+    build_model_card,
+    ffn_class_for,
+    full_auto_map,
+    measure_difference,
+)
 from ..files import atomic_output_dir, check_new_folder
-from ..model_card import build_model_card
 from ..modeling_ffn_bert import FfnBertForMaskedLM, FfnBertModel
 from ..training import PaddingFreeCollator, mlm_blocks, read_rt_polarity, read_text_documents
 from .distill import DistillationLoss, DistillationTrainer, dropout_off, select_trainable

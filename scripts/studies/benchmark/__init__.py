@@ -27,7 +27,7 @@ cores other processes share.
 
 Modules: `settings` (sizes and repeat counts), `timing` (the method above), `models` (the model-level sections:
 models, scaling, load), `ffn` (the FFN and compile sections), `report` (targets, markdown, files), `run`
-(`run_benchmark`: every section in order) and `cli` (`hf-ffn bench`, `scripts/benchmark.py`). A new section is a
+(`run_benchmark`: every section in order) and `cli` (`scripts/benchmark.py`). A new section is a
 `bench_*` function in a module of its own or in `models`/`ffn`, a call in `run_benchmark` that stores its rows
 under a new key of the results document, and a table in `report.format_markdown`.
 """

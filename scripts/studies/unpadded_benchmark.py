@@ -13,7 +13,7 @@ What is measured (fp32, on the CPU, in one process run):
 - **steps**: inference (eval, `torch.no_grad`) and a training step (train mode, dropout on, forward + backward of
   the classification loss, no optimizer step).
 
-Method: `hf_ffn.studies.benchmark`'s. Candidates run interleaved (`time_interleaved`, order rotated every round);
+Method: `studies.benchmark`'s. Candidates run interleaved (`time_interleaved`, order rotated every round);
 round r gives every candidate batch r mod k of its kind, so a ratio of two candidates on the same kind is paired
 (`paired_ratio`: the median of per-round ratios, [min–max] its spread). Ratios across kinds (length-grouped
 against shuffled) compare time per real token. Peak memory is `peak_memory_bytes` of the first (warm-up) call.
@@ -22,7 +22,7 @@ shuffled batches (the limit is their real-token fraction, printed), switch on / 
 training peak memory below upstream's. A `--quick` run (a tiny model) judges no target: "not judged".
 
 The run prints the pad fraction of each kind of batch, every ratio, the targets and the load average before and
-after (run it on a quiet machine); `hf_ffn.studies.unpadded_report` writes the JSON and markdown.
+after (run it on a quiet machine); `studies.unpadded_report` writes the JSON and markdown.
 """
 
 from __future__ import annotations
@@ -45,11 +45,11 @@ from torch import nn
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
-from .. import __version__
-from ..files import check_folder_path
-from ..modeling_ffn_bert import FfnBertForSequenceClassification
-from ..parity import bundled_checkpoint, quiet_transformers
-from ..training import read_rt_polarity
+from hf_ffn import __version__
+from hf_ffn.files import check_folder_path
+from hf_ffn.modeling_ffn_bert import FfnBertForSequenceClassification
+from hf_ffn.parity import bundled_checkpoint, quiet_transformers
+from hf_ffn.training import read_rt_polarity
 from .benchmark import paired_ratio, peak_memory_bytes, time_interleaved, write_results
 from .benchmark.report import JSON_NAME as BENCHMARKS_JSON
 from .unpadded_report import judge, target_rows, verdict, write_reports
@@ -91,7 +91,7 @@ class UnpadSettings:
     attn_implementations: tuple[str, ...] = ("eager", "sdpa")
     checkpoints: tuple[str, ...] = ("all-MiniLM-L6-v2", "bert-base-shapes")
     threads: int = 0  # 0: torch's default
-    clock: str = "wall"  # "wall" or "cpu" (see hf_ffn.studies.benchmark)
+    clock: str = "wall"  # "wall" or "cpu" (see studies.benchmark)
 
 
 FULL = UnpadSettings(quick=False)

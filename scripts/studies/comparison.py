@@ -248,7 +248,7 @@ def report(
 ) -> str:
     """The markdown report: settings and machine (`header`), the table (one row per variant), the paired
     differences from the baseline, the probes, the baseline's convergence check and the side-by-side training
-    throughput (`throughput`, from `hf_ffn.studies.variant_throughput.measure_throughput`; a healed variant gets
+    throughput (`throughput`, from `studies.variant_throughput.measure_throughput`; a healed variant gets
     its converted variant's row, the same architecture) and, given `longer` runs, `longer_budget_lines`."""
     speeds = (throughput or {}).get("variants", {})
     names = variant_order({run["variant"] for run in runs})

@@ -1,5 +1,5 @@
 """How the benchmark measures: interleaved timing, paired ratios, peak memory from the profiler's allocator events,
-per-op profiles and aten op counts (the method is described in `hf_ffn.studies.benchmark`)."""
+per-op profiles and aten op counts (the method is described in `studies.benchmark`)."""
 
 from __future__ import annotations
 

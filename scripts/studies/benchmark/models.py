@@ -10,11 +10,11 @@ import torch
 from torch import nn
 from transformers import BertConfig, BertModel
 
-from ...configuration_ffn_bert import parameter_matched_glu_width, variant_change_intended
-from ...modeling_ffn_bert import FfnBertModel
-from ...logging_utils import quiet_transformers
-from ...parity.batches import padded_batch
-from ...parity.compare import tensor_difference
+from hf_ffn.configuration_ffn_bert import parameter_matched_glu_width, variant_change_intended
+from hf_ffn.modeling_ffn_bert import FfnBertModel
+from hf_ffn.logging_utils import quiet_transformers
+from hf_ffn.parity.batches import padded_batch
+from hf_ffn.parity.compare import tensor_difference
 from .settings import BenchSettings
 from .timing import aten_op_counts, log, measure, median_ms, paired_ratio, time_interleaved
 

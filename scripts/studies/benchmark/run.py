@@ -12,9 +12,9 @@ import torch
 import transformers
 from transformers import BertConfig, BertModel
 
-from ... import __version__
-from ...logging_utils import quiet_transformers
-from ...parity.checkpoints import bundled_checkpoint
+from hf_ffn import __version__
+from hf_ffn.logging_utils import quiet_transformers
+from hf_ffn.parity.checkpoints import bundled_checkpoint
 from .ffn import bench_compile, bench_ffn
 from .models import bench_load, bench_models, bench_scaling
 from .report import JSON_NAME, MARKDOWN_NAME, evaluate_targets, format_targets, write_results

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from .. import __version__
+from hf_ffn import __version__
 
 
 def machine() -> dict[str, str | int]:

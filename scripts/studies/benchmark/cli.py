@@ -1,4 +1,4 @@
-"""The benchmark's command line, shared by `hf-ffn bench` and `scripts/benchmark.py`."""
+"""The benchmark's command line (`scripts/benchmark.py`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from dataclasses import replace
 
-from ...files import check_folder_path
+from hf_ffn.files import check_folder_path
 from .run import run_benchmark
 from .settings import FULL, QUICK, BenchSettings
 from .timing import CLOCKS

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from ...files import atomic_output_file
+from hf_ffn.files import atomic_output_file
 from ..unpadded_report import JSON_NAME as UNPADDED_JSON
 from ..unpadded_report import benchmarks_section
 from .ffn import FUSED_SUFFIX
@@ -109,7 +109,7 @@ def format_markdown(results: dict, unpadded: dict | None = None) -> str:
         "",
         "Times are medians over interleaved rounds after warm-up; a ratio is the median of per-round ratios, "
         "with the smallest and largest in brackets. Peak memory: peak live tensor bytes during one call above "
-        "what was live before (torch.profiler allocator events). See `hf_ffn.studies.benchmark` for the method.",
+        "what was live before (torch.profiler allocator events). See `scripts/studies/benchmark/` for the method.",
         "",
         "## Targets",
         "",
