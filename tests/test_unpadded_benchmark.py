@@ -52,7 +52,7 @@ def test_quick_run_writes_a_complete_report(rt_polarity_dir, tmp_path):
         (attn, mode) for attn in ("eager", "sdpa") for mode in ("inference", "training")
     ]
     for case in cases:
-        assert case["equal_at_real_tokens"] is True
+        assert max(case["max_abs_diff"].values()) < 1e-5  # packed attention: fp32 rounding (tiny: 0 here)
         assert set(case["candidates"]) == set(CANDIDATES)
         for candidate in case["candidates"].values():
             assert len(candidate["times_ms"]) == QUICK.repeats and candidate["real_tokens_per_s"] > 0
