@@ -162,6 +162,8 @@ class TokenPacking:
         Raises:
             ValueError: as `from_position_ids`.
         """
+        if (input_ids is None) == (inputs_embeds is None):
+            return None  # upstream's forward raises its error
         shape = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
         packing = cls.from_position_ids(position_ids, attention_mask, *shape)
         if packing is None and config.unpad_tokens and not output_attentions:
