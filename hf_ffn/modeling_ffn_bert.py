@@ -22,8 +22,9 @@ This file imports nothing from `hf_ffn` but its configuration, naming and `unpad
 `save_pretrained` ships all four beside a saved model for `trust_remote_code` loading.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: transformers reads the `**kwargs: Unpack[TransformersKwargs]`
+# annotation of a model's `forward` at run time (which attention outputs a model can return), so annotations in this
+# module must be objects, not strings, as in upstream's modeling files.
 from typing import NamedTuple
 
 import torch
@@ -53,7 +54,9 @@ from transformers.models.bert.modeling_bert import (
     BertPreTrainingHeads,
     BertSelfAttention,
 )
+from transformers.processing_utils import Unpack
 from transformers.pytorch_utils import apply_chunking_to_forward
+from transformers.utils import TransformersKwargs
 
 from .checkpoint_names import BERT_FFN_NAMES, CHECKPOINT_KEY_MAPPING, register_weight_renamings, rename_to_memory_keys
 from .configuration_ffn_bert import GATED_FFN_ACTIVATIONS, FfnBertConfig, is_gated
@@ -279,12 +282,10 @@ class FfnBertModel(FfnBertPreTrainedModel, BertModel):
 
     Inputs and outputs are `BertModel`'s: `last_hidden_state` (batch, seq, hidden_size), `pooler_output` (batch,
     hidden_size), `hidden_states` (num_hidden_layers + 1), `attentions` (num_hidden_layers × (batch, heads, seq, seq)).
-    Packed execution (`hf_ffn.unpadding`, docs/unpadded.md): token-wise parts on real tokens only, each sequence
-    attending to itself, for padded batches with a plain padding mask when `config.unpad_tokens=True`, and always
-    for padding-free batches (`DataCollatorWithFlattening`: `position_ids` restarting at 0 for each sequence; then
-    `pooler_output` is (num_sequences, hidden_size); position ids that restart but do not describe separable
-    sequences raise `ValueError`). Real tokens equal the padded path's within fp32 rounding, pads are zeros.
-    Otherwise (and for padded batches with `output_attentions`) it is upstream `BertModel.forward`, bit for bit.
+    Packed (`hf_ffn.unpadding`, docs/unpadded.md; real tokens within fp32 rounding of the padded path, pads zero):
+    padded batches with `config.unpad_tokens=True`, and padding-free ones (`DataCollatorWithFlattening`) always,
+    with `pooler_output` (num_sequences, hidden_size); position ids that restart but do not describe separable
+    sequences raise `ValueError`. Otherwise it is upstream `BertModel.forward`, bit for bit.
     """
 
     def __init__(self, config: FfnBertConfig, add_pooling_layer: bool = True):
@@ -306,7 +307,7 @@ class FfnBertModel(FfnBertPreTrainedModel, BertModel):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
         """`BertModel.forward` (the same arguments and outputs), packed where the class docstring says."""
         inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)

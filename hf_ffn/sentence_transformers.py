@@ -13,15 +13,24 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from huggingface_hub import snapshot_download
+from transformers import AutoModel
 
 from .checkpoints import REPORT_FILE, check_checkpoint, looks_local
 from .configuration_ffn_bert import BERT_MODEL_TYPES
-from .conversion import ConversionReport, full_auto_map, load_converted, measure_difference, write_model_card
+from .conversion import (
+    ConversionReport,
+    export_to_bert,
+    full_auto_map,
+    load_converted,
+    measure_difference,
+    write_model_card,
+)
 from .files import atomic_output_dir
 from .modeling_ffn_bert import FfnBertModel
 
@@ -135,10 +144,37 @@ def convert_sentence_transformer(
     return report
 
 
+def export_sentence_transformer_to_bert(source: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
+    """The inverse of `convert_sentence_transformer` for a default-config FfnBert backbone: the same
+    sentence-transformers model with a plain BERT backbone (`hf_ffn.conversion.export_to_bert`, strict), every
+    other module (Pooling, Normalize, Dense, ...) and the settings kept, written by `SentenceTransformer.save`
+    atomically. `hf-ffn convert --to-bert` runs this for a source with `modules.json`.
+
+    Raises:
+        FileNotFoundError: `source` looks local and is not a folder with `modules.json` (`check_checkpoint`).
+        ValueError: not a sentence-transformers model with a BERT-shaped backbone (`bert_backbone_folder`), or a
+            backbone that is not plain BERT (`export_to_bert` names each non-default switch).
+        FileExistsError: `output_dir` exists and is not empty.
+    """
+    from sentence_transformers import SentenceTransformer  # optional dependency (the `sentence-transformers` extra)
+
+    check_checkpoint(source, marker=MODULES_FILE)
+    folder = Path(source).expanduser()
+    with atomic_output_dir(output_dir) as tmp, tempfile.TemporaryDirectory() as scratch:
+        if not looks_local(source):
+            folder = Path(snapshot_download(str(source)))
+        bert_folder = export_to_bert(bert_backbone_folder(folder), Path(scratch) / "bert")
+        st_model = SentenceTransformer(str(folder), device="cpu")
+        st_model[0].model = AutoModel.from_pretrained(bert_folder)  # upstream BertModel: the same forward
+        st_model.save(str(tmp))
+    return Path(output_dir)
+
+
 __all__ = [
     "MODULES_FILE",
     "TRANSFORMER_MODULE_TYPES",
     "bert_backbone_folder",
     "convert_sentence_transformer",
+    "export_sentence_transformer_to_bert",
     "is_sentence_transformer",
 ]

@@ -461,7 +461,7 @@ def test_checkpoint_path_that_does_not_exist(csv_files, tmp_path):
 def test_bad_switch_values_name_the_argument():
     with pytest.raises(ValueError, match=r"--ffn_init has unknown value 'random'; allowed: preserving, fresh"):
         ModelArguments(model_name_or_path="x", ffn_init="random")
-    with pytest.raises(ValueError, match=r"--ffn_width has bad value 'wide'; allowed: keep, matched"):
+    with pytest.raises(ValueError, match=r"--ffn_width has unknown value 'wide'; allowed: keep, matched"):
         ModelArguments(model_name_or_path="x", ffn_width="wide")
     with pytest.raises(ValueError, match=r"exactly one data source"):
         ClassificationDataArguments(train_file="a.csv", validation_file="b.csv", rt_polarity_dir="rt")

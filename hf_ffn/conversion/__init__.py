@@ -53,6 +53,7 @@ from .recipes import (
     FfnRecipe,
     allowed_preserving_targets,
     ffn_recipe,
+    parse_width,
 )
 from .report import ConversionReport
 from .state_dicts import convert_state_dict
@@ -91,6 +92,7 @@ __all__ = [
     "megatron_config_to_ffn_bert",
     "output_difference",
     "parse_cli_options",
+    "parse_width",
     "reverse_key_maps",
     "write_model_card",
 ]

@@ -20,6 +20,7 @@ from ..modeling_ffn_bert import AUTO_MAP, FfnBertModel, FfnBertPreTrainedModel, 
 from .card import write_model_card
 from .loader import load_converted
 from .measure import measure_difference
+from .recipes import parse_width
 from .report import ConversionReport
 
 # FfnBert's own config fields (and remote-code bookkeeping) that a plain BERT config does not carry.
@@ -96,13 +97,16 @@ def convert_checkpoint(
 
 
 def parse_cli_options(args: Any) -> dict[str, Any]:
-    """`convert_checkpoint` keywords from `hf-ffn convert` arguments: comma lists become per-layer lists, a
-    numeric width an int (other values are validated by `load_converted`)."""
+    """`convert_checkpoint` keywords from `hf-ffn convert` arguments: comma lists become per-layer lists, the width
+    is parsed (`parse_width`; other values are validated by `load_converted`).
+
+    Raises:
+        ValueError: a bad `--width`."""
 
     def names(value: str | None) -> str | list[str] | None:
         return None if value is None else (value.split(",") if "," in value else value)
 
-    width = int(args.width) if str(args.width).isdigit() else args.width
+    width = parse_width(args.width, "--width")
     return {
         "ffn_type": names(args.ffn_type), "layer_norm_position": names(args.layer_norm_position), "init": args.init,
         "width": width, "seed": args.seed, "base_model": args.base_model, "license": args.license,

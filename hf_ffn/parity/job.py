@@ -23,7 +23,7 @@ from ..checkpoints import (
     group_layer_keys,
     weights_bert_ignores,
 )
-from ..configuration_ffn_bert import FfnBertConfig, variant_change_intended
+from ..configuration_ffn_bert import FfnBertConfig
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import HEAD_CLASSES, FfnBertModel
 from .batches import TIME_FLIES_IDS, example_batch, head_inputs
@@ -116,9 +116,9 @@ def run_parity(
             torch.manual_seed(seed)
             upstream_class.from_pretrained(checkpoint).save_pretrained(folder)
             reference = upstream_class.from_pretrained(folder, attn_implementation=attn_implementation).eval()
-            with variant_change_intended():  # `overrides` are deliberate (negative controls)
-                candidate = ffn_class.from_pretrained(folder, attn_implementation=attn_implementation, **overrides)
-            candidate.eval()
+            candidate = ffn_class.from_pretrained(  # `overrides` are deliberate (negative controls)
+                folder, attn_implementation=attn_implementation, warn_reused_weights=False, **overrides
+            ).eval()
             inputs = head_inputs(upstream_class, batch)
             with torch.no_grad():
                 ref_out = reference(**inputs, output_hidden_states=True, output_attentions=want_attentions)
@@ -160,19 +160,19 @@ def variant_report(checkpoint: str, attn_implementation: str = "eager", **overri
         ValueError: if the checkpoint is not BERT-shaped or an override is invalid (from `FfnBertConfig`).
     """
     check_checkpoint(checkpoint)
-    with variant_change_intended():  # the report lists the reused and new weights itself
-        config = FfnBertConfig.from_pretrained(checkpoint, **overrides)  # fails early, clearly, on a bad request
-        batch = example_batch(checkpoint, config)
-        torch.manual_seed(0)
-        reference = BertModel.from_pretrained(checkpoint, attn_implementation=attn_implementation).eval()
-        variant, info = FfnBertModel.from_pretrained(
-            checkpoint,
-            attn_implementation=attn_implementation,
-            output_loading_info=True,
-            # another width cannot reuse the FFN weights: load them as new (listed under `mismatched_weights`)
-            ignore_mismatched_sizes="intermediate_size" in overrides,
-            **overrides,
-        )
+    # Fails early, clearly, on a bad request; no "weights reused" warning: the report lists reused and new weights.
+    config = FfnBertConfig.from_pretrained(checkpoint, warn_reused_weights=False, **overrides)
+    batch = example_batch(checkpoint, config)
+    torch.manual_seed(0)
+    reference = BertModel.from_pretrained(checkpoint, attn_implementation=attn_implementation).eval()
+    variant, info = FfnBertModel.from_pretrained(
+        checkpoint,
+        config=config,
+        attn_implementation=attn_implementation,
+        output_loading_info=True,
+        # another width cannot reuse the FFN weights: load them as new (listed under `mismatched_weights`)
+        ignore_mismatched_sizes="intermediate_size" in overrides,
+    )
     variant.eval()
     with torch.no_grad():
         ref_out = reference(**batch, output_hidden_states=True)

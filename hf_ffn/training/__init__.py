@@ -20,8 +20,6 @@ training starts, naming the file or field, the value and what is allowed.
 """
 
 from .arguments import (
-    FFN_INITS,
-    FFN_WIDTHS,
     RT_POLARITY_SPLIT,
     ClassificationDataArguments,
     MlmDataArguments,
@@ -64,8 +62,6 @@ __all__ = [
     "ClassificationDataArguments",
     "DATA_FILE_EXTENSIONS",
     "DEFAULT_TEXT_COLUMNS",
-    "FFN_INITS",
-    "FFN_WIDTHS",
     "FixedOrRandomMaskCollator",
     "PaddingFreeCollator",
     "MlmDataArguments",

@@ -13,9 +13,13 @@ from dataclasses import dataclass, field
 from transformers import HfArgumentParser
 
 from ..configuration_ffn_bert import FFN_TYPES, LAYER_NORM_POSITIONS
+from ..conversion.recipes import INITS, parse_width
 
-FFN_INITS = ("preserving", "fresh")
-FFN_WIDTHS = ("keep", "matched")
+# `load_converted`'s keywords → the options of `ModelArguments` that set them (errors name the option).
+CONVERSION_OPTIONS = {
+    "ffn_type": "--ffn_type", "layer_norm_position": "--layer_norm_position",
+    "init": "--ffn_init", "width": "--ffn_width",
+}
 RT_POLARITY_SPLIT = (8000, 1000, 1662)  # train / validation / test of the 10,662 snippets
 
 
@@ -64,18 +68,17 @@ class ModelArguments:
         checks = (
             ("ffn_type", self.ffn_type, FFN_TYPES),
             ("layer_norm_position", self.layer_norm_position, LAYER_NORM_POSITIONS),
-            ("ffn_init", self.ffn_init, FFN_INITS),
+            ("ffn_init", self.ffn_init, INITS),
         )
         for name, value, allowed in checks:
             if value is not None and value not in allowed:
                 raise ValueError(f"--{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
-        if self.ffn_width not in FFN_WIDTHS and not (self.ffn_width.isdigit() and int(self.ffn_width) > 0):
-            raise ValueError(f"--ffn_width has bad value {self.ffn_width!r}; allowed: keep, matched, a positive integer")
+        parse_width(self.ffn_width, "--ffn_width")
 
     @property
     def width(self) -> str | int:
         """`ffn_width` as `load_converted` takes it: "keep", "matched" or an int."""
-        return int(self.ffn_width) if self.ffn_width.isdigit() else self.ffn_width
+        return parse_width(self.ffn_width, "--ffn_width")
 
     @property
     def is_variant(self) -> bool:
@@ -160,5 +163,5 @@ def parse_arguments(parser: HfArgumentParser, argv: Sequence[str]) -> tuple:
     return parser.parse_args_into_dataclasses(args=list(argv))
 
 
-__all__ = ["ClassificationDataArguments", "FFN_INITS", "FFN_WIDTHS", "MlmDataArguments", "ModelArguments", "RT_POLARITY_SPLIT",
-           "parse_arguments"]
+__all__ = ["CONVERSION_OPTIONS", "ClassificationDataArguments", "MlmDataArguments", "ModelArguments",
+           "RT_POLARITY_SPLIT", "parse_arguments"]
