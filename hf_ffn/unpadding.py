@@ -276,17 +276,13 @@ def packed_self_attention(
             max_length_k=longest, **kwargs,
         )
         return attn_output.reshape(num_real, -1)
-    outputs, start = [], 0
-    for length, count in packing.buckets:
-        rows = slice(start, start + length * count)
-        start = rows.stop
-
-        def block(x: torch.Tensor) -> torch.Tensor:  # (count·length, heads, head_dim) → (count, heads, length, hd)
-            return x[rows].view(count, length, -1, head_dim).transpose(1, 2)
-
-        attn_output, _ = attention_interface(
-            attention, block(query), block(key), block(value), None, **settings, **kwargs
-        )
+    # `split` (not slicing): its backward is one `cat`, where each slice's would be a zero-filled full-size gradient
+    sizes = [length * count for length, count in packing.buckets]
+    outputs = []
+    for (length, count), *qkv in zip(packing.buckets, *(x.split(sizes) for x in (query, key, value)), strict=True):
+        # (count·length, heads, head_dim) → (count, heads, length, head_dim)
+        q, k, v = (x.view(count, length, -1, head_dim).transpose(1, 2) for x in qkv)
+        attn_output, _ = attention_interface(attention, q, k, v, None, **settings, **kwargs)
         outputs.append(attn_output.reshape(length * count, -1))  # (count, length, heads, head_dim) → packed rows
     return torch.cat(outputs) if len(outputs) > 1 else outputs[0]
 
