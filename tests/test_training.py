@@ -642,6 +642,12 @@ def test_mlm_script_switch_falls_back_exactly_and_saved_switch_is_the_checkpoint
     assert on["results"]["eval_loss"] == off["results"]["eval_loss"]
     for name in ("on", "off"):
         assert json.loads((tmp_path / name / "config.json").read_text())["unpad_tokens"] is True
+    # --padding_free: the 4 blocks of a batch in one row, masked by the same collator (the same draws: as many
+    # tokens, in the same order), each block computed as if alone; the losses within the fp32 rounding of packed
+    # attention (the blocks run alone, a bucket of 4 sequences, instead of as 4 rows)
+    flat = run("flat", "--padding_free")
+    assert logged_losses(flat) == pytest.approx(logged_losses(on), rel=1e-5)
+    assert flat["results"]["eval_loss"] == pytest.approx(on["results"]["eval_loss"], rel=1e-5)
 
 
 def test_classification_script_padding_free_same_losses_one_row_per_batch(tiny_checkpoint, tmp_path, monkeypatch):
