@@ -21,15 +21,14 @@ import torch
 from huggingface_hub import snapshot_download
 from transformers import AutoModel
 
-from .checkpoints import REPORT_FILE, check_checkpoint, looks_local
+from .checkpoints import check_checkpoint, looks_local
 from .configuration_ffn_bert import BERT_MODEL_TYPES
 from .conversion import (
     ConversionReport,
     export_to_bert,
-    full_auto_map,
     load_converted,
     measure_difference,
-    write_model_card,
+    write_converted_folder,
 )
 from .files import atomic_output_dir
 from .modeling_ffn_bert import FfnBertModel
@@ -102,7 +101,7 @@ def convert_sentence_transformer(
     is written by `SentenceTransformer.save` into a temporary folder beside `output_dir` and renamed
     (`hf_ffn.files.atomic_output_dir`), so a failure leaves nothing; `SentenceTransformer(output_dir)` loads
     it (after `import hf_ffn`, or with `trust_remote_code=True`). The folder also holds what `hf-ffn convert`
-    writes for a plain checkpoint: the `auto_map` of every FfnBert Auto class, the backbone's
+    writes for a plain checkpoint (`hf_ffn.conversion.write_converted_folder`): the `auto_map` of every FfnBert Auto class, the backbone's
     `conversion_report.json` (with the measured difference from the source backbone, `measure_difference`) beside
     its weights, and hf_ffn's model card (README.md, in place of the one sentence-transformers generates).
     `hf-ffn convert` runs this for a source with `modules.json`.
@@ -135,12 +134,11 @@ def convert_sentence_transformer(
         torch.manual_seed(seed)
         model, report = load_converted(str(backbone), FfnBertModel, **conversion)
         measure_difference(str(backbone), model, report)
-        model.config.auto_map = full_auto_map()
         st_model = SentenceTransformer(str(folder), device="cpu")
         st_model[0].model = model  # same forward signature (BertModel.forward), so the module's bookkeeping holds
-        st_model.save(str(tmp))
-        report.save(str(bert_backbone_folder(tmp) / REPORT_FILE))
-        write_model_card(tmp, model, report, base_model=base_model, license=license)
+        st_model.save(str(tmp))  # the backbone (through model.save_pretrained), the tokenizer and every module
+        write_converted_folder(tmp, model, report, model_dir=bert_backbone_folder(tmp), base_model=base_model,
+                               license=license)
     return report
 
 

@@ -140,7 +140,7 @@ def report(args: argparse.Namespace) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from studies.environment import machine, versions
+    from studies.environment import machine, portable_command, portable_path, versions
 
     work, output = Path(args.work_dir), Path(args.output_dir or args.work_dir)
     records = {}
@@ -207,15 +207,16 @@ def report(args: argparse.Namespace) -> None:
     fig.savefig(figure, dpi=120)
     settings = first["after"]["probe"]["student"]["settings"]
     threads = run_threads(work, records)
-    where = "" if args.work_dir == DEFAULT_WORK_DIR else f" --work-dir {args.work_dir}"
+    where = "" if args.work_dir == DEFAULT_WORK_DIR else f" --work-dir {portable_path(args.work_dir)}"
     variants = "" if list(records) == list(VARIANTS) else " --variants " + " ".join(records)
     schedule = first["training"]["lr_scheduler_type"]
     scheduler = "" if schedule == "linear" else f" --lr-scheduler {schedule}"
     hidden_loss = first["arguments"]["hidden_loss"]
+    teacher = portable_path(first["teacher"], bundled="")  # "" for the bundled checkpoint
     scheduler += "" if hidden_loss == "mse" else f" --hidden-loss {hidden_loss}"
     text = TEMPLATE.format(
         rows="\n".join(rows), verdicts="\n".join(verdicts), figure=os.path.relpath(figure, output),
-        commands="\n".join(f"# {v}\n{h['command']}" for v, h in records.items()),
+        commands="\n".join(f"# {v}\n{portable_command(shlex.split(h['command']))}" for v, h in records.items()),
         snippets=first["heldout"]["snippets"], curve_snippets=first["heldout"]["curve_snippets"],
         probe=f"{settings['folds']}-fold stratified CV (seed {settings['seed']}), standardised features, "
               f"LogisticRegression(C={settings['C']}, max_iter={settings['max_iter']})",
@@ -225,9 +226,11 @@ def report(args: argparse.Namespace) -> None:
         run_command=(f"python scripts/heal_study.py run{where} --text-dir ../shared/data/state_union --eval-dir "
                      f"../shared/data/rt_polarity{variants} --steps {first['steps']} --curve-steps "
                      f"{first['arguments']['curve_steps']} --threads {threads}{scheduler}"),
-        report_command=f"python scripts/heal_study.py report{where} --output-dir {args.output_dir or args.work_dir}",
+        report_command=(f"python scripts/heal_study.py report{where} --output-dir "
+                        f"{portable_path(args.output_dir or args.work_dir)}"),
         versions=versions(),
-        teacher=first["teacher"], train_files=", ".join(first["data"]["train_files"]),
+        teacher=f"`{teacher}`" if teacher else "the bundled checkpoint",
+        train_files=", ".join(map(portable_path, first["data"]["train_files"])),
         blocks=first["data"]["blocks"], block=first["data"]["block_tokens"],
         title_note=("" if schedule == "linear" else f": {first['steps']} steps at a constant learning rate")
                    + ("" if hidden_loss == "mse" else f", {hidden_loss} loss"),
@@ -268,7 +271,7 @@ intermediate hidden states are the un-normalised residual stream), dropout off i
 (attention, FFNs, LayerNorms; embeddings and pooler frozen), `transformers.Trainer` doing the training. The result
 is a normal converted folder whose `conversion_report.json` and model card carry the numbers below and the command.
 
-Teacher: `{teacher}` (all-MiniLM-L6-v2: 6 layers, hidden 384, FFN 1536). Training text: {train_files}
+Teacher: {teacher} (all-MiniLM-L6-v2: 6 layers, hidden 384, FFN 1536). Training text: {train_files}
 ({blocks} blocks of {block} tokens). Held-out text, never trained on: all {snippets} rt_polarity snippets
 (Pang & Lee 2005); embeddings are mean-pooled `last_hidden_state` (all-MiniLM-L6-v2's own pooling). The linear
 probe: {probe}, the same folds for teacher and student (the difference is paired). The curve uses a seeded subset

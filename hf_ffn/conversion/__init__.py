@@ -10,9 +10,10 @@
 - `megatron`: `load_megatron_bert` (MegatronBERT = Pre-LN, through `from_pretrained(key_mapping=...)`).
 - `state_dicts`: `convert_state_dict`, applying the Llama / ModernBERT FFN key maps (data, in
   `hf_ffn.checkpoint_names`) with transformers' `Chunk`/`Concatenate`.
-- `card`: `build_model_card` / `write_model_card`, a converted folder's model card (README.md).
-- `folders`: `convert_checkpoint` (what `hf-ffn convert` and scripts/convert_checkpoint.py run) and
-  `export_to_bert`, both written atomically (`atomic_output_dir`).
+- `card`: `build_model_card`, a converted folder's model card (README.md).
+- `folders`: `write_converted_folder` (the one writer of a converted folder), `convert_checkpoint` (what
+  `hf-ffn convert` and scripts/convert_checkpoint.py run) and `export_to_bert`, written atomically
+  (`atomic_output_dir`).
 
 Every public name of the parts (and the key maps and `bert_key` of `hf_ffn.checkpoint_names`) is importable
 from `hf_ffn.conversion`.
@@ -31,15 +32,16 @@ from ..checkpoint_names import (
     reverse_key_maps,
 )
 from ..parity.compare import COMPARED_OUTPUTS, output_difference
-from .card import build_model_card, write_model_card
+from .card import build_model_card
 from .folders import (
     REPORT_FILE,
     atomic_output_dir,
     convert_checkpoint,
     export_to_bert,
     ffn_class_for,
-    full_auto_map,
     parse_cli_options,
+    source_tokenizer,
+    write_converted_folder,
 )
 from .loader import load_converted
 from .measure import measure_difference
@@ -85,7 +87,6 @@ __all__ = [
     "export_to_bert",
     "ffn_class_for",
     "ffn_recipe",
-    "full_auto_map",
     "load_converted",
     "load_megatron_bert",
     "measure_difference",
@@ -94,5 +95,6 @@ __all__ = [
     "parse_cli_options",
     "parse_width",
     "reverse_key_maps",
-    "write_model_card",
+    "source_tokenizer",
+    "write_converted_folder",
 ]

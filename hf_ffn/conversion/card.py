@@ -118,11 +118,4 @@ def _auto_class_name(model) -> str:
     return "AutoModel"
 
 
-def write_model_card(folder: str | os.PathLike, model, report: ConversionReport, **kwargs) -> Path:
-    """Render `build_model_card` into `folder/README.md`; returns the path."""
-    path = Path(folder) / "README.md"
-    build_model_card(model, report, **kwargs).save(path)
-    return path
-
-
-__all__ = ["CONFIG_FIELDS", "build_model_card", "source_card_data", "template_family", "write_model_card"]
+__all__ = ["CONFIG_FIELDS", "build_model_card", "source_card_data", "template_family"]

@@ -27,7 +27,9 @@ from .recipes import INITS, FfnRecipe, ffn_recipe, parse_width
 from .report import ConversionReport
 
 # Config fields that say where a config came from, not what the model computes.
-BOOKKEEPING_FIELDS = {"architectures", "transformers_version", "model_type", "_name_or_path", "dtype", "torch_dtype"}
+BOOKKEEPING_FIELDS = {
+    "architectures", "transformers_version", "model_type", "_name_or_path", "dtype", "torch_dtype", "auto_map",
+}
 # Keywords `load_converted` sets itself.
 RESERVED_KEYWORDS = ("intermediate_size", "output_loading_info")
 
@@ -132,6 +134,9 @@ def load_planned(
             warn_reused_weights=False,  # the variant changes on purpose: the plan maps or re-initialises the weights
             **from_pretrained_kwargs,
         )
+    # The source's remote-code classes (a BERT checkpoint with its own `auto_map`) are not this model's: dropped
+    # here; `FfnBertPreTrainedModel.save_pretrained` writes FfnBert's (`AUTO_MAP`).
+    model.config.auto_map = None
     return model.eval(), info
 
 

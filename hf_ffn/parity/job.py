@@ -3,7 +3,8 @@
 `run_parity` compares every output (last_hidden_state, pooler_output, each hidden state and attention map, each
 head's logits) of each FfnBert head class with the same upstream Bert head class (`HEAD_CLASSES`), plus each
 layer's FFN output, with `torch.equal`. Heads whose weights the checkpoint lacks are first created by upstream
-transformers with a fixed seed and saved, and both models load that folder, so both see the same weights.
+transformers with a fixed seed and saved, and both models load that folder, so both see the same weights
+(`head_folders`, which the tests use too).
 `variant_report` shows what a non-default variant changes instead. The tests and `hf-ffn parity` call these.
 """
 
@@ -82,6 +83,27 @@ def ffn_outputs(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[torch
     return captured
 
 
+def head_folders(checkpoint: str, root: str | os.PathLike, seed: int = 0) -> dict[type, str]:
+    """The folder each upstream head class of `HEAD_CLASSES` loads `checkpoint` from, so that upstream and FfnBert
+    load the same weights from disk.
+
+    A head whose weights the checkpoint lacks is created once by upstream transformers under
+    `torch.manual_seed(seed)` and saved under `root` (a folder named after the class); a head the checkpoint holds
+    completely loads from `checkpoint` itself (saving it again would copy the same tensors).
+    """
+    folders = {}
+    with quiet_transformers():
+        for head in HEAD_CLASSES:
+            torch.manual_seed(seed)
+            model, info = head.bert.from_pretrained(checkpoint, output_loading_info=True)
+            if info["missing_keys"]:
+                folders[head.bert] = os.path.join(root, head.bert.__name__)
+                model.save_pretrained(folders[head.bert])
+            else:
+                folders[head.bert] = checkpoint
+    return folders
+
+
 def run_parity(
     checkpoint: str, attn_implementation: str = "eager", seed: int = 0, **overrides
 ) -> list[ParityRow]:
@@ -111,10 +133,9 @@ def run_parity(
             raise NotPlainBertError(str(checkpoint), config)
         batch = example_batch(checkpoint, config)
         want_attentions = attn_implementation == "eager"
+        folders = head_folders(checkpoint, tmp, seed)
         for upstream_class, ffn_class in HEAD_PAIRS.items():
-            folder = os.path.join(tmp, upstream_class.__name__)
-            torch.manual_seed(seed)
-            upstream_class.from_pretrained(checkpoint).save_pretrained(folder)
+            folder = folders[upstream_class]
             reference = upstream_class.from_pretrained(folder, attn_implementation=attn_implementation).eval()
             candidate = ffn_class.from_pretrained(  # `overrides` are deliberate (negative controls)
                 folder, attn_implementation=attn_implementation, warn_reused_weights=False, **overrides
@@ -215,6 +236,7 @@ __all__ = [
     "ffn_outputs",
     "ffn_rows",
     "format_table",
+    "head_folders",
     "rows_as_dicts",
     "run_parity",
     "variant_report",

@@ -20,11 +20,13 @@ training starts, naming the file or field, the value and what is allowed.
 """
 
 from .arguments import (
+    RESUME_LAST,
     RT_POLARITY_SPLIT,
     ClassificationDataArguments,
     MlmDataArguments,
     ModelArguments,
     parse_arguments,
+    resume_checkpoint,
 )
 from .classification import classification_metrics, run_classification
 from .data import (
@@ -66,8 +68,10 @@ __all__ = [
     "PaddingFreeCollator",
     "MlmDataArguments",
     "ModelArguments",
+    "RESUME_LAST",
     "RT_POLARITY_SPLIT",
     "parse_arguments",
+    "resume_checkpoint",
     "STAGING_FOLDER",
     "check_checkpoint",
     "checkpoint_unpad_tokens",

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from transformers import HfArgumentParser
+from transformers import HfArgumentParser, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
 
 from ..configuration_ffn_bert import FFN_TYPES, LAYER_NORM_POSITIONS
 from ..conversion.recipes import INITS, parse_width
@@ -163,5 +165,29 @@ def parse_arguments(parser: HfArgumentParser, argv: Sequence[str]) -> tuple:
     return parser.parse_args_into_dataclasses(args=list(argv))
 
 
-__all__ = ["CONVERSION_OPTIONS", "ClassificationDataArguments", "MlmDataArguments", "ModelArguments",
-           "RT_POLARITY_SPLIT", "parse_arguments"]
+# `--resume_from_checkpoint` values that mean "the newest checkpoint-N folder in --output_dir".
+RESUME_LAST = ("last", "true")
+
+
+def resume_checkpoint(training_args: TrainingArguments) -> str | None:
+    """What to pass as `Trainer.train(resume_from_checkpoint=...)` for `--resume_from_checkpoint`: None (start
+    afresh), a checkpoint path as given, or for "last" (or "true", any case) the newest `checkpoint-N` folder in
+    `--output_dir` (`transformers.trainer_utils.get_last_checkpoint`). Trainer alone would read "last" as a path.
+    Call it before any work: the fine-tuning scripts and `hf-ffn heal` all do.
+
+    Raises:
+        ValueError: "last" when `--output_dir` holds no `checkpoint-N` folder, naming the flag and the folder.
+    """
+    value, output_dir = training_args.resume_from_checkpoint, training_args.output_dir
+    if value is None or value.lower() not in RESUME_LAST:
+        return value
+    last = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    if last is None:
+        raise ValueError(f"--resume_from_checkpoint {value}: no checkpoint-N folder in --output_dir {output_dir!r}")
+    return last
+
+
+__all__ = [
+    "CONVERSION_OPTIONS", "RESUME_LAST", "RT_POLARITY_SPLIT", "ClassificationDataArguments", "MlmDataArguments",
+    "ModelArguments", "parse_arguments", "resume_checkpoint",
+]

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -43,18 +42,18 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
-import transformers
 from torch import nn
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
-from hf_ffn import __version__
 from hf_ffn.files import check_folder_path
 from hf_ffn.modeling_ffn_bert import FfnBertForSequenceClassification
 from hf_ffn.parity import bundled_checkpoint, quiet_transformers
 from hf_ffn.training import read_rt_polarity
+
 from .benchmark import paired_ratio, peak_memory_bytes, time_interleaved, write_results
 from .benchmark.report import JSON_NAME as BENCHMARKS_JSON
+from .environment import environment, load_average, portable_command
 from .sentence_order import run_sentence_order
 from .unpadded_report import judge, target_rows, verdict, write_reports
 KINDS = ("shuffled", "length-grouped", "no padding")
@@ -269,7 +268,7 @@ def run_unpadded_benchmark(settings: UnpadSettings, data_dir: str, work_dir: str
     """Every checkpoint × attention × mode; returns the JSON document (see `write_reports`)."""
     if settings.threads:
         torch.set_num_threads(settings.threads)
-    started, load_before = time.time(), os.getloadavg()
+    started, load_before = time.time(), load_average()
     _log(f"load average before (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in load_before)} on {os.cpu_count()} "
          f"logical CPUs")
     tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint())
@@ -303,20 +302,16 @@ def run_unpadded_benchmark(settings: UnpadSettings, data_dir: str, work_dir: str
         for t in sentence_order["targets"]:
             _log(f"  sentence-transformers order: {t['ratio_of']} ×{t['ratio']:.3f} [{t['ratio_min']:.3f}, "
                  f"{t['ratio_max']:.3f}]")
-    load_after = os.getloadavg()
+    load_after = load_average()
     _log(f"load average after (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in load_after)}")
     return {
         "command": command,
         "settings": asdict(settings),
         "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
         "wall_s": time.time() - started,
-        "load_average_before": list(load_before),
-        "load_average_after": list(load_after),
-        "environment": {
-            "hf_ffn": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-        },
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "environment": environment(),
         "data": data,
         "cases": cases,
         "sentence_order": sentence_order,
@@ -349,7 +344,7 @@ def main(argv: list[str] | None = None, prog: str = "python scripts/bench_unpadd
         check_folder_path(args.output_dir, "--output-dir")
     except FileExistsError as error:
         parser.error(str(error))
-    command = " ".join([prog, *(sys.argv[1:] if argv is None else argv)])
+    command = portable_command([*prog.split(), *(sys.argv[1:] if argv is None else argv)])
     with tempfile.TemporaryDirectory() as work_dir:  # the seeded checkpoints
         results = run_unpadded_benchmark(settings, args.rt_polarity_dir, work_dir, command)
     _log("targets:")

@@ -100,7 +100,7 @@ def format_markdown(results: dict, unpadded: dict | None = None) -> str:
         "# hf_ffn benchmark results",
         "",
         f"Command: `{meta['command']}` — started {meta['started_utc']} UTC, {meta['wall_s']:.0f} s wall. "
-        f"torch {meta['torch']}, transformers {meta['transformers']}, Python {meta['python']}, {meta['machine']}, "
+        f"torch {meta['torch']}, transformers {meta['transformers']}, Python {meta['python']}, {_machine(meta)}, "
         f"{meta['torch_threads']} torch threads, {meta['dtype']}, {meta['settings']['clock']} clock. "
         f"Load average (1, 5, 15 min) at start {_fmt_load(meta['load_average_start'])}, "
         f"at end {_fmt_load(meta['load_average_end'])}.",
@@ -206,6 +206,11 @@ def _load_caveat(meta: dict) -> str:
 
 def _fmt_load(load: list[float] | None) -> str:
     return "n/a" if load is None else ", ".join(f"{x:.2f}" for x in load)
+
+
+def _machine(meta: dict) -> str:
+    # `studies.environment.environment()` keys; documents written before it have "machine" = "arch, N logical CPUs"
+    return f"{meta['machine']}, {meta['cpus']} logical CPUs ({meta['cpu']})" if "cpus" in meta else meta["machine"]
 
 
 __all__ = [
