@@ -328,6 +328,8 @@ def main(argv: list[str] | None = None, prog: str = "python scripts/bench_unpadd
     parser.add_argument("--batches", type=int, help="batches of each kind (default 6; quick 2)")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's; quick 1)")
     parser.add_argument("--clock", choices=["wall", "cpu"], help="wall time (default) or process CPU time")
+    parser.add_argument("--attn", nargs="+", choices=FULL.attn_implementations,
+                        help="a subset of the attention implementations (default: eager and sdpa)")
     parser.add_argument("--checkpoints", nargs="+", choices=FULL.checkpoints,
                         help=f"a subset of {', '.join(FULL.checkpoints)} (default: both)")
     args = parser.parse_args(argv)
@@ -336,6 +338,7 @@ def main(argv: list[str] | None = None, prog: str = "python scripts/bench_unpadd
     settings = QUICK if args.quick else FULL
     overrides = {key: getattr(args, key) for key in ("repeats", "batches", "threads", "clock")}
     overrides["checkpoints"] = tuple(args.checkpoints) if args.checkpoints else None
+    overrides["attn_implementations"] = tuple(args.attn) if args.attn else None
     settings = replace(settings, **{key: value for key, value in overrides.items() if value is not None})
     for key in ("repeats", "batches"):
         if getattr(settings, key) < 1:
