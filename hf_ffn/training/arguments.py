@@ -58,6 +58,13 @@ class ModelArguments:
                           "draws of the same masks). Turn off with --no_unpad_tokens (or --unpad_tokens false). "
                           "The saved model keeps the checkpoint's value"},
     )
+    padding_free: bool = field(
+        default=False,
+        metadata={"help": "padding-free batches (transformers' DataCollatorWithFlattening): each batch's sequences "
+                          "concatenated into one row, position_ids restarting at 0 for each, no padding; FfnBert "
+                          "computes each sequence as if alone and its pooler gives one output per sequence, so "
+                          "sequence classification works too (docs/unpadded.md)"},
+    )
 
     def __post_init__(self) -> None:
         checks = (

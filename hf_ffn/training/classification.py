@@ -15,7 +15,7 @@ from transformers import EvalPrediction, Trainer, TrainingArguments
 
 from ..modeling_ffn_bert import FfnBertForSequenceClassification
 from .arguments import ClassificationDataArguments, ModelArguments, resume_checkpoint
-from .data import check_columns_and_labels, load_classification_datasets, sort_by_length
+from .data import PaddingFreeCollator, check_columns_and_labels, load_classification_datasets, sort_by_length
 from .tasks import get_task
 from .outputs import (
     check_checkpoint,
@@ -168,6 +168,7 @@ def run_classification(
         train_dataset=splits["train"],
         eval_dataset=splits["validation"],
         processing_class=tokenizer,  # also gives DataCollatorWithPadding (dynamic padding)
+        data_collator=PaddingFreeCollator() if model_args.padding_free else None,  # one row, one output per sequence
         compute_metrics=regression_metrics if regression else classification_metrics,
     )
     train_output = trainer.train(resume_from_checkpoint=resume)

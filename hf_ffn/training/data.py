@@ -8,12 +8,17 @@ differ between splits) raises before any training starts, naming the file or fie
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase, default_data_collator
+from transformers import (
+    DataCollatorForLanguageModeling,
+    DataCollatorWithFlattening,
+    PreTrainedTokenizerBase,
+    default_data_collator,
+)
 
 from .arguments import RT_POLARITY_SPLIT, ClassificationDataArguments
 
@@ -328,6 +333,35 @@ class FixedOrRandomMaskCollator:
         return self.mlm(features)
 
 
+class PaddingFreeCollator:
+    """Padding-free batches as transformers defines them (`DataCollatorWithFlattening`) for an encoder: the
+    examples' token sequences concatenated into one row (1, total_tokens), `position_ids` (1, total_tokens)
+    restarting at 0 for each, no padding. FfnBert computes each sequence as if it were alone (docs/unpadded.md).
+
+    Unlike `DataCollatorWithFlattening` (made for causal LMs: it keeps only `input_ids`, `labels` and
+    `position_ids`, and turns labels into shifted token labels), every token-level column of the features (a list
+    per example: `token_type_ids`, `special_tokens_mask`, token `labels`, an all-ones `attention_mask`) is
+    concatenated the same way, and a sequence-level column (one number per example, e.g. class `labels`) stays one
+    per sequence, (num_sequences,): FfnBert's pooler gives one output per sequence of a padding-free batch.
+    `then`, if given (e.g. MLM masking), collates the one concatenated row instead of plain tensors.
+    """
+
+    def __init__(self, then: Callable[[list[dict]], dict] | None = None):
+        self.flatten = DataCollatorWithFlattening(return_tensors="pt")
+        self.then = then
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        flat = self.flatten([{"input_ids": feature["input_ids"]} for feature in features])
+        row, per_sequence = {}, {}
+        for key, value in features[0].items():
+            if isinstance(value, (list, tuple)) or (torch.is_tensor(value) and value.dim() > 0):
+                row[key] = [x for feature in features for x in list(feature[key])]  # token-level: concatenated
+            else:
+                per_sequence[key] = torch.tensor([feature[key] for feature in features])
+        batch = self.then([row]) if self.then is not None else {key: torch.tensor([v]) for key, v in row.items()}
+        return {**batch, **per_sequence, "position_ids": flat["position_ids"]}
+
+
 def mlm_blocks(documents: Sequence[str], tokenizer: PreTrainedTokenizerBase, block_size: int):
     """A `Dataset` of `block_size`-token blocks with columns `input_ids` and `special_tokens_mask` (each a list of
     `block_size` ints per row): the documents tokenized ([CLS] text [SEP] each), concatenated and cut
@@ -364,6 +398,7 @@ __all__ = [
     "DATA_FILE_EXTENSIONS",
     "DEFAULT_TEXT_COLUMNS",
     "FixedOrRandomMaskCollator",
+    "PaddingFreeCollator",
     "check_columns_and_labels",
     "check_label_values",
     "check_data_file",
