@@ -21,7 +21,8 @@ from huggingface_hub import snapshot_download
 
 from .checkpoints import REPORT_FILE, check_checkpoint, looks_local
 from .configuration_ffn_bert import BERT_MODEL_TYPES
-from .conversion import ConversionReport, full_auto_map, load_converted, measure_difference
+from .conversion import ConversionReport, full_auto_map, load_converted, load_pruned, measure_difference
+from .conversion.pruning import DEFAULT_SCORE
 from .files import atomic_output_dir
 from .model_card import write_model_card
 from .modeling_ffn_bert import FfnBertModel
@@ -125,7 +126,15 @@ def convert_sentence_transformer(
             folder = Path(snapshot_download(str(source)))
         backbone = bert_backbone_folder(folder)
         torch.manual_seed(seed)
-        model, report = load_converted(str(backbone), FfnBertModel, **conversion)
+        if conversion.get("init") == "pruned":  # init="pruned" needs calibration blocks (hf_ffn.conversion.pruning)
+            if conversion.get("layer_norm_position") is not None:
+                raise ValueError("init='pruned' keeps the source's LayerNorm placement; convert to Pre-LN separately")
+            calibration = conversion.pop("calibration_ids")
+            conversion = {k: v for k, v in conversion.items() if k not in ("init", "layer_norm_position")}
+            model, report = load_pruned(str(backbone), FfnBertModel, input_ids=calibration,
+                                        score=conversion.pop("prune_score", DEFAULT_SCORE), **conversion)
+        else:
+            model, report = load_converted(str(backbone), FfnBertModel, **conversion)
         measure_difference(str(backbone), model, report)
         model.config.auto_map = full_auto_map()
         st_model = SentenceTransformer(str(folder), device="cpu")

@@ -48,6 +48,7 @@ from torch import nn
 from ..conversion.pruning import GramStatistics, accumulate, relative_error, solve_down
 from ..files import atomic_output_file
 from ..modeling_ffn_bert import FfnBertModel
+from ..training import mlm_blocks, read_text_documents
 from .distill import dropout_off
 
 logger = logging.getLogger(__name__)
@@ -63,8 +64,8 @@ METHODS = ("end_to_end", "layerwise")
 class LayerwiseArguments:
     """The layer-wise stage of `hf-ffn heal --method layerwise` (parsed with `HealArguments`)."""
 
-    layerwise_tokens: int = field(default=65536, metadata={"help": "calibration tokens (whole blocks, from the "
-                                                                     "start of the training text)"})
+    layerwise_tokens: int = field(default=65536, metadata={"help": "calibration tokens (whole blocks, evenly "
+                                                                     "spaced over the training text)"})
     layerwise_memory_mb: float = field(default=2048.0, metadata={"help": "cap on the recorded activations (MB, 10⁶ "
                                                                          "bytes); above it fewer tokens are used"})
     layerwise_steps: int = field(default=300, metadata={"help": "Adam steps per layer (each fit)"})
@@ -95,7 +96,7 @@ class LayerwiseArguments:
 
 
 def calibration_blocks(input_ids: torch.Tensor, args: LayerwiseArguments, hidden_size: int) -> torch.Tensor:
-    """The first blocks of `input_ids` (blocks, seq) within `layerwise_tokens` and the memory cap (`HELD_TENSORS`
+    """Blocks of `input_ids` (blocks, seq), evenly spaced over all of them (the text's documents in order), within `layerwise_tokens` and the memory cap (`HELD_TENSORS`
     × tokens × hidden × 4 bytes ≤ `layerwise_memory_mb` · 10⁶); at least one block.
 
     Raises:
@@ -108,10 +109,26 @@ def calibration_blocks(input_ids: torch.Tensor, args: LayerwiseArguments, hidden
         raise ValueError(f"--layerwise_memory_mb {args.layerwise_memory_mb}: one block of {seq} tokens needs "
                          f"{per_block / 1e6:.3f} MB of activations; raise the cap")
     count = max(1, min(len(input_ids), args.layerwise_tokens // seq, by_memory))
-    return input_ids[:count]
+    return input_ids[torch.linspace(0, len(input_ids) - 1, count).round().long()]
 
 
 @torch.no_grad()
+def calibration_ids(paths: list[str], tokenizer, block: int = 128, tokens: int = 65536,
+                    argument: str = "--calibration-files") -> torch.Tensor:
+    """Calibration blocks (count, `block`) from the text files/folders `paths` (`mlm_blocks`), evenly spaced over
+    the text, at most `tokens` tokens (whole blocks).
+
+    Raises:
+        FileNotFoundError, ValueError: missing or empty files (naming `argument`); text shorter than one block.
+    """
+    blocks = mlm_blocks([text for _, text in read_text_documents(paths, argument=argument)], tokenizer, block)
+    if len(blocks) == 0:
+        raise ValueError(f"{argument}: the text is shorter than one block of {block} tokens")
+    ids = torch.tensor(blocks["input_ids"])
+    count = max(1, min(len(ids), tokens // block))
+    return ids[torch.linspace(0, len(ids) - 1, count).round().long()]
+
+
 def relative_squared_error(prediction: torch.Tensor, target: torch.Tensor) -> float:
     """‖prediction − target‖² / ‖target‖² over all elements (float64 sums)."""
     return float((prediction.detach().double() - target.double()).pow(2).sum() / target.double().pow(2).sum())
@@ -294,6 +311,39 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
     return result
 
 
+def _fmt(record: dict, key: str) -> str:
+    return f"{record[key]:.4g}" if key in record else "-"
+
+
+def layerwise_section(record: dict | None) -> str:
+    """The model card's "Layer-wise healing" section (empty without a layer-wise stage): the settings and one row
+    per layer with its relative squared errors."""
+    if not record:
+        return ""
+    a = record["arguments"]
+    rows = [f"| {r['layer']} | {_fmt(r, 'ffn_rel_error_before')} → {_fmt(r, 'ffn_rel_error')} | "
+            f"{_fmt(r, 'layer_rel_error_before')} → {_fmt(r, 'layer_rel_error')} | {_fmt(r, 'propagated_rel_error')} |"
+            for r in record["layers"]]
+    final = record.get("final_norm")
+    norm = (f"\n`final_norm` set in closed form (per coordinate least squares): relative squared error "
+            f"{final['final_norm_rel_error_before']:.4g} → {final['final_norm_rel_error']:.4g}.\n") if final else ""
+    return f"""
+## Layer-wise healing
+
+Each layer was fitted to its teacher layer (`hf_ffn.healing.layerwise`) on {record['tokens']:,} calibration tokens
+({record['blocks']} blocks; recorded activations {record['activation_bytes'] / 1e6:.0f} MB, cap
+{a['layerwise_memory_mb']:.0f} MB): parts `{a['layerwise_parts']}`, inputs `{a['layerwise_inputs']}`,
+{a['layerwise_steps']} Adam steps per fit (learning rate {a['layerwise_lr']}, {a['layerwise_batch_tokens']} tokens per
+step), closed-form ridge down projection (ridge {a['layerwise_ridge']}), {record['seconds']:.0f} s in all.
+Relative squared error ‖Δ‖²/‖target‖² on the calibration tokens: the FFN output (teacher FFN input), the layer
+output (the layer's fitting input) and the student's own hidden state after the layer (its errors propagated).
+
+| layer | FFN output | layer output | propagated hidden state |
+|---|---|---|---|
+{chr(10).join(rows)}
+{norm}"""
+
+
 __all__ = [
     "HELD_TENSORS",
     "LAYERWISE_INPUTS",
@@ -302,10 +352,12 @@ __all__ = [
     "LayerwiseArguments",
     "adam_fit",
     "calibration_blocks",
+    "calibration_ids",
     "fit_ffn",
     "fit_final_norm",
     "fit_whole_layer",
     "heal_layerwise",
+    "layerwise_section",
     "load_layer",
     "relative_squared_error",
     "run_layer",
