@@ -2,6 +2,8 @@
 exactly representable layer is recovered, pruning keeps the top-k units by the score, an interrupted layer-wise
 run resumes to the same weights, the memory cap is honoured, and a Pre-LN student's final norm is fitted."""
 
+import json
+
 import pytest
 import torch
 from torch import nn
@@ -24,7 +26,10 @@ from hf_ffn.healing.layerwise import (
 )
 from hf_ffn.modeling_ffn_bert import FfnBertGatedMLP
 
+from hf_ffn.healing import run_healing
+
 from .conftest import TINY
+from .test_healing import heal_args, setup, training_args  # noqa: F401  (setup is a fixture)
 
 SEQ = 16
 
@@ -219,3 +224,20 @@ def test_pre_ln_by_layer_targets(teacher_dir, tmp_path):
         after = relative_squared_error(student(input_ids=ids).last_hidden_state, teacher(input_ids=ids).last_hidden_state)
     assert "final_norm" in result and after < before / 2
     assert all(r["layer_rel_error"] < r["layer_rel_error_before"] for r in result["layers"])
+
+
+def test_heal_method_layerwise_writes_per_layer_errors(setup, tmp_path):
+    """`run_healing --method layerwise` without the end-to-end stage (max_steps 0): the healed folder's report and
+    card carry the per-layer errors, and the agreement with the teacher improves."""
+    convert_checkpoint(str(setup / "teacher"), tmp_path / "student", ffn_type="swiglu", init="fresh", width=24)
+    args = heal_args(setup, tmp_path / "student", method="layerwise")
+    healing = run_healing(args, training_args(tmp_path / "run", max_steps=0),
+                          layerwise_args=LayerwiseArguments(layerwise_steps=20, layerwise_batch_tokens=64))
+    assert healing["steps"] == 0 and len(healing["layerwise"]["layers"]) == TINY["num_hidden_layers"]
+    assert healing["after"]["agreement"]["cosine_mean"] > healing["before"]["agreement"]["cosine_mean"]
+    report = json.loads((tmp_path / "run" / "healed" / "conversion_report.json").read_text())
+    assert report["healing"]["layerwise"]["layers"][1]["ffn_rel_error"] < 1
+    card = (tmp_path / "run" / "healed" / "README.md").read_text()
+    assert "## Layer-wise healing" in card and "| 1 |" in card
+    with pytest.raises(ValueError, match="--method has unknown value 'greedy'; allowed: end_to_end, layerwise"):
+        heal_args(setup, tmp_path / "student", method="greedy")
