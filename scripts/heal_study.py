@@ -46,24 +46,74 @@ VARIANTS = {
         "heal": {"learning_rate": 3e-4, "layers": "last"},  # "all" compares unlike hidden states across placements
     },
 }
+# Layer-wise healing (hf-ffn heal --method layerwise, hf_ffn.healing.layerwise), the default since it measured best
+# (docs/healing.md, "Layer-wise healing experiments"). "heal" holds hf-ffn heal flags; "steps" the end-to-end stage.
+LAYERWISE = {"method": "layerwise", "layers": "last"}
+VARIANTS |= {
+    "swiglu-approx-lw": {
+        "title": "GELU → SwiGLU, approximate, layer-wise",
+        "convert": {"ffn_type": "swiglu"},
+        "heal": {**LAYERWISE, "learning_rate": 1e-4, "layerwise_steps": 300, "layerwise_tokens": 65536},
+        "steps": 0,
+    },
+    "swiglu-matched-lw": {
+        "title": "SwiGLU matched width 1024 (init pruned), layer-wise",
+        "convert": {"ffn_type": "swiglu", "init": "pruned", "width": "matched", "prune_score": "magnitude"},
+        "heal": {**LAYERWISE, "learning_rate": 1e-4, "layerwise_steps": 300, "layerwise_tokens": 65536},
+        "steps": 0,
+    },
+    "pre-ln-lw": {
+        "title": "Post-LN → Pre-LN, layer-wise targets",
+        "convert": {"layer_norm_position": "pre"},
+        "heal": {**LAYERWISE, "learning_rate": 1e-4, "layerwise_steps": 300, "layerwise_tokens": 65536,
+                 "layerwise_parts": "layer", "layerwise_inputs": "student"},
+        "steps": 0,
+    },
+}
+DEFAULT_VARIANTS = ["swiglu-approx-lw", "swiglu-matched-lw", "pre-ln-lw"]
+END_TO_END_STEPS = 150  # --steps default of the end-to-end variants
 DEFAULT_WORK_DIR = "out/heal_study"
-GOALS = {"swiglu-approx": (0.999, 0.3), "swiglu-fresh": (0.99, 1.0), "pre-ln": (0.99, 1.0)}  # cosine, probe points
+GOALS = {"swiglu-approx": (0.999, 0.3), "swiglu-fresh": (0.99, 1.0), "pre-ln": (0.99, 1.0),  # cosine, probe points
+         "swiglu-approx-lw": (0.9995, 0.5), "swiglu-matched-lw": (0.99, 0.5), "pre-ln-lw": (0.99, 0.5)}
+TIME_GOALS = {"swiglu-approx-lw": 3, "swiglu-matched-lw": 20, "pre-ln-lw": 20}  # minutes of training (issue 18)
 
 
 def heal_command(variant: str, args: argparse.Namespace, student: Path, run_dir: Path, teacher: str) -> list[str]:
     """The `hf-ffn heal` arguments for one variant (the budget is the same for all but the learning rate)."""
-    heal = VARIANTS[variant]["heal"]
+    heal = dict(VARIANTS[variant]["heal"])
+    steps = variant_steps(variant, args)
+    extra = [f"--{k}={v}" for k, v in heal.items() if k not in ("layers", "learning_rate")]
+    source = [] if args.model is None else ["--teacher", teacher]  # default: the student's conversion source
     return [
-        "--student", str(student), "--teacher", teacher, "--train_files", args.text_dir, "--eval_dir", args.eval_dir,
+        "--student", str(student), *source, "--train_files", args.text_dir, "--eval_dir", args.eval_dir,
         "--output_dir", str(run_dir), "--layers", heal["layers"], "--train_parts", args.train_parts,
-        "--hidden_loss", args.hidden_loss,
+        "--hidden_loss", args.hidden_loss, *extra,
         "--max_seq_length", str(args.block), "--per_device_train_batch_size", str(args.batch_size),
-        "--max_steps", str(args.steps), "--learning_rate", str(heal["learning_rate"]),
-        "--warmup_steps", str(max(1, args.steps // 10)), "--lr_scheduler_type", args.lr_scheduler, "--seed", "0",
+        "--max_steps", str(steps), "--learning_rate", str(heal["learning_rate"]),
+        "--warmup_steps", str(max(1, steps // 10)), "--lr_scheduler_type", args.lr_scheduler, "--seed", "0",
         "--curve_steps", str(args.curve_steps), "--curve_snippets", str(args.curve_snippets),
         "--save_steps", str(args.curve_steps), "--save_total_limit", "1", "--logging_steps", "5",
         "--use_cpu", "true", "--report_to", "none", "--dataloader_num_workers", "0",
     ]
+
+
+def variant_steps(variant: str, args: argparse.Namespace) -> int:
+    """End-to-end steps: --steps if given, else the variant's own ("steps"; END_TO_END_STEPS for the old ones)."""
+    return args.steps if args.steps is not None else VARIANTS[variant].get("steps", END_TO_END_STEPS)
+
+
+def convert_student(teacher: str, student: Path, variant: str, text_dir: str) -> None:
+    """Convert the variant's student (init "pruned" scores units on the first `layerwise_tokens` of `text_dir`)."""
+    from transformers import AutoTokenizer
+
+    from hf_ffn.conversion import convert_checkpoint
+    from hf_ffn.healing.layerwise import calibration_ids
+
+    options = dict(VARIANTS[variant]["convert"])
+    if options.get("init") == "pruned":
+        tokens = VARIANTS[variant]["heal"].get("layerwise_tokens", 65536)
+        options["calibration_ids"] = calibration_ids([text_dir], AutoTokenizer.from_pretrained(teacher), 128, tokens)
+    convert_checkpoint(teacher, student, **options)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -78,16 +128,16 @@ def run(args: argparse.Namespace) -> None:
         if done.is_file():
             training = json.loads(done.read_text())["healing"]["training"]
             loss = json.loads(done.read_text())["healing"]["arguments"]["hidden_loss"]
-            if (training["max_steps"], training["lr_scheduler_type"], loss) != (args.steps, args.lr_scheduler,
-                                                                                args.hidden_loss):
+            if (training["max_steps"], training["lr_scheduler_type"], loss) != (variant_steps(variant, args),
+                                                                                args.lr_scheduler, args.hidden_loss):
                 raise SystemExit(f"{variant}: {run_dir / 'healed'} was healed with --steps {training['max_steps']} "
                                  f"--lr-scheduler {training['lr_scheduler_type']} --hidden-loss {loss}, not --steps "
-                                 f"{args.steps} --lr-scheduler {args.lr_scheduler} --hidden-loss {args.hidden_loss}; "
+                                 f"{variant_steps(variant, args)} --lr-scheduler {args.lr_scheduler} --hidden-loss {args.hidden_loss}; "
                                  f"use another --work-dir")
             print(f"{variant}: already healed ({run_dir / 'healed'})")
             continue
         if not (student / "config.json").is_file():
-            convert_checkpoint(teacher, student, **VARIANTS[variant]["convert"])
+            convert_student(teacher, student, variant, args.text_dir)
         command = heal_command(variant, args, student, run_dir, teacher)
         resume = run_dir.is_dir() and any(run_dir.glob("checkpoint-*"))
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -99,13 +149,23 @@ def run(args: argparse.Namespace) -> None:
             log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} OMP_NUM_THREADS={args.threads} "
                       f"hf-ffn heal {shlex.join(full[4:])}\n")
             log.flush()
+            load_before = os.getloadavg()[0]
             code = subprocess.call(full, env=env, stdout=log, stderr=subprocess.STDOUT)
+            log.write(f"# load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after\n")
         if code != 0:
             raise SystemExit(f"{variant}: hf-ffn heal exited with {code}; see {run_dir / 'log.txt'}")
 
 
 def _points(probe: dict) -> tuple[float, float, float]:
     return 100 * probe["teacher"]["accuracy"], 100 * probe["student"]["accuracy"], 100 * probe["difference"]
+
+
+def run_load(run_dir: Path) -> str:
+    """The load averages `run` wrote into the variant's log after its last heal ("before → after"), or "unknown"."""
+    log = run_dir / "log.txt"
+    found = re.findall(r"^# load average ([\d.]+) before, ([\d.]+) after", log.read_text(errors="replace"), re.M) \
+        if log.is_file() else []
+    return f"{found[-1][0]} → {found[-1][1]}" if found else "unknown"
 
 
 def run_threads(work: Path, records: dict) -> str:
@@ -134,6 +194,47 @@ def power_law_projection(curve: list[dict], cosine_goal: float) -> dict | None:
     return {"exponent": float(b), "steps": steps}
 
 
+def portable(command: str) -> str:
+    """`command` without this machine's absolute paths: the bundled checkpoint's path and the repository root."""
+    from hf_ffn.parity import bundled_checkpoint
+
+    repo = str(Path(__file__).resolve().parents[1])
+    return command.replace(f"--teacher {bundled_checkpoint()} ", "").replace(repo + "/", "")
+
+
+def layer_table(title: str, layerwise: dict) -> str:
+    """Per-layer attribution of a layer-wise run: each layer's fit (teacher-forced) and the propagated error."""
+    def fmt(record: dict, key: str) -> str:
+        return f"{record[key]:.2e}" if key in record else "-"
+
+    rows = [f"| {r['layer']} | {fmt(r, 'ffn_rel_error_before')} → {fmt(r, 'ffn_rel_error')} | "
+            f"{fmt(r, 'layer_rel_error_before')} → {fmt(r, 'layer_rel_error')} | {fmt(r, 'propagated_rel_error')} | "
+            f"{r.get('seconds', 0):.0f} |" for r in layerwise["layers"]]
+    final = layerwise.get("final_norm")
+    norm = (f"\n\n`final_norm` (closed form): {final['final_norm_rel_error_before']:.2e} → "
+            f"{final['final_norm_rel_error']:.2e}." if final else "")
+    return (f"**{title}** ({layerwise['tokens']:,} calibration tokens, recorded activations "
+            f"{layerwise['activation_bytes'] / 1e6:.0f} MB, {layerwise['seconds']:.0f} s):\n\n"
+            "| layer | FFN output (teacher input) | layer output (fit input) | propagated hidden state | s |\n"
+            "|---|---|---|---|---|\n" + "\n".join(rows) + norm)
+
+
+def experiments_table(log: Path) -> str:
+    """The layer-wise experiment log (scripts/layerwise_study.py) as a table."""
+    if not log.is_file():
+        return "(no experiment log given)"
+    lines = ["| run | variant | mean cosine | probe Δ (points) | layer-wise s | end-to-end steps | wall s | load |",
+             "|---|---|---|---|---|---|---|---|"]
+    for line in log.read_text().splitlines():
+        r = json.loads(line)
+        m = r["measured"]
+        lines.append(f"| {r['name']} | {r['variant']} | {m['cosine_mean']:.5f} | {m['probe_difference_points']:+.2f} | "
+                     f"{r['layerwise_seconds']:.0f} | {r['steps']} | {r['train_seconds_total']:.0f} | "
+                     f"{r['load_before']}→{r['load_after']} |")
+    commands = sorted({json.loads(line)["command"] for line in log.read_text().splitlines()})
+    return "\n".join(lines) + "\n\nCommands (each appends one line to the log):\n\n```bash\n" + "\n".join(commands) + "\n```"
+
+
 def report(args: argparse.Namespace) -> None:
     import matplotlib
 
@@ -150,20 +251,32 @@ def report(args: argparse.Namespace) -> None:
             records[variant] = json.loads(file.read_text())["healing"]
     if not records:
         raise SystemExit(f"no healed variant under {work}; run `scripts/heal_study.py run` first")
-    rows, verdicts = [], []
+    rows, verdicts, layer_tables = [], [], []
     for variant, h in records.items():
         b, a = h["before"], h["after"]
         tb, sb, db = _points(b["probe"])
         ta, sa, da = _points(a["probe"])
-        minutes = h["train_seconds"] / 60
+        layerwise = h.get("layerwise") or {}
+        minutes = (h["train_seconds"] + layerwise.get("seconds", 0.0)) / 60
+        budget = f"layer-wise + {h['steps']}" if layerwise else str(h["steps"])
         rows.append(
             f"| {VARIANTS[variant]['title']} | {b['agreement']['cosine_mean']:.5f} → **{a['agreement']['cosine_mean']:.5f}** "
             f"| {b['agreement']['cosine_min']:.4f} → {a['agreement']['cosine_min']:.4f} "
             f"| {b['agreement']['max_abs_diff']:.3g} → {a['agreement']['max_abs_diff']:.3g} "
             f"| {b['agreement']['mean_abs_diff']:.3g} → {a['agreement']['mean_abs_diff']:.3g} "
-            f"| {tb:.2f} | {sb:.2f} ({db:+.2f}) → **{sa:.2f} ({da:+.2f})** | {h['steps']} | {minutes:.1f} min |")
+            f"| {tb:.2f} | {sb:.2f} ({db:+.2f}) → **{sa:.2f} ({da:+.2f})** | {budget} | {minutes:.1f} min |")
         cos_goal, probe_goal = GOALS[variant]
         reached = a["agreement"]["cosine_mean"] >= cos_goal, abs(da) <= probe_goal
+        time_goal = TIME_GOALS.get(variant)
+        h["load_average"] = run_load(work / variant)
+        timing = (f" Time goal ≤ {time_goal} min {'reached' if minutes <= time_goal else 'not reached'} "
+                  f"({minutes:.1f} min at load average {h.get('load_average', 'unknown')})." if time_goal else "")
+        if layerwise:
+            budget_text = (f"layer-wise ({layerwise['tokens']:,} tokens, {layerwise['arguments']['layerwise_steps']} "
+                           f"Adam steps per fit) + {h['steps']} end-to-end steps")
+        else:
+            budget_text = (f"{h['steps']} steps × {h['training']['per_device_train_batch_size']} blocks of "
+                           f"{h['data']['block_tokens']} tokens")
         curve = h["curve"]
         crossed = next((p["step"] for p in curve if p["cosine_mean"] >= cos_goal), None)
         len_curve = h["heldout"]["curve_snippets"]
@@ -184,9 +297,10 @@ def report(args: argparse.Namespace) -> None:
             f"{'reached' if reached[0] else 'not reached'} ({a['agreement']['cosine_mean']:.5f}"
             f"{f', first at step {crossed} on the {len_curve:,}-snippet curve' if crossed is not None else ''}); "
             f"probe within {probe_goal} points {'reached' if reached[1] else 'not reached'} ({da:+.2f} points, "
-            f"fold std of the paired difference {100 * a['probe']['difference_std']:.2f}); {h['steps']} steps × "
-            f"{h['training']['per_device_train_batch_size']} blocks of {h['data']['block_tokens']} tokens, "
-            f"{minutes:.1f} min of training.{tail}")
+            f"fold std of the paired difference {100 * a['probe']['difference_std']:.2f}); {budget_text}, "
+            f"{minutes:.1f} min of training.{timing}{tail}")
+        if layerwise:
+            layer_tables.append(layer_table(VARIANTS[variant]["title"], layerwise))
     first = next(iter(records.values()))
     figure = output / "figures" / "healing_curves.png"
     figure.parent.mkdir(parents=True, exist_ok=True)
@@ -213,9 +327,18 @@ def report(args: argparse.Namespace) -> None:
     scheduler = "" if schedule == "linear" else f" --lr-scheduler {schedule}"
     hidden_loss = first["arguments"]["hidden_loss"]
     scheduler += "" if hidden_loss == "mse" else f" --hidden-loss {hidden_loss}"
+    from hf_ffn.parity import bundled_checkpoint
+
+    teacher_name = first["teacher"]
+    if teacher_name == bundled_checkpoint():
+        teacher_name = "the bundled all-MiniLM-L6-v2"
     text = TEMPLATE.format(
+        layer_tables="\n\n".join(layer_tables) or "(no layer-wise variant in this report)",
+        experiments=experiments_table(Path(args.experiments)) if args.experiments else "(not included: give "
+        "--experiments out/layerwise_study/log.jsonl)",
+        experiments_log=args.experiments or "out/layerwise_study/log.jsonl",
         rows="\n".join(rows), verdicts="\n".join(verdicts), figure=os.path.relpath(figure, output),
-        commands="\n".join(f"# {v}\n{h['command']}" for v, h in records.items()),
+        commands="\n".join(f"# {v}\n{portable(h['command'])}" for v, h in records.items()),
         snippets=first["heldout"]["snippets"], curve_snippets=first["heldout"]["curve_snippets"],
         probe=f"{settings['folds']}-fold stratified CV (seed {settings['seed']}), standardised features, "
               f"LogisticRegression(C={settings['C']}, max_iter={settings['max_iter']})",
@@ -227,7 +350,7 @@ def report(args: argparse.Namespace) -> None:
                      f"{first['arguments']['curve_steps']} --threads {threads}{scheduler}"),
         report_command=f"python scripts/heal_study.py report{where} --output-dir {args.output_dir or args.work_dir}",
         versions=versions(),
-        teacher=first["teacher"], train_files=", ".join(first["data"]["train_files"]),
+        teacher=teacher_name, train_files=", ".join(first["data"]["train_files"]),
         blocks=first["data"]["blocks"], block=first["data"]["block_tokens"],
         title_note=("" if schedule == "linear" else f": {first['steps']} steps at a constant learning rate")
                    + ("" if hidden_loss == "mse" else f", {hidden_loss} loss"),
@@ -268,11 +391,21 @@ intermediate hidden states are the un-normalised residual stream), dropout off i
 (attention, FFNs, LayerNorms; embeddings and pooler frozen), `transformers.Trainer` doing the training. The result
 is a normal converted folder whose `conversion_report.json` and model card carry the numbers below and the command.
 
-Teacher: `{teacher}` (all-MiniLM-L6-v2: 6 layers, hidden 384, FFN 1536). Training text: {train_files}
+Teacher: {teacher} (all-MiniLM-L6-v2: 6 layers, hidden 384, FFN 1536). Training text: {train_files}
 ({blocks} blocks of {block} tokens). Held-out text, never trained on: all {snippets} rt_polarity snippets
 (Pang & Lee 2005); embeddings are mean-pooled `last_hidden_state` (all-MiniLM-L6-v2's own pooling). The linear
 probe: {probe}, the same folds for teacher and student (the difference is paired). The curve uses a seeded subset
 of {curve_snippets} snippets.
+
+Layer-wise healing (`--method layerwise`, `hf_ffn.healing.layerwise`, the default of this study since it measured
+best): each converted layer is first fitted to its own teacher layer on calibration tokens (Kwon et al. 2022;
+MOHAWK's hidden-state alignment): the FFN on the teacher FFN's input and output, its down projection in closed form
+(ridge least squares), gate/up (and down) by Adam, down solved again; for Pre-LN the whole layer (attention,
+LayerNorms, FFN) so that its residual stream reproduces the teacher's hidden state after that layer, on the
+student's own input (sequential), and `final_norm` in closed form. The matched-width SwiGLU starts from
+`init="pruned"` (the full-width approximate SwiGLU conversion, the 1,024 of 1,536 units with the largest
+mean |activation| × ‖down column‖ kept, down projection refitted). The old rows (end to end only) are kept where
+their runs are in the work folder.
 
 ## Before → after
 
@@ -283,6 +416,22 @@ of {curve_snippets} snippets.
 ## Goals
 
 {verdicts}
+
+## Per-layer attribution
+
+Relative squared error ‖Δ‖²/‖target‖² on the calibration tokens, before → after each layer's fit; "propagated" is
+the student's own hidden state after that layer against the teacher's (all earlier errors included): where it
+jumps, that layer's fit dominates the end-to-end error.
+
+{layer_tables}
+
+## Layer-wise healing experiments
+
+Each recipe tried, in order, on the same protocol (`scripts/layerwise_study.py`, log `{experiments_log}`; wall
+seconds include loading and conversion; the load average is the machine's, shared with other jobs, so times are
+inflated by it):
+
+{experiments}
 
 ## Curves
 
@@ -319,11 +468,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("action", choices=["run", "report"])
     parser.add_argument("--work-dir", default=DEFAULT_WORK_DIR, help="students, runs and checkpoints")
     parser.add_argument("--output-dir", help="report: where healing.md and figures/ go (default: the work dir)")
+    parser.add_argument("--experiments", help="report: the layer-wise experiment log (scripts/layerwise_study.py) to "
+                        "summarise, e.g. out/layerwise_study/log.jsonl")
     parser.add_argument("--model", help="the BERT to convert and heal (default: the bundled all-MiniLM-L6-v2)")
     parser.add_argument("--text-dir", default="../shared/data/state_union", help="training text (*.txt files)")
     parser.add_argument("--eval-dir", default="../shared/data/rt_polarity", help="held-out rt_polarity folder")
-    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
-    parser.add_argument("--steps", type=positive, default=150, help="optimizer steps per variant")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=DEFAULT_VARIANTS,
+                        help="default: the layer-wise ones (*-lw); swiglu-approx, swiglu-fresh, pre-ln: end to end")
+    parser.add_argument("--steps", type=int, help="end-to-end optimizer steps per variant (default: the variant's "
+                        f"own; {END_TO_END_STEPS} for the end-to-end variants, 0 for the layer-wise ones)")
     parser.add_argument("--batch-size", type=int, default=16, help="blocks per step")
     parser.add_argument("--block", type=int, default=128, help="tokens per block")
     parser.add_argument("--train-parts", default="encoder", help="ffn, ffn_norms, encoder or all")
