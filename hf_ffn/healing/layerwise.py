@@ -70,7 +70,7 @@ class LayerwiseArguments:
                                                                          "bytes); above it fewer tokens are used"})
     layerwise_steps: int = field(default=300, metadata={"help": "Adam steps per layer (each fit)"})
     layerwise_lr: float = field(default=1e-3, metadata={"help": "peak Adam learning rate (cosine decay to 0)"})
-    layerwise_batch_tokens: int = field(default=2048, metadata={"help": "tokens per Adam step"})
+    layerwise_batch_tokens: int = field(default=512, metadata={"help": "tokens per Adam step"})
     layerwise_parts: str = field(default="ffn", metadata={"help": "ffn or layer (see hf_ffn.healing.layerwise)"})
     layerwise_inputs: str = field(default="teacher", metadata={"help": "teacher (parallel) or student "
                                                                        "(sequential) layer inputs"})
@@ -155,6 +155,12 @@ def run_layer(layer: nn.Module, hidden: torch.Tensor, chunk: int = 16, mlp_io: b
     return (out, torch.cat(xs), torch.cat(ys)) if mlp_io else out
 
 
+@torch.no_grad()
+def apply_chunked(module: nn.Module, x: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+    """`module` over the rows of `x` (tokens, hidden) in chunks (its intermediate activations stay small)."""
+    return torch.cat([module(part) for part in x.split(chunk)])
+
+
 def adam_fit(parameters: list[nn.Parameter], loss_of, count: int, batch: int, steps: int, lr: float,
              seed: int) -> list[float]:
     """`steps` Adam steps (cosine decay from `lr` to 0) on `loss_of(index)` for random minibatches of `batch` of
@@ -188,8 +194,7 @@ def set_down(mlp: nn.Module, stats: GramStatistics, ridge: float) -> float:
 
 def fit_ffn(mlp: nn.Module, x: torch.Tensor, y: torch.Tensor, args: LayerwiseArguments, seed: int) -> dict:
     """Closed-form down, Adam on the FFN, closed-form down again (module docstring). x, y (tokens, hidden)."""
-    with torch.no_grad():
-        before = relative_squared_error(mlp(x), y)
+    before = relative_squared_error(apply_chunked(mlp, x), y)
     closed = set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge)
     losses = adam_fit(list(mlp.parameters()), lambda i: (mlp(x[i]) - y[i]).pow(2).mean(), len(x),
                       args.layerwise_batch_tokens, args.layerwise_steps, args.layerwise_lr, seed)
@@ -351,6 +356,7 @@ __all__ = [
     "METHODS",
     "LayerwiseArguments",
     "adam_fit",
+    "apply_chunked",
     "calibration_blocks",
     "calibration_ids",
     "fit_ffn",
