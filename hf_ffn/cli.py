@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from dataclasses import asdict
 
@@ -185,6 +186,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _heal(args: argparse.Namespace) -> int:
+    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("hf_ffn").setLevel(logging.INFO)  # the layer-wise stage logs each layer's errors
     parser = HfArgumentParser((HealArguments, LayerwiseArguments, TrainingArguments), prog="hf-ffn heal")
     heal_args, layerwise_args, training_args = parse_arguments(parser, args.heal_argv)
     healing = run_healing(heal_args, training_args, command=" ".join(["hf-ffn", *args.argv]),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shlex
 import sys
@@ -110,6 +111,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval-dir", default="../shared/data/rt_polarity")
     parser.add_argument("--list", action="store_true", help="print the log as a table")
     args = parser.parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("hf_ffn").setLevel(logging.INFO)
     work = Path(args.work_dir)
     if args.list:
         return show(work)
