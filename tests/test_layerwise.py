@@ -241,3 +241,11 @@ def test_heal_method_layerwise_writes_per_layer_errors(setup, tmp_path):
     assert "## Layer-wise healing" in card and "| 1 |" in card
     with pytest.raises(ValueError, match="--method has unknown value 'greedy'; allowed: end_to_end, layerwise"):
         heal_args(setup, tmp_path / "student", method="greedy")
+
+
+def test_adam_fit_calls_back_every_n_steps():
+    """`--layerwise_refit_every 3` over 7 steps: down_proj re-solved after steps 3 and 6 (the final solve follows)."""
+    parameter, calls = nn.Parameter(torch.zeros(3)), []
+    losses = layerwise.adam_fit([parameter], lambda index: (parameter - 1).pow(2).sum(), 10, 2, 7, 0.1, 0, every=3,
+                                callback=lambda: calls.append(len(calls)))
+    assert len(losses) == 7 and calls == [0, 1] and losses[-1] < losses[0]

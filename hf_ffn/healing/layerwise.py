@@ -8,8 +8,9 @@ least-squares reconstruction), MOHAWK (Bick et al. 2024, stage 2: hidden-state a
 
     ffn    (`--layerwise_parts ffn`, where teacher and student place the LayerNorm alike) the FFN alone, on the
            teacher's own FFN input x and output y (teacher forcing): down_proj in closed form (ridge least squares,
-           `hf_ffn.conversion.pruning.solve_down`), then `layerwise_steps` Adam steps on gate/up/down (MSE), then
-           down_proj solved again for the final gate/up (so down is always optimal for the features it sees).
+           `hf_ffn.conversion.pruning.solve_down`), then `layerwise_steps` Adam steps on gate/up/down (MSE; with
+           `--layerwise_refit_every N` down_proj is also solved in closed form every N steps, variable projection),
+           then down_proj solved again for the final gate/up (so down is optimal for the features it ends with).
     layer  (`--layerwise_parts layer`) the ffn fit where it applies, then Adam on the whole layer (attention,
            LayerNorms, FFN) so that layer(input) matches the teacher layer's output h_i (MSE over tokens). For a
            Pre-LN student of a Post-LN teacher this fits the residual stream to the teacher's hidden states;
@@ -74,6 +75,8 @@ class LayerwiseArguments:
     layerwise_parts: str = field(default="ffn", metadata={"help": "ffn or layer (see hf_ffn.healing.layerwise)"})
     layerwise_inputs: str = field(default="teacher", metadata={"help": "teacher (parallel) or student "
                                                                        "(sequential) layer inputs"})
+    layerwise_refit_every: int = field(default=0, metadata={"help": "also solve down_proj in closed form every N "
+                                                                    "Adam steps of the FFN fit (0: before and after)"})
     layerwise_ridge: float = field(default=1e-4, metadata={"help": "ridge of the closed-form down projection, "
                                                                    "relative to the mean feature energy"})
 
@@ -90,6 +93,8 @@ class LayerwiseArguments:
         if self.layerwise_parts == "ffn" and self.layerwise_inputs == "student":
             raise ValueError("--layerwise_inputs student applies to the whole-layer fit: the FFN fit is always on the "
                              "teacher FFN's input/output; use --layerwise_parts layer (or --layerwise_inputs teacher)")
+        if self.layerwise_refit_every < 0:
+            raise ValueError(f"--layerwise_refit_every must be >= 0, got {self.layerwise_refit_every}")
         if self.layerwise_steps < 0 or self.layerwise_lr <= 0 or self.layerwise_ridge < 0:
             raise ValueError(f"--layerwise_steps must be >= 0 (got {self.layerwise_steps}), --layerwise_lr > 0 (got "
                              f"{self.layerwise_lr}), --layerwise_ridge >= 0 (got {self.layerwise_ridge})")
@@ -162,9 +167,10 @@ def apply_chunked(module: nn.Module, x: torch.Tensor, chunk: int = 4096) -> torc
 
 
 def adam_fit(parameters: list[nn.Parameter], loss_of, count: int, batch: int, steps: int, lr: float,
-             seed: int) -> list[float]:
+             seed: int, every: int = 0, callback=None) -> list[float]:
     """`steps` Adam steps (cosine decay from `lr` to 0) on `loss_of(index)` for random minibatches of `batch` of
-    `count` rows (a generator seeded with `seed`); returns the losses every step."""
+    `count` rows (a generator seeded with `seed`); `callback()` after every `every` steps (0: never). Returns the
+    losses every step."""
     if steps == 0:
         return []
     generator = torch.Generator().manual_seed(seed)
@@ -179,6 +185,8 @@ def adam_fit(parameters: list[nn.Parameter], loss_of, count: int, batch: int, st
         optimizer.step()
         schedule.step()
         losses.append(loss.item())
+        if every and callback is not None and len(losses) % every == 0 and len(losses) < steps:
+            callback()
     return losses
 
 
@@ -197,7 +205,8 @@ def fit_ffn(mlp: nn.Module, x: torch.Tensor, y: torch.Tensor, args: LayerwiseArg
     before = relative_squared_error(apply_chunked(mlp, x), y)
     closed = set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge)
     losses = adam_fit(list(mlp.parameters()), lambda i: (mlp(x[i]) - y[i]).pow(2).mean(), len(x),
-                      args.layerwise_batch_tokens, args.layerwise_steps, args.layerwise_lr, seed)
+                      args.layerwise_batch_tokens, args.layerwise_steps, args.layerwise_lr, seed,
+                      args.layerwise_refit_every, lambda: set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge))
     after = set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge)
     return {"ffn_rel_error_before": before, "ffn_rel_error_closed_form": closed, "ffn_rel_error": after,
             "ffn_adam_loss_first_last": losses[:1] + losses[-1:]}
