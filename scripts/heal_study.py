@@ -235,6 +235,31 @@ def experiments_table(log: Path) -> str:
     return "\n".join(lines) + "\n\nCommands (each appends one line to the log):\n\n```bash\n" + "\n".join(commands) + "\n```"
 
 
+def scaling_section(path: str | None) -> str:
+    """The bert-base time/memory check (scripts/layerwise_scaling.py's JSON) as a table and its extrapolation."""
+    if not path or not Path(path).is_file():
+        return "(not included: run `python scripts/layerwise_scaling.py` and give --scaling out/layerwise_scaling.json)"
+    data = json.loads(Path(path).read_text())
+    rows = [f"| {r['tokens']:,} | {r['activation_bytes'] / 1e6:.0f} MB | {r['peak_rss_growth_bytes'] / 1e6:.0f} MB | "
+            f"{r['seconds']:.0f} s ({r['steps_per_layer']} Adam steps per layer) | {r['load_average'][0]} → "
+            f"{r['load_average'][1]} |" for r in data["runs"]]
+    e = data["extrapolation_1e5_tokens"]
+    first, last = data["runs"][0], data["runs"][-1]
+    per_token = (last["seconds"] - first["seconds"]) / max(1, last["tokens"] - first["tokens"])
+    return ("Seeded random bert-base architecture (`BertConfig()`: 12 layers, hidden 768, FFN 3072 → SwiGLU 2048, "
+            "init fresh), random token ids, `--layerwise_parts ffn`, 512 tokens per Adam step, "
+            f"{last['threads']} threads (`python scripts/layerwise_scaling.py --tokens "
+            f"{' '.join(str(r['tokens']) for r in data['runs'])} --steps {last['steps_per_layer']}`):\n\n"
+            "| calibration tokens | recorded activations | peak RSS growth | time | load average |\n|---|---|---|---|---|\n"
+            + "\n".join(rows) + f"\n\nExtrapolation to 10⁵ tokens: the recorded activations are linear in the tokens "
+            f"(`HELD_TENSORS` = 6 × tokens × 768 × 4 bytes = {e['activation_bytes'] / 1e9:.2f} GB; from the measured "
+            f"bytes per token {e['activation_bytes_from_measured_per_token'] / 1e9:.2f} GB), under the default "
+            f"2 GB cap (`--layerwise_memory_mb 2048`: above it fewer tokens are used), plus one 2049² float64 Gram "
+            f"matrix (34 MB) per fit. Time: the token-proportional part (teacher and student passes, Gram "
+            f"matrices) grew by {per_token * 1e3:.2f} ms per token between the two runs, so 10⁵ tokens add about "
+            f"{per_token * 1e5 / 60:.0f} min to the run; the Adam steps cost the same at any token count.")
+
+
 def report(args: argparse.Namespace) -> None:
     import matplotlib
 
@@ -334,6 +359,8 @@ def report(args: argparse.Namespace) -> None:
         teacher_name = "the bundled all-MiniLM-L6-v2"
     text = TEMPLATE.format(
         layer_tables="\n\n".join(layer_tables) or "(no layer-wise variant in this report)",
+        scaling=scaling_section(args.scaling),
+        notes=Path(args.notes).read_text().strip() if args.notes else "",
         experiments=experiments_table(Path(args.experiments)) if args.experiments else "(not included: give "
         "--experiments out/layerwise_study/log.jsonl)",
         experiments_log=args.experiments or "out/layerwise_study/log.jsonl",
@@ -348,7 +375,9 @@ def report(args: argparse.Namespace) -> None:
         run_command=(f"python scripts/heal_study.py run{where} --text-dir ../shared/data/state_union --eval-dir "
                      f"../shared/data/rt_polarity{variants} --steps {first['steps']} --curve-steps "
                      f"{first['arguments']['curve_steps']} --threads {threads}{scheduler}"),
-        report_command=f"python scripts/heal_study.py report{where} --output-dir {args.output_dir or args.work_dir}",
+        report_command=(f"python scripts/heal_study.py report{where} --output-dir {args.output_dir or args.work_dir}"
+                        + "".join(f" --{name} {getattr(args, name)}" for name in ("experiments", "scaling", "notes")
+                                  if getattr(args, name))),
         versions=versions(),
         teacher=teacher_name, train_files=", ".join(first["data"]["train_files"]),
         blocks=first["data"]["blocks"], block=first["data"]["block_tokens"],
@@ -433,6 +462,14 @@ inflated by it):
 
 {experiments}
 
+## Analysis and next steps
+
+{notes}
+
+## bert-base: time and memory
+
+{scaling}
+
 ## Curves
 
 ![held-out agreement vs optimizer steps]({figure})
@@ -468,6 +505,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("action", choices=["run", "report"])
     parser.add_argument("--work-dir", default=DEFAULT_WORK_DIR, help="students, runs and checkpoints")
     parser.add_argument("--output-dir", help="report: where healing.md and figures/ go (default: the work dir)")
+    parser.add_argument("--scaling", help="report: scripts/layerwise_scaling.py's JSON (out/layerwise_scaling.json)")
+    parser.add_argument("--notes", help="report: a markdown file inserted as the analysis (docs/healing_notes.md)")
     parser.add_argument("--experiments", help="report: the layer-wise experiment log (scripts/layerwise_study.py) to "
                         "summarise, e.g. out/layerwise_study/log.jsonl")
     parser.add_argument("--model", help="the BERT to convert and heal (default: the bundled all-MiniLM-L6-v2)")
