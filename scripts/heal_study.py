@@ -186,6 +186,8 @@ def power_law_projection(curve: list[dict], cosine_goal: float) -> dict | None:
     learning rate: a decaying one flattens because of the schedule."""
     import numpy as np
 
+    if not curve:
+        return None
     last = curve[-1]["step"]
     points = [(p["step"], 1 - p["cosine_mean"]) for p in curve if p["step"] >= last / 2 and p["step"] > 0]
     if len(points) < 3:
@@ -355,6 +357,12 @@ def report(args: argparse.Namespace) -> None:
     scheduler += "" if hidden_loss == "mse" else f" --hidden-loss {hidden_loss}"
     from hf_ffn.parity import bundled_checkpoint
 
+    default_steps = all(h["steps"] == VARIANTS[v].get("steps", END_TO_END_STEPS) for v, h in records.items())
+    steps_flag = "" if default_steps else f" --steps {first['steps']}"
+    curve_text = (f"![held-out agreement vs optimizer steps]({os.path.relpath(figure, output)})\n\n"
+                  + textwrap.fill("Dotted lines: the cosine goals (0.999, 0.99). " + SCHEDULE_NOTES[schedule], 115)
+                  if any(h["curve"] for h in records.values()) else
+                  "No variant of this report ran an end-to-end stage, so there is no curve over optimizer steps.")
     teacher_name = first["teacher"]
     if teacher_name == bundled_checkpoint():
         teacher_name = "the bundled all-MiniLM-L6-v2"
@@ -365,7 +373,7 @@ def report(args: argparse.Namespace) -> None:
         experiments=experiments_table(Path(args.experiments)) if args.experiments else "(not included: give "
         "--experiments out/layerwise_study/log.jsonl)",
         experiments_log=args.experiments or "out/layerwise_study/log.jsonl",
-        rows="\n".join(rows), verdicts="\n".join(verdicts), figure=os.path.relpath(figure, output),
+        rows="\n".join(rows), verdicts="\n".join(verdicts),
         commands="\n".join(f"# {v}\n{portable(h['command'])}" for v, h in records.items()),
         snippets=first["heldout"]["snippets"], curve_snippets=first["heldout"]["curve_snippets"],
         probe=f"{settings['folds']}-fold stratified CV (seed {settings['seed']}), standardised features, "
@@ -374,7 +382,7 @@ def report(args: argparse.Namespace) -> None:
                 f"(load average {os.getloadavg()[0]:.1f} when this report was written), "
                 f"OMP_NUM_THREADS={threads}",
         run_command=(f"python scripts/heal_study.py run{where} --text-dir ../shared/data/state_union --eval-dir "
-                     f"../shared/data/rt_polarity{variants} --steps {first['steps']} --curve-steps "
+                     f"../shared/data/rt_polarity{variants}{steps_flag} --curve-steps "
                      f"{first['arguments']['curve_steps']} --threads {threads}{scheduler}"),
         report_command=(f"python scripts/heal_study.py report{where} --output-dir {args.output_dir or args.work_dir}"
                         + "".join(f" --{name} {getattr(args, name)}" for name in ("experiments", "scaling", "notes")
@@ -385,7 +393,7 @@ def report(args: argparse.Namespace) -> None:
         title_note=("" if schedule == "linear" else f": {first['steps']} steps at a constant learning rate")
                    + ("" if hidden_loss == "mse" else f", {hidden_loss} loss"),
         loss=LOSSES[hidden_loss][0], loss_source=LOSSES[hidden_loss][1],
-        schedule_note=textwrap.fill("Dotted lines: the cosine goals (0.999, 0.99). " + SCHEDULE_NOTES[schedule], 115),
+        curve_text=curve_text,
     )
     (output / "healing.md").write_text(text)
     print(f"wrote {output / 'healing.md'} and {figure}")
@@ -473,9 +481,7 @@ inflated by it):
 
 ## Curves
 
-![held-out agreement vs optimizer steps]({figure})
-
-{schedule_note}
+{curve_text}
 
 ## How this was made
 
