@@ -350,7 +350,7 @@ def report(args: argparse.Namespace) -> None:
     settings = first["after"]["probe"]["student"]["settings"]
     threads = run_threads(work, records)
     where = "" if args.work_dir == DEFAULT_WORK_DIR else f" --work-dir {args.work_dir}"
-    variants = "" if list(records) == list(VARIANTS) else " --variants " + " ".join(records)
+    variants = "" if list(records) == DEFAULT_VARIANTS else " --variants " + " ".join(records)
     schedule = first["training"]["lr_scheduler_type"]
     scheduler = "" if schedule == "linear" else f" --lr-scheduler {schedule}"
     hidden_loss = first["arguments"]["hidden_loss"]
