@@ -5,6 +5,8 @@ classes (`AutoConfig`, `AutoModel`, `AutoModelForMaskedLM`, ...; the table is `m
 and BERT's tokenizer with `AutoTokenizer`. transformers' own `bert` registration is left untouched.
 """
 
+from importlib.metadata import version
+
 import transformers
 from transformers import AutoConfig, AutoTokenizer, BertTokenizer
 
@@ -32,7 +34,7 @@ from .modeling_ffn_bert import (
     FfnBertPreTrainedModel,
 )
 
-__version__ = "0.1.0"
+__version__ = version("hf_ffn")  # pyproject.toml's, as installed
 
 # exist_ok: importing twice (or alongside remote code that registered the same names) must not fail.
 AutoConfig.register(FfnBertConfig.model_type, FfnBertConfig, exist_ok=True)

@@ -68,7 +68,8 @@ CHECKPOINT_KEY_MAPPING: dict[str, str] = {
     r"(?<!attention\.)" + re.escape(bert + "."): ours + "." for bert, ours in BERT_FFN_NAMES.items()
 }
 # After the rename, `output.LayerNorm.gamma` is `mlp_norm.gamma`: transformers' "legacy" renames (`LayerNorm.gamma`
-# → `LayerNorm.weight`, run after the model's own) no longer see it, so FfnBert's own mapping finishes the job.
+# → `LayerNorm.weight`) no longer see it. The pre-hook finishes the job with this map; transformers' weight conversion
+# with `ParameterAliasRenaming` (below).
 LEGACY_KEY_MAPPING: dict[str, str] = {
     re.escape(f"{BERT_FFN_NAMES['output.LayerNorm']}.{old}"): f"{BERT_FFN_NAMES['output.LayerNorm']}.{new}"
     for old, new in LEGACY_PARAMETER_NAMES.items()
@@ -108,30 +109,55 @@ def is_variant_key(key: str) -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 # transformers' weight conversion for model_type "ffn_bert"
 # ---------------------------------------------------------------------------------------------------------------
-class LoadOnlyRenaming(WeightRenaming):
-    """A rename applied at load that `save_pretrained` reverts only if it renamed a key at that load.
+class ParameterAliasRenaming(WeightRenaming):
+    r"""Load one parameter saved under today's name or its TF-era alias; save it under the name its source had.
 
-    transformers treats its own "legacy" renames this way (a model built from scratch is saved without them,
-    `revert_weight_conversion(..., add_legacy=False)`; a model loaded through them is saved back in its source's
-    layout). A model's own mapping, by contrast, is always reverted on save: registered as a plain
-    `WeightRenaming`, `mlp_norm.gamma → mlp_norm.weight` would make every new checkpoint say `gamma`. This class
-    lets FfnBert keep its gamma/beta renames in its own mapping instead of overwriting transformers' global
-    "legacy" list.
+    `ParameterAliasRenaming("output.LayerNorm", "weight", "gamma", "mlp_norm.weight", not_after="attention.")` renames
+    both `...output.LayerNorm.weight` and `...output.LayerNorm.gamma` (not `...attention.output.LayerNorm.*`) to
+    `...mlp_norm.weight` at load. Its one source pattern matches today's name, so every checkpoint FfnBert saves
+    matches it: transformers' reverse-mapping check (`ModelTesterMixin.test_reverse_loading_mapping`) requires that
+    of each source pattern, and a rename whose source is only `gamma` can never match a new checkpoint. At save it
+    writes today's name, unless the model was loaded from a checkpoint that used the alias: then the alias, so a
+    re-saved TF-era checkpoint keeps its layout, as transformers' own "legacy" renames (`LayerNorm.gamma` →
+    `LayerNorm.weight`, reverted when used) do for the embedding and attention LayerNorms. transformers' global
+    "legacy" list is left untouched.
     """
 
-    __slots__ = ()
+    __slots__ = ("saved_name", "alias_name", "alias_loaded")
+
+    def __init__(self, module: str, name: str, alias: str, target: str, not_after: str = ""):
+        guard = f"(?<!{re.escape(not_after)})" if not_after else ""
+        super().__init__(rf"{guard}{re.escape(module)}\.(?:{re.escape(name)}|{re.escape(alias)})", target)
+        self.saved_name, self.alias_name = f"{module}.{name}", f"{module}.{alias}"
+        self.alias_loaded = False
+
+    def rename_source_key(self, source_key: str) -> tuple[str, str | None]:
+        renamed, pattern = super().rename_source_key(source_key)
+        if pattern is not None and source_key.endswith(self.alias_name):
+            self.alias_loaded = True
+        return renamed, pattern
 
     def reverse_transform(self) -> WeightRenaming:
-        if self.was_used():
-            return super().reverse_transform()
-        return WeightRenaming(source_patterns=r"(?!)", target_patterns="unused")  # `(?!)` matches no key
+        saved = self.alias_name if self.alias_loaded else self.saved_name
+        reverse = WeightRenaming(source_patterns=re.escape(self.target_patterns[0]), target_patterns=saved)
+        for scope in ("scope_prefix", "base_model_prefix"):  # transformers >= 5.x scopes sub-model transforms
+            if hasattr(self, scope):
+                setattr(reverse, scope, getattr(self, scope))
+        return reverse
 
 
 def weight_renamings() -> list[WeightRenaming]:
-    """FfnBert's weight-conversion mapping: BERT's FFN names → in-memory names, then gamma/beta → weight/bias for
-    the FFN LayerNorm. transformers applies every matching rename in order at load and the reverse at save."""
-    renames = [WeightRenaming(source, target) for source, target in CHECKPOINT_KEY_MAPPING.items()]
-    return renames + [LoadOnlyRenaming(source, target) for source, target in LEGACY_KEY_MAPPING.items()]
+    """FfnBert's weight-conversion mapping: BERT's FFN projection names → in-memory names, and the FFN LayerNorm's
+    `weight`/`bias` (TF-era: `gamma`/`beta`) → `mlp_norm.weight`/`.bias`. transformers applies every matching rename
+    in order at load and the reverse at save; every source pattern matches a key of a checkpoint FfnBert saves."""
+    norm = BERT_FFN_NAMES["output.LayerNorm"]
+    renames: list[WeightRenaming] = [
+        WeightRenaming(source, target) for source, target in CHECKPOINT_KEY_MAPPING.items() if target != f"{norm}."
+    ]
+    return renames + [
+        ParameterAliasRenaming("output.LayerNorm", new, old, f"{norm}.{new}", not_after="attention.")
+        for old, new in LEGACY_PARAMETER_NAMES.items()
+    ]
 
 
 def register_weight_renamings() -> None:
@@ -243,12 +269,12 @@ __all__ = [
     "LEGACY_KEY_MAPPING",
     "LEGACY_PARAMETER_NAMES",
     "LLAMA_MLP_TO_FFN",
-    "LoadOnlyRenaming",
     "MEGATRON_KEY_MAPPING",
     "MEGATRON_NAMES",
     "MEGATRON_NAME_OF",
     "MODERNBERT_MLP_TO_FFN",
     "MODEL_TYPE",
+    "ParameterAliasRenaming",
     "bert_key",
     "is_ffn_key",
     "is_variant_key",

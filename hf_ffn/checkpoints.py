@@ -3,8 +3,10 @@ script and loading function runs first), and what BERT would not load of a saved
 (`weights_bert_ignores`; why its config is not plain BERT is `FfnBertConfig.non_default_fields`).
 
 A name that looks local (absolute, `./`, `../`, `~`, more than one `/`, or whose parent folder exists) and does not
-exist gets "no such folder: PATH" here, instead of the hub client's repo-id or connection error. Hub names
-(`name`, `org/name`) pass through unchanged, so transformers resolves them (offline: its own error).
+exist gets "no such folder: PATH" here, instead of the hub client's repo-id or connection error. A hub name
+(`name`, `org/name`) passes through to transformers, unless the hub is off (`HF_HUB_OFFLINE=1`) and the name is not
+in the local Hugging Face cache: then it gets an error saying so (`hub_name_unreachable`), instead of transformers'
+"couldn't connect" message.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import json
 import os
 import re
 from pathlib import Path
+
+from huggingface_hub import constants, try_to_load_from_cache
 
 from .checkpoint_names import FINAL_NORM, GATE_PROJ
 from .configuration_ffn_bert import FfnBertConfig, is_gated
@@ -44,11 +48,13 @@ def check_checkpoint(
         marker: the file the folder must hold (`config.json`; `modules.json` for a sentence-transformers model).
 
     Raises:
-        FileNotFoundError: "ARGUMENT: no such folder: PATH", "ARGUMENT: PATH is a file, not a checkpoint folder" or
-            "ARGUMENT: PATH is a folder without MARKER".
+        FileNotFoundError: "ARGUMENT: no such folder: PATH", "ARGUMENT: PATH is a file, not a checkpoint folder",
+            "ARGUMENT: PATH is a folder without MARKER", or (a hub name, offline, not cached) `hub_name_unreachable`.
     """
-    if not looks_local(name_or_path):
-        return  # a hub name: transformers resolves it
+    if not looks_local(name_or_path):  # a hub name: transformers resolves it, from the cache when offline
+        if constants.HF_HUB_OFFLINE and not isinstance(try_to_load_from_cache(os.fspath(name_or_path), marker), str):
+            raise FileNotFoundError(hub_name_unreachable(name_or_path, argument))
+        return
     path = Path(name_or_path).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"{argument}: no such folder: {os.fspath(name_or_path)}")
@@ -56,6 +62,17 @@ def check_checkpoint(
         raise FileNotFoundError(f"{argument}: {os.fspath(name_or_path)} is a file, not a checkpoint folder")
     if not (path / marker).is_file():
         raise FileNotFoundError(f"{argument}: {os.fspath(name_or_path)} is a folder without {marker}")
+
+
+def hub_name_unreachable(name: str | os.PathLike, argument: str = "checkpoint") -> str:
+    """The message for a hub name that cannot be fetched: it names the offline switch and the way out."""
+    offline = "HF_HUB_OFFLINE=1 is set" if constants.HF_HUB_OFFLINE else "the hub cannot be reached"
+    return (
+        f"{argument}: {os.fspath(name)!r} is not a local folder, so it is a Hugging Face hub name, and it cannot be "
+        f"loaded: {offline} and it is not in the local cache ({constants.HF_HUB_CACHE}). Give a local checkpoint "
+        f"folder, or download it once where the hub is reachable (unset HF_HUB_OFFLINE; "
+        f"`hf download {os.fspath(name)}`)"
+    )
 
 
 def weights_bert_ignores(config: FfnBertConfig) -> list[str]:
@@ -99,6 +116,7 @@ __all__ = [
     "check_checkpoint",
     "conversion_source",
     "group_layer_keys",
+    "hub_name_unreachable",
     "looks_local",
     "weights_bert_ignores",
 ]

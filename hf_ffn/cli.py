@@ -10,11 +10,11 @@
     hf-ffn heal --student FOLDER --train_files PATH [PATH...] --output_dir DIR [--teacher CHECKPOINT]
                 [--eval_dir RT_POLARITY_DIR] [--train_parts ffn|ffn_norms|encoder|all] [TrainingArguments...]
                 (or one .json file of these arguments; all: hf-ffn heal --help)
-    hf-ffn bench [--quick] [--output-dir DIR] [--repeats N] [--ffn-repeats N] [--threads N] [--no-compile]
-                 [--no-real-checkpoint]
 
 A `convert` source with `modules.json` (a sentence-transformers model) is converted with
-`hf_ffn.sentence_transformers.convert_sentence_transformer`, which keeps its Pooling / Normalize / Dense modules.
+`hf_ffn.sentence_transformers.convert_sentence_transformer` (with `--to-bert`: `export_sentence_transformer_to_bert`),
+which keeps its Pooling / Normalize / Dense modules. Errors name the option that set a value (`--ffn-type`, not the
+config field `ffn_type`; `user_message`).
 Exit codes: `EXIT_CODES`.
 """
 
@@ -29,10 +29,12 @@ from dataclasses import asdict
 from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments
 from transformers.utils import logging as hf_logging
 
-from .checkpoints import check_checkpoint
+from . import params
+from .checkpoints import check_checkpoint, hub_name_unreachable, looks_local
 from .conversion import IMPORTANCE_SCORES, convert_checkpoint, export_to_bert, parse_cli_options
 from .healing import HealArguments, LayerwiseArguments, run_healing
 from .healing.layerwise import calibration_ids
+from .options import name_options
 from .parity import (
     NotPlainBertError,
     choose_default_checkpoint,
@@ -41,8 +43,12 @@ from .parity import (
     run_parity,
     variant_report,
 )
-from .sentence_transformers import MODULES_FILE, convert_sentence_transformer, is_sentence_transformer
-from .studies import benchmark, params
+from .sentence_transformers import (
+    MODULES_FILE,
+    convert_sentence_transformer,
+    export_sentence_transformer_to_bert,
+    is_sentence_transformer,
+)
 from .training import parse_arguments
 
 EXIT_OK, EXIT_NOT_EXACT, EXIT_BAD_INPUT, EXIT_NOT_PLAIN_BERT = 0, 1, 2, 3
@@ -52,6 +58,12 @@ EXIT_CODES = {
     EXIT_BAD_INPUT: "bad input: no such folder, a folder without config.json, a bad option value, ...",
     EXIT_NOT_PLAIN_BERT: "parity: the checkpoint is an FfnBert variant that upstream BertModel cannot represent "
     "(not a plain-BERT checkpoint); use the variant report (--ffn-type ...) on its BERT source",
+}
+# The options that set a library keyword or config field, per subcommand: an error names the option (`user_message`).
+_VARIANT_OPTIONS = {"ffn_type": "--ffn-type", "layer_norm_position": "--layer-norm-position"}
+OPTION_NAMES: dict[str, dict[str, str]] = {
+    "parity": {**_VARIANT_OPTIONS, "intermediate_size": "--intermediate-size"},
+    "convert": {**_VARIANT_OPTIONS, "init": "--init", "width": "--width"},
 }
 EPILOG = "exit codes:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES.items())
 
@@ -112,8 +124,8 @@ def _parity(args: argparse.Namespace) -> int:
 def _print_variant_report(report: dict) -> None:
     print(f"checkpoint: {report['checkpoint']}\n  ({report['reason']})")
     print(f"variant: {report['config']}")
-    params = report["parameters"]
-    print(f"parameters: BERT {params['bert']:,}  variant {params['variant']:,}  ({params['variant'] - params['bert']:+,})")
+    counts = report["parameters"]
+    print(f"parameters: BERT {counts['bert']:,}  variant {counts['variant']:,}  ({counts['variant'] - counts['bert']:+,})")
     print(
         f"new weights (initialised as BERT does: linears normal(0, initializer_range) with zero bias, "
         f"LayerNorms ones/zeros): {len(report['new_weights'])}"
@@ -137,7 +149,10 @@ def _convert(args: argparse.Namespace) -> int:
     sentence_transformer = is_sentence_transformer(args.checkpoint)
     check_checkpoint(args.checkpoint, "CHECKPOINT", marker=MODULES_FILE if sentence_transformer else "config.json")
     if args.to_bert:
-        print(f"wrote plain BERT folder {export_to_bert(args.checkpoint, args.output_dir)}")
+        export = export_to_bert
+        if sentence_transformer:  # the backbone becomes plain BERT; Pooling / Normalize / Dense are kept
+            export = _needs_sentence_transformers(args.checkpoint, export_sentence_transformer_to_bert)
+        print(f"wrote plain BERT folder {export(args.checkpoint, args.output_dir)}")
         return 0
     options = parse_cli_options(args)
     if args.init == "pruned":
@@ -158,15 +173,25 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _needs_sentence_transformers(checkpoint: str, function):
+    """`function`, whose missing sentence-transformers package is reported as bad input naming the extra."""
+
+    def call(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except ImportError as error:
+            raise ValueError(
+                f"{checkpoint} is a sentence-transformers model ({MODULES_FILE}); converting it with its modules "
+                f"needs the sentence-transformers package (pip install 'hf_ffn[sentence-transformers]'): {error}"
+            ) from error
+
+    return call
+
+
 def _convert_sentence_transformer(args: argparse.Namespace, options: dict):
     """A source with modules.json: convert the backbone and keep every other module."""
-    try:
-        report = convert_sentence_transformer(args.checkpoint, args.output_dir, **options)
-    except ImportError as error:
-        raise ValueError(
-            f"{args.checkpoint} is a sentence-transformers model ({MODULES_FILE}); converting it with its modules "
-            f"needs the sentence-transformers package (pip install 'hf_ffn[sentence-transformers]'): {error}"
-        ) from error
+    convert = _needs_sentence_transformers(args.checkpoint, convert_sentence_transformer)
+    report = convert(args.checkpoint, args.output_dir, **options)
     if not args.json:
         print(f"sentence-transformers model: converted the backbone, kept the other modules ({MODULES_FILE})")
     return report
@@ -179,10 +204,6 @@ def _params(args: argparse.Namespace) -> int:
     rows = [row for preset in args.preset or list(params.PRESETS) for row in params.param_table(preset)]
     print(json.dumps([asdict(row) for row in rows], indent=2) if args.json else params.format_markdown(rows))
     return 0
-
-
-def _bench(args: argparse.Namespace) -> int:
-    return benchmark.run_from_args(args, args.parser, " ".join(["hf-ffn", *args.argv]))
 
 
 def _heal(args: argparse.Namespace) -> int:
@@ -247,9 +268,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_params)
     sub.add_parser("heal", add_help=False, help="distil a converted FfnBert folder from its source checkpoint "
                    "(options: hf-ffn heal --help)")
-    p = sub.add_parser("bench", help="benchmark FfnBert variants against upstream BERT and their matmuls")
-    benchmark.add_arguments(p)
-    p.set_defaults(func=_bench, parser=p)
     return parser
 
 
@@ -267,7 +285,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ValueError, OSError) as error:  # bad input: a one-line message, not a traceback
-        parser.exit(EXIT_BAD_INPUT, f"hf-ffn {args.command}: error: {error}\n")
+        parser.exit(EXIT_BAD_INPUT, f"hf-ffn {args.command}: error: {user_message(error, args)}\n")
+
+
+def user_message(error: Exception, args: argparse.Namespace) -> str:
+    """`error`'s message in the user's terms: each keyword or config field set by an option the user gave is named
+    as that option (`OPTION_NAMES`), and a hub name the hub could not serve gets `hub_name_unreachable`'s message
+    (which names HF_HUB_OFFLINE and a local folder) instead of transformers' "couldn't connect"."""
+    options = OPTION_NAMES.get(args.command, {})
+    given = {name: option for name, option in options.items() if getattr(args, name, None) is not None}
+    message = name_options(str(error), given) if isinstance(error, ValueError) else str(error)
+    checkpoint, argument = getattr(args, "checkpoint", None), "CHECKPOINT"
+    if args.command == "parity":
+        checkpoint, argument = getattr(args, "model", None), "--model"
+    if isinstance(error, OSError) and checkpoint and not looks_local(checkpoint) and "couldn't connect" in message:
+        message = hub_name_unreachable(checkpoint, argument)
+    return message
 
 
 if __name__ == "__main__":

@@ -16,11 +16,8 @@ This module has no dependency on `hf_ffn` itself, so it can be copied next to a 
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
 import os
-from collections.abc import Iterator
 from typing import Any
 
 from huggingface_hub.dataclasses import strict
@@ -53,19 +50,6 @@ FFN_TYPES: tuple[str, ...] = STANDARD_FFN_TYPES + tuple(GATED_FFN_ACTIVATIONS)
 LAYER_NORM_POSITIONS = ("post", "pre")
 # Model types whose checkpoints have BERT's layout and config fields.
 BERT_MODEL_TYPES = ("bert", "ffn_bert")
-# Set inside `variant_change_intended()`: the conversion API changes a checkpoint's variant on purpose.
-VARIANT_CHANGE_INTENDED: contextvars.ContextVar[bool] = contextvars.ContextVar("variant_change_intended", default=False)
-
-
-@contextlib.contextmanager
-def variant_change_intended() -> Iterator[None]:
-    """Inside the block, overriding a checkpoint's `ffn_type` / `layer_norm_position` at load is on purpose
-    (the conversion API maps or re-initialises the weights itself), so `FfnBertConfig.from_dict` does not warn."""
-    token = VARIANT_CHANGE_INTENDED.set(True)
-    try:
-        yield
-    finally:
-        VARIANT_CHANGE_INTENDED.reset(token)
 
 
 def is_gated(ffn_type: str) -> bool:
@@ -281,50 +265,63 @@ class FfnBertConfig(BertConfig):
         return reasons
 
     @classmethod
-    def from_dict(cls, config_dict: dict[str, Any], **kwargs):
-        """Build a config from an FfnBert or a plain BERT config dict; keyword overrides of config fields
-        (`ffn_type="swiglu"`, `layer_norm_position="pre"`, ...) are merged in before the config is built, so derived
-        fields and checks see them (upstream `from_dict` sets them afterwards, unchecked). `AutoConfig` and
-        `from_pretrained` both come through here.
+    def from_dict(cls, config_dict: dict[str, Any], warn_reused_weights: bool = True, **kwargs):
+        """The one way to build an FfnBertConfig from a saved config: an FfnBert config dict or a plain BERT one
+        (`BertConfig().to_dict()`, a BERT checkpoint's `config.json`). `from_pretrained` (through `get_config_dict`),
+        `AutoConfig` and every model class's `from_pretrained` come through here.
 
-        An override of `ffn_type` or `layer_norm_position` that changes the saved value (for a plain BERT dict:
-        the standard FFN with `hidden_act`, Post-LN) while the saved weights keep their shapes logs a warning
-        (`warn_reused_weights`): those weights are then reused under another activation or placement, and no
+        Keyword overrides of config fields (`ffn_type="swiglu"`, `layer_norm_position="pre"`, ...) are merged in before
+        the config is built, so derived fields and checks see them (upstream `from_dict` sets them afterwards,
+        unchecked). An override of `ffn_type` or `layer_norm_position` that changes the saved value (for a plain BERT
+        dict: the standard FFN with `hidden_act`, Post-LN) while the saved weights keep their shapes logs a warning
+        (see `warn_reused_weights_of`): those weights are then reused under another activation or placement, and no
         weight is missing or unexpected, so transformers' loading report says nothing.
+
+        Args:
+            config_dict: the saved config (its `model_type` "ffn_bert", "bert" or absent).
+            warn_reused_weights: whether to log that warning. Pass False where the caller maps or re-initialises the
+                weights itself or reports them (the conversion API, the parity job, the benchmark's variants); a model
+                class's `from_pretrained(path, ..., warn_reused_weights=False)` passes it here.
+            **kwargs: config field overrides, and `from_dict`'s own keywords (`return_unused_kwargs`, ...).
 
         Raises:
             ValueError: if `config_dict["model_type"]` is neither "bert" nor "ffn_bert", or on a bad value.
         """
-        model_type = _check_model_type(config_dict.get("model_type", cls.model_type), "config")
-        dropped = ("model_type", "architectures") if model_type == "bert" else ("model_type",)
-        saved = {k: v for k, v in config_dict.items() if k not in dropped}
+        saved = as_ffn_bert_dict(config_dict, "config")
         field_names = set(cls.__dataclass_fields__)
         overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in field_names}
         result = super().from_dict({**saved, **overrides}, **kwargs)
-        if not VARIANT_CHANGE_INTENDED.get():
-            warn_reused_weights(saved, overrides, result[0] if isinstance(result, tuple) else result)
+        if warn_reused_weights:
+            warn_reused_weights_of(saved, overrides, result[0] if isinstance(result, tuple) else result)
         return result
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs) -> FfnBertConfig:
-        """Load a config saved by FfnBert or a plain BERT one (`model_type` "bert"), applying keyword overrides
-        (see `from_dict`).
+    def get_config_dict(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs):
+        """transformers' `get_config_dict`, with the saved dict in FfnBert's terms (`as_ffn_bert_dict`, which names the
+        checkpoint in a `model_type` error), so `from_pretrained` reads a BERT checkpoint's config without
+        transformers' model-type mismatch warning and then builds it with `from_dict`.
 
         Raises:
-            ValueError: if the checkpoint's `model_type` is neither "bert" nor "ffn_bert", or on a bad value.
+            ValueError: if the checkpoint's `model_type` is neither "bert" nor "ffn_bert".
         """
-        config_dict, kwargs = cls.get_config_dict(pretrained_model_name_or_path, **kwargs)
-        _check_model_type(config_dict.get("model_type", cls.model_type), str(pretrained_model_name_or_path))
-        return cls.from_dict(config_dict, **kwargs)
-
-    @classmethod
-    def from_bert_dict(cls, config_dict: dict[str, Any], source: str = "config", **overrides):
-        """`from_dict` returning `(config, unused_kwargs)`, with `source` named in a model_type error."""
-        _check_model_type(config_dict.get("model_type", cls.model_type), source)
-        return cls.from_dict(config_dict, return_unused_kwargs=True, **overrides)
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        return as_ffn_bert_dict(config_dict, str(pretrained_model_name_or_path)), kwargs
 
 
-def warn_reused_weights(saved: dict[str, Any], overrides: dict[str, Any], config: FfnBertConfig) -> None:
+def as_ffn_bert_dict(config_dict: dict[str, Any], source: str) -> dict[str, Any]:
+    """A saved config dict in FfnBert's terms: `model_type` checked (named with `source` in the error) and dropped;
+    a plain BERT dict also drops its `architectures` (BERT class names). BERT's fields carry over unchanged (a plain
+    BERT dict has no FfnBert field: its FFN is then the standard one with `hidden_act`, Post-LN).
+
+    Raises:
+        ValueError: if `config_dict["model_type"]` is neither "bert" nor "ffn_bert".
+    """
+    model_type = _check_model_type(config_dict.get("model_type", FfnBertConfig.model_type), source)
+    dropped = ("model_type", "architectures") if model_type == "bert" else ("model_type",)
+    return {k: v for k, v in config_dict.items() if k not in dropped}
+
+
+def warn_reused_weights_of(saved: dict[str, Any], overrides: dict[str, Any], config: FfnBertConfig) -> None:
     """Log a warning for each of `ffn_type` / `layer_norm_position` that `overrides` changes in a layer whose
     saved weights are then reused unchanged: an FFN replaced by another of the same kind (standard → standard, or
     gated → gated: the same projections), or a LayerNorm placement changed (the same LayerNorm weights, applied
@@ -382,8 +379,8 @@ __all__ = [
     "FfnBertConfig",
     "parameter_matched_glu_width",
     "is_gated",
-    "variant_change_intended",
-    "warn_reused_weights",
+    "as_ffn_bert_dict",
+    "warn_reused_weights_of",
     "FFN_TYPES",
     "GATED_FFN_ACTIVATIONS",
 ]

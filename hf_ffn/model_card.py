@@ -1,136 +1,18 @@
-"""Model cards of the folders hf_ffn writes: converted checkpoints and fine-tuned models.
-
-Templates live in `hf_ffn/model_cards/`. A converted folder (`build_model_card`, filled from the config and the
-`ConversionReport`) gets `gated.md` (any layer with a GLU-family FFN) or `standard.md`, each followed by the
-shared `_body.md`; a fine-tuned folder (`build_training_card`, filled by `hf_ffn.training`) gets
-`fine_tuned.md`. Rendering is `huggingface_hub.ModelCard.from_template` (front matter from `ModelCardData`:
-library_name, base_model, tags, license, eval_results).
+"""The model card of a fine-tuned folder: `build_training_card` (filled by `hf_ffn.training`) renders
+`hf_ffn/model_cards/fine_tuned.md` with `huggingface_hub.ModelCard.from_template` (front matter from
+`ModelCardData`: library_name, tags, model-index `eval_results`). A converted folder's card is
+`hf_ffn.conversion.build_model_card`.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .configuration_ffn_bert import FfnBertConfig, is_gated
-from .modeling_ffn_bert import AUTO_MAP
-
-if TYPE_CHECKING:  # annotations only: hf_ffn.conversion writes cards (imports this module), never the reverse
-    from .conversion.report import ConversionReport
-
-TEMPLATES = Path(__file__).parent / "model_cards"
-CONFIG_FIELDS = (
-    "ffn_type", "hidden_act", "layer_norm_position", "embedding_layer_norm", "ffn_bias", "intermediate_size",
-    "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "swish_beta",
-)
-
-
-def template_family(config: FfnBertConfig) -> str:
-    """"gated" if any layer's FFN is GLU-family, else "standard"."""
-    return "gated" if any(is_gated(t) for t in config.ffn_types) else "standard"
-
-
-def source_card_data(checkpoint: str) -> dict[str, Any]:
-    """The source folder's model card front matter (license, base model...), {} if it has none."""
-    readme = Path(checkpoint) / "README.md"
-    if not readme.is_file():
-        return {}
-    return ModelCard.load(readme).data.to_dict()
-
-
-def _layer_rows(report: ConversionReport) -> list[dict[str, str]]:
-    """Consecutive layers with the same conversion collapsed into one row ("0-5")."""
-    rows: list[dict[str, Any]] = []
-    for layer in report.layers:
-        key = (layer["source_ffn"], layer["target_ffn"], layer["recipe"], layer["note"])
-        if rows and rows[-1]["key"] == key:
-            rows[-1]["last"] = layer["layer"]
-        else:
-            rows.append({"key": key, "first": layer["layer"], "last": layer["layer"]})
-    return [
-        {
-            "layers": f"{r['first']}" if r["first"] == r["last"] else f"{r['first']}-{r['last']}",
-            "source_ffn": r["key"][0], "target_ffn": r["key"][1], "recipe": r["key"][2], "note": r["key"][3] or "-",
-        }
-        for r in rows
-    ]
-
-
-def build_model_card(
-    model, report: ConversionReport, *, base_model: str | None = None, license: str | None = None,
-    model_name: str | None = None,
-) -> ModelCard:
-    """A `ModelCard` for a converted model (see the module docstring for the template chosen).
-
-    `base_model` defaults to the source card's `base_model`, else the source when it is a hub name (not a local
-    folder); `license` to the source card's, else "unknown".
-    """
-    config: FfnBertConfig = model.config
-    source_data = source_card_data(report.source)
-    if base_model is None and not os.path.exists(report.source):
-        base_model = report.source
-    base_model = base_model or source_data.get("base_model")
-    family = template_family(config)
-    ffn_names = sorted(set(config.ffn_types))
-    lns = sorted(set(config.layer_norm_positions))
-    card_data = ModelCardData(
-        library_name="transformers",
-        base_model=base_model,
-        license=license or source_data.get("license") or "unknown",
-        tags=["hf_ffn", "ffn_bert", "bert", *ffn_names, *(f"{p}-ln" for p in lns)],
-    )
-    name = model_name or f"{(base_model or Path(report.source).name).split('/')[-1]}-{'-'.join(ffn_names)}"
-    difference = report.difference or {}
-    diff_rows = [(k, v) for k, v in difference.items() if isinstance(v, dict) and "max_abs_diff" in v]
-    new_prefixes = Counter(k.rsplit(".", 1)[0].split(".")[-1] for k in report.new)
-    template = (TEMPLATES / f"{family}.md").read_text(encoding="utf-8") + (TEMPLATES / "_body.md").read_text(
-        encoding="utf-8"
-    )
-    return ModelCard.from_template(
-        card_data,
-        template_str=template,
-        model_name=name,
-        source_line=f"`{base_model or report.source}`" + (" (a BERT checkpoint)" if base_model else ""),
-        config_rows=[(f, repr(getattr(config, f))) for f in CONFIG_FIELDS],
-        init=report.init,
-        exact_line=(
-            "The conversion is **exact**: the converted encoder computes the source's function (see the measured "
-            "difference below)." if report.exact else
-            "The conversion is **not exact** (an approximation, a re-initialisation or a LayerNorm move): the "
-            "measured difference below is the drift from the source."
-        ),
-        layer_rows=_layer_rows(report),
-        n_copied=len(report.copied), n_mapped=len(report.mapped), n_new=len(report.new), n_dropped=len(report.dropped),
-        new_summary=", ".join(f"{n}× {k}" for k, n in sorted(new_prefixes.items())),
-        difference_reference=f"`{difference.get('reference', 'not measured')}` loaded from the source",
-        difference_inputs=difference.get("inputs", "-"),
-        difference_rows=diff_rows,
-        n_params=sum(p.numel() for p in model.parameters()),
-        n_ffn_params=sum(p.numel() for n, p in model.named_parameters() if ".mlp." in n),
-        parameters=difference.get("parameters"),
-        auto_class=_auto_class_name(model),
-    )
-
-
-def _auto_class_name(model) -> str:
-    for auto, target in AUTO_MAP.items():
-        if target.endswith(f".{type(model).__name__}"):
-            return auto
-    return "AutoModel"
-
-
-def write_model_card(folder: str | os.PathLike, model, report: ConversionReport, **kwargs) -> Path:
-    """Render `build_model_card` into `folder/README.md`; returns the path."""
-    path = Path(folder) / "README.md"
-    build_model_card(model, report, **kwargs).save(path)
-    return path
-
+from .model_cards import TEMPLATES
 
 def conversion_summary(conversion: Mapping[str, Any]) -> str:
     """One line for a fine-tuned model's card: what loading the variant changed.
@@ -199,11 +81,4 @@ def build_training_card(
     )
 
 
-__all__ = [
-    "build_model_card",
-    "build_training_card",
-    "conversion_summary",
-    "source_card_data",
-    "template_family",
-    "write_model_card",
-]
+__all__ = ["build_training_card", "conversion_summary"]

@@ -22,8 +22,9 @@ This file imports nothing from `hf_ffn` but its configuration, naming and `unpad
 `save_pretrained` ships all four beside a saved model for `trust_remote_code` loading.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: transformers reads the `**kwargs: Unpack[TransformersKwargs]`
+# annotation of a model's `forward` at run time (which attention outputs a model can return), so annotations in this
+# module must be objects, not strings, as in upstream's modeling files.
 from typing import NamedTuple
 
 import torch
@@ -53,6 +54,8 @@ from transformers.models.bert.modeling_bert import (
     BertPreTrainingHeads,
     BertSelfAttention,
 )
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
 
 from .checkpoint_names import BERT_FFN_NAMES, CHECKPOINT_KEY_MAPPING, register_weight_renamings, rename_to_memory_keys
 from .configuration_ffn_bert import GATED_FFN_ACTIVATIONS, FfnBertConfig, is_gated
@@ -301,7 +304,7 @@ class FfnBertModel(FfnBertPreTrainedModel, BertModel):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
         """`BertModel.forward` (the same arguments and outputs); unpadded when `config.unpad_tokens` applies."""
         inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)

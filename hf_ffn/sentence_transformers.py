@@ -13,18 +13,26 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from huggingface_hub import snapshot_download
+from transformers import AutoModel
 
-from .checkpoints import REPORT_FILE, check_checkpoint, looks_local
+from .checkpoints import check_checkpoint, looks_local
 from .configuration_ffn_bert import BERT_MODEL_TYPES
-from .conversion import ConversionReport, full_auto_map, load_converted, load_pruned, measure_difference
+from .conversion import (
+    ConversionReport,
+    export_to_bert,
+    load_converted,
+    load_pruned,
+    measure_difference,
+    write_converted_folder,
+)
 from .conversion.pruning import DEFAULT_SCORE
 from .files import atomic_output_dir
-from .model_card import write_model_card
 from .modeling_ffn_bert import FfnBertModel
 
 # What marks a sentence-transformers model folder (read by `SentenceTransformer`, written by its `save`).
@@ -95,7 +103,7 @@ def convert_sentence_transformer(
     is written by `SentenceTransformer.save` into a temporary folder beside `output_dir` and renamed
     (`hf_ffn.files.atomic_output_dir`), so a failure leaves nothing; `SentenceTransformer(output_dir)` loads
     it (after `import hf_ffn`, or with `trust_remote_code=True`). The folder also holds what `hf-ffn convert`
-    writes for a plain checkpoint: the `auto_map` of every FfnBert Auto class, the backbone's
+    writes for a plain checkpoint (`hf_ffn.conversion.write_converted_folder`): the `auto_map` of every FfnBert Auto class, the backbone's
     `conversion_report.json` (with the measured difference from the source backbone, `measure_difference`) beside
     its weights, and hf_ffn's model card (README.md, in place of the one sentence-transformers generates).
     `hf-ffn convert` runs this for a source with `modules.json`.
@@ -136,13 +144,38 @@ def convert_sentence_transformer(
         else:
             model, report = load_converted(str(backbone), FfnBertModel, **conversion)
         measure_difference(str(backbone), model, report)
-        model.config.auto_map = full_auto_map()
         st_model = SentenceTransformer(str(folder), device="cpu")
         st_model[0].model = model  # same forward signature (BertModel.forward), so the module's bookkeeping holds
-        st_model.save(str(tmp))
-        report.save(str(bert_backbone_folder(tmp) / REPORT_FILE))
-        write_model_card(tmp, model, report, base_model=base_model, license=license)
+        st_model.save(str(tmp))  # the backbone (through model.save_pretrained), the tokenizer and every module
+        write_converted_folder(tmp, model, report, model_dir=bert_backbone_folder(tmp), base_model=base_model,
+                               license=license)
     return report
+
+
+def export_sentence_transformer_to_bert(source: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
+    """The inverse of `convert_sentence_transformer` for a default-config FfnBert backbone: the same
+    sentence-transformers model with a plain BERT backbone (`hf_ffn.conversion.export_to_bert`, strict), every
+    other module (Pooling, Normalize, Dense, ...) and the settings kept, written by `SentenceTransformer.save`
+    atomically. `hf-ffn convert --to-bert` runs this for a source with `modules.json`.
+
+    Raises:
+        FileNotFoundError: `source` looks local and is not a folder with `modules.json` (`check_checkpoint`).
+        ValueError: not a sentence-transformers model with a BERT-shaped backbone (`bert_backbone_folder`), or a
+            backbone that is not plain BERT (`export_to_bert` names each non-default switch).
+        FileExistsError: `output_dir` exists and is not empty.
+    """
+    from sentence_transformers import SentenceTransformer  # optional dependency (the `sentence-transformers` extra)
+
+    check_checkpoint(source, marker=MODULES_FILE)
+    folder = Path(source).expanduser()
+    with atomic_output_dir(output_dir) as tmp, tempfile.TemporaryDirectory() as scratch:
+        if not looks_local(source):
+            folder = Path(snapshot_download(str(source)))
+        bert_folder = export_to_bert(bert_backbone_folder(folder), Path(scratch) / "bert")
+        st_model = SentenceTransformer(str(folder), device="cpu")
+        st_model[0].model = AutoModel.from_pretrained(bert_folder)  # upstream BertModel: the same forward
+        st_model.save(str(tmp))
+    return Path(output_dir)
 
 
 __all__ = [
@@ -150,5 +183,6 @@ __all__ = [
     "TRANSFORMER_MODULE_TYPES",
     "bert_backbone_folder",
     "convert_sentence_transformer",
+    "export_sentence_transformer_to_bert",
     "is_sentence_transformer",
 ]

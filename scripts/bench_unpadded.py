@@ -1,4 +1,4 @@
-"""Unpadded execution benchmark (a thin wrapper over `hf_ffn.studies.unpadded_benchmark`).
+"""Unpadded execution benchmark (a thin wrapper over `studies.unpadded_benchmark`).
 
     python scripts/bench_unpadded.py --output-dir docs   # full run: MiniLM and bert-base shapes, eager and sdpa
     python scripts/bench_unpadded.py --quick             # a tiny model: a smoke test (seconds)
@@ -8,7 +8,7 @@ Writes unpadded_benchmark.json and unpadded_benchmark.md to out/ unless --output
 
 import sys
 
-from hf_ffn.studies.unpadded_benchmark import main
+from studies.unpadded_benchmark import main
 
 if __name__ == "__main__":
     sys.exit(main())

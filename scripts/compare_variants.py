@@ -2,8 +2,8 @@
 """The variant comparison: fine-tune each FFN / LayerNorm variant of one BERT checkpoint on rt_polarity for several
 seeds with `hf_ffn.training.run_classification`, then write the table (mean ± std, paired differences from the
 baseline with a t interval over seeds and a bootstrap interval over test snippets, linear probes, throughput) and
-the validation-curve plot (statistics and rendering: `hf_ffn.studies.comparison`). Throughput is measured after the
-runs, every variant side by side in one process (`hf_ffn.studies.variant_throughput`): the runs' own tokens/s
+the validation-curve plot (statistics and rendering: `studies.comparison`). Throughput is measured after the
+runs, every variant side by side in one process (`studies.variant_throughput`): the runs' own tokens/s
 depend on the load of their hour.
 
     python scripts/compare_variants.py --rt_polarity_dir ../shared/data/rt_polarity --threads 1
@@ -13,10 +13,11 @@ depend on the load of their hour.
 
 Writes OUTPUT_DIR/comparison_runs.jsonl (one line per finished run; per-snippet test predictions as digit strings),
 OUTPUT_DIR/comparison_throughput.json (kept once measured; `--remeasure_throughput` measures again),
-OUTPUT_DIR/comparison.md and OUTPUT_DIR/figures/comparison_curves.png. Finished runs in the JSONL are skipped, so an
+OUTPUT_DIR/comparison.md, OUTPUT_DIR/comparison_sources.json (the command and the linear probes, for
+`--report_only`) and OUTPUT_DIR/figures/comparison_curves.png. Finished runs in the JSONL are skipped, so an
 interrupted comparison resumes; runs go seed by seed (every variant for seed 0, then seed 1, ...), so a partial
 comparison has the same seeds for every variant. Settings must match the file's (else ValueError: use another
---output-dir). `--report_only` only rewrites the table and plot.
+--output-dir). `--report_only` only rewrites the table and plot, from the committed files alone.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import shutil
 import sys
 import tempfile
@@ -36,16 +36,19 @@ from transformers import TrainingArguments
 
 from hf_ffn.parity import bundled_checkpoint
 from hf_ffn.conversion import REPORT_FILE
-from hf_ffn.studies.comparison import (
+from studies.comparison import (
     BASELINE, HEAL_STUDY_NAMES, VARIANTS, encode_ids, last_fifth_change, parse_healed, plot_curves,
     probes_from_healing, report, variant_order, weights_sha256,
 )
-from hf_ffn.studies.environment import machine, versions
-from hf_ffn.studies.variant_throughput import measure_throughput
+from studies.environment import machine, portable_command, portable_path, versions
+from studies.variant_throughput import measure_throughput
 from hf_ffn.training import ClassificationDataArguments, ModelArguments, run_classification
 
 RESULTS, TABLE, PLOT = "comparison_runs.jsonl", "comparison.md", "figures/comparison_curves.png"
 THROUGHPUT = "comparison_throughput.json"
+# The report's sources beyond the runs: the command that made them and the linear probes (from --heal-dir), kept so
+# that `--report_only` rewrites the report from committed files alone.
+SOURCES = "comparison_sources.json"
 LR_NOTE = (
     "Learning rate 1e-4: all-MiniLM-L6-v2 is a compact BERT (6 layers, hidden 384); for compact BERTs Turc et al. "
     "2019 (arXiv 1908.08962) fine-tune over {1e-4, 5e-5, 3e-5}, and with one epoch the largest value of that grid "
@@ -126,7 +129,8 @@ def run_one(args: argparse.Namespace, name: str, model_args: ModelArguments, see
     curve = [{key: entry[key] for key in ("step", "eval_loss", "eval_accuracy", "eval_f1")}
              for entry in outcome["log_history"] if "eval_accuracy" in entry]
     return {
-        "variant": name, "seed": seed, "checkpoint": model_args.model_name_or_path, "checkpoint_sha256": fingerprint,
+        "variant": name, "seed": seed, "checkpoint": portable_path(model_args.model_name_or_path),
+        "checkpoint_sha256": fingerprint,
         "switches": {k: v for k, v in vars(model_args).items() if k != "model_name_or_path" and v is not None},
         "settings": settings(args),
         "test_accuracy": results["test_accuracy"], "test_f1": results["test_f1"],
@@ -169,17 +173,24 @@ def write_report(args: argparse.Namespace, runs: list[dict], argv: list[str] | N
                   f"same seeds for every variant. Δ columns: variant − baseline in accuracy points, mean "
                   f"[95% interval]. {LR_NOTE}"),
         "machine": runs[-1]["machine"], "versions": runs[-1]["versions"],
-        "command": "python scripts/compare_variants.py " + shlex.join(sys.argv[1:] if argv is None else argv),
     }
-    healings = {}
-    for name in HEAL_STUDY_NAMES if args.heal_dir else ():
-        file = Path(args.heal_dir) / name / "healed" / REPORT_FILE
-        if file.is_file():
-            healings[name] = json.loads(file.read_text())["healing"]
+    sources_file = output / SOURCES
+    if args.report_only and sources_file.is_file():  # the runs' command and probes, as written with them
+        sources = json.loads(sources_file.read_text())
+    else:
+        healings = {}
+        for name in HEAL_STUDY_NAMES if args.heal_dir else ():
+            file = Path(args.heal_dir) / name / "healed" / REPORT_FILE
+            if file.is_file():
+                healings[name] = json.loads(file.read_text())["healing"]
+        command = ["python", "scripts/compare_variants.py", *(sys.argv[1:] if argv is None else argv)]
+        sources = {"command": portable_command(command), "probes": probes_from_healing(healings)}
+        sources_file.write_text(json.dumps(sources, indent=1) + "\n")
+    header["command"] = sources["command"]
     throughput_file = output / THROUGHPUT
     throughput = json.loads(throughput_file.read_text()) if throughput_file.is_file() else None
     longer = read_runs(Path(args.longer_dir) / RESULTS) if args.longer_dir else []
-    (output / TABLE).write_text(report(runs, probes_from_healing(healings), header, throughput, longer))
+    (output / TABLE).write_text(report(runs, sources["probes"], header, throughput, longer))
     plot_curves(runs, output / PLOT, "rt_polarity fine-tuning from all-MiniLM-L6-v2: validation (mean over seeds)")
 
 

@@ -197,14 +197,6 @@ def power_law_projection(curve: list[dict], cosine_goal: float) -> dict | None:
     return {"exponent": float(b), "steps": steps}
 
 
-def portable(command: str) -> str:
-    """`command` without this machine's absolute paths: the bundled checkpoint's path and the repository root."""
-    from hf_ffn.parity import bundled_checkpoint
-
-    repo = str(Path(__file__).resolve().parents[1])
-    return command.replace(f"--teacher {bundled_checkpoint()} ", "").replace(repo + "/", "")
-
-
 def layer_table(title: str, layerwise: dict) -> str:
     """Per-layer attribution of a layer-wise run: each layer's fit (teacher-forced) and the propagated error."""
     def fmt(record: dict, key: str) -> str:
@@ -269,7 +261,7 @@ def report(args: argparse.Namespace) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hf_ffn.studies.environment import machine, versions
+    from studies.environment import machine, portable_command, portable_path, versions
 
     work, output = Path(args.work_dir), Path(args.output_dir or args.work_dir)
     records = {}
@@ -349,23 +341,19 @@ def report(args: argparse.Namespace) -> None:
     fig.savefig(figure, dpi=120)
     settings = first["after"]["probe"]["student"]["settings"]
     threads = run_threads(work, records)
-    where = "" if args.work_dir == DEFAULT_WORK_DIR else f" --work-dir {args.work_dir}"
+    where = "" if args.work_dir == DEFAULT_WORK_DIR else f" --work-dir {portable_path(args.work_dir)}"
     variants = "" if list(records) == DEFAULT_VARIANTS else " --variants " + " ".join(records)
     schedule = first["training"]["lr_scheduler_type"]
     scheduler = "" if schedule == "linear" else f" --lr-scheduler {schedule}"
     hidden_loss = first["arguments"]["hidden_loss"]
+    teacher = portable_path(first["teacher"], bundled="")  # "" for the bundled checkpoint
     scheduler += "" if hidden_loss == "mse" else f" --hidden-loss {hidden_loss}"
-    from hf_ffn.parity import bundled_checkpoint
-
     default_steps = all(h["steps"] == VARIANTS[v].get("steps", END_TO_END_STEPS) for v, h in records.items())
     steps_flag = "" if default_steps else f" --steps {first['steps']}"
     curve_text = (f"![held-out agreement vs optimizer steps]({os.path.relpath(figure, output)})\n\n"
                   + textwrap.fill("Dotted lines: the cosine goals (0.999, 0.99). " + SCHEDULE_NOTES[schedule], 115)
                   if any(h["curve"] for h in records.values()) else
                   "No variant of this report ran an end-to-end stage, so there is no curve over optimizer steps.")
-    teacher_name = first["teacher"]
-    if teacher_name == bundled_checkpoint():
-        teacher_name = "the bundled all-MiniLM-L6-v2"
     text = TEMPLATE.format(
         layer_tables="\n\n".join(layer_tables) or "(no layer-wise variant in this report)",
         scaling=scaling_section(args.scaling),
@@ -374,7 +362,7 @@ def report(args: argparse.Namespace) -> None:
         "--experiments out/layerwise_study/log.jsonl)",
         experiments_log=args.experiments or "out/layerwise_study/log.jsonl",
         rows="\n".join(rows), verdicts="\n".join(verdicts),
-        commands="\n".join(f"# {v}\n{portable(h['command'])}" for v, h in records.items()),
+        commands="\n".join(f"# {v}\n{portable_command(shlex.split(h['command']))}" for v, h in records.items()),
         snippets=first["heldout"]["snippets"], curve_snippets=first["heldout"]["curve_snippets"],
         probe=f"{settings['folds']}-fold stratified CV (seed {settings['seed']}), standardised features, "
               f"LogisticRegression(C={settings['C']}, max_iter={settings['max_iter']})",
@@ -384,11 +372,13 @@ def report(args: argparse.Namespace) -> None:
         run_command=(f"python scripts/heal_study.py run{where} --text-dir ../shared/data/state_union --eval-dir "
                      f"../shared/data/rt_polarity{variants}{steps_flag} --curve-steps "
                      f"{first['arguments']['curve_steps']} --threads {threads}{scheduler}"),
-        report_command=(f"python scripts/heal_study.py report{where} --output-dir {args.output_dir or args.work_dir}"
+        report_command=(f"python scripts/heal_study.py report{where} --output-dir "
+                        f"{portable_path(args.output_dir or args.work_dir)}"
                         + "".join(f" --{name} {getattr(args, name)}" for name in ("experiments", "scaling", "notes")
                                   if getattr(args, name))),
         versions=versions(),
-        teacher=teacher_name, train_files=", ".join(first["data"]["train_files"]),
+        teacher=f"`{teacher}`" if teacher else "the bundled all-MiniLM-L6-v2",
+        train_files=", ".join(map(portable_path, first["data"]["train_files"])),
         blocks=first["data"]["blocks"], block=first["data"]["block_tokens"],
         title_note=("" if schedule == "linear" else f": {first['steps']} steps at a constant learning rate")
                    + ("" if hidden_loss == "mse" else f", {hidden_loss} loss"),

@@ -1,7 +1,9 @@
-"""Print the import graph of the hf_ffn package (module → the package modules it imports at module level) and
-check the layout rules: no import cycle, no function-level import of the package's own modules, no private
-(`_x`) name imported across modules, no module over `MAX_LINES`, the library never imports `hf_ffn.studies`.
-Exits 1 if a rule is broken. Imports under `if TYPE_CHECKING:` are annotations only and are left out of the graph. Run from the repository root: `python scripts/import_graph.py`.
+"""Print the import graph of the hf_ffn package and of the studies beside it (scripts/studies/, package `studies`):
+module → the modules of either it imports at module level. Check the layout rules: no import cycle, no
+function-level import of the packages' own modules, no private (`_x`) name imported across modules, no module over
+`MAX_LINES`, the library never imports the studies (they are not installed). Exits 1 if a rule is broken.
+Imports under `if TYPE_CHECKING:` are annotations only and are left out of the graph. Run from the repository
+root: `python scripts/import_graph.py`.
 """
 
 from __future__ import annotations
@@ -10,15 +12,25 @@ import ast
 import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "hf_ffn"
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "hf_ffn"  # the installed library
+STUDIES_DIR = REPO / "scripts" / "studies"  # importable as `studies` with scripts/ on sys.path; never installed
+STUDIES = "studies"
+ROOTS = ("hf_ffn", STUDIES)
 
 
-def module_names() -> dict[str, Path]:
+def module_names(packages: tuple[Path, ...] = (PACKAGE, STUDIES_DIR)) -> dict[str, Path]:
+    """Dotted module name → file, for every module of `packages` (each a package folder)."""
     names = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    for package in packages:
+        for path in sorted(package.rglob("*.py")):
+            parts = path.relative_to(package.parent).with_suffix("").parts
+            names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return names
+
+
+def is_ours(module: str) -> bool:
+    return module.split(".")[0] in ROOTS
 
 
 def imports_of(name: str, path: Path, modules: dict[str, Path]) -> tuple[set[str], list[str]]:
@@ -30,7 +42,14 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> tuple[set[str
     def visit(node: ast.AST, in_function: bool, type_only: bool) -> None:
         for child in ast.iter_child_nodes(node):
             child_type_only = type_only or (isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test))
-            if isinstance(child, ast.ImportFrom) and (child.level or (child.module or "").startswith("hf_ffn")):
+            if isinstance(child, ast.Import):  # `import studies.x` / `import hf_ffn.x`
+                for alias in child.names:
+                    if is_ours(alias.name):
+                        if in_function:
+                            problems.append(f"{name}: function-level import of {alias.name}")
+                        elif not child_type_only:
+                            deps.add(alias.name)
+            if isinstance(child, ast.ImportFrom) and (child.level or is_ours(child.module or "")):
                 base = package[: len(package) - child.level + 1] if child.level else []
                 target = ".".join(base + ([child.module] if child.module else [])) if child.level else child.module
                 for alias in child.names:
@@ -64,13 +83,13 @@ def with_parents(deps: set[str], name: str, modules: dict[str, Path]) -> set[str
 # encoder → heads in one reading, may run a little over).
 MAX_LINES = 450
 # The studies and benchmarks import the library, never the reverse; the CLI is the one front door to both.
-STUDIES = "hf_ffn.studies"
+STUDIES = "studies"
 FRONT_DOORS = ("hf_ffn.cli",)
 
 
-def layout() -> tuple[dict[str, set[str]], list[str]]:
+def layout(packages: tuple[Path, ...] = (PACKAGE, STUDIES_DIR)) -> tuple[dict[str, set[str]], list[str]]:
     """(module → package modules it imports at module level, every broken layout rule as a sentence)."""
-    modules = module_names()
+    modules = module_names(packages)
     graph, problems = {}, []
     for name, path in modules.items():
         graph[name], found = imports_of(name, path, modules)
@@ -94,9 +113,9 @@ def layout() -> tuple[dict[str, set[str]], list[str]]:
         lines = len(modules[name].read_text(encoding="utf-8").splitlines())
         if lines > MAX_LINES:
             problems.append(f"{name}: {lines} lines (more than {MAX_LINES}: split it)")
-        in_library = not name.startswith(STUDIES) and name not in FRONT_DOORS
+        # The studies and benchmarks import the library, never the reverse.
         for dep in deps:
-            if in_library and dep.startswith(STUDIES):
+            if name.split(".")[0] == "hf_ffn" and dep.split(".")[0] == STUDIES:
                 problems.append(f"{name}: the library imports the study module {dep}")
     return graph, problems
 

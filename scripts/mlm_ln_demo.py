@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from hf_ffn.studies.layer_norm_study import (  # noqa: E402
+from studies.layer_norm_study import (  # noqa: E402
     mlm_config,
     split_documents,
     train_mlm,

@@ -12,9 +12,8 @@ from transformers import BertConfig, BertForPreTraining  # noqa: E402
 
 import hf_ffn  # noqa: E402,F401  (registers the Auto classes)
 from hf_ffn.configuration_ffn_bert import FfnBertConfig  # noqa: E402
-from hf_ffn.modeling_ffn_bert import HEAD_CLASSES  # noqa: E402
 from hf_ffn.parity import bundled_checkpoint as find_bundled_checkpoint  # noqa: E402
-from hf_ffn.parity import padded_batch, quiet_transformers  # noqa: E402
+from hf_ffn.parity import head_folders, padded_batch  # noqa: E402
 
 # Tiny odd sizes: every shape bug shows, every test stays fast.
 TINY = dict(
@@ -40,26 +39,6 @@ def tiny_config(**overrides) -> FfnBertConfig:
 def tiny_batch(vocab_size: int = TINY["vocab_size"], seed: int = 0) -> dict:
     """Batch 3, padded, unequal lengths (7, 4, 2), two segments in row 0 (the package's one batch builder)."""
     return padded_batch(vocab_size, [7, 4, 2], [4, None, None], seed=seed)
-
-
-def head_folders(checkpoint: str, root, seed: int = 0) -> dict[type, str]:
-    """The folder each upstream head class of `HEAD_CLASSES` loads `checkpoint` from, as the parity job prepares it.
-
-    A head whose weights the checkpoint lacks is created once by upstream transformers under `torch.manual_seed(seed)`
-    (the job's seed) and saved under `root`, so upstream and FfnBert load the same weights from disk; a head the
-    checkpoint holds completely loads from `checkpoint` itself (saving it again would copy the same tensors).
-    """
-    folders = {}
-    with quiet_transformers():
-        for head in HEAD_CLASSES:
-            torch.manual_seed(seed)
-            model, info = head.bert.from_pretrained(checkpoint, output_loading_info=True)
-            if info["missing_keys"]:
-                folders[head.bert] = os.path.join(root, head.bert.__name__)
-                model.save_pretrained(folders[head.bert])
-            else:
-                folders[head.bert] = checkpoint
-    return folders
 
 
 @pytest.fixture(scope="session")

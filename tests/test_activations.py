@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from transformers.models.bert.modeling_bert import eager_attention_forward
 
-from hf_ffn.studies.activation_curves import CURVE_PANELS, activation, value_and_derivative
+from studies.activation_curves import CURVE_PANELS, activation, value_and_derivative
 from hf_ffn.modeling_ffn_bert import Swish
 
 POINTS = torch.tensor([-4, -2.7, -1, -0.3, -1e-3, 0, 1e-3, 0.3, 1, 2.7, 4], dtype=torch.float64)

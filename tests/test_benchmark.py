@@ -1,4 +1,5 @@
-"""The benchmark works (`hf-ffn bench --quick` as a smoke test) and its measuring helpers compute what they say.
+"""The benchmark works (`python scripts/benchmark.py --quick` as a smoke test) and its measuring helpers compute
+what they say.
 
 No test here asserts a speed: times on shared CI machines are noise. Structure, finiteness, exact FLOP counts,
 the interleaving order and the memory accounting are asserted instead.
@@ -12,8 +13,7 @@ import pytest
 import torch
 
 from hf_ffn import FfnBertGatedMLP, parameter_matched_glu_width
-from hf_ffn.studies.benchmark import run as benchmark_run
-from hf_ffn.studies.benchmark import (
+from studies.benchmark import (
     QUICK,
     UPSTREAM,
     FusedGatedMLP,
@@ -25,7 +25,8 @@ from hf_ffn.studies.benchmark import (
     run_benchmark,
     time_interleaved,
 )
-from hf_ffn.cli import main as cli_main
+from studies.benchmark import main as bench_main
+from studies.benchmark import run as benchmark_run
 
 from .conftest import tiny_config
 
@@ -38,9 +39,10 @@ def _finite_positive(value) -> bool:
 
 @pytest.fixture(scope="module")
 def quick_results(tmp_path_factory):
-    """One `hf-ffn bench --quick` run (the CI smoke test, a few seconds): its JSON document and markdown."""
+    """One `python scripts/benchmark.py --quick` run (the CI smoke test, a few seconds): its JSON document and
+    markdown."""
     out = tmp_path_factory.mktemp("bench")
-    assert cli_main(["bench", "--quick", "--output-dir", str(out)]) == 0
+    assert bench_main(["--quick", "--output-dir", str(out)]) == 0
     return json.loads((out / "benchmarks.json").read_text()), (out / "benchmarks.md").read_text()
 
 
@@ -106,7 +108,8 @@ def test_quick_ffn_compile_scaling_load_sections(quick_results):
         assert _finite_positive(t["measured"]) and t["min"] <= t["measured"] <= t["max"], t
         assert t["met"] == (t["measured"] <= t["limit"] if t["op"] == "≤" else t["measured"] >= t["limit"])
         assert t["limit_within_spread"] == (t["min"] <= t["limit"] <= t["max"])
-    assert results["meta"]["command"] == "hf-ffn bench --quick --output-dir " + results["meta"]["command"].split()[-1]
+    command = results["meta"]["command"]
+    assert command == "python scripts/benchmark.py --quick --output-dir " + command.split()[-1]
 
 
 def test_quick_markdown(quick_results):
@@ -187,7 +190,7 @@ def test_fused_prototype_matches_separate_projections():
 
 def test_bad_repeats_is_rejected(capsys):
     with pytest.raises(SystemExit):
-        cli_main(["bench", "--quick", "--repeats", "0"])
+        bench_main(["--quick", "--repeats", "0"])
     assert "--repeats must be a positive integer, got 0" in capsys.readouterr().err
 
 

@@ -15,11 +15,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from hf_ffn.studies import comparison
+from studies import comparison
 
 REPO = Path(__file__).resolve().parents[1]
 
-from hf_ffn.studies.comparison import (
+from studies.comparison import (
     BASELINE,
     correctness,
     encode_ids,
@@ -209,7 +209,7 @@ def test_report_throughput_rows_healed_share_their_variant():
 
 
 def test_measure_throughput_times_every_variant_on_real_batches(bundled_checkpoint, tmp_path):
-    from hf_ffn.studies.variant_throughput import measure_throughput
+    from studies.variant_throughput import measure_throughput
     from hf_ffn.training import ModelArguments
 
     folder = tmp_path / "rt"

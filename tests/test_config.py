@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import logging
 
 import pytest
 import torch
@@ -35,7 +36,7 @@ def test_every_bert_field_keeps_name_and_default():
 def test_bert_config_converts_without_loss():
     bert = BertConfig(hidden_size=48, num_attention_heads=6, intermediate_size=100, hidden_act="gelu_new",
                       layer_norm_eps=1e-7, type_vocab_size=3, classifier_dropout=0.3, num_labels=5)
-    ours, _ = FfnBertConfig.from_bert_dict(bert.to_dict())
+    ours = FfnBertConfig.from_dict(bert.to_dict())
     for field in BERT_FIELDS:
         assert getattr(ours, field) == getattr(bert, field), field
     assert ours.num_labels == 5
@@ -201,6 +202,23 @@ def test_from_pretrained_takes_bert_folder_and_overrides(tiny_bert_checkpoint):
     assert config.hidden_size == TINY["hidden_size"]
     config = FfnBertConfig.from_pretrained(tiny_bert_checkpoint, ffn_type="relu")
     assert (config.ffn_type, config.hidden_act) == ("relu", "gelu")
+
+
+def test_bert_folder_loads_without_transformers_model_type_warning(tiny_bert_checkpoint):
+    """A BERT checkpoint's config is FfnBert's to read: `get_config_dict` hands `from_dict` the dict in FfnBert's terms,
+    so transformers' "model of type bert to instantiate a model of type ffn_bert" warning does not fire."""
+    from transformers.configuration_utils import logger as config_logger
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    config_logger.addHandler(handler)
+    try:
+        config = FfnBertConfig.from_pretrained(tiny_bert_checkpoint)
+    finally:
+        config_logger.removeHandler(handler)
+    assert config.model_type == "ffn_bert" and config.is_default_bert
+    assert not [r for r in records if "You are using a model of type" in r.getMessage()]
 
 
 def test_auto_config_overrides_are_validated(tmp_path):

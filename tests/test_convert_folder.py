@@ -3,6 +3,7 @@
 import json
 import os
 import runpy
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -15,7 +16,7 @@ from transformers import BertForMaskedLM, BertModel
 
 from hf_ffn import AUTO_MAP, FfnBertConfig, FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBertModel
 from hf_ffn.cli import main
-from hf_ffn.conversion import export_to_bert
+from hf_ffn.conversion import REPORT_FILE, convert_checkpoint, export_to_bert, load_converted, write_converted_folder
 
 from .conftest import TINY, tiny_batch
 
@@ -165,7 +166,7 @@ def test_trust_remote_code_without_hf_ffn(tmp_path):
 
 def test_model_card_standard_family(tiny_bert_checkpoint):
     from hf_ffn.conversion import load_converted, measure_difference
-    from hf_ffn.model_card import build_model_card
+    from hf_ffn.conversion import build_model_card
 
     model, report = load_converted(tiny_bert_checkpoint, layer_norm_position="pre")
     measure_difference(tiny_bert_checkpoint, model, report)
@@ -185,3 +186,35 @@ def test_a_folder_saved_from_a_head_names_every_auto_class(tmp_path):
     auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
     assert auto_map == AUTO_MAP
     assert auto_map["AutoModel"] == "modeling_ffn_bert.FfnBertModel"
+
+
+def test_a_source_with_its_own_auto_map_converts_to_ffn_berts(tiny_bert_checkpoint, tmp_path):
+    # A BERT checkpoint that ships remote code (`auto_map` naming its own classes): the converted folder is
+    # FfnBert's, so every Auto class must name FfnBert's classes, the foreign ones included.
+    source = tmp_path / "remote_code_bert"
+    shutil.copytree(tiny_bert_checkpoint, source)
+    config = json.loads((source / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": "their_code.TheirConfig", "AutoModel": "their_code.TheirModel",
+                          "AutoModelForMaskedLM": "their_code.TheirMaskedLM"}
+    (source / "config.json").write_text(json.dumps(config))
+    report = convert_checkpoint(str(source), tmp_path / "swiglu", ffn_type="swiglu")
+    assert json.loads((tmp_path / "swiglu" / "config.json").read_text())["auto_map"] == AUTO_MAP
+    assert "auto_map" not in report.config_changes  # where the code lives, not what the model computes
+
+
+def test_the_one_folder_writer_writes_report_extras_and_card_section_beside_given_weights(tiny_bert_checkpoint,
+                                                                                           tmp_path):
+    model, report = load_converted(tiny_bert_checkpoint, FfnBertModel, ffn_type="geglu")
+    write_converted_folder(tmp_path / "plain", model, report, report_extra={"healing": {"steps": 3}},
+                           card_section="\n## Extra section\n", model_name="tiny-geglu")
+    assert EXPECTED_FILES <= set(os.listdir(tmp_path / "plain"))
+    written = json.loads((tmp_path / "plain" / REPORT_FILE).read_text())
+    assert written == {**report.to_dict(), "healing": {"steps": 3}}
+    card = (tmp_path / "plain" / "README.md").read_text()
+    assert "# tiny-geglu" in card and card.rstrip().endswith("## Extra section")
+    # weights already written by someone else (a sentence-transformers backbone folder): report beside them
+    backbone = tmp_path / "st" / "0_Transformer"
+    backbone.mkdir(parents=True)
+    write_converted_folder(tmp_path / "st", model, report, model_dir=backbone)
+    assert sorted(os.listdir(tmp_path / "st")) == ["0_Transformer", "README.md"]
+    assert os.listdir(backbone) == [REPORT_FILE]

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoTokenizer, BertModel, TrainerCallback, TrainingArguments
+from transformers import (
+    AutoTokenizer,
+    BertModel,
+    PretrainedConfig,
+    PreTrainedModel,
+    TrainerCallback,
+    TrainingArguments,
+)
 
 import hf_ffn
 from hf_ffn import FfnBertModel
@@ -321,3 +328,34 @@ def _parse(argv):
     from transformers import HfArgumentParser
 
     return HfArgumentParser((HealArguments, TrainingArguments)).parse_args_into_dataclasses(args=argv)
+
+
+def test_one_run_reads_the_student_config_and_tokenizer_and_loads_the_teacher_once(setup, tmp_path, monkeypatch):
+    student = tmp_path / "swiglu"
+    convert_checkpoint(str(setup / "teacher"), student, ffn_type="swiglu")
+    reads = []
+    get_config_dict = PretrainedConfig._get_config_dict.__func__
+    tokenizer_from_pretrained = AutoTokenizer.from_pretrained.__func__
+    model_from_pretrained = PreTrainedModel.from_pretrained.__func__
+
+    def config_read(cls, name, **kwargs):
+        reads.append(("config", str(name)))
+        return get_config_dict(cls, name, **kwargs)
+
+    def tokenizer_read(cls, name, *args, **kwargs):
+        reads.append(("tokenizer", str(name)))
+        return tokenizer_from_pretrained(cls, name, *args, **kwargs)
+
+    def model_read(cls, name, *args, **kwargs):
+        reads.append(("model", str(name)))
+        return model_from_pretrained(cls, name, *args, **kwargs)
+
+    monkeypatch.setattr(PretrainedConfig, "_get_config_dict", classmethod(config_read))
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", classmethod(tokenizer_read))
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(model_read))
+    run_healing(heal_args(setup, student, eval_dir=None), training_args(tmp_path / "run", max_steps=1))
+    teacher = str(setup / "teacher")
+    assert reads.count(("config", str(student))) == 1
+    assert reads.count(("tokenizer", str(student))) == 1
+    assert reads.count(("model", str(student))) == 1
+    assert reads.count(("model", teacher)) == 1  # trained against and re-measured against

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
-from hf_ffn.studies.layer_norm_study import (
+from studies.layer_norm_study import (
     ffn_gradient_norms,
     masked_batches,
     mlm_config,

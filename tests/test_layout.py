@@ -1,9 +1,13 @@
 """The package's layout rules (scripts/import_graph.py): no import cycle, no function-level import of the package's
-own modules, no private name imported across modules, modules of one job (line limit), studies apart."""
+own modules, no private name imported across modules, modules of one job (line limit), studies apart and not
+installed."""
 
 import importlib.util
 import sys
 from pathlib import Path
+
+import pytest
+from setuptools import find_packages
 
 REPO = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("import_graph", REPO / "scripts" / "import_graph.py")
@@ -17,7 +21,7 @@ def test_layout_rules_hold():
     assert problems == []
     # the checker sees the real package: the model core, its subpackages and the studies
     assert {"hf_ffn.modeling_ffn_bert", "hf_ffn.conversion.loader", "hf_ffn.parity.job", "hf_ffn.training.mlm",
-            "hf_ffn.studies.benchmark.run"} <= set(graph)
+            "studies.benchmark.run"} <= set(graph)
     assert graph["hf_ffn.modeling_ffn_bert"] == {"hf_ffn.checkpoint_names", "hf_ffn.configuration_ffn_bert",
                                                  "hf_ffn.unpadding"}
 
@@ -30,3 +34,32 @@ def test_checker_finds_a_function_level_import_and_a_private_name(tmp_path):
     _, problems = import_graph.imports_of("hf_ffn.bad", module, modules)
     assert problems == ["hf_ffn.bad: imports the private name _helper from hf_ffn.x",
                         "hf_ffn.bad: function-level import of hf_ffn.y"]
+
+
+def test_checker_finds_the_library_importing_a_study(tmp_path):
+    for file, text in {"hf_ffn/__init__.py": "", "hf_ffn/cli.py": "import studies.bench\nfrom studies import plots\n",
+                       "studies/__init__.py": "", "studies/bench.py": "from hf_ffn import cli\n",
+                       "studies/plots.py": ""}.items():
+        (tmp_path / file).parent.mkdir(exist_ok=True)
+        (tmp_path / file).write_text(text)
+    graph, problems = import_graph.layout((tmp_path / "hf_ffn", tmp_path / "studies"))
+    assert graph["hf_ffn.cli"] == {"studies.bench", "studies.plots"}
+    assert sorted(p for p in problems if "study" in p) == [
+        "hf_ffn.cli: the library imports the study module studies.bench",
+        "hf_ffn.cli: the library imports the study module studies.plots",
+    ]
+    assert "import cycle: hf_ffn.cli -> studies.bench -> hf_ffn.cli" in problems
+
+
+def test_the_installed_package_holds_no_study_code():
+    """What the wheel ships, found as setuptools finds it (pyproject's `packages.find`): exactly hf_ffn and its
+    subpackages, none of them a study; the studies are found beside the scripts."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    find = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]
+    shipped = set(find_packages(where=str(REPO), **find["find"]))
+    assert shipped == {".".join(init.parent.relative_to(REPO).parts) for init in (REPO / "hf_ffn").rglob("__init__.py")}
+    graph, problems = import_graph.layout()
+    studies = {name for name in graph if name.split(".")[0] == import_graph.STUDIES}
+    assert {"studies.benchmark", "studies.unpadded_benchmark", "studies.comparison"} <= studies
+    assert not any("studies" in package.split(".") for package in shipped)
+    assert not any("the library imports the study module" in problem for problem in problems)

@@ -8,7 +8,7 @@ import torch
 from transformers import BertConfig, BertModel
 
 from hf_ffn.cli import main
-from hf_ffn.studies.params import PRESETS, format_markdown, param_table
+from hf_ffn.params import PRESETS, format_markdown, param_table
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "switches.md"
 

@@ -34,12 +34,13 @@ from hf_ffn.parity import (
     compare_outputs,
     example_batch,
     ffn_rows,
+    head_folders,
     head_inputs,
     padded_batch,
     quiet_transformers,
 )
 
-from .conftest import TINY, head_folders, tiny_batch
+from .conftest import TINY, tiny_batch
 
 ATTENTIONS = ("eager", "sdpa")
 HEAD_IDS = [head.ffn_bert.__name__ for head in HEAD_CLASSES]

@@ -27,6 +27,7 @@ from hf_ffn.training import (
     mlm_blocks,
     read_rt_polarity,
     read_text_documents,
+    resume_checkpoint,
     save_finished,
 )
 
@@ -460,7 +461,7 @@ def test_checkpoint_path_that_does_not_exist(csv_files, tmp_path):
 def test_bad_switch_values_name_the_argument():
     with pytest.raises(ValueError, match=r"--ffn_init has unknown value 'random'; allowed: preserving, fresh"):
         ModelArguments(model_name_or_path="x", ffn_init="random")
-    with pytest.raises(ValueError, match=r"--ffn_width has bad value 'wide'; allowed: keep, matched"):
+    with pytest.raises(ValueError, match=r"--ffn_width has unknown value 'wide'; allowed: keep, matched"):
         ModelArguments(model_name_or_path="x", ffn_width="wide")
     with pytest.raises(ValueError, match=r"exactly one data source"):
         ClassificationDataArguments(train_file="a.csv", validation_file="b.csv", rt_polarity_dir="rt")
@@ -641,3 +642,56 @@ def test_mlm_script_switch_falls_back_exactly_and_saved_switch_is_the_checkpoint
     assert on["results"]["eval_loss"] == off["results"]["eval_loss"]
     for name in ("on", "off"):
         assert json.loads((tmp_path / name / "config.json").read_text())["unpad_tokens"] is True
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --resume_from_checkpoint last: one resolver (resume_checkpoint) for both fine-tuning scripts and hf-ffn heal
+# ---------------------------------------------------------------------------------------------------------------
+def test_resume_checkpoint_resolves_last_to_the_newest_checkpoint(tmp_path):
+    def resolved(value):
+        return resume_checkpoint(TrainingArguments(output_dir=str(tmp_path / "run"), resume_from_checkpoint=value,
+                                                   report_to="none"))
+
+    assert resolved(None) is None
+    assert resolved("some/checkpoint-7") == "some/checkpoint-7"  # a path is Trainer's business, passed as given
+    with pytest.raises(ValueError, match=r"--resume_from_checkpoint last: no checkpoint-N folder in --output_dir "):
+        resolved("last")  # no output folder yet
+    for step in (2, 10, 9):
+        (tmp_path / "run" / f"checkpoint-{step}").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoint-99.txt").write_text("a file, not a checkpoint")
+    assert resolved("last") == resolved("True") == str(tmp_path / "run" / "checkpoint-10")  # numeric, not lexical
+
+
+class TrainCalled(Exception):
+    pass
+
+
+@pytest.mark.parametrize("script", ["finetune_classification", "finetune_mlm"])
+def test_fine_tuning_scripts_resume_from_the_last_checkpoint(script, tiny_checkpoint, csv_files, tmp_path,
+                                                             monkeypatch):
+    """Trainer alone would read "last" as a path: the scripts hand it the newest checkpoint-N folder, and refuse
+    "last" without one before any training."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(2):
+        (docs / f"speech{i}.txt").write_text("the state of the union is strong . " * 40)
+    output_dir = tmp_path / "out"
+    data = (script_argv(tiny_checkpoint, csv_files, output_dir) if script == "finetune_classification" else [
+        "--model_name_or_path", tiny_checkpoint, "--train_files", str(docs), "--max_seq_length", "16",
+        "--output_dir", str(output_dir), "--report_to", "none", "--max_steps", "1"])
+    main = load_script(script).main
+    passed = []
+
+    def train(self, resume_from_checkpoint=None, **kwargs):
+        passed.append(resume_from_checkpoint)
+        raise TrainCalled
+
+    monkeypatch.setattr(Trainer, "train", train)
+    with pytest.raises(ValueError, match="--resume_from_checkpoint last: no checkpoint-N folder"):
+        main([*data, "--resume_from_checkpoint", "last"])
+    assert passed == []
+    (output_dir / "checkpoint-3").mkdir(parents=True)
+    (output_dir / "checkpoint-12").mkdir()
+    with pytest.raises(TrainCalled):
+        main([*data, "--resume_from_checkpoint", "last"])
+    assert passed == [str(output_dir / "checkpoint-12")]

@@ -16,6 +16,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
+import hf_ffn.checkpoints
 import hf_ffn.training
 from hf_ffn import FfnBertConfig, FfnBertModel, configuration_ffn_bert
 from hf_ffn.checkpoints import check_checkpoint, looks_local
@@ -23,11 +24,13 @@ import hf_ffn.cli
 from hf_ffn.cli import EXIT_BAD_INPUT, EXIT_NOT_EXACT, EXIT_NOT_PLAIN_BERT, build_parser, main
 from hf_ffn.conversion import convert_checkpoint, export_to_bert, load_converted
 from hf_ffn.export import export_onnx
+from hf_ffn.conversion.recipes import parse_width
 from hf_ffn.files import atomic_output_dir, atomic_output_file
-import hf_ffn.studies.benchmark.cli
+from hf_ffn.options import name_options
 from hf_ffn.parity import NotPlainBertError, ParityRow, run_parity, variant_report
 from hf_ffn.sentence_transformers import convert_sentence_transformer
 from hf_ffn.training import save_finished
+import studies.benchmark.cli
 
 from .conftest import TINY, tiny_config
 
@@ -118,16 +121,40 @@ def test_fine_tuning_uses_the_same_check():
     assert hf_ffn.training.check_checkpoint is check_checkpoint
 
 
-def test_hub_names_pass_through(tmp_path, capsys, monkeypatch):
+def test_hub_names_offline_say_so_and_name_the_way_out(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for name in ("bert-base-uncased", "google-bert/bert-base-uncased"):
         assert not looks_local(name)
-        check_checkpoint(name)  # no error: transformers resolves it
     (tmp_path / "org").mkdir()
     assert looks_local("org/name")  # an existing parent folder: a local path
-    # Offline, a hub name gets transformers' own error, not "no such folder".
-    code, err = cli_error(capsys, ["parity", "--model", "nobody-here/no-such-model"])
-    assert code == EXIT_BAD_INPUT and "no such folder" not in err and "huggingface.co" in err
+    # Offline (the suite sets HF_HUB_OFFLINE=1) a hub name not in the cache: said so, with the way out.
+    with pytest.raises(FileNotFoundError) as raised:
+        check_checkpoint("nobody-here/no-such-model", "--model_name_or_path")
+    message = str(raised.value)
+    assert message.startswith("--model_name_or_path: 'nobody-here/no-such-model' is not a local folder, so it is a ")
+    assert "HF_HUB_OFFLINE=1 is set and it is not in the local cache" in message
+    assert "Give a local checkpoint folder" in message and "hf download nobody-here/no-such-model" in message
+    for argv, argument in (
+        (["parity", "--model", "nobody-here/no-such-model"], "--model"),
+        (["convert", "nobody-here/no-such-model", str(tmp_path / "out")], "CHECKPOINT"),
+        (["convert", "nobody-here/no-such-model", str(tmp_path / "out"), "--to-bert"], "CHECKPOINT"),
+    ):
+        code, err = cli_error(capsys, argv)
+        assert code == EXIT_BAD_INPUT and f"{argument}: 'nobody-here/no-such-model' is not a local folder" in err
+        assert "HF_HUB_OFFLINE=1 is set" in err and "huggingface.co" not in err, err
+    # A cached hub name passes through (transformers then reads the cache).
+    monkeypatch.setattr(hf_ffn.checkpoints, "try_to_load_from_cache", lambda repo, name: f"/cache/{repo}/{name}")
+    check_checkpoint("google-bert/bert-base-uncased")
+
+
+def test_unreachable_hub_online_names_the_offline_switch_and_a_local_folder():
+    # Online, transformers' "couldn't connect" (the hub unreachable) becomes the same message (no network used here).
+    error = OSError("We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in "
+                    "the cached files.")
+    args = build_parser().parse_args(["convert", "some-org/some-model", "out"])
+    message = hf_ffn.cli.user_message(error, args)
+    assert message.startswith("CHECKPOINT: 'some-org/some-model' is not a local folder, so it is a Hugging Face hub")
+    assert "HF_HUB_OFFLINE" in message and "Give a local checkpoint folder" in message
 
 
 # --- parity on a variant folder --------------------------------------------------------------------------------
@@ -188,6 +215,49 @@ def test_exit_codes_are_in_the_help():
         assert "  3  parity: the checkpoint is an FfnBert variant that upstream BertModel cannot represent" in text
 
 
+# --- errors name the option the user typed ---------------------------------------------------------------------
+
+
+def test_cli_errors_name_the_option_not_the_field(tiny_bert_checkpoint, tmp_path, capsys):
+    out = str(tmp_path / "out")
+    code, err = cli_error(capsys, ["convert", tiny_bert_checkpoint, out, "--ffn-type", "reglu"])
+    assert code == EXIT_BAD_INPUT
+    assert "--init='preserving' cannot convert a 'gelu' FFN to --ffn-type='reglu'" in err
+    assert "or use --init='fresh'" in err
+    code, err = cli_error(capsys, ["convert", tiny_bert_checkpoint, out, "--ffn-type", "gelu,geglu,gelu"])
+    assert "--ffn-type has 3 entries but num_hidden_layers is 2" in err
+    code, err = cli_error(capsys, ["convert", tiny_bert_checkpoint, out, "--layer-norm-position", "middle"])
+    assert "--layer-norm-position has unknown value 'middle'; allowed: post, pre" in err
+    code, err = cli_error(capsys, ["convert", tiny_bert_checkpoint, out, "--width", "wide"])
+    assert "--width has unknown value 'wide'; allowed: keep, matched or a positive integer" in err
+    code, err = cli_error(capsys, ["parity", "--model", tiny_bert_checkpoint, "--ffn-type", "bogus"])
+    assert code == EXIT_BAD_INPUT and "--ffn-type has unknown value 'bogus'" in err
+    assert not os.path.exists(out)
+
+
+def test_fine_tuning_errors_name_the_option_not_the_field(tiny_bert_checkpoint):
+    # The fine-tuning scripts' `--ffn_type reglu` with the default `--ffn_init preserving`: load_converted's keywords
+    # are named as the script's options.
+    args = hf_ffn.training.ModelArguments(model_name_or_path=tiny_bert_checkpoint, ffn_type="reglu")
+    with pytest.raises(ValueError, match=r"--ffn_init='preserving' cannot convert a 'gelu' FFN to --ffn_type='reglu'"):
+        hf_ffn.training.load_model(args, FfnBertModel)
+
+
+def test_name_options_renames_whole_names_only():
+    options = {"init": "--init", "ffn_type": "--ffn-type"}
+    assert name_options("init='fresh' (ffn_type 'gelu')", options) == "--init='fresh' (--ffn-type 'gelu')"
+    assert name_options("re-initialises ffn_types; --ffn-type; config.init", options) == (
+        "re-initialises ffn_types; --ffn-type; config.init"
+    )
+
+
+def test_parse_width_is_the_one_width_parser():
+    assert [parse_width(w) for w in ("keep", "matched", "512", 512)] == ["keep", "matched", 512, 512]
+    for bad in ("0", 0, -3, True, "wide", "1.5"):
+        with pytest.raises(ValueError, match=r"--w has unknown value .*; allowed: keep, matched or a positive integer"):
+            parse_width(bad, "--w")
+
+
 # --- a variant override at load --------------------------------------------------------------------------------
 
 
@@ -239,6 +309,20 @@ def test_overriding_a_bert_checkpoints_activation_warns_unless_gated(tiny_bert_c
     assert messages(config_warnings) == []
 
 
+def test_warn_reused_weights_false_is_the_callers_explicit_choice(tmp_path, config_warnings):
+    """The warning is decided by the call's own arguments (no process-wide switch): `warn_reused_weights=False`
+    through a model class's `from_pretrained` reaches the config and is consumed there (neither a config attribute
+    nor a model argument); the next call without it warns again."""
+    torch.manual_seed(0)
+    FfnBertModel(tiny_config(ffn_type="swiglu")).save_pretrained(tmp_path)
+    model = FfnBertModel.from_pretrained(tmp_path, ffn_type="geglu", warn_reused_weights=False)
+    assert model.config.ffn_type == "geglu" and not hasattr(model.config, "warn_reused_weights")
+    assert FfnBertConfig.from_dict(model.config.to_dict(), warn_reused_weights=False, ffn_type="reglu").ffn_type == "reglu"
+    assert messages(config_warnings) == []
+    FfnBertModel.from_pretrained(tmp_path, ffn_type="geglu")
+    assert len(messages(config_warnings)) == 1
+
+
 def test_the_conversion_api_does_not_warn(tiny_bert_checkpoint, config_warnings):
     load_converted(tiny_bert_checkpoint, ffn_type="relu", init="fresh")  # changes the variant on purpose
     load_converted(tiny_bert_checkpoint, layer_norm_position="pre")
@@ -280,6 +364,29 @@ def test_convert_keeps_sentence_transformers_modules(tiny_sentence_transformer, 
     embeddings = converted.encode(sentences, convert_to_tensor=True)
     assert torch.allclose(embeddings.norm(dim=-1), torch.ones(3))  # normalised: Normalize kept
     assert torch.equal(embeddings, expected)  # GELU → GeGLU is function-preserving, bit for bit
+
+
+def test_to_bert_keeps_sentence_transformers_modules(tiny_sentence_transformer, tmp_path, capsys):
+    """`--to-bert` on a sentence-transformers FfnBert folder: the backbone becomes plain BERT, Pooling / Normalize
+    are kept, and the embeddings are the source model's bit for bit (BERT → default FfnBert → BERT is exact)."""
+    st = pytest.importorskip("sentence_transformers")
+    ffn_bert, bert = tmp_path / "ffn_bert", tmp_path / "bert"
+    assert main(["convert", str(tiny_sentence_transformer), str(ffn_bert)]) == 0
+    assert main(["convert", str(ffn_bert), str(bert), "--to-bert"]) == 0
+    assert f"wrote plain BERT folder {bert}" in capsys.readouterr().out
+    exported = st.SentenceTransformer(str(bert), device="cpu")
+    assert [type(m).__name__ for m in exported] == ["Transformer", "Pooling", "Normalize"]
+    assert type(exported[0].model) is BertModel
+    assert json.loads((bert / "config.json").read_text())["model_type"] == "bert"
+    sentences = ["a short one", "a somewhat longer sentence, padded in the batch", "three"]
+    source = st.SentenceTransformer(str(tiny_sentence_transformer), device="cpu")
+    assert torch.equal(exported.encode(sentences, convert_to_tensor=True),
+                       source.encode(sentences, convert_to_tensor=True))
+    # A variant backbone is refused, naming why (upstream BERT has no such FFN).
+    assert main(["convert", str(tiny_sentence_transformer), str(tmp_path / "geglu"), "--ffn-type", "geglu"]) == 0
+    code, err = cli_error(capsys, ["convert", str(tmp_path / "geglu"), str(tmp_path / "no"), "--to-bert"])
+    assert code == EXIT_BAD_INPUT and "cannot be exported to plain BERT" in err and "ffn_type=" in err
+    assert not (tmp_path / "no").exists()
 
 
 # --- file permissions ---------------------------------------------------------------------------------------------
@@ -398,9 +505,9 @@ def test_output_folder_that_is_a_file_fails_up_front(tmp_path, capsys, monkeypat
     def no_work(*args, **kwargs):
         raise AssertionError("the benchmark ran before its output folder was checked")
 
-    monkeypatch.setattr(hf_ffn.studies.benchmark.cli, "run_benchmark", no_work)
+    monkeypatch.setattr(studies.benchmark.cli, "run_benchmark", no_work)
     with pytest.raises(SystemExit) as exit_info:
-        main(["bench", "--quick", "--output-dir", str(a_file / "results")])
+        studies.benchmark.main(["--quick", "--output-dir", str(a_file / "results")])
     assert exit_info.value.code == EXIT_BAD_INPUT
     assert f"--output-dir '{a_file / 'results'}': '{a_file}' is a file, not a folder" in capsys.readouterr().err
     with pytest.raises(FileExistsError, match="is a file, not a folder"):

@@ -12,8 +12,10 @@
   `hf_ffn.checkpoint_names`) with transformers' `Chunk`/`Concatenate`.
 - `pruning`: `init="pruned"` (`load_pruned`): a narrower GLU keeping the most important units of the
   full-width conversion by a measured score on calibration text, its down projection refitted in closed form.
-- `folders`: `convert_checkpoint` (what `hf-ffn convert` and scripts/convert_checkpoint.py run) and
-  `export_to_bert`, both written atomically (`atomic_output_dir`).
+- `card`: `build_model_card`, a converted folder's model card (README.md).
+- `folders`: `write_converted_folder` (the one writer of a converted folder), `convert_checkpoint` (what
+  `hf-ffn convert` and scripts/convert_checkpoint.py run) and `export_to_bert`, written atomically
+  (`atomic_output_dir`).
 
 Every public name of the parts (and the key maps and `bert_key` of `hf_ffn.checkpoint_names`) is importable
 from `hf_ffn.conversion`.
@@ -32,14 +34,16 @@ from ..checkpoint_names import (
     reverse_key_maps,
 )
 from ..parity.compare import COMPARED_OUTPUTS, output_difference
+from .card import build_model_card
 from .folders import (
     REPORT_FILE,
     atomic_output_dir,
     convert_checkpoint,
     export_to_bert,
     ffn_class_for,
-    full_auto_map,
     parse_cli_options,
+    source_tokenizer,
+    write_converted_folder,
 )
 from .loader import load_converted
 from .measure import measure_difference
@@ -54,6 +58,7 @@ from .recipes import (
     FfnRecipe,
     allowed_preserving_targets,
     ffn_recipe,
+    parse_width,
 )
 from .report import ConversionReport
 from .state_dicts import convert_state_dict
@@ -79,13 +84,13 @@ __all__ = [
     "KeyMap",
     "allowed_preserving_targets",
     "atomic_output_dir",
+    "build_model_card",
     "bert_key",
     "convert_checkpoint",
     "convert_state_dict",
     "export_to_bert",
     "ffn_class_for",
     "ffn_recipe",
-    "full_auto_map",
     "load_converted",
     "load_megatron_bert",
     "load_pruned",
@@ -93,7 +98,10 @@ __all__ = [
     "megatron_config_to_ffn_bert",
     "output_difference",
     "parse_cli_options",
+    "parse_width",
     "prune_model",
     "reverse_key_maps",
     "solve_down",
+    "source_tokenizer",
+    "write_converted_folder",
 ]

@@ -1,26 +1,30 @@
-"""Writing folders: `convert_checkpoint` (what `hf-ffn convert` and scripts/convert_checkpoint.py run) and
-`export_to_bert`, both written atomically (`atomic_output_dir`), with the remote-code `auto_map`, the tokenizer,
-the conversion report and the model card. (`atomic_output_dir` lives in `hf_ffn.files`, `REPORT_FILE` in
-`hf_ffn.checkpoints`; both are re-exported here.)"""
+"""Writing folders: `write_converted_folder`, the one writer of a converted folder (weights and config with the
+remote-code `auto_map`, the tokenizer, the conversion report and the model card), which `convert_checkpoint`
+(what `hf-ffn convert` and scripts/convert_checkpoint.py run), `hf_ffn.sentence_transformers` and the healing run
+call; and `export_to_bert`. Every folder is written atomically (`atomic_output_dir`). (`atomic_output_dir` lives
+in `hf_ffn.files`, `REPORT_FILE` in `hf_ffn.checkpoints`; both are re-exported here.)"""
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoTokenizer, BertConfig, PretrainedConfig
+from transformers import AutoTokenizer, BertConfig, PretrainedConfig, PreTrainedTokenizerBase
 
 from ..checkpoints import REPORT_FILE, check_checkpoint
 from ..configuration_ffn_bert import FfnBertConfig
 from ..files import atomic_output_dir
 from ..logging_utils import quiet_transformers
-from ..model_card import write_model_card
-from ..modeling_ffn_bert import AUTO_MAP, FfnBertModel, FfnBertPreTrainedModel, head_class_for
+from ..modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel, head_class_for
+from .card import build_model_card
 from .loader import load_converted
 from .measure import measure_difference
 from .pruning import DEFAULT_SCORE, load_pruned
+from .recipes import parse_width
 from .report import ConversionReport
 
 # FfnBert's own config fields (and remote-code bookkeeping) that a plain BERT config does not carry.
@@ -30,25 +34,55 @@ FFN_ONLY_FIELDS = (
 )
 
 
-def full_auto_map() -> dict[str, str]:
-    """`auto_map` naming every FfnBert Auto class, so a saved folder loads with any of them (remote code)."""
-    return dict(AUTO_MAP)
-
-
-def save_tokenizer(checkpoint: str, folder: Path) -> bool:
-    """Save the checkpoint's tokenizer files into `folder` (through AutoTokenizer); False if it has none."""
+def source_tokenizer(checkpoint: str) -> PreTrainedTokenizerBase | None:
+    """The checkpoint's tokenizer (AutoTokenizer), None if it has none."""
     try:
-        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+        return AutoTokenizer.from_pretrained(checkpoint)
     except (OSError, ValueError, TypeError):
-        return False
-    tokenizer.save_pretrained(folder)
-    return True
+        return None
 
 
-def ffn_class_for(checkpoint: str) -> type[FfnBertPreTrainedModel]:
-    """The FfnBert class matching the checkpoint's `architectures[0]` (`BertForMaskedLM` → `FfnBertForMaskedLM`);
-    `FfnBertModel` when it names none or another one."""
-    architectures = PretrainedConfig.get_config_dict(checkpoint)[0].get("architectures") or []
+def write_converted_folder(
+    folder: str | os.PathLike,
+    model: FfnBertPreTrainedModel,
+    report: ConversionReport,
+    *,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    model_dir: str | os.PathLike | None = None,
+    report_extra: Mapping[str, Any] | None = None,
+    card_section: str = "",
+    **card_options: Any,
+) -> None:
+    """Write a converted folder into `folder` (an empty folder: the temporary one of `atomic_output_dir`).
+
+    Files: the model (`save_pretrained`: config.json, whose `auto_map` names every FfnBert Auto class, see
+    `FfnBertPreTrainedModel.save_pretrained`; model.safetensors; the remote-code source), the tokenizer files
+    (if `tokenizer`), `REPORT_FILE` (`report` plus `report_extra`'s entries) and the model card README.md
+    (`build_model_card(model, report, **card_options)` followed by `card_section`).
+
+    `model_dir`: the model and tokenizer were already saved there by someone else (a sentence-transformers
+    backbone folder inside `folder`): only the report (beside those weights) and the card are written.
+    """
+    folder = Path(folder)
+    if model_dir is None:
+        model.save_pretrained(folder)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(folder)
+    report_file = Path(model_dir or folder) / REPORT_FILE
+    report_file.write_text(json.dumps({**report.to_dict(), **(report_extra or {})}, indent=2, default=str) + "\n",
+                           encoding="utf-8")
+    card = build_model_card(model, report, **card_options)
+    card.text += card_section
+    card.save(folder / "README.md")
+
+
+def ffn_class_for(checkpoint: str | PretrainedConfig) -> type[FfnBertPreTrainedModel]:
+    """The FfnBert class matching the checkpoint's (or the config's) `architectures[0]` (`BertForMaskedLM` →
+    `FfnBertForMaskedLM`); `FfnBertModel` when it names none or another one."""
+    if isinstance(checkpoint, PretrainedConfig):
+        architectures = checkpoint.architectures or []
+    else:
+        architectures = PretrainedConfig.get_config_dict(checkpoint)[0].get("architectures") or []
     head = head_class_for(architectures[0]) if architectures else None
     return head.ffn_bert if head is not None else FfnBertModel
 
@@ -68,10 +102,10 @@ def convert_checkpoint(
     calibration_ids: torch.Tensor | None = None,
     prune_score: str = DEFAULT_SCORE,
 ) -> ConversionReport:
-    """Convert a BERT checkpoint into an FfnBert folder: config (with `auto_map`), model.safetensors, the
-    configuration/modeling/naming source for `trust_remote_code`, the tokenizer files, `conversion_report.json`
-    (with the measured difference from the source on the fixed input of `measure_difference`) and a model card
-    (README.md).
+    """Convert a BERT checkpoint into an FfnBert folder (`write_converted_folder`: config with `auto_map`,
+    model.safetensors, the configuration/modeling/naming source for `trust_remote_code`, the tokenizer files,
+    `conversion_report.json` with the measured difference from the source on the fixed input of
+    `measure_difference`, and a model card).
 
     `model_class` defaults to the FfnBert twin of the checkpoint's architecture. `seed` seeds every weight the
     conversion initialises. `init="pruned"` (`hf_ffn.conversion.pruning.load_pruned`) needs `calibration_ids`
@@ -100,22 +134,22 @@ def convert_checkpoint(
                 width=width
             )
         measure_difference(checkpoint, model, report)
-        model.config.auto_map = full_auto_map()
-        model.save_pretrained(tmp)
-        save_tokenizer(checkpoint, tmp)
-        report.save(str(tmp / REPORT_FILE))
-        write_model_card(tmp, model, report, base_model=base_model, license=license)
+        write_converted_folder(tmp, model, report, tokenizer=source_tokenizer(checkpoint), base_model=base_model,
+                               license=license)
     return report
 
 
 def parse_cli_options(args: Any) -> dict[str, Any]:
-    """`convert_checkpoint` keywords from `hf-ffn convert` arguments: comma lists become per-layer lists, a
-    numeric width an int (other values are validated by `load_converted`)."""
+    """`convert_checkpoint` keywords from `hf-ffn convert` arguments: comma lists become per-layer lists, the width
+    is parsed (`parse_width`; other values are validated by `load_converted`).
+
+    Raises:
+        ValueError: a bad `--width`."""
 
     def names(value: str | None) -> str | list[str] | None:
         return None if value is None else (value.split(",") if "," in value else value)
 
-    width = int(args.width) if str(args.width).isdigit() else args.width
+    width = parse_width(args.width, "--width")
     return {
         "ffn_type": names(args.ffn_type), "layer_norm_position": names(args.layer_norm_position), "init": args.init,
         "width": width, "seed": args.seed, "base_model": args.base_model, "license": args.license,
@@ -156,7 +190,9 @@ def export_to_bert(source: str | os.PathLike, output_dir: str | os.PathLike) -> 
         if problems:
             raise ValueError(f"{source}: weights do not load strictly into {upstream.__name__}: {problems}")
         model.save_pretrained(tmp)
-        save_tokenizer(str(source), tmp)
+        tokenizer = source_tokenizer(str(source))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
     return Path(output_dir)
 
 
@@ -167,7 +203,7 @@ __all__ = [
     "convert_checkpoint",
     "export_to_bert",
     "ffn_class_for",
-    "full_auto_map",
     "parse_cli_options",
-    "save_tokenizer",
+    "source_tokenizer",
+    "write_converted_folder",
 ]

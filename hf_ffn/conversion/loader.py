@@ -20,14 +20,16 @@ from transformers import PreTrainedModel
 
 from ..checkpoint_names import GATE_PROJ, bert_key
 from ..checkpoints import check_checkpoint
-from ..configuration_ffn_bert import FfnBertConfig, is_gated, parameter_matched_glu_width, variant_change_intended
+from ..configuration_ffn_bert import FfnBertConfig, is_gated, parameter_matched_glu_width
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel
-from .recipes import INITS, WIDTHS, FfnRecipe, ffn_recipe
+from .recipes import INITS, FfnRecipe, ffn_recipe, parse_width
 from .report import ConversionReport
 
 # Config fields that say where a config came from, not what the model computes.
-BOOKKEEPING_FIELDS = {"architectures", "transformers_version", "model_type", "_name_or_path", "dtype", "torch_dtype"}
+BOOKKEEPING_FIELDS = {
+    "architectures", "transformers_version", "model_type", "_name_or_path", "dtype", "torch_dtype", "auto_map",
+}
 # Keywords `load_converted` sets itself.
 RESERVED_KEYWORDS = ("intermediate_size", "output_loading_info")
 
@@ -52,8 +54,7 @@ def target_width(width: str | int, source_width: int, target_types: list[str]) -
     Raises:
         ValueError: an unknown `width`, or "matched" with no gated layer.
     """
-    if isinstance(width, bool) or not (width in WIDTHS or (isinstance(width, int) and width > 0)):
-        raise ValueError(f"width has unknown value {width!r}; allowed: 'keep', 'matched' or a positive integer")
+    width = parse_width(width)
     if width == "keep":
         return source_width
     if width == "matched":
@@ -97,7 +98,7 @@ def plan_conversion(
     source_act = source_config.hidden_act
     overrides = {k: v for k, v in (("ffn_type", ffn_type), ("layer_norm_position", layer_norm_position)) if v is not None}
     # Validate the names before touching weights (FfnBertConfig raises naming the field and allowed values).
-    probe = FfnBertConfig.from_bert_dict(source_config.to_dict(), source=str(checkpoint), **overrides)[0]
+    probe = FfnBertConfig.from_dict(source_config.to_dict(), warn_reused_weights=False, **overrides)
     target_types = probe.ffn_types
     new_width = target_width(width, source_config.intermediate_size, target_types)
     width_changed = new_width != source_config.intermediate_size
@@ -133,8 +134,12 @@ def load_planned(
             intermediate_size=plan.target_width,
             ignore_mismatched_sizes=plan.init == "fresh",
             output_loading_info=True,
+            warn_reused_weights=False,  # the variant changes on purpose: the plan maps or re-initialises the weights
             **from_pretrained_kwargs,
         )
+    # The source's remote-code classes (a BERT checkpoint with its own `auto_map`) are not this model's: dropped
+    # here; `FfnBertPreTrainedModel.save_pretrained` writes FfnBert's (`AUTO_MAP`).
+    model.config.auto_map = None
     return model.eval(), info
 
 
@@ -275,12 +280,11 @@ def load_converted(
             FFN change; `intermediate_size` or `output_loading_info` in the kwargs.
     """
     check_checkpoint(checkpoint)
-    with variant_change_intended():  # the variant changes on purpose: no "weights reused" warning from the config
-        plan = plan_conversion(
-            checkpoint, ffn_type=ffn_type, layer_norm_position=layer_norm_position, init=init, width=width,
-            from_pretrained_kwargs=from_pretrained_kwargs,
-        )
-        model, info = load_planned(plan, model_class, from_pretrained_kwargs)
+    plan = plan_conversion(
+        checkpoint, ffn_type=ffn_type, layer_norm_position=layer_norm_position, init=init, width=width,
+        from_pretrained_kwargs=from_pretrained_kwargs,
+    )
+    model, info = load_planned(plan, model_class, from_pretrained_kwargs)
     mapped, fresh_keys = apply_plan(model, plan)
     return model, conversion_report(plan, model, info, mapped, fresh_keys)
 

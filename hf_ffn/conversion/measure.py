@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import BertModel
+from transformers import BertModel, PreTrainedModel
 
 from ..checkpoint_names import is_variant_key
 from ..configuration_ffn_bert import FfnBertConfig
@@ -19,7 +19,7 @@ from .report import ConversionReport
 
 def measure_difference(
     source: str, model: FfnBertPreTrainedModel, report: ConversionReport | None = None,
-    inputs: dict[str, torch.Tensor] | None = None,
+    inputs: dict[str, torch.Tensor] | None = None, reference: PreTrainedModel | None = None,
 ) -> dict[str, Any]:
     """The converted `model`'s output difference from the source checkpoint on a fixed input.
 
@@ -28,7 +28,9 @@ def measure_difference(
     (no `report.new` key outside the encoder FFNs and `final_norm`); otherwise upstream `BertModel` against
     `model.base_model` (last_hidden_state only, as new head weights are random on both sides). A source that is an
     FfnBert variant (not plain BERT, e.g. a healed or converted teacher) is loaded as the FfnBert twin of that class
-    instead, since an upstream class would drop its variant weights. The fixed input is
+    instead, since an upstream class would drop its variant weights. `reference`: the source already loaded (e.g.
+    the healing run's teacher), used instead of loading it again; when its class is not the one chosen above,
+    the base models are compared (last_hidden_state only, unless `model` is the bare model). The fixed input is
     `parity.example_batch`: three tokenized sentence pairs of unequal lengths, padded (or seeded random ids
     when the checkpoint has no tokenizer); per-token outputs are compared on real tokens. If `report` is given,
     the result is also stored in `report.difference`.
@@ -51,7 +53,11 @@ def measure_difference(
             candidate = model
         if not config.is_default_bert:
             upstream = ffn_bert_of[upstream]
-        reference = upstream.from_pretrained(source, attn_implementation=attn)
+        if reference is None:
+            reference = upstream.from_pretrained(source, attn_implementation=attn)
+        elif type(reference) is not upstream:  # another head of the same source: compare the encoders
+            reference = reference.base_model
+            upstream, candidate = type(reference), model.base_model
     result: dict[str, Any] = {
         "reference": f"{upstream.__module__.split('.')[0]}.{upstream.__name__}",
         "inputs": "parity.example_batch: " + "; ".join(" / ".join(p) for p in SENTENCE_PAIRS)

@@ -23,10 +23,10 @@ def megatron_config_to_ffn_bert(config_dict: dict[str, Any], **overrides) -> Ffn
     if config_dict.get("model_type") != "megatron-bert":
         raise ValueError(f"model_type must be 'megatron-bert', got {config_dict.get('model_type')!r}")
     bert_dict = {**config_dict, "model_type": "bert", "architectures": None}
-    config, _unused = FfnBertConfig.from_bert_dict(
-        bert_dict, source="megatron-bert config", layer_norm_position="pre", embedding_layer_norm=False, **overrides
+    # MegatronBERT's placement is Pre-LN: its weights are mapped to those places exactly (no reuse to warn about).
+    return FfnBertConfig.from_dict(
+        bert_dict, warn_reused_weights=False, layer_norm_position="pre", embedding_layer_norm=False, **overrides
     )
-    return config
 
 
 def load_megatron_bert(

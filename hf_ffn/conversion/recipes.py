@@ -37,6 +37,20 @@ INITS = ("preserving", "fresh", "pruned")  # "pruned": hf_ffn.conversion.pruning
 WIDTHS = ("keep", "matched")
 
 
+def parse_width(width: str | int, name: str = "width") -> str | int:
+    """A width as `load_converted` takes it: "keep", "matched" or a positive int (a string of digits, as a command
+    line gives it, becomes the int).
+
+    Raises:
+        ValueError: naming `name` (the argument or flag), the value and what is allowed.
+    """
+    if isinstance(width, str) and width.isdigit():
+        width = int(width)
+    if isinstance(width, bool) or not (width in WIDTHS or (isinstance(width, int) and width > 0)):
+        raise ValueError(f"{name} has unknown value {width!r}; allowed: {', '.join(WIDTHS)} or a positive integer")
+    return width
+
+
 @dataclass(frozen=True)
 class FfnRecipe:
     """How one layer's FFN is built from a standard FFN's first projection (W, b) when preserving.
@@ -109,5 +123,6 @@ __all__ = [
     "FfnRecipe",
     "allowed_preserving_targets",
     "ffn_recipe",
+    "parse_width",
     "sigmoid_form_recipe",
 ]

@@ -30,7 +30,7 @@ from .metrics import (
     measure_agreement,
     subset_indices,
 )
-from .run import HealArguments, check_models, healing_section, resume_path, run_healing, save_healed
+from .run import HealArguments, HealModels, check_models, healing_section, run_healing, save_healed
 
 __all__ = [
     "AgreementCallback",
@@ -41,6 +41,7 @@ __all__ = [
     "LAYER_CHOICES",
     "LayerwiseArguments",
     "TRAIN_PARTS",
+    "HealModels",
     "check_models",
     "compare_to_teacher",
     "dropout_off",
@@ -51,7 +52,6 @@ __all__ = [
     "linear_probe",
     "mean_pool",
     "measure_agreement",
-    "resume_path",
     "run_healing",
     "save_healed",
     "select_trainable",

@@ -7,7 +7,9 @@ with the report extended by a `healing` entry (command, arguments, data, before/
 training losses) and the card by a "Healing" section; the card's "measured difference from the source" is
 re-measured on the healed weights. It is written atomically (`hf_ffn.conversion.atomic_output_dir`): nothing is
 left there if the run fails. `output_dir` is Trainer's: checkpoints (`checkpoint-N/`, resumable with
-`--resume_from_checkpoint PATH` or `last`) and logs.
+`--resume_from_checkpoint PATH` or `last`, `hf_ffn.training.resume_checkpoint`) and logs. The student's config and
+tokenizer and the teacher are each read once (`check_models`, `load_teacher`); the teacher loaded for training is
+also the reference of the re-measured difference.
 
 Everything that can be wrong with the input raises before training: missing or empty text files or folders,
 text shorter than one block, teacher and student of different vocabularies (config or tokenizer) or hidden sizes,
@@ -27,18 +29,24 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer, TrainingArguments
-from transformers import default_data_collator
-from transformers.trainer_utils import get_last_checkpoint
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedTokenizerBase,
+    TrainingArguments,
+    default_data_collator,
+)
 
 from ..checkpoints import check_checkpoint, conversion_source
 from ..configuration_ffn_bert import FfnBertConfig
-from ..conversion import REPORT_FILE, ConversionReport, ffn_class_for, full_auto_map, measure_difference
+from ..conversion import REPORT_FILE, ConversionReport, ffn_class_for, measure_difference, write_converted_folder
 from ..files import atomic_output_dir, check_new_folder
 from ..logging_utils import quiet_transformers
-from ..model_card import build_model_card
-from ..modeling_ffn_bert import FfnBertModel
-from ..training import mlm_blocks, read_rt_polarity, read_text_documents
+from ..modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel
+from ..training import mlm_blocks, read_rt_polarity, read_text_documents, resume_checkpoint
 from .distill import DistillationLoss, DistillationTrainer, dropout_off, select_trainable
 from .layerwise import METHODS, LayerwiseArguments, heal_layerwise, layerwise_section
 from .metrics import PROBE_FOLDS, AgreementCallback, measure_agreement, subset_indices
@@ -90,8 +98,20 @@ class HealArguments:
             raise ValueError(f"--max_seq_length must be > 2, got {self.max_seq_length}")
 
 
-def check_models(heal_args: HealArguments) -> str:
-    """The teacher path, after checking that teacher and student fit (see the module docstring).
+@dataclass
+class HealModels:
+    """What `check_models` read, each once: the teacher's path and config, the student's config, FfnBert class and
+    tokenizer (the teacher's tokenizer is only compared)."""
+
+    teacher: str
+    teacher_config: PretrainedConfig
+    student_config: FfnBertConfig
+    student_class: type[FfnBertPreTrainedModel]
+    tokenizer: PreTrainedTokenizerBase
+
+
+def check_models(heal_args: HealArguments) -> HealModels:
+    """Check that teacher and student fit (see the module docstring), reading each config and tokenizer once.
 
     Raises:
         FileNotFoundError: student or teacher folder missing. ValueError: as the module docstring says.
@@ -124,29 +144,32 @@ def check_models(heal_args: HealArguments) -> str:
                 f"--layers all compares every hidden state, but the LayerNorm placement differs (teacher {t_lns}, "
                 f"student {s_config.layer_norm_positions}): a Pre-LN layer's output is the un-normalised residual "
                 f"stream, a Post-LN one's is normalised; use --layers last")
-    if heal_args.mlm_kl_weight > 0 and ffn_class_for(str(student)).__name__ not in MLM_CLASSES:
+    student_class = ffn_class_for(s_config)
+    if heal_args.mlm_kl_weight > 0 and student_class.__name__ not in MLM_CLASSES:
         raise ValueError(f"--mlm_kl_weight > 0 needs an MLM head on the student; {str(student)!r} is a "
-                         f"{ffn_class_for(str(student)).__name__} (allowed: {', '.join(MLM_CLASSES)})")
-    t_vocab, s_vocab = tokenizer_vocab(teacher), tokenizer_vocab(str(student))
-    if s_vocab is None:
+                         f"{student_class.__name__} (allowed: {', '.join(MLM_CLASSES)})")
+    tokenizer = load_tokenizer(str(student), s_config)
+    if tokenizer is None:
         raise FileNotFoundError(f"--student: {str(student)!r} holds no tokenizer (tokenizer.json or vocab.txt)")
+    t_tokenizer = load_tokenizer(teacher, t_config)
+    t_vocab, s_vocab = (t_tokenizer.get_vocab() if t_tokenizer else None), tokenizer.get_vocab()
     if t_vocab is not None and t_vocab != s_vocab:
         only = sorted(set(s_vocab.items()) ^ set(t_vocab.items()))[:5]
         raise ValueError(f"teacher {teacher!r} and student {str(student)!r} tokenizers differ ({len(t_vocab)} vs "
                          f"{len(s_vocab)} tokens; e.g. {only}); distillation needs the same vocabulary")
-    return teacher
+    return HealModels(teacher, t_config, s_config, student_class, tokenizer)
 
 
-def tokenizer_vocab(name_or_path: str) -> dict[str, int] | None:
-    """The tokenizer's vocabulary (token → id), or None for a local folder without tokenizer files (transformers
-    would otherwise build an empty tokenizer for it)."""
+def load_tokenizer(name_or_path: str, config: PretrainedConfig) -> PreTrainedTokenizerBase | None:
+    """The tokenizer (`config`, already read, spares AutoTokenizer reading it again), or None for a local folder
+    without tokenizer files (transformers would otherwise build an empty tokenizer for it)."""
     folder = Path(name_or_path)
     if folder.is_dir() and not any((folder / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
         return None
-    return AutoTokenizer.from_pretrained(name_or_path).get_vocab()
+    return AutoTokenizer.from_pretrained(name_or_path, config=config)
 
 
-def load_teacher(teacher: str, with_head: bool) -> torch.nn.Module:
+def load_teacher(teacher: str, with_head: bool, config: PretrainedConfig | None = None) -> torch.nn.Module:
     """The teacher (upstream `BertModel`/`BertForMaskedLM` for a BERT checkpoint, FfnBert for an FfnBert one),
     eval mode, frozen. With the KL term, every MLM-head weight must come from the checkpoint.
 
@@ -154,25 +177,11 @@ def load_teacher(teacher: str, with_head: bool) -> torch.nn.Module:
         ValueError: if the MLM head would be newly initialised.
     """
     auto = AutoModelForMaskedLM if with_head else AutoModel
-    model, info = auto.from_pretrained(teacher, output_loading_info=True)
+    model, info = auto.from_pretrained(teacher, config=config, output_loading_info=True)
     if with_head and info["missing_keys"]:
         raise ValueError(f"--mlm_kl_weight > 0 needs the teacher's MLM head, but {teacher!r} lacks "
                          f"{sorted(info['missing_keys'])}")
     return model.eval().requires_grad_(False)
-
-
-def resume_path(value: str | None, output_dir: str) -> str | None:
-    """`--resume_from_checkpoint`: a checkpoint path, or "last" / "true" for the newest in `output_dir`.
-
-    Raises:
-        ValueError: "last" without any checkpoint in `output_dir`.
-    """
-    if value is None or value.lower() not in ("last", "true"):
-        return value
-    last = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
-    if last is None:
-        raise ValueError(f"--resume_from_checkpoint {value}: no checkpoint-N folder in {output_dir!r}")
-    return last
 
 
 def run_healing(
@@ -188,7 +197,8 @@ def run_healing(
     start = time.perf_counter()
     command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
     documents = read_text_documents(heal_args.train_files)
-    teacher_path = check_models(heal_args)
+    models = check_models(heal_args)
+    teacher_path, tokenizer = models.teacher, models.tokenizer
     healed_dir = Path(heal_args.healed_dir or Path(training_args.output_dir) / "healed")
     check_new_folder(healed_dir, "--healed_dir")
     texts, labels = read_rt_polarity(heal_args.eval_dir, "--eval_dir") if heal_args.eval_dir else (None, None)
@@ -200,8 +210,7 @@ def run_healing(
             raise ValueError(f"--max_eval_snippets {heal_args.max_eval_snippets}: the seeded subset has {counts} "
                              f"snippets per label, but the {PROBE_FOLDS}-fold probe needs at least {PROBE_FOLDS} of "
                              f"each; give a larger number or --probe false")
-    resume = resume_path(training_args.resume_from_checkpoint, training_args.output_dir)
-    tokenizer = AutoTokenizer.from_pretrained(heal_args.student)
+    resume = resume_checkpoint(training_args)
     blocks = mlm_blocks([text for _, text in documents], tokenizer, heal_args.max_seq_length)
     if len(blocks) == 0:
         raise ValueError(f"--train_files: the text is shorter than one block of --max_seq_length "
@@ -212,9 +221,8 @@ def run_healing(
     blocks = blocks.add_column("attention_mask", [[1] * heal_args.max_seq_length] * len(blocks))
 
     with_head = heal_args.mlm_kl_weight > 0
-    teacher = load_teacher(teacher_path, with_head)
-    student_class = ffn_class_for(heal_args.student)
-    student = student_class.from_pretrained(heal_args.student)
+    teacher = load_teacher(teacher_path, with_head, models.teacher_config)
+    student = models.student_class.from_pretrained(heal_args.student, config=models.student_config)
     trainable = select_trainable(student, heal_args.train_parts, with_head)
     main = training_args.process_index == 0
     curve_texts = [texts[i] for i in subset_indices(len(texts), heal_args.curve_snippets)] if texts else []
@@ -280,7 +288,7 @@ def run_healing(
         "wall_seconds": time.perf_counter() - start,
         "healed_dir": str(healed_dir),
     }
-    save_healed(healed_dir, student.cpu(), tokenizer, heal_args.student, teacher_path, healing)
+    save_healed(healed_dir, student.cpu(), tokenizer, heal_args.student, teacher.cpu(), healing)
     return healing
 
 
@@ -295,23 +303,23 @@ def student_report(student_dir: str, teacher: str, model_class: str) -> tuple[Co
     return ConversionReport(**data), previous
 
 
-def save_healed(folder: Path, student, tokenizer, student_dir: str, teacher: str, healing: dict) -> None:
-    """Write the healed converted folder atomically (see the module docstring)."""
-    report, previous = student_report(student_dir, teacher, type(student).__name__)
+def save_healed(
+    folder: Path, student, tokenizer, student_dir: str, teacher: str | torch.nn.Module, healing: dict
+) -> None:
+    """Write the healed converted folder atomically (`write_converted_folder`; see the module docstring).
+
+    `teacher`: the teacher's path, or the teacher model already loaded (its path is `healing["teacher"]`); the
+    fixed-input difference is re-measured against it."""
+    teacher_path = healing["teacher"] if isinstance(teacher, torch.nn.Module) else teacher
+    reference = teacher if isinstance(teacher, torch.nn.Module) else None
+    report, previous = student_report(student_dir, teacher_path, type(student).__name__)
     if previous is not None:
         healing = {**healing, "previous": previous}
-    before_difference = report.difference
+    healing["fixed_input_difference_before"] = report.difference
     with atomic_output_dir(folder) as tmp:
-        student.config.auto_map = full_auto_map()
-        student.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        measure_difference(teacher, student, report)
-        healing["fixed_input_difference_before"] = before_difference
-        (tmp / REPORT_FILE).write_text(json.dumps({**report.to_dict(), "healing": healing}, indent=2,
-                                                  default=str) + "\n")
-        card = build_model_card(student, report, model_name=f"{Path(student_dir).name}-healed")
-        card.text = card.text + healing_section(healing)
-        card.save(tmp / "README.md")
+        measure_difference(teacher_path, student, report, reference=reference)
+        write_converted_folder(tmp, student, report, tokenizer=tokenizer, report_extra={"healing": healing},
+                               card_section=healing_section(healing), model_name=f"{Path(student_dir).name}-healed")
 
 
 def _row(name: str, before: dict | None, after: dict | None, key: str, fmt: str) -> str:
@@ -367,4 +375,5 @@ Command:
 """
 
 
-__all__ = ["HealArguments", "check_models", "healing_section", "resume_path", "run_healing", "save_healed"]
+__all__ = ["HealArguments", "HealModels", "check_models", "healing_section", "load_tokenizer", "run_healing",
+           "save_healed"]

@@ -3,7 +3,8 @@
 `run_parity` compares every output (last_hidden_state, pooler_output, each hidden state and attention map, each
 head's logits) of each FfnBert head class with the same upstream Bert head class (`HEAD_CLASSES`), plus each
 layer's FFN output, with `torch.equal`. Heads whose weights the checkpoint lacks are first created by upstream
-transformers with a fixed seed and saved, and both models load that folder, so both see the same weights.
+transformers with a fixed seed and saved, and both models load that folder, so both see the same weights
+(`head_folders`, which the tests use too).
 `variant_report` shows what a non-default variant changes instead. The tests and `hf-ffn parity` call these.
 """
 
@@ -23,7 +24,7 @@ from ..checkpoints import (
     group_layer_keys,
     weights_bert_ignores,
 )
-from ..configuration_ffn_bert import FfnBertConfig, variant_change_intended
+from ..configuration_ffn_bert import FfnBertConfig
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import HEAD_CLASSES, FfnBertModel
 from .batches import TIME_FLIES_IDS, example_batch, head_inputs
@@ -82,6 +83,27 @@ def ffn_outputs(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[torch
     return captured
 
 
+def head_folders(checkpoint: str, root: str | os.PathLike, seed: int = 0) -> dict[type, str]:
+    """The folder each upstream head class of `HEAD_CLASSES` loads `checkpoint` from, so that upstream and FfnBert
+    load the same weights from disk.
+
+    A head whose weights the checkpoint lacks is created once by upstream transformers under
+    `torch.manual_seed(seed)` and saved under `root` (a folder named after the class); a head the checkpoint holds
+    completely loads from `checkpoint` itself (saving it again would copy the same tensors).
+    """
+    folders = {}
+    with quiet_transformers():
+        for head in HEAD_CLASSES:
+            torch.manual_seed(seed)
+            model, info = head.bert.from_pretrained(checkpoint, output_loading_info=True)
+            if info["missing_keys"]:
+                folders[head.bert] = os.path.join(root, head.bert.__name__)
+                model.save_pretrained(folders[head.bert])
+            else:
+                folders[head.bert] = checkpoint
+    return folders
+
+
 def run_parity(
     checkpoint: str, attn_implementation: str = "eager", seed: int = 0, **overrides
 ) -> list[ParityRow]:
@@ -111,14 +133,13 @@ def run_parity(
             raise NotPlainBertError(str(checkpoint), config)
         batch = example_batch(checkpoint, config)
         want_attentions = attn_implementation == "eager"
+        folders = head_folders(checkpoint, tmp, seed)
         for upstream_class, ffn_class in HEAD_PAIRS.items():
-            folder = os.path.join(tmp, upstream_class.__name__)
-            torch.manual_seed(seed)
-            upstream_class.from_pretrained(checkpoint).save_pretrained(folder)
+            folder = folders[upstream_class]
             reference = upstream_class.from_pretrained(folder, attn_implementation=attn_implementation).eval()
-            with variant_change_intended():  # `overrides` are deliberate (negative controls)
-                candidate = ffn_class.from_pretrained(folder, attn_implementation=attn_implementation, **overrides)
-            candidate.eval()
+            candidate = ffn_class.from_pretrained(  # `overrides` are deliberate (negative controls)
+                folder, attn_implementation=attn_implementation, warn_reused_weights=False, **overrides
+            ).eval()
             inputs = head_inputs(upstream_class, batch)
             with torch.no_grad():
                 ref_out = reference(**inputs, output_hidden_states=True, output_attentions=want_attentions)
@@ -160,19 +181,19 @@ def variant_report(checkpoint: str, attn_implementation: str = "eager", **overri
         ValueError: if the checkpoint is not BERT-shaped or an override is invalid (from `FfnBertConfig`).
     """
     check_checkpoint(checkpoint)
-    with variant_change_intended():  # the report lists the reused and new weights itself
-        config = FfnBertConfig.from_pretrained(checkpoint, **overrides)  # fails early, clearly, on a bad request
-        batch = example_batch(checkpoint, config)
-        torch.manual_seed(0)
-        reference = BertModel.from_pretrained(checkpoint, attn_implementation=attn_implementation).eval()
-        variant, info = FfnBertModel.from_pretrained(
-            checkpoint,
-            attn_implementation=attn_implementation,
-            output_loading_info=True,
-            # another width cannot reuse the FFN weights: load them as new (listed under `mismatched_weights`)
-            ignore_mismatched_sizes="intermediate_size" in overrides,
-            **overrides,
-        )
+    # Fails early, clearly, on a bad request; no "weights reused" warning: the report lists reused and new weights.
+    config = FfnBertConfig.from_pretrained(checkpoint, warn_reused_weights=False, **overrides)
+    batch = example_batch(checkpoint, config)
+    torch.manual_seed(0)
+    reference = BertModel.from_pretrained(checkpoint, attn_implementation=attn_implementation).eval()
+    variant, info = FfnBertModel.from_pretrained(
+        checkpoint,
+        config=config,
+        attn_implementation=attn_implementation,
+        output_loading_info=True,
+        # another width cannot reuse the FFN weights: load them as new (listed under `mismatched_weights`)
+        ignore_mismatched_sizes="intermediate_size" in overrides,
+    )
     variant.eval()
     with torch.no_grad():
         ref_out = reference(**batch, output_hidden_states=True)
@@ -215,6 +236,7 @@ __all__ = [
     "ffn_outputs",
     "ffn_rows",
     "format_table",
+    "head_folders",
     "rows_as_dicts",
     "run_parity",
     "variant_report",

@@ -20,13 +20,13 @@ training starts, naming the file or field, the value and what is allowed.
 """
 
 from .arguments import (
-    FFN_INITS,
-    FFN_WIDTHS,
+    RESUME_LAST,
     RT_POLARITY_SPLIT,
     ClassificationDataArguments,
     MlmDataArguments,
     ModelArguments,
     parse_arguments,
+    resume_checkpoint,
 )
 from .classification import classification_metrics, run_classification
 from .data import (
@@ -63,13 +63,13 @@ __all__ = [
     "ClassificationDataArguments",
     "DATA_FILE_EXTENSIONS",
     "DEFAULT_TEXT_COLUMNS",
-    "FFN_INITS",
-    "FFN_WIDTHS",
     "FixedOrRandomMaskCollator",
     "MlmDataArguments",
     "ModelArguments",
+    "RESUME_LAST",
     "RT_POLARITY_SPLIT",
     "parse_arguments",
+    "resume_checkpoint",
     "STAGING_FOLDER",
     "check_checkpoint",
     "checkpoint_unpad_tokens",

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from transformers import HfArgumentParser
+from transformers import HfArgumentParser, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
 
 from ..configuration_ffn_bert import FFN_TYPES, LAYER_NORM_POSITIONS
+from ..conversion.recipes import INITS, parse_width
 
-FFN_INITS = ("preserving", "fresh")
-FFN_WIDTHS = ("keep", "matched")
+# `load_converted`'s keywords → the options of `ModelArguments` that set them (errors name the option).
+CONVERSION_OPTIONS = {
+    "ffn_type": "--ffn_type", "layer_norm_position": "--layer_norm_position",
+    "init": "--ffn_init", "width": "--ffn_width",
+}
 RT_POLARITY_SPLIT = (8000, 1000, 1662)  # train / validation / test of the 10,662 snippets
 
 
@@ -57,18 +63,17 @@ class ModelArguments:
         checks = (
             ("ffn_type", self.ffn_type, FFN_TYPES),
             ("layer_norm_position", self.layer_norm_position, LAYER_NORM_POSITIONS),
-            ("ffn_init", self.ffn_init, FFN_INITS),
+            ("ffn_init", self.ffn_init, INITS),
         )
         for name, value, allowed in checks:
             if value is not None and value not in allowed:
                 raise ValueError(f"--{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
-        if self.ffn_width not in FFN_WIDTHS and not (self.ffn_width.isdigit() and int(self.ffn_width) > 0):
-            raise ValueError(f"--ffn_width has bad value {self.ffn_width!r}; allowed: keep, matched, a positive integer")
+        parse_width(self.ffn_width, "--ffn_width")
 
     @property
     def width(self) -> str | int:
         """`ffn_width` as `load_converted` takes it: "keep", "matched" or an int."""
-        return int(self.ffn_width) if self.ffn_width.isdigit() else self.ffn_width
+        return parse_width(self.ffn_width, "--ffn_width")
 
     @property
     def is_variant(self) -> bool:
@@ -153,5 +158,29 @@ def parse_arguments(parser: HfArgumentParser, argv: Sequence[str]) -> tuple:
     return parser.parse_args_into_dataclasses(args=list(argv))
 
 
-__all__ = ["ClassificationDataArguments", "FFN_INITS", "FFN_WIDTHS", "MlmDataArguments", "ModelArguments", "RT_POLARITY_SPLIT",
-           "parse_arguments"]
+# `--resume_from_checkpoint` values that mean "the newest checkpoint-N folder in --output_dir".
+RESUME_LAST = ("last", "true")
+
+
+def resume_checkpoint(training_args: TrainingArguments) -> str | None:
+    """What to pass as `Trainer.train(resume_from_checkpoint=...)` for `--resume_from_checkpoint`: None (start
+    afresh), a checkpoint path as given, or for "last" (or "true", any case) the newest `checkpoint-N` folder in
+    `--output_dir` (`transformers.trainer_utils.get_last_checkpoint`). Trainer alone would read "last" as a path.
+    Call it before any work: the fine-tuning scripts and `hf-ffn heal` all do.
+
+    Raises:
+        ValueError: "last" when `--output_dir` holds no `checkpoint-N` folder, naming the flag and the folder.
+    """
+    value, output_dir = training_args.resume_from_checkpoint, training_args.output_dir
+    if value is None or value.lower() not in RESUME_LAST:
+        return value
+    last = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    if last is None:
+        raise ValueError(f"--resume_from_checkpoint {value}: no checkpoint-N folder in --output_dir {output_dir!r}")
+    return last
+
+
+__all__ = [
+    "CONVERSION_OPTIONS", "RESUME_LAST", "RT_POLARITY_SPLIT", "ClassificationDataArguments", "MlmDataArguments",
+    "ModelArguments", "parse_arguments", "resume_checkpoint",
+]

@@ -12,7 +12,7 @@ import torch
 from transformers import EvalPrediction, Trainer, TrainingArguments
 
 from ..modeling_ffn_bert import FfnBertForSequenceClassification
-from .arguments import ClassificationDataArguments, ModelArguments
+from .arguments import ClassificationDataArguments, ModelArguments, resume_checkpoint
 from .data import check_columns_and_labels, load_classification_datasets, sort_by_length
 from .outputs import (
     check_checkpoint,
@@ -74,6 +74,7 @@ def run_classification(
     """
     start = time.perf_counter()
     check_output_dir(training_args.output_dir)
+    resume = resume_checkpoint(training_args)
     raw = load_classification_datasets(data_args)
     text_column, labels = check_columns_and_labels(raw, data_args)
     check_checkpoint(model_args.model_name_or_path, "--model_name_or_path")
@@ -116,7 +117,7 @@ def run_classification(
         processing_class=tokenizer,  # also gives DataCollatorWithPadding (dynamic padding)
         compute_metrics=classification_metrics,
     )
-    train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_output = trainer.train(resume_from_checkpoint=resume)
     results = dict(train_output.metrics)
     results.update(final_evaluation(trainer))
     predictions = test_predicted_ids = test_label_ids = None

@@ -15,7 +15,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, Trai
 from transformers.utils import logging as hf_logging
 
 from ..modeling_ffn_bert import FfnBertForMaskedLM
-from .arguments import MlmDataArguments, ModelArguments
+from .arguments import MlmDataArguments, ModelArguments, resume_checkpoint
 from .data import FixedOrRandomMaskCollator, mask_once, mlm_blocks, read_text_documents
 from .outputs import (
     check_checkpoint,
@@ -115,6 +115,7 @@ def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_ar
     """
     start = time.perf_counter()
     check_output_dir(training_args.output_dir)
+    resume = resume_checkpoint(training_args)
     documents = read_text_documents(data_args.train_files)
     if len(documents) < 2:
         raise ValueError("--train_files: need at least two documents (whole documents are held out for validation)")
@@ -144,7 +145,7 @@ def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_ar
     trainer = mlm_trainer(model, tokenizer, train, evaluation, training_args, data_args.mlm_probability,
                           data_args.split_seed)
     before = trainer.evaluate(metric_key_prefix="before")
-    train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_output = trainer.train(resume_from_checkpoint=resume)
     after = trainer.evaluate()
     results = dict(train_output.metrics)
     results.update(before)

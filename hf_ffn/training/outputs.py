@@ -39,7 +39,8 @@ from ..checkpoints import check_checkpoint
 from ..conversion import load_converted
 from ..files import give_ordinary_permissions
 from ..model_card import build_training_card
-from .arguments import ModelArguments
+from ..options import options_named
+from .arguments import CONVERSION_OPTIONS, ModelArguments
 
 STAGING_FOLDER = ".staging-final"
 CARD_HYPERPARAMETERS = (
@@ -66,15 +67,16 @@ def load_model(model_args: ModelArguments, model_class: type[PreTrainedModel], *
         model, info = model_class.from_pretrained(model_args.model_name_or_path, output_loading_info=True, **kwargs)
         report = {"conversion": "none", "new_weights": sorted(info["missing_keys"])}
     else:
-        model, conversion = load_converted(
-            model_args.model_name_or_path,
-            model_class,
-            ffn_type=model_args.ffn_type,
-            layer_norm_position=model_args.layer_norm_position,
-            init=model_args.ffn_init,
-            width=model_args.width,
-            **kwargs,
-        )
+        with options_named(CONVERSION_OPTIONS):  # an error names --ffn_type, --ffn_init, ..., as typed
+            model, conversion = load_converted(
+                model_args.model_name_or_path,
+                model_class,
+                ffn_type=model_args.ffn_type,
+                layer_norm_position=model_args.layer_norm_position,
+                init=model_args.ffn_init,
+                width=model_args.width,
+                **kwargs,
+            )
         report = json.loads(conversion.to_json())
     model.config.unpad_tokens = model_args.unpad_tokens  # read at every forward
     return model, report

@@ -1,4 +1,4 @@
-"""The benchmark's command line, shared by `hf-ffn bench` and `scripts/benchmark.py`."""
+"""The benchmark's command line (`scripts/benchmark.py`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import argparse
 import sys
 from dataclasses import replace
 
-from ...files import check_folder_path
+from hf_ffn.files import check_folder_path
+from ..environment import portable_command
 from .run import run_benchmark
 from .settings import FULL, QUICK, BenchSettings
 from .timing import CLOCKS
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None, prog: str = "python scripts/benchmark.py
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
     add_arguments(parser)
-    return run_from_args(parser.parse_args(argv), parser, " ".join([prog, *argv]))
+    return run_from_args(parser.parse_args(argv), parser, portable_command([*prog.split(), *argv]))
 
 
 __all__ = ["DESCRIPTION", "add_arguments", "main", "run_from_args", "settings_from_args"]

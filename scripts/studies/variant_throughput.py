@@ -8,11 +8,11 @@ interleaved, on the same real batches:
 
 - **batches**: k batches of `batch_size` rt_polarity snippets in `LengthGroupedSampler` order (what the runs'
   `train_sampling_strategy="group_by_length"` feeds Trainer), truncated at `max_seq_length` and padded to the
-  longest in the batch (`hf_ffn.studies.unpadded_benchmark.make_batches`, its "length-grouped" kind).
+  longest in the batch (`studies.unpadded_benchmark.make_batches`, its "length-grouped" kind).
 - **step**: train mode (dropout on), forward + backward of the classification loss, no optimizer step
   (`unpadded_benchmark.cycling_step`). The optimizer's cost scales with the parameter count, which the matched
   variants keep equal.
-- **timing**: `hf_ffn.studies.benchmark.time_interleaved` (order rotated every round; round r gives every variant
+- **timing**: `studies.benchmark.time_interleaved` (order rotated every round; round r gives every variant
   batch r mod k, so per-round ratios are paired); `paired_ratio` against the baseline (median of the per-round
   ratios, [min–max] their spread). Real tokens/s: the median over rounds of the round's non-padding tokens / its
   time (a median, like the ratio, so one slow round moves neither).
@@ -29,9 +29,9 @@ from collections.abc import Mapping
 
 import torch
 
-from ..parity import quiet_transformers
-from ..modeling_ffn_bert import FfnBertForSequenceClassification
-from ..training import ModelArguments, load_model, load_tokenizer
+from hf_ffn.parity import quiet_transformers
+from hf_ffn.modeling_ffn_bert import FfnBertForSequenceClassification
+from hf_ffn.training import ModelArguments, load_model, load_tokenizer
 from .benchmark import paired_ratio, time_interleaved
 from .unpadded_benchmark import UnpadSettings, cycling_step, make_batches, read_sentences
 

@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from transformers import BertTokenizer, PreTrainedTokenizerBase, TrainingArguments, set_seed
 
-from ..configuration_ffn_bert import FfnBertConfig
-from ..modeling_ffn_bert import FfnBertForMaskedLM
-from ..training import mask_once, mlm_trainer
+from hf_ffn.configuration_ffn_bert import FfnBertConfig
+from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
+from hf_ffn.training import mask_once, mlm_trainer
 
 
 def train_tokenizer(documents: list[str], vocab_size: int = 4096) -> PreTrainedTokenizerBase:

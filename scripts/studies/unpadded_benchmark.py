@@ -13,7 +13,7 @@ What is measured (fp32, on the CPU, in one process run):
 - **steps**: inference (eval, `torch.no_grad`) and a training step (train mode, dropout on, forward + backward of
   the classification loss, no optimizer step).
 
-Method: `hf_ffn.studies.benchmark`'s. Candidates run interleaved (`time_interleaved`, order rotated every round);
+Method: `studies.benchmark`'s. Candidates run interleaved (`time_interleaved`, order rotated every round);
 round r gives every candidate batch r mod k of its kind, so a ratio of two candidates on the same kind is paired
 (`paired_ratio`: the median of per-round ratios, [min–max] its spread). Ratios across kinds (length-grouped
 against shuffled) compare time per real token. Peak memory is `peak_memory_bytes` of the first (warm-up) call.
@@ -22,7 +22,7 @@ shuffled batches (the limit is their real-token fraction, printed), switch on / 
 training peak memory below upstream's. A `--quick` run (a tiny model) judges no target: "not judged".
 
 The run prints the pad fraction of each kind of batch, every ratio, the targets and the load average before and
-after (run it on a quiet machine); `hf_ffn.studies.unpadded_report` writes the JSON and markdown.
+after (run it on a quiet machine); `studies.unpadded_report` writes the JSON and markdown.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -40,18 +39,18 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
-import transformers
 from torch import nn
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
-from .. import __version__
-from ..files import check_folder_path
-from ..modeling_ffn_bert import FfnBertForSequenceClassification
-from ..parity import bundled_checkpoint, quiet_transformers
-from ..training import read_rt_polarity
+from hf_ffn.files import check_folder_path
+from hf_ffn.modeling_ffn_bert import FfnBertForSequenceClassification
+from hf_ffn.parity import bundled_checkpoint, quiet_transformers
+from hf_ffn.training import read_rt_polarity
+
 from .benchmark import paired_ratio, peak_memory_bytes, time_interleaved, write_results
 from .benchmark.report import JSON_NAME as BENCHMARKS_JSON
+from .environment import environment, load_average, portable_command
 from .unpadded_report import judge, target_rows, verdict, write_reports
 KINDS = ("shuffled", "length-grouped", "no padding")
 # candidate → (model, batch kind)
@@ -91,7 +90,7 @@ class UnpadSettings:
     attn_implementations: tuple[str, ...] = ("eager", "sdpa")
     checkpoints: tuple[str, ...] = ("all-MiniLM-L6-v2", "bert-base-shapes")
     threads: int = 0  # 0: torch's default
-    clock: str = "wall"  # "wall" or "cpu" (see hf_ffn.studies.benchmark)
+    clock: str = "wall"  # "wall" or "cpu" (see studies.benchmark)
 
 
 FULL = UnpadSettings(quick=False)
@@ -262,7 +261,7 @@ def run_unpadded_benchmark(settings: UnpadSettings, data_dir: str, work_dir: str
     """Every checkpoint × attention × mode; returns the JSON document (see `write_reports`)."""
     if settings.threads:
         torch.set_num_threads(settings.threads)
-    started, load_before = time.time(), os.getloadavg()
+    started, load_before = time.time(), load_average()
     _log(f"load average before (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in load_before)} on {os.cpu_count()} "
          f"logical CPUs")
     tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint())
@@ -287,20 +286,16 @@ def run_unpadded_benchmark(settings: UnpadSettings, data_dir: str, work_dir: str
                     _log(f"  {name:<17} {attn:<5} {mode:<9} {ratio['ratio_of']:<52} ×{ratio['ratio']:.3f} "
                          f"[{ratio['ratio_min']:.3f}, {ratio['ratio_max']:.3f}]")
             del models
-    load_after = os.getloadavg()
+    load_after = load_average()
     _log(f"load average after (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in load_after)}")
     return {
         "command": command,
         "settings": asdict(settings),
         "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
         "wall_s": time.time() - started,
-        "load_average_before": list(load_before),
-        "load_average_after": list(load_after),
-        "environment": {
-            "hf_ffn": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-        },
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "environment": environment(),
         "data": data,
         "cases": cases,
     }
@@ -332,7 +327,7 @@ def main(argv: list[str] | None = None, prog: str = "python scripts/bench_unpadd
         check_folder_path(args.output_dir, "--output-dir")
     except FileExistsError as error:
         parser.error(str(error))
-    command = " ".join([prog, *(sys.argv[1:] if argv is None else argv)])
+    command = portable_command([*prog.split(), *(sys.argv[1:] if argv is None else argv)])
     with tempfile.TemporaryDirectory() as work_dir:  # the seeded checkpoints
         results = run_unpadded_benchmark(settings, args.rt_polarity_dir, work_dir, command)
     _log("targets:")

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..configuration_ffn_bert import FfnBertConfig, parameter_matched_glu_width
-from ..modeling_ffn_bert import FfnBertModel
+from .configuration_ffn_bert import FfnBertConfig, parameter_matched_glu_width
+from .modeling_ffn_bert import FfnBertModel
 
 
 @dataclass(frozen=True)

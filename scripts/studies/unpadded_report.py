@@ -1,5 +1,5 @@
 """The unpadded-execution benchmark's report: the targets judged (or not, in a quick run), the markdown and the
-files (`unpadded_benchmark.json`, `unpadded_benchmark.md`); the run itself is `hf_ffn.studies.unpadded_benchmark`.
+files (`unpadded_benchmark.json`, `unpadded_benchmark.md`); the run itself is `studies.unpadded_benchmark`.
 
 `docs/benchmarks.md` (the main benchmark's report) links to `docs/unpadded_benchmark.md` and names the command
 that writes it, `UNPADDED_COMMAND`.
@@ -101,7 +101,7 @@ def render_markdown(results: dict) -> str:
     if max(results["load_average_before"][0], results["load_average_after"][0]) > env["cpus"]:
         lines += ["**Caveat: the machine was busy** (load average above its CPU count): read every ratio with its "
                   "[min–max] spread.", ""]
-    lines += ["Batches of rt_polarity sentences (see `hf_ffn.studies.unpadded_benchmark` for the method):", "",
+    lines += ["Batches of rt_polarity sentences (see `scripts/studies/unpadded_benchmark.py` for the method):", "",
               "| batches | count | pad fraction | real-token fraction | shapes (batch × seq) |",
               "|---|---|---|---|---|"]
     for kind, info in results["data"].items():

@@ -1,15 +1,17 @@
 """How the benchmark measures: interleaved timing, paired ratios, peak memory from the profiler's allocator events,
-per-op profiles and aten op counts (the method is described in `hf_ffn.studies.benchmark`)."""
+per-op profiles and aten op counts (the method is described in `studies.benchmark`)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 import torch
 
@@ -64,6 +66,7 @@ def paired_ratio(numerator: list[float], denominator: list[float]) -> dict[str, 
 
 
 
+CPU_DEVICE = 0  # `Device Type` of a CPU allocation in the profiler's trace (c10::DeviceType::CPU)
 # Lines that torch's profiler back end (kineto) writes straight to file descriptor 2 on every start and stop.
 PROFILER_BANNER_PREFIXES = ("USDT:", "STAGE:")
 
@@ -96,23 +99,25 @@ def cpu_profiler(**kwargs) -> Iterator[torch.profiler.profile]:
 def peak_memory_bytes(fn: Callable[[], object], setup: Callable[[], object] | None = None) -> int:
     """Peak live CPU tensor bytes during one call of `fn`, above what was live before it (see module docstring).
 
-    Uses the allocation/free events that `torch.profiler` records with `profile_memory=True` (sizes in bytes,
-    frees negative), summed in time order; the result is the largest partial sum (0 if nothing was allocated).
-    `setup` runs first, outside the measurement: e.g. freeing a training step's gradients, which the step would
-    otherwise free itself (as a negative event) before allocating new ones.
+    Uses the allocation/free events that `torch.profiler` records with `profile_memory=True`, read through its
+    public trace export (`export_chrome_trace`: "[memory]" instant events, `args.Bytes` in bytes, frees negative,
+    `args["Device Type"]` 0 for the CPU), summed in time order; the result is the largest partial sum (0 if
+    nothing was allocated). `setup` runs first, outside the measurement: e.g. freeing a training step's
+    gradients, which the step would otherwise free itself (as a negative event) before allocating new ones.
     """
     if setup is not None:
         setup()
     with cpu_profiler(profile_memory=True) as prof:
         fn()
-    events = sorted(
-        (e.start_ns(), e.nbytes())
-        for e in prof.profiler.kineto_results.events()
-        if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
-    )
+    with tempfile.TemporaryDirectory() as folder:
+        trace = Path(folder) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        events = json.loads(trace.read_text())["traceEvents"]
+    memory = sorted((e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == CPU_DEVICE),
+                    key=lambda e: e["ts"])  # stable: events of one timestamp keep the trace's order
     live = peak = 0
-    for _, nbytes in events:
-        live += nbytes
+    for event in memory:
+        live += event["args"]["Bytes"]
         peak = max(peak, live)
     return peak
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..configuration_ffn_bert import FfnBertConfig
-from ..modeling_ffn_bert import get_activation
+from hf_ffn.configuration_ffn_bert import FfnBertConfig
+from hf_ffn.modeling_ffn_bert import get_activation
 
 # The config fields that parametrise `get_activation`'s "leaky_relu", "elu" and "swish".
 ACTIVATION_PARAMETERS = ("leaky_relu_negative_slope", "elu_alpha", "swish_beta")

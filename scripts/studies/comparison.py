@@ -17,6 +17,7 @@ A difference is called outside the noise only when both intervals exclude zero.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import statistics
@@ -46,6 +47,7 @@ VARIANTS: dict[str, dict[str, str]] = {
 HEALABLE = ("swiglu-approx", "swiglu-fresh-matched", "pre-ln")
 HEALED_SUFFIX = " healed"
 BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_BATCH = 1_000  # resamples drawn at once (memory: batch × snippets indices)
 
 
 def healed_name(variant: str) -> str:
@@ -130,11 +132,12 @@ def paired_bootstrap(
     confidence: float = 0.95,
 ) -> tuple[float, float, float]:
     """(mean, low, high): the accuracy difference variant − baseline and its paired percentile-bootstrap interval
-    over test snippets.
+    over test snippets (`scipy.stats.bootstrap`, `paired=True`, `method="percentile"`).
 
     `correct`, `baseline_correct`: (seeds, snippets) 0/1 arrays, row s of both from the same seed. Each resample
-    draws snippet indices with replacement (numpy generator seeded by `seed`) and takes the mean of the
-    seed-averaged per-snippet difference at those indices.
+    draws snippet indices with replacement (the same indices for both: paired; numpy generator seeded by `seed`)
+    and takes the difference of the seed-averaged accuracies at those indices. Resamples are drawn in batches of
+    `BOOTSTRAP_BATCH`, so memory stays at batch × snippets.
 
     Raises:
         ValueError: if the shapes differ.
@@ -142,12 +145,18 @@ def paired_bootstrap(
     correct, baseline_correct = np.asarray(correct, dtype=float), np.asarray(baseline_correct, dtype=float)
     if correct.shape != baseline_correct.shape:
         raise ValueError(f"paired_bootstrap: shapes differ: {correct.shape} vs baseline {baseline_correct.shape}")
-    per_snippet = (correct - baseline_correct).mean(axis=0)  # (snippets,)
-    index = np.random.default_rng(seed).integers(0, len(per_snippet), size=(resamples, len(per_snippet)))
-    means = per_snippet[index].mean(axis=1)
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(means, [tail, 100 - tail])
-    return float(per_snippet.mean()), float(low), float(high)
+    variant, baseline = correct.mean(axis=0), baseline_correct.mean(axis=0)  # (snippets,) each
+    mean = float((variant - baseline).mean())
+    if np.array_equal(variant, baseline):  # every resample gives 0 (scipy would warn of degenerate data)
+        return mean, 0.0, 0.0
+
+    def difference(v: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+        return v.mean(axis=axis) - b.mean(axis=axis)
+
+    result = stats.bootstrap((variant, baseline), difference, paired=True, vectorized=True, n_resamples=resamples,
+                             batch=BOOTSTRAP_BATCH, confidence_level=confidence, method="percentile",
+                             random_state=np.random.default_rng(seed))
+    return mean, float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
 def last_fifth_change(
@@ -173,16 +182,13 @@ def weights_sha256(folder: str) -> str:
     Raises:
         FileNotFoundError: if `folder` holds no weight file.
     """
-    import hashlib
-
     files = sorted(Path(folder).glob("*.safetensors")) or sorted(Path(folder).glob("*.bin"))
     if not files:
         raise FileNotFoundError(f"{folder!r} holds no *.safetensors or *.bin weight file")
     digest = hashlib.sha256()
-    for file in files:
+    for file in files:  # one digest over the files in order: file_digest updates the object it is handed
         with file.open("rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
+            hashlib.file_digest(handle, lambda: digest)
     return digest.hexdigest()
 
 
@@ -248,7 +254,7 @@ def report(
 ) -> str:
     """The markdown report: settings and machine (`header`), the table (one row per variant), the paired
     differences from the baseline, the probes, the baseline's convergence check and the side-by-side training
-    throughput (`throughput`, from `hf_ffn.studies.variant_throughput.measure_throughput`; a healed variant gets
+    throughput (`throughput`, from `studies.variant_throughput.measure_throughput`; a healed variant gets
     its converted variant's row, the same architecture) and, given `longer` runs, `longer_budget_lines`."""
     speeds = (throughput or {}).get("variants", {})
     names = variant_order({run["variant"] for run in runs})

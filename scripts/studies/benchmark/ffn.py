@@ -10,9 +10,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ...configuration_ffn_bert import FfnBertConfig, parameter_matched_glu_width
-from ...modeling_ffn_bert import build_ffn
-from ...parity.compare import tensor_difference
+from hf_ffn.configuration_ffn_bert import FfnBertConfig, parameter_matched_glu_width
+from hf_ffn.modeling_ffn_bert import build_ffn
+from hf_ffn.parity.compare import tensor_difference
 from .settings import BenchSettings
 from .timing import log, median_ms, op_profile, paired_ratio, time_interleaved
 

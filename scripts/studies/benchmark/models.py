@@ -10,11 +10,11 @@ import torch
 from torch import nn
 from transformers import BertConfig, BertModel
 
-from ...configuration_ffn_bert import parameter_matched_glu_width, variant_change_intended
-from ...modeling_ffn_bert import FfnBertModel
-from ...logging_utils import quiet_transformers
-from ...parity.batches import padded_batch
-from ...parity.compare import tensor_difference
+from hf_ffn.configuration_ffn_bert import parameter_matched_glu_width
+from hf_ffn.modeling_ffn_bert import FfnBertModel
+from hf_ffn.logging_utils import quiet_transformers
+from hf_ffn.parity.batches import padded_batch
+from hf_ffn.parity.compare import tensor_difference
 from .settings import BenchSettings
 from .timing import aten_op_counts, log, measure, median_ms, paired_ratio, time_interleaved
 
@@ -45,14 +45,15 @@ def load_variants(checkpoint: str, attn_implementation: str) -> dict[str, nn.Mod
     """
     config = BertConfig.from_pretrained(checkpoint)
     models: dict[str, nn.Module] = {}
-    with quiet_transformers(), variant_change_intended():  # the variants are built on purpose: no reuse warning
+    with quiet_transformers():
         for name, overrides in model_variants(config.intermediate_size).items():
             torch.manual_seed(0)
             if overrides is None:
                 models[name] = BertModel.from_pretrained(checkpoint, attn_implementation=attn_implementation)
             else:
-                models[name] = FfnBertModel.from_pretrained(
-                    checkpoint, attn_implementation=attn_implementation, ignore_mismatched_sizes=True, **overrides
+                models[name] = FfnBertModel.from_pretrained(  # built on purpose: no "weights reused" warning
+                    checkpoint, attn_implementation=attn_implementation, ignore_mismatched_sizes=True,
+                    warn_reused_weights=False, **overrides,
                 )
     return models
 

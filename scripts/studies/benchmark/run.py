@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import os
-import platform
 import tempfile
 import time
 from dataclasses import asdict
 
 import torch
-import transformers
 from transformers import BertConfig, BertModel
 
-from ... import __version__
-from ...logging_utils import quiet_transformers
-from ...parity.checkpoints import bundled_checkpoint
+from hf_ffn.logging_utils import quiet_transformers
+from hf_ffn.parity.checkpoints import bundled_checkpoint
+
+from ..environment import environment, load_average
 from .ffn import bench_compile, bench_ffn
 from .models import bench_load, bench_models, bench_scaling
 from .report import JSON_NAME, MARKDOWN_NAME, evaluate_targets, format_targets, write_results
@@ -101,26 +100,16 @@ def run_benchmark(settings: BenchSettings, output_dir: str | None = None, comman
     return results
 
 
-def load_average() -> list[float] | None:
-    """The 1, 5 and 15 minute load averages (`os.getloadavg`), None where the platform has none."""
-    return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-
-
 def run_metadata(settings: BenchSettings, command: str) -> dict:
     """What a results document records about its run: command, start time, versions, machine, settings."""
     return {
         "command": command,
         "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-        "hf_ffn": __version__,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} logical CPUs",
-        "torch_threads": torch.get_num_threads(),
+        **environment(),
         "dtype": "float32",
         "load_average_start": load_average(),
         "settings": asdict(settings),
     }
 
 
-__all__ = ["load_average", "real_checkpoint", "run_benchmark", "run_metadata"]
+__all__ = ["real_checkpoint", "run_benchmark", "run_metadata"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from ...files import atomic_output_file
+from hf_ffn.files import atomic_output_file
 from ..unpadded_report import JSON_NAME as UNPADDED_JSON
 from ..unpadded_report import benchmarks_section
 from .ffn import FUSED_SUFFIX
@@ -100,7 +100,7 @@ def format_markdown(results: dict, unpadded: dict | None = None) -> str:
         "# hf_ffn benchmark results",
         "",
         f"Command: `{meta['command']}` — started {meta['started_utc']} UTC, {meta['wall_s']:.0f} s wall. "
-        f"torch {meta['torch']}, transformers {meta['transformers']}, Python {meta['python']}, {meta['machine']}, "
+        f"torch {meta['torch']}, transformers {meta['transformers']}, Python {meta['python']}, {_machine(meta)}, "
         f"{meta['torch_threads']} torch threads, {meta['dtype']}, {meta['settings']['clock']} clock. "
         f"Load average (1, 5, 15 min) at start {_fmt_load(meta['load_average_start'])}, "
         f"at end {_fmt_load(meta['load_average_end'])}.",
@@ -109,7 +109,7 @@ def format_markdown(results: dict, unpadded: dict | None = None) -> str:
         "",
         "Times are medians over interleaved rounds after warm-up; a ratio is the median of per-round ratios, "
         "with the smallest and largest in brackets. Peak memory: peak live tensor bytes during one call above "
-        "what was live before (torch.profiler allocator events). See `hf_ffn.studies.benchmark` for the method.",
+        "what was live before (torch.profiler allocator events). See `scripts/studies/benchmark/` for the method.",
         "",
         "## Targets",
         "",
@@ -206,6 +206,11 @@ def _load_caveat(meta: dict) -> str:
 
 def _fmt_load(load: list[float] | None) -> str:
     return "n/a" if load is None else ", ".join(f"{x:.2f}" for x in load)
+
+
+def _machine(meta: dict) -> str:
+    # `studies.environment.environment()` keys; documents written before it have "machine" = "arch, N logical CPUs"
+    return f"{meta['machine']}, {meta['cpus']} logical CPUs ({meta['cpu']})" if "cpus" in meta else meta["machine"]
 
 
 __all__ = [

@@ -19,15 +19,15 @@ candidate always follows the same one) after warm-up calls; a time is the median
 the median over rounds of the per-round ratio (paired, so load drift from other processes cancels), with the
 smallest and largest per-round ratio as its spread. Peak memory is the peak of live CPU tensor bytes during one
 call (the first warm-up call, profiled; never a timed one) above what was live before it, from `torch.profiler`'s
-allocator events (`profile_memory=True`): every allocation and free of the c10 CPU allocator, summed in time
-order. It counts activations, temporaries and (in training) gradients; not the weights already loaded, Python
+allocator events (`profile_memory=True`, read from its public `export_chrome_trace`): every allocation and free
+of the c10 CPU allocator, summed in time order. It counts activations, temporaries and (in training) gradients; not the weights already loaded, Python
 objects or the C allocator's caching. RSS deltas (psutil) were not used: glibc keeps freed memory mapped, so they
 depend on what ran before. `--clock cpu --threads 1` times CPU seconds instead of wall time, for machines whose
 cores other processes share.
 
 Modules: `settings` (sizes and repeat counts), `timing` (the method above), `models` (the model-level sections:
 models, scaling, load), `ffn` (the FFN and compile sections), `report` (targets, markdown, files), `run`
-(`run_benchmark`: every section in order) and `cli` (`hf-ffn bench`, `scripts/benchmark.py`). A new section is a
+(`run_benchmark`: every section in order) and `cli` (`scripts/benchmark.py`). A new section is a
 `bench_*` function in a module of its own or in `models`/`ffn`, a call in `run_benchmark` that stores its rows
 under a new key of the results document, and a table in `report.format_markdown`.
 """
@@ -67,7 +67,7 @@ from .report import (
     format_targets,
     write_results,
 )
-from .run import load_average, real_checkpoint, run_benchmark, run_metadata
+from .run import real_checkpoint, run_benchmark, run_metadata
 from .settings import FULL, QUICK, BenchSettings
 from .timing import (
     CLOCKS,
@@ -112,7 +112,6 @@ __all__ = [
     "format_markdown",
     "format_targets",
     "inference_step",
-    "load_average",
     "load_variants",
     "log",
     "main",
