@@ -239,6 +239,11 @@ def test_heal_method_layerwise_writes_per_layer_errors(setup, tmp_path):
     assert report["healing"]["layerwise"]["layers"][1]["ffn_rel_error"] < 1
     card = (tmp_path / "run" / "healed" / "README.md").read_text()
     assert "## Layer-wise healing" in card and "| 1 |" in card
+    # the end-to-end stage follows when --max_steps > 0 (resuming the finished layer-wise fits from output_dir)
+    healing = run_healing(heal_args(setup, tmp_path / "student", method="layerwise",
+                                    healed_dir=str(tmp_path / "healed2")), training_args(tmp_path / "run", max_steps=2),
+                          layerwise_args=LayerwiseArguments(layerwise_steps=20, layerwise_batch_tokens=64))
+    assert healing["steps"] == 2 and all(r["resumed"] for r in healing["layerwise"]["layers"])
     with pytest.raises(ValueError, match="--method has unknown value 'greedy'; allowed: end_to_end, layerwise"):
         heal_args(setup, tmp_path / "student", method="greedy")
 
