@@ -48,12 +48,13 @@ VARIANTS = {
 }
 # Layer-wise healing (hf-ffn heal --method layerwise, hf_ffn.healing.layerwise), the default since it measured best
 # (docs/healing.md, "Layer-wise healing experiments"). "heal" holds hf-ffn heal flags; "steps" the end-to-end stage.
+# The approximate SwiGLU is one closed-form down projection per layer away (Adam steps only made it worse).
 LAYERWISE = {"method": "layerwise", "layers": "last"}
 VARIANTS |= {
     "swiglu-approx-lw": {
         "title": "GELU → SwiGLU, approximate, layer-wise",
         "convert": {"ffn_type": "swiglu"},
-        "heal": {**LAYERWISE, "learning_rate": 1e-4, "layerwise_steps": 100, "layerwise_tokens": 65536},
+        "heal": {**LAYERWISE, "learning_rate": 1e-4, "layerwise_steps": 0, "layerwise_tokens": 65536},
         "steps": 0,
     },
     "swiglu-matched-lw": {

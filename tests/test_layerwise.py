@@ -99,6 +99,11 @@ def test_exactly_representable_layer_is_recovered():
     # the full FFN fit (closed form, Adam, closed form) keeps it there
     record = fit_ffn(student, x, y, LayerwiseArguments(layerwise_steps=0, layerwise_ridge=0.0), seed=0)
     assert record["ffn_rel_error"] < 1e-10
+    # Adam at a destructive rate: the steps leave a larger error, so the closed form is kept
+    exact = {k: v.clone() for k, v in student.state_dict().items()}
+    record = fit_ffn(student, x, y, LayerwiseArguments(layerwise_steps=3, layerwise_lr=1.0, layerwise_ridge=0.0), 0)
+    assert record["ffn_kept"] == "closed_form" and record["ffn_rel_error"] < 1e-10
+    torch.testing.assert_close(student.down_proj.weight, exact["down_proj.weight"], rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("score", sorted(pruning.IMPORTANCE_SCORES))

@@ -10,9 +10,11 @@ least-squares reconstruction), MOHAWK (Bick et al. 2024, stage 2: hidden-state a
            teacher's own FFN input x and output y (teacher forcing): down_proj in closed form (ridge least squares,
            `hf_ffn.conversion.pruning.solve_down`), then `layerwise_steps` Adam steps on gate/up/down (MSE; with
            `--layerwise_refit_every N` down_proj is also solved in closed form every N steps, variable projection),
-           then down_proj solved again for the final gate/up (so down is optimal for the features it ends with).
+           then down_proj solved again for the final gate/up (so down is optimal for the features it ends with);
+           if the steps left a larger error than the first closed form, the closed form is kept ("ffn_kept").
     layer  (`--layerwise_parts layer`) the ffn fit where it applies, then Adam on the whole layer (attention,
-           LayerNorms, FFN) so that layer(input) matches the teacher layer's output h_i (MSE over tokens). For a
+           LayerNorms, FFN) so that layer(input) matches the teacher layer's output h_i (MSE over tokens; kept only
+           if it lowers the error, "layer_kept"). For a
            Pre-LN student of a Post-LN teacher this fits the residual stream to the teacher's hidden states;
            `final_norm` is then set in closed form (per coordinate, γ_d, β_d = least squares of h_L[:, d] on the
            normalised residual stream) so that the final norm gives what the teacher's last layer gave.
@@ -204,21 +206,33 @@ def fit_ffn(mlp: nn.Module, x: torch.Tensor, y: torch.Tensor, args: LayerwiseArg
     """Closed-form down, Adam on the FFN, closed-form down again (module docstring). x, y (tokens, hidden)."""
     before = relative_squared_error(apply_chunked(mlp, x), y)
     closed = set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge)
+    closed_state = {k: v.clone() for k, v in mlp.state_dict().items()}
     losses = adam_fit(list(mlp.parameters()), lambda i: (mlp(x[i]) - y[i]).pow(2).mean(), len(x),
                       args.layerwise_batch_tokens, args.layerwise_steps, args.layerwise_lr, seed,
                       args.layerwise_refit_every, lambda: set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge))
-    after = set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge)
+    after = set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge) if losses else closed
+    kept = "adam"
+    if after > closed:  # the steps made the fit worse (too high a rate for a near-exact start): keep the closed form
+        mlp.load_state_dict(closed_state)
+        after, kept = closed, "closed_form"
     return {"ffn_rel_error_before": before, "ffn_rel_error_closed_form": closed, "ffn_rel_error": after,
-            "ffn_adam_loss_first_last": losses[:1] + losses[-1:]}
+            "ffn_kept": kept, "ffn_adam_loss_first_last": losses[:1] + losses[-1:]}
 
 
 def fit_whole_layer(layer: nn.Module, inputs: torch.Tensor, target: torch.Tensor, args: LayerwiseArguments,
                     seed: int) -> dict:
-    """Adam on every parameter of `layer` so that layer(inputs) ≈ target; (blocks, seq, hidden) each."""
+    """Adam on every parameter of `layer` so that layer(inputs) ≈ target; (blocks, seq, hidden) each. Kept only if
+    it lowers the relative squared error on the calibration tokens (else the layer is restored)."""
     blocks = max(1, args.layerwise_batch_tokens // inputs.shape[1])
+    start_error = relative_squared_error(run_layer(layer, inputs), target)
+    start_state = {k: v.clone() for k, v in layer.state_dict().items()}
     losses = adam_fit(list(layer.parameters()), lambda i: (layer(inputs[i]) - target[i]).pow(2).mean(), len(inputs),
                       blocks, args.layerwise_steps, args.layerwise_lr, seed)
-    return {"layer_adam_loss_first_last": losses[:1] + losses[-1:]}
+    kept = "adam"
+    if losses and relative_squared_error(run_layer(layer, inputs), target) > start_error:
+        layer.load_state_dict(start_state)
+        kept = "start"
+    return {"layer_kept": kept, "layer_adam_loss_first_last": losses[:1] + losses[-1:]}
 
 
 @torch.no_grad()
