@@ -228,6 +228,9 @@ def test_pre_ln_by_layer_targets(teacher_dir, tmp_path):
     with torch.no_grad():
         after = relative_squared_error(student(input_ids=ids).last_hidden_state, teacher(input_ids=ids).last_hidden_state)
     assert "final_norm" in result and after < before / 2
+    assert result["layers"][-1]["through_final_norm"] and not result["layers"][0]["through_final_norm"]
+    # the last layer's saved state holds the final norm fitted with it (a resumed run restores both)
+    assert any(key.startswith("norm.") for key in layerwise.load_file(str(tmp_path / "pre" / "layer-1.safetensors")))
     assert all(r["layer_rel_error"] < r["layer_rel_error_before"] for r in result["layers"])
 
 

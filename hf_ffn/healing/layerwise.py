@@ -15,8 +15,9 @@ least-squares reconstruction), MOHAWK (Bick et al. 2024, stage 2: hidden-state a
     layer  (`--layerwise_parts layer`) the ffn fit where it applies, then Adam on the whole layer (attention,
            LayerNorms, FFN) so that layer(input) matches the teacher layer's output h_i (MSE over tokens; kept only
            if it lowers the error, "layer_kept"). For a
-           Pre-LN student of a Post-LN teacher this fits the residual stream to the teacher's hidden states;
-           `final_norm` is then set in closed form (per coordinate, γ_d, β_d = least squares of h_L[:, d] on the
+           Pre-LN student of a Post-LN teacher this fits the residual stream to the teacher's hidden states (the
+           last layer through `final_norm`, fitted with it to the teacher's last output); `final_norm` is then set
+           in closed form (per coordinate, γ_d, β_d = least squares of h_L[:, d] on the
            normalised residual stream) so that the final norm gives what the teacher's last layer gave.
 
 `--layerwise_inputs teacher` (parallel: each layer on the teacher's h_{i-1}) or `student` (sequential: on the
@@ -120,6 +121,17 @@ def calibration_blocks(input_ids: torch.Tensor, args: LayerwiseArguments, hidden
 
 
 @torch.no_grad()
+class NormedLayer(nn.Module):
+    """A layer followed by a LayerNorm (a Pre-LN encoder's last layer and its `final_norm`), fitted as one."""
+
+    def __init__(self, layer: nn.Module, norm: nn.LayerNorm):
+        super().__init__()
+        self.layer, self.norm = layer, norm
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.layer(hidden_states))
+
+
 def calibration_ids(paths: list[str], tokenizer, block: int = 128, tokens: int = 65536,
                     argument: str = "--calibration-files") -> torch.Tensor:
     """Calibration blocks (count, `block`) from the text files/folders `paths` (`mlm_blocks`), evenly spaced over
@@ -306,22 +318,27 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
         t_out, x, y = run_layer(t_layer, t_hidden, mlp_io=True)
         inputs = t_hidden if args.layerwise_inputs == "teacher" else s_hidden
         held_bytes = max(held_bytes, sum(t.numel() * t.element_size() for t in (t_hidden, s_hidden, t_out, x, y)))
-        record = load_layer(work_dir, f"layer-{i}", s_layer)
+        # A Pre-LN student's last layer is fitted through its final_norm to the teacher's last (normalised) output.
+        normed = i == len(student.encoder.layer) - 1 and student.encoder.final_norm is not None \
+            and teacher.encoder.final_norm is None
+        fitted = NormedLayer(s_layer, student.encoder.final_norm) if normed else s_layer
+        record = load_layer(work_dir, f"layer-{i}", fitted)
         if record is None:
             layer_start = time.perf_counter()
             with dropout_off(student):
-                record = {"layer": i, "layer_rel_error_before": relative_squared_error(run_layer(s_layer, inputs), t_out)}
+                record = {"layer": i, "layer_rel_error_before": relative_squared_error(run_layer(fitted, inputs), t_out),
+                          "through_final_norm": normed}
                 if same_norms[i]:  # teacher forcing: the teacher FFN's own input and output
                     record.update(fit_ffn(s_layer.mlp, x, y, args, seed + i))
                 if args.layerwise_parts == "layer":
-                    record.update(fit_whole_layer(s_layer, inputs, t_out, args, seed + 1000 + i))
-                record["layer_rel_error"] = relative_squared_error(run_layer(s_layer, inputs), t_out)
+                    record.update(fit_whole_layer(fitted, inputs, t_out, args, seed + 1000 + i))
+                record["layer_rel_error"] = relative_squared_error(run_layer(fitted, inputs), t_out)
             record["seconds"] = time.perf_counter() - layer_start
-            save_layer(work_dir, f"layer-{i}", s_layer, record)
+            save_layer(work_dir, f"layer-{i}", fitted, record)
         del x, y
         with dropout_off(student):
             s_hidden = run_layer(s_layer, s_hidden)
-        record["propagated_rel_error"] = relative_squared_error(s_hidden, t_out)
+            record["propagated_rel_error"] = relative_squared_error(fitted.norm(s_hidden) if normed else s_hidden, t_out)
         logger.info("layer %d: %s", i, {k: round(v, 6) for k, v in record.items() if isinstance(v, float)})
         records.append(record)
         t_hidden = t_out
@@ -378,6 +395,7 @@ __all__ = [
     "LAYERWISE_PARTS",
     "METHODS",
     "LayerwiseArguments",
+    "NormedLayer",
     "adam_fit",
     "apply_chunked",
     "calibration_blocks",
