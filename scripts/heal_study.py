@@ -67,7 +67,7 @@ VARIANTS |= {
     "pre-ln-lw": {
         "title": "Post-LN → Pre-LN, layer-wise targets",
         "convert": {"layer_norm_position": "pre"},
-        "heal": {**LAYERWISE, "learning_rate": 1e-4, "layerwise_steps": 300, "layerwise_tokens": 65536,
+        "heal": {**LAYERWISE, "learning_rate": 1e-4, "layerwise_steps": 1000, "layerwise_tokens": 65536,
                  "layerwise_parts": "layer", "layerwise_inputs": "student"},
         "steps": 0,
     },
