@@ -48,7 +48,8 @@ VARIANTS = {
 }
 # Layer-wise healing (hf-ffn heal --method layerwise, hf_ffn.healing.layerwise), the default since it measured best
 # (docs/healing.md, "Layer-wise healing experiments"). "heal" holds hf-ffn heal flags; "steps" the end-to-end stage.
-# The approximate SwiGLU is one closed-form down projection per layer away (Adam steps only made it worse).
+# The approximate SwiGLU is one closed-form down projection per layer away (Adam steps only made it worse); the
+# matched one measured best with its FFNs fitted alone (whole layers on the student's inputs: no better).
 LAYERWISE = {"method": "layerwise", "layers": "last"}
 VARIANTS |= {
     "swiglu-approx-lw": {
@@ -60,8 +61,7 @@ VARIANTS |= {
     "swiglu-matched-lw": {
         "title": "SwiGLU matched width 1024 (init pruned), layer-wise",
         "convert": {"ffn_type": "swiglu", "init": "pruned", "width": "matched", "prune_score": "magnitude"},
-        "heal": {**LAYERWISE, "learning_rate": 1e-4, "layerwise_steps": 300, "layerwise_tokens": 65536,
-                 "layerwise_parts": "layer", "layerwise_inputs": "student"},
+        "heal": {**LAYERWISE, "learning_rate": 1e-4, "layerwise_steps": 300, "layerwise_tokens": 65536},
         "steps": 0,
     },
     "pre-ln-lw": {
