@@ -10,6 +10,7 @@
     hf-ffn heal --student FOLDER --train_files PATH [PATH...] --output_dir DIR [--teacher CHECKPOINT]
                 [--eval_dir RT_POLARITY_DIR] [--train_parts ffn|ffn_norms|encoder|all] [TrainingArguments...]
                 (or one .json file of these arguments; all: hf-ffn heal --help)
+    hf-ffn sts --model FOLDER --data_dir STSB_DIR [--split test|validation|train] [--json]
 
 A `convert` source with `modules.json` (a sentence-transformers model) is converted with
 `hf_ffn.sentence_transformers.convert_sentence_transformer` (with `--to-bert`: `export_sentence_transformer_to_bert`),
@@ -49,6 +50,7 @@ from .sentence_transformers import (
     export_sentence_transformer_to_bert,
     is_sentence_transformer,
 )
+from .similarity import sts_spearman
 from .training import parse_arguments
 
 EXIT_OK, EXIT_NOT_EXACT, EXIT_BAD_INPUT, EXIT_NOT_PLAIN_BERT = 0, 1, 2, 3
@@ -219,6 +221,16 @@ def _heal(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sts(args: argparse.Namespace) -> int:
+    result = sts_spearman(args.model, args.data_dir, split=args.split, batch_size=args.batch_size)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"STS-B {result['split']} ({result['pairs']} pairs), cosine of mean-pooled embeddings: Spearman "
+              f"{result['spearman']:.4f}, Pearson {result['pearson']:.4f} ({result['model']}, {result['seconds']:.0f} s)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
@@ -268,6 +280,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_params)
     sub.add_parser("heal", add_help=False, help="distil a converted FfnBert folder from its source checkpoint "
                    "(options: hf-ffn heal --help)")
+    p = sub.add_parser("sts", help="zero-shot STS-B: Spearman correlation of the cosine similarities of mean-pooled "
+                       "embeddings with the gold scores, no training (hf_ffn.similarity.sts_spearman)")
+    p.add_argument("--model", required=True, help="checkpoint folder: a BERT teacher, a converted or a healed folder")
+    p.add_argument("--data_dir", "--data-dir", required=True, help="the STS-B folder (sts-test.csv, ...)")
+    p.add_argument("--split", default="test", help="test (default), validation or train")
+    p.add_argument("--batch_size", "--batch-size", type=int, default=64, help="sentences per forward pass")
+    p.add_argument("--json", action="store_true", help="print only a JSON document on stdout")
+    p.set_defaults(func=_sts)
     return parser
 
 
@@ -296,7 +316,7 @@ def user_message(error: Exception, args: argparse.Namespace) -> str:
     given = {name: option for name, option in options.items() if getattr(args, name, None) is not None}
     message = name_options(str(error), given) if isinstance(error, ValueError) else str(error)
     checkpoint, argument = getattr(args, "checkpoint", None), "CHECKPOINT"
-    if args.command == "parity":
+    if args.command in ("parity", "sts"):
         checkpoint, argument = getattr(args, "model", None), "--model"
     if isinstance(error, OSError) and checkpoint and not looks_local(checkpoint) and "couldn't connect" in message:
         message = hub_name_unreachable(checkpoint, argument)

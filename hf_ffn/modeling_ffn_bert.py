@@ -55,11 +55,12 @@ from transformers.models.bert.modeling_bert import (
     BertSelfAttention,
 )
 from transformers.processing_utils import Unpack
+from transformers.pytorch_utils import apply_chunking_to_forward
 from transformers.utils import TransformersKwargs
 
 from .checkpoint_names import BERT_FFN_NAMES, CHECKPOINT_KEY_MAPPING, register_weight_renamings, rename_to_memory_keys
 from .configuration_ffn_bert import GATED_FFN_ACTIVATIONS, FfnBertConfig, is_gated
-from .unpadding import TokenPadding, packed_layer_forward, unpadded_model_forward
+from .unpadding import TokenPacking, block_diagonal_forward, packed_self_attention, unpadded_model_forward
 
 # FfnBert's weight renames (BERT's names on disk ↔ role names in memory) for `model_type="ffn_bert"`.
 register_weight_renamings()
@@ -159,21 +160,19 @@ class FfnBertLayer(GradientCheckpointingLayer):
         x ──► Attn ──► drop ──► (+x) ──► LN_a            x ──► LN_a ──► Attn ──► drop ──► (+x)
           ──► FFN  ──► drop ──► (+x) ──► LN_f              ──► LN_f ──► FFN  ──► drop ──► (+x)
 
-    `Attn` is upstream BERT self-attention with its output projection (`attention.self`, `attention.output.dense`)
-    and LN_a is `attention.output.LayerNorm` (upstream's name in both placements; in Pre-LN it is the sublayer's
-    input norm); in Post-LN the whole sublayer is upstream `BertAttention.forward`.
-    LN_f is `mlp_norm`, FFN is `mlp`, drop is dropout with `hidden_dropout_prob`.
-    Shapes: hidden_states (batch, seq, hidden_size) → (batch, seq, hidden_size).
-
-    Unpadded (`padding` given, see `FfnBertModel`): `hf_ffn.unpadding.packed_layer_forward`, the two placements
-    below op for op on packed real tokens, hidden_states (n_real, hidden_size) → (n_real, hidden_size); only the
-    attention core sees the padded layout. A padded input (batch, seq, hidden_size), as the model passes while
-    hidden states are recorded, is packed first and the output re-padded, zeros at pad positions.
+    `Attn` is upstream self-attention with its output projection (`attention.self`, `attention.output.dense`), LN_a
+    `attention.output.LayerNorm` (upstream's name in both placements), LN_f `mlp_norm`, FFN `mlp`, drop dropout
+    (`hidden_dropout_prob`). `chunk_size_feed_forward` > 0 runs the FFN sublayer in chunks of that many tokens as
+    `BertLayer` does (`apply_chunking_to_forward`, raising `ValueError` when seq is not a multiple of it).
+    Shapes: (batch, seq, hidden_size) → same. Packed (`packing`, `hf_ffn.unpadding`): the same body on real tokens
+    (n_real, hidden_size), attention by `packed_self_attention`, FFN chunks split off n_real (the last may be
+    shorter); a padded input (hidden states being recorded) is packed, and the output re-padded (zeros at pads).
     """
 
     def __init__(self, config: FfnBertConfig, layer_idx: int):
         super().__init__()
         self.layer_norm_position = config.layer_norm_positions[layer_idx]
+        self.chunk_size_feed_forward = config.chunk_size_feed_forward
         self.attention = BertAttention(config, layer_idx=layer_idx)
         self.mlp = build_ffn(config, config.ffn_types[layer_idx])
         self.mlp_dropout = nn.Dropout(config.hidden_dropout_prob)
@@ -184,18 +183,33 @@ class FfnBertLayer(GradientCheckpointingLayer):
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        padding: TokenPadding | None = None,
+        packing: TokenPacking | None = None,
         **kwargs,
     ) -> torch.Tensor:
-        if padding is not None:
-            return packed_layer_forward(self, hidden_states, attention_mask, padding, **kwargs)
-        if self.layer_norm_position == "post":
-            hidden_states, _ = self.attention(hidden_states, attention_mask, **kwargs)  # LN_a(x + Attn(x))
-            return self.mlp_norm(hidden_states + self.mlp_dropout(self.mlp(hidden_states)))
+        repad = packing is not None and hidden_states.dim() == 3  # recorded hidden states travel padded
+        x = packing.unpad(hidden_states) if repad else hidden_states
+
+        def attend(x: torch.Tensor) -> torch.Tensor:  # the one step that differs: (..., hidden) → (..., hidden)
+            if packing is None:
+                return self.attention.self(x, attention_mask=attention_mask, **kwargs)[0]
+            return packed_self_attention(self.attention.self, x, packing, **kwargs)
+
         attention = self.attention
-        normed = attention.output.LayerNorm(hidden_states)
-        attn_output, _ = attention.self(normed, attention_mask=attention_mask, **kwargs)
-        hidden_states = hidden_states + attention.output.dropout(attention.output.dense(attn_output))
+        if self.layer_norm_position == "post":
+            x = attention.output(attend(x), x)  # BertSelfOutput: LN_a(x + drop(dense(attn)))
+        else:
+            x = x + attention.output.dropout(attention.output.dense(attend(attention.output.LayerNorm(x))))
+        chunk = self.chunk_size_feed_forward
+        if packing is not None and chunk:  # n_real depends on the batch: the last chunk may be shorter
+            x = torch.cat([self.feed_forward(part) for part in x.split(chunk)])
+        else:
+            x = apply_chunking_to_forward(self.feed_forward, chunk, 1, x)  # chunk 0: one call
+        return packing.pad(x) if repad else x
+
+    def feed_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The FFN sublayer: Post-LN `LN_f(x + drop(FFN(x)))`, Pre-LN `x + drop(FFN(LN_f(x)))`; token-wise."""
+        if self.layer_norm_position == "post":
+            return self.mlp_norm(hidden_states + self.mlp_dropout(self.mlp(hidden_states)))
         return hidden_states + self.mlp_dropout(self.mlp(self.mlp_norm(hidden_states)))
 
 
@@ -203,11 +217,8 @@ class FfnBertLayer(GradientCheckpointingLayer):
 # Encoder
 # ---------------------------------------------------------------------------------------------------------------
 class FfnBertEncoder(nn.Module):
-    """The stack of `FfnBertLayer`s, plus `final_norm` when the last layer is Pre-LN (its output is not
-    normalised; Post-LN layers end with a norm, so they get none).
-
-    Shapes: hidden_states (batch, seq, hidden_size) → `last_hidden_state` of the same shape.
-    """
+    """The stack of `FfnBertLayer`s, plus `final_norm` when the last layer is Pre-LN (its output is not normalised;
+    Post-LN layers end with a norm). hidden_states (batch, seq, hidden_size) or packed (n_real, hidden_size) → same."""
 
     def __init__(self, config: FfnBertConfig):
         super().__init__()
@@ -269,20 +280,12 @@ class FfnBertModel(FfnBertPreTrainedModel, BertModel):
     `FfnBertEncoder`. Without the embedding LayerNorm (`embedding_layer_norm=False`) the embeddings'
     `LayerNorm` is an identity.
 
-    Inputs and outputs are `BertModel`'s: `last_hidden_state` (batch, seq, hidden_size), `pooler_output`
-    (batch, hidden_size), `hidden_states` (num_hidden_layers + 1 tensors), `attentions` (num_hidden_layers
-    tensors of shape (batch, heads, seq, seq), eager attention only).
-
-    Unpadded execution (`config.unpad_tokens=True`, e.g. `from_pretrained(path, unpad_tokens=True)`): when
-    `attention_mask` is a plain padding mask (`TokenPadding.from_attention_mask`: 2-D, 0/1, some 0, a 1 in column
-    0 of every row), the embeddings' LayerNorm and dropout and every layer's token-wise parts run on the n_real
-    real tokens, packed as (n_real, hidden_size); only the attention core is re-padded. Guarantee: at every real
-    token `last_hidden_state` and each recorded `hidden_states` entry equal the padded path's (`torch.equal`, in
-    eval mode: dropout masks are drawn for other shapes), and so does `pooler_output` (token 0 is real); at pad
-    positions they are zeros (heads then see zeros there: their outputs at pad positions are the head applied
-    to zeros). Without padding, with any other mask, or when `output_attentions` is requested (the attention
-    weights come from upstream's `BertSelfAttention` hooks), the padded path runs: upstream `BertModel.forward`.
-    The unpadded path is `hf_ffn.unpadding.unpadded_model_forward`.
+    Inputs and outputs are `BertModel`'s: `last_hidden_state` (batch, seq, hidden_size), `pooler_output` (batch,
+    hidden_size), `hidden_states` (num_hidden_layers + 1), `attentions` (num_hidden_layers × (batch, heads, seq, seq)).
+    Packed (`hf_ffn.unpadding`, docs/unpadded.md; real tokens within fp32 rounding of the padded path, pads zero):
+    padded batches with `config.unpad_tokens=True`, and padding-free ones (`DataCollatorWithFlattening`) always,
+    with `pooler_output` (num_sequences, hidden_size); position ids that restart but do not describe separable
+    sequences raise `ValueError`. Otherwise it is upstream `BertModel.forward`, bit for bit.
     """
 
     def __init__(self, config: FfnBertConfig, add_pooling_layer: bool = True):
@@ -306,14 +309,15 @@ class FfnBertModel(FfnBertPreTrainedModel, BertModel):
         inputs_embeds: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
-        """`BertModel.forward` (the same arguments and outputs); unpadded when `config.unpad_tokens` applies."""
+        """`BertModel.forward` (the same arguments and outputs), packed where the class docstring says."""
         inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        padding = None
-        if self.config.unpad_tokens and not kwargs.get("output_attentions", self.config.output_attentions):
-            padding = TokenPadding.from_attention_mask(attention_mask)
-        if padding is None:
+        output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
+        packing = TokenPacking.for_batch(self.config, *inputs, output_attentions=output_attentions)
+        if packing is None:
             return super().forward(*inputs, **kwargs)
-        return unpadded_model_forward(self, *inputs, padding=padding, **kwargs)
+        if output_attentions:  # a padding-free batch: the padded path, one attention block per sequence
+            return block_diagonal_forward(self, super().forward, *inputs, packing=packing, **kwargs)
+        return unpadded_model_forward(self, *inputs, packing=packing, **kwargs)
 
 
 # Heads: upstream BERT heads (their `forward`s and head modules) over `FfnBertModel`. Each `__init__` mirrors

@@ -1,20 +1,24 @@
-"""Unpadded execution: the real tokens of a padded batch, packed, and self-attention around them.
+"""Packed execution: the real tokens of a batch packed by sequence, and self-attention within each sequence.
 
-A padded batch (batch, seq, ...) holds n_real real tokens; packed, they are one tensor (n_real, ...) in row-major
-order (row 0's tokens first, each row in order). Every token-wise op (linear layers, LayerNorm, activations,
-dropout, residual adds) gives the same values on the packed rows as on those rows of the padded batch, so only the
-attention core, which mixes tokens, needs the padded layout: `packed_self_attention` re-pads Q/K/V (zeros at pad
-positions) for transformers' attention function and packs its output again. Pad tokens enter attention only as
-keys the mask removes (softmax weight exactly 0), so real tokens see the same attention as in the padded batch.
+Two kinds of batch hold several sequences whose pad positions need no compute:
 
-Reads bottom-up from the token positions to the whole model: `TokenPadding` (where the real tokens are) →
-`packed_embeddings` → `packed_self_attention` → `packed_layer_forward` (one `FfnBertLayer`, both LayerNorm
-placements) → `unpadded_model_forward` (`FfnBertModel.forward` when `config.unpad_tokens` applies). The modules
-they run are the model's own (upstream BERT's embeddings and attention, FfnBert's FFN and norms): the layer and
-the model are passed in, never imported, so `modeling_ffn_bert` imports this module and not the reverse.
+- a padded batch (batch, seq) with a plain padding mask, when `config.unpad_tokens=True`: one sequence per row;
+- a padding-free batch as transformers defines it (`DataCollatorWithFlattening`): sequences concatenated along a
+  row, `position_ids` restarting at 0 for each, no padding mask; always (switch on or off), because BERT's
+  bidirectional attention would otherwise let the concatenated sequences attend to each other.
 
-This module imports only torch and transformers, so it can be shipped beside a saved model for
-`trust_remote_code` loading.
+`TokenPacking` (built once per forward) orders the n_real real tokens into one tensor (n_real, ...): sequences
+grouped by length, each sequence's tokens consecutive and in order. Every token-wise op (linear layers, LayerNorm,
+activations, dropout, residual adds) gives each row the same value in any arrangement of rows, so only attention,
+which mixes tokens, needs the sequences: `packed_self_attention` runs transformers' attention function once per
+length (a (sequences, heads, length, head_dim) block, no mask: each sequence attends to itself only), or once for
+all sequences with flash attention's variable-length kernel (`cu_seq_lens_q/k`, CUDA only). Nothing is re-padded.
+
+Reads bottom-up: `TokenPacking` (where the real tokens are, which sequence each belongs to) → `packed_embeddings`
+→ `packed_self_attention` (the one step of `FfnBertLayer.forward` that differs on packed tokens) →
+`unpadded_model_forward` (`FfnBertModel.forward` on a packed batch). The modules run are the model's own, passed
+in, never imported, so `modeling_ffn_bert` imports this module and not the reverse. It imports only torch and
+transformers, so it can be shipped beside a saved model for `trust_remote_code` loading.
 """
 
 from __future__ import annotations
@@ -24,28 +28,67 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from transformers.masking_utils import create_bidirectional_mask, find_packed_sequence_indices
+from transformers.masking_utils import packed_sequence_mask_function
 from transformers.modeling_outputs import BaseModelOutputWithPoolingAndCrossAttentions
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.bert.modeling_bert import BertEmbeddings, BertModel, BertSelfAttention, eager_attention_forward
 from transformers.utils.output_capturing import capture_outputs
 
+# Sequence boundaries a collator may add (`DataCollatorWithFlattening(return_flash_attn_kwargs=True)`,
+# `return_seq_idx=True`): the packed path derives its own from `position_ids` and does not pass these on.
+COLLATOR_BOUNDARY_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
+
 
 @dataclass(frozen=True)
-class TokenPadding:
-    """Where the real tokens of a padded batch are: built once per forward, used by every layer.
+class TokenPacking:
+    """Where the real tokens of a batch are and which sequence each belongs to: built once per forward, used by
+    every layer.
 
     Attributes:
-        indices: (n_real,) int64 positions of the real tokens in the flattened (batch·seq) batch, ascending.
-        batch_size, seq_len: the padded shape.
+        indices: (n_real,) int64 positions of the real tokens in the flattened (batch·seq) batch, in packed order:
+            sequences by ascending length (ties in input order), each sequence's tokens consecutive and in order.
+        batch_size, seq_len: the input's shape (batch, seq).
+        buckets: (length, number of sequences) per distinct length, in packed order: the first length·count packed
+            rows are that many sequences of that length, and so on.
+        first_tokens: (num_sequences,) int64 flattened positions of each sequence's first token, in input order
+            (row-major): where a padded batch's pooler reads (token 0 of each row).
+        cu_seqlens: (num_sequences + 1,) int32 cumulative sequence lengths in packed order (flash attention's
+            variable-length kernels).
     """
 
     indices: torch.Tensor
     batch_size: int
     seq_len: int
+    buckets: tuple[tuple[int, int], ...]
+    first_tokens: torch.Tensor
+    cu_seqlens: torch.Tensor
 
     @classmethod
-    def from_attention_mask(cls, attention_mask: torch.Tensor | None) -> TokenPadding | None:
-        """The real tokens of `attention_mask` (batch, seq) if it is a plain padding mask with padding, else `None`.
+    def from_sequence_ids(
+        cls, positions: torch.Tensor, sequence_ids: torch.Tensor, batch_size: int, seq_len: int
+    ) -> TokenPacking:
+        """Pack real tokens at flattened `positions` (n_real,) (ascending) belonging to `sequence_ids` (n_real,)
+        (0, 1, ..., non-decreasing along `positions`)."""
+        lengths = torch.bincount(sequence_ids)  # (num_sequences,)
+        # by (length, position): positions ascend within a sequence and sequences do not interleave
+        order = (lengths[sequence_ids] * (batch_size * seq_len) + positions).argsort()
+        sorted_lengths = lengths.sort(stable=True).values
+        values, counts = torch.unique_consecutive(sorted_lengths, return_counts=True)
+        starts = lengths.cumsum(0) - lengths  # offset of each sequence's first token in `positions`
+        return cls(
+            indices=positions[order],
+            batch_size=batch_size,
+            seq_len=seq_len,
+            buckets=tuple(zip(values.tolist(), counts.tolist(), strict=True)),
+            first_tokens=positions[starts],
+            cu_seqlens=nn.functional.pad(sorted_lengths.cumsum(0), (1, 0)).to(torch.int32),
+        )
+
+    @classmethod
+    def from_attention_mask(cls, attention_mask: torch.Tensor | None) -> TokenPacking | None:
+        """The real tokens of `attention_mask` (batch, seq), one sequence per row, if it is a plain padding mask with
+        padding, else `None`.
 
         A plain padding mask is 2-D, holds only 0 and 1, has at least one 0, and has a 1 in column 0 of every row
         (right padding, or holes after the first token: every row has a real token and the pooler's token 0 is
@@ -58,7 +101,74 @@ class TokenPadding:
         if not ((real | (attention_mask == 0)).all() and real[:, 0].all()) or real.all():
             return None
         batch_size, seq_len = attention_mask.shape
-        return cls(real.flatten().nonzero().squeeze(1), batch_size, seq_len)
+        positions = real.flatten().nonzero().squeeze(1)
+        return cls.from_sequence_ids(positions, positions // seq_len, batch_size, seq_len)
+
+    @classmethod
+    def from_position_ids(
+        cls, position_ids: torch.Tensor | None, attention_mask: torch.Tensor | None, batch_size: int, seq_len: int
+    ) -> TokenPacking | None:
+        """The sequences of a padding-free batch (`DataCollatorWithFlattening`'s: several sequences per row,
+        `position_ids` counting 0, 1, 2, ... within each), or `None` when every row holds one sequence (its
+        positions go up by 1 everywhere; the usual case, including `position_ids=None`).
+
+        Sequences are found with transformers' `find_packed_sequence_indices` (a sequence ends where the position
+        does not go up by 1); `position_ids` of shape (1, seq) apply to every row.
+
+        Raises:
+            ValueError: when `position_ids` restart within a row but do not describe separable sequences (a sequence
+                that does not start at 0, positions that fall or jump within one), or when they come with an
+                `attention_mask` that marks padding or is 4-D (which tokens belong together is then ambiguous).
+        """
+        if position_ids is None:
+            return None
+        positions = position_ids.expand(batch_size, seq_len)
+        sequence_in_row = find_packed_sequence_indices(positions)  # (batch, seq) or None: one sequence per row
+        if sequence_in_row is None:
+            return None
+        starts = torch.ones_like(positions, dtype=torch.bool)  # (batch, seq): the first token of a sequence
+        starts[:, 1:] = sequence_in_row[:, 1:] != sequence_in_row[:, :-1]
+        bad = (starts & (positions != 0)).nonzero()
+        if len(bad):
+            row, column = bad[0].tolist()
+            came = f"after {positions[row, column - 1].item()} " if column else ""
+            raise ValueError(
+                f"position_ids restart within a row, as in a padding-free batch (DataCollatorWithFlattening), but "
+                f"do not describe separable sequences: row {row}, column {column} has position "
+                f"{positions[row, column].item()} {came}where a sequence must count 0, 1, 2, ... and a new one "
+                f"start at 0. Pass position_ids that restart at 0 for every sequence, or padded rows with an "
+                f"attention_mask and no position_ids."
+            )
+        if attention_mask is not None and (attention_mask.dim() != 2 or not (attention_mask == 1).all()):
+            raise ValueError(
+                f"position_ids describe several sequences per row (a padding-free batch, DataCollatorWithFlattening) "
+                f"and attention_mask (shape {tuple(attention_mask.shape)}) is not all ones: which tokens attend to "
+                f"which is ambiguous. Pass one or the other: a padding-free batch without attention_mask, or a "
+                f"padded batch with attention_mask and no position_ids."
+            )
+        positions = torch.arange(batch_size * seq_len, device=position_ids.device)
+        return cls.from_sequence_ids(positions, starts.flatten().cumsum(0) - 1, batch_size, seq_len)
+
+    @classmethod
+    def for_batch(
+        cls, config, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None, position_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None,
+        output_attentions: bool = False,
+    ) -> TokenPacking | None:
+        """The packing `FfnBertModel.forward` runs for these inputs (`BertModel.forward`'s): a padding-free batch's
+        (`from_position_ids`, whatever the config), else, with `config.unpad_tokens` and without
+        `output_attentions`, a padded batch's (`from_attention_mask`); `None` for the padded path.
+
+        Raises:
+            ValueError: as `from_position_ids`.
+        """
+        if (input_ids is None) == (inputs_embeds is None):
+            return None  # upstream's forward raises its error
+        shape = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+        packing = cls.from_position_ids(position_ids, attention_mask, *shape)
+        if packing is None and config.unpad_tokens and not output_attentions:
+            packing = cls.from_attention_mask(attention_mask)
+        return packing
 
     @property
     def num_real(self) -> int:
@@ -66,7 +176,7 @@ class TokenPadding:
         return self.indices.numel()
 
     def unpad(self, padded: torch.Tensor) -> torch.Tensor:
-        """(batch, seq, *rest) → (n_real, *rest): the rows of the real tokens, in order."""
+        """(batch, seq, *rest) → (n_real, *rest): the rows of the real tokens, in packed order."""
         return padded.reshape(self.batch_size * self.seq_len, *padded.shape[2:]).index_select(0, self.indices)
 
     def pad(self, packed: torch.Tensor) -> torch.Tensor:
@@ -75,27 +185,56 @@ class TokenPadding:
         flat = packed.new_zeros(self.batch_size * self.seq_len, *rest)
         return flat.index_copy_(0, self.indices, packed).view(self.batch_size, self.seq_len, *rest)
 
+    def first_token_states(self, padded: torch.Tensor) -> torch.Tensor:
+        """(batch, seq, hidden) → (num_sequences, 1, hidden): each sequence's first token, as a batch of one-token
+        rows (what `BertPooler` reads: token 0 of each row)."""
+        return padded.reshape(-1, padded.shape[-1]).index_select(0, self.first_tokens)[:, None]
+
+
+def block_diagonal_forward(
+    model: BertModel, padded_forward: Callable, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
+    token_type_ids: torch.Tensor | None, position_ids: torch.Tensor, inputs_embeds: torch.Tensor | None,
+    packing: TokenPacking, **kwargs,
+) -> BaseModelOutputWithPoolingAndCrossAttentions:
+    """The padded path (`padded_forward`, upstream `BertModel.forward`) for a padding-free batch, used where
+    attention maps are recorded (`output_attentions`): every token attends to the tokens of its own sequence only,
+    through the mask of `config._attn_implementation` that transformers' `packed_sequence_mask_function` gives
+    `create_bidirectional_mask` (4-D (batch, 1, seq, seq) for eager and sdpa). `pooler_output` is
+    (num_sequences, hidden), the pooler at each sequence's first token, as on the packed path.
+    """
+    batch_size, seq_len = packing.batch_size, packing.seq_len
+    stand_in = model.embeddings.word_embeddings.weight.new_zeros(()).expand(batch_size, seq_len, 1)  # shape, dtype
+    sequence_in_row = find_packed_sequence_indices(position_ids.expand(batch_size, seq_len))
+    attention_mask = create_bidirectional_mask(
+        config=model.config, inputs_embeds=stand_in, attention_mask=None,
+        and_mask_function=packed_sequence_mask_function(sequence_in_row),
+    )
+    outputs = padded_forward(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+    if model.pooler is not None:
+        outputs.pooler_output = model.pooler(packing.first_token_states(outputs.last_hidden_state))
+    return outputs
+
 
 def packed_embeddings(
     embeddings: BertEmbeddings,
-    padding: TokenPadding,
+    packing: TokenPacking,
     input_ids: torch.Tensor | None = None,
     token_type_ids: torch.Tensor | None = None,
     position_ids: torch.Tensor | None = None,
     inputs_embeds: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Upstream `BertEmbeddings.forward` for the real tokens only: padded inputs (batch, seq) (`inputs_embeds`
+    """Upstream `BertEmbeddings.forward` for the real tokens only: inputs (batch, seq) (`inputs_embeds`
     (batch, seq, hidden); `token_type_ids`/`position_ids` may be (1, seq)) → (n_real, hidden).
 
     Word, token-type and position embeddings are per token, so the embeddings module runs on one packed row
     (1, n_real) of the gathered inputs: its sum equals the real rows of the padded sum, and its LayerNorm and
-    dropout see real rows only. Positions default to upstream's 0..seq-1 in every row.
+    dropout see real tokens only. Positions default to upstream's 0..seq-1 in every row.
     """
     if position_ids is None:
-        position_ids = embeddings.position_ids[:, : padding.seq_len]
+        position_ids = embeddings.position_ids[:, : packing.seq_len]
 
     def packed_row(x: torch.Tensor | None) -> torch.Tensor | None:  # (batch or 1, seq, ...) → (1, n_real, ...)
-        return None if x is None else padding.unpad(x.expand(padding.batch_size, *x.shape[1:]))[None]
+        return None if x is None else packing.unpad(x.expand(packing.batch_size, *x.shape[1:]))[None]
 
     packed = embeddings(
         input_ids=packed_row(input_ids),
@@ -107,116 +246,93 @@ def packed_embeddings(
 
 
 def packed_self_attention(
-    attention: BertSelfAttention,
-    hidden_states: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    padding: TokenPadding,
-    **kwargs,
+    attention: BertSelfAttention, hidden_states: torch.Tensor, packing: TokenPacking, **kwargs
 ) -> torch.Tensor:
-    """Upstream `BertSelfAttention.forward` for packed tokens: (n_real, hidden) → (n_real, all_head_size).
+    """Upstream `BertSelfAttention.forward` for packed tokens, each sequence attending to itself only:
+    (n_real, hidden) → (n_real, all_head_size).
 
-    The Q/K/V projections (`attention.query/key/value`, upstream's modules and weights) run on the n_real rows;
-    Q/K/V are then re-padded to (batch, heads, seq, head_dim), zeros at pad positions, for the attention function
-    of `config._attn_implementation` (eager, sdpa, flex, flash: transformers' `ALL_ATTENTION_FUNCTIONS`, called
-    exactly as upstream calls it, with upstream's mask `attention_mask`), and its output (batch, seq, heads,
-    head_dim) is packed again. Rows of real tokens equal upstream's bit for bit: a masked key's score is the
-    mask's value whatever the key (|q·k| is far below the mask value's rounding step), so zero pads and pad
-    embeddings give the same softmax, with weight 0 on every pad.
+    The Q/K/V projections (`attention.query/key/value`, upstream's modules and weights) run on the n_real rows.
+    transformers' attention function for `config._attn_implementation` (`ALL_ATTENTION_FUNCTIONS`: eager, sdpa,
+    flex, ...) is called as upstream calls it, once per `packing.buckets` entry, on a (sequences, heads, length,
+    head_dim) view of that bucket's contiguous rows, with no mask. Flash attention (a name containing "flash")
+    is called once on all rows with the sequence boundaries (`cu_seq_lens_q/k`, `max_length_q/k`), which its
+    variable-length kernel takes. Compared with the padded batch the keys are the same, without the masked pads,
+    so the softmax sums run over fewer (zero) terms: equal within fp32 rounding, not bit for bit (docs/unpadded.md).
     """
-    batch_size, seq_len, head_dim = padding.batch_size, padding.seq_len, attention.attention_head_size
+    num_real, head_dim = hidden_states.shape[0], attention.attention_head_size
 
-    def heads(projection: torch.nn.Module) -> torch.Tensor:  # (n_real, hidden) → (batch, heads, seq, head_dim)
-        return padding.pad(projection(hidden_states)).view(batch_size, seq_len, -1, head_dim).transpose(1, 2)
+    def heads(projection: nn.Module) -> torch.Tensor:  # (n_real, hidden) → (n_real, heads, head_dim)
+        return projection(hidden_states).view(num_real, -1, head_dim)
 
-    attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-        attention.config._attn_implementation, eager_attention_forward
-    )
-    attn_output, _ = attention_interface(
-        attention,
-        heads(attention.query),
-        heads(attention.key),
-        heads(attention.value),
-        attention_mask,
-        dropout=0.0 if not attention.training else attention.dropout.p,
-        scaling=attention.scaling,
-        **kwargs,
-    )
-    return padding.unpad(attn_output.reshape(batch_size, seq_len, -1))  # (batch, seq, heads, head_dim) → packed
-
-
-def packed_layer_forward(
-    layer: nn.Module, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, padding: TokenPadding, **kwargs
-) -> torch.Tensor:
-    """`FfnBertLayer.forward` for packed tokens: (n_real, hidden) → (n_real, hidden).
-
-    `layer` is an `FfnBertLayer` (its `layer_norm_position`, `attention` (upstream `BertAttention`), `mlp`,
-    `mlp_dropout`, `mlp_norm`); both placements run op for op as in its padded `forward`, with
-    `packed_self_attention` for `attention.self`. A padded input (batch, seq, hidden), as the model passes while
-    hidden states are recorded, is packed first and the output re-padded (zeros at pad positions).
-    """
-    padded = hidden_states.dim() == 3
-    x = padding.unpad(hidden_states) if padded else hidden_states  # (n_real, hidden)
-    attention = layer.attention
-    if layer.layer_norm_position == "post":
-        attn_output = packed_self_attention(attention.self, x, attention_mask, padding, **kwargs)
-        x = attention.output(attn_output, x)  # BertSelfOutput: LN_a(x + drop(dense(attn)))
-        x = layer.mlp_norm(x + layer.mlp_dropout(layer.mlp(x)))
-    else:
-        normed = attention.output.LayerNorm(x)
-        attn_output = packed_self_attention(attention.self, normed, attention_mask, padding, **kwargs)
-        x = x + attention.output.dropout(attention.output.dense(attn_output))
-        x = x + layer.mlp_dropout(layer.mlp(layer.mlp_norm(x)))
-    return padding.pad(x) if padded else x
+    query, key, value = heads(attention.query), heads(attention.key), heads(attention.value)
+    implementation = attention.config._attn_implementation or "eager"
+    attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+    settings = dict(dropout=0.0 if not attention.training else attention.dropout.p, scaling=attention.scaling)
+    if "flash" in implementation:
+        longest = max(length for length, _ in packing.buckets)
+        attn_output, _ = attention_interface(  # (1, heads, n_real, head_dim) in, (1, n_real, heads, head_dim) out
+            attention, *(x.transpose(0, 1)[None] for x in (query, key, value)), None, **settings,
+            cu_seq_lens_q=packing.cu_seqlens, cu_seq_lens_k=packing.cu_seqlens, max_length_q=longest,
+            max_length_k=longest, **kwargs,
+        )
+        return attn_output.reshape(num_real, -1)
+    # `split` (not slicing): its backward is one `cat`, where each slice's would be a zero-filled full-size gradient
+    sizes = [length * count for length, count in packing.buckets]
+    outputs = []
+    for (length, count), *qkv in zip(packing.buckets, *(x.split(sizes) for x in (query, key, value)), strict=True):
+        # (count·length, heads, head_dim) → (count, heads, length, head_dim)
+        q, k, v = (x.view(count, length, -1, head_dim).transpose(1, 2) for x in qkv)
+        attn_output, _ = attention_interface(attention, q, k, v, None, **settings, **kwargs)
+        outputs.append(attn_output.reshape(length * count, -1))  # (count, length, heads, head_dim) → packed rows
+    return torch.cat(outputs) if len(outputs) > 1 else outputs[0]
 
 
 @capture_outputs
 def unpadded_model_forward(
     model: BertModel,
     input_ids: torch.Tensor | None,
-    attention_mask: torch.Tensor,
+    attention_mask: torch.Tensor | None,
     token_type_ids: torch.Tensor | None,
     position_ids: torch.Tensor | None,
     inputs_embeds: torch.Tensor | None,
-    padding: TokenPadding,
+    packing: TokenPacking,
     **kwargs,
 ) -> BaseModelOutputWithPoolingAndCrossAttentions:
-    """Upstream `BertModel.forward` (an encoder: no cache, no cross-attention) with packed tokens, for an
-    `FfnBertModel` whose encoder takes `padding` (its layers then run `packed_layer_forward`).
+    """Upstream `BertModel.forward` (an encoder: no cache, no cross-attention) on packed tokens, for an
+    `FfnBertModel` whose layers take `packing`.
 
-    Inputs as `BertModel.forward`'s (batch, seq); `attention_mask` is the plain padding mask `padding` was built
-    from. Returns `last_hidden_state` (batch, seq, hidden) with zeros at pad positions and `pooler_output`
-    (batch, hidden) when the model has a pooler; `capture_outputs` (the decorator of upstream's `forward`) adds
-    the recorded `hidden_states`.
+    Inputs as `BertModel.forward`'s (batch, seq); `attention_mask` was read into `packing` and is not used again.
+    Returns `last_hidden_state` (batch, seq, hidden) with zeros at pad positions and `pooler_output`
+    (num_sequences, hidden) when the model has a pooler: the pooler at each sequence's first token (one per row
+    for a padded batch, as upstream; one per sequence for a padding-free batch). `capture_outputs` (the decorator
+    of upstream's `forward`) adds the recorded `hidden_states`.
 
     Raises:
         ValueError: unless exactly one of `input_ids` and `inputs_embeds` is given (upstream's check).
     """
     if (input_ids is None) ^ (inputs_embeds is not None):
         raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
-    embedding_output = packed_embeddings(  # (n_real, hidden)
-        model.embeddings, padding, input_ids, token_type_ids, position_ids, inputs_embeds
+    for name in COLLATOR_BOUNDARY_KWARGS:
+        kwargs.pop(name, None)
+    hidden_states = packed_embeddings(  # (n_real, hidden)
+        model.embeddings, packing, input_ids, token_type_ids, position_ids, inputs_embeds
     )
-    # Upstream's mask from the 2-D mask (`BertModel`'s own builder); it reads only the shape, dtype and device of
-    # the embeddings, so a zero-stride stand-in (batch, seq, hidden) does.
-    stand_in = embedding_output.new_zeros(()).expand(padding.batch_size, padding.seq_len, model.config.hidden_size)
-    attention_mask, _ = model._create_attention_masks(attention_mask, None, stand_in, None, None)
     # Hidden states are recorded by hooks on each layer's input and output: they travel padded while recorded.
-    recording = kwargs.get("output_hidden_states", model.config.output_hidden_states)
-    hidden_states = padding.pad(embedding_output) if recording else embedding_output
-    hidden_states = model.encoder(
-        hidden_states, attention_mask=attention_mask, position_ids=position_ids, padding=padding, **kwargs
-    ).last_hidden_state
+    if kwargs.get("output_hidden_states", model.config.output_hidden_states):
+        hidden_states = packing.pad(hidden_states)
+    hidden_states = model.encoder(hidden_states, packing=packing, **kwargs).last_hidden_state
     if hidden_states.dim() == 3:  # recorded: padded, and the final norm may have written the pads
-        hidden_states = padding.unpad(hidden_states)
-    sequence_output = padding.pad(hidden_states)  # (batch, seq, hidden), zeros at pad positions
-    pooled_output = model.pooler(sequence_output) if model.pooler is not None else None
+        hidden_states = packing.unpad(hidden_states)
+    sequence_output = packing.pad(hidden_states)  # (batch, seq, hidden), zeros at pad positions
+    pooled_output = model.pooler(packing.first_token_states(sequence_output)) if model.pooler is not None else None
     return BaseModelOutputWithPoolingAndCrossAttentions(last_hidden_state=sequence_output, pooler_output=pooled_output)
 
 
 __all__ = [
-    "TokenPadding",
+    "COLLATOR_BOUNDARY_KWARGS",
+    "TokenPacking",
+    "block_diagonal_forward",
     "packed_embeddings",
-    "packed_layer_forward",
     "packed_self_attention",
     "unpadded_model_forward",
 ]

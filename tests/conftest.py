@@ -26,6 +26,17 @@ TINY = dict(
     type_vocab_size=2,
 )
 
+# Packed attention against the padded path: fp32 rounding relative to a tensor's size (see tests/test_packed.py).
+SCALE_TOL = 1e-5
+
+
+def assert_close_to_scale(actual: torch.Tensor, expected: torch.Tensor, msg: str = "", floor: float = 0.0) -> None:
+    """max |actual − expected| ≤ max(SCALE_TOL · max |expected|, floor) (fp32 rounding, relative to the tensor's
+    size; `floor` for tensors that are 0 in exact arithmetic)."""
+    assert actual.shape == expected.shape, msg
+    bound = max(SCALE_TOL * expected.abs().max().item(), floor)
+    assert (actual - expected).abs().max().item() <= bound, f"{msg}: {(actual - expected).abs().max().item()} > {bound}"
+
 
 @pytest.fixture
 def tiny_config_kwargs():

@@ -32,7 +32,7 @@ from hf_ffn.healing import (
     linear_probe,
     run_healing,
 )
-from hf_ffn.training import read_rt_polarity
+from hf_ffn.training import PaddingFreeCollator, read_rt_polarity
 from hf_ffn.healing import run as run_module
 from hf_ffn.parity import bundled_checkpoint
 
@@ -328,6 +328,24 @@ def _parse(argv):
     from transformers import HfArgumentParser
 
     return HfArgumentParser((HealArguments, TrainingArguments)).parse_args_into_dataclasses(args=argv)
+
+
+def test_padding_free_batches_keep_an_exact_student_exact(setup, tmp_path):
+    """--padding_free: each batch's blocks in one row (`PaddingFreeCollator`), the teacher loaded as FfnBert, which
+    keeps the blocks apart. A default-config student is the teacher's function: loss exactly 0 at every step. An
+    upstream `BertModel` teacher would let the blocks attend to each other (the negative control)."""
+    student = tmp_path / "default"
+    FfnBertModel.from_pretrained(setup / "teacher").save_pretrained(student)
+    AutoTokenizer.from_pretrained(setup / "teacher").save_pretrained(student)
+    assert type(run_module.load_teacher(str(setup / "teacher"), with_head=False, padding_free=True)) is FfnBertModel
+    args = heal_args(setup, student, eval_dir=None, padding_free=True)
+    healing = run_healing(args, training_args(tmp_path / "run", max_steps=2))
+    assert [entry["loss"] for entry in healing["losses"]] == [0.0, 0.0]
+    batch = PaddingFreeCollator()([{"input_ids": list(range(5, 5 + BLOCK))}, {"input_ids": list(range(9, 9 + BLOCK))}])
+    with torch.no_grad():
+        mixed = BertModel.from_pretrained(setup / "teacher").eval()(**batch).last_hidden_state
+        kept = run_module.load_teacher(str(setup / "teacher"), with_head=False, padding_free=True)(**batch).last_hidden_state
+    assert (mixed - kept).abs().max() > 1e-3
 
 
 def test_one_run_reads_the_student_config_and_tokenizer_and_loads_the_teacher_once(setup, tmp_path, monkeypatch):

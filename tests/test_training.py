@@ -3,6 +3,7 @@ and the classification script. Tiny models and tiny data written by the tests; a
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import logging
@@ -642,6 +643,38 @@ def test_mlm_script_switch_falls_back_exactly_and_saved_switch_is_the_checkpoint
     assert on["results"]["eval_loss"] == off["results"]["eval_loss"]
     for name in ("on", "off"):
         assert json.loads((tmp_path / name / "config.json").read_text())["unpad_tokens"] is True
+    # --padding_free: the 4 blocks of a batch in one row, masked by the same collator (the same draws: as many
+    # tokens, in the same order), each block computed as if alone; the losses within the fp32 rounding of packed
+    # attention (the blocks run alone, a bucket of 4 sequences, instead of as 4 rows)
+    flat = run("flat", "--padding_free")
+    assert logged_losses(flat) == pytest.approx(logged_losses(on), rel=1e-5)
+    assert flat["results"]["eval_loss"] == pytest.approx(on["results"]["eval_loss"], rel=1e-5)
+
+
+def test_classification_script_padding_free_same_losses_one_row_per_batch(tiny_checkpoint, tmp_path, monkeypatch):
+    """--padding_free: every batch is one row (`PaddingFreeCollator`, position_ids restarting at 0), the pooler gives
+    one output per sentence, and the losses are the padded run's (switch on) to fp32 rounding of packed attention
+    against padded attention (tests/test_packed.py) and of the weight gradients (above)."""
+    words = POSITIVE + NEGATIVE
+    rows = [(" ".join(words[i:i + 1 + i % 7]) + " movie", "pos" if i % 2 else "neg") for i in range(10)]
+    files = {split: write_csv(tmp_path / f"{split}.csv", rows) for split in ("train", "validation", "test")}
+    main = load_script("finetune_classification").main
+    extra = ("--max_steps", "3", "--logging_steps", "1", "--optim", "sgd", "--learning_rate", "0.5")
+    shapes = []
+    forward = FfnBertForSequenceClassification.forward
+
+    @functools.wraps(forward)  # the same signature: Trainer keeps the columns the forward takes
+    def recorded(self, *args, **kwargs):
+        shapes.append((tuple(kwargs["input_ids"].shape), kwargs.get("position_ids") is not None))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(FfnBertForSequenceClassification, "forward", recorded)
+    flat = main(script_argv(tiny_checkpoint, files, tmp_path / "flat", *extra, "--padding_free"))
+    assert shapes and all(shape[0] == 1 and has_positions for shape, has_positions in shapes)
+    padded = main(script_argv(tiny_checkpoint, files, tmp_path / "padded", *extra))
+    assert len(logged_losses(flat)) == 3
+    assert logged_losses(flat) == pytest.approx(logged_losses(padded), rel=1e-5)
+    assert flat["results"]["test_accuracy"] == padded["results"]["test_accuracy"]  # one prediction per sentence
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,5 +1,10 @@
-"""Unpadded execution (`unpad_tokens=True`): bit-exact at every real token against upstream BERT and against the
-switch off, zeros at pad positions, exact fallbacks, gradient checkpointing, training, LoRA, torch.compile."""
+"""Unpadded execution (`unpad_tokens=True`): at every real token equal to upstream BERT and to the switch off,
+zeros at pad positions, exact fallbacks, gradient checkpointing, training, LoRA, torch.compile.
+
+Equal means `torch.equal` on the tiny models (sequences of at most 7 tokens: the attention kernels' reductions
+over a sequence's own keys and over its padded row group the same terms the same way here) and within fp32
+rounding (`assert_close_to_scale`, tests/test_packed.py says why) on the real checkpoint and bert-base shapes.
+"""
 
 from __future__ import annotations
 
@@ -35,9 +40,9 @@ from hf_ffn import (
     FfnBertForTokenClassification,
     FfnBertModel,
 )
-from hf_ffn.unpadding import TokenPadding
+from hf_ffn.unpadding import TokenPacking
 
-from .conftest import TINY, tiny_batch, tiny_config
+from .conftest import TINY, assert_close_to_scale, tiny_batch, tiny_config
 
 ATTN = ["eager", "sdpa"]
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -79,9 +84,10 @@ def real_mask(batch: dict) -> torch.Tensor:
     return batch["attention_mask"].reshape(-1, batch["attention_mask"].shape[-1]).bool()
 
 
-def assert_equal_at_real_tokens(expected, actual, mask: torch.Tensor) -> None:
+def assert_equal_at_real_tokens(expected, actual, mask: torch.Tensor, exact: bool = True) -> None:
     """Every tensor of two model outputs: `torch.equal` at real tokens for per-token tensors (leading dims equal to
-    the mask's, batch × seq), everywhere for the others (pooler, sequence-level logits, losses)."""
+    the mask's, batch × seq), everywhere for the others (pooler, sequence-level logits, losses). `exact=False`:
+    within fp32 rounding of packed attention instead (`assert_close_to_scale`, tests/test_packed.py says why)."""
     assert expected.keys() == actual.keys()
     for key in expected.keys():
         values = zip(expected[key], actual[key], strict=True) if isinstance(expected[key], tuple) else [
@@ -89,7 +95,11 @@ def assert_equal_at_real_tokens(expected, actual, mask: torch.Tensor) -> None:
         ]
         for a, b in values:
             per_token = a.dim() >= 2 and a.shape[:2] == mask.shape
-            assert torch.equal(a[mask], b[mask]) if per_token else torch.equal(a, b), key
+            a, b = (a[mask], b[mask]) if per_token else (a, b)
+            if exact:
+                assert torch.equal(a, b), key
+            else:
+                assert_close_to_scale(b, a, key)
 
 
 def head_inputs(ours_class: type, batch: dict) -> dict:
@@ -122,21 +132,24 @@ def unpadded_copy(upstream: nn.Module, ours_class: type, attn: str, **overrides)
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# TokenPadding and the config field
+# TokenPacking and the config field
 # ---------------------------------------------------------------------------------------------------------------
 def test_token_padding_finds_real_tokens_and_round_trips():
     mask = tiny_batch()["attention_mask"]  # lengths 7, 4, 2 of 7
-    padding = TokenPadding.from_attention_mask(mask)
+    padding = TokenPacking.from_attention_mask(mask)
     assert padding.num_real == 13 and (padding.batch_size, padding.seq_len) == (3, 7)
-    assert padding.indices.tolist() == [*range(0, 7), *range(7, 11), *range(14, 16)]
+    # packed order: sequences by length (2, 4, 7), each in order
+    assert padding.indices.tolist() == [*range(14, 16), *range(7, 11), *range(0, 7)]
+    assert padding.buckets == ((2, 1), (4, 1), (7, 1)) and padding.first_tokens.tolist() == [0, 7, 14]
+    assert padding.cu_seqlens.tolist() == [0, 2, 6, 13]
     x = torch.randn(3, 7, 5)
     packed = padding.unpad(x)
-    assert torch.equal(packed, x[mask.bool()])
+    assert torch.equal(packed, x.reshape(21, 5)[padding.indices])
     repadded = padding.pad(packed)
     assert torch.equal(repadded[mask.bool()], x[mask.bool()])
     assert torch.equal(repadded[~mask.bool()], torch.zeros(8, 5))
     holes = torch.tensor([[1, 0, 1, 1], [1, 1, 0, 0]], dtype=torch.bool)  # holes after token 0 are fine
-    assert TokenPadding.from_attention_mask(holes).indices.tolist() == [0, 2, 3, 4, 5]
+    assert TokenPacking.from_attention_mask(holes).indices.tolist() == [4, 5, 0, 2, 3]
 
 
 @pytest.mark.parametrize(
@@ -152,7 +165,7 @@ def test_token_padding_finds_real_tokens_and_round_trips():
     ids=["none", "all-ones", "left-padding", "empty-row", "soft", "4d"],
 )
 def test_token_padding_is_none_for_other_masks(mask):
-    assert TokenPadding.from_attention_mask(mask) is None
+    assert TokenPacking.from_attention_mask(mask) is None
 
 
 def test_unpad_tokens_field(tiny_bert_checkpoint, tmp_path):
@@ -226,9 +239,10 @@ def test_real_checkpoint_equals_upstream(bundled_checkpoint, attn):
     batch = tokenized(bundled_checkpoint)
     assert (batch["attention_mask"] == 0).float().mean() > 0.3
     with torch.no_grad():
-        assert_equal_at_real_tokens(
-            upstream(**batch, output_hidden_states=True), ours(**batch, output_hidden_states=True), real_mask(batch)
-        )
+        expected, actual = upstream(**batch, output_hidden_states=True), ours(**batch, output_hidden_states=True)
+    # sequences longer than the tiny models': packed attention within fp32 rounding (measured: last hidden state
+    # 4.2e-6 at values up to 6.0, pooler 2.2e-7)
+    assert_equal_at_real_tokens(expected, actual, real_mask(batch), exact=False)
 
 
 @pytest.mark.parametrize("variant", [{"ffn_type": "swiglu"}, {"layer_norm_position": "pre"}], ids=["swiglu", "pre"])
@@ -239,7 +253,8 @@ def test_real_checkpoint_variants_equal_switch_off(bundled_checkpoint, variant):
     with torch.no_grad():
         expected = model(**batch, output_hidden_states=True)
         model.config.unpad_tokens = True
-        assert_equal_at_real_tokens(expected, model(**batch, output_hidden_states=True), real_mask(batch))
+        actual = model(**batch, output_hidden_states=True)
+    assert_equal_at_real_tokens(expected, actual, real_mask(batch), exact=False)
 
 
 @pytest.fixture(scope="module")
@@ -256,7 +271,7 @@ def test_bert_base_shapes_equal_upstream(bert_base_pair, bundled_checkpoint, att
     ours.set_attn_implementation(attn)
     batch = tokenized(bundled_checkpoint)  # the same uncased WordPiece vocabulary as bert-base
     with torch.no_grad():
-        assert_equal_at_real_tokens(upstream(**batch), ours(**batch), real_mask(batch))
+        assert_equal_at_real_tokens(upstream(**batch), ours(**batch), real_mask(batch), exact=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from studies.unpadded_benchmark import CANDIDATES, KINDS, QUICK, RATIOS, main, make_batches, read_sentences
-from studies.unpadded_report import NOT_JUDGED, UNPADDED_COMMAND, benchmarks_section, judge
+from studies.unpadded_report import NOT_JUDGED, UNPADDED_COMMAND, benchmarks_section, judge, target_rows
 
 WORDS = "the film is a long and oddly moving story about two friends who never quite say what they mean".split()
 
@@ -52,7 +52,7 @@ def test_quick_run_writes_a_complete_report(rt_polarity_dir, tmp_path):
         (attn, mode) for attn in ("eager", "sdpa") for mode in ("inference", "training")
     ]
     for case in cases:
-        assert case["equal_at_real_tokens"] is True
+        assert max(case["max_abs_diff"].values()) < 1e-5  # packed attention: fp32 rounding (tiny: 0 here)
         assert set(case["candidates"]) == set(CANDIDATES)
         for candidate in case["candidates"].values():
             assert len(candidate["times_ms"]) == QUICK.repeats and candidate["real_tokens_per_s"] > 0
@@ -89,5 +89,7 @@ def test_benchmarks_md_links_the_report_with_its_command():
     unpadded = json.loads((docs / "unpadded_benchmark.json").read_text())
     section = "\n".join(benchmarks_section(unpadded))
     assert section.startswith(link) and unpadded["command"] in section
-    assert section.count("\n| all-MiniLM-L6-v2 |") == section.count("\n| bert-base-shapes |") == 10
+    rows = target_rows(unpadded)  # one table row per target of the published run, whatever its settings
+    table_rows = section.count("\n| all-MiniLM-L6-v2 |") + section.count("\n| bert-base-shapes |")
+    assert len(rows) >= 5 and table_rows == len(rows)
     assert section in (docs / "benchmarks.md").read_text()

@@ -327,6 +327,12 @@ def test_the_conversion_api_does_not_warn(tiny_bert_checkpoint, config_warnings)
     load_converted(tiny_bert_checkpoint, ffn_type="relu", init="fresh")  # changes the variant on purpose
     load_converted(tiny_bert_checkpoint, layer_norm_position="pre")
     variant_report(tiny_bert_checkpoint, ffn_type="relu")
+    # MegatronBERT's weights are mapped to Pre-LN places exactly: its Post -> Pre override is not a reuse either.
+    from transformers import MegatronBertConfig
+
+    from hf_ffn.conversion import megatron_config_to_ffn_bert
+
+    assert megatron_config_to_ffn_bert(MegatronBertConfig(**TINY).to_dict()).layer_norm_position == "pre"
     assert messages(config_warnings) == []
 
 

@@ -120,7 +120,6 @@ def calibration_blocks(input_ids: torch.Tensor, args: LayerwiseArguments, hidden
     return input_ids[torch.linspace(0, len(input_ids) - 1, count).round().long()]
 
 
-@torch.no_grad()
 class NormedLayer(nn.Module):
     """A layer followed by a LayerNorm (a Pre-LN encoder's last layer and its `final_norm`), fitted as one."""
 
@@ -148,6 +147,7 @@ def calibration_ids(paths: list[str], tokenizer, block: int = 128, tokens: int =
     return ids[torch.linspace(0, len(ids) - 1, count).round().long()]
 
 
+@torch.no_grad()
 def relative_squared_error(prediction: torch.Tensor, target: torch.Tensor) -> float:
     """‖prediction − target‖² / ‖target‖² over all elements (float64 sums)."""
     return float((prediction.detach().double() - target.double()).pow(2).sum() / target.double().pow(2).sum())

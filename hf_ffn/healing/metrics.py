@@ -22,6 +22,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
+from ..similarity import mean_pool
+
 PROBE_FOLDS = 5
 PROBE_C = 1.0  # scikit-learn's default inverse L2 strength, on standardised features
 PROBE_MAX_ITER = 2000  # lbfgs converges in a few hundred iterations on 384 standardised features; margin above
@@ -32,12 +34,6 @@ def subset_indices(count: int, size: int, seed: int = 0) -> list[int]:
     if size >= count:
         return list(range(count))
     return sorted(np.random.default_rng(seed).choice(count, size=size, replace=False).tolist())
-
-
-def mean_pool(last_hidden_state: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """(batch, seq, hidden), (batch, seq) → (batch, hidden): the mean over real tokens (attention_mask 1)."""
-    mask = attention_mask.unsqueeze(-1).to(last_hidden_state.dtype)
-    return (last_hidden_state * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
 def _batches(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], batch_size: int, max_length: int):

@@ -45,8 +45,8 @@ from ..configuration_ffn_bert import FfnBertConfig
 from ..conversion import REPORT_FILE, ConversionReport, ffn_class_for, measure_difference, write_converted_folder
 from ..files import atomic_output_dir, check_new_folder
 from ..logging_utils import quiet_transformers
-from ..modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel
-from ..training import mlm_blocks, read_rt_polarity, read_text_documents, resume_checkpoint
+from ..modeling_ffn_bert import FfnBertForMaskedLM, FfnBertModel, FfnBertPreTrainedModel
+from ..training import PaddingFreeCollator, mlm_blocks, read_rt_polarity, read_text_documents, resume_checkpoint
 from .distill import DistillationLoss, DistillationTrainer, dropout_off, select_trainable
 from .layerwise import METHODS, LayerwiseArguments, heal_layerwise, layerwise_section
 from .metrics import PROBE_FOLDS, AgreementCallback, measure_agreement, subset_indices
@@ -84,6 +84,10 @@ class HealArguments:
     method: str = field(default="end_to_end", metadata={
         "help": "end_to_end (distil the whole model) or layerwise (fit each layer to its teacher layer first, "
                 "hf_ffn.healing.layerwise; the end-to-end stage then runs only with --max_steps > 0)"})
+    padding_free: bool = field(
+        default=False, metadata={"help": "padding-free batches (DataCollatorWithFlattening): each batch's blocks "
+                                         "concatenated into one row, position_ids restarting at 0 per block; the "
+                                         "teacher then runs as FfnBert (upstream BERT would mix the blocks)"})
 
     def __post_init__(self) -> None:
         self.loss = DistillationLoss(self.hidden_loss, self.layers, self.mlm_kl_weight, self.temperature)
@@ -169,14 +173,22 @@ def load_tokenizer(name_or_path: str, config: PretrainedConfig) -> PreTrainedTok
     return AutoTokenizer.from_pretrained(name_or_path, config=config)
 
 
-def load_teacher(teacher: str, with_head: bool, config: PretrainedConfig | None = None) -> torch.nn.Module:
+def load_teacher(
+    teacher: str, with_head: bool, config: PretrainedConfig | None = None, padding_free: bool = False
+) -> torch.nn.Module:
     """The teacher (upstream `BertModel`/`BertForMaskedLM` for a BERT checkpoint, FfnBert for an FfnBert one),
-    eval mode, frozen. With the KL term, every MLM-head weight must come from the checkpoint.
+    eval mode, frozen. With the KL term, every MLM-head weight must come from the checkpoint. `padding_free`:
+    always FfnBert (`FfnBertModel`/`FfnBertForMaskedLM`, upstream BERT's function on a BERT checkpoint), which
+    keeps the sequences of a padding-free batch apart; upstream `BertModel` lets them attend to each other.
 
     Raises:
         ValueError: if the MLM head would be newly initialised.
     """
     auto = AutoModelForMaskedLM if with_head else AutoModel
+    if padding_free:
+        auto = FfnBertForMaskedLM if with_head else FfnBertModel
+        if config is not None and not isinstance(config, FfnBertConfig):  # a BERT checkpoint's config
+            config = FfnBertConfig.from_dict(config.to_dict())
     model, info = auto.from_pretrained(teacher, config=config, output_loading_info=True)
     if with_head and info["missing_keys"]:
         raise ValueError(f"--mlm_kl_weight > 0 needs the teacher's MLM head, but {teacher!r} lacks "
@@ -221,7 +233,7 @@ def run_healing(
     blocks = blocks.add_column("attention_mask", [[1] * heal_args.max_seq_length] * len(blocks))
 
     with_head = heal_args.mlm_kl_weight > 0
-    teacher = load_teacher(teacher_path, with_head, models.teacher_config)
+    teacher = load_teacher(teacher_path, with_head, models.teacher_config, heal_args.padding_free)
     student = models.student_class.from_pretrained(heal_args.student, config=models.student_config)
     trainable = select_trainable(student, heal_args.train_parts, with_head)
     main = training_args.process_index == 0
@@ -251,8 +263,9 @@ def run_healing(
         del teacher_layers
     history, steps, train_seconds = [], 0, 0.0
     if heal_args.method == "end_to_end" or training_args.max_steps > 0:
+        collator = PaddingFreeCollator() if heal_args.padding_free else default_data_collator  # blocks: one row
         trainer = DistillationTrainer(model=student, args=training_args, train_dataset=blocks,
-                                      data_collator=default_data_collator, teacher=teacher,
+                                      data_collator=collator, teacher=teacher,
                                       distillation_loss=heal_args.loss, callbacks=callbacks)
         with dropout_off(student):
             train_output = trainer.train(resume_from_checkpoint=resume)

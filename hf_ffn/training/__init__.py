@@ -11,7 +11,8 @@ Modules, one job each:
   UTF-8 else Latin-1), MLM blocks (`mlm_blocks`), fixed masks (`mask_once`) and the MLM collator.
 - `outputs`: checkpoint and tokenizer loading, output-folder checks, the finished save (`save_finished`: nothing
   that loads as a model until every file is written), the final evaluation, the model card.
-- `classification`: `run_classification` and its metrics.
+- `classification`: `run_classification` (single sentences or pairs, classes or regression) and its metrics.
+- `tasks`: the named tasks (`--task cola|stsb|mrpc|rt_polarity`): their readers, columns, splits and metrics.
 - `mlm`: `mlm_trainer` (the one MLM training path, also used by the Pre-/Post-LN study) and `run_mlm`.
 
 Everything that can be wrong with the input (a missing or empty data file, a column that does not exist, labels
@@ -28,13 +29,15 @@ from .arguments import (
     parse_arguments,
     resume_checkpoint,
 )
-from .classification import classification_metrics, run_classification
+from .classification import classification_metrics, regression_metrics, run_classification
 from .data import (
     DATA_FILE_EXTENSIONS,
     DEFAULT_TEXT_COLUMNS,
     FixedOrRandomMaskCollator,
+    PaddingFreeCollator,
     check_columns_and_labels,
     check_data_file,
+    check_label_values,
     decode_text,
     load_classification_datasets,
     load_rt_polarity,
@@ -45,6 +48,7 @@ from .data import (
     sort_by_length,
 )
 from .mlm import masked_eval_dataset, mlm_trainer, run_mlm
+from .tasks import TASKS, Task, get_task, load_cola, load_mrpc, load_stsb, read_stsb, task_score
 from .outputs import (
     STAGING_FOLDER,
     check_checkpoint,
@@ -60,10 +64,20 @@ from .outputs import (
 )
 
 __all__ = [
+    "TASKS",
+    "Task",
+    "check_label_values",
+    "get_task",
+    "load_cola",
+    "load_mrpc",
+    "load_stsb",
+    "read_stsb",
+    "task_score",
     "ClassificationDataArguments",
     "DATA_FILE_EXTENSIONS",
     "DEFAULT_TEXT_COLUMNS",
     "FixedOrRandomMaskCollator",
+    "PaddingFreeCollator",
     "MlmDataArguments",
     "ModelArguments",
     "RESUME_LAST",
@@ -90,6 +104,7 @@ __all__ = [
     "model_card",
     "read_rt_polarity",
     "read_text_documents",
+    "regression_metrics",
     "run_classification",
     "run_mlm",
     "save_finished",

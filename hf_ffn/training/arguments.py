@@ -58,6 +58,13 @@ class ModelArguments:
                           "draws of the same masks). Turn off with --no_unpad_tokens (or --unpad_tokens false). "
                           "The saved model keeps the checkpoint's value"},
     )
+    padding_free: bool = field(
+        default=False,
+        metadata={"help": "padding-free batches (transformers' DataCollatorWithFlattening): each batch's sequences "
+                          "concatenated into one row, position_ids restarting at 0 for each, no padding; FfnBert "
+                          "computes each sequence as if alone and its pooler gives one output per sequence, so "
+                          "sequence classification works too (docs/unpadded.md)"},
+    )
 
     def __post_init__(self) -> None:
         checks = (
@@ -88,9 +95,20 @@ class ModelArguments:
 
 @dataclass
 class ClassificationDataArguments:
-    """Where the labelled text comes from: local csv/json/jsonl files, an rt_polarity-style folder, or the hub."""
+    """Where the labelled text comes from: one of the named tasks (`--task` with `--data_dir`, see
+    `hf_ffn.training.tasks`), local csv/tsv/json/jsonl files, an rt_polarity-style folder, or a `datasets` dataset.
+    A second text column (`--text_pair_column`) makes the inputs BERT sentence pairs; real-number labels make the
+    run a regression (`num_labels=1`, MSE), as in transformers' `run_glue.py`."""
 
-    train_file: str | None = field(default=None, metadata={"help": "csv / json / jsonl file with the training data"})
+    task: str | None = field(
+        default=None,
+        metadata={"help": "a named task read from --data_dir with its columns, splits and metric: cola, stsb, mrpc, "
+                          "rt_polarity (see hf_ffn.training.tasks)"},
+    )
+    data_dir: str | None = field(default=None, metadata={"help": "the folder of --task's files"})
+    train_file: str | None = field(
+        default=None, metadata={"help": "csv / tsv / json / jsonl file with the training data"}
+    )
     validation_file: str | None = field(default=None, metadata={"help": "csv / json / jsonl validation file"})
     test_file: str | None = field(default=None, metadata={"help": "csv / json / jsonl test file (labels optional)"})
     dataset_name: str | None = field(default=None, metadata={"help": "a dataset on the hub (needs hub access)"})
@@ -104,6 +122,9 @@ class ClassificationDataArguments:
     )
     split_seed: int = field(default=42, metadata={"help": "seed of the rt_polarity split (fixed: same for all runs)"})
     text_column: str | None = field(default=None, metadata={"help": "text column; default: 'text' or 'sentence'"})
+    text_pair_column: str | None = field(
+        default=None, metadata={"help": "second text column: inputs become BERT pairs ([SEP] between, token_type_ids)"}
+    )
     label_column: str = field(default="label", metadata={"help": "label column"})
     max_seq_length: int = field(default=128, metadata={"help": "truncate to this many tokens ([CLS]/[SEP] included)"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training rows"})
@@ -112,13 +133,15 @@ class ClassificationDataArguments:
 
     def __post_init__(self) -> None:
         sources = [
-            name for name in ("train_file", "dataset_name", "rt_polarity_dir") if getattr(self, name) is not None
+            name for name in ("task", "train_file", "dataset_name", "rt_polarity_dir") if getattr(self, name) is not None
         ]
         if len(sources) != 1:
             raise ValueError(
-                f"give exactly one data source: --train_file (with --validation_file), --rt_polarity_dir or "
-                f"--dataset_name; got {sources or 'none'}"
+                f"give exactly one data source: --task (with --data_dir), --train_file (with --validation_file), "
+                f"--rt_polarity_dir or --dataset_name; got {sources or 'none'}"
             )
+        if (self.task is None) != (self.data_dir is None):
+            raise ValueError(f"--task and --data_dir go together; got --task {self.task!r}, --data_dir {self.data_dir!r}")
         if self.train_file is not None and self.validation_file is None:
             raise ValueError("--validation_file is required with --train_file (the label set is checked against it)")
         if self.max_seq_length <= 2:

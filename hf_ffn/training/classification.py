@@ -1,8 +1,10 @@
-"""Sequence classification: `run_classification` fine-tunes `FfnBertForSequenceClassification` with `Trainer`
-(the job of transformers' `run_glue.py`), and `classification_metrics` scores it (accuracy, macro F1)."""
+"""Sequence classification and regression: `run_classification` fine-tunes `FfnBertForSequenceClassification` with
+`Trainer` (the job of transformers' `run_glue.py`: single sentences or sentence pairs, classes or real-number
+labels), `classification_metrics` / `regression_metrics` score it (scikit-learn / scipy)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,8 @@ from transformers import EvalPrediction, Trainer, TrainingArguments
 
 from ..modeling_ffn_bert import FfnBertForSequenceClassification
 from .arguments import ClassificationDataArguments, ModelArguments, resume_checkpoint
-from .data import check_columns_and_labels, load_classification_datasets, sort_by_length
+from .data import PaddingFreeCollator, check_columns_and_labels, load_classification_datasets, sort_by_length
+from .tasks import get_task
 from .outputs import (
     check_checkpoint,
     check_output_dir,
@@ -27,17 +30,49 @@ from .outputs import (
 )
 
 
+def _logits(prediction: EvalPrediction) -> np.ndarray:
+    return np.asarray(prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions)
+
+
 def classification_metrics(prediction: EvalPrediction) -> dict[str, float]:
-    """Accuracy and macro-averaged F1 (the unweighted mean of each class's F1; scikit-learn) of argmax logits.
+    """Accuracy, macro-averaged F1 (the unweighted mean of each class's F1), Matthews correlation (GLUE's CoLA
+    metric; Matthews 1975) and, for two classes, `f1_binary`: the F1 of class id 1 (GLUE's MRPC F1, of the
+    paraphrase class), all from scikit-learn, of the argmax of the logits.
 
     `prediction.predictions`: logits (examples, num_labels); `prediction.label_ids`: (examples,) class ids.
     """
-    from sklearn.metrics import accuracy_score, f1_score
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-    logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
-    predicted = np.asarray(logits).argmax(axis=-1)
+    logits = _logits(prediction)
+    predicted = logits.argmax(axis=-1)
     labels = np.asarray(prediction.label_ids)
-    return {"accuracy": float(accuracy_score(labels, predicted)), "f1": float(f1_score(labels, predicted, average="macro"))}
+    metrics = {
+        "accuracy": float(accuracy_score(labels, predicted)),
+        "f1": float(f1_score(labels, predicted, average="macro")),
+        "matthews_correlation": float(matthews_corrcoef(labels, predicted)),
+    }
+    if logits.shape[-1] == 2:
+        metrics["f1_binary"] = float(f1_score(labels, predicted, average="binary", pos_label=1))
+    return metrics
+
+
+def regression_metrics(prediction: EvalPrediction) -> dict[str, float]:
+    """Pearson and Spearman correlation (scipy.stats; GLUE's STS-B metrics) and the mean squared error
+    (scikit-learn) of the predicted values against the labels.
+
+    `prediction.predictions`: (examples, 1) or (examples,); `prediction.label_ids`: (examples,) real numbers.
+    A constant prediction has no correlation: Pearson and Spearman are nan then (scipy warns).
+    """
+    from scipy.stats import pearsonr, spearmanr
+    from sklearn.metrics import mean_squared_error
+
+    predicted = _logits(prediction).reshape(-1).astype(np.float64)
+    labels = np.asarray(prediction.label_ids, dtype=np.float64).reshape(-1)
+    return {
+        "pearson": float(pearsonr(predicted, labels).statistic),
+        "spearman": float(spearmanr(predicted, labels).statistic),
+        "mse": float(mean_squared_error(labels, predicted)),
+    }
 
 
 def predict_in_order(trainer: Trainer, dataset, metric_key_prefix: str = "test"):
@@ -61,13 +96,20 @@ def run_classification(
 ) -> dict[str, Any]:
     """Fine-tune `FfnBertForSequenceClassification` with `Trainer`; evaluate on validation and test; save.
 
+    Inputs are one text column, or two (`--text_pair_column`) encoded as a BERT pair (`[CLS] a [SEP] b [SEP]`,
+    token_type_ids 0 then 1). Labels that are classes train a classifier (cross-entropy; metrics
+    `classification_metrics`); real numbers a regression (`num_labels=1`, `problem_type="regression"`: MSE;
+    metrics `regression_metrics`), as in `run_glue.py`. `--task` reads a named task (`hf_ffn.training.tasks`) with
+    its columns; its metric names lead the model card.
+
     Order: every input check (data files, columns, labels, checkpoint, output folder), then loading, training,
     evaluation, and last the finished save (see `hf_ffn.training.outputs`). Returns a dict with `results` (eval_* and
-    test_* accuracy/F1/loss, train metrics), `log_history` (Trainer's, for eval curves), `train_tokens`
+    test_* metrics and loss, train metrics), `log_history` (Trainer's, for eval curves), `train_tokens`
     (non-padding training tokens seen), `train_seconds` (training time without in-training evaluation),
-    `wall_seconds`, `conversion` (what the variant load changed) and, for a labelled test split,
+    `wall_seconds`, `conversion` (what the variant load changed), `regression`, and, for a labelled test split,
     `test_predicted_ids` / `test_label_ids` (class ids per test example, in the test split's length-sorted order,
-    which is the same for every run on the same data and tokenizer).
+    which is the same for every run on the same data and tokenizer; for a regression the predicted and true
+    values).
 
     Raises:
         FileNotFoundError, FileExistsError, ValueError: on bad input, before training starts.
@@ -75,17 +117,27 @@ def run_classification(
     start = time.perf_counter()
     check_output_dir(training_args.output_dir)
     resume = resume_checkpoint(training_args)
-    raw = load_classification_datasets(data_args)
-    text_column, labels = check_columns_and_labels(raw, data_args)
+    task = get_task(data_args.task) if data_args.task is not None else None
+    if task is not None:  # the task's columns (its reader gives the hub copy's names)
+        data_args = dataclasses.replace(data_args, text_column=task.text_column,
+                                        text_pair_column=task.text_pair_column, label_column="label")
+        raw = task.load(data_args.data_dir)
+    else:
+        raw = load_classification_datasets(data_args)
+    text_columns, labels = check_columns_and_labels(raw, data_args)
+    regression = labels is None
     check_checkpoint(model_args.model_name_or_path, "--model_name_or_path")
     tokenizer = load_tokenizer(model_args)
 
-    label2id = {label: i for i, label in enumerate(labels)}
+    label2id = {} if regression else {label: i for i, label in enumerate(labels)}
 
     def encode(batch: dict) -> dict:
-        encoded = tokenizer(batch[text_column], truncation=True, max_length=data_args.max_seq_length)
+        # one column: [CLS] a [SEP]; two: [CLS] a [SEP] b [SEP] with token_type_ids 0…0 1…1 (truncation: longest first)
+        encoded = tokenizer(*(batch[column] for column in text_columns), truncation=True,
+                            max_length=data_args.max_seq_length)
         if data_args.label_column in batch:
-            encoded["labels"] = [label2id[label] for label in batch[data_args.label_column]]
+            values = batch[data_args.label_column]
+            encoded["labels"] = [float(v) for v in values] if regression else [label2id[v] for v in values]
         return encoded
 
     splits = {}
@@ -95,18 +147,19 @@ def run_classification(
             dataset = raw[split] if limit is None else raw[split].select(range(min(limit, len(raw[split]))))
             splits[split] = dataset.map(encode, batched=True, remove_columns=dataset.column_names)
     for split in ("validation", "test"):
-        # shortest first: less padding per batch; accuracy and F1 do not depend on the order. An unlabelled test
+        # shortest first: less padding per batch; the metrics do not depend on the order. An unlabelled test
         # split keeps its order, so its predictions line up with the file.
         if split in splits and "labels" in splits[split].column_names:
             splits[split] = sort_by_length(splits[split])
 
     # Seed before the model is built: the new weights (classifier, fresh FFNs) depend on it, as in run_glue.
     torch.manual_seed(training_args.seed)
-    model, conversion = load_model(
-        model_args, FfnBertForSequenceClassification, num_labels=len(labels),
-        id2label={i: str(label) for i, label in enumerate(labels)},
-        label2id={str(label): i for i, label in enumerate(labels)},
-    )
+    if regression:
+        head = {"num_labels": 1, "problem_type": "regression"}
+    else:
+        head = {"num_labels": len(labels), "id2label": {i: str(label) for i, label in enumerate(labels)},
+                "label2id": {str(label): i for i, label in enumerate(labels)}}
+    model, conversion = load_model(model_args, FfnBertForSequenceClassification, **head)
     # Count the non-padding tokens trained on (for tokens/s); the attribute is read when `train` starts.
     training_args.include_num_input_tokens_seen = "non_padding"
     trainer = Trainer(
@@ -115,7 +168,8 @@ def run_classification(
         train_dataset=splits["train"],
         eval_dataset=splits["validation"],
         processing_class=tokenizer,  # also gives DataCollatorWithPadding (dynamic padding)
-        compute_metrics=classification_metrics,
+        data_collator=PaddingFreeCollator() if model_args.padding_free else None,  # one row, one output per sequence
+        compute_metrics=regression_metrics if regression else classification_metrics,
     )
     train_output = trainer.train(resume_from_checkpoint=resume)
     results = dict(train_output.metrics)
@@ -123,17 +177,19 @@ def run_classification(
     predictions = test_predicted_ids = test_label_ids = None
     if "test" in splits:
         test_output = predict_in_order(trainer, splits["test"])
-        results.update(test_output.metrics)  # accuracy/F1 only when the test split has labels
+        results.update(test_output.metrics)  # metrics only when the test split has labels
+        predicted = (test_output.predictions.reshape(-1) if regression
+                     else test_output.predictions.argmax(-1)).tolist()
         if "labels" not in splits["test"].column_names:
-            predictions = [str(labels[i]) for i in test_output.predictions.argmax(-1)]
-        else:  # per-snippet predictions for paired tests, in the length-sorted order (the same for every run)
-            test_predicted_ids = test_output.predictions.argmax(-1).tolist()
-            test_label_ids = test_output.label_ids.tolist()
+            predictions = predicted if regression else [str(labels[i]) for i in predicted]
+        else:  # per-example predictions for paired tests, in the length-sorted order (the same for every run)
+            test_predicted_ids, test_label_ids = predicted, test_output.label_ids.tolist()
     train_seconds = training_seconds(trainer.state.log_history, train_output.metrics["train_runtime"])
     extra = {
         "conversion": conversion,
         "unpad_tokens": model_args.unpad_tokens,  # how the run executed (not saved in config.json)
-        "labels": [str(label) for label in labels],
+        "regression": regression,
+        "labels": None if regression else [str(label) for label in labels],
         "train_tokens": trainer.state.num_input_tokens_seen,
         "train_seconds": train_seconds,
         "test_predictions": predictions,
@@ -141,12 +197,16 @@ def run_classification(
         "test_label_ids": test_label_ids,
     }
     results["train_tokens_per_second"] = extra["train_tokens"] / train_seconds
-    dataset_name = data_args.dataset_name or (
-        f"rt_polarity (split {data_args.rt_polarity_split}, seed {data_args.split_seed})"
-        if data_args.rt_polarity_dir else Path(data_args.train_file).name
-    )
+    if task is not None:
+        dataset_name = f"{task.name} ({Path(data_args.data_dir).name})"
+    else:
+        dataset_name = data_args.dataset_name or (
+            f"rt_polarity (split {data_args.rt_polarity_split}, seed {data_args.split_seed})"
+            if data_args.rt_polarity_dir else Path(data_args.train_file).name
+        )
+    metric_names = task.metrics if task else ("pearson", "spearman") if regression else ("accuracy", "f1")
     card = model_card(model_args, training_args, "text-classification", dataset_name, results, conversion,
-                      ("accuracy", "f1"))
+                      metric_names)
     save_outputs(trainer, tokenizer, card, results, extra, training_args.output_dir,
                  unpad_tokens=checkpoint_unpad_tokens(model_args.model_name_or_path))
     return {
@@ -157,4 +217,4 @@ def run_classification(
     }
 
 
-__all__ = ["classification_metrics", "predict_in_order", "run_classification"]
+__all__ = ["classification_metrics", "predict_in_order", "regression_metrics", "run_classification"]

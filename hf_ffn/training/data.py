@@ -7,25 +7,34 @@ differ between splits) raises before any training starts, naming the file or fie
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase, default_data_collator
+from transformers import (
+    DataCollatorForLanguageModeling,
+    DataCollatorWithFlattening,
+    PreTrainedTokenizerBase,
+    default_data_collator,
+)
 
 from .arguments import RT_POLARITY_SPLIT, ClassificationDataArguments
 
-DATA_FILE_EXTENSIONS = {".csv": "csv", ".json": "json", ".jsonl": "json"}
+# file extension → (`datasets` builder, its options); .tsv is the csv builder with tabs
+DATA_FILE_EXTENSIONS = {".csv": ("csv", {}), ".tsv": ("csv", {"sep": "\t"}), ".json": ("json", {}),
+                        ".jsonl": ("json", {})}
 DEFAULT_TEXT_COLUMNS = ("text", "sentence")
 
 
 def check_data_file(path: str, argument: str) -> Path:
-    """`path` as a `Path` after checking it exists, is a csv/json/jsonl file and is not empty.
+    """`path` as a `Path` after checking it exists, is a csv/tsv/json/jsonl file and is not empty.
 
     Raises:
         FileNotFoundError: if `path` does not exist or is not a file.
-        ValueError: on an unsupported extension or an empty (or whitespace-only) file.
+        ValueError: on an unsupported extension, an empty (or whitespace-only) file, or a csv/tsv file with a header
+            line only.
     """
     file = Path(path)
     if not file.is_file():
@@ -35,8 +44,11 @@ def check_data_file(path: str, argument: str) -> Path:
             f"{argument}: {str(file)!r} has extension {file.suffix!r}; allowed: {', '.join(DATA_FILE_EXTENSIONS)}"
         )
     with file.open("rb") as handle:
-        if not handle.read(65536).strip():
-            raise ValueError(f"{argument}: data file {str(file)!r} is empty")
+        start = handle.read(65536)
+    if not start.strip():
+        raise ValueError(f"{argument}: data file {str(file)!r} is empty")
+    if file.suffix in (".csv", ".tsv") and len([line for line in start.splitlines() if line.strip()]) < 2:
+        raise ValueError(f"{argument}: data file {str(file)!r} has a header but no rows")
     return file
 
 
@@ -105,13 +117,15 @@ def load_rt_polarity(directory: str, split_sizes: Sequence[int] = RT_POLARITY_SP
 def load_classification_datasets(args: ClassificationDataArguments):
     """The raw splits (`DatasetDict` with train, validation and, if given, test) from the source `args` names.
 
-    Local files are checked with `check_data_file` and read with `datasets.load_dataset("csv" | "json", ...)`.
+    Local files are checked with `check_data_file` and read with `datasets.load_dataset("csv" | "json", ...)` (a
+    .tsv file: the csv builder with `sep="\t"`). `--task` is read by `hf_ffn.training.tasks` instead.
 
     Raises:
         FileNotFoundError, ValueError: as `check_data_file` and `load_rt_polarity`; ValueError if the local files
-            mix csv and json.
+            mix formats (csv, tsv, json).
     """
     from datasets import load_dataset
+    from datasets.exceptions import DatasetGenerationError
 
     if args.rt_polarity_dir is not None:
         sizes = [int(part) for part in args.rt_polarity_split.split(",") if part.strip()]
@@ -120,10 +134,21 @@ def load_classification_datasets(args: ClassificationDataArguments):
         return load_dataset(args.dataset_name, args.dataset_config_name)
     files = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}
     checked = {split: check_data_file(path, f"--{split}_file") for split, path in files.items() if path is not None}
-    builders = {DATA_FILE_EXTENSIONS[path.suffix] for path in checked.values()}
-    if len(builders) != 1:
-        raise ValueError(f"data files mix formats ({', '.join(map(str, checked.values()))}); use one of csv or json")
-    raw = load_dataset(builders.pop(), data_files={split: str(path) for split, path in checked.items()})
+    formats = {path.suffix.replace(".jsonl", ".json") for path in checked.values()}
+    if len(formats) != 1:
+        raise ValueError(
+            f"data files mix formats ({', '.join(map(str, checked.values()))}); use one of csv, tsv or json"
+        )
+    builder, options = DATA_FILE_EXTENSIONS[next(iter(checked.values())).suffix]
+    try:
+        raw = load_dataset(builder, data_files={split: str(path) for split, path in checked.items()}, **options)
+    except DatasetGenerationError as error:  # e.g. a column of numbers in train and of words in validation
+        cause = error.__cause__ or error
+        raise ValueError(
+            f"the data files ({', '.join(map(str, checked.values()))}) do not read as one dataset: every file must "
+            f"have the same columns with the same types (numbers in one file's label column and words in "
+            f"another's?): {cause}"
+        ) from error
     test = raw.get("test")
     if test is not None and args.label_column in test.column_names and set(test[args.label_column]) == {None}:
         # a test file without labels: `datasets` gives it the other files' columns, filled with None
@@ -131,14 +156,61 @@ def load_classification_datasets(args: ClassificationDataArguments):
     return raw
 
 
-def check_columns_and_labels(raw, args: ClassificationDataArguments) -> tuple[str, list]:
-    """`(text_column, labels)`: the text column and the sorted label set, after checking every split.
+def _as_number(value) -> float | None:
+    """`value` as a float if it is an int/float or a string that parses as one (bools are not numbers), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
-    Each split must have the text and label columns and at least one row; the label set of validation (and of a
-    labelled test split) must equal the training set's. Unlabelled test splits are allowed (predictions only).
+
+def check_label_values(values, where: str, column: str) -> bool:
+    """Whether the labels `values` of one split are real numbers (regression) rather than classes, after checking
+    each is one or the other: a class is a string or an integer, a number an int or float (as `run_glue.py`:
+    a float column means regression).
 
     Raises:
-        ValueError: naming the split (and its file) on a missing column, an empty split or a differing label set.
+        ValueError: naming `--label_column`, `where` (the split) and the row for a missing label (None, NaN, an
+            empty cell), a value of another type (a list, a bool...), or a text column whose labels mix
+            non-integer numbers and words (a number column with a typo in it).
+    """
+    def refuse(row: int, value, why: str):
+        raise ValueError(f"--label_column {column!r}: row {row} of the {where} has label {value!r} ({why}); a label "
+                         f"must be a class (a string or an integer) or a real number (regression)")
+
+    fractional = word = None
+    for row, value in enumerate(values):
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            refuse(row, value, "missing")
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            refuse(row, value, f"a {type(value).__name__}")
+        number = _as_number(value)
+        if isinstance(value, str):
+            if number is None and word is None:
+                word = (row, value)
+            elif number is not None and not number.is_integer() and fractional is None:
+                fractional = (row, value)
+    if word is not None and fractional is not None:
+        refuse(*word, f"a word among numbers such as {fractional[1]!r} in row {fractional[0]}")
+    return any(isinstance(value, float) for value in values)
+
+
+def check_columns_and_labels(raw, args: ClassificationDataArguments) -> tuple[tuple[str, ...], list | None]:
+    """`(text_columns, labels)`: the text column (and `--text_pair_column`, if given) and the sorted label set, or
+    None for labels that are real numbers (a regression), after checking every split.
+
+    Each split must have the text and label columns and at least one row; every label must be a class or a number
+    (`check_label_values`). For classes, the label set of validation (and of a labelled test split) must equal the
+    training set's; for a regression every split's labels must be numbers. Unlabelled test splits are allowed
+    (predictions only).
+
+    Raises:
+        ValueError: naming the split (and its file) on a missing column, an empty split, a bad label or a differing
+            label set.
     """
     sources = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}
 
@@ -157,21 +229,33 @@ def check_columns_and_labels(raw, args: ClassificationDataArguments) -> tuple[st
                 f"{', '.join(raw['train'].column_names)}"
             )
         text_column = found[0]
+    text_columns = (text_column,) if args.text_pair_column is None else (text_column, args.text_pair_column)
+    options = {text_column: "--text_column", args.text_pair_column: "--text_pair_column",
+               args.label_column: "--label_column"}
     for split, dataset in raw.items():
         if len(dataset) == 0:
             raise ValueError(f"the {where(split)} has no rows")
         columns = dataset.column_names
-        needed = [text_column] + ([args.label_column] if split != "test" else [])
+        needed = list(text_columns) + ([args.label_column] if split != "test" else [])
         for column in needed:
             if column not in columns:
-                option = "--text_column" if column == text_column else "--label_column"
                 raise ValueError(
-                    f"{option}: column {column!r} does not exist in the {where(split)}; columns: {', '.join(columns)}"
+                    f"{options[column]}: column {column!r} does not exist in the {where(split)}; columns: "
+                    f"{', '.join(columns)}"
                 )
+    labelled = [split for split in ("train", "validation", "test")
+                if split in raw and args.label_column in raw[split].column_names]
+    is_number = {split: check_label_values(raw[split][args.label_column], where(split), args.label_column)
+                 for split in labelled}
+    if is_number["train"]:
+        for split in labelled:
+            for row, value in enumerate(raw[split][args.label_column]):
+                if _as_number(value) is None:
+                    raise ValueError(f"--label_column {args.label_column!r}: the training labels are real numbers "
+                                     f"(a regression), but row {row} of the {where(split)} has label {value!r}")
+        return text_columns, None
     train_labels = set(raw["train"][args.label_column])
-    for split in ("validation", "test"):
-        if split not in raw or args.label_column not in raw[split].column_names:
-            continue
+    for split in labelled[1:]:
         labels = set(raw[split][args.label_column])
         if labels != train_labels:
             raise ValueError(
@@ -181,7 +265,7 @@ def check_columns_and_labels(raw, args: ClassificationDataArguments) -> tuple[st
             )
     if len(train_labels) < 2:
         raise ValueError(f"--label_column {args.label_column!r} has one label in the {where('train')}: {train_labels}")
-    return text_column, sorted(train_labels, key=str)
+    return text_columns, sorted(train_labels, key=str)
 
 
 def sort_by_length(dataset):
@@ -249,6 +333,35 @@ class FixedOrRandomMaskCollator:
         return self.mlm(features)
 
 
+class PaddingFreeCollator:
+    """Padding-free batches as transformers defines them (`DataCollatorWithFlattening`) for an encoder: the
+    examples' token sequences concatenated into one row (1, total_tokens), `position_ids` (1, total_tokens)
+    restarting at 0 for each, no padding. FfnBert computes each sequence as if it were alone (docs/unpadded.md).
+
+    Unlike `DataCollatorWithFlattening` (made for causal LMs: it keeps only `input_ids`, `labels` and
+    `position_ids`, and turns labels into shifted token labels), every token-level column of the features (a list
+    per example: `token_type_ids`, `special_tokens_mask`, token `labels`, an all-ones `attention_mask`) is
+    concatenated the same way, and a sequence-level column (one number per example, e.g. class `labels`) stays one
+    per sequence, (num_sequences,): FfnBert's pooler gives one output per sequence of a padding-free batch.
+    `then`, if given (e.g. MLM masking), collates the one concatenated row instead of plain tensors.
+    """
+
+    def __init__(self, then: Callable[[list[dict]], dict] | None = None):
+        self.flatten = DataCollatorWithFlattening(return_tensors="pt")
+        self.then = then
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        flat = self.flatten([{"input_ids": feature["input_ids"]} for feature in features])
+        row, per_sequence = {}, {}
+        for key, value in features[0].items():
+            if isinstance(value, (list, tuple)) or (torch.is_tensor(value) and value.dim() > 0):
+                row[key] = [x for feature in features for x in list(feature[key])]  # token-level: concatenated
+            else:
+                per_sequence[key] = torch.tensor([feature[key] for feature in features])
+        batch = self.then([row]) if self.then is not None else {key: torch.tensor([v]) for key, v in row.items()}
+        return {**batch, **per_sequence, "position_ids": flat["position_ids"]}
+
+
 def mlm_blocks(documents: Sequence[str], tokenizer: PreTrainedTokenizerBase, block_size: int):
     """A `Dataset` of `block_size`-token blocks with columns `input_ids` and `special_tokens_mask` (each a list of
     `block_size` ints per row): the documents tokenized ([CLS] text [SEP] each), concatenated and cut
@@ -285,7 +398,9 @@ __all__ = [
     "DATA_FILE_EXTENSIONS",
     "DEFAULT_TEXT_COLUMNS",
     "FixedOrRandomMaskCollator",
+    "PaddingFreeCollator",
     "check_columns_and_labels",
+    "check_label_values",
     "check_data_file",
     "decode_text",
     "load_classification_datasets",

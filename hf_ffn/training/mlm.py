@@ -16,7 +16,7 @@ from transformers.utils import logging as hf_logging
 
 from ..modeling_ffn_bert import FfnBertForMaskedLM
 from .arguments import MlmDataArguments, ModelArguments, resume_checkpoint
-from .data import FixedOrRandomMaskCollator, mask_once, mlm_blocks, read_text_documents
+from .data import FixedOrRandomMaskCollator, PaddingFreeCollator, mask_once, mlm_blocks, read_text_documents
 from .outputs import (
     check_checkpoint,
     check_output_dir,
@@ -85,20 +85,23 @@ def mlm_trainer(
     training_args: TrainingArguments,
     mlm_probability: float = 0.15,
     seed: int = 42,
+    padding_free: bool = False,
 ) -> Trainer:
     """A `Trainer` for masked-language-model training of `model` on `train_blocks` (rows of `mlm_blocks`).
 
     Training batches are masked afresh each time (BERT's dynamic masking); `eval_blocks` are masked once with
     `seed` (`masked_eval_dataset`), so losses before, during and after training are measured on the same masked
-    tokens. `mlm_probability`: BERT's 0.15 (80% [MASK], 10% random token, 10% kept).
+    tokens. `mlm_probability`: BERT's 0.15 (80% [MASK], 10% random token, 10% kept). `padding_free`: every batch
+    concatenated into one row (`PaddingFreeCollator`), each block computed as if alone.
     """
+    collator = FixedOrRandomMaskCollator(tokenizer, mlm_probability)
     return Trainer(
         model=model,
         args=training_args,
         train_dataset=train_blocks,
         eval_dataset=masked_eval_dataset(eval_blocks, tokenizer, mlm_probability, seed),
         processing_class=tokenizer,
-        data_collator=FixedOrRandomMaskCollator(tokenizer, mlm_probability),
+        data_collator=PaddingFreeCollator(then=collator) if padding_free else collator,
     )
 
 
@@ -143,7 +146,7 @@ def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_ar
     if head_note:
         logger.warning(head_note)
     trainer = mlm_trainer(model, tokenizer, train, evaluation, training_args, data_args.mlm_probability,
-                          data_args.split_seed)
+                          data_args.split_seed, padding_free=model_args.padding_free)
     before = trainer.evaluate(metric_key_prefix="before")
     train_output = trainer.train(resume_from_checkpoint=resume)
     after = trainer.evaluate()

@@ -193,7 +193,7 @@ def _parity_note(row: dict) -> str:
 
 def _load_caveat(meta: dict) -> str:
     """A warning when other processes competed for the cores (load average above the core count)."""
-    cores = os.cpu_count() or 1
+    cores = meta.get("cpus") or os.cpu_count() or 1  # the run's machine (documents before `environment()`: this one)
     loads = [x for x in (meta["load_average_start"] or []) + (meta["load_average_end"] or [])]
     if not loads or max(loads) <= cores:
         return "The machine was otherwise idle (load average at most the core count)."

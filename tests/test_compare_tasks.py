@@ -1,0 +1,88 @@
+"""The four-task comparison: its statistics against hand-computed values, and the command end to end on a tiny
+checkpoint and tiny task folders written by the test (a run, a resume that runs nothing, a refused resume)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from scipy import stats
+from transformers import AutoTokenizer
+from transformers.utils import logging as hf_logging
+
+from hf_ffn import FfnBertForMaskedLM
+from studies.comparison import BASELINE
+from studies.task_comparison import glue_average, paired_score_difference
+
+from .conftest import tiny_config
+from .test_tasks import write_stsb
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_glue_average_and_paired_interval_hand_computed():
+    runs = [{"variant": v, "seed": s, "task": t, "score": score} for v, s, t, score in [
+        (BASELINE, 0, "cola", 40.0), (BASELINE, 0, "stsb", 80.0), (BASELINE, 1, "cola", 42.0),
+        (BASELINE, 1, "stsb", 84.0), ("geglu-preserving", 0, "cola", 41.0), ("geglu-preserving", 0, "stsb", 82.0),
+        ("geglu-preserving", 1, "cola", 46.0), ("geglu-preserving", 1, "stsb", 84.0),
+        ("geglu-preserving", 2, "cola", 50.0)]]  # seed 2 has no stsb run: no average for it
+    averages = glue_average(runs, ["cola", "stsb"])
+    assert sorted((a["variant"], a["seed"], a["score"]) for a in averages) == sorted([
+        (BASELINE, 0, 60.0), (BASELINE, 1, 63.0), ("geglu-preserving", 0, 61.5), ("geglu-preserving", 1, 65.0)])
+    base = [a for a in averages if a["variant"] == BASELINE]
+    mean, low, high = paired_score_difference([a for a in averages if a["variant"] != BASELINE], base)
+    # differences 1.5 and 2.0: mean 1.75, sd √0.125, t_{0.975, 1} = 12.706…
+    half = stats.t.ppf(0.975, 1) * 0.125 ** 0.5 / 2 ** 0.5
+    assert (mean, low, high) == pytest.approx((1.75, 1.75 - half, 1.75 + half))
+    assert paired_score_difference(averages[:1], base[1:]) is None  # no seed in common
+
+
+@pytest.fixture
+def tiny_setup(bundled_checkpoint, tmp_path):
+    hf_logging.set_verbosity_error()
+    tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint)
+    checkpoint = tmp_path / "tiny"
+    torch.manual_seed(0)
+    FfnBertForMaskedLM(tiny_config(vocab_size=tokenizer.vocab_size, max_position_embeddings=128)).save_pretrained(
+        checkpoint)
+    tokenizer.save_pretrained(checkpoint)
+    root = tmp_path / "data"
+    write_stsb(root / "stsb")
+    cola = root / "cola"
+    cola.mkdir()
+    lines = "".join(f"src\t{i % 2}\t\tthe {'cat sat' if i % 2 else 'sat cat'} number {i}.\n" for i in range(12))
+    (cola / "in_domain_train.tsv").write_text(lines)
+    (cola / "in_domain_dev.tsv").write_text(lines)
+    yield str(checkpoint), root
+    hf_logging.set_verbosity_warning()
+
+
+def test_compare_tasks_runs_resumes_and_refuses_other_settings(tiny_setup, tmp_path, capsys):
+    checkpoint, root = tiny_setup
+    spec = importlib.util.spec_from_file_location("compare_tasks", REPO / "scripts" / "compare_tasks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    output = tmp_path / "out"
+    argv = ["--model_name_or_path", checkpoint, "--data_root", str(root), "--tasks", "cola", "stsb", "--seeds", "0",
+            "1", "--max_steps", "4", "--evals_per_run", "4", "--batch_size", "4", "--max_seq_length", "32",
+            "--threads", "1", "--output_dir", str(output)]
+    assert module.main(argv) == 0
+    runs = [json.loads(line) for line in (output / "task_runs.jsonl").read_text().splitlines()]
+    assert sorted((r["task"], r["variant"], r["seed"]) for r in runs) == sorted(
+        (task, variant, seed) for task in ("cola", "stsb") for variant in (BASELINE, "geglu-preserving")
+        for seed in (0, 1))
+    stsb = next(r for r in runs if r["task"] == "stsb")
+    assert stsb["score"] == pytest.approx(50 * (stsb["metrics"]["pearson"] + stsb["metrics"]["spearman"]))
+    assert stsb["split"] == "eval" and stsb["unpad_tokens"] is True and stsb["train_rows_full"] == 12
+    assert [point["step"] for point in stsb["curve"]] == [0, 1, 2, 3, 4]
+    table = (output / "tasks.md").read_text()
+    assert "## GLUE-style average over cola, stsb" in table and "| geglu-preserving | 0, 1 |" in table
+    assert "## Baseline convergence" in table and "s/step training" in table
+    # resume: every run is in the file, nothing runs again
+    assert module.main(argv) == 0
+    assert len((output / "task_runs.jsonl").read_text().splitlines()) == 8
+    with pytest.raises(ValueError, match=r"holds cola runs with settings .* use another --output_dir"):
+        module.main([*argv[:-2], "--learning_rate", "1e-3", "--output_dir", str(output)])

@@ -1,0 +1,332 @@
+"""Packed attention (each sequence attends to itself, from the packed (n_real, hidden) layout), padding-free
+batches (`DataCollatorWithFlattening`), position ids that do not describe sequences, and `chunk_size_feed_forward`.
+
+Tolerances. Token-wise ops give each row the same bits in any arrangement of rows. Attention does not: packed, a
+sequence's softmax and its attention-weighted sum of values run over its own l keys; padded, over all seq keys
+with exact zeros at the pads. The same terms, grouped differently by the kernels' vectorised reductions: fp32
+rounding, relative to the values' size. `assert_close_to_scale` (conftest) bounds max |actual − expected| by `SCALE_TOL`
+times max |expected| of the tensor; measured here ≤ 2.4e-7 (hidden states) and ≤ 3e-6 (input gradients, which
+LayerNorm's backward amplifies). Against a sequence run alone (no padding) every attention call has the same shape,
+batch aside: hidden states are compared with `torch.equal`. The pooler and heads run on one row alone and on
+several rows flattened, where BLAS picks other kernels for a single row: within `SCALE_TOL`.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from transformers import (
+    AttentionInterface,
+    AutoTokenizer,
+    BertConfig,
+    BertModel,
+    DataCollatorWithFlattening,
+)
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBertModel
+from hf_ffn.training import PaddingFreeCollator
+from hf_ffn.unpadding import TokenPacking
+
+from .conftest import TINY, assert_close_to_scale, tiny_config
+
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+VARIANTS = {
+    "post-standard": {},
+    "pre-swiglu": {"layer_norm_position": "pre", "ffn_type": "swiglu"},
+    "post-geglu": {"ffn_type": "geglu"},
+    "pre-gelu": {"layer_norm_position": "pre"},
+}
+LENGTHS = [9, 3, 17, 9, 1, 12]  # two of length 9: a bucket of two sequences
+
+
+def sequences(lengths=LENGTHS, seed: int = 0) -> list[list[int]]:
+    """Token ids of unequal lengths, [CLS]=2 first."""
+    g = torch.Generator().manual_seed(seed)
+    return [[2] + torch.randint(5, TINY["vocab_size"], (n - 1,), generator=g).tolist() for n in lengths]
+
+
+def padded(seqs: list[list[int]]) -> dict:
+    """A right-padded batch (len(seqs), longest) with its attention mask."""
+    width = max(map(len, seqs))
+    ids = torch.tensor([s + [0] * (width - len(s)) for s in seqs])
+    mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def flattened(seqs: list[list[int]]) -> dict:
+    """transformers' padding-free batch: one row, position_ids restarting at 0 (its `labels` dropped)."""
+    batch = DataCollatorWithFlattening(return_tensors="pt")([{"input_ids": s} for s in seqs])
+    return {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"]}
+
+
+def model_for(variant: str, attn: str, unpad: bool = False, model_class=FfnBertModel, **overrides) -> nn.Module:
+    torch.manual_seed(0)
+    model = model_class(tiny_config(**VARIANTS[variant], **NO_DROPOUT, unpad_tokens=unpad, **overrides))
+    model.set_attn_implementation(attn)
+    return model
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Packed attention equals padded attention per sequence, with gradients
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_packed_attention_equals_padded_with_gradient(variant, attn):
+    model = model_for(variant, attn).train()  # train mode, dropout 0: the training path, deterministic
+    batch = padded(sequences())
+    real = batch["attention_mask"].bool()
+
+    def run(unpad: bool):
+        model.config.unpad_tokens = unpad
+        model.zero_grad()
+        embeds = model.embeddings.word_embeddings(batch["input_ids"]).detach().requires_grad_()
+        out = model(inputs_embeds=embeds, attention_mask=batch["attention_mask"])
+        (out.last_hidden_state[real].square().sum() + out.pooler_output.sum()).backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        return out.last_hidden_state[real].detach(), out.pooler_output.detach(), embeds.grad[real], grads
+
+    padded_run, packed_run = run(False), run(True)
+    for expected, actual, name in zip(padded_run[:3], packed_run[:3], ["hidden", "pooler", "input grad"], strict=True):
+        assert_close_to_scale(actual, expected, name)
+    assert padded_run[3].keys() == packed_run[3].keys() and len(packed_run[3]) > 10
+    for name, grad in padded_run[3].items():  # key biases: 0 in exact arithmetic (softmax ignores a shift), ~1e-11
+        assert_close_to_scale(packed_run[3][name], grad, name, floor=1e-6)
+
+
+def test_packing_orders_sequences_by_length_and_attention_calls_once_per_length(monkeypatch):
+    packing = TokenPacking.from_attention_mask(padded(sequences())["attention_mask"])
+    assert packing.buckets == ((1, 1), (3, 1), (9, 2), (12, 1), (17, 1))
+    assert packing.cu_seqlens.tolist() == [0, 1, 4, 13, 22, 34, 51] and packing.num_real == sum(LENGTHS)
+    calls = []
+
+    def counting(module, query, key, value, attention_mask, **kwargs):
+        calls.append((tuple(query.shape), attention_mask))
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register("counting_sdpa", counting)
+    model = model_for("post-standard", "sdpa", unpad=True).eval()
+    model.config._attn_implementation = "counting_sdpa"
+    with torch.no_grad():
+        model(**padded(sequences()))
+    # (sequences, heads, length, head_dim) per bucket and layer, no mask: no pad is ever computed
+    per_layer = [(1, 4, 1, 8), (1, 4, 3, 8), (2, 4, 9, 8), (1, 4, 12, 8), (1, 4, 17, 8)]
+    assert calls == [(shape, None) for shape in per_layer] * TINY["num_hidden_layers"]
+
+
+def test_flash_attention_gets_the_sequence_boundaries():
+    """Flash attention (a name containing "flash") gets one call on all packed rows with `cu_seq_lens_q/k` and
+    `max_length_q/k`, as transformers' variable-length kernel takes them. A stand-in on the CPU computes each
+    sequence from those boundaries with sdpa, so the outputs show whether the boundaries are right."""
+    seen = []
+
+    def flash_stand_in(module, query, key, value, attention_mask, cu_seq_lens_q, cu_seq_lens_k, max_length_q,
+                       max_length_k, **kwargs):
+        seen.append((query.shape[0], cu_seq_lens_q.tolist(), max_length_q, attention_mask))
+        assert torch.equal(cu_seq_lens_q, cu_seq_lens_k) and max_length_q == max_length_k
+        bounds = cu_seq_lens_q.tolist()
+        parts = [sdpa_attention_forward(module, *(x[:, :, a:b] for x in (query, key, value)), None, **kwargs)[0]
+                 for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        return torch.cat(parts, dim=1), None
+
+    AttentionInterface.register("flash_stand_in", flash_stand_in)
+    model = model_for("pre-swiglu", "sdpa").eval()
+    batch = flattened(sequences())
+    with torch.no_grad():
+        expected = model(**batch).last_hidden_state
+        model.config._attn_implementation = "flash_stand_in"
+        actual = model(**batch).last_hidden_state
+    assert seen[0] == (1, [0, 1, 4, 13, 22, 34, 51], 17, None) and len(seen) == TINY["num_hidden_layers"]
+    assert_close_to_scale(actual, expected, "hidden")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Padding-free batches: each sequence exactly as if alone, switch on or off, every head
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("unpad", [False, True], ids=["switch-off", "switch-on"])
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("variant", ["post-standard", "pre-swiglu"])
+def test_flattened_batch_equals_each_sequence_alone(variant, attn, unpad):
+    model = model_for(variant, attn, unpad).eval()
+    seqs = sequences()
+    with torch.no_grad():
+        out = model(**flattened(seqs))
+        alone = [model(input_ids=torch.tensor([s])) for s in seqs]
+    assert out.last_hidden_state.shape == (1, sum(LENGTHS), TINY["hidden_size"])
+    assert out.pooler_output.shape == (len(seqs), TINY["hidden_size"])  # one per sequence
+    rows = out.last_hidden_state[0].split(LENGTHS)
+    for i, single in enumerate(alone):
+        if LENGTHS[i] > 1:
+            assert torch.equal(rows[i], single.last_hidden_state[0]), i
+        else:  # one token alone: every linear layer gets a single row, for which BLAS picks another kernel
+            assert_close_to_scale(rows[i], single.last_hidden_state[0], f"hidden {i}")
+        assert_close_to_scale(out.pooler_output[i], single.pooler_output[0], f"pooler {i}")
+
+
+def test_flattened_batch_with_output_attentions_is_block_diagonal():
+    # output_attentions: the padded path with a block-diagonal mask; within SCALE_TOL of each sequence alone
+    model = model_for("post-standard", "eager").eval()
+    seqs = sequences()
+    with torch.no_grad():
+        out = model(**flattened(seqs), output_attentions=True, output_hidden_states=True)
+        alone = [model(input_ids=torch.tensor([s]), output_attentions=True) for s in seqs]
+    bounds = torch.tensor([0, *LENGTHS]).cumsum(0).tolist()
+    for layer, maps in enumerate(out.attentions):  # (1, heads, n, n)
+        for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+            assert_close_to_scale(maps[0, :, a:b, a:b], alone[i].attentions[layer][0], "map")
+            assert (maps[0, :, a:b, :a] == 0).all() and (maps[0, :, a:b, b:] == 0).all()  # no other sequence
+    for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        assert_close_to_scale(out.last_hidden_state[0, a:b], alone[i].last_hidden_state[0], "hidden")
+        assert_close_to_scale(out.pooler_output[i], alone[i].pooler_output[0], "pooler")
+    assert len(out.hidden_states) == TINY["num_hidden_layers"] + 1
+
+
+def test_flattened_batch_heads_and_gradients_per_sequence():
+    """Sequence classification: logits and loss per sequence (labels (num_sequences,)); masked LM: token logits.
+    Gradients of the flattened batch equal those of the same sequences padded (switch on), within SCALE_TOL."""
+    seqs = sequences()
+    labels = torch.tensor([0, 1, 2, 1, 0, 2])
+    model = model_for("pre-swiglu", "sdpa", model_class=FfnBertForSequenceClassification, num_labels=3).train()
+
+    def loss_and_grads(batch):
+        model.zero_grad()
+        out = model(**batch, labels=labels)
+        out.loss.backward()
+        return out, {name: p.grad.clone() for name, p in model.named_parameters()}
+
+    flat, flat_grads = loss_and_grads(flattened(seqs))
+    model.config.unpad_tokens = True
+    pad, pad_grads = loss_and_grads(padded(seqs))
+    assert flat.logits.shape == (len(seqs), 3)
+    assert_close_to_scale(flat.logits, pad.logits, "logits")
+    assert_close_to_scale(flat.loss, pad.loss, "loss")
+    for name, grad in pad_grads.items():
+        assert_close_to_scale(flat_grads[name], grad, name, floor=1e-6)
+    mlm = model_for("post-geglu", "sdpa", model_class=FfnBertForMaskedLM).eval()
+    with torch.no_grad():
+        logits = mlm(**flattened(seqs)).logits[0].split(LENGTHS)
+        for row, s in zip(logits, seqs, strict=True):
+            assert_close_to_scale(row, mlm(input_ids=torch.tensor([s])).logits[0], "logits")
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_time_flies_like_an_arrow(bundled_checkpoint, attn):
+    """The issue's example: upstream BertModel lets two flattened sentences attend to each other (a negative
+    control, about 1.0 off); FfnBertModel, switch on or off, gives the sentence's values as if alone."""
+    tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint)
+    first, second = (tokenizer(text)["input_ids"] for text in ("time flies like an arrow", "fruit flies like a banana"))
+    batch = flattened([first, second])
+    alone = {"input_ids": torch.tensor([first])}
+    upstream = BertModel.from_pretrained(bundled_checkpoint, attn_implementation=attn).eval()
+    with torch.no_grad():
+        mixed = upstream(**batch).last_hidden_state[0, : len(first)]
+        reference = upstream(**alone).last_hidden_state[0]
+        assert (mixed - reference).abs().max() > 0.5  # upstream: silently mixed
+        for unpad in (False, True):
+            ours = FfnBertModel.from_pretrained(bundled_checkpoint, attn_implementation=attn, unpad_tokens=unpad)
+            out = ours.eval()(**batch).last_hidden_state[0, : len(first)]
+            assert torch.equal(ours(**alone).last_hidden_state[0], reference)  # alone: upstream, bit for bit
+            assert_close_to_scale(out, reference, "time flies")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Position ids that do not describe separable sequences
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "position_ids, mask, message",
+    [
+        ([[0, 1, 2, 5, 6]], None, r"row 0, column 3 has position 5 after 2 "),  # jumps, not restarting at 0
+        ([[0, 1, 2, 1, 2]], None, r"row 0, column 3 has position 1 after 2 "),  # falls within a sequence
+        ([[3, 4, 0, 1, 2]], None, r"row 0, column 0 has position 3 where"),  # the first sequence not at 0
+        ([[0, 1, 2, 0, 1]], [[1, 1, 1, 1, 0]], r"attention_mask \(shape \(1, 5\)\) is not all ones"),
+    ],
+    ids=["jump", "falls", "first-not-0", "with-padding"],
+)
+def test_mixed_up_position_ids_are_rejected(position_ids, mask, message):
+    model = model_for("post-standard", "sdpa").eval()
+    position_ids = torch.tensor(position_ids)
+    batch = {"input_ids": torch.randint(5, 99, position_ids.shape), "position_ids": position_ids}
+    if mask is not None:
+        batch["attention_mask"] = torch.tensor(mask)
+    with pytest.raises(ValueError, match=message):
+        model(**batch)
+
+
+def test_rows_of_packed_sequences():
+    """Several rows, each a padding-free row (one with two sequences, one with one): three sequences, each as if
+    alone."""
+    model = model_for("post-standard", "sdpa").eval()
+    ids = torch.randint(5, 99, (2, 4))
+    with torch.no_grad():
+        out = model(input_ids=ids, position_ids=torch.tensor([[0, 1, 0, 1], [0, 1, 2, 3]]))
+        alone = [model(input_ids=x[None]) for x in (ids[0, :2], ids[0, 2:], ids[1])]
+    assert torch.equal(out.last_hidden_state[0, 2:], alone[1].last_hidden_state[0])
+    assert_close_to_scale(out.pooler_output, torch.cat([a.pooler_output for a in alone]), "pooler")
+
+
+def test_one_sequence_per_row_is_upstream_bit_for_bit():
+    """Position ids counting up by 1 (from any start) are not a padding-free batch: the padded path, which with
+    the switch off is upstream `BertModel` bit for bit, padding mask or not."""
+    torch.manual_seed(0)
+    upstream = BertModel(BertConfig(**TINY)).eval()
+    ours = FfnBertModel(tiny_config()).eval()
+    ours.load_state_dict(upstream.state_dict())
+    batch = padded(sequences())
+    for positions in (torch.arange(17)[None], torch.arange(3, 20).expand(6, 17)):
+        assert TokenPacking.from_position_ids(positions, batch["attention_mask"], 6, 17) is None
+        with torch.no_grad():
+            expected, actual = upstream(**batch, position_ids=positions), ours(**batch, position_ids=positions)
+        assert torch.equal(expected.last_hidden_state, actual.last_hidden_state)
+        assert torch.equal(expected.pooler_output, actual.pooler_output)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# chunk_size_feed_forward: honoured as BertLayer does
+# ---------------------------------------------------------------------------------------------------------------
+def test_chunk_size_feed_forward_as_bert_layer():
+    torch.manual_seed(0)
+    upstream = BertModel(BertConfig(**TINY, chunk_size_feed_forward=4)).eval()
+    ours = FfnBertModel(tiny_config(chunk_size_feed_forward=4)).eval()
+    ours.load_state_dict(upstream.state_dict())
+    batch = padded(sequences([16, 9, 5]))  # seq 16: four chunks
+    calls = []
+    ours.encoder.layer[0].mlp.register_forward_hook(lambda module, args, out: calls.append(args[0].shape))
+    with torch.no_grad():
+        expected = upstream(**batch).last_hidden_state
+        assert torch.equal(ours(**batch).last_hidden_state, expected)  # upstream, chunked the same way
+        assert calls == [(3, 4, 32)] * 4
+        ours.config.chunk_size_feed_forward = 0  # the layers keep the value they were built with
+        unchunked = FfnBertModel(tiny_config()).eval()
+        unchunked.load_state_dict(upstream.state_dict())
+        assert torch.equal(unchunked(**batch).last_hidden_state, expected)  # chunks give the same values
+        calls.clear()
+        ours.config.unpad_tokens = True  # packed: chunks of 4 real tokens, the last one shorter (30 = 7·4 + 2)
+        packed = ours(**batch).last_hidden_state
+        unchunked.config.unpad_tokens = True
+        assert torch.equal(packed, unchunked(**batch).last_hidden_state)
+        assert calls == [(4, 32)] * 7 + [(2, 32)]
+        with pytest.raises(ValueError, match="has to be a multiple of the chunk size 4"):
+            ours.config.unpad_tokens = False
+            ours(**padded(sequences([15, 9])))  # as upstream BertLayer: seq 15 is not a multiple of 4
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The collator of the scripts' --padding_free
+# ---------------------------------------------------------------------------------------------------------------
+def test_padding_free_collator_keeps_token_columns_and_sequence_labels():
+    features = [
+        {"input_ids": [2, 7, 8], "token_type_ids": [0, 0, 1], "attention_mask": [1, 1, 1], "labels": 1},
+        {"input_ids": [2, 9], "token_type_ids": [0, 0], "attention_mask": [1, 1], "labels": 0},
+    ]
+    batch = PaddingFreeCollator()(features)
+    assert batch["input_ids"].tolist() == [[2, 7, 8, 2, 9]] and batch["position_ids"].tolist() == [[0, 1, 2, 0, 1]]
+    assert batch["token_type_ids"].tolist() == [[0, 0, 1, 0, 0]] and batch["attention_mask"].tolist() == [[1] * 5]
+    assert batch["labels"].tolist() == [1, 0]  # one per sequence, as the pooler's outputs
+    model = model_for("post-standard", "sdpa", model_class=FfnBertForSequenceClassification, num_labels=2).eval()
+    with torch.no_grad():
+        out = model(**batch)
+    assert out.logits.shape == (2, 2) and out.loss.isfinite()
+    masked = PaddingFreeCollator(then=lambda rows: {"input_ids": torch.tensor([rows[0]["input_ids"]]),
+                                                    "labels": torch.tensor([rows[0]["input_ids"]])})
+    assert masked([{"input_ids": [2, 7]}, {"input_ids": [2]}])["labels"].tolist() == [[2, 7, 2]]  # token labels
