@@ -65,7 +65,7 @@ VARIANTS |= {
     "swiglu-matched-lw": {
         "title": "SwiGLU matched width 1024 (init pruned), layer-wise",
         "convert": {"ffn_type": "swiglu", "init": "pruned", "width": "matched", "prune_score": "magnitude"},
-        "heal": {**LAYERWISE, "learning_rate": 1e-4, "layerwise_steps": 300, "layerwise_tokens": 65536},
+        "heal": {**LAYERWISE, "learning_rate": 1e-4, "layerwise_steps": 1000, "layerwise_tokens": 65536},
         "steps": 0,
     },
     "pre-ln-lw": {
