@@ -365,7 +365,8 @@ def report(args: argparse.Namespace) -> None:
     text = TEMPLATE.format(
         layer_tables="\n\n".join(layer_tables) or "(no layer-wise variant in this report)",
         scaling=scaling_section(args.scaling),
-        notes=Path(args.notes).read_text().strip() if args.notes else "",
+        notes="\n".join(line for line in Path(args.notes).read_text().strip().splitlines()
+                        if not line.startswith("<!--")) if args.notes else "",
         experiments=experiments_table(Path(args.experiments)) if args.experiments else "(not included: give "
         "--experiments out/layerwise_study/log.jsonl)",
         experiments_log=args.experiments or "out/layerwise_study/log.jsonl",
@@ -394,7 +395,7 @@ def report(args: argparse.Namespace) -> None:
         curve_text=curve_text,
     )
     (output / "healing.md").write_text(text)
-    print(f"wrote {output / 'healing.md'} and {figure}")
+    print(f"wrote {output / 'healing.md'}" + (f" and {figure}" if figure.is_file() else ""))
 
 
 LOSSES = {  # hf-ffn heal --hidden_loss → (what the text calls it, its source)
@@ -427,7 +428,7 @@ intermediate hidden states are the un-normalised residual stream), dropout off i
 (attention, FFNs, LayerNorms; embeddings and pooler frozen), `transformers.Trainer` doing the training. The result
 is a normal converted folder whose `conversion_report.json` and model card carry the numbers below and the command.
 
-Teacher: {teacher} (all-MiniLM-L6-v2: 6 layers, hidden 384, FFN 1536). Training text: {train_files}
+Teacher: {teacher} (6 layers, hidden 384, FFN 1536). Training text: {train_files}
 ({blocks} blocks of {block} tokens). Held-out text, never trained on: all {snippets} rt_polarity snippets
 (Pang & Lee 2005); embeddings are mean-pooled `last_hidden_state` (all-MiniLM-L6-v2's own pooling). The linear
 probe: {probe}, the same folds for teacher and student (the difference is paired). The curve uses a seeded subset
@@ -440,8 +441,8 @@ MOHAWK's hidden-state alignment): the FFN on the teacher FFN's input and output,
 LayerNorms, FFN) so that its residual stream reproduces the teacher's hidden state after that layer, on the
 student's own input (sequential), and `final_norm` in closed form. The matched-width SwiGLU starts from
 `init="pruned"` (the full-width approximate SwiGLU conversion, the 1,024 of 1,536 units with the largest
-mean |activation| × ‖down column‖ kept, down projection refitted). The old rows (end to end only) are kept where
-their runs are in the work folder.
+mean |activation| × ‖down column‖ kept, down projection refitted). The end-to-end study (the variants healed by
+distillation alone) is docs/healing_end_to_end/healing.md.
 
 ## Before → after
 
