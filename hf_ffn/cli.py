@@ -23,16 +23,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from dataclasses import asdict
 
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments
 from transformers.utils import logging as hf_logging
 
 from . import params
 from .checkpoints import check_checkpoint, hub_name_unreachable, looks_local
-from .conversion import convert_checkpoint, export_to_bert, parse_cli_options
-from .healing import HealArguments, run_healing
+from .conversion import IMPORTANCE_SCORES, convert_checkpoint, export_to_bert, parse_cli_options
+from .healing import HealArguments, LayerwiseArguments, run_healing
+from .healing.layerwise import calibration_ids
 from .options import name_options
 from .parity import (
     NotPlainBertError,
@@ -155,6 +157,12 @@ def _convert(args: argparse.Namespace) -> int:
         print(f"wrote plain BERT folder {export(args.checkpoint, args.output_dir)}")
         return 0
     options = parse_cli_options(args)
+    if args.init == "pruned":
+        if not args.calibration_files:
+            raise ValueError("--init pruned needs --calibration-files PATH [PATH...] (plain text to score units on)")
+        tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
+        options.update(calibration_ids=calibration_ids(args.calibration_files, tokenizer, args.calibration_block,
+                                                       args.calibration_tokens), prune_score=args.prune_score)
     if sentence_transformer:
         report = _convert_sentence_transformer(args, options)
     else:
@@ -201,9 +209,12 @@ def _params(args: argparse.Namespace) -> int:
 
 
 def _heal(args: argparse.Namespace) -> int:
-    parser = HfArgumentParser((HealArguments, TrainingArguments), prog="hf-ffn heal")
-    heal_args, training_args = parse_arguments(parser, args.heal_argv)
-    healing = run_healing(heal_args, training_args, command=" ".join(["hf-ffn", *args.argv]))
+    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("hf_ffn").setLevel(logging.INFO)  # the layer-wise stage logs each layer's errors
+    parser = HfArgumentParser((HealArguments, LayerwiseArguments, TrainingArguments), prog="hf-ffn heal")
+    heal_args, layerwise_args, training_args = parse_arguments(parser, args.heal_argv)
+    healing = run_healing(heal_args, training_args, command=" ".join(["hf-ffn", *args.argv]),
+                          layerwise_args=layerwise_args)
     if healing:  # the main process
         print(json.dumps({k: healing[k] for k in ("before", "after", "steps", "train_seconds", "healed_dir")},
                          indent=2, default=str))
@@ -245,7 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("output_dir", help="folder to write; must not exist or be empty (written atomically)")
     c.add_argument("--ffn-type", help="target FFN: one name (geglu, swiglu, relu, ...) or one per layer, comma-separated")
     c.add_argument("--layer-norm-position", help="post or pre (or one per layer, comma-separated)")
-    c.add_argument("--init", default="preserving", help="preserving (exact/approximate recipes) or fresh")
+    c.add_argument("--init", default="preserving", help="preserving (exact/approximate recipes), fresh, or pruned "
+                   "(a narrower GLU keeping the most important units of the full-width conversion; needs "
+                   "--calibration-files)")
+    c.add_argument("--calibration-files", nargs="+", help="--init pruned: plain-text files or folders to score on")
+    c.add_argument("--calibration-tokens", type=int, default=65536, help="--init pruned: calibration tokens")
+    c.add_argument("--calibration-block", type=int, default=128, help="--init pruned: tokens per block")
+    c.add_argument("--prune-score", default="magnitude", choices=list(IMPORTANCE_SCORES),
+                   help="--init pruned: unit importance (hf_ffn.conversion.pruning.IMPORTANCE_SCORES)")
     c.add_argument("--width", default="keep", help="keep, matched (parameter-matched GLU width) or an integer")
     c.add_argument("--seed", type=int, default=0, help="seed for every newly initialised weight")
     c.add_argument("--base-model", help="hub name for the model card's base_model (default: the source's)")

@@ -27,9 +27,11 @@ from .conversion import (
     ConversionReport,
     export_to_bert,
     load_converted,
+    load_pruned,
     measure_difference,
     write_converted_folder,
 )
+from .conversion.pruning import DEFAULT_SCORE
 from .files import atomic_output_dir
 from .modeling_ffn_bert import FfnBertModel
 
@@ -132,7 +134,15 @@ def convert_sentence_transformer(
             folder = Path(snapshot_download(str(source)))
         backbone = bert_backbone_folder(folder)
         torch.manual_seed(seed)
-        model, report = load_converted(str(backbone), FfnBertModel, **conversion)
+        if conversion.get("init") == "pruned":  # init="pruned" needs calibration blocks (hf_ffn.conversion.pruning)
+            if conversion.get("layer_norm_position") is not None:
+                raise ValueError("init='pruned' keeps the source's LayerNorm placement; convert to Pre-LN separately")
+            calibration = conversion.pop("calibration_ids")
+            conversion = {k: v for k, v in conversion.items() if k not in ("init", "layer_norm_position")}
+            model, report = load_pruned(str(backbone), FfnBertModel, input_ids=calibration,
+                                        score=conversion.pop("prune_score", DEFAULT_SCORE), **conversion)
+        else:
+            model, report = load_converted(str(backbone), FfnBertModel, **conversion)
         measure_difference(str(backbone), model, report)
         st_model = SentenceTransformer(str(folder), device="cpu")
         st_model[0].model = model  # same forward signature (BertModel.forward), so the module's bookkeeping holds

@@ -10,6 +10,8 @@
 - `megatron`: `load_megatron_bert` (MegatronBERT = Pre-LN, through `from_pretrained(key_mapping=...)`).
 - `state_dicts`: `convert_state_dict`, applying the Llama / ModernBERT FFN key maps (data, in
   `hf_ffn.checkpoint_names`) with transformers' `Chunk`/`Concatenate`.
+- `pruning`: `init="pruned"` (`load_pruned`): a narrower GLU keeping the most important units of the
+  full-width conversion by a measured score on calibration text, its down projection refitted in closed form.
 - `card`: `build_model_card`, a converted folder's model card (README.md).
 - `folders`: `write_converted_folder` (the one writer of a converted folder), `convert_checkpoint` (what
   `hf-ffn convert` and scripts/convert_checkpoint.py run) and `export_to_bert`, written atomically
@@ -45,6 +47,7 @@ from .folders import (
 )
 from .loader import load_converted
 from .measure import measure_difference
+from .pruning import IMPORTANCE_SCORES, load_pruned, prune_model, solve_down
 from .megatron import load_megatron_bert, megatron_config_to_ffn_bert
 from .recipes import (
     EXACT_GATED_TARGET,
@@ -66,6 +69,7 @@ __all__ = [
     "EXACT_GATED_TARGET",
     "FFN_TO_LLAMA_MLP",
     "FFN_TO_MODERNBERT_MLP",
+    "IMPORTANCE_SCORES",
     "INITS",
     "LLAMA_MLP_TO_FFN",
     "MEGATRON_KEY_MAPPING",
@@ -89,12 +93,15 @@ __all__ = [
     "ffn_recipe",
     "load_converted",
     "load_megatron_bert",
+    "load_pruned",
     "measure_difference",
     "megatron_config_to_ffn_bert",
     "output_difference",
     "parse_cli_options",
     "parse_width",
+    "prune_model",
     "reverse_key_maps",
+    "solve_down",
     "source_tokenizer",
     "write_converted_folder",
 ]

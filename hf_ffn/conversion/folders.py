@@ -23,6 +23,7 @@ from ..modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel, head_class
 from .card import build_model_card
 from .loader import load_converted
 from .measure import measure_difference
+from .pruning import DEFAULT_SCORE, load_pruned
 from .recipes import parse_width
 from .report import ConversionReport
 
@@ -98,6 +99,8 @@ def convert_checkpoint(
     seed: int = 0,
     base_model: str | None = None,
     license: str | None = None,
+    calibration_ids: torch.Tensor | None = None,
+    prune_score: str = DEFAULT_SCORE,
 ) -> ConversionReport:
     """Convert a BERT checkpoint into an FfnBert folder (`write_converted_folder`: config with `auto_map`,
     model.safetensors, the configuration/modeling/naming source for `trust_remote_code`, the tokenizer files,
@@ -105,7 +108,8 @@ def convert_checkpoint(
     `measure_difference`, and a model card).
 
     `model_class` defaults to the FfnBert twin of the checkpoint's architecture. `seed` seeds every weight the
-    conversion initialises. The folder is written beside `output_dir` and renamed at the end: on any error
+    conversion initialises. `init="pruned"` (`hf_ffn.conversion.pruning.load_pruned`) needs `calibration_ids`
+    (blocks, seq) and takes `prune_score`. The folder is written beside `output_dir` and renamed at the end: on any error
     nothing is left at `output_dir`.
 
     Raises:
@@ -117,9 +121,18 @@ def convert_checkpoint(
     with atomic_output_dir(output_dir) as tmp:
         model_class = model_class or ffn_class_for(checkpoint)
         torch.manual_seed(seed)
-        model, report = load_converted(
-            checkpoint, model_class, ffn_type=ffn_type, layer_norm_position=layer_norm_position, init=init, width=width
-        )
+        if init == "pruned":
+            if calibration_ids is None:
+                raise ValueError("init='pruned' needs calibration text (--calibration-files PATH)")
+            if layer_norm_position is not None:
+                raise ValueError("init='pruned' keeps the source's LayerNorm placement; convert to Pre-LN separately")
+            model, report = load_pruned(checkpoint, model_class, input_ids=calibration_ids, ffn_type=ffn_type,
+                                        width=width, score=prune_score)
+        else:
+            model, report = load_converted(
+                checkpoint, model_class, ffn_type=ffn_type, layer_norm_position=layer_norm_position, init=init,
+                width=width
+            )
         measure_difference(checkpoint, model, report)
         write_converted_folder(tmp, model, report, tokenizer=source_tokenizer(checkpoint), base_model=base_model,
                                license=license)

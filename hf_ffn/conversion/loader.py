@@ -83,6 +83,9 @@ def plan_conversion(
     """
     if init not in INITS:
         raise ValueError(f"init has unknown value {init!r}; allowed: {', '.join(INITS)}")
+    if init == "pruned":
+        raise ValueError("init='pruned' needs calibration text: use hf_ffn.conversion.load_pruned (or hf-ffn convert "
+                         "--init pruned --calibration-files PATH)")
     for reserved in RESERVED_KEYWORDS:
         if reserved in from_pretrained_kwargs:
             raise ValueError(f"{reserved} is set by load_converted (use width=), not as a keyword")

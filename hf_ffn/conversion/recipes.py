@@ -33,7 +33,7 @@ SIGMOID_FORM_IS_EXACT: dict[str, bool] = {"gelu": False, "silu": True, "swish": 
 PRESERVING_METHODS: dict[tuple[str, str], str] = {
     (source, target): "sigmoid" for source in SIGMOID_SLOPE for target in ("swiglu", "glu")
 } | {(source, target): "exact" for source, target in EXACT_GATED_TARGET.items()}
-INITS = ("preserving", "fresh")
+INITS = ("preserving", "fresh", "pruned")  # "pruned": hf_ffn.conversion.pruning (needs calibration text)
 WIDTHS = ("keep", "matched")
 
 

@@ -5,6 +5,8 @@ plain text, and measure how closely it reproduces the teacher on held-out snippe
   overridden), which parameters train (`select_trainable`), dropout off during distillation (`dropout_off`).
 - `metrics`: sentence-embedding cosine and |Δ| to the teacher (`compare_to_teacher`), the linear probe
   (`linear_probe`), both together (`measure_agreement`), the during-training curve (`AgreementCallback`).
+- `layerwise`: `heal_layerwise` (`--method layerwise`): each converted layer fitted to its teacher layer (closed-form
+  down projection, Adam on the FFN or the whole layer, Pre-LN residual streams to the teacher's hidden states).
 - `run`: `HealArguments` and `run_healing` (what `hf-ffn heal` and scripts/heal.py run).
 """
 
@@ -19,6 +21,7 @@ from .distill import (
     is_trainable,
     select_trainable,
 )
+from .layerwise import LayerwiseArguments, heal_layerwise
 from .metrics import (
     AgreementCallback,
     compare_to_teacher,
@@ -36,12 +39,14 @@ __all__ = [
     "HIDDEN_LOSSES",
     "HealArguments",
     "LAYER_CHOICES",
+    "LayerwiseArguments",
     "TRAIN_PARTS",
     "HealModels",
     "check_models",
     "compare_to_teacher",
     "dropout_off",
     "encoder_outputs",
+    "heal_layerwise",
     "healing_section",
     "is_trainable",
     "linear_probe",

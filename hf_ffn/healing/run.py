@@ -44,9 +44,11 @@ from ..checkpoints import check_checkpoint, conversion_source
 from ..configuration_ffn_bert import FfnBertConfig
 from ..conversion import REPORT_FILE, ConversionReport, ffn_class_for, measure_difference, write_converted_folder
 from ..files import atomic_output_dir, check_new_folder
+from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertForMaskedLM, FfnBertModel, FfnBertPreTrainedModel
 from ..training import PaddingFreeCollator, mlm_blocks, read_rt_polarity, read_text_documents, resume_checkpoint
 from .distill import DistillationLoss, DistillationTrainer, dropout_off, select_trainable
+from .layerwise import METHODS, LayerwiseArguments, heal_layerwise, layerwise_section
 from .metrics import PROBE_FOLDS, AgreementCallback, measure_agreement, subset_indices
 
 MLM_CLASSES = ("FfnBertForMaskedLM", "FfnBertForPreTraining")
@@ -79,6 +81,9 @@ class HealArguments:
     mlm_kl_weight: float = field(default=0.0, metadata={"help": "weight of KL on MLM logits (needs both heads)"})
     temperature: float = field(default=1.0, metadata={"help": "softmax temperature of the KL term"})
     train_parts: str = field(default="encoder", metadata={"help": "ffn, ffn_norms, encoder or all"})
+    method: str = field(default="end_to_end", metadata={
+        "help": "end_to_end (distil the whole model) or layerwise (fit each layer to its teacher layer first, "
+                "hf_ffn.healing.layerwise; the end-to-end stage then runs only with --max_steps > 0)"})
     padding_free: bool = field(
         default=False, metadata={"help": "padding-free batches (DataCollatorWithFlattening): each batch's blocks "
                                          "concatenated into one row, position_ids restarting at 0 per block; the "
@@ -91,6 +96,8 @@ class HealArguments:
         for name in ("curve_snippets", "curve_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
+        if self.method not in METHODS:
+            raise ValueError(f"--method has unknown value {self.method!r}; allowed: {', '.join(METHODS)}")
         if self.max_seq_length <= 2:
             raise ValueError(f"--max_seq_length must be > 2, got {self.max_seq_length}")
 
@@ -191,7 +198,7 @@ def load_teacher(
 
 def run_healing(
     heal_args: HealArguments, training_args: TrainingArguments, *, callbacks: list | None = None,
-    command: str | None = None,
+    command: str | None = None, layerwise_args: LayerwiseArguments | None = None,
 ) -> dict[str, Any]:
     """Heal `heal_args.student` (see the module docstring). Returns the `healing` record written to the report
     (with "healed_dir").
@@ -246,18 +253,29 @@ def run_healing(
     if curve_texts and heal_args.curve_snippets:
         callbacks.append(AgreementCallback(teacher.base_model, tokenizer, curve_texts, heal_args.curve_steps,
                                            heal_args.max_seq_length))
-    collator = PaddingFreeCollator() if heal_args.padding_free else default_data_collator  # blocks: one row
-    trainer = DistillationTrainer(model=student, args=training_args, train_dataset=blocks,
-                                  data_collator=collator, teacher=teacher,
-                                  distillation_loss=heal_args.loss, callbacks=callbacks)
-    with dropout_off(student):
-        train_output = trainer.train(resume_from_checkpoint=resume)
+    layerwise = None
+    if heal_args.method == "layerwise":
+        with quiet_transformers():
+            teacher_layers = FfnBertModel.from_pretrained(teacher_path, add_pooling_layer=False)
+        layerwise = heal_layerwise(student.base_model, teacher_layers, torch.tensor(blocks["input_ids"]),
+                                   layerwise_args or LayerwiseArguments(),
+                                   Path(training_args.output_dir) / "layerwise", seed=training_args.seed)
+        del teacher_layers
+    history, steps, train_seconds = [], 0, 0.0
+    if heal_args.method == "end_to_end" or training_args.max_steps > 0:
+        collator = PaddingFreeCollator() if heal_args.padding_free else default_data_collator  # blocks: one row
+        trainer = DistillationTrainer(model=student, args=training_args, train_dataset=blocks,
+                                      data_collator=collator, teacher=teacher,
+                                      distillation_loss=heal_args.loss, callbacks=callbacks)
+        with dropout_off(student):
+            train_output = trainer.train(resume_from_checkpoint=resume)
+        student = trainer.accelerator.unwrap_model(trainer.model).eval()  # under FSDP trainer.model is the wrapper
+        history, steps = trainer.state.log_history, trainer.state.global_step
+        train_seconds = train_output.metrics["train_runtime"]
     if not main:
         return {}
-    student = trainer.accelerator.unwrap_model(trainer.model).eval()  # under FSDP trainer.model is the wrapper
     after = measure(heal_args.probe)
     trainable_set = set(trainable)
-    history = trainer.state.log_history
     curve = [{"step": e["step"], **{k[len("heldout_"):]: v for k, v in e.items() if k.startswith("heldout_")}}
              for e in history if "heldout_cosine_mean" in e]
     healing = {
@@ -277,8 +295,9 @@ def run_healing(
         "after": after,
         "curve": curve,
         "losses": [{"step": e["step"], "loss": e["loss"]} for e in history if "loss" in e],
-        "steps": trainer.state.global_step,
-        "train_seconds": train_output.metrics["train_runtime"],
+        "steps": steps,
+        "train_seconds": train_seconds,
+        "layerwise": layerwise,
         "wall_seconds": time.perf_counter() - start,
         "healed_dir": str(healed_dir),
     }
@@ -342,7 +361,7 @@ def healing_section(healing: dict) -> str:
     probe = (f"{settings['folds']}-fold stratified cross-validation (seed {settings['seed']}) of "
              f"{settings['classifier']} with C={settings['C']}, max_iter={settings['max_iter']} on standardised "
              f"embeddings, the same folds for the teacher and this model" if settings else "not run")
-    return f"""
+    return layerwise_section(healing.get("layerwise")) + f"""
 ## Healing (distillation from the source model)
 
 This model was distilled from `{healing['teacher']}` (frozen, eval mode) with hf_ffn's `heal`: loss
