@@ -160,6 +160,10 @@ def _convert(args: argparse.Namespace) -> int:
     if args.init == "pruned":
         if not args.calibration_files:
             raise ValueError("--init pruned needs --calibration-files PATH [PATH...] (plain text to score units on)")
+        for flag, value in (("--calibration-tokens", args.calibration_tokens),
+                            ("--calibration-block", args.calibration_block)):
+            if value <= 0:
+                raise ValueError(f"{flag} must be > 0, got {value}")
         tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
         options.update(calibration_ids=calibration_ids(args.calibration_files, tokenizer, args.calibration_block,
                                                        args.calibration_tokens), prune_score=args.prune_score)

@@ -187,7 +187,7 @@ def test_layerwise_fits_and_resumes(teacher_dir, tmp_path, monkeypatch):
 
 
 def test_memory_cap_is_honoured(teacher_dir, tmp_path):
-    cap_blocks = 3
+    cap_blocks = 4  # 64 tokens: more than the 48 + 1 coefficients of a down projection
     cap_mb = cap_blocks * HELD_TENSORS * SEQ * TINY["hidden_size"] * 4 / 1e6
     _, result = run_layerwise(teacher_dir, tmp_path, layerwise_memory_mb=cap_mb, layerwise_steps=0)
     assert result["blocks"] == cap_blocks and result["tokens"] == cap_blocks * SEQ
@@ -262,3 +262,18 @@ def test_adam_fit_calls_back_every_n_steps():
     losses = layerwise.adam_fit([parameter], lambda index: (parameter - 1).pow(2).sum(), 10, 2, 7, 0.1, 0, every=3,
                                 callback=lambda: calls.append(len(calls)))
     assert len(losses) == 7 and calls == [0, 1] and losses[-1] < losses[0]
+
+
+def test_too_few_calibration_tokens_are_refused_or_warned(caplog):
+    from hf_ffn.healing.layerwise import MIN_TOKENS_PER_UNIT, check_calibration_tokens
+
+    with pytest.raises(ValueError, match=r"--layerwise_tokens: 1024 calibration tokens cannot determine a down "
+                                         r"projection of 1536 units \(needs more than 1537"):
+        check_calibration_tokens(1024, 1536)
+    with caplog.at_level("WARNING", logger="hf_ffn.healing.layerwise"):
+        check_calibration_tokens(4096, 1024)
+    assert "4096 calibration tokens for 1024 FFN units" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="hf_ffn.healing.layerwise"):
+        check_calibration_tokens(MIN_TOKENS_PER_UNIT * 1024, 1024)
+    assert caplog.text == ""

@@ -299,3 +299,13 @@ def test_labels_of_a_datasets_dataset_checked_split_by_split():
     raw["train"] = Dataset.from_dict({"a": ["x", "y"], "b": ["u", "v"], "label": [[1], [0]]})
     with pytest.raises(ValueError, match=r"row 0 of the train split has label \[1\] \(a list\)"):
         check_columns_and_labels(raw, args)
+
+
+def test_task_refuses_column_flags_it_would_ignore():
+    from hf_ffn.training.arguments import check_task_columns
+
+    with pytest.raises(ValueError, match=r"--task cola reads its own columns; drop --text_pair_column 'sentence'"):
+        check_task_columns(ClassificationDataArguments(task="cola", data_dir="cola", text_pair_column="sentence"))
+    with pytest.raises(ValueError, match=r"drop --text_column 'a', --label_column 'y'"):
+        check_task_columns(ClassificationDataArguments(task="stsb", data_dir="stsb", text_column="a", label_column="y"))
+    check_task_columns(ClassificationDataArguments(task="mrpc", data_dir="mrpc"))  # the defaults: accepted

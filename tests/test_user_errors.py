@@ -520,3 +520,16 @@ def test_output_folder_that_is_a_file_fails_up_front(tmp_path, capsys, monkeypat
         with atomic_output_dir(a_file):
             raise AssertionError("never reached")
     assert a_file.read_text() == "mine"
+
+
+@pytest.mark.parametrize("flag", ["--calibration-tokens", "--calibration-block"])
+def test_convert_pruned_refuses_non_positive_calibration_sizes(flag, tiny_bert_checkpoint, tmp_path, capsys):
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 50)
+    out = tmp_path / "pruned"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", tiny_bert_checkpoint, str(out), "--ffn-type", "swiglu", "--init", "pruned",
+              "--width", "16", "--calibration-files", str(text), flag, "0"])
+    assert exit_info.value.code == EXIT_BAD_INPUT
+    assert f"{flag} must be > 0, got 0" in capsys.readouterr().err
+    assert not out.exists()

@@ -93,6 +93,15 @@ class ModelArguments:
         )
 
 
+def check_task_columns(args: "ClassificationDataArguments") -> None:
+    """`--task` reads its own columns: refuse column flags it would ignore (`ValueError` naming them)."""
+    columns = {"text_column": None, "text_pair_column": None, "label_column": "label"}  # the defaults
+    changed = [f"--{name} {getattr(args, name)!r}" for name, default in columns.items() if getattr(args, name) != default]
+    if args.task is not None and changed:
+        raise ValueError(f"--task {args.task} reads its own columns; drop {', '.join(changed)} (column flags apply "
+                         f"to --train_file and --dataset_name data)")
+
+
 @dataclass
 class ClassificationDataArguments:
     """Where the labelled text comes from: one of the named tasks (`--task` with `--data_dir`, see

@@ -14,7 +14,7 @@ import torch
 from transformers import EvalPrediction, Trainer, TrainingArguments
 
 from ..modeling_ffn_bert import FfnBertForSequenceClassification
-from .arguments import ClassificationDataArguments, ModelArguments, resume_checkpoint
+from .arguments import ClassificationDataArguments, ModelArguments, check_task_columns, resume_checkpoint
 from .data import PaddingFreeCollator, check_columns_and_labels, load_classification_datasets, sort_by_length
 from .tasks import get_task
 from .outputs import (
@@ -117,6 +117,7 @@ def run_classification(
     start = time.perf_counter()
     check_output_dir(training_args.output_dir)
     resume = resume_checkpoint(training_args)
+    check_task_columns(data_args)
     task = get_task(data_args.task) if data_args.task is not None else None
     if task is not None:  # the task's columns (its reader gives the hub copy's names)
         data_args = dataclasses.replace(data_args, text_column=task.text_column,
