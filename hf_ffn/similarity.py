@@ -35,6 +35,17 @@ def mean_pool(last_hidden_state: torch.Tensor, attention_mask: torch.Tensor) -> 
     return (last_hidden_state * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
+def length_sorted_batches(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], batch_size: int, max_length: int):
+    """Yield `(index, batch)`: tokenized batches of `batch_size` texts, shortest first (less padding), truncated to
+    `max_length` tokens and padded to the batch's longest; `index` (numpy int array) gives their texts' positions."""
+    lengths = [len(ids) for ids in tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]]
+    order = np.argsort(lengths, kind="stable")
+    for start in range(0, len(order), batch_size):
+        index = order[start:start + batch_size]
+        yield index, tokenizer([texts[i] for i in index], truncation=True, max_length=max_length, padding=True,
+                               return_tensors="pt")
+
+
 @torch.no_grad()
 def sentence_embeddings(
     model: nn.Module, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], *, batch_size: int = 64,
@@ -49,14 +60,10 @@ def sentence_embeddings(
     training = model.training
     model.eval()
     device = next(model.parameters()).device
-    lengths = [len(ids) for ids in tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]]
-    order = np.argsort(lengths, kind="stable")
     embeddings = np.zeros((len(texts), model.config.hidden_size), dtype=np.float32)
     try:
-        for start in range(0, len(order), batch_size):
-            index = order[start:start + batch_size]
-            batch = tokenizer([texts[i] for i in index], truncation=True, max_length=max_length, padding=True,
-                              return_tensors="pt").to(device)
+        for index, batch in length_sorted_batches(tokenizer, texts, batch_size, max_length):
+            batch = batch.to(device)
             hidden = model(**batch).last_hidden_state.float()  # (batch, seq, hidden)
             embeddings[index] = mean_pool(hidden, batch["attention_mask"]).cpu().numpy()
     finally:
@@ -105,4 +112,4 @@ def sts_spearman(
             "seconds": time.perf_counter() - start}
 
 
-__all__ = ["STS_MAX_LENGTH", "cosine_spearman", "mean_pool", "sentence_embeddings", "sts_spearman"]
+__all__ = ["STS_MAX_LENGTH", "cosine_spearman", "length_sorted_batches", "mean_pool", "sentence_embeddings", "sts_spearman"]

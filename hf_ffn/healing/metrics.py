@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
-from ..similarity import mean_pool
+from ..similarity import length_sorted_batches, mean_pool
 
 PROBE_FOLDS = 5
 PROBE_C = 1.0  # scikit-learn's default inverse L2 strength, on standardised features
@@ -34,17 +34,6 @@ def subset_indices(count: int, size: int, seed: int = 0) -> list[int]:
     if size >= count:
         return list(range(count))
     return sorted(np.random.default_rng(seed).choice(count, size=size, replace=False).tolist())
-
-
-def _batches(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], batch_size: int, max_length: int):
-    """Tokenized batches, shortest texts first (less padding), with the indices of their texts."""
-    lengths = [len(ids) for ids in tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]]
-    order = np.argsort(lengths, kind="stable")
-    for start in range(0, len(order), batch_size):
-        index = order[start:start + batch_size]
-        batch = tokenizer([texts[i] for i in index], truncation=True, max_length=max_length, padding=True,
-                          return_tensors="pt")
-        yield index, batch
 
 
 @torch.no_grad()
@@ -82,7 +71,7 @@ def compare_to_teacher(
     max_diff, diff_sum, tokens = 0.0, 0.0, 0
     try:
         cached = teacher_cache is not None and len(teacher_cache) > 0
-        for number, (index, batch) in enumerate(_batches(tokenizer, texts, batch_size, max_length)):
+        for number, (index, batch) in enumerate(length_sorted_batches(tokenizer, texts, batch_size, max_length)):
             batch = {k: v.to(device) for k, v in batch.items()}
             if cached:
                 t = teacher_cache[number].to(device)
