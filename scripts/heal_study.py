@@ -37,17 +37,18 @@ VARIANTS = {
     "swiglu-approx": {
         "title": "GELU → SwiGLU, approximate (init preserving)",
         "convert": {"ffn_type": "swiglu"},
-        "heal": {"learning_rate": 1e-4, "layers": "all"},
+        "heal": {"method": "end_to_end", "learning_rate": 1e-4, "layers": "all"},
     },
     "swiglu-fresh": {
         "title": "SwiGLU fresh, matched width 1024",
         "convert": {"ffn_type": "swiglu", "init": "fresh", "width": "matched"},
-        "heal": {"learning_rate": 5e-4, "layers": "all"},
+        "heal": {"method": "end_to_end", "learning_rate": 5e-4, "layers": "all"},
     },
     "pre-ln": {
         "title": "Post-LN → Pre-LN (weights kept)",
         "convert": {"layer_norm_position": "pre"},
-        "heal": {"learning_rate": 3e-4, "layers": "last"},  # "all" compares unlike hidden states across placements
+        # layers "last": "all" would compare unlike hidden states across LayerNorm placements
+        "heal": {"method": "end_to_end", "learning_rate": 3e-4, "layers": "last"},
     },
 }
 # Layer-wise healing (hf-ffn heal --method layerwise, hf_ffn.healing.layerwise), the default since it measured best

@@ -79,7 +79,8 @@ def setup(tmp_path_factory):
 
 def heal_args(setup, student, **overrides) -> HealArguments:
     kwargs = dict(student=str(student), train_files=[str(setup / "text")], teacher=str(setup / "teacher"),
-                  eval_dir=str(setup / "snippets"), max_seq_length=BLOCK, curve_snippets=40, probe=False)
+                  eval_dir=str(setup / "snippets"), max_seq_length=BLOCK, curve_snippets=40, probe=False,
+                  method="end_to_end")
     return HealArguments(**{**kwargs, **overrides})
 
 
@@ -300,7 +301,7 @@ def test_torchrun_two_processes_match_one_process(setup, tmp_path):
     student = tmp_path / "pre"
     convert_checkpoint(str(setup / "teacher"), student, layer_norm_position="pre")
     argv = ["--student", str(student), "--teacher", str(setup / "teacher"), "--train_files", str(setup / "text"),
-            "--max_seq_length", str(BLOCK), "--max_steps", "3", "--learning_rate", str(LEARNING_RATE),
+            "--method", "end_to_end", "--max_seq_length", str(BLOCK), "--max_steps", "3", "--learning_rate", str(LEARNING_RATE),
             "--logging_steps", "1", "--seed", "0", "--use_cpu", "true", "--report_to", "none",
             "--save_strategy", "no", "--disable_tqdm", "true"]
     script = Path(hf_ffn.__file__).parents[1] / "scripts" / "heal.py"

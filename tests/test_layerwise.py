@@ -26,7 +26,7 @@ from hf_ffn.healing.layerwise import (
 )
 from hf_ffn.modeling_ffn_bert import FfnBertGatedMLP
 
-from hf_ffn.healing import run_healing
+from hf_ffn.healing import HealArguments, run_healing
 
 from .conftest import TINY
 from .test_healing import heal_args, setup, training_args  # noqa: F401  (setup is a fixture)
@@ -163,6 +163,8 @@ def run_layerwise(teacher_dir, work, **overrides):
 
 def test_layerwise_fits_and_resumes(teacher_dir, tmp_path, monkeypatch):
     student, result = run_layerwise(teacher_dir, tmp_path / "a")
+    # "auto": the LayerNorms sit as the teacher's, so FFN fits on the teacher's own FFN inputs
+    assert (result["arguments"]["layerwise_parts"], result["arguments"]["layerwise_inputs"]) == ("ffn", "teacher")
     for record in result["layers"]:
         assert record["ffn_rel_error"] < record["ffn_rel_error_before"]
         assert record["layer_rel_error"] < record["layer_rel_error_before"]
@@ -216,15 +218,16 @@ def test_pre_ln_by_layer_targets(teacher_dir, tmp_path):
     student, _ = load_converted(teacher_dir, FfnBertModel, layer_norm_position="pre")
     teacher = teacher_model(teacher_dir)
     with pytest.raises(ValueError, match="use --layerwise_parts layer"):
-        heal_layerwise(student, teacher, blocks(), LayerwiseArguments(), tmp_path / "ffn")
+        heal_layerwise(student, teacher, blocks(), LayerwiseArguments(layerwise_parts="ffn"), tmp_path / "ffn")
     with pytest.raises(ValueError, match="--layerwise_inputs student applies to the whole-layer fit"):
-        LayerwiseArguments(layerwise_inputs="student")
+        LayerwiseArguments(layerwise_parts="ffn", layerwise_inputs="student")
     ids = blocks()
     with torch.no_grad():
         before = relative_squared_error(student(input_ids=ids).last_hidden_state, teacher(input_ids=ids).last_hidden_state)
-    args = LayerwiseArguments(layerwise_parts="layer", layerwise_inputs="student", layerwise_steps=30,
-                              layerwise_batch_tokens=64, layerwise_lr=3e-3)
+    # the default parts/inputs ("auto") resolve to whole layers on the student's own inputs for a Pre-LN student
+    args = LayerwiseArguments(layerwise_steps=30, layerwise_batch_tokens=64, layerwise_lr=3e-3)
     result = heal_layerwise(student, teacher, ids, args, tmp_path / "pre")
+    assert (result["arguments"]["layerwise_parts"], result["arguments"]["layerwise_inputs"]) == ("layer", "student")
     with torch.no_grad():
         after = relative_squared_error(student(input_ids=ids).last_hidden_state, teacher(input_ids=ids).last_hidden_state)
     assert "final_norm" in result and after < before / 2
@@ -252,6 +255,8 @@ def test_heal_method_layerwise_writes_per_layer_errors(setup, tmp_path):
                                     healed_dir=str(tmp_path / "healed2")), training_args(tmp_path / "run", max_steps=2),
                           layerwise_args=LayerwiseArguments(layerwise_steps=20, layerwise_batch_tokens=64))
     assert healing["steps"] == 2 and all(r["resumed"] for r in healing["layerwise"]["layers"])
+    # layer-wise is the command's default method (the best measured, docs/healing.md)
+    assert HealArguments(student="s", train_files=["t"]).method == "layerwise"
     with pytest.raises(ValueError, match="--method has unknown value 'greedy'; allowed: end_to_end, layerwise"):
         heal_args(setup, tmp_path / "student", method="greedy")
 

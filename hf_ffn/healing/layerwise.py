@@ -41,7 +41,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +58,9 @@ from .distill import dropout_off
 logger = logging.getLogger(__name__)
 
 LAYERWISE_PARTS = {"ffn": "each FFN on its teacher FFN's input/output", "layer": "the FFN fit, then the whole layer "
-                   "(attention, LayerNorms, FFN) to the teacher layer's output"}
-LAYERWISE_INPUTS = ("teacher", "student")
+                   "(attention, LayerNorms, FFN) to the teacher layer's output", "auto": "ffn if every layer places "
+                   "its LayerNorms as the teacher's, else layer"}
+LAYERWISE_INPUTS = ("teacher", "student", "auto")
 HELD_TENSORS = 6  # (tokens, hidden) float32 tensors held at once; see the module docstring
 METHODS = ("end_to_end", "layerwise")
 
@@ -67,9 +68,11 @@ METHODS = ("end_to_end", "layerwise")
 @dataclass
 class LayerwiseArguments:
     """The layer-wise stage of `hf-ffn heal --method layerwise` (parsed with `HealArguments`). The defaults are the
-    best recipe measured for the matched-width SwiGLU of all-MiniLM-L6-v2 (docs/healing.md: FFN fits on 65,536
-    teacher-forced tokens, 1000 Adam steps of 512 tokens per layer); a nearly exact start (the approximate SwiGLU)
-    is best served by `--layerwise_steps 0`, a Pre-LN student needs `--layerwise_parts layer`."""
+    best recipe measured on all-MiniLM-L6-v2 (docs/healing.md): 65,536 calibration tokens, 1000 Adam steps of 512
+    tokens per fit, and parts/inputs `auto`: FFN fits on the teacher's own FFN inputs where the student places its
+    LayerNorms as the teacher does (the SwiGLU students), whole layers on the student's own inputs where it does
+    not (a Pre-LN student of a Post-LN teacher). A nearly exact start (the approximate SwiGLU) needs only the
+    closed form, `--layerwise_steps 0` (with steps, the closed form is kept where they do not help)."""
 
     layerwise_tokens: int = field(default=65536, metadata={"help": "calibration tokens (whole blocks, evenly "
                                                                      "spaced over the training text)"})
@@ -79,9 +82,12 @@ class LayerwiseArguments:
                                                                  "only, as good for a nearly exact start)"})
     layerwise_lr: float = field(default=1e-3, metadata={"help": "peak Adam learning rate (cosine decay to 0)"})
     layerwise_batch_tokens: int = field(default=512, metadata={"help": "tokens per Adam step"})
-    layerwise_parts: str = field(default="ffn", metadata={"help": "ffn or layer (see hf_ffn.healing.layerwise)"})
-    layerwise_inputs: str = field(default="teacher", metadata={"help": "teacher (parallel) or student "
-                                                                       "(sequential) layer inputs"})
+    layerwise_parts: str = field(default="auto", metadata={"help": "ffn, layer (see hf_ffn.healing.layerwise) or "
+                                                                     "auto: ffn where the LayerNorms sit as the "
+                                                                     "teacher's, else layer"})
+    layerwise_inputs: str = field(default="auto", metadata={"help": "teacher (parallel) or student (sequential) "
+                                                                    "layer inputs; auto: teacher for ffn, student "
+                                                                    "for layer"})
     layerwise_refit_every: int = field(default=0, metadata={"help": "also solve down_proj in closed form every N "
                                                                     "Adam steps of the FFN fit (0: before and after)"})
     layerwise_ridge: float = field(default=1e-4, metadata={"help": "ridge of the closed-form down projection, "
@@ -97,7 +103,7 @@ class LayerwiseArguments:
         for name in ("layerwise_tokens", "layerwise_batch_tokens", "layerwise_memory_mb"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name} must be > 0, got {getattr(self, name)}")
-        if self.layerwise_parts == "ffn" and self.layerwise_inputs == "student":
+        if self.layerwise_parts == "ffn" and self.layerwise_inputs == "student":  # "auto" is resolved per model
             raise ValueError("--layerwise_inputs student applies to the whole-layer fit: the FFN fit is always on the "
                              "teacher FFN's input/output; use --layerwise_parts layer (or --layerwise_inputs teacher)")
         if self.layerwise_refit_every < 0:
@@ -305,6 +311,15 @@ def load_layer(work_dir: Path, name: str, module: nn.Module) -> dict | None:
     return {**json.loads(record.read_text()), "resumed": True}
 
 
+def resolve_auto(args: LayerwiseArguments, same_norms: bool) -> LayerwiseArguments:
+    """`args` with `auto` parts/inputs replaced by the measured best (docs/healing.md): FFN fits on the teacher's
+    inputs where every layer places its LayerNorms as the teacher's (`same_norms`), else whole layers on the
+    student's own inputs (inputs `auto` follow the parts: teacher for ffn, student for layer)."""
+    parts = args.layerwise_parts if args.layerwise_parts != "auto" else ("ffn" if same_norms else "layer")
+    inputs = args.layerwise_inputs if args.layerwise_inputs != "auto" else ("teacher" if parts == "ffn" else "student")
+    return replace(args, layerwise_parts=parts, layerwise_inputs=inputs)
+
+
 def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torch.Tensor, args: LayerwiseArguments,
                    work_dir: str | Path, seed: int = 0) -> dict[str, Any]:
     """Fit `student` (an FfnBert base model, changed in place) layer by layer to `teacher` (an FfnBert base model of
@@ -324,6 +339,7 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
         raise ValueError(f"layer-wise healing pairs layers: student has {s_config.num_hidden_layers} layers of "
                          f"{s_config.hidden_size}, teacher {t_config.num_hidden_layers} of {t_config.hidden_size}")
     same_norms = [s == t for s, t in zip(s_config.layer_norm_positions, t_config.layer_norm_positions)]
+    args = resolve_auto(args, all(same_norms))
     if args.layerwise_parts == "ffn" and not all(same_norms):
         raise ValueError(f"--layerwise_parts ffn fits each FFN to its teacher FFN, but the LayerNorm placement "
                          f"differs ({s_config.layer_norm_positions} vs the teacher's {t_config.layer_norm_positions}); "
@@ -418,24 +434,8 @@ output (the layer's fitting input) and the student's own hidden state after the 
 
 
 __all__ = [
-    "HELD_TENSORS",
-    "LAYERWISE_INPUTS",
-    "LAYERWISE_PARTS",
-    "METHODS",
-    "LayerwiseArguments",
-    "NormedLayer",
-    "adam_fit",
-    "apply_chunked",
-    "calibration_blocks",
-    "calibration_ids",
-    "fit_ffn",
-    "fit_final_norm",
-    "fit_whole_layer",
-    "heal_layerwise",
-    "layerwise_section",
-    "load_layer",
-    "relative_squared_error",
-    "run_layer",
-    "save_layer",
-    "set_down",
+    "HELD_TENSORS", "LAYERWISE_INPUTS", "LAYERWISE_PARTS", "METHODS", "LayerwiseArguments", "NormedLayer",
+    "adam_fit", "apply_chunked", "calibration_blocks", "calibration_ids", "fit_ffn", "fit_final_norm",
+    "fit_whole_layer", "heal_layerwise", "layerwise_section", "load_layer", "relative_squared_error",
+    "resolve_auto", "run_layer", "save_layer", "set_down",
 ]

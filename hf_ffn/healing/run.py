@@ -81,9 +81,10 @@ class HealArguments:
     mlm_kl_weight: float = field(default=0.0, metadata={"help": "weight of KL on MLM logits (needs both heads)"})
     temperature: float = field(default=1.0, metadata={"help": "softmax temperature of the KL term"})
     train_parts: str = field(default="encoder", metadata={"help": "ffn, ffn_norms, encoder or all"})
-    method: str = field(default="end_to_end", metadata={
-        "help": "end_to_end (distil the whole model) or layerwise (fit each layer to its teacher layer first, "
-                "hf_ffn.healing.layerwise; the end-to-end stage then runs only with --max_steps > 0)"})
+    method: str = field(default="layerwise", metadata={
+        "help": "layerwise (the default, the best measured in docs/healing.md: fit each layer to its teacher layer, "
+                "hf_ffn.healing.layerwise; an end-to-end stage follows only with --max_steps > 0) or end_to_end "
+                "(distil the whole model alone, for --max_steps or --num_train_epochs)"})
     padding_free: bool = field(
         default=False, metadata={"help": "padding-free batches (DataCollatorWithFlattening): each batch's blocks "
                                          "concatenated into one row, position_ids restarting at 0 per block; the "
