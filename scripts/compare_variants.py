@@ -178,13 +178,17 @@ def write_report(args: argparse.Namespace, runs: list[dict], argv: list[str] | N
     if args.report_only and sources_file.is_file():  # the runs' command and probes, as written with them
         sources = json.loads(sources_file.read_text())
     else:
-        healings = {}
+        reports = {}
         for name in HEAL_STUDY_NAMES if args.heal_dir else ():
             file = Path(args.heal_dir) / name / "healed" / REPORT_FILE
             if file.is_file():
-                healings[name] = json.loads(file.read_text())["healing"]
+                reports[name] = json.loads(file.read_text())
+        # A converted variant is fixed by VARIANTS: its probe, once measured, is kept when this heal-dir's students
+        # do not measure it (e.g. the fresh matched SwiGLU, healed now from a pruned start).
+        earlier = json.loads(sources_file.read_text())["probes"] if sources_file.is_file() else {}
         command = ["python", "scripts/compare_variants.py", *(sys.argv[1:] if argv is None else argv)]
-        sources = {"command": portable_command(command), "probes": probes_from_healing(healings)}
+        probes = {name: probe for name, probe in earlier.items() if name in VARIANTS} | probes_from_healing(reports)
+        sources = {"command": portable_command(command), "probes": probes}
         sources_file.write_text(json.dumps(sources, indent=1) + "\n")
     header["command"] = sources["command"]
     throughput_file = output / THROUGHPUT

@@ -238,12 +238,19 @@ def test_probes_from_healing_map_teacher_before_and_after():
         "before": {"agreement": {"texts": 10662}, "probe": {"teacher": probe(0.80), "student": probe(0.78, 0.02)}},
         "after": {"agreement": {"texts": 10662}, "probe": {"teacher": probe(0.80), "student": probe(0.795, 0.03)}},
     }
-    probes = comparison.probes_from_healing({"swiglu-fresh": healing})
+    probes = comparison.probes_from_healing({"swiglu-fresh": {"init": "fresh", "healing": healing}})
     assert probes == {
         "gelu-post (baseline)": {"accuracy": 0.80, "std": 0.01, "snippets": 10662},
         "swiglu-fresh-matched": {"accuracy": 0.78, "std": 0.02, "snippets": 10662},
         "swiglu-fresh-matched healed": {"accuracy": 0.795, "std": 0.03, "snippets": 10662},
     }
+    # The layer-wise study's matched SwiGLU starts pruned, not fresh: its "before" is not the comparison's
+    # swiglu-fresh-matched, so only the healed row comes from it; its approximate SwiGLU starts as the comparison's.
+    probes = comparison.probes_from_healing({"swiglu-matched-lw": {"init": "pruned", "healing": healing},
+                                             "swiglu-approx-lw": {"init": "preserving", "healing": healing}})
+    assert set(probes) == {"gelu-post (baseline)", "swiglu-fresh-matched healed", "swiglu-approx",
+                           "swiglu-approx healed"}
+    assert probes["swiglu-approx"] == {"accuracy": 0.78, "std": 0.02, "snippets": 10662}
 
 
 def test_weights_sha256_is_the_weights_identity_wherever_they_lie(tmp_path):

@@ -84,25 +84,34 @@ def parse_healed(items: Sequence[str]) -> dict[str, str]:
     return healed
 
 
-# The healing study's variant names (scripts/heal_study.py) → the comparison's.
-HEAL_STUDY_NAMES = {"swiglu-approx": "swiglu-approx", "swiglu-fresh": "swiglu-fresh-matched", "pre-ln": "pre-ln"}
+# The healing study's folder names (scripts/heal_study.py) → the comparison's variants: the end-to-end study's, then
+# the layer-wise study's (a later name wins where a --heal-dir holds both).
+HEAL_STUDY_NAMES = {"swiglu-approx": "swiglu-approx", "swiglu-fresh": "swiglu-fresh-matched", "pre-ln": "pre-ln",
+                    "swiglu-approx-lw": "swiglu-approx", "swiglu-matched-lw": "swiglu-fresh-matched",
+                    "pre-ln-lw": "pre-ln"}
 
 
-def probes_from_healing(healings: dict[str, dict]) -> dict[str, dict]:
-    """The linear probes of the starting points, from the healing study's records (its variant name → the
-    `healing` entry of a healed folder's conversion_report.json, with `before`/`after` measured on all snippets):
-    the baseline is the teacher, each converted variant its student before healing, each healed variant after.
+def probes_from_healing(reports: dict[str, dict]) -> dict[str, dict]:
+    """The linear probes of the starting points, from the healing study's records (its folder name → a healed
+    folder's conversion_report.json, whose `healing` entry has `before`/`after` measured on all snippets): the
+    baseline is the teacher, each healed variant its student after healing, and each converted variant its student
+    before healing where that student is the variant as the comparison builds it (the report's `init` is the
+    variant's `ffn_init`, default "preserving"; a study student converted otherwise, e.g. `init="pruned"` for the
+    matched-width SwiGLU, gives only its healed row).
 
     Returns:
         {comparison variant name: {"accuracy", "std", "snippets"}}; variants without a record are left out.
     """
     probes: dict[str, dict] = {}
-    for study_name, healing in healings.items():
-        variant = HEAL_STUDY_NAMES[study_name]
+    for study_name, report in reports.items():
+        variant, healing = HEAL_STUDY_NAMES[study_name], report["healing"]
         snippets = healing["before"]["agreement"]["texts"]
         teacher = healing["before"]["probe"]["teacher"]
         probes[BASELINE] = {"accuracy": teacher["accuracy"], "std": teacher["std"], "snippets": snippets}
-        for name, side in ((variant, "before"), (healed_name(variant), "after")):
+        sides = [(healed_name(variant), "after")]
+        if report.get("init") == VARIANTS[variant].get("ffn_init", "preserving"):
+            sides.append((variant, "before"))
+        for name, side in sides:
             student = healing[side]["probe"]["student"]
             probes[name] = {"accuracy": student["accuracy"], "std": student["std"], "snippets": snippets}
     return probes
