@@ -204,20 +204,28 @@ def power_law_projection(curve: list[dict], cosine_goal: float) -> dict | None:
 
 
 def layer_table(title: str, layerwise: dict) -> str:
-    """Per-layer attribution of a layer-wise run: each layer's fit (teacher-forced) and the propagated error."""
+    """Per-layer attribution of a layer-wise run: each layer's fit (teacher-forced), the propagated error and what
+    each layer adds to it (propagated after it − before it, as a share of the last layer's propagated error)."""
     def fmt(record: dict, key: str) -> str:
         return f"{record[key]:.2e}" if key in record else "-"
 
+    propagated = [r["propagated_rel_error"] for r in layerwise["layers"]]
+    added = [b - a for a, b in zip([0.0, *propagated[:-1]], propagated)]
     rows = [f"| {r['layer']} | {fmt(r, 'ffn_rel_error_before')} → {fmt(r, 'ffn_rel_error')} | "
             f"{fmt(r, 'layer_rel_error_before')} → {fmt(r, 'layer_rel_error')} | {fmt(r, 'propagated_rel_error')} | "
-            f"{r.get('seconds', 0):.0f} |" for r in layerwise["layers"]]
+            f"{d:+.2e} ({100 * d / propagated[-1]:.0f}%) | {r.get('seconds', 0):.0f} |"
+            for r, d in zip(layerwise["layers"], added)]
+    top = max(range(len(added)), key=added.__getitem__)
     final = layerwise.get("final_norm")
-    norm = (f"\n\n`final_norm` (closed form): {final['final_norm_rel_error_before']:.2e} → "
+    norm = (f" `final_norm` (closed form): {final['final_norm_rel_error_before']:.2e} → "
             f"{final['final_norm_rel_error']:.2e}." if final else "")
     return (f"**{title}** ({layerwise['tokens']:,} calibration tokens, recorded activations "
             f"{layerwise['activation_bytes'] / 1e6:.0f} MB, {layerwise['seconds']:.0f} s):\n\n"
-            "| layer | FFN output (teacher input) | layer output (fit input) | propagated hidden state | s |\n"
-            "|---|---|---|---|---|\n" + "\n".join(rows) + norm)
+            "| layer | FFN output (teacher input) | layer output (fit input) | propagated hidden state | added by the "
+            "layer (share of the last) | s |\n"
+            "|---|---|---|---|---|---|\n" + "\n".join(rows) +
+            f"\n\nLargest share: layer {top} adds {100 * added[top] / propagated[-1]:.0f}% of the propagated error "
+            f"after the last layer ({propagated[-1]:.2e}).{norm}")
 
 
 def experiments_table(log: Path) -> str:
@@ -435,10 +443,10 @@ Teacher: {teacher} (6 layers, hidden 384, FFN 1536). Training text: {train_files
 probe: {probe}, the same folds for teacher and student (the difference is paired). The curve uses a seeded subset
 of {curve_snippets} snippets.
 
-Layer-wise healing (`--method layerwise`, `hf_ffn.healing.layerwise`, the default of this study since it measured
-best): each converted layer is first fitted to its own teacher layer on calibration tokens (Kwon et al. 2022;
-MOHAWK's hidden-state alignment): the FFN on the teacher FFN's input and output, its down projection in closed form
-(ridge least squares), gate/up (and down) by Adam, down solved again; for Pre-LN the whole layer (attention,
+Layer-wise healing (`--method layerwise`, `hf_ffn.healing.layerwise`; the default of `hf-ffn heal` and of this
+study since it measured best, an end-to-end stage after it only with `--max_steps > 0`): each converted layer is
+first fitted to its own teacher layer on calibration tokens (Kwon et al. 2022; MOHAWK's hidden-state alignment):
+the FFN on the teacher FFN's input and output, its down projection in closed form (ridge least squares), gate/up (and down) by Adam, down solved again; for Pre-LN the whole layer (attention,
 LayerNorms, FFN) so that its residual stream reproduces the teacher's hidden state after that layer, on the
 student's own input (sequential), and `final_norm` in closed form. The matched-width SwiGLU starts from
 `init="pruned"` (the full-width approximate SwiGLU conversion, the 1,024 of 1,536 units with the largest
@@ -458,8 +466,10 @@ distillation alone) is docs/healing_end_to_end/healing.md.
 ## Per-layer attribution
 
 Relative squared error ‖Δ‖²/‖target‖² on the calibration tokens, before → after each layer's fit; "propagated" is
-the student's own hidden state after that layer against the teacher's (all earlier errors included): where it
-jumps, that layer's fit dominates the end-to-end error.
+the student's own hidden state after that layer against the teacher's (all earlier errors included); "added" is
+its increase over the layer before (a layer can also shrink the error it receives): where it jumps, that layer
+(its own fit, and how much it amplifies the error of its input) dominates the end-to-end error. For Pre-LN the
+last layer is measured through `final_norm`, as fitted with it.
 
 {layer_tables}
 

@@ -32,3 +32,13 @@ def test_power_law_projection_no_approach_and_too_few_points():
     # exactly three points at step ≥ half the last (20, 30, 40) are enough: 1 − cosine = 8 / step → 800 steps
     three = heal_study.power_law_projection(curve({10: 0.9, 20: 0.4, 30: 8 / 30, 40: 0.2}), 0.99)
     assert three["exponent"] == pytest.approx(-1) and three["steps"] == pytest.approx(800)
+
+
+def test_layer_table_attributes_the_propagated_error_to_layers():
+    # propagated error after layers 0, 1, 2: 0.1, 0.08, 0.4 → added +0.1 (25%), −0.02 (−5%), +0.32 (80%)
+    layers = [{"layer": i, "layer_rel_error_before": 1.0, "layer_rel_error": 0.5, "propagated_rel_error": p}
+              for i, p in enumerate((0.1, 0.08, 0.4))]
+    table = heal_study.layer_table("t", {"tokens": 64, "activation_bytes": 1e6, "seconds": 1.0, "layers": layers})
+    assert "| 0 | - → - | 1.00e+00 → 5.00e-01 | 1.00e-01 | +1.00e-01 (25%) | 0 |" in table
+    assert "| 1 | - → - | 1.00e+00 → 5.00e-01 | 8.00e-02 | -2.00e-02 (-5%) | 0 |" in table
+    assert "Largest share: layer 2 adds 80% of the propagated error after the last layer (4.00e-01)." in table
