@@ -95,6 +95,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--remeasure_throughput", action="store_true",
                         help="measure the side-by-side throughput again (else a measured OUTPUT_DIR/"
                              f"{THROUGHPUT} is kept while it covers every variant at these threads and sizes)")
+    parser.add_argument("--notes", help="a markdown file inserted after the table (the reading of the results, "
+                                        "written by hand; <!-- comment --> lines are dropped)")
     parser.add_argument("--heal-dir", "--heal_dir", dest="heal_dir",
                         help="the healing study's work folder (scripts/heal_study.py): the starting points' linear "
                              "probes, measured there on all 10,662 snippets, go into the table")
@@ -191,6 +193,9 @@ def write_report(args: argparse.Namespace, runs: list[dict], argv: list[str] | N
         sources = {"command": portable_command(command), "probes": probes}
         sources_file.write_text(json.dumps(sources, indent=1) + "\n")
     header["command"] = sources["command"]
+    if args.notes:
+        text = Path(args.notes).read_text()
+        header["notes"] = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("<!--"))
     throughput_file = output / THROUGHPUT
     throughput = json.loads(throughput_file.read_text()) if throughput_file.is_file() else None
     longer = read_runs(Path(args.longer_dir) / RESULTS) if args.longer_dir else []
@@ -202,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.notes and not Path(args.notes).is_file():
+        raise ValueError(f"--notes {args.notes!r}: no such file")
     if args.longer_dir and not read_runs(Path(args.longer_dir) / RESULTS):
         raise ValueError(f"--longer_dir {args.longer_dir!r} holds no {RESULTS} with runs")
     output = Path(args.output_dir)

@@ -160,6 +160,10 @@ def test_report_verdicts():
     text = report(runs + healed, {}, header)
     assert "- pre-ln healed: -50.00 [-50.00, -50.00] (seeds), -50.00 [" in text
     assert text.split("- pre-ln healed: ")[1].splitlines()[0].endswith(": **outside the noise**")
+    # the hand-written reading (--notes) follows the table and its note on the verdicts
+    noted = report(runs, {}, header | {"notes": "\nHealed rows: read me.\n"})
+    assert noted.index("not that the variants are equal") < noted.index("Healed rows: read me.") < noted.index(
+        "Baseline convergence")
 
 
 def test_report_longer_budget_check():
@@ -290,6 +294,18 @@ def test_resume_refuses_runs_from_other_weights_and_accepts_the_same_weights_els
     (tmp_path / script.RESULTS).write_text(json.dumps(line) + "\n")
     assert script.main(argv) == 0
     assert "| gelu-post (baseline) | 0 | 0.7500 |" in (tmp_path / script.TABLE).read_text()
+    # a converted variant's probe measured earlier is kept (a healed row's comes only from --heal-dir); --notes is
+    # inserted without its comment lines; a missing --notes file is refused
+    probe = {"accuracy": 0.7394, "std": 0.0077, "snippets": 10662}
+    (tmp_path / script.SOURCES).write_text(json.dumps({"command": "c", "probes": {
+        "swiglu-fresh-matched": probe, "swiglu-fresh-matched healed": probe}}))
+    (tmp_path / "notes.md").write_text("<!-- not shown -->\nThe reading.\n")
+    assert script.main(argv + ["--notes", str(tmp_path / "notes.md")]) == 0
+    assert json.loads((tmp_path / script.SOURCES).read_text())["probes"] == {"swiglu-fresh-matched": probe}
+    table = (tmp_path / script.TABLE).read_text()
+    assert "The reading." in table and "not shown" not in table
+    with pytest.raises(ValueError, match="--notes 'nope.md': no such file"):
+        script.main(argv + ["--notes", "nope.md"])
 
 
 def test_throughput_is_measured_again_when_it_does_not_cover_the_comparison(tmp_path):

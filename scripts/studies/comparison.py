@@ -261,7 +261,8 @@ def report(
     runs: Sequence[dict], probes: dict[str, dict], header: dict, throughput: dict | None = None,
     longer: Sequence[dict] = (),
 ) -> str:
-    """The markdown report: settings and machine (`header`), the table (one row per variant), the paired
+    """The markdown report: settings and machine (`header`; its optional "notes", markdown, follow the table), the
+    table (one row per variant), the paired
     differences from the baseline, the probes, the baseline's convergence check and the side-by-side training
     throughput (`throughput`, from `studies.variant_throughput.measure_throughput`; a healed variant gets
     its converted variant's row, the same architecture) and, given `longer` runs, `longer_budget_lines`."""
@@ -294,6 +295,8 @@ def report(
         )
     loads = [run["load_before"] for run in runs] + [run["load_after"] for run in runs]
     text = [header["title"], "", header["intro"], "", "\n".join(lines), "", VERDICT_NOTE, ""]
+    if header.get("notes"):  # the reading of this table, written by hand (compare_variants.py --notes)
+        text += [header["notes"].strip(), ""]
     if BASELINE in by_variant:
         text += ["Baseline convergence, validation loss over the last fifth of training (least-squares slope; "
                  "relative change over the fifth):", ""]
