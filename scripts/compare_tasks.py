@@ -43,7 +43,9 @@ import torch
 from transformers import TrainingArguments
 
 from hf_ffn.parity import bundled_checkpoint
-from hf_ffn.training import TASKS, ClassificationDataArguments, ModelArguments, run_classification, task_score
+from hf_ffn.training import (
+    TASKS, ClassificationDataArguments, ModelArguments, bad_input_exits, run_classification, task_score,
+)
 from studies.comparison import BASELINE, VARIANTS, parse_healed, variant_order, weights_sha256
 from studies.environment import machine, versions
 from studies.task_comparison import report
@@ -171,7 +173,8 @@ def write_report(args: argparse.Namespace, runs: list[dict], argv: list[str] | N
                f"validation rows per task: the numbers show that the command works, not the variants' quality."
                if first["max_train_samples"] or first["max_eval_samples"] else "")),
         "machine": runs[-1]["machine"], "versions": runs[-1]["versions"],
-        "command": "python scripts/compare_tasks.py " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "command": "python scripts/compare_tasks.py " + shlex.join(  # what runs the table (--report_only does not)
+            arg for arg in (sys.argv[1:] if argv is None else argv) if arg != "--report_only"),
         "full_variants": FULL_TABLE_VARIANTS, "full_seeds": 3, "epochs": first["epochs"],
         "batch_size": first["batch_size"], "first": min(r["finished"] for r in runs),
         "last": max(r["finished"] for r in runs),
@@ -229,7 +232,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
+    with bad_input_exits("compare_tasks.py"):  # a one-line message, not a traceback
         sys.exit(main())
-    except (ValueError, FileNotFoundError) as error:  # bad input: the message, not a traceback
-        sys.exit(f"compare_tasks.py: error: {error}")

@@ -42,7 +42,7 @@ from studies.comparison import (
 )
 from studies.environment import machine, portable_command, portable_path, versions
 from studies.variant_throughput import measure_throughput
-from hf_ffn.training import ClassificationDataArguments, ModelArguments, run_classification
+from hf_ffn.training import ClassificationDataArguments, ModelArguments, bad_input_exits, run_classification
 
 RESULTS, TABLE, PLOT = "comparison_runs.jsonl", "comparison.md", "figures/comparison_curves.png"
 THROUGHPUT = "comparison_throughput.json"
@@ -259,7 +259,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
+    with bad_input_exits("compare_variants.py"):  # a one-line message, not a traceback
         sys.exit(main())
-    except (ValueError, FileNotFoundError) as error:  # bad input: the message, not a traceback
-        sys.exit(f"compare_variants.py: error: {error}")
