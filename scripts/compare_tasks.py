@@ -48,6 +48,7 @@ from hf_ffn.training import (
 )
 from studies.comparison import BASELINE, VARIANTS, parse_healed, variant_order, weights_sha256
 from studies.environment import machine, versions
+from studies.finetune_options import add_finetune_options
 from studies.task_comparison import report
 
 RESULTS, TABLE = "task_runs.jsonl", "tasks.md"
@@ -65,23 +66,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=DEFAULT_VARIANTS,
                         help="as-converted variants of the checkpoint (default: the baseline and GeGLU, exact)")
-    parser.add_argument("--healed", action="append", default=[], metavar="VARIANT=FOLDER",
-                        help="a healed student folder of VARIANT, fine-tuned as saved (repeatable)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    add_finetune_options(parser, max_seq_length=128)
     parser.add_argument("--epochs", type=float, default=3.0, help="epochs per task (BERT's GLUE recipe: 3)")
     parser.add_argument("--max_steps", type=int, default=0, help="optimizer steps for every task (0: from --epochs)")
-    parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--learning_rate", type=float, default=1e-4)
-    parser.add_argument("--warmup_fraction", type=float, default=0.1)
-    parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--evals_per_run", type=int, default=10, help="validation points per run (the curves)")
     parser.add_argument("--max_train_samples", type=int, default=0, help="training rows per task (0: all)")
     parser.add_argument("--max_eval_samples", type=int, default=0, help="validation rows (0: all)")
-    parser.add_argument("--max_test_samples", type=int, default=0, help="rt_polarity test rows (0: all 1,662)")
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0: torch's default)")
-    parser.add_argument("--no_unpad_tokens", dest="unpad_tokens", action="store_false",
-                        help="run the padded path (default: unpad_tokens on, the same losses at about half the work)")
-    parser.add_argument("--work_dir", help="where run folders go (default: a temporary folder, deleted per run)")
     parser.add_argument("--report_only", action="store_true", help="only write the table")
     args = parser.parse_args(argv)
     for name in ("epochs", "batch_size", "evals_per_run"):
