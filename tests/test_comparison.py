@@ -160,6 +160,9 @@ def test_report_verdicts():
     text = report(runs + healed, {}, header)
     assert "- pre-ln healed: -50.00 [-50.00, -50.00] (seeds), -50.00 [" in text
     assert text.split("- pre-ln healed: ")[1].splitlines()[0].endswith(": **outside the noise**")
+    # runs from two machines: both named with their number of runs (not only the last run's machine)
+    two = [run | {"machine": {"cpu": "A" if run["seed"] else "B", "cores": 2}} for run in runs]
+    assert "Machine: B, 2 logical cores (3 runs); A, 2 logical cores (6 runs); torch threads" in report(two, {}, header)
     # the hand-written reading (--notes) follows the table and its note on the verdicts
     noted = report(runs, {}, header | {"notes": "\nHealed rows: read me.\n"})
     assert noted.index("not that the variants are equal") < noted.index("Healed rows: read me.") < noted.index(

@@ -341,8 +341,14 @@ def report(
                  ""]
     thread_counts = sorted({run["threads"] for run in runs})
     per_threads = ", ".join(f"{count} ({sum(run['threads'] == count for run in runs)} runs)" for count in thread_counts)
+    # runs resumed or added later may have run on another machine: each one named, with its number of runs
+    machines = {f"{r['machine']['cpu']}, {r['machine']['cores']} logical cores": 0 for r in runs if "machine" in r}
+    for run in (r for r in runs if "machine" in r):
+        machines[f"{run['machine']['cpu']}, {run['machine']['cores']} logical cores"] += 1
+    machine_text = ("; ".join(f"{name} ({count} runs)" for name, count in machines.items()) if len(machines) > 1
+                    else f"{header['machine']['cpu']}, {header['machine']['cores']} logical cores")
     text += [
-        f"Machine: {header['machine']['cpu']}, {header['machine']['cores']} logical cores; "
+        f"Machine: {machine_text}; "
         f"torch threads per run: {per_threads}; load average (1 min) before/after each run: "
         f"{min(loads):.2f}–{max(loads):.2f}. Versions: {header['versions']}. Wall time: "
         f"{sum(r['wall_seconds'] for r in runs) / 3600:.2f} h for {len(runs)} runs.",
