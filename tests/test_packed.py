@@ -253,6 +253,39 @@ def test_mixed_up_position_ids_are_rejected(position_ids, mask, message):
         model(**batch)
 
 
+FLATTENED_POSITIONS = [[0, 1, 2, 0, 1, 2, 3, 4]]  # two sequences in one row
+SHAPE = r"position_ids must have shape \(batch, seq\) = \(1, 8\) or \(1, 8\) .*; got shape "
+DTYPE = r"position_ids must be integer positions \(torch.int64 or torch.int32\), got dtype torch.float32"
+
+
+@pytest.mark.parametrize(
+    "position_ids, message",
+    [
+        (torch.tensor(FLATTENED_POSITIONS)[0], SHAPE + r"\(8,\)\. Add the batch dimension: position_ids\[None\]"),
+        (torch.tensor(FLATTENED_POSITIONS).float(), DTYPE),
+        (torch.tensor(FLATTENED_POSITIONS)[0].float(), DTYPE),
+        (torch.tensor(FLATTENED_POSITIONS)[None], SHAPE + r"\(1, 1, 8\)\.$"),
+        (torch.tensor(FLATTENED_POSITIONS)[:, :6], SHAPE + r"\(1, 6\)\.$"),
+        (torch.tensor(FLATTENED_POSITIONS).expand(3, 8), SHAPE + r"\(3, 8\)\.$"),
+    ],
+    ids=["1-D", "float", "float-1-D", "3-D", "short", "more-rows"],
+)
+@pytest.mark.parametrize("unpad", [False, True], ids=["switch-off", "switch-on"])
+def test_position_ids_of_wrong_dtype_or_shape_are_rejected(position_ids, message, unpad):
+    model = model_for("post-standard", "sdpa", unpad=unpad).eval()
+    with pytest.raises(ValueError, match=message):
+        model(input_ids=torch.randint(5, 99, (1, 8)), position_ids=position_ids)
+
+
+def test_int32_position_ids_are_accepted():
+    model = model_for("post-standard", "sdpa").eval()
+    batch = {"input_ids": torch.randint(5, 99, (1, 8)), "position_ids": torch.tensor(FLATTENED_POSITIONS)}
+    with torch.no_grad():
+        expected = model(**batch).last_hidden_state
+        actual = model(**{**batch, "position_ids": batch["position_ids"].int()}).last_hidden_state
+    assert torch.equal(actual, expected)
+
+
 def test_rows_of_packed_sequences():
     """Several rows, each a padding-free row (one with two sequences, one with one): three sequences, each as if
     alone."""
