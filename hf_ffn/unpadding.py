@@ -11,14 +11,17 @@ Two kinds of batch hold several sequences whose pad positions need no compute:
 grouped by length, each sequence's tokens consecutive and in order. Every token-wise op (linear layers, LayerNorm,
 activations, dropout, residual adds) gives each row the same value in any arrangement of rows, so only attention,
 which mixes tokens, needs the sequences: `packed_self_attention` runs transformers' attention function once per
-length (a (sequences, heads, length, head_dim) block, no mask: each sequence attends to itself only), or once for
-all sequences with flash attention's variable-length kernel (`cu_seq_lens_q/k`, CUDA only). Nothing is re-padded.
+length (a (sequences, heads, length, head_dim) block, no mask: each sequence attends to itself only), in training
+mode once per group of lengths (`grouped_attention`: a few blocks padded to the group's longest length, with a key
+mask), or once for all sequences with flash attention's variable-length kernel (`cu_seq_lens_q/k`, CUDA only).
+Only those attention blocks are padded; every other op runs on the n_real rows.
 
 Reads bottom-up: `TokenPacking` (where the real tokens are, which sequence each belongs to) → `packed_embeddings`
 → `packed_self_attention` (the one step of `FfnBertLayer.forward` that differs on packed tokens) →
 `unpadded_model_forward` (`FfnBertModel.forward` on a packed batch). The modules run are the model's own, passed
 in, never imported, so `modeling_ffn_bert` imports this module and not the reverse. It imports only torch and
-transformers, so it can be shipped beside a saved model for `trust_remote_code` loading.
+transformers (and `grouped_attention`, which imports only torch), so it can be shipped beside a saved model for
+`trust_remote_code` loading.
 """
 
 from __future__ import annotations
