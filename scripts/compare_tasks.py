@@ -43,9 +43,12 @@ import torch
 from transformers import TrainingArguments
 
 from hf_ffn.parity import bundled_checkpoint
-from hf_ffn.training import TASKS, ClassificationDataArguments, ModelArguments, run_classification, task_score
+from hf_ffn.training import (
+    TASKS, ClassificationDataArguments, ModelArguments, bad_input_exits, run_classification, task_score,
+)
 from studies.comparison import BASELINE, VARIANTS, parse_healed, variant_order, weights_sha256
 from studies.environment import machine, versions
+from studies.finetune_options import add_finetune_options
 from studies.task_comparison import report
 
 RESULTS, TABLE = "task_runs.jsonl", "tasks.md"
@@ -63,23 +66,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=DEFAULT_VARIANTS,
                         help="as-converted variants of the checkpoint (default: the baseline and GeGLU, exact)")
-    parser.add_argument("--healed", action="append", default=[], metavar="VARIANT=FOLDER",
-                        help="a healed student folder of VARIANT, fine-tuned as saved (repeatable)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    add_finetune_options(parser, max_seq_length=128)
     parser.add_argument("--epochs", type=float, default=3.0, help="epochs per task (BERT's GLUE recipe: 3)")
     parser.add_argument("--max_steps", type=int, default=0, help="optimizer steps for every task (0: from --epochs)")
-    parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--learning_rate", type=float, default=1e-4)
-    parser.add_argument("--warmup_fraction", type=float, default=0.1)
-    parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--evals_per_run", type=int, default=10, help="validation points per run (the curves)")
     parser.add_argument("--max_train_samples", type=int, default=0, help="training rows per task (0: all)")
     parser.add_argument("--max_eval_samples", type=int, default=0, help="validation rows (0: all)")
-    parser.add_argument("--max_test_samples", type=int, default=0, help="rt_polarity test rows (0: all 1,662)")
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0: torch's default)")
-    parser.add_argument("--no_unpad_tokens", dest="unpad_tokens", action="store_false",
-                        help="run the padded path (default: unpad_tokens on, the same losses at about half the work)")
-    parser.add_argument("--work_dir", help="where run folders go (default: a temporary folder, deleted per run)")
     parser.add_argument("--report_only", action="store_true", help="only write the table")
     args = parser.parse_args(argv)
     for name in ("epochs", "batch_size", "evals_per_run"):
@@ -171,7 +163,8 @@ def write_report(args: argparse.Namespace, runs: list[dict], argv: list[str] | N
                f"validation rows per task: the numbers show that the command works, not the variants' quality."
                if first["max_train_samples"] or first["max_eval_samples"] else "")),
         "machine": runs[-1]["machine"], "versions": runs[-1]["versions"],
-        "command": "python scripts/compare_tasks.py " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "command": "python scripts/compare_tasks.py " + shlex.join(  # what runs the table (--report_only does not)
+            arg for arg in (sys.argv[1:] if argv is None else argv) if arg != "--report_only"),
         "full_variants": FULL_TABLE_VARIANTS, "full_seeds": 3, "epochs": first["epochs"],
         "batch_size": first["batch_size"], "first": min(r["finished"] for r in runs),
         "last": max(r["finished"] for r in runs),
@@ -229,7 +222,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
+    with bad_input_exits("compare_tasks.py"):  # a one-line message, not a traceback
         sys.exit(main())
-    except (ValueError, FileNotFoundError) as error:  # bad input: the message, not a traceback
-        sys.exit(f"compare_tasks.py: error: {error}")

@@ -41,8 +41,9 @@ from studies.comparison import (
     probes_from_healing, report, variant_order, weights_sha256,
 )
 from studies.environment import machine, portable_command, portable_path, versions
+from studies.finetune_options import add_finetune_options
 from studies.variant_throughput import measure_throughput
-from hf_ffn.training import ClassificationDataArguments, ModelArguments, run_classification
+from hf_ffn.training import ClassificationDataArguments, ModelArguments, bad_input_exits, run_classification
 
 RESULTS, TABLE, PLOT = "comparison_runs.jsonl", "comparison.md", "figures/comparison_curves.png"
 THROUGHPUT = "comparison_throughput.json"
@@ -71,21 +72,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rt_polarity_dir", help="rt_polarity folder (rt-polarity.pos / rt-polarity.neg)")
     parser.add_argument("--output-dir", "--output_dir", dest="output_dir", default="out")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
-    parser.add_argument("--healed", action="append", default=[], metavar="VARIANT=FOLDER",
-                        help="a healed student folder of VARIANT, fine-tuned as saved (repeatable)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    add_finetune_options(parser, max_seq_length=64)
     parser.add_argument("--max_steps", type=int, default=250, help="optimizer steps (250 = one epoch at batch 32)")
-    parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--learning_rate", type=float, default=1e-4)
-    parser.add_argument("--warmup_fraction", type=float, default=0.1)
-    parser.add_argument("--max_seq_length", type=int, default=64)
     parser.add_argument("--eval_steps", type=int, default=50, help="validation every N steps (the curves)")
     parser.add_argument("--max_eval_samples", type=int, default=0, help="validation rows (0: all 1,000)")
-    parser.add_argument("--max_test_samples", type=int, default=0, help="test rows (0: all 1,662)")
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0: torch's default)")
-    parser.add_argument("--no_unpad_tokens", dest="unpad_tokens", action="store_false",
-                        help="run the padded path (default: unpad_tokens on, the same losses at about half the work)")
-    parser.add_argument("--work_dir", help="where run folders go (default: a temporary folder, deleted per run)")
     parser.add_argument("--report_only", action="store_true", help="only write the table and plot")
     parser.add_argument("--longer_dir",
                         help="an output folder of the same comparison at a larger --max_steps (e.g. the baseline at "
@@ -259,7 +249,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
+    with bad_input_exits("compare_variants.py"):  # a one-line message, not a traceback
         sys.exit(main())
-    except (ValueError, FileNotFoundError) as error:  # bad input: the message, not a traceback
-        sys.exit(f"compare_variants.py: error: {error}")

@@ -24,7 +24,9 @@ import sys
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from hf_ffn.training import ClassificationDataArguments, ModelArguments, parse_arguments, run_classification
+from hf_ffn.training import (
+    ClassificationDataArguments, ModelArguments, bad_input_exits, parse_arguments, run_classification,
+)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -38,4 +40,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    with bad_input_exits("finetune_classification.py"):  # a one-line message naming the flag, not a traceback
+        main()

@@ -22,7 +22,7 @@ import sys
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from hf_ffn.training import MlmDataArguments, ModelArguments, parse_arguments, run_mlm
+from hf_ffn.training import MlmDataArguments, ModelArguments, bad_input_exits, parse_arguments, run_mlm
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -38,4 +38,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    with bad_input_exits("finetune_mlm.py"):  # a one-line message naming the flag, not a traceback
+        main()

@@ -13,7 +13,6 @@ against depth as in the paper's fig. 3 c-d). Needs the `plots` extra.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import matplotlib
@@ -27,36 +26,22 @@ from studies.layer_norm_study import (  # noqa: E402
     ffn_gradient_norms,
     masked_batches,
     mlm_config,
+    parse_study,
+    study_parser,
     train_tokenizer,
     xavier_init_,
 )
-from hf_ffn.training import mlm_blocks, read_text_documents  # noqa: E402
+from hf_ffn.training import mlm_blocks  # noqa: E402
 
 INITS = {"BERT init, normal(0, 0.02)": lambda model: model, "Xavier init (Xiong et al.)": xavier_init_}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True, help="folder of *.txt documents (e.g. ../shared/data/state_union)")
-    parser.add_argument("--pattern", default="[0-9]*.txt",
-                        help="which files of --data are documents (default: the State of the Union speeches)")
-    parser.add_argument("--output-dir", type=Path, default=Path("out"),
-                        help="where grad_norms.png goes (default: out; docs/figures for the published figure)")
+    parser = study_parser(__doc__.splitlines()[0], "grad_norms.png", hidden_size=256, heads=4, seq_len=128,
+                          batch_size=4, vocab_size=4096)
     parser.add_argument("--depths", type=int, nargs="+", default=[6, 12, 24])
-    parser.add_argument("--hidden-size", type=int, default=256)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--batches", type=int, default=2)
-    parser.add_argument("--vocab-size", type=int, default=4096)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int,
-                        help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-    documents = [text for _, text in read_text_documents([args.data], args.pattern, argument="--data")]
+    args, documents = parse_study(parser)
     tokenizer = train_tokenizer(documents, args.vocab_size)
     blocks = mlm_blocks(documents, tokenizer, args.seq_len)
     batches = masked_batches(blocks, tokenizer, args.batch_size, args.batches, seed=args.seed)

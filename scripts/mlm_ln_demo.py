@@ -13,7 +13,6 @@ training and held-out MLM loss curves. Needs the `train` and `plots` extras.
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
@@ -25,41 +24,27 @@ import torch  # noqa: E402
 
 from studies.layer_norm_study import (  # noqa: E402
     mlm_config,
+    parse_study,
     split_documents,
+    study_parser,
     train_mlm,
     train_tokenizer,
     unigram_entropy,
     uniform_loss,
 )
-from hf_ffn.training import mlm_blocks, read_text_documents  # noqa: E402
+from hf_ffn.training import mlm_blocks  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True, help="folder of *.txt documents (e.g. ../shared/data/state_union)")
-    parser.add_argument("--pattern", default="[0-9]*.txt",
-                        help="which files of --data are documents (default: the State of the Union speeches)")
-    parser.add_argument("--output-dir", type=Path, default=Path("out"),
-                        help="where mlm_ln_demo.png goes (default: out; docs/figures for the published figure)")
+    parser = study_parser(__doc__.splitlines()[0], "mlm_ln_demo.png", hidden_size=64, heads=4, seq_len=64,
+                          batch_size=16, vocab_size=2048)
     parser.add_argument("--layers", type=int, default=6)
-    parser.add_argument("--hidden-size", type=int, default=64)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--seq-len", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-steps", type=int, default=250)
     parser.add_argument("--learning-rate", type=float, default=3e-3)
     parser.add_argument("--eval-steps", type=int, default=50)
     parser.add_argument("--eval-documents", type=int, default=4)
     parser.add_argument("--max-eval-blocks", type=int, default=64)
-    parser.add_argument("--vocab-size", type=int, default=2048)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int,
-                        help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-    documents = [text for _, text in read_text_documents([args.data], args.pattern, argument="--data")]
+    args, documents = parse_study(parser)
     train_docs, eval_docs = split_documents(documents, args.eval_documents)
     tokenizer = train_tokenizer(train_docs, args.vocab_size)
     train_blocks = mlm_blocks(train_docs, tokenizer, args.seq_len)

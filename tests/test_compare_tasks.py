@@ -86,3 +86,7 @@ def test_compare_tasks_runs_resumes_and_refuses_other_settings(tiny_setup, tmp_p
     assert len((output / "task_runs.jsonl").read_text().splitlines()) == 8
     with pytest.raises(ValueError, match=r"holds cola runs with settings .* use another --output_dir"):
         module.main([*argv[:-2], "--learning_rate", "1e-3", "--output_dir", str(output)])
+    # the table rewritten alone names the command that runs it, not --report_only
+    assert module.main([*argv, "--report_only"]) == 0
+    command = next(line for line in (output / "tasks.md").read_text().splitlines() if line.startswith("Command: "))
+    assert "--report_only" not in command and "--tasks cola stsb" in command

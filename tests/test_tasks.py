@@ -6,6 +6,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -248,6 +251,22 @@ def test_bad_input_names_the_field_value_and_what_is_allowed(case, tiny_checkpoi
     with pytest.raises(ValueError, match=match):
         finetune(common(tiny_checkpoint, output_dir, *files, *extra))
     assert not output_dir.exists()
+
+
+def test_script_ends_bad_input_in_one_line_with_status_2(tiny_checkpoint, tmp_path):
+    """Run as a command, the script prints `prog: error: message` (the message naming the flag) and exits 2, as
+    argparse does for a bad command line: no traceback."""
+    (tmp_path / "train.csv").write_text("first,label\na good one,1\na bad one,0\n")
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "finetune_classification.py"),
+         *common(tiny_checkpoint, tmp_path / "out", "--train_file", str(tmp_path / "train.csv"))],
+        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == ("finetune_classification.py: error: --validation_file is required with --train_file (the "
+                    "label set is checked against it)")
 
 
 # ---------------------------------------------------------------------------------------------------------------

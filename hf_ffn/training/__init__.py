@@ -21,11 +21,13 @@ training starts, naming the file or field, the value and what is allowed.
 """
 
 from .arguments import (
+    EXIT_BAD_INPUT,
     RESUME_LAST,
     RT_POLARITY_SPLIT,
     ClassificationDataArguments,
     MlmDataArguments,
     ModelArguments,
+    bad_input_exits,
     parse_arguments,
     resume_checkpoint,
 )
@@ -64,6 +66,8 @@ from .outputs import (
 )
 
 __all__ = [
+    "EXIT_BAD_INPUT",
+    "bad_input_exits",
     "TASKS",
     "Task",
     "check_label_values",

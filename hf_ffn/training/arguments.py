@@ -7,7 +7,9 @@ what is allowed, before anything is loaded.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -190,6 +192,21 @@ def parse_arguments(parser: HfArgumentParser, argv: Sequence[str]) -> tuple:
     return parser.parse_args_into_dataclasses(args=list(argv))
 
 
+EXIT_BAD_INPUT = 2  # argparse's status for a bad command line, and `hf-ffn`'s for bad input
+
+
+@contextlib.contextmanager
+def bad_input_exits(prog: str) -> Iterator[None]:
+    """Run a script's `main` so that bad input (`ValueError` or `OSError` from inside: a missing column, file or
+    folder, a bad flag value; their messages name the flag and the value) ends in one line, `prog: error: message`
+    on stderr, and exit status `EXIT_BAD_INPUT`, as argparse ends a bad command line, instead of a traceback."""
+    try:
+        yield
+    except (ValueError, OSError) as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT) from None
+
+
 # `--resume_from_checkpoint` values that mean "the newest checkpoint-N folder in --output_dir".
 RESUME_LAST = ("last", "true")
 
@@ -213,6 +230,6 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
 
 
 __all__ = [
-    "CONVERSION_OPTIONS", "RESUME_LAST", "RT_POLARITY_SPLIT", "ClassificationDataArguments", "MlmDataArguments",
-    "ModelArguments", "parse_arguments", "resume_checkpoint",
+    "CONVERSION_OPTIONS", "EXIT_BAD_INPUT", "RESUME_LAST", "RT_POLARITY_SPLIT", "ClassificationDataArguments", "MlmDataArguments",
+    "ModelArguments", "bad_input_exits", "parse_arguments", "resume_checkpoint",
 ]

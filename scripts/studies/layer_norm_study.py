@@ -16,10 +16,12 @@ learning-rate warm-up.
 
 from __future__ import annotations
 
+import argparse
 import math
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,7 +29,33 @@ from transformers import BertTokenizer, PreTrainedTokenizerBase, TrainingArgumen
 
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
-from hf_ffn.training import mask_once, mlm_trainer
+from hf_ffn.training import mask_once, mlm_trainer, read_text_documents
+
+
+def study_parser(description: str, figure: str, **defaults: int) -> argparse.ArgumentParser:
+    """The options both studies take: the text (`--data`, `--pattern`), where `figure` goes, the model's size
+    (`--hidden-size`, `--heads`; FFN 4 × hidden), the blocks (`--seq-len`, `--batch-size`), the tokenizer's
+    `--vocab-size`, `--seed` and `--threads`. `defaults` sets each script's own sizes (keys: the option's dest)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--data", required=True, help="folder of *.txt documents (e.g. ../shared/data/state_union)")
+    parser.add_argument("--pattern", default="[0-9]*.txt",
+                        help="which files of --data are documents (default: the State of the Union speeches)")
+    parser.add_argument("--output-dir", type=Path, default=Path("out"),
+                        help=f"where {figure} goes (default: out; docs/figures for the published figure)")
+    for option in ("hidden-size", "heads", "seq-len", "batch-size", "vocab-size"):
+        parser.add_argument(f"--{option}", type=int, default=defaults[option.replace("-", "_")])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int,
+                        help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
+    return parser
+
+
+def parse_study(parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, list[str]]:
+    """Parse the command line, set `--threads`, and read the documents of `--data` (their texts, in file order)."""
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return args, [text for _, text in read_text_documents([args.data], args.pattern, argument="--data")]
 
 
 def train_tokenizer(documents: list[str], vocab_size: int = 4096) -> PreTrainedTokenizerBase:
