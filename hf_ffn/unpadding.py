@@ -11,29 +11,35 @@ Two kinds of batch hold several sequences whose pad positions need no compute:
 grouped by length, each sequence's tokens consecutive and in order. Every token-wise op (linear layers, LayerNorm,
 activations, dropout, residual adds) gives each row the same value in any arrangement of rows, so only attention,
 which mixes tokens, needs the sequences: `packed_self_attention` runs transformers' attention function once per
-length (a (sequences, heads, length, head_dim) block, no mask: each sequence attends to itself only), or once for
-all sequences with flash attention's variable-length kernel (`cu_seq_lens_q/k`, CUDA only). Nothing is re-padded.
+length (a (sequences, heads, length, head_dim) block, no mask: each sequence attends to itself only), in training
+mode once per group of lengths (`grouped_attention`: a few blocks padded to the group's longest length, with a key
+mask), or once for all sequences with flash attention's variable-length kernel (`cu_seq_lens_q/k`, CUDA only).
+Only those attention blocks are padded; every other op runs on the n_real rows.
 
 Reads bottom-up: `TokenPacking` (where the real tokens are, which sequence each belongs to) → `packed_embeddings`
 → `packed_self_attention` (the one step of `FfnBertLayer.forward` that differs on packed tokens) →
 `unpadded_model_forward` (`FfnBertModel.forward` on a packed batch). The modules run are the model's own, passed
 in, never imported, so `modeling_ffn_bert` imports this module and not the reverse. It imports only torch and
-transformers, so it can be shipped beside a saved model for `trust_remote_code` loading.
+transformers (and `grouped_attention`, which imports only torch), so it can be shipped beside a saved model for
+`trust_remote_code` loading.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from transformers.masking_utils import create_bidirectional_mask, find_packed_sequence_indices
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, create_bidirectional_mask
+from transformers.masking_utils import find_packed_sequence_indices
 from transformers.masking_utils import packed_sequence_mask_function
 from transformers.modeling_outputs import BaseModelOutputWithPoolingAndCrossAttentions
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.bert.modeling_bert import BertEmbeddings, BertModel, BertSelfAttention, eager_attention_forward
 from transformers.utils.output_capturing import capture_outputs
+
+from .grouped_attention import AttentionLayout, PackedRows, PaddedBlocks, attention_blocks, attention_groups
 
 # Sequence boundaries a collator may add (`DataCollatorWithFlattening(return_flash_attn_kwargs=True)`,
 # `return_seq_idx=True`): the packed path derives its own from `position_ids` and does not pass these on.
@@ -63,6 +69,9 @@ class TokenPacking:
     buckets: tuple[tuple[int, int], ...]
     first_tokens: torch.Tensor
     cu_seqlens: torch.Tensor
+    # `attention_layout`'s results, one per (attention implementation, dtype, grouped): built once per forward,
+    # read by every layer
+    mask_cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_sequence_ids(
@@ -76,13 +85,15 @@ class TokenPacking:
         sorted_lengths = lengths.sort(stable=True).values
         values, counts = torch.unique_consecutive(sorted_lengths, return_counts=True)
         starts = lengths.cumsum(0) - lengths  # offset of each sequence's first token in `positions`
+        buckets = tuple(zip(values.tolist(), counts.tolist(), strict=True))
+        cu_seqlens = nn.functional.pad(sorted_lengths.cumsum(0), (1, 0)).to(torch.int32)
         return cls(
             indices=positions[order],
             batch_size=batch_size,
             seq_len=seq_len,
-            buckets=tuple(zip(values.tolist(), counts.tolist(), strict=True)),
+            buckets=buckets,
             first_tokens=positions[starts],
-            cu_seqlens=nn.functional.pad(sorted_lengths.cumsum(0), (1, 0)).to(torch.int32),
+            cu_seqlens=cu_seqlens,
         )
 
     @classmethod
@@ -116,12 +127,22 @@ class TokenPacking:
         does not go up by 1); `position_ids` of shape (1, seq) apply to every row.
 
         Raises:
-            ValueError: when `position_ids` restart within a row but do not describe separable sequences (a sequence
-                that does not start at 0, positions that fall or jump within one), or when they come with an
-                `attention_mask` that marks padding or is 4-D (which tokens belong together is then ambiguous).
+            ValueError: when `position_ids` are not int64/int32 of shape (batch, seq) or (1, seq); when they restart
+                within a row but do not describe separable sequences (a sequence that does not start at 0,
+                positions that fall or jump within one), or when they come with an `attention_mask` that marks
+                padding or is 4-D (which tokens belong together is then ambiguous).
         """
         if position_ids is None:
             return None
+        if position_ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"position_ids must be integer positions (torch.int64 or torch.int32), got dtype "
+                             f"{position_ids.dtype}.")
+        if position_ids.dim() != 2 or position_ids.shape[0] not in (1, batch_size) or position_ids.shape[1] != seq_len:
+            raise ValueError(
+                f"position_ids must have shape (batch, seq) = ({batch_size}, {seq_len}) or (1, {seq_len}) (one row "
+                f"for every row), as the input ids; got shape {tuple(position_ids.shape)}."
+                + (" Add the batch dimension: position_ids[None]." if position_ids.dim() == 1 else "")
+            )
         positions = position_ids.expand(batch_size, seq_len)
         sequence_in_row = find_packed_sequence_indices(positions)  # (batch, seq) or None: one sequence per row
         if sequence_in_row is None:
@@ -184,6 +205,26 @@ class TokenPacking:
         rest = packed.shape[1:]
         flat = packed.new_zeros(self.batch_size * self.seq_len, *rest)
         return flat.index_copy_(0, self.indices, packed).view(self.batch_size, self.seq_len, *rest)
+
+    def attention_layout(self, config, dtype: torch.dtype, grouped: bool) -> AttentionLayout:
+        """How `packed_self_attention` calls `config._attn_implementation`: one call per bucket, or with
+        `grouped` one per group of consecutive buckets (`attention_groups`), each group's sequences padded to its
+        longest length with the mask transformers' attention function takes for its (count, length) key mask
+        (`create_bidirectional_mask`, as upstream `BertModel.forward` builds it for a padded batch: (count, 1,
+        length, length) bool for sdpa, additive float for eager, a block mask for flex). An implementation
+        without a registered mask function (`ALL_MASK_ATTENTION_FUNCTIONS`, e.g. a custom kernel) gets the buckets,
+        which need no mask. Built once per (implementation, `dtype`, `grouped`) and kept for every layer."""
+        key = (config._attn_implementation, dtype, grouped)
+        if key not in self.mask_cache:
+            ends = list(range(len(self.buckets)))
+            if grouped and config._attn_implementation in ALL_MASK_ATTENTION_FUNCTIONS:
+                ends = attention_groups(self.buckets)
+            groups = attention_blocks(self.buckets, self.cu_seqlens, ends)
+            masks = tuple(None if g.key_mask is None else create_bidirectional_mask(
+                config=config, inputs_embeds=torch.empty(g.count, g.length, 0, dtype=dtype, device=g.key_mask.device),
+                attention_mask=g.key_mask) for g in groups)
+            self.mask_cache[key] = AttentionLayout(groups, masks)
+        return self.mask_cache[key]
 
     def first_token_states(self, padded: torch.Tensor) -> torch.Tensor:
         """(batch, seq, hidden) → (num_sequences, 1, hidden): each sequence's first token, as a batch of one-token
@@ -253,11 +294,15 @@ def packed_self_attention(
 
     The Q/K/V projections (`attention.query/key/value`, upstream's modules and weights) run on the n_real rows.
     transformers' attention function for `config._attn_implementation` (`ALL_ATTENTION_FUNCTIONS`: eager, sdpa,
-    flex, ...) is called as upstream calls it, once per `packing.buckets` entry, on a (sequences, heads, length,
-    head_dim) view of that bucket's contiguous rows, with no mask. Flash attention (a name containing "flash")
-    is called once on all rows with the sequence boundaries (`cu_seq_lens_q/k`, `max_length_q/k`), which its
-    variable-length kernel takes. Compared with the padded batch the keys are the same, without the masked pads,
-    so the softmax sums run over fewer (zero) terms: equal within fp32 rounding, not bit for bit (docs/unpadded.md).
+    flex, ...) is called as upstream calls it, on (sequences, heads, length, head_dim) blocks
+    (`TokenPacking.attention_layout`): in eval mode once per `packing.buckets` entry, a view of that bucket's
+    contiguous rows with no mask; in training mode (where each call's autograd ops cost more than the pairs
+    padding adds) once per group of buckets (`grouped_attention.attention_groups`), its rows copied into a block
+    padded to the group's longest length (`PaddedBlocks`, zeros at pads) with the key mask upstream would build
+    for that block, the real rows copied back (`PackedRows`). Flash attention (a name containing "flash") is called
+    once on all rows with the sequence boundaries (`cu_seq_lens_q/k`, `max_length_q/k`), which its variable-length
+    kernel takes. Compared with the padded batch the keys are the same, with fewer or no masked pads, so the
+    softmax sums run over fewer (zero) terms: equal within fp32 rounding, not bit for bit (docs/unpadded.md).
     """
     num_real, head_dim = hidden_states.shape[0], attention.attention_head_size
 
@@ -276,14 +321,21 @@ def packed_self_attention(
             max_length_k=longest, **kwargs,
         )
         return attn_output.reshape(num_real, -1)
-    # `split` (not slicing): its backward is one `cat`, where each slice's would be a zero-filled full-size gradient
-    sizes = [length * count for length, count in packing.buckets]
+    layout = packing.attention_layout(attention.config, query.dtype, grouped=attention.training)
+    padded = any(g.real is not None for g in layout.groups)
+    if padded:  # per group (count·length, heads, head_dim), zeros at pads
+        query, key, value = (PaddedBlocks.apply(x, layout.groups) for x in (query, key, value))
+    else:  # views. `split` (not slicing): its backward is one `cat`, where each slice's is a full-size zero gradient
+        sizes = [g.count * g.length for g in layout.groups]
+        query, key, value = (x.split(sizes) for x in (query, key, value))
     outputs = []
-    for (length, count), *qkv in zip(packing.buckets, *(x.split(sizes) for x in (query, key, value)), strict=True):
+    for g, mask, *qkv in zip(layout.groups, layout.masks, query, key, value, strict=True):
         # (count·length, heads, head_dim) → (count, heads, length, head_dim)
-        q, k, v = (x.view(count, length, -1, head_dim).transpose(1, 2) for x in qkv)
-        attn_output, _ = attention_interface(attention, q, k, v, None, **settings, **kwargs)
-        outputs.append(attn_output.reshape(length * count, -1))  # (count, length, heads, head_dim) → packed rows
+        q, k, v = (x.view(g.count, g.length, -1, head_dim).transpose(1, 2) for x in qkv)
+        attn_output, _ = attention_interface(attention, q, k, v, mask, **settings, **kwargs)
+        outputs.append(attn_output.reshape(g.count * g.length, -1))  # (count, length, heads, head_dim) → rows
+    if padded:
+        return PackedRows.apply(layout.groups, *outputs)
     return torch.cat(outputs) if len(outputs) > 1 else outputs[0]
 
 

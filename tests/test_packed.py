@@ -1,23 +1,29 @@
 """Packed attention (each sequence attends to itself, from the packed (n_real, hidden) layout), padding-free
 batches (`DataCollatorWithFlattening`), position ids that do not describe sequences, and `chunk_size_feed_forward`.
 
-Tolerances. Token-wise ops give each row the same bits in any arrangement of rows. Attention does not: packed, a
-sequence's softmax and its attention-weighted sum of values run over its own l keys; padded, over all seq keys
-with exact zeros at the pads. The same terms, grouped differently by the kernels' vectorised reductions: fp32
-rounding, relative to the values' size. `assert_close_to_scale` (conftest) bounds max |actual − expected| by `SCALE_TOL`
-times max |expected| of the tensor; measured here ≤ 2.4e-7 (hidden states) and ≤ 3e-6 (input gradients, which
-LayerNorm's backward amplifies). Against a sequence run alone (no padding) every attention call has the same shape,
-batch aside: hidden states are compared with `torch.equal`. The pooler and heads run on one row alone and on
-several rows flattened, where BLAS picks other kernels for a single row: within `SCALE_TOL`.
+Tolerances. Token-wise ops give each row the same bits whatever the other rows (given enough rows: BLAS takes
+other kernels for a few). Attention does not: packed, a sequence's softmax and its attention-weighted sum of values
+run over its own l keys; padded, over all seq keys with exact zeros at the pads. The same terms, grouped
+differently by the kernels' vectorised reductions: fp32 rounding, relative to the values' size, the same size as
+upstream BertModel's own differences between batch compositions (docs/unpadded.md, "How close, and why not
+bitwise": about 5e-7 of the output scale on the real all-MiniLM-L6-v2). `assert_close_to_scale` (conftest) bounds
+max |actual − expected| by `SCALE_TOL` (1e-5) times max |expected| of the tensor; measured here ≤ 2.4e-7 (hidden
+states) and ≤ 3e-6 (input gradients, which LayerNorm's backward amplifies). Against a sequence run alone (no
+padding), in eval mode, every attention call has the same shape, batch aside: hidden states of these tiny models
+are compared with `torch.equal`. The pooler and heads run on one row alone and on several rows flattened, where
+BLAS picks other kernels for a single row: within `SCALE_TOL`.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 import torch
 from torch import nn
 from transformers import (
     AttentionInterface,
+    AttentionMaskInterface,
     AutoTokenizer,
     BertConfig,
     BertModel,
@@ -25,8 +31,9 @@ from transformers import (
 )
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBertModel
+from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBertModel, grouped_attention
 from hf_ffn.training import PaddingFreeCollator
+from hf_ffn.grouped_attention import PackedRows, PaddedBlocks, attention_blocks, attention_groups
 from hf_ffn.unpadding import TokenPacking
 
 from .conftest import TINY, assert_close_to_scale, tiny_config
@@ -71,9 +78,17 @@ def model_for(variant: str, attn: str, unpad: bool = False, model_class=FfnBertM
 # ---------------------------------------------------------------------------------------------------------------
 # Packed attention equals padded attention per sequence, with gradients
 # ---------------------------------------------------------------------------------------------------------------
+# Training mode groups the buckets (`grouped_attention`): call cost 0 keeps one call per length, 300 groups LENGTHS'
+# buckets into (length 9, 4 sequences) and (17, 2), and the default (1000) or more pads all six to 17 in one call.
+GROUPINGS = {"per-length": 0, "two-groups": 300, "one-group": None}
+
+
+@pytest.mark.parametrize("grouping", list(GROUPINGS))
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("variant", list(VARIANTS))
-def test_packed_attention_equals_padded_with_gradient(variant, attn):
+def test_packed_attention_equals_padded_with_gradient(variant, attn, grouping, monkeypatch):
+    if GROUPINGS[grouping] is not None:
+        monkeypatch.setattr(grouped_attention, "CALL_COST_PAIRS", GROUPINGS[grouping])
     model = model_for(variant, attn).train()  # train mode, dropout 0: the training path, deterministic
     batch = padded(sequences())
     real = batch["attention_mask"].bool()
@@ -113,6 +128,62 @@ def test_packing_orders_sequences_by_length_and_attention_calls_once_per_length(
     # (sequences, heads, length, head_dim) per bucket and layer, no mask: no pad is ever computed
     per_layer = [(1, 4, 1, 8), (1, 4, 3, 8), (2, 4, 9, 8), (1, 4, 12, 8), (1, 4, 17, 8)]
     assert calls == [(shape, None) for shape in per_layer] * TINY["num_hidden_layers"]
+
+
+def test_attention_groups_minimise_pairs_plus_calls():
+    buckets = ((1, 1), (3, 1), (9, 2), (12, 1), (17, 1))  # (length, count), LENGTHS'
+
+    def cost(ends, call_cost):  # Σ over groups of (sequences · longest length² + call_cost)
+        starts = [0] + [end + 1 for end in ends[:-1]]
+        return sum(sum(c for _, c in buckets[a:b + 1]) * buckets[b][0] ** 2 + call_cost for a, b in zip(starts, ends))
+
+    for call_cost in (0, 10, 100, 300, 1000, 1e9):
+        every_split = [[*ends, 4] for k in range(5) for ends in itertools.combinations(range(4), k)]
+        best = min(cost(ends, call_cost) for ends in every_split)
+        assert cost(attention_groups(buckets, call_cost), call_cost) == best, call_cost
+    assert attention_groups(buckets, 0) == [0, 1, 2, 3, 4] and attention_groups(buckets, 1e9) == [4]
+    assert attention_groups(buckets, 300) == [2, 4]  # (9, 4) and (17, 2): 4·81 + 2·289 + 2·300 = 1502 < 6·289 + 300
+    assert attention_groups(buckets) == [4]  # the default, 1000: 6·289 + 1000 = 2734 < 4·81 + 2·289 + 2·1000
+
+
+def test_padded_blocks_and_packed_rows_are_each_others_gradient():
+    packing = TokenPacking.from_attention_mask(padded(sequences())["attention_mask"])
+    groups = attention_blocks(packing.buckets, packing.cu_seqlens, [2, 4])
+    assert [(g.length, g.count, g.start, g.stop) for g in groups] == [(9, 4, 0, 22), (17, 2, 22, 51)]
+    assert groups[0].key_mask.sum(1).tolist() == [1, 3, 9, 9] and groups[1].key_mask.sum(1).tolist() == [12, 17]
+    rows = torch.randn(packing.num_real, 2, 3, dtype=torch.float64, requires_grad=True)
+    blocks = PaddedBlocks.apply(rows, groups)  # (count·length, 2, 3) each, zeros at pads
+    assert [tuple(b.shape) for b in blocks] == [(36, 2, 3), (34, 2, 3)]
+    assert torch.equal(blocks[0].view(4, 9, 6)[1, :3], rows[1:4].detach().view(3, 6))
+    assert not blocks[0].view(4, 9, 6)[1, 3:].any() and not blocks[1].view(2, 17, 6)[0, 12:].any()
+    assert torch.equal(PackedRows.apply(groups, *blocks), rows)
+    assert torch.autograd.gradcheck(lambda x: PaddedBlocks.apply(x, groups), (rows,))
+    assert torch.autograd.gradcheck(lambda *b: PackedRows.apply(groups, *b), tuple(b.detach().requires_grad_()
+                                                                                   for b in blocks))
+
+
+@pytest.mark.parametrize("registered_mask", [True, False], ids=["mask-function", "no-mask-function"])
+def test_training_mode_calls_attention_once_per_group_with_a_key_mask(registered_mask, monkeypatch):
+    monkeypatch.setattr(grouped_attention, "CALL_COST_PAIRS", 300)
+    calls = []
+
+    def counting(module, query, key, value, attention_mask, **kwargs):
+        calls.append((tuple(query.shape), None if attention_mask is None else tuple(attention_mask.shape)))
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    name = "grouping_sdpa" if registered_mask else "grouping_custom"
+    AttentionInterface.register(name, counting)
+    if registered_mask:
+        AttentionMaskInterface.register(name, AttentionMaskInterface._global_mapping["sdpa"])
+    model = model_for("post-standard", "sdpa", unpad=True).train()
+    model.config._attn_implementation = name
+    model(**padded(sequences())).last_hidden_state.sum().backward()
+    if registered_mask:  # (9, 4) and (17, 2), each with its (count, 1, length, length) mask
+        per_layer = [((4, 4, 9, 8), (4, 1, 9, 9)), ((2, 4, 17, 8), (2, 1, 17, 17))]
+    else:  # a function without mask creation gets no mask: one call per length
+        per_layer = [((1, 4, 1, 8), None), ((1, 4, 3, 8), None), ((2, 4, 9, 8), None), ((1, 4, 12, 8), None),
+                     ((1, 4, 17, 8), None)]
+    assert calls == per_layer * TINY["num_hidden_layers"]
 
 
 def test_flash_attention_gets_the_sequence_boundaries():
@@ -251,6 +322,39 @@ def test_mixed_up_position_ids_are_rejected(position_ids, mask, message):
         batch["attention_mask"] = torch.tensor(mask)
     with pytest.raises(ValueError, match=message):
         model(**batch)
+
+
+FLATTENED_POSITIONS = [[0, 1, 2, 0, 1, 2, 3, 4]]  # two sequences in one row
+SHAPE = r"position_ids must have shape \(batch, seq\) = \(1, 8\) or \(1, 8\) .*; got shape "
+DTYPE = r"position_ids must be integer positions \(torch.int64 or torch.int32\), got dtype torch.float32"
+
+
+@pytest.mark.parametrize(
+    "position_ids, message",
+    [
+        (torch.tensor(FLATTENED_POSITIONS)[0], SHAPE + r"\(8,\)\. Add the batch dimension: position_ids\[None\]"),
+        (torch.tensor(FLATTENED_POSITIONS).float(), DTYPE),
+        (torch.tensor(FLATTENED_POSITIONS)[0].float(), DTYPE),
+        (torch.tensor(FLATTENED_POSITIONS)[None], SHAPE + r"\(1, 1, 8\)\.$"),
+        (torch.tensor(FLATTENED_POSITIONS)[:, :6], SHAPE + r"\(1, 6\)\.$"),
+        (torch.tensor(FLATTENED_POSITIONS).expand(3, 8), SHAPE + r"\(3, 8\)\.$"),
+    ],
+    ids=["1-D", "float", "float-1-D", "3-D", "short", "more-rows"],
+)
+@pytest.mark.parametrize("unpad", [False, True], ids=["switch-off", "switch-on"])
+def test_position_ids_of_wrong_dtype_or_shape_are_rejected(position_ids, message, unpad):
+    model = model_for("post-standard", "sdpa", unpad=unpad).eval()
+    with pytest.raises(ValueError, match=message):
+        model(input_ids=torch.randint(5, 99, (1, 8)), position_ids=position_ids)
+
+
+def test_int32_position_ids_are_accepted():
+    model = model_for("post-standard", "sdpa").eval()
+    batch = {"input_ids": torch.randint(5, 99, (1, 8)), "position_ids": torch.tensor(FLATTENED_POSITIONS)}
+    with torch.no_grad():
+        expected = model(**batch).last_hidden_state
+        actual = model(**{**batch, "position_ids": batch["position_ids"].int()}).last_hidden_state
+    assert torch.equal(actual, expected)
 
 
 def test_rows_of_packed_sequences():

@@ -53,6 +53,7 @@ def test_quick_run_writes_a_complete_report(rt_polarity_dir, tmp_path):
     ]
     for case in cases:
         assert max(case["max_abs_diff"].values()) < 1e-5  # packed attention: fp32 rounding (tiny: 0 here)
+        assert set(case["max_abs_diff"]) == {"logits", "last_hidden_state", "upstream_vs_itself"}
         assert set(case["candidates"]) == set(CANDIDATES)
         for candidate in case["candidates"].values():
             assert len(candidate["times_ms"]) == QUICK.repeats and candidate["real_tokens_per_s"] > 0
@@ -72,6 +73,7 @@ def test_quick_run_writes_a_complete_report(rt_polarity_dir, tmp_path):
     target_table = markdown.split("## Targets")[1].split("## Ratios")[0]
     assert target_table.count(f"| {NOT_JUDGED} |") == targets and "| yes |" not in target_table
     assert "**no**" not in markdown
+    assert markdown.count("(upstream vs itself: hidden ") == len(cases)  # the fp32 floor beside switch on's Δ
 
 
 def test_targets_judged_only_in_a_full_run():

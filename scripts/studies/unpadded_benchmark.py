@@ -22,7 +22,8 @@ on shuffled batches (their real-token fraction, printed, is the token-wise parts
 Σ lᵢ² instead of batch·seq²), switch on / upstream ≤ 1.02 without padding, training peak memory below
 upstream's; and, with all-MiniLM-L6-v2, sentence embeddings in sentence-transformers' order
 (`studies.sentence_order`). A `--quick` run (a tiny model) judges no target and skips that part: "not judged".
-Outputs: max |Δ| of switch on against upstream at real tokens (last hidden state, logits), shuffled batch 0.
+Outputs: max |Δ| of switch on against upstream at real tokens (last hidden state, logits), shuffled batch 0, beside
+upstream against itself on other batch compositions (each sentence alone, the batch padded longer): the fp32 floor.
 
 The run prints the pad fraction of each kind of batch, every ratio, the targets and the load average before and
 after (run it on a quiet machine); `studies.unpadded_report` writes the JSON and markdown.
@@ -249,16 +250,27 @@ def bench_case(models: dict[str, nn.Module], batches: dict[str, list[dict]], mod
 
 def difference_at_real_tokens(models: dict[str, nn.Module], batch: dict) -> dict[str, float]:
     """Switch on against upstream on `batch` (eval): max |Δ| of the logits and of the last hidden state at real
-    tokens (packed attention: fp32 rounding, docs/unpadded.md)."""
+    tokens (packed attention: fp32 rounding, docs/unpadded.md); and upstream against itself, the fp32 floor: the
+    largest of its last hidden state at real tokens for each sentence alone (no padding) and for the batch padded
+    16 columns longer, against the batch as given (`upstream_vs_itself`)."""
     inputs = {key: value for key, value in batch.items() if key != "labels"}
     for model in models.values():
         model.eval()
+    mask = batch["attention_mask"].bool()
+    lengths = mask.sum(1).tolist()
     with torch.no_grad():
         a = models["upstream"](**inputs, output_hidden_states=True)
         b = models["on"](**inputs, output_hidden_states=True)
-    mask = batch["attention_mask"].bool()
+        longer = models["upstream"](**{k: nn.functional.pad(v, (0, 16)) for k, v in inputs.items()},
+                                    output_hidden_states=True).hidden_states[-1][:, : mask.shape[1]]
+        floor = (a.hidden_states[-1][mask] - longer[mask]).abs().max().item()
+        for row, length in enumerate(lengths):
+            alone = models["upstream"](**{k: v[row:row + 1, :length] for k, v in inputs.items()},
+                                       output_hidden_states=True).hidden_states[-1][0]
+            floor = max(floor, (a.hidden_states[-1][row, :length] - alone).abs().max().item())
     return {"logits": (a.logits - b.logits).abs().max().item(),
-            "last_hidden_state": (a.hidden_states[-1][mask] - b.hidden_states[-1][mask]).abs().max().item()}
+            "last_hidden_state": (a.hidden_states[-1][mask] - b.hidden_states[-1][mask]).abs().max().item(),
+            "upstream_vs_itself": floor}
 
 
 # ---------------------------------------------------------------------------------------------------------------

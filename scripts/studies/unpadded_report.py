@@ -141,13 +141,16 @@ def render_markdown(results: dict) -> str:
     lines += ["", "*real tokens/s*: real (non-pad) tokens of the candidate's batches over its time. *peak MB*: peak "
               "live tensor memory of one step above what was live before (`peak_memory_bytes`). *max |Δ|*: switch on "
               "against upstream on shuffled batch 0 (eval), logits and last hidden state at real tokens: packed "
-              "attention sums fewer (zero) terms than padded attention, fp32 rounding (docs/unpadded.md)."]
+              "attention sums fewer (zero) terms than padded attention, fp32 rounding (docs/unpadded.md). *upstream "
+              "vs itself*: upstream's last hidden state at real tokens for the same batch with each sentence run "
+              "alone or padded 16 columns longer, the largest max |Δ|: the fp32 floor of batch composition."]
     return "\n".join(lines + sentence_order_section(results.get("sentence_order"))) + "\n"
 
 
 def differences(case: dict) -> str:
     d = case["max_abs_diff"]
-    return f"logits {d['logits']:.1e}, hidden {d['last_hidden_state']:.1e}"
+    floor = f" (upstream vs itself: hidden {d['upstream_vs_itself']:.1e})" if "upstream_vs_itself" in d else ""
+    return f"logits {d['logits']:.1e}, hidden {d['last_hidden_state']:.1e}{floor}"
 
 
 def sentence_order_section(order: dict | None) -> list[str]:
