@@ -8,7 +8,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from studies.unpadded_benchmark import CANDIDATES, KINDS, QUICK, RATIOS, main, make_batches, read_sentences
-from studies.unpadded_report import NOT_JUDGED, UNPADDED_COMMAND, benchmarks_section, judge, target_rows
+from studies.unpadded_report import NOT_JUDGED, UNPADDED_COMMAND, benchmarks_section, busy, judge, target_rows
 
 WORDS = "the film is a long and oddly moving story about two friends who never quite say what they mean".split()
 
@@ -95,3 +95,10 @@ def test_benchmarks_md_links_the_report_with_its_command():
     table_rows = section.count("\n| all-MiniLM-L6-v2 |") + section.count("\n| bert-base-shapes |")
     assert len(rows) >= 5 and table_rows == len(rows)
     assert section in (docs / "benchmarks.md").read_text()
+
+
+def test_busy_counts_other_work_not_the_benchmarks_own_threads():
+    # the published quiet run: 1.69 before, 2.06 after with its own 2 threads on 2 CPUs -> not busy
+    assert not busy(1.69, 2.06, threads=2, cpus=2)
+    assert busy(3.2, 3.2, threads=1, cpus=2)  # other jobs running before and during
+    assert busy(0.5, 4.5, threads=2, cpus=2)  # other work started during the run
