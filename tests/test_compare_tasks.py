@@ -90,3 +90,20 @@ def test_compare_tasks_runs_resumes_and_refuses_other_settings(tiny_setup, tmp_p
     assert module.main([*argv, "--report_only"]) == 0
     command = next(line for line in (output / "tasks.md").read_text().splitlines() if line.startswith("Command: "))
     assert "--report_only" not in command and "--tasks cola stsb" in command
+
+
+def test_convergence_reads_a_score_stuck_at_zero_as_flat_in_points():
+    """A Matthews correlation at 0 over the last fifth (nothing learned yet) is flat in points (its relative change,
+    0/0, would be nan); a score rising 5 points over the fifth is still moving."""
+    from studies.task_comparison import convergence_lines
+
+    def run(task, scores, losses):
+        curve = [{"step": step, "score": score, "eval_loss": loss}
+                 for step, score, loss in zip((0, 40, 80, 100), scores, losses, strict=True)]
+        return {"variant": BASELINE, "task": task, "seed": 0, "max_steps": 100, "curve": curve}
+
+    stuck, rising = convergence_lines([run("cola", [5.0, 0.0, 0.0, 0.0], [0.7, 0.62, 0.62, 0.62]),
+                                       run("stsb", [0.0, 50.0, 70.0, 75.0], [8.0, 2.0, 1.0, 1.0])])
+    assert stuck.endswith("task score +0.00 points (slope 0.00e+00/step): flat, converged"), stuck
+    # stsb: points at steps 80 and 100 (the last fifth), slope (75 - 70) / 20 = 0.25 per step → +5.00 points
+    assert "task score +5.00 points (slope 2.50e-01/step): **still moving**" in rising, rising

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from hf_ffn.training import TASKS
 from studies.comparison import BASELINE, last_fifth_change, mean_std, paired_t_interval, variant_order
 
-FLAT = 0.01  # |relative change over the last fifth| below this (1% of the mean) counts as converged
+FLAT = 0.01  # |relative change of the validation loss over the last fifth| below this (1% of the mean): flat
+FLAT_POINTS = 1.0  # |change of the task score over the last fifth| below this (metric points ×100): flat
 
 
 def paired_score_difference(runs: Sequence[dict], reference: Sequence[dict], key: str = "score") -> tuple | None:
@@ -53,7 +54,9 @@ def _verdict(interval: tuple | None) -> str:
 
 def convergence_lines(runs: Sequence[dict]) -> list[str]:
     """The baseline's validation curves over the last fifth of each run: least-squares slope of the loss and the
-    task score, relative change over the fifth, and whether both are flat (|change| < `FLAT`)."""
+    task score; the loss's change over the fifth relative to its mean (flat: under `FLAT`), the score's in points
+    (flat: under `FLAT_POINTS`; a score can sit at 0, e.g. a Matthews correlation before anything is learned, where a
+    relative change has no meaning); converged when both are flat."""
     lines = []
     for run in sorted((r for r in runs if r["variant"] == BASELINE), key=lambda r: (r["task"], r["seed"])):
         loss, score = last_fifth_change(run["curve"]), last_fifth_change(run["curve"], key="score")
@@ -61,11 +64,12 @@ def convergence_lines(runs: Sequence[dict]) -> list[str]:
             lines.append(f"- {run['task']}, seed {run['seed']}: fewer than 2 validation points in the last fifth: no "
                          f"slope (evaluate more often, --evals_per_run)")
             continue
-        flat = abs(loss["relative_change"]) < FLAT and abs(score["relative_change"]) < FLAT
+        score_points = score["slope_per_step"] * 0.2 * run["max_steps"]  # the score's change over the fifth
+        flat = abs(loss["relative_change"]) < FLAT and abs(score_points) < FLAT_POINTS
         lines.append(
             f"- {run['task']}, seed {run['seed']} ({run['max_steps']} steps, {loss['points']} points): validation "
             f"loss {100 * loss['relative_change']:+.2f}% (slope {loss['slope_per_step']:.2e}/step), task score "
-            f"{100 * score['relative_change']:+.2f}% (slope {score['slope_per_step']:.2e}/step): "
+            f"{score_points:+.2f} points (slope {score['slope_per_step']:.2e}/step): "
             + ("flat, converged" if flat else "**still moving**: not converged at this budget"))
     return lines
 
