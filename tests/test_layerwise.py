@@ -259,6 +259,12 @@ def test_heal_method_layerwise_writes_per_layer_errors(setup, tmp_path):
     assert HealArguments(student="s", train_files=["t"]).method == "layerwise"
     with pytest.raises(ValueError, match="--method has unknown value 'greedy'; allowed: end_to_end, layerwise"):
         heal_args(setup, tmp_path / "student", method="greedy")
+    # layer-wise options given to an end-to-end run are refused, not silently ignored (names each one)
+    with pytest.raises(ValueError, match=r"^--layerwise_steps, --layerwise_parts set the layer-wise stage, which "
+                                         r"--method end_to_end does not run"):
+        run_healing(heal_args(setup, tmp_path / "student", method="end_to_end"), training_args(tmp_path / "e2e"),
+                    layerwise_args=LayerwiseArguments(layerwise_parts="layer", layerwise_steps=5))
+    assert not (tmp_path / "e2e").exists()
 
 
 def test_adam_fit_calls_back_every_n_steps():

@@ -23,7 +23,7 @@ import json
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +209,13 @@ def run_healing(
     """
     start = time.perf_counter()
     command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    if heal_args.method == "end_to_end" and layerwise_args is not None:  # options the run would silently ignore
+        default = LayerwiseArguments()
+        ignored = [f"--{f.name}" for f in fields(LayerwiseArguments)
+                   if getattr(layerwise_args, f.name) != getattr(default, f.name)]
+        if ignored:
+            raise ValueError(f"{', '.join(ignored)} set the layer-wise stage, which --method end_to_end does not "
+                             f"run; drop them, or use --method layerwise")
     documents = read_text_documents(heal_args.train_files)
     models = check_models(heal_args)
     teacher_path, tokenizer = models.teacher, models.tokenizer
