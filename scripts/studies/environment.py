@@ -93,3 +93,9 @@ __all__ = [
     "BUNDLED", "BUNDLED_IN_COMMAND", "PACKAGES", "REPO", "cpu_model", "environment", "load_average", "machine",
     "portable_command", "portable_path", "versions",
 ]
+
+
+def busy(load_before: float, load_after: float, threads: int, cpus: int) -> bool:
+    """Whether other work loaded the machine: the 1-minute load average before the run, or after it less the
+    benchmark's own `threads` (its runnable threads are in the load it leaves), above the CPU count."""
+    return max(load_before, load_after - threads) > cpus

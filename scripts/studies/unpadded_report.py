@@ -10,17 +10,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from studies.environment import busy
+
 JSON_NAME, MARKDOWN_NAME = "unpadded_benchmark.json", "unpadded_benchmark.md"
 UNPADDED_COMMAND = "python scripts/bench_unpadded.py --output-dir docs"
 NOT_JUDGED = "not judged (--quick)"
 QUICK_NOTE = (" A `--quick` run times a tiny model for seconds: it shows that the benchmark runs and judges no target; "
               f"the targets are for `{UNPADDED_COMMAND}` on a quiet machine.")
-
-
-def busy(load_before: float, load_after: float, threads: int, cpus: int) -> bool:
-    """Whether other work loaded the machine: the 1-minute load average before the run, or after it less the
-    benchmark's own `threads` (its runnable threads are in the load it leaves), above the CPU count."""
-    return max(load_before, load_after - threads) > cpus
 
 
 def benchmarks_section(unpadded: dict | None = None) -> list[str]:
