@@ -1,10 +1,12 @@
 """Attention calls for groups of packed sequences: consecutive length buckets padded to a common length with a key
 mask, so that a batch of many lengths needs a few attention calls instead of one per length.
 
-`attention_groups` chooses the groups (the fewest pairs plus calls, a cost model measured on the CPU);
+`attention_groups` chooses the groups (the fewest pairs plus calls, a cost model measured on the CPU; its call cost
+per mode: `call_cost_pairs`);
 `attention_blocks` describes each (`AttentionGroup`: which packed rows, the key mask, where each row goes);
 `PaddedBlocks` and `PackedRows` move rows between the packed layout (n_real, ...) and the groups' padded blocks
-(count·length, ...), each the other's gradient. Used by `hf_ffn.unpadding.packed_self_attention` (training mode);
+(count·length, ...), each the other's gradient. Used by `hf_ffn.unpadding.packed_self_attention` (training mode;
+eval mode too when `EVAL_CALL_COST_PAIRS` > 0);
 imports only torch, so it ships beside a saved model with `unpadding.py` (`trust_remote_code`).
 """
 
@@ -19,8 +21,19 @@ import torch
 # "Why groups in training"): all-MiniLM-L6-v2 (12 heads × 32), sdpa, 1 CPU thread, where a call with its backward
 # (about 20 small ops: 0.2-0.3 ms) costs about as much as 700 pairs; 1000 and 2000 timed best of 0-4096 for the
 # attention sublayer alone (the whole step at 1 thread: the same as 0 within noise; at 2 threads 1.121× against
-# 1.186× of upstream without padding for 0, sdpa). 0: one call per length.
+# 1.186× of upstream without padding for 0, sdpa; 2000-8000 the same as 1000 within noise). 0: one call per length.
 CALL_COST_PAIRS = 1000
+# The same in eval mode (no autograd ops, sdpa one fused kernel): 0, one call per length without mask or copies.
+# Re-timed at 2 threads on the quiet machine (docs/unpadded.md, "Why groups in training"): sdpa 1.08× of upstream
+# without padding for 0 against 1.10-1.17× for 300-8000; eager 1.16-1.21× for 0 against 1.15-1.21× for 300-4000:
+# no gain beyond the noise (about ±0.03), while the groups' copies and masks cost memory.
+EVAL_CALL_COST_PAIRS = 0
+
+
+def call_cost_pairs(training: bool) -> float:
+    """The call cost `packed_self_attention` groups with: `CALL_COST_PAIRS` in training mode, else
+    `EVAL_CALL_COST_PAIRS` (read when called, so a test or benchmark may set either)."""
+    return CALL_COST_PAIRS if training else EVAL_CALL_COST_PAIRS
 
 
 def attention_groups(buckets: tuple[tuple[int, int], ...], call_cost: float | None = None) -> list[int]:
@@ -139,5 +152,5 @@ class AttentionLayout(NamedTuple):
     masks: tuple
 
 
-__all__ = ["CALL_COST_PAIRS", "AttentionGroup", "AttentionLayout", "PackedRows", "PaddedBlocks", "attention_blocks",
-           "attention_groups"]
+__all__ = ["CALL_COST_PAIRS", "EVAL_CALL_COST_PAIRS", "AttentionGroup", "AttentionLayout", "PackedRows", "PaddedBlocks",
+           "attention_blocks", "attention_groups", "call_cost_pairs"]

@@ -39,7 +39,9 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.bert.modeling_bert import BertEmbeddings, BertModel, BertSelfAttention, eager_attention_forward
 from transformers.utils.output_capturing import capture_outputs
 
-from .grouped_attention import AttentionLayout, PackedRows, PaddedBlocks, attention_blocks, attention_groups
+from .grouped_attention import (
+    AttentionLayout, PackedRows, PaddedBlocks, attention_blocks, attention_groups, call_cost_pairs,
+)
 
 # Sequence boundaries a collator may add (`DataCollatorWithFlattening(return_flash_attn_kwargs=True)`,
 # `return_seq_idx=True`): the packed path derives its own from `position_ids` and does not pass these on.
@@ -69,7 +71,7 @@ class TokenPacking:
     buckets: tuple[tuple[int, int], ...]
     first_tokens: torch.Tensor
     cu_seqlens: torch.Tensor
-    # `attention_layout`'s results, one per (attention implementation, dtype, grouped): built once per forward,
+    # `attention_layout`'s results, one per (attention implementation, dtype, call cost): built once per forward,
     # read by every layer
     mask_cache: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -206,19 +208,19 @@ class TokenPacking:
         flat = packed.new_zeros(self.batch_size * self.seq_len, *rest)
         return flat.index_copy_(0, self.indices, packed).view(self.batch_size, self.seq_len, *rest)
 
-    def attention_layout(self, config, dtype: torch.dtype, grouped: bool) -> AttentionLayout:
-        """How `packed_self_attention` calls `config._attn_implementation`: one call per bucket, or with
-        `grouped` one per group of consecutive buckets (`attention_groups`), each group's sequences padded to its
+    def attention_layout(self, config, dtype: torch.dtype, call_cost: float) -> AttentionLayout:
+        """How `packed_self_attention` calls `config._attn_implementation`: one call per bucket, or with a
+        `call_cost` > 0 one per group of consecutive buckets (`attention_groups`), each group's sequences padded to its
         longest length with the mask transformers' attention function takes for its (count, length) key mask
         (`create_bidirectional_mask`, as upstream `BertModel.forward` builds it for a padded batch: (count, 1,
         length, length) bool for sdpa, additive float for eager, a block mask for flex). An implementation
         without a registered mask function (`ALL_MASK_ATTENTION_FUNCTIONS`, e.g. a custom kernel) gets the buckets,
-        which need no mask. Built once per (implementation, `dtype`, `grouped`) and kept for every layer."""
-        key = (config._attn_implementation, dtype, grouped)
+        which need no mask. Built once per (implementation, `dtype`, `call_cost`) and kept for every layer."""
+        key = (config._attn_implementation, dtype, call_cost)
         if key not in self.mask_cache:
             ends = list(range(len(self.buckets)))
-            if grouped and config._attn_implementation in ALL_MASK_ATTENTION_FUNCTIONS:
-                ends = attention_groups(self.buckets)
+            if call_cost and config._attn_implementation in ALL_MASK_ATTENTION_FUNCTIONS:
+                ends = attention_groups(self.buckets, call_cost)
             groups = attention_blocks(self.buckets, self.cu_seqlens, ends)
             masks = tuple(None if g.key_mask is None else create_bidirectional_mask(
                 config=config, inputs_embeds=torch.empty(g.count, g.length, 0, dtype=dtype, device=g.key_mask.device),
@@ -296,8 +298,9 @@ def packed_self_attention(
     transformers' attention function for `config._attn_implementation` (`ALL_ATTENTION_FUNCTIONS`: eager, sdpa,
     flex, ...) is called as upstream calls it, on (sequences, heads, length, head_dim) blocks
     (`TokenPacking.attention_layout`): in eval mode once per `packing.buckets` entry, a view of that bucket's
-    contiguous rows with no mask; in training mode (where each call's autograd ops cost more than the pairs
-    padding adds) once per group of buckets (`grouped_attention.attention_groups`), its rows copied into a block
+    contiguous rows with no mask (`grouped_attention.EVAL_CALL_COST_PAIRS` 0: measured fastest); in training mode
+    (where each call's autograd ops cost more than the pairs padding adds) once per group of buckets
+    (`grouped_attention.attention_groups` with `CALL_COST_PAIRS`), its rows copied into a block
     padded to the group's longest length (`PaddedBlocks`, zeros at pads) with the key mask upstream would build
     for that block, the real rows copied back (`PackedRows`). Flash attention (a name containing "flash") is called
     once on all rows with the sequence boundaries (`cu_seq_lens_q/k`, `max_length_q/k`), which its variable-length
@@ -321,7 +324,7 @@ def packed_self_attention(
             max_length_k=longest, **kwargs,
         )
         return attn_output.reshape(num_real, -1)
-    layout = packing.attention_layout(attention.config, query.dtype, grouped=attention.training)
+    layout = packing.attention_layout(attention.config, query.dtype, call_cost_pairs(attention.training))
     padded = any(g.real is not None for g in layout.groups)
     if padded:  # per group (count·length, heads, head_dim), zeros at pads
         query, key, value = (PaddedBlocks.apply(x, layout.groups) for x in (query, key, value))

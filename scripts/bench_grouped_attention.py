@@ -3,8 +3,8 @@
     python scripts/bench_grouped_attention.py [--attn sdpa] [--mode training] [--call-costs 0 1000] [--rounds 10]
 
 all-MiniLM-L6-v2 sequence classification (`studies.unpadded_benchmark.load_models`) on the unpadded benchmark's 4
-shuffled rt_polarity batches, switch on, with `hf_ffn.grouped_attention.CALL_COST_PAIRS` set to each of
-`--call-costs` (0: one attention call per length; training mode groups the lengths otherwise), against upstream
+shuffled rt_polarity batches, switch on, with `hf_ffn.grouped_attention.CALL_COST_PAIRS` (training) or
+`EVAL_CALL_COST_PAIRS` (inference) set to each of `--call-costs` (0: one attention call per length), against upstream
 on the benchmark's no-padding batches of about the same real-token count. Interleaved rounds (order rotated),
 each candidate running the 4 batches; prints the median time per batch and the median per-round ratio to upstream
 without padding. Process CPU clock by default (`--clock wall` for wall time); 1 thread unless `--threads`.
@@ -46,15 +46,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         models = load_models("all-MiniLM-L6-v2", args.attn, tokenizer.vocab_size, folder)
     steps = {"upstream, no padding": (None, cycling_step(models["upstream"], batches["no padding"], args.mode))}
+    setting = "CALL_COST_PAIRS" if args.mode == "training" else "EVAL_CALL_COST_PAIRS"
     for cost in args.call_costs:
-        steps[f"switch on, CALL_COST_PAIRS={cost:g}"] = (cost, cycling_step(models["on"], batches["shuffled"],
+        steps[f"switch on, {setting}={cost:g}"] = (cost, cycling_step(models["on"], batches["shuffled"],
                                                                              args.mode))
     names, times = list(steps), {name: [] for name in steps}
     for r in range(args.rounds + 1):  # round 0 warms up
         for name in names[r % len(names):] + names[:r % len(names)]:
             cost, step = steps[name]
             if cost is not None:
-                grouped_attention.CALL_COST_PAIRS = cost
+                setattr(grouped_attention, setting, cost)
             start = clock()
             for _ in range(4):
                 step()

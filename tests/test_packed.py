@@ -146,6 +146,28 @@ def test_attention_groups_minimise_pairs_plus_calls():
     assert attention_groups(buckets) == [4]  # the default, 1000: 6·289 + 1000 = 2734 < 4·81 + 2·289 + 2·1000
 
 
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_eval_mode_groups_equal_padded(attn, monkeypatch):
+    """Eval mode grouped (`EVAL_CALL_COST_PAIRS` 300: LENGTHS' buckets as (9, 4) and (17, 2), each padded with a
+    key mask) equals the padded batch within fp32 rounding (`SCALE_TOL`, module docstring), as the default (one
+    call per length, no mask) does; gated Pre-LN and standard Post-LN."""
+    batch = padded(sequences())
+    real = batch["attention_mask"].bool()
+    for variant in ("post-standard", "pre-swiglu"):
+        model = model_for(variant, attn).eval()
+        with torch.no_grad():
+            expected = model(**batch)
+            model.config.unpad_tokens = True
+            per_length = model(**batch)
+            monkeypatch.setattr(grouped_attention, "EVAL_CALL_COST_PAIRS", 300)
+            grouped = model(**batch)
+            monkeypatch.setattr(grouped_attention, "EVAL_CALL_COST_PAIRS", 0)
+        for actual in (per_length, grouped):
+            assert_close_to_scale(actual.last_hidden_state[real], expected.last_hidden_state[real], "hidden")
+            assert_close_to_scale(actual.pooler_output, expected.pooler_output, "pooler")
+        assert not torch.equal(per_length.last_hidden_state, grouped.last_hidden_state)  # the groups did run
+
+
 def test_padded_blocks_and_packed_rows_are_each_others_gradient():
     packing = TokenPacking.from_attention_mask(padded(sequences())["attention_mask"])
     groups = attention_blocks(packing.buckets, packing.cu_seqlens, [2, 4])
@@ -162,9 +184,14 @@ def test_padded_blocks_and_packed_rows_are_each_others_gradient():
                                                                                    for b in blocks))
 
 
+@pytest.mark.parametrize("mode", ["training", "eval"])
 @pytest.mark.parametrize("registered_mask", [True, False], ids=["mask-function", "no-mask-function"])
-def test_training_mode_calls_attention_once_per_group_with_a_key_mask(registered_mask, monkeypatch):
-    monkeypatch.setattr(grouped_attention, "CALL_COST_PAIRS", 300)
+def test_attention_called_once_per_group_with_a_key_mask(registered_mask, mode, monkeypatch):
+    """Training mode groups with `CALL_COST_PAIRS`, eval mode with `EVAL_CALL_COST_PAIRS` (0 by default: one call
+    per length, `test_packing_orders_sequences_by_length_and_attention_calls_once_per_length`); the other mode's
+    cost is set to 0 here, so the groups show that each mode reads its own."""
+    monkeypatch.setattr(grouped_attention, "CALL_COST_PAIRS", 300 if mode == "training" else 0)
+    monkeypatch.setattr(grouped_attention, "EVAL_CALL_COST_PAIRS", 300 if mode == "eval" else 0)
     calls = []
 
     def counting(module, query, key, value, attention_mask, **kwargs):
@@ -175,9 +202,10 @@ def test_training_mode_calls_attention_once_per_group_with_a_key_mask(registered
     AttentionInterface.register(name, counting)
     if registered_mask:
         AttentionMaskInterface.register(name, AttentionMaskInterface._global_mapping["sdpa"])
-    model = model_for("post-standard", "sdpa", unpad=True).train()
+    model = model_for("post-standard", "sdpa", unpad=True).train(mode == "training")
     model.config._attn_implementation = name
-    model(**padded(sequences())).last_hidden_state.sum().backward()
+    with torch.set_grad_enabled(mode == "training"):
+        model(**padded(sequences()))
     if registered_mask:  # (9, 4) and (17, 2), each with its (count, 1, length, length) mask
         per_layer = [((4, 4, 9, 8), (4, 1, 9, 9)), ((2, 4, 17, 8), (2, 1, 17, 17))]
     else:  # a function without mask creation gets no mask: one call per length

@@ -16,7 +16,9 @@ What is measured (fp32, on the CPU, in one process run):
 Method: `studies.benchmark`'s. Candidates run interleaved (`time_interleaved`, order rotated every round);
 round r gives every candidate batch r mod k of its kind, so a ratio of two candidates on the same kind is paired
 (`paired_ratio`: the median of per-round ratios, [min–max] its spread). Ratios across kinds (length-grouped
-against shuffled) compare time per real token. Peak memory is `peak_memory_bytes` of the first (warm-up) call.
+against shuffled, shuffled against no padding) compare time per real token: *switch on / upstream, no padding*
+is the packed path's cost per real token against upstream on dense batches (1 = no overhead), and *upstream, no
+padding / upstream* what *switch on / upstream* would be at that cost (the time of the real tokens alone, dense). Peak memory is `peak_memory_bytes` of the first (warm-up) call.
 Real tokens/s counts real tokens only. Targets (issue 21): switch on / upstream ≤ 0.5 (inference and training)
 on shuffled batches (their real-token fraction, printed, is the token-wise parts' limit; packed attention costs
 Σ lᵢ² instead of batch·seq²), switch on / upstream ≤ 1.02 without padding, training peak memory below
@@ -79,6 +81,11 @@ RATIOS = [
     ("upstream, length-grouped", "upstream", True, {}),
     ("switch on, length-grouped", "upstream", True, {}),
     ("switch on, length-grouped", "upstream, length-grouped", True, {}),
+    # the packed path's cost per real token against upstream on batches without padding (its overhead), and that
+    # cost of upstream without padding against upstream's on the shuffled batches: the floor of switch on / upstream
+    # for a packed path without overhead
+    ("switch on", "upstream, no padding", True, {}),
+    ("upstream, no padding", "upstream", True, {}),
 ]
 MEMORY_TARGET = ("switch on", "upstream", {"training": 1.0})  # switch on / upstream peak memory < 1
 TINY_QUICK = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
