@@ -14,6 +14,8 @@ folder whose config sets `hidden_dropout_prob` and `attention_probs_dropout_prob
 - per layer, the mean norm at [CLS] of the attention sublayer's output (`attention.output.dense`, before dropout
   and the residual add) and of the FFN's (`mlp`); models are loaded as `FfnBertModel` (a BERT checkpoint loads
   bit-exact) so the module names are the same for every variant;
+- **dropout cosine**: the cosine similarity at real tokens between the last hidden state with the config's dropout
+  on (as in fine-tuning) and off (1: dropout changes nothing);
 - the validation Pearson correlation (×100) of the fine-tuned regression head (the whole validation set).
 
 Writes `collapse.json` and `collapse.md` to `--output_dir` (default out/finetune_collapse). About 2 minutes per
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -83,7 +86,9 @@ def spread(vectors: torch.Tensor) -> float:
 def measure(folder: str, tokenizer, pairs) -> dict:
     """The encoder of `folder` on STS-B `pairs` (a `read_stsb` dataset): `spread` of the last hidden state at [CLS]
     and mean-pooled over real tokens, and per layer the mean norm at [CLS] of the attention and FFN sublayer
-    outputs ({"attention 0": ..., "ffn 0": ..., ...})."""
+    outputs ({"attention 0": ..., "ffn 0": ..., ...}); "dropout_cosine": the mean cosine similarity at real tokens
+    between the last hidden state with the config's dropout on (train mode, seed 0) and off: how much of the
+    representation survives the noise fine-tuning trains under."""
     model = FfnBertModel.from_pretrained(folder).eval()
     batch = tokenizer(pairs["sentence1"], pairs["sentence2"], padding=True, truncation=True, max_length=128,
                       return_tensors="pt")
@@ -97,7 +102,12 @@ def measure(folder: str, tokenizer, pairs) -> dict:
     for hook in hooks:
         hook.remove()
 
+    model.train()  # dropout on, as in fine-tuning
+    torch.manual_seed(0)
+    noisy = model(**batch).last_hidden_state
+    real = batch["attention_mask"].bool()
     return {"spread_cls": spread(hidden[:, 0]), "spread_mean": spread(mean_pool(hidden, batch["attention_mask"])),
+            "dropout_cosine": torch.nn.functional.cosine_similarity(hidden[real], noisy[real], dim=-1).mean().item(),
             "cls_norms": norms}
 
 
@@ -160,12 +170,13 @@ def report(results: dict, argv: list[str]) -> str:
         "validation pairs (std over pairs / mean norm; 0: every input gives the same vector); Pearson on the whole "
         "validation set.",
         "",
-        "| model | spread [CLS] before → after | spread mean-pooled before → after | validation Pearson ×100 |",
-        "|---|---|---|---|",
+        "| model | dropout cosine before | spread [CLS] before → after | spread mean-pooled before → after | "
+        "validation Pearson ×100 |",
+        "|---|---|---|---|---|",
     ]
     for name, m in results["models"].items():
         b, a = m["before"], m["after"]
-        lines.append(f"| {name} | {b['spread_cls']:.4f} → {a['spread_cls']:.4f} | {b['spread_mean']:.4f} → "
+        lines.append(f"| {name} | {b['dropout_cosine']:.4f} | {b['spread_cls']:.4f} → {a['spread_cls']:.4f} | {b['spread_mean']:.4f} → "
                      f"{a['spread_mean']:.4f} | {m['pearson']:.1f} |")
     lines += ["", "Norm of each sublayer's output at [CLS] (before the residual add), before → after:", "",
               "| model | " + " | ".join(results["models"][next(iter(results["models"]))]["before"]["cls_norms"]) + " |",
@@ -175,7 +186,7 @@ def report(results: dict, argv: list[str]) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", f"Machine: {results['machine']['cpu']}, {results['machine']['cores']} cores, load average "
               f"{results['load_before']:.2f} → {results['load_after']:.2f}; {results['versions']}.", "",
-              "Command: `python scripts/finetune_collapse.py " + " ".join(argv) + "`", ""]
+              "Command: `python scripts/finetune_collapse.py " + shlex.join(argv) + "`", ""]
     return "\n".join(lines)
 
 

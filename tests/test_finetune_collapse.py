@@ -60,7 +60,7 @@ def test_finetune_collapse_end_to_end(collapse, bundled_checkpoint, tmp_path):
     assert results["models"]["pre-ln"]["before"] == collapse.measure(str(folders["pre"]), tokenizer, pairs)  # same ops
     after = results["models"]["baseline"]["after"]
     assert sorted(after["cls_norms"]) == ["attention 0", "attention 1", "ffn 0", "ffn 1"]
-    assert 0 < after["spread_cls"] < 1 and 0 < after["spread_mean"] < 1
+    assert 0 < after["spread_cls"] < 1 and 0 < after["spread_mean"] < 1 and 0 < after["dropout_cosine"] < 1
     assert after != results["models"]["baseline"]["before"]  # two optimizer steps changed the encoder
     assert -100 <= results["models"]["pre-ln"]["pearson"] <= 100
     report = (output / "collapse.md").read_text()
