@@ -1,0 +1,75 @@
+"""scripts/finetune_collapse.py: the spread measure against hand-computed values, and the command end to end on a
+tiny checkpoint and a tiny STS-B folder written by the test."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+from transformers.utils import logging as hf_logging
+
+from hf_ffn import FfnBertForMaskedLM
+from hf_ffn.training.tasks import read_stsb
+
+from .conftest import tiny_config
+from .test_tasks import write_stsb
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def collapse():
+    spec = importlib.util.spec_from_file_location("finetune_collapse", REPO / "scripts" / "finetune_collapse.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_spread_hand_computed(collapse):
+    assert collapse.spread(torch.ones(5, 3)) == 0.0  # every input the same vector
+    # dimension 0: 1, -1 (unbiased std √2), dimension 1: 0, 0 → mean std √2 / 2; both norms 1
+    assert collapse.spread(torch.tensor([[1.0, 0.0], [-1.0, 0.0]])) == pytest.approx(2 ** 0.5 / 2)
+
+
+def test_finetune_collapse_end_to_end(collapse, bundled_checkpoint, tmp_path):
+    hf_logging.set_verbosity_error()
+    tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint)
+    folders = {}
+    for name, position in (("post", "post"), ("pre", "pre")):
+        torch.manual_seed(0)
+        folders[name] = tmp_path / name
+        FfnBertForMaskedLM(tiny_config(vocab_size=tokenizer.vocab_size, max_position_embeddings=128,
+                                       layer_norm_position=position)).save_pretrained(folders[name])
+        tokenizer.save_pretrained(folders[name])
+    data = write_stsb(tmp_path / "stsb")
+    output = tmp_path / "out"
+    argv = ["--baseline", str(folders["post"]), "--model", f"pre-ln={folders['pre']}", "--data_dir", str(data),
+            "--steps", "2", "--pairs", "6", "--threads", "1", "--output_dir", str(output)]
+    try:
+        assert collapse.main(argv) == 0
+    finally:
+        hf_logging.set_verbosity_warning()
+    results = json.loads((output / "collapse.json").read_text())
+    assert list(results["models"]) == ["baseline", "pre-ln"]
+    # "before" is the saved folder itself, measured again here
+    pairs = read_stsb(data / "sts-dev.csv")[:6]
+    assert results["models"]["pre-ln"]["before"] == collapse.measure(str(folders["pre"]), tokenizer, pairs)  # same ops
+    after = results["models"]["baseline"]["after"]
+    assert sorted(after["cls_norms"]) == ["attention 0", "attention 1", "ffn 0", "ffn 1"]
+    assert 0 < after["spread_cls"] < 1 and 0 < after["spread_mean"] < 1 and 0 < after["dropout_cosine"] < 1
+    assert after != results["models"]["baseline"]["before"]  # two optimizer steps changed the encoder
+    assert -100 <= results["models"]["pre-ln"]["pearson"] <= 100
+    report = (output / "collapse.md").read_text()
+    assert "| pre-ln |" in report and "Command: `python scripts/finetune_collapse.py --baseline" in report
+    assert not (output / "baseline").exists()  # fine-tuned weights are not kept
+
+
+def test_finetune_collapse_bad_model_flag(collapse, tmp_path):
+    with pytest.raises(ValueError, match=r"--model 'x=.*': expected NAME=FOLDER"):
+        collapse.main(["--model", f"x={tmp_path}", "--output_dir", str(tmp_path / "out")])
+    with pytest.raises(ValueError, match=r"--steps must be at least 1, got 0"):
+        collapse.main(["--steps", "0"])
