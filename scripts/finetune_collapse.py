@@ -184,11 +184,14 @@ def report(results: dict, argv: list[str]) -> str:
         b, a = m["before"], m["after"]
         lines.append(f"| {name} | {b['dropout_cosine']:.4f} | {b['spread_cls']:.4f} → {a['spread_cls']:.4f} | {b['spread_mean']:.4f} → "
                      f"{a['spread_mean']:.4f} | {m['pearson']:.1f} |")
+    # every model's layers (models of other depths leave the cells they lack empty), in layer order
+    columns = list(dict.fromkeys(k for m in results["models"].values() for k in m["before"]["cls_norms"]))
+    columns.sort(key=lambda k: int(k.split()[1]))  # stable: attention before ffn within a layer
     lines += ["", "Norm of each sublayer's output at [CLS] (before the residual add), before → after:", "",
-              "| model | " + " | ".join(results["models"][next(iter(results["models"]))]["before"]["cls_norms"]) + " |",
-              "|---|" + "---|" * len(results["models"][next(iter(results["models"]))]["before"]["cls_norms"])]
+              "| model | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     for name, m in results["models"].items():
-        cells = [f"{m['before']['cls_norms'][k]:.1f} → {m['after']['cls_norms'][k]:.1f}" for k in m["before"]["cls_norms"]]
+        before, after = m["before"]["cls_norms"], m["after"]["cls_norms"]
+        cells = [f"{before[k]:.1f} → {after[k]:.1f}" if k in before else "" for k in columns]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", f"Machine: {results['machine']['cpu']}, {results['machine']['cores']} cores, load average "
               f"{results['load_before']:.2f} → {results['load_after']:.2f}; {results['versions']}.", "",

@@ -102,3 +102,18 @@ def test_finetune_collapse_report_is_portable(collapse, bundled_checkpoint):
     line = [x for x in collapse.report(results, argv).splitlines() if x.startswith("Command:")][0]
     assert str(REPO.parent) not in line and "site-packages" not in line
     assert "--data_dir ../shared/data/stsb" in line
+
+
+def test_finetune_collapse_report_models_of_other_depths(collapse):
+    """The norm table has a column per sublayer of every model (layer order), empty where a model has none."""
+    def measured(layers):
+        norms = {f"{kind} {i}": float(i + 1) for i in range(layers) for kind in ("attention", "ffn")}
+        return {"spread_cls": 0.1, "spread_mean": 0.1, "dropout_cosine": 0.9, "cls_norms": norms}
+    results = {"settings": vars(collapse.parse_args([])), "machine": {"cpu": "cpu", "cores": 2}, "versions": "v",
+               "load_before": 0.0, "load_after": 0.0,
+               "models": {"one": {"before": measured(1), "after": measured(1), "pearson": 1.0},
+                          "two": {"before": measured(2), "after": measured(2), "pearson": 2.0}}}
+    lines = collapse.report(results, []).splitlines()
+    header = lines.index("| model | attention 0 | ffn 0 | attention 1 | ffn 1 |")
+    assert lines[header + 2] == "| one | 1.0 → 1.0 | 1.0 → 1.0 |  |  |"
+    assert lines[header + 3] == "| two | 1.0 → 1.0 | 1.0 → 1.0 | 2.0 → 2.0 | 2.0 → 2.0 |"
