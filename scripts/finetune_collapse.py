@@ -1,7 +1,8 @@
 """Does fine-tuning collapse a model's representation? A short STS-B fine-tune per model folder, the encoder
-measured before and after (docs/tasks.md, "Measured here: a reduced table": the healed Pre-LN does not learn STS-B).
+measured before and after (docs/tasks.md, "Why the healed Pre-LN does not learn STS-B, CoLA or MRPC").
 
-The baseline (`--baseline`, default the bundled all-MiniLM-L6-v2) and each `--model NAME=FOLDER` are fine-tuned on STS-B (`hf_ffn.training.run_classification`, `Trainer`) with the
+The baseline (`--baseline`, default the bundled all-MiniLM-L6-v2) and each `--model NAME=FOLDER` are fine-tuned
+on STS-B (`hf_ffn.training.run_classification`, `Trainer`) with the
 four-task table's settings (batch 16, learning rate 1e-4, max_seq_length 128, unpadded, length-grouped batches)
 for `--steps` optimizer steps: the table's warm-up (10% of one epoch: 36 steps), then a constant learning rate
 (`constant_with_warmup`), so the first steps are the table's first steps. `--dropout P` fine-tunes a copy of the
