@@ -1,7 +1,8 @@
 """Does fine-tuning collapse a model's representation? A short STS-B fine-tune per model folder, the encoder
 measured before and after (docs/tasks.md, "Why the healed Pre-LN does not learn STS-B, CoLA or MRPC").
 
-The baseline (`--baseline`, default the bundled all-MiniLM-L6-v2) and each `--model NAME=FOLDER` are fine-tuned on STS-B (`hf_ffn.training.run_classification`, `Trainer`) with the
+The baseline (`--baseline`, default the bundled all-MiniLM-L6-v2) and each `--model NAME=FOLDER` are fine-tuned
+on STS-B (`hf_ffn.training.run_classification`, `Trainer`) with the
 four-task table's settings (batch 16, learning rate 1e-4, max_seq_length 128, unpadded, length-grouped batches)
 for `--steps` optimizer steps: the table's warm-up (10% of one epoch: 36 steps), then a constant learning rate
 (`constant_with_warmup`), so the first steps are the table's first steps. `--dropout P` fine-tunes a copy of the
@@ -27,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import shutil
 import sys
 import time
@@ -40,8 +40,8 @@ from hf_ffn import FfnBertModel
 from hf_ffn.parity import bundled_checkpoint
 from hf_ffn.similarity import mean_pool
 from hf_ffn.training import ClassificationDataArguments, ModelArguments, bad_input_exits, run_classification
-from hf_ffn.training.tasks import read_stsb
-from studies.environment import machine, versions
+from hf_ffn.training.tasks import load_stsb
+from studies.environment import machine, portable_command, portable_path, versions
 
 TABLE_WARMUP_STEPS = 36  # the four-task table's warm-up on STS-B: 10% of one epoch at batch 16 (360 steps)
 
@@ -61,11 +61,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = parser.parse_args(argv)
-    for flag, value in (("--steps", args.steps), ("--pairs", args.pairs)):
-        if value < 1:
-            raise ValueError(f"{flag} must be at least 1, got {value}")
+    for flag, value, least in (("--steps", args.steps, 1), ("--pairs", args.pairs, 2), ("--threads", args.threads, 0)):
+        if value < least:  # spread is a standard deviation over the pairs: it needs two
+            raise ValueError(f"{flag} must be at least {least}, got {value}")
     if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
         raise ValueError(f"--dropout must be in [0, 1), got {args.dropout}")
+    if args.baseline is not None and not (Path(args.baseline) / "config.json").is_file():
+        raise ValueError(f"--baseline {args.baseline!r}: expected a checkpoint folder (holding config.json)")
     args.models = {"baseline": args.baseline or bundled_checkpoint()}
     for item in args.model:
         name, _, folder = item.partition("=")
@@ -126,10 +128,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    pairs = load_stsb(args.data_dir)["validation"][: args.pairs]  # checks --data_dir before any work
     output = Path(args.output_dir)
     output.mkdir(parents=True, exist_ok=True)
-    pairs = read_stsb(Path(args.data_dir) / "sts-dev.csv")[: args.pairs]
-    results = {"settings": {k: v for k, v in vars(args).items() if k != "models"}, "models": {},
+    settings = {k: v for k, v in vars(args).items() if k != "models"}  # paths as a reader writes them
+    settings.update(baseline=args.baseline and portable_path(args.baseline), data_dir=portable_path(args.data_dir),
+                    output_dir=portable_path(args.output_dir),
+                    model=[f"{n}={portable_path(f)}" for n, f in (m.partition("=")[::2] for m in args.model)])
+    results = {"settings": settings, "models": {},
                "machine": machine(), "versions": versions(), "load_before": os.getloadavg()[0]}
     for name, folder in args.models.items():
         print(f"=== {name} ({time.strftime('%H:%M:%S')}) ===", flush=True)
@@ -168,7 +174,8 @@ def report(results: dict, argv: list[str]) -> str:
         f"Learning rate {settings['learning_rate']} (warm-up {min(TABLE_WARMUP_STEPS, settings['steps'])} steps, then "
         f"constant), batch 16, dropout {dropout}, seed {settings['seed']}; spread on the first {settings['pairs']} "
         "validation pairs (std over pairs / mean norm; 0: every input gives the same vector); Pearson on the whole "
-        "validation set.",
+        "validation set; dropout cosine: the cosine similarity at real tokens between the last hidden state with "
+        "the config's dropout on and off (1: dropout changes nothing).",
         "",
         "| model | dropout cosine before | spread [CLS] before → after | spread mean-pooled before → after | "
         "validation Pearson ×100 |",
@@ -178,15 +185,18 @@ def report(results: dict, argv: list[str]) -> str:
         b, a = m["before"], m["after"]
         lines.append(f"| {name} | {b['dropout_cosine']:.4f} | {b['spread_cls']:.4f} → {a['spread_cls']:.4f} | {b['spread_mean']:.4f} → "
                      f"{a['spread_mean']:.4f} | {m['pearson']:.1f} |")
+    # every model's layers (models of other depths leave the cells they lack empty), in layer order
+    columns = list(dict.fromkeys(k for m in results["models"].values() for k in m["before"]["cls_norms"]))
+    columns.sort(key=lambda k: int(k.split()[1]))  # stable: attention before ffn within a layer
     lines += ["", "Norm of each sublayer's output at [CLS] (before the residual add), before → after:", "",
-              "| model | " + " | ".join(results["models"][next(iter(results["models"]))]["before"]["cls_norms"]) + " |",
-              "|---|" + "---|" * len(results["models"][next(iter(results["models"]))]["before"]["cls_norms"])]
+              "| model | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     for name, m in results["models"].items():
-        cells = [f"{m['before']['cls_norms'][k]:.1f} → {m['after']['cls_norms'][k]:.1f}" for k in m["before"]["cls_norms"]]
+        before, after = m["before"]["cls_norms"], m["after"]["cls_norms"]
+        cells = [f"{before[k]:.1f} → {after[k]:.1f}" if k in before else "" for k in columns]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", f"Machine: {results['machine']['cpu']}, {results['machine']['cores']} cores, load average "
               f"{results['load_before']:.2f} → {results['load_after']:.2f}; {results['versions']}.", "",
-              "Command: `python scripts/finetune_collapse.py " + shlex.join(argv) + "`", ""]
+              "Command: `" + portable_command(["python", "scripts/finetune_collapse.py", *argv]) + "`", ""]
     return "\n".join(lines)
 
 

@@ -73,3 +73,47 @@ def test_finetune_collapse_bad_model_flag(collapse, tmp_path):
         collapse.main(["--model", f"x={tmp_path}", "--output_dir", str(tmp_path / "out")])
     with pytest.raises(ValueError, match=r"--steps must be at least 1, got 0"):
         collapse.main(["--steps", "0"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--pairs", "1"], r"--pairs must be at least 2, got 1"),  # spread of one input: NaN
+    (["--threads", "-1"], r"--threads must be at least 0, got -1"),  # torch.set_num_threads: RuntimeError
+    (["--baseline", "{tmp}/none"], r"--baseline '.*none': expected a checkpoint folder"),
+    (["--data_dir", "{tmp}/none"], r"--data_dir: no such folder: '.*none'"),
+])
+def test_finetune_collapse_bad_flags_name_the_flag(collapse, tmp_path, argv, message):
+    output = tmp_path / "out"
+    # a missing --data_dir after the flag under test: a regression fails fast instead of fine-tuning
+    argv = [a.format(tmp=tmp_path) for a in argv] + ["--output_dir", str(output), "--data_dir", str(tmp_path / "none")]
+    with pytest.raises((ValueError, OSError), match=message):
+        collapse.main(argv)
+    assert not output.exists()  # rejected before any work
+
+
+def test_finetune_collapse_report_is_portable(collapse, bundled_checkpoint):
+    """The report's command and settings are written as a reader runs them: the bundled checkpoint by name, other
+    absolute paths relative to the repository root (`tests/test_docs_paths.py` checks published reports)."""
+    data = REPO.parent / "shared" / "data" / "stsb"
+    argv = ["--baseline", bundled_checkpoint, "--data_dir", str(data), "--model", f"copy={bundled_checkpoint}"]
+    results = {"settings": vars(collapse.parse_args(argv)), "machine": {"cpu": "cpu", "cores": 2},
+               "versions": "versions", "load_before": 0.0, "load_after": 0.0}
+    measured = {"spread_cls": 0.1, "spread_mean": 0.1, "dropout_cosine": 0.9, "cls_norms": {"ffn 0": 1.0}}
+    results["models"] = {"baseline": {"before": measured, "after": measured, "pearson": 50.0}}
+    line = [x for x in collapse.report(results, argv).splitlines() if x.startswith("Command:")][0]
+    assert str(REPO.parent) not in line and "site-packages" not in line
+    assert "--data_dir ../shared/data/stsb" in line
+
+
+def test_finetune_collapse_report_models_of_other_depths(collapse):
+    """The norm table has a column per sublayer of every model (layer order), empty where a model has none."""
+    def measured(layers):
+        norms = {f"{kind} {i}": float(i + 1) for i in range(layers) for kind in ("attention", "ffn")}
+        return {"spread_cls": 0.1, "spread_mean": 0.1, "dropout_cosine": 0.9, "cls_norms": norms}
+    results = {"settings": vars(collapse.parse_args([])), "machine": {"cpu": "cpu", "cores": 2}, "versions": "v",
+               "load_before": 0.0, "load_after": 0.0,
+               "models": {"one": {"before": measured(1), "after": measured(1), "pearson": 1.0},
+                          "two": {"before": measured(2), "after": measured(2), "pearson": 2.0}}}
+    lines = collapse.report(results, []).splitlines()
+    header = lines.index("| model | attention 0 | ffn 0 | attention 1 | ffn 1 |")
+    assert lines[header + 2] == "| one | 1.0 → 1.0 | 1.0 → 1.0 |  |  |"
+    assert lines[header + 3] == "| two | 1.0 → 1.0 | 1.0 → 1.0 | 2.0 → 2.0 | 2.0 → 2.0 |"

@@ -8,7 +8,8 @@ What is measured (fp32, on the CPU, in one process run):
   upstream, FfnBert switch off, FfnBert switch on.
 - **batches** of 32 rt_polarity sentences, tokenized with the bundled tokenizer and padded to the longest in the
   batch (as `DataCollatorWithPadding` does): *shuffled* (what `Trainer`'s random sampler feeds the fine-tuning
-  scripts), *length-grouped* (transformers' `LengthGroupedSampler`, what `Trainer(group_by_length=True)` uses)
+  scripts), *length-grouped* (transformers' `LengthGroupedSampler`, what
+  `TrainingArguments(train_sampling_strategy="group_by_length")` uses)
   and *no padding* (32 sentences cut to one length). k batches of each kind, evenly spaced over an epoch.
 - **steps**: inference (eval, `torch.no_grad`) and a training step (train mode, dropout on, forward + backward of
   the classification loss, no optimizer step).

@@ -29,7 +29,8 @@ def benchmarks_section(unpadded: dict | None = None) -> list[str]:
         "",
         "Measured by a run of its own: upstream `BertForSequenceClassification` against FfnBert with `unpad_tokens` "
         "off and on, on batches of 32 real rt_polarity sentences (shuffled, length-grouped as "
-        "`Trainer(group_by_length=True)` batches them, and without padding), all-MiniLM-L6-v2 and bert-base shapes, "
+        "`TrainingArguments(train_sampling_strategy=\"group_by_length\")` batches them, and without padding), "
+        "all-MiniLM-L6-v2 and bert-base shapes, "
         "eager and sdpa, inference and training step: time ratios with their spread, real tokens/s, peak memory "
         "and the targets (inference and training ≤ 0.5× upstream on shuffled batches, ≤ 1.02× without padding, "
         "training peak memory below upstream's; sentence embeddings in sentence-transformers' order at least as "
