@@ -47,13 +47,15 @@ TABLE_WARMUP_STEPS = 36  # the four-task table's warm-up on STS-B: 10% of one ep
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--baseline", default=None, help="the first model (default: the bundled all-MiniLM-L6-v2)")
     parser.add_argument("--model", action="append", default=[], metavar="NAME=FOLDER",
                         help="a model folder to fine-tune after the baseline (repeatable)")
     parser.add_argument("--data_dir", default="../shared/data/stsb", help="the STS-B folder")
     parser.add_argument("--output_dir", default="out/finetune_collapse")
-    parser.add_argument("--steps", type=int, default=100, help="optimizer steps")
+    parser.add_argument("--steps", type=int, default=100,
+                        help=f"optimizer steps; the first min({TABLE_WARMUP_STEPS}, steps) warm up from learning rate 0")
     parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--dropout", type=float, default=None,
                         help="fine-tune with this hidden and attention dropout (default: each folder's own)")
@@ -71,9 +73,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.models = {"baseline": args.baseline or bundled_checkpoint()}
     for item in args.model:
         name, _, folder = item.partition("=")
-        if not name or name in args.models or not (Path(folder) / "config.json").is_file():
-            raise ValueError(f"--model {item!r}: expected NAME=FOLDER with a new NAME and a checkpoint folder (holding "
-                             f"config.json)")
+        if not name or not folder:
+            raise ValueError(f"--model {item!r}: expected NAME=FOLDER")
+        if name in args.models:
+            raise ValueError(f"--model {item!r}: the name {name!r} is already taken ({', '.join(args.models)}); "
+                             f"give each model its own NAME")
+        if not (Path(folder) / "config.json").is_file():
+            raise ValueError(f"--model {item!r}: {folder!r} is not a checkpoint folder (no config.json)")
         args.models[name] = folder
     return args
 
