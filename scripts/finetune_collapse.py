@@ -47,20 +47,19 @@ TABLE_WARMUP_STEPS = 36  # the four-task table's warm-up on STS-B: 10% of one ep
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", default=None, help="the first model (default: the bundled all-MiniLM-L6-v2)")
     parser.add_argument("--model", action="append", default=[], metavar="NAME=FOLDER",
                         help="a model folder to fine-tune after the baseline (repeatable)")
-    parser.add_argument("--data_dir", default="../shared/data/stsb", help="the STS-B folder")
-    parser.add_argument("--output_dir", default="out/finetune_collapse")
+    parser.add_argument("--data_dir", default="../shared/data/stsb", help="the STS-B folder (default: %(default)s)")
+    parser.add_argument("--output_dir", default="out/finetune_collapse", help="(default: %(default)s)")
     parser.add_argument("--steps", type=int, default=100,
-                        help=f"optimizer steps; the first min({TABLE_WARMUP_STEPS}, steps) warm up from learning rate 0")
-    parser.add_argument("--learning_rate", type=float, default=1e-4)
+                        help=f"optimizer steps; the first min({TABLE_WARMUP_STEPS}, steps) warm up from learning rate 0 (default: %(default)s)")
+    parser.add_argument("--learning_rate", type=float, default=1e-4, help="(default: %(default)s, the table's)")
     parser.add_argument("--dropout", type=float, default=None,
                         help="fine-tune with this hidden and attention dropout (default: each folder's own)")
-    parser.add_argument("--pairs", type=int, default=256, help="validation pairs the encoder is measured on")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pairs", type=int, default=256, help="validation pairs the encoder is measured on (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = parser.parse_args(argv)
     for flag, value, least in (("--steps", args.steps, 1), ("--pairs", args.pairs, 2), ("--threads", args.threads, 0)):
