@@ -51,14 +51,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--baseline", default=None, help="the first model (default: the bundled all-MiniLM-L6-v2)")
     parser.add_argument("--model", action="append", default=[], metavar="NAME=FOLDER",
                         help="a model folder to fine-tune after the baseline (repeatable)")
-    parser.add_argument("--data_dir", default="../shared/data/stsb", help="the STS-B folder")
-    parser.add_argument("--output_dir", default="out/finetune_collapse")
-    parser.add_argument("--steps", type=int, default=100, help="optimizer steps")
-    parser.add_argument("--learning_rate", type=float, default=1e-4)
+    parser.add_argument("--data_dir", default="../shared/data/stsb", help="the STS-B folder (default: %(default)s)")
+    parser.add_argument("--output_dir", default="out/finetune_collapse", help="(default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=100,
+                        help=f"optimizer steps; the first min({TABLE_WARMUP_STEPS}, steps) warm up from learning rate 0 (default: %(default)s)")
+    parser.add_argument("--learning_rate", type=float, default=1e-4, help="(default: %(default)s, the table's)")
     parser.add_argument("--dropout", type=float, default=None,
                         help="fine-tune with this hidden and attention dropout (default: each folder's own)")
-    parser.add_argument("--pairs", type=int, default=256, help="validation pairs the encoder is measured on")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pairs", type=int, default=256, help="validation pairs the encoder is measured on (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = parser.parse_args(argv)
     for flag, value, least in (("--steps", args.steps, 1), ("--pairs", args.pairs, 2), ("--threads", args.threads, 0)):
@@ -71,9 +72,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.models = {"baseline": args.baseline or bundled_checkpoint()}
     for item in args.model:
         name, _, folder = item.partition("=")
-        if not name or name in args.models or not (Path(folder) / "config.json").is_file():
-            raise ValueError(f"--model {item!r}: expected NAME=FOLDER with a new NAME and a checkpoint folder (holding "
-                             f"config.json)")
+        if not name or not folder:
+            raise ValueError(f"--model {item!r}: expected NAME=FOLDER")
+        if name in args.models:
+            raise ValueError(f"--model {item!r}: the name {name!r} is already taken ({', '.join(args.models)}); "
+                             f"give each model its own NAME")
+        if not (Path(folder) / "config.json").is_file():
+            raise ValueError(f"--model {item!r}: {folder!r} is not a checkpoint folder (no config.json)")
         args.models[name] = folder
     return args
 

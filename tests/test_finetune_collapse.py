@@ -69,8 +69,13 @@ def test_finetune_collapse_end_to_end(collapse, bundled_checkpoint, tmp_path):
 
 
 def test_finetune_collapse_bad_model_flag(collapse, tmp_path):
-    with pytest.raises(ValueError, match=r"--model 'x=.*': expected NAME=FOLDER"):
+    with pytest.raises(ValueError, match=r"--model 'x=.*': '.*' is not a checkpoint folder \(no config.json\)"):
         collapse.main(["--model", f"x={tmp_path}", "--output_dir", str(tmp_path / "out")])
+    with pytest.raises(ValueError, match=r"--model 'nonsense': expected NAME=FOLDER"):
+        collapse.main(["--model", "nonsense"])
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"--model 'baseline=.*': the name 'baseline' is already taken \(baseline\)"):
+        collapse.main(["--model", f"baseline={tmp_path}"])
     with pytest.raises(ValueError, match=r"--steps must be at least 1, got 0"):
         collapse.main(["--steps", "0"])
 
