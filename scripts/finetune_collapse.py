@@ -54,11 +54,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data_dir", default="../shared/data/stsb", help="the STS-B folder (default: %(default)s)")
     parser.add_argument("--output_dir", default="out/finetune_collapse", help="(default: %(default)s)")
     parser.add_argument("--steps", type=int, default=100,
-                        help=f"optimizer steps; the first min({TABLE_WARMUP_STEPS}, steps) warm up from learning rate 0 (default: %(default)s)")
+                        help=f"optimizer steps; the first min({TABLE_WARMUP_STEPS}, steps) warm up from learning rate "
+                             f"0 (default: %(default)s)")
     parser.add_argument("--learning_rate", type=float, default=1e-4, help="(default: %(default)s, the table's)")
     parser.add_argument("--dropout", type=float, default=None,
                         help="fine-tune with this hidden and attention dropout (default: each folder's own)")
-    parser.add_argument("--pairs", type=int, default=256, help="validation pairs the encoder is measured on (default: %(default)s)")
+    parser.add_argument("--pairs", type=int, default=256,
+                        help="validation pairs the encoder is measured on (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = parser.parse_args(argv)
@@ -96,7 +98,9 @@ def measure(folder: str, tokenizer, pairs) -> dict:
     outputs ({"attention 0": ..., "ffn 0": ..., ...}); "dropout_cosine": the mean cosine similarity at real tokens
     between the last hidden state with the config's dropout on (train mode, seed 0) and off: how much of the
     representation survives the noise fine-tuning trains under."""
-    model = FfnBertModel.from_pretrained(folder).eval()
+    # padded execution: the hooks read [CLS] as column 0 of (pairs, seq, hidden) outputs, which a folder saved with
+    # `unpad_tokens=True` would hand them packed as (n_real, hidden)
+    model = FfnBertModel.from_pretrained(folder, unpad_tokens=False).eval()
     batch = tokenizer(pairs["sentence1"], pairs["sentence2"], padding=True, truncation=True, max_length=128,
                       return_tensors="pt")
     norms: dict[str, float] = {}
@@ -159,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         data_args = ClassificationDataArguments(task="stsb", data_dir=args.data_dir, max_seq_length=128)
         outcome = run_classification(ModelArguments(model_name_or_path=start), data_args, training_args)
         results["models"][name] = {
-            "before": measure(start, tokenizer, pairs), "after": measure(str(work_dir / "fine-tuned"), tokenizer, pairs),
+            "before": measure(start, tokenizer, pairs),
+            "after": measure(str(work_dir / "fine-tuned"), tokenizer, pairs),
             "pearson": 100 * outcome["results"]["eval_pearson"], "spearman": 100 * outcome["results"]["eval_spearman"],
         }
         shutil.rmtree(work_dir, ignore_errors=True)  # the fine-tuned weights are not kept
@@ -188,8 +193,8 @@ def report(results: dict, argv: list[str]) -> str:
     ]
     for name, m in results["models"].items():
         b, a = m["before"], m["after"]
-        lines.append(f"| {name} | {b['dropout_cosine']:.4f} | {b['spread_cls']:.4f} → {a['spread_cls']:.4f} | {b['spread_mean']:.4f} → "
-                     f"{a['spread_mean']:.4f} | {m['pearson']:.1f} |")
+        lines.append(f"| {name} | {b['dropout_cosine']:.4f} | {b['spread_cls']:.4f} → {a['spread_cls']:.4f} | "
+                     f"{b['spread_mean']:.4f} → {a['spread_mean']:.4f} | {m['pearson']:.1f} |")
     # every model's layers (models of other depths leave the cells they lack empty), in layer order
     columns = list(dict.fromkeys(k for m in results["models"].values() for k in m["before"]["cls_norms"]))
     columns.sort(key=lambda k: int(k.split()[1]))  # stable: attention before ffn within a layer

@@ -35,6 +35,23 @@ def test_spread_hand_computed(collapse):
     assert collapse.spread(torch.tensor([[1.0, 0.0], [-1.0, 0.0]])) == pytest.approx(2 ** 0.5 / 2)
 
 
+def test_measure_reads_cls_from_padded_outputs_whatever_the_saved_switch(collapse, bundled_checkpoint, tmp_path):
+    """A folder saved with `unpad_tokens=True` is measured as the same weights saved with it off: the hooks read
+    [CLS] from (pairs, seq, hidden) outputs, never from packed (n_real, hidden) ones."""
+    hf_logging.set_verbosity_error()
+    tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint)
+    for unpad in (False, True):
+        torch.manual_seed(0)
+        FfnBertForMaskedLM(tiny_config(vocab_size=tokenizer.vocab_size, max_position_embeddings=128,
+                                       unpad_tokens=unpad)).save_pretrained(tmp_path / str(unpad))
+    hf_logging.set_verbosity_warning()
+    pairs = {"sentence1": ["a cat", "the old grey cat sat on the mat today", "dogs"],  # lengths differ: padding
+             "sentence2": ["a dog", "it rained", "the dog ran far away from the house"]}
+    off, on = (collapse.measure(str(tmp_path / str(unpad)), tokenizer, pairs) for unpad in (False, True))
+    assert on == off  # the same (padded) ops on the same weights
+    assert sorted(on["cls_norms"]) == ["attention 0", "attention 1", "ffn 0", "ffn 1"]
+
+
 def test_finetune_collapse_end_to_end(collapse, bundled_checkpoint, tmp_path):
     hf_logging.set_verbosity_error()
     tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint)
