@@ -73,7 +73,7 @@ VARIANTS |= {
         "title": "Post-LN → Pre-LN, layer-wise targets",
         "convert": {"layer_norm_position": "pre"},
         "heal": {**LAYERWISE, "learning_rate": 1e-4, "layerwise_steps": 1000, "layerwise_tokens": 65536,
-                 "layerwise_parts": "layer", "layerwise_inputs": "student"},
+                 "layerwise_parts": "layer", "layerwise_inputs": "student", "layerwise_stream": "teacher"},
         "steps": 0,
     },
 }

@@ -237,6 +237,38 @@ def test_pre_ln_by_layer_targets(teacher_dir, tmp_path):
     assert all(r["layer_rel_error"] < r["layer_rel_error_before"] for r in result["layers"])
 
 
+def test_pre_ln_free_stream_fits_the_normalised_stream(teacher_dir, tmp_path):
+    """`--layerwise_stream free`: layers before the last are fitted and measured on the normalised stream (the
+    recorded error is recomputed here by hand); the last goes through final_norm as before."""
+    torch.manual_seed(0)
+    student, _ = load_converted(teacher_dir, FfnBertModel, layer_norm_position="pre")
+    teacher, ids = teacher_model(teacher_dir), blocks()
+    args = LayerwiseArguments(layerwise_steps=30, layerwise_batch_tokens=64, layerwise_lr=3e-3)  # default: free
+    result = heal_layerwise(student, teacher, ids, args, tmp_path / "free")
+    first, last = result["layers"]
+    assert (first["free_stream"], last["free_stream"], last["through_final_norm"]) == (True, False, True)
+    assert first["layer_rel_error"] < first["layer_rel_error_before"]
+    with torch.no_grad():
+        s0 = student.encoder.layer[0](student.embeddings(input_ids=ids))
+        t0 = teacher.encoder.layer[0](teacher.embeddings(input_ids=ids))
+    by_hand = relative_squared_error(layerwise.normalized(s0), layerwise.normalized(t0))
+    assert first["propagated_rel_error"] == pytest.approx(by_hand, rel=1e-5)
+    assert first["stream_norm"] == pytest.approx(float(s0.norm(dim=-1).mean()), rel=1e-5)
+    # the normalised view ignores each token's scale and mean: only the direction of the centred vector counts
+    assert relative_squared_error(layerwise.normalized(3 * s0 + 2), layerwise.normalized(s0)) < 1e-10
+    with pytest.raises(ValueError, match="--layerwise_stream has unknown value 'loose'; allowed: free, teacher"):
+        LayerwiseArguments(layerwise_stream="loose")
+    # a rerun into the folder resumes only with the same arguments (else the layers would be another fit's)
+    other = LayerwiseArguments(layerwise_steps=30, layerwise_batch_tokens=64, layerwise_lr=3e-3,
+                               layerwise_stream="teacher")
+    with pytest.raises(ValueError, match="--layerwise_stream 'free' there, 'teacher' now"):
+        heal_layerwise(student, teacher, ids, other, tmp_path / "free")
+    # a folder from before arguments.json was written: the layer records still tell the stream apart
+    (tmp_path / "free" / "arguments.json").unlink()
+    with pytest.raises(ValueError, match="layer 0 was fitted with --layerwise_stream free, this run asks for teacher"):
+        heal_layerwise(student, teacher, ids, other, tmp_path / "free")
+
+
 def test_heal_method_layerwise_writes_per_layer_errors(setup, tmp_path):
     """`run_healing --method layerwise` without the end-to-end stage (max_steps 0): the healed folder's report and
     card carry the per-layer errors, and the agreement with the teacher improves."""

@@ -15,10 +15,14 @@ least-squares reconstruction), MOHAWK (Bick et al. 2024, stage 2: hidden-state a
     layer  (`--layerwise_parts layer`) the ffn fit where it applies, then Adam on the whole layer (attention,
            LayerNorms, FFN) so that layer(input) matches the teacher layer's output h_i (MSE over tokens; kept only
            if it lowers the error, "layer_kept"). For a
-           Pre-LN student of a Post-LN teacher this fits the residual stream to the teacher's hidden states (the
-           last layer through `final_norm`, fitted with it to the teacher's last output); `final_norm` is then set
-           in closed form (per coordinate, γ_d, β_d = least squares of h_L[:, d] on the
-           normalised residual stream) so that the final norm gives what the teacher's last layer gave.
+           Pre-LN student of a Post-LN teacher the residual stream x_i after layer i has no exact counterpart:
+           `--layerwise_stream free` (the default) fits LN(x_i) to LN(h_i), LN a LayerNorm without affine part, so
+           each token's scale and mean stay free and the stream grows from layer to layer as a Pre-LN network's does
+           (measured: 16 → 191 in mean norm over MiniLM's 6 layers); `teacher` fits x_i to h_i itself, so every
+           layer must cancel most of its input (the sublayers' outputs stay small). The last layer is fitted
+           through `final_norm` (with it, to the teacher's last output); `final_norm` is then set in closed form
+           (per coordinate, γ_d, β_d = least squares of h_L[:, d] on the normalised residual stream) so that the
+           final norm gives what the teacher's last layer gave.
 
 `--layerwise_inputs teacher` (parallel: each layer on the teacher's h_{i-1}) or `student` (sequential: on the
 student's own h_{i-1}, so a layer corrects the error of those before it; the target stays the teacher's h_i). It
@@ -61,6 +65,8 @@ LAYERWISE_PARTS = {"ffn": "each FFN on its teacher FFN's input/output", "layer":
                    "(attention, LayerNorms, FFN) to the teacher layer's output", "auto": "ffn if every layer places "
                    "its LayerNorms as the teacher's, else layer"}
 LAYERWISE_INPUTS = ("teacher", "student", "auto")
+LAYERWISE_STREAMS = {"free": "only the stream's LayerNorm-normalised form fitted: its per-token scale and mean free",
+                     "teacher": "the residual stream after each layer fitted to the teacher's hidden state"}
 HELD_TENSORS = 6  # (tokens, hidden) float32 tensors held at once; see the module docstring
 METHODS = ("end_to_end", "layerwise")
 
@@ -92,6 +98,10 @@ class LayerwiseArguments:
                                                                     "Adam steps of the FFN fit (0: before and after)"})
     layerwise_ridge: float = field(default=1e-4, metadata={"help": "ridge of the closed-form down projection, "
                                                                    "relative to the mean feature energy"})
+    layerwise_stream: str = field(default="free", metadata={"help": "a Pre-LN student's residual stream after "
+                                                                    "each layer: free (only its LayerNorm-normalised "
+                                                                    "form is fitted to the teacher's hidden state) or "
+                                                                    "teacher (the stream itself)"})
 
     def __post_init__(self) -> None:
         if self.layerwise_parts not in LAYERWISE_PARTS:
@@ -106,6 +116,9 @@ class LayerwiseArguments:
         if self.layerwise_parts == "ffn" and self.layerwise_inputs == "student":  # "auto" is resolved per model
             raise ValueError("--layerwise_inputs student applies to the whole-layer fit: the FFN fit is always on the "
                              "teacher FFN's input/output; use --layerwise_parts layer (or --layerwise_inputs teacher)")
+        if self.layerwise_stream not in LAYERWISE_STREAMS:
+            raise ValueError(f"--layerwise_stream has unknown value {self.layerwise_stream!r}; allowed: "
+                             f"{', '.join(LAYERWISE_STREAMS)}")
         if self.layerwise_refit_every < 0:
             raise ValueError(f"--layerwise_refit_every must be >= 0, got {self.layerwise_refit_every}")
         if self.layerwise_steps < 0 or self.layerwise_lr <= 0 or self.layerwise_ridge < 0:
@@ -264,17 +277,25 @@ def fit_ffn(mlp: nn.Module, x: torch.Tensor, y: torch.Tensor, args: LayerwiseArg
             "ffn_kept": kept, "ffn_adam_loss_first_last": losses[:1] + losses[-1:]}
 
 
+def normalized(x: torch.Tensor) -> torch.Tensor:
+    """LayerNorm without its affine part over the last dimension (eps 1e-12, BERT's): each token's vector with
+    mean 0 and variance 1. `--layerwise_stream free` compares a Pre-LN residual stream with the teacher's hidden
+    state in this form, so the stream's per-token scale and mean are not fitted."""
+    return nn.functional.layer_norm(x, x.shape[-1:], eps=1e-12)
+
+
 def fit_whole_layer(layer: nn.Module, inputs: torch.Tensor, target: torch.Tensor, args: LayerwiseArguments,
-                    seed: int) -> dict:
-    """Adam on every parameter of `layer` so that layer(inputs) ≈ target; (blocks, seq, hidden) each. Kept only if
-    it lowers the relative squared error on the calibration tokens (else the layer is restored)."""
+                    seed: int, view=lambda x: x) -> dict:
+    """Adam on every parameter of `layer` so that view(layer(inputs)) ≈ target; (blocks, seq, hidden) each (`view`:
+    the identity, or `normalized` with a normalised target). Kept only if it lowers the relative squared error on
+    the calibration tokens (else the layer is restored)."""
     blocks = max(1, args.layerwise_batch_tokens // inputs.shape[1])
-    start_error = relative_squared_error(run_layer(layer, inputs), target)
+    start_error = relative_squared_error(view(run_layer(layer, inputs)), target)
     start_state = {k: v.clone() for k, v in layer.state_dict().items()}
-    losses = adam_fit(list(layer.parameters()), lambda i: (layer(inputs[i]) - target[i]).pow(2).mean(), len(inputs),
-                      blocks, args.layerwise_steps, args.layerwise_lr, seed)
+    losses = adam_fit(list(layer.parameters()), lambda i: (view(layer(inputs[i])) - target[i]).pow(2).mean(),
+                      len(inputs), blocks, args.layerwise_steps, args.layerwise_lr, seed)
     kept = "adam"
-    if losses and relative_squared_error(run_layer(layer, inputs), target) > start_error:
+    if losses and relative_squared_error(view(run_layer(layer, inputs)), target) > start_error:
         layer.load_state_dict(start_state)
         kept = "start"
     return {"layer_kept": kept, "layer_adam_loss_first_last": losses[:1] + losses[-1:]}
@@ -309,6 +330,23 @@ def load_layer(work_dir: Path, name: str, module: nn.Module) -> dict | None:
         return None
     module.load_state_dict(load_file(str(weights)))
     return {**json.loads(record.read_text()), "resumed": True}
+
+
+def check_resume_arguments(work_dir: Path, args: LayerwiseArguments) -> None:
+    """Create `work_dir` and record `args` in it (`arguments.json`); a rerun into a folder fitted with other
+    arguments would load layers fitted another way, so it raises ValueError naming the fields that differ."""
+    path = work_dir / "arguments.json"
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        changed = {k: (saved.get(k), v) for k, v in asdict(args).items() if saved.get(k, v) != v}
+        if changed:
+            raise ValueError(f"{work_dir} holds layers fitted with other layer-wise arguments ("
+                             + ", ".join(f"--{k} {old!r} there, {new!r} now" for k, (old, new) in changed.items())
+                             + "); use another --output_dir, or the same arguments to resume")
+        return
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_output_file(path) as tmp:
+        Path(tmp).write_text(json.dumps(asdict(args), indent=2) + "\n")
 
 
 def resolve_auto(args: LayerwiseArguments, same_norms: bool) -> LayerwiseArguments:
@@ -346,7 +384,7 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
                          f"use --layerwise_parts layer")
     start = time.perf_counter()
     work_dir = Path(work_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
+    check_resume_arguments(work_dir, args)
     input_ids = calibration_blocks(input_ids, args, s_config.hidden_size)
     tokens = input_ids.numel()
     check_calibration_tokens(tokens, s_config.intermediate_size)
@@ -366,23 +404,33 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
         normed = i == len(student.encoder.layer) - 1 and student.encoder.final_norm is not None \
             and teacher.encoder.final_norm is None
         fitted = NormedLayer(s_layer, student.encoder.final_norm) if normed else s_layer
+        # --layerwise_stream free: a Pre-LN stream is compared with the teacher's hidden state once both are normalised
+        free = args.layerwise_stream == "free" and not same_norms[i] and not normed
+        view = normalized if free else (lambda h: h)
+        target = view(t_out)
         record = load_layer(work_dir, f"layer-{i}", fitted)
+        if record is not None and record.get("free_stream", False) != free:  # a folder from before arguments.json
+            raise ValueError(f"{work_dir}: layer {i} was fitted with --layerwise_stream "
+                             f"{'free' if record.get('free_stream') else 'teacher'}, this run asks for "
+                             f"{args.layerwise_stream}; use another --output_dir, or that --layerwise_stream to resume")
         if record is None:
             layer_start = time.perf_counter()
             with dropout_off(student):
-                record = {"layer": i, "layer_rel_error_before": relative_squared_error(run_layer(fitted, inputs), t_out),
-                          "through_final_norm": normed}
+                record = {"layer": i, "through_final_norm": normed, "free_stream": free,
+                          "layer_rel_error_before": relative_squared_error(view(run_layer(fitted, inputs)), target)}
                 if same_norms[i]:  # teacher forcing: the teacher FFN's own input and output
                     record.update(fit_ffn(s_layer.mlp, x, y, args, seed + i))
                 if args.layerwise_parts == "layer":
-                    record.update(fit_whole_layer(fitted, inputs, t_out, args, seed + 1000 + i))
-                record["layer_rel_error"] = relative_squared_error(run_layer(fitted, inputs), t_out)
+                    record.update(fit_whole_layer(fitted, inputs, target, args, seed + 1000 + i, view))
+                record["layer_rel_error"] = relative_squared_error(view(run_layer(fitted, inputs)), target)
             record["seconds"] = time.perf_counter() - layer_start
             save_layer(work_dir, f"layer-{i}", fitted, record)
         del x, y
         with dropout_off(student):
             s_hidden = run_layer(s_layer, s_hidden)
-            record["propagated_rel_error"] = relative_squared_error(fitted.norm(s_hidden) if normed else s_hidden, t_out)
+            record["propagated_rel_error"] = relative_squared_error(
+                fitted.norm(s_hidden) if normed else view(s_hidden), target)
+            record["stream_norm"] = float(s_hidden.norm(dim=-1).mean())  # mean per-token norm of the residual stream
         logger.info("layer %d: %s", i, {k: round(v, 6) for k, v in record.items() if isinstance(v, float)})
         records.append(record)
         t_hidden = t_out
@@ -411,11 +459,14 @@ def layerwise_section(record: dict | None) -> str:
         return ""
     a = record["arguments"]
     rows = [f"| {r['layer']} | {_fmt(r, 'ffn_rel_error_before')} → {_fmt(r, 'ffn_rel_error')} | "
-            f"{_fmt(r, 'layer_rel_error_before')} → {_fmt(r, 'layer_rel_error')} | {_fmt(r, 'propagated_rel_error')} |"
-            for r in record["layers"]]
+            f"{_fmt(r, 'layer_rel_error_before')} → {_fmt(r, 'layer_rel_error')} | {_fmt(r, 'propagated_rel_error')} | "
+            f"{_fmt(r, 'stream_norm')} |" for r in record["layers"]]
     final = record.get("final_norm")
     norm = (f"\n`final_norm` set in closed form (per coordinate least squares): relative squared error "
             f"{final['final_norm_rel_error_before']:.4g} → {final['final_norm_rel_error']:.4g}.\n") if final else ""
+    stream = ("residual stream `free`: where the LayerNorm placement differs, both are compared after a LayerNorm "
+              "without affine part (per-token scale and mean not fitted), the last layer through `final_norm`."
+              if a.get("layerwise_stream") == "free" else "hidden states compared as they are.")
     return f"""
 ## Layer-wise healing
 
@@ -425,10 +476,11 @@ Each layer was fitted to its teacher layer (`hf_ffn.healing.layerwise`) on {reco
 {a['layerwise_steps']} Adam steps per fit (learning rate {a['layerwise_lr']}, {a['layerwise_batch_tokens']} tokens per
 step), closed-form ridge down projection (ridge {a['layerwise_ridge']}), {record['seconds']:.0f} s in all.
 Relative squared error ‖Δ‖²/‖target‖² on the calibration tokens: the FFN output (teacher FFN input), the layer
-output (the layer's fitting input) and the student's own hidden state after the layer (its errors propagated).
+output (the layer's fitting input) and the student's own hidden state after the layer (its errors propagated);
+{stream} The last column is the mean per-token norm of the student's hidden state.
 
-| layer | FFN output | layer output | propagated hidden state |
-|---|---|---|---|
+| layer | FFN output | layer output | propagated hidden state | hidden-state norm |
+|---|---|---|---|---|
 {chr(10).join(rows)}
 {norm}"""
 
