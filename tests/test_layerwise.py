@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from torch import nn
 from transformers import BertConfig, BertModel
 
@@ -233,7 +234,7 @@ def test_pre_ln_by_layer_targets(teacher_dir, tmp_path):
     assert "final_norm" in result and after < before / 2
     assert result["layers"][-1]["through_final_norm"] and not result["layers"][0]["through_final_norm"]
     # the last layer's saved state holds the final norm fitted with it (a resumed run restores both)
-    assert any(key.startswith("norm.") for key in layerwise.load_file(str(tmp_path / "pre" / "layer-1.safetensors")))
+    assert any(key.startswith("norm.") for key in load_file(str(tmp_path / "pre" / "layer-1.safetensors")))
     assert all(r["layer_rel_error"] < r["layer_rel_error_before"] for r in result["layers"])
 
 
@@ -267,6 +268,25 @@ def test_pre_ln_free_stream_fits_the_normalised_stream(teacher_dir, tmp_path):
     (tmp_path / "free" / "arguments.json").unlink()
     with pytest.raises(ValueError, match="layer 0 was fitted with --layerwise_stream free, this run asks for teacher"):
         heal_layerwise(student, teacher, ids, other, tmp_path / "free")
+    # ... and the refused run recorded nothing there: a rerun with the layers' own stream resumes them (it was refused
+    # as "--layerwise_stream 'teacher' there" when the refused run wrote its arguments.json)
+    resumed = heal_layerwise(student, teacher, ids, args, tmp_path / "free")
+    assert [r.get("resumed") for r in resumed["layers"]] == [True, True] and resumed["final_norm"]["resumed"]
+    assert not (tmp_path / "free" / "arguments.json").exists()
+
+
+def test_a_folder_without_finished_fits_takes_new_arguments(teacher_dir, tmp_path):
+    """A run refused before its first fit (too few calibration tokens) leaves `arguments.json` but no layer: a rerun
+    with corrected arguments fits and records them (it was refused as one with other layer-wise arguments)."""
+    with pytest.raises(ValueError, match="--layerwise_tokens: 16 calibration tokens cannot determine"):
+        run_layerwise(teacher_dir, tmp_path / "w", layerwise_tokens=SEQ)
+    _, result = run_layerwise(teacher_dir, tmp_path / "w", layerwise_steps=0)
+    assert result["tokens"] == 8 * SEQ and not any(r.get("resumed") for r in result["layers"])
+    saved = json.loads((tmp_path / "w" / "arguments.json").read_text())
+    assert saved == result["arguments"] and (saved["layerwise_tokens"], saved["layerwise_steps"]) == (65536, 0)
+    with pytest.raises(ValueError, match=r"w holds layers fitted with other layer-wise arguments \(--layerwise_steps "
+                                         r"0 there, 5 now\); use another --output_dir, or the same arguments"):
+        run_layerwise(teacher_dir, tmp_path / "w")
 
 
 def test_heal_method_layerwise_writes_per_layer_errors(setup, tmp_path):

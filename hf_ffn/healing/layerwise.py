@@ -36,12 +36,12 @@ and bytes). The closed-form fit adds one (I+1)² float64 Gram matrix. bert-base 
 
 Resume. After each layer its weights (`layer-<i>.safetensors`) and record (`layer-<i>.json`) are written to
 `work_dir`; a rerun loads finished layers instead of fitting them again (the inputs of the next layer are
-recomputed from the loaded weights, so the result equals an uninterrupted run's).
+recomputed from the loaded weights, so the result equals an uninterrupted run's), if it has the arguments recorded
+in `work_dir/arguments.json` (else it is refused; `hf_ffn.healing.layerwise_folder`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -50,14 +50,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..conversion.pruning import GramStatistics, accumulate, relative_error, solve_down
-from ..files import atomic_output_file
 from ..modeling_ffn_bert import FfnBertModel
 from ..training import mlm_blocks, read_text_documents
 from .distill import dropout_off
+from .layerwise_folder import check_resume_arguments, load_layer, save_layer
 
 logger = logging.getLogger(__name__)
 
@@ -315,40 +314,6 @@ def fit_final_norm(norm: nn.LayerNorm, stream: torch.Tensor, target: torch.Tenso
     return {"final_norm_rel_error_before": before, "final_norm_rel_error": relative_squared_error(norm(stream), target)}
 
 
-def save_layer(work_dir: Path, name: str, module: nn.Module, record: dict) -> None:
-    """Write `name`.safetensors (the module's state) and `name`.json (the record), each atomically."""
-    with atomic_output_file(work_dir / f"{name}.safetensors") as tmp:
-        save_file({k: v.contiguous() for k, v in module.state_dict().items()}, str(tmp))
-    with atomic_output_file(work_dir / f"{name}.json") as tmp:
-        Path(tmp).write_text(json.dumps(record, indent=2) + "\n")
-
-
-def load_layer(work_dir: Path, name: str, module: nn.Module) -> dict | None:
-    """The record of a finished `name`, its weights loaded into `module` (shapes must match); None if not done."""
-    weights, record = work_dir / f"{name}.safetensors", work_dir / f"{name}.json"
-    if not (weights.is_file() and record.is_file()):
-        return None
-    module.load_state_dict(load_file(str(weights)))
-    return {**json.loads(record.read_text()), "resumed": True}
-
-
-def check_resume_arguments(work_dir: Path, args: LayerwiseArguments) -> None:
-    """Create `work_dir` and record `args` in it (`arguments.json`); a rerun into a folder fitted with other
-    arguments would load layers fitted another way, so it raises ValueError naming the fields that differ."""
-    path = work_dir / "arguments.json"
-    if path.is_file():
-        saved = json.loads(path.read_text())
-        changed = {k: (saved.get(k), v) for k, v in asdict(args).items() if saved.get(k, v) != v}
-        if changed:
-            raise ValueError(f"{work_dir} holds layers fitted with other layer-wise arguments ("
-                             + ", ".join(f"--{k} {old!r} there, {new!r} now" for k, (old, new) in changed.items())
-                             + "); use another --output_dir, or the same arguments to resume")
-        return
-    work_dir.mkdir(parents=True, exist_ok=True)
-    with atomic_output_file(path) as tmp:
-        Path(tmp).write_text(json.dumps(asdict(args), indent=2) + "\n")
-
-
 def resolve_auto(args: LayerwiseArguments, same_norms: bool) -> LayerwiseArguments:
     """`args` with `auto` parts/inputs replaced by the measured best (docs/healing.md): FFN fits on the teacher's
     inputs where every layer places its LayerNorms as the teacher's (`same_norms`), else whole layers on the
@@ -384,7 +349,7 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
                          f"use --layerwise_parts layer")
     start = time.perf_counter()
     work_dir = Path(work_dir)
-    check_resume_arguments(work_dir, args)
+    check_resume_arguments(work_dir, asdict(args))
     input_ids = calibration_blocks(input_ids, args, s_config.hidden_size)
     tokens = input_ids.numel()
     check_calibration_tokens(tokens, s_config.intermediate_size)
@@ -448,46 +413,9 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
     return result
 
 
-def _fmt(record: dict, key: str) -> str:
-    return f"{record[key]:.4g}" if key in record else "-"
-
-
-def layerwise_section(record: dict | None) -> str:
-    """The model card's "Layer-wise healing" section (empty without a layer-wise stage): the settings and one row
-    per layer with its relative squared errors."""
-    if not record:
-        return ""
-    a = record["arguments"]
-    rows = [f"| {r['layer']} | {_fmt(r, 'ffn_rel_error_before')} → {_fmt(r, 'ffn_rel_error')} | "
-            f"{_fmt(r, 'layer_rel_error_before')} → {_fmt(r, 'layer_rel_error')} | {_fmt(r, 'propagated_rel_error')} | "
-            f"{_fmt(r, 'stream_norm')} |" for r in record["layers"]]
-    final = record.get("final_norm")
-    norm = (f"\n`final_norm` set in closed form (per coordinate least squares): relative squared error "
-            f"{final['final_norm_rel_error_before']:.4g} → {final['final_norm_rel_error']:.4g}.\n") if final else ""
-    stream = ("residual stream `free`: where the LayerNorm placement differs, both are compared after a LayerNorm "
-              "without affine part (per-token scale and mean not fitted), the last layer through `final_norm`."
-              if a.get("layerwise_stream") == "free" else "hidden states compared as they are.")
-    return f"""
-## Layer-wise healing
-
-Each layer was fitted to its teacher layer (`hf_ffn.healing.layerwise`) on {record['tokens']:,} calibration tokens
-({record['blocks']} blocks; recorded activations {record['activation_bytes'] / 1e6:.0f} MB, cap
-{a['layerwise_memory_mb']:.0f} MB): parts `{a['layerwise_parts']}`, inputs `{a['layerwise_inputs']}`,
-{a['layerwise_steps']} Adam steps per fit (learning rate {a['layerwise_lr']}, {a['layerwise_batch_tokens']} tokens per
-step), closed-form ridge down projection (ridge {a['layerwise_ridge']}), {record['seconds']:.0f} s in all.
-Relative squared error ‖Δ‖²/‖target‖² on the calibration tokens: the FFN output (teacher FFN input), the layer
-output (the layer's fitting input) and the student's own hidden state after the layer (its errors propagated);
-{stream} The last column is the mean per-token norm of the student's hidden state.
-
-| layer | FFN output | layer output | propagated hidden state | hidden-state norm |
-|---|---|---|---|---|
-{chr(10).join(rows)}
-{norm}"""
-
-
 __all__ = [
-    "HELD_TENSORS", "LAYERWISE_INPUTS", "LAYERWISE_PARTS", "METHODS", "LayerwiseArguments", "NormedLayer",
-    "adam_fit", "apply_chunked", "calibration_blocks", "calibration_ids", "fit_ffn", "fit_final_norm",
-    "fit_whole_layer", "heal_layerwise", "layerwise_section", "load_layer", "relative_squared_error",
-    "resolve_auto", "run_layer", "save_layer", "set_down",
+    "HELD_TENSORS", "LAYERWISE_INPUTS", "LAYERWISE_PARTS", "LAYERWISE_STREAMS", "METHODS", "LayerwiseArguments",
+    "NormedLayer", "adam_fit", "apply_chunked", "calibration_blocks", "calibration_ids", "fit_ffn", "fit_final_norm",
+    "fit_whole_layer", "heal_layerwise", "normalized", "relative_squared_error", "resolve_auto", "run_layer",
+    "set_down",
 ]

@@ -48,7 +48,8 @@ from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertForMaskedLM, FfnBertModel, FfnBertPreTrainedModel
 from ..training import PaddingFreeCollator, mlm_blocks, read_rt_polarity, read_text_documents, resume_checkpoint
 from .distill import DistillationLoss, DistillationTrainer, dropout_off, select_trainable
-from .layerwise import METHODS, LayerwiseArguments, heal_layerwise, layerwise_section
+from .layerwise import METHODS, LayerwiseArguments, heal_layerwise
+from .layerwise_folder import layerwise_section
 from .metrics import PROBE_FOLDS, AgreementCallback, measure_agreement, subset_indices
 
 MLM_CLASSES = ("FfnBertForMaskedLM", "FfnBertForPreTraining")
