@@ -94,7 +94,8 @@ Each layer was fitted to its teacher layer (`hf_ffn.healing.layerwise`) on {reco
 step), closed-form ridge down projection (ridge {a['layerwise_ridge']}), {record['seconds']:.0f} s in all.
 Relative squared error ‖Δ‖²/‖target‖² on the calibration tokens: the FFN output (teacher FFN input), the layer
 output (the layer's fitting input) and the student's own hidden state after the layer (its errors propagated);
-{stream} The last column is the mean per-token norm of the student's hidden state.
+{stream} The last column is the mean per-token norm of the student's hidden state after the layer (for Pre-LN
+the residual stream, before `final_norm`).
 
 | layer | FFN output | layer output | propagated hidden state | hidden-state norm |
 |---|---|---|---|---|
