@@ -447,8 +447,10 @@ Layer-wise healing (`--method layerwise`, `hf_ffn.healing.layerwise`; the defaul
 study since it measured best, an end-to-end stage after it only with `--max_steps > 0`): each converted layer is
 first fitted to its own teacher layer on calibration tokens (Kwon et al. 2022; MOHAWK's hidden-state alignment):
 the FFN on the teacher FFN's input and output, its down projection in closed form (ridge least squares), gate/up (and down) by Adam, down solved again; for Pre-LN the whole layer (attention,
-LayerNorms, FFN) so that its residual stream reproduces the teacher's hidden state after that layer, on the
-student's own input (sequential), and `final_norm` in closed form. The matched-width SwiGLU starts from
+LayerNorms, FFN) so that its residual stream reproduces the teacher's hidden state after that layer
+(`--layerwise_stream teacher`, pinned in this study; `hf-ffn heal`'s default, `free`, fits only the stream's
+normalised form: "Pre-LN with a free residual stream" below), on the student's own input (sequential), and
+`final_norm` in closed form. The matched-width SwiGLU starts from
 `init="pruned"` (the full-width approximate SwiGLU conversion, the 1,024 of 1,536 units with the largest
 mean |activation| × ‖down column‖ kept, down projection refitted). The end-to-end study (the variants healed by
 distillation alone) is docs/healing_end_to_end/healing.md.
