@@ -42,3 +42,16 @@ def test_layer_table_attributes_the_propagated_error_to_layers():
     assert "| 0 | - → - | 1.00e+00 → 5.00e-01 | 1.00e-01 | +1.00e-01 (25%) | 0 |" in table
     assert "| 1 | - → - | 1.00e+00 → 5.00e-01 | 8.00e-02 | -2.00e-02 (-5%) | 0 |" in table
     assert "Largest share: layer 2 adds 80% of the propagated error after the last layer (4.00e-01)." in table
+
+
+def test_the_published_report_holds_its_notes_and_method_text():
+    """docs/healing.md is `heal_study.py report --notes docs/healing_notes.md`'s output: the analysis added to the
+    report by hand must be in the notes too (a section of docs/healing.md was once not, and a rerun of the report
+    would have dropped it), and the method paragraph is the template's."""
+    report = (REPO / "docs" / "healing.md").read_text(encoding="utf-8")
+    notes = "\n".join(line for line in (REPO / "docs" / "healing_notes.md").read_text(encoding="utf-8").strip()
+                      .splitlines() if not line.startswith("<!--"))
+    assert "Pre-LN with a free residual stream" in notes and notes in report
+    method = heal_study.TEMPLATE[heal_study.TEMPLATE.index("Layer-wise healing (`--method layerwise`"):]
+    method = method[:method.index("\n\n")]
+    assert "{" not in method and method in report
