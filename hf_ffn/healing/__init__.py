@@ -6,7 +6,9 @@ plain text, and measure how closely it reproduces the teacher on held-out snippe
 - `metrics`: sentence-embedding cosine and |Δ| to the teacher (`compare_to_teacher`), the linear probe
   (`linear_probe`), both together (`measure_agreement`), the during-training curve (`AgreementCallback`).
 - `layerwise`: `heal_layerwise` (`--method layerwise`): each converted layer fitted to its teacher layer (closed-form
-  down projection, Adam on the FFN or the whole layer, Pre-LN residual streams to the teacher's hidden states).
+  down projection, Adam on the FFN or the whole layer, a Pre-LN residual stream to the teacher's hidden state once
+  both are normalised, `--layerwise_stream free`, or as it is, `teacher`); `layerwise_folder`: its resumable work
+  folder and model-card section.
 - `run`: `HealArguments` and `run_healing` (what `hf-ffn heal` and scripts/heal.py run).
 """
 
