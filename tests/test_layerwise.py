@@ -275,18 +275,40 @@ def test_pre_ln_free_stream_fits_the_normalised_stream(teacher_dir, tmp_path):
     assert not (tmp_path / "free" / "arguments.json").exists()
 
 
-def test_a_folder_without_finished_fits_takes_new_arguments(teacher_dir, tmp_path):
-    """A run refused before its first fit (too few calibration tokens) leaves `arguments.json` but no layer: a rerun
-    with corrected arguments fits and records them (it was refused as one with other layer-wise arguments)."""
+def test_a_folder_without_finished_fits_takes_new_arguments(teacher_dir, tmp_path, monkeypatch):
+    """A run stopped before its first fit leaves `arguments.json` but no layer: a rerun with other arguments fits
+    and records them (it was refused as one with other layer-wise arguments, as was the rerun after a refused
+    --layerwise_tokens). Once a layer is finished, another seed or other calibration tokens are refused too."""
     with pytest.raises(ValueError, match="--layerwise_tokens: 16 calibration tokens cannot determine"):
         run_layerwise(teacher_dir, tmp_path / "w", layerwise_tokens=SEQ)
+    assert not (tmp_path / "w" / "arguments.json").exists()
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt("stopped in layer 0")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(layerwise, "fit_ffn", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            run_layerwise(teacher_dir, tmp_path / "w")
+    assert json.loads((tmp_path / "w" / "arguments.json").read_text())["layerwise_steps"] == 5
     _, result = run_layerwise(teacher_dir, tmp_path / "w", layerwise_steps=0)
     assert result["tokens"] == 8 * SEQ and not any(r.get("resumed") for r in result["layers"])
     saved = json.loads((tmp_path / "w" / "arguments.json").read_text())
-    assert saved == result["arguments"] and (saved["layerwise_tokens"], saved["layerwise_steps"]) == (65536, 0)
+    assert saved == {**result["arguments"], "seed": 0, "calibration_sha256": layerwise.calibration_digest(blocks())}
+    assert (saved["layerwise_tokens"], saved["layerwise_steps"]) == (65536, 0)
     with pytest.raises(ValueError, match=r"w holds layers fitted with other layer-wise arguments \(--layerwise_steps "
                                          r"0 there, 5 now\); use another --output_dir, or the same arguments"):
         run_layerwise(teacher_dir, tmp_path / "w")
+    student, _ = load_converted(teacher_dir, FfnBertModel, ffn_type="swiglu", init="fresh", width=32)
+    args = LayerwiseArguments(layerwise_steps=0, layerwise_batch_tokens=32)
+    with pytest.raises(ValueError, match=r"\(--seed 0 there, 1 now\)"):
+        heal_layerwise(student, teacher_model(teacher_dir), blocks(), args, tmp_path / "w", seed=1)
+    with pytest.raises(ValueError, match=r"\(other calibration tokens \(--train_files, --max_seq_length"):
+        heal_layerwise(student, teacher_model(teacher_dir), blocks(seed=1), args, tmp_path / "w")
+    with pytest.raises(ValueError, match="other calibration tokens"):  # the same tokens in blocks of another length
+        heal_layerwise(student, teacher_model(teacher_dir), blocks().reshape(16, SEQ // 2), args, tmp_path / "w")
+    resumed = heal_layerwise(student, teacher_model(teacher_dir), blocks(), args, tmp_path / "w")
+    assert all(r["resumed"] for r in resumed["layers"])
 
 
 def test_heal_method_layerwise_writes_per_layer_errors(setup, tmp_path):

@@ -56,7 +56,7 @@ from ..conversion.pruning import GramStatistics, accumulate, relative_error, sol
 from ..modeling_ffn_bert import FfnBertModel
 from ..training import mlm_blocks, read_text_documents
 from .distill import dropout_off
-from .layerwise_folder import check_resume_arguments, load_layer, save_layer
+from .layerwise_folder import calibration_digest, check_resume_arguments, load_layer, save_layer
 
 logger = logging.getLogger(__name__)
 
@@ -349,10 +349,11 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
                          f"use --layerwise_parts layer")
     start = time.perf_counter()
     work_dir = Path(work_dir)
-    check_resume_arguments(work_dir, asdict(args))
     input_ids = calibration_blocks(input_ids, args, s_config.hidden_size)
     tokens = input_ids.numel()
     check_calibration_tokens(tokens, s_config.intermediate_size)
+    check_resume_arguments(work_dir, {**asdict(args), "seed": seed,
+                                      "calibration_sha256": calibration_digest(input_ids)})
     logger.info("layer-wise healing on %d blocks × %d tokens (cap %.0f MB)", len(input_ids), input_ids.shape[1],
                 args.layerwise_memory_mb)
     student.eval(), teacher.eval()

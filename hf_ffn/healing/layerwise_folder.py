@@ -5,10 +5,12 @@ refused rather than mixing two fits."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
+import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -37,12 +39,28 @@ def finished_records(work_dir: Path) -> list[Path]:
     return sorted(work_dir.glob("layer-*.json")) + [p for p in [work_dir / "final_norm.json"] if p.is_file()]
 
 
+def calibration_digest(input_ids: torch.Tensor) -> str:
+    """SHA-256 of the calibration token ids (blocks, seq) as int64, shape included (the same tokens cut into blocks of
+    another length are another calibration: attention sees other contexts)."""
+    digest = hashlib.sha256(str(tuple(input_ids.shape)).encode())
+    digest.update(input_ids.to(torch.int64).contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def describe_change(key: str, old: Any, new: Any) -> str:
+    """One changed entry of `arguments.json`, as the flags that set it."""
+    if key == "calibration_sha256":
+        return "other calibration tokens (--train_files, --max_seq_length, --max_train_samples, --layerwise_tokens)"
+    return f"--{key} {old!r} there, {new!r} now"
+
+
 def check_resume_arguments(work_dir: Path, arguments: dict[str, Any]) -> None:
     """Create `work_dir` and make sure its finished layers were fitted with `arguments` (the layer-wise arguments,
-    `auto` resolved, as a dict), recorded in `arguments.json`.
+    `auto` resolved, the seed and the calibration tokens' `calibration_digest`, as a dict), recorded in
+    `arguments.json`.
 
-    A folder without finished layers (new, or left by a run that stopped before its first layer, e.g. on a bad
-    `--layerwise_tokens`) records `arguments` afresh. A folder written before `arguments.json` existed is left
+    A folder without finished layers (new, or left by a run stopped during its first layer) records `arguments`
+    afresh. A folder written before `arguments.json` existed is left
     without one: `heal_layerwise` still compares each layer record's stream with the run's.
 
     Raises:
@@ -56,7 +74,7 @@ def check_resume_arguments(work_dir: Path, arguments: dict[str, Any]) -> None:
         changed = {k: (saved.get(k), v) for k, v in arguments.items() if saved.get(k, v) != v}
         if changed:
             raise ValueError(f"{work_dir} holds layers fitted with other layer-wise arguments ("
-                             + ", ".join(f"--{k} {old!r} there, {new!r} now" for k, (old, new) in changed.items())
+                             + ", ".join(describe_change(k, old, new) for k, (old, new) in changed.items())
                              + "); use another --output_dir, or the same arguments to resume")
     if finished:
         return
@@ -103,4 +121,7 @@ the residual stream, before `final_norm`).
 {norm}"""
 
 
-__all__ = ["check_resume_arguments", "finished_records", "layerwise_section", "load_layer", "save_layer"]
+__all__ = [
+    "calibration_digest", "check_resume_arguments", "describe_change", "finished_records", "layerwise_section",
+    "load_layer", "save_layer",
+]
