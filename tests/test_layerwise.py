@@ -3,6 +3,7 @@ exactly representable layer is recovered, pruning keeps the top-k units by the s
 run resumes to the same weights, the memory cap is honoured, and a Pre-LN student's final norm is fitted."""
 
 import json
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from hf_ffn.conversion import convert_checkpoint, load_converted, load_pruned
 from hf_ffn.conversion import pruning
 from hf_ffn.conversion.pruning import GramStatistics, ffn_features, importance_scores, solve_down, top_units
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
-from hf_ffn.healing import layerwise
+from hf_ffn.healing import layerwise, layerwise_folder
 from hf_ffn.healing.layerwise import (
     HELD_TENSORS,
     LayerwiseArguments,
@@ -309,6 +310,26 @@ def test_a_folder_without_finished_fits_takes_new_arguments(teacher_dir, tmp_pat
         heal_layerwise(student, teacher_model(teacher_dir), blocks().reshape(16, SEQ // 2), args, tmp_path / "w")
     resumed = heal_layerwise(student, teacher_model(teacher_dir), blocks(), args, tmp_path / "w")
     assert all(r["resumed"] for r in resumed["layers"])
+
+
+def test_card_section_names_the_free_stream_layers():
+    """The model card's layer-wise section: the stream note names the layers fitted `free` (a SwiGLU student, whose
+    LayerNorms sit as the teacher's, has none even under the default `free`), and the last column is each layer's
+    stream norm."""
+    arguments = {**asdict(LayerwiseArguments()), "layerwise_parts": "layer", "layerwise_inputs": "student"}
+    layers = [{"layer": 0, "free_stream": True, "layer_rel_error_before": 1.217, "layer_rel_error": 0.002,
+               "propagated_rel_error": 0.002, "stream_norm": 16.1},
+              {"layer": 1, "free_stream": False, "through_final_norm": True, "layer_rel_error_before": 13.29,
+               "layer_rel_error": 0.133, "propagated_rel_error": 0.133, "stream_norm": 191.5}]
+    record = {"arguments": arguments, "tokens": 65536, "blocks": 512, "activation_bytes": 6e8, "seconds": 395.0,
+              "layers": layers}
+    card = layerwise_folder.layerwise_section(record)
+    assert "residual stream `free` (layers 0): " in card
+    assert "| 0 | - → - | 1.217 → 0.002 | 0.002 | 16.1 |" in card
+    assert "| 1 | - → - | 13.29 → 0.133 | 0.133 | 191.5 |" in card
+    same_norms = {**record, "layers": [{**r, "free_stream": False} for r in layers]}
+    assert "hidden states compared as they are." in layerwise_folder.layerwise_section(same_norms)
+    assert "`free`" not in layerwise_folder.layerwise_section(same_norms)
 
 
 def test_heal_method_layerwise_writes_per_layer_errors(setup, tmp_path):

@@ -99,9 +99,10 @@ def layerwise_section(record: dict | None) -> str:
     final = record.get("final_norm")
     norm = (f"\n`final_norm` set in closed form (per coordinate least squares): relative squared error "
             f"{final['final_norm_rel_error_before']:.4g} → {final['final_norm_rel_error']:.4g}.\n") if final else ""
-    stream = ("residual stream `free`: where the LayerNorm placement differs, both are compared after a LayerNorm "
-              "without affine part (per-token scale and mean not fitted), the last layer through `final_norm`."
-              if a.get("layerwise_stream") == "free" else "hidden states compared as they are.")
+    free = [str(r["layer"]) for r in record["layers"] if r.get("free_stream")]  # `free` where the norms differ
+    stream = (f"residual stream `free` (layers {', '.join(free)}): the student's and the teacher's hidden states are "
+              "compared after a LayerNorm without affine part (per-token scale and mean not fitted)."
+              if free else "hidden states compared as they are.")
     return f"""
 ## Layer-wise healing
 
