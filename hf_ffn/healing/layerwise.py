@@ -47,7 +47,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -284,7 +284,7 @@ def normalized(x: torch.Tensor) -> torch.Tensor:
 
 
 def fit_whole_layer(layer: nn.Module, inputs: torch.Tensor, target: torch.Tensor, args: LayerwiseArguments,
-                    seed: int, view=lambda x: x) -> dict:
+                    seed: int, view: Callable[[torch.Tensor], torch.Tensor] = nn.Identity()) -> dict:
     """Adam on every parameter of `layer` so that view(layer(inputs)) ≈ target; (blocks, seq, hidden) each (`view`:
     the identity, or `normalized` with a normalised target). Kept only if it lowers the relative squared error on
     the calibration tokens (else the layer is restored)."""
@@ -372,7 +372,7 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
         fitted = NormedLayer(s_layer, student.encoder.final_norm) if normed else s_layer
         # --layerwise_stream free: a Pre-LN stream is compared with the teacher's hidden state once both are normalised
         free = args.layerwise_stream == "free" and not same_norms[i] and not normed
-        view = normalized if free else (lambda h: h)
+        view = normalized if free else nn.Identity()
         target = view(t_out)
         record = load_layer(work_dir, f"layer-{i}", fitted)
         if record is not None and record.get("free_stream", False) != free:  # a folder from before arguments.json
