@@ -64,8 +64,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data_root", help="folder holding cola/, stsb/, mrpc/ and rt_polarity/ (../shared/data)")
     parser.add_argument("--output_dir", "--output-dir", dest="output_dir", default="out/tasks")
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
-    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=DEFAULT_VARIANTS,
-                        help="as-converted variants of the checkpoint (default: the baseline and GeGLU, exact)")
+    parser.add_argument("--variants", nargs="*", choices=list(VARIANTS), default=DEFAULT_VARIANTS,
+                        help="as-converted variants of the checkpoint (default: the baseline and GeGLU, exact; "
+                             "none named: only the --healed ones)")
     add_finetune_options(parser, max_seq_length=128)
     parser.add_argument("--epochs", type=float, default=3.0, help="epochs per task (BERT's GLUE recipe: 3)")
     parser.add_argument("--max_steps", type=int, default=0, help="optimizer steps for every task (0: from --epochs)")
@@ -77,6 +78,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("epochs", "batch_size", "evals_per_run"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name} must be positive, got {getattr(args, name)}")
+    if not args.variants and not args.healed and not args.report_only:
+        parser.error(f"--variants names none and no --healed is given: nothing to run (variants: {', '.join(VARIANTS)})")
     return args
 
 

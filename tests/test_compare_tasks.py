@@ -14,6 +14,7 @@ from transformers import AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from hf_ffn import FfnBertForMaskedLM
+from hf_ffn.conversion import convert_checkpoint
 from studies.comparison import BASELINE
 from studies.task_comparison import glue_average, paired_score_difference
 
@@ -90,20 +91,62 @@ def test_compare_tasks_runs_resumes_and_refuses_other_settings(tiny_setup, tmp_p
     assert module.main([*argv, "--report_only"]) == 0
     command = next(line for line in (output / "tasks.md").read_text().splitlines() if line.startswith("Command: "))
     assert "--report_only" not in command and "--tasks cola stsb" in command
+    # --variants naming none runs only the --healed folder (one worker's unit: a variant and a seed)
+    unit = [*argv[:argv.index("--tasks")], "--tasks", "cola", "--seeds", "0", *argv[argv.index("--max_steps"):]]
+    convert_checkpoint(checkpoint, tmp_path / "pre-ln", layer_norm_position="pre")
+    assert module.main([*unit, "--variants", "--healed", f"pre-ln={tmp_path / 'pre-ln'}"]) == 0
+    runs = [json.loads(line) for line in (output / "task_runs.jsonl").read_text().splitlines()]
+    assert [(r["task"], r["variant"], r["seed"]) for r in runs[8:]] == [("cola", "pre-ln healed", 0)]
+    with pytest.raises(SystemExit):
+        module.main([*unit, "--variants"])
+    assert "--variants names none and no --healed is given: nothing to run" in capsys.readouterr().err
 
 
-def test_convergence_reads_a_score_stuck_at_zero_as_flat_in_points():
-    """A Matthews correlation at 0 over the last fifth (nothing learned yet) is flat in points (its relative change,
-    0/0, would be nan); a score rising 5 points over the fifth is still moving."""
+def _baseline_run(task, seed, scores, losses):
+    """A baseline run of 100 steps with validation points at steps 0, 40, 80 and 100 (the last fifth: 80 and 100)."""
+    curve = [{"step": step, "score": score, "eval_loss": loss}
+             for step, score, loss in zip((0, 40, 80, 100), scores, losses, strict=True)]
+    return {"variant": BASELINE, "task": task, "seed": seed, "max_steps": 100, "curve": curve}
+
+
+def test_convergence_labels_each_run_by_its_last_fifth():
+    """A Matthews correlation stuck at 0 is flat in points (its relative change, 0/0, would be nan); a score rising
+    5 points over the fifth is still rising; a rising validation loss is past its best; a falling one still falls."""
     from studies.task_comparison import convergence_lines
 
-    def run(task, scores, losses):
-        curve = [{"step": step, "score": score, "eval_loss": loss}
-                 for step, score, loss in zip((0, 40, 80, 100), scores, losses, strict=True)]
-        return {"variant": BASELINE, "task": task, "seed": 0, "max_steps": 100, "curve": curve}
+    lines = convergence_lines([
+        _baseline_run("cola", 0, [5.0, 0.0, 0.0, 0.0], [0.7, 0.62, 0.62, 0.62]),
+        _baseline_run("stsb", 0, [0.0, 50.0, 70.0, 75.0], [8.0, 2.0, 1.0, 1.0]),
+        _baseline_run("mrpc", 0, [50.0, 80.0, 84.0, 84.2], [0.6, 0.4, 0.40, 0.44]),
+        _baseline_run("rt_polarity", 0, [50.0, 80.0, 85.0, 85.0], [0.6, 0.4, 0.40, 0.38])])
+    by_task = {line.split(",")[0][2:]: line for line in lines if not line.startswith("- **")}
+    assert by_task["cola"].endswith("task score +0.00 points: flat"), by_task["cola"]
+    # stsb: slope (75 - 70) / 20 = 0.25 per step, over the fifth (20 steps) → +5.00 points
+    assert by_task["stsb"].endswith("task score +5.00 points: score still rising"), by_task["stsb"]
+    # mrpc: loss 0.40 → 0.44 is +0.04 over a mean of 0.42: +9.52%; the score's +0.20 points is under FLAT_POINTS
+    assert "validation loss +9.52%" in by_task["mrpc"] and by_task["mrpc"].endswith("+0.20 points: past its best")
+    # rt_polarity: −0.02 over a mean of 0.39: −5.13%
+    assert "validation loss -5.13%" in by_task["rt_polarity"]
+    assert by_task["rt_polarity"].endswith("loss still falling"), by_task["rt_polarity"]
+    assert "- **cola**: 1 seed (1 flat): no interval" in lines
 
-    stuck, rising = convergence_lines([run("cola", [5.0, 0.0, 0.0, 0.0], [0.7, 0.62, 0.62, 0.62]),
-                                       run("stsb", [0.0, 50.0, 70.0, 75.0], [8.0, 2.0, 1.0, 1.0])])
-    assert stuck.endswith("task score +0.00 points (slope 0.00e+00/step): flat, converged"), stuck
-    # stsb: points at steps 80 and 100 (the last fifth), slope (75 - 70) / 20 = 0.25 per step → +5.00 points
-    assert "task score +5.00 points (slope 2.50e-01/step): **still moving**" in rising, rising
+
+def test_convergence_over_seeds_is_a_t_interval_of_the_score_change():
+    """Per task over seeds: the mean score change over the last fifth with its Student-t 95% interval; above 0 is
+    still improving, else no rise was detected."""
+    from studies.task_comparison import convergence_lines
+
+    runs = [_baseline_run("stsb", seed, [0.0, 50.0, 70.0, 70.0 + rise], [8.0, 2.0, 1.0, 1.0])
+            for seed, rise in enumerate((5.0, 6.0, 7.0))]  # +5, +6, +7 points over the fifth
+    runs += [_baseline_run("cola", seed, [0.0, 30.0, 33.0, 33.0 + rise], [0.7, 0.6, 0.6, 0.6])
+             for seed, rise in enumerate((2.0, -2.0, 0.5))]  # +2, −2, +0.5: no rise detected
+    lines = convergence_lines(runs)
+    half = stats.t.ppf(0.975, 2) * 1.0 / 3 ** 0.5  # the sd of (5, 6, 7) is 1
+    assert (f"- **stsb**, 3 seeds (3 score still rising): task score +6.00 [{6 - half:+.2f}, {6 + half:+.2f}] points "
+            "over the last fifth: **still improving**: not converged at this budget") in lines, lines
+    cola = next(line for line in lines if line.startswith("- **cola**"))
+    mean, sd = 0.5 / 3, stats.tstd([2.0, -2.0, 0.5])
+    half = stats.t.ppf(0.975, 2) * sd / 3 ** 0.5
+    assert cola == (f"- **cola**, 3 seeds (1 flat, 1 past its best, 1 score still rising): task score {mean:+.2f} "
+                    f"[{mean - half:+.2f}, {mean + half:+.2f}] points over the last fifth: no rise detected: converged "
+                    "within the noise of these seeds"), cola
