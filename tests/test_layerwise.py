@@ -29,6 +29,7 @@ from hf_ffn.healing.layerwise import (
 from hf_ffn.modeling_ffn_bert import FfnBertGatedMLP
 
 from hf_ffn.healing import HealArguments, run_healing
+from hf_ffn.healing import run as heal_run
 
 from .conftest import TINY
 from .test_healing import heal_args, setup, training_args  # noqa: F401  (setup is a fixture)
@@ -332,7 +333,7 @@ def test_card_section_names_the_free_stream_layers():
     assert "`free`" not in layerwise_folder.layerwise_section(same_norms)
 
 
-def test_heal_method_layerwise_writes_per_layer_errors(setup, tmp_path):
+def test_heal_method_layerwise_writes_per_layer_errors(setup, tmp_path, monkeypatch):
     """`run_healing --method layerwise` without the end-to-end stage (max_steps 0): the healed folder's report and
     card carry the per-layer errors, and the agreement with the teacher improves."""
     convert_checkpoint(str(setup / "teacher"), tmp_path / "student", ffn_type="swiglu", init="fresh", width=24)
@@ -350,6 +351,17 @@ def test_heal_method_layerwise_writes_per_layer_errors(setup, tmp_path):
                                     healed_dir=str(tmp_path / "healed2")), training_args(tmp_path / "run", max_steps=2),
                           layerwise_args=LayerwiseArguments(layerwise_steps=20, layerwise_batch_tokens=64))
     assert healing["steps"] == 2 and all(r["resumed"] for r in healing["layerwise"]["layers"])
+    # a rerun with other layer-wise arguments is refused before a model is loaded (or measured)
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the teacher was loaded before the layer-wise arguments were checked")
+
+    monkeypatch.setattr(heal_run, "load_teacher", no_loading)
+    with pytest.raises(ValueError, match=r"holds layers fitted with other layer-wise arguments \(--layerwise_steps "
+                                         r"20 there, 30 now\)"):
+        run_healing(heal_args(setup, tmp_path / "student", method="layerwise", healed_dir=str(tmp_path / "healed3")),
+                    training_args(tmp_path / "run", max_steps=0),
+                    layerwise_args=LayerwiseArguments(layerwise_steps=30, layerwise_batch_tokens=64))
+    monkeypatch.undo()
     # layer-wise is the command's default method (the best measured, docs/healing.md)
     assert HealArguments(student="s", train_files=["t"]).method == "layerwise"
     with pytest.raises(ValueError, match="--method has unknown value 'greedy'; allowed: end_to_end, layerwise"):

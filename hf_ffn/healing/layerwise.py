@@ -51,7 +51,9 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
+from transformers import PretrainedConfig
 
+from ..configuration_ffn_bert import FfnBertConfig
 from ..conversion.pruning import GramStatistics, accumulate, relative_error, solve_down
 from ..modeling_ffn_bert import FfnBertModel
 from ..training import mlm_blocks, read_text_documents
@@ -149,8 +151,9 @@ def check_calibration_tokens(tokens: int, intermediate_size: int) -> None:
 
 
 def calibration_blocks(input_ids: torch.Tensor, args: LayerwiseArguments, hidden_size: int) -> torch.Tensor:
-    """Blocks of `input_ids` (blocks, seq), evenly spaced over all of them (the text's documents in order), within `layerwise_tokens` and the memory cap (`HELD_TENSORS`
-    × tokens × hidden × 4 bytes ≤ `layerwise_memory_mb` · 10⁶); at least one block.
+    """Blocks of `input_ids` (blocks, seq), evenly spaced over all of them (the text's documents in order), within
+    `layerwise_tokens` and the memory cap (`HELD_TENSORS` × tokens × hidden × 4 bytes ≤ `layerwise_memory_mb` · 10⁶);
+    at least one block.
 
     Raises:
         ValueError: if not even one block fits under the cap.
@@ -323,6 +326,36 @@ def resolve_auto(args: LayerwiseArguments, same_norms: bool) -> LayerwiseArgumen
     return replace(args, layerwise_parts=parts, layerwise_inputs=inputs)
 
 
+def check_layerwise(s_config: FfnBertConfig, t_config: PretrainedConfig, input_ids: torch.Tensor,
+                    args: LayerwiseArguments, work_dir: str | Path, seed: int = 0
+                    ) -> tuple[LayerwiseArguments, torch.Tensor, list[bool]]:
+    """Everything `heal_layerwise` checks before fitting, from the configs alone (so a command can refuse before it
+    loads or measures a model): returns (`args` with `auto` resolved, the calibration blocks, per layer whether
+    student and teacher place their LayerNorms alike), and records the arguments in `work_dir`
+    (`check_resume_arguments`).
+
+    Raises:
+        ValueError: depths or hidden sizes differ; `--layerwise_parts ffn` for a layer whose LayerNorm placement
+            differs from the teacher's (its FFN input is another quantity: use `layer`); too few calibration tokens;
+            `work_dir` holds layers fitted with other arguments.
+    """
+    if s_config.num_hidden_layers != t_config.num_hidden_layers or s_config.hidden_size != t_config.hidden_size:
+        raise ValueError(f"layer-wise healing pairs layers: student has {s_config.num_hidden_layers} layers of "
+                         f"{s_config.hidden_size}, teacher {t_config.num_hidden_layers} of {t_config.hidden_size}")
+    t_norms = getattr(t_config, "layer_norm_positions", ["post"] * t_config.num_hidden_layers)  # a BertConfig: Post-LN
+    same_norms = [s == t for s, t in zip(s_config.layer_norm_positions, t_norms)]
+    args = resolve_auto(args, all(same_norms))
+    if args.layerwise_parts == "ffn" and not all(same_norms):
+        raise ValueError(f"--layerwise_parts ffn fits each FFN to its teacher FFN, but the LayerNorm placement "
+                         f"differs ({s_config.layer_norm_positions} vs the teacher's {t_norms}); "
+                         f"use --layerwise_parts layer")
+    input_ids = calibration_blocks(input_ids, args, s_config.hidden_size)
+    check_calibration_tokens(input_ids.numel(), s_config.intermediate_size)
+    check_resume_arguments(Path(work_dir), {**asdict(args), "seed": seed,
+                                            "calibration_sha256": calibration_digest(input_ids)})
+    return args, input_ids, same_norms
+
+
 def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torch.Tensor, args: LayerwiseArguments,
                    work_dir: str | Path, seed: int = 0) -> dict[str, Any]:
     """Fit `student` (an FfnBert base model, changed in place) layer by layer to `teacher` (an FfnBert base model of
@@ -334,26 +367,13 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
         teacher's after fitting), "final_norm" (Pre-LN), "seconds"}.
 
     Raises:
-        ValueError: depths or hidden sizes differ; `--layerwise_parts ffn` for a layer whose LayerNorm placement
-            differs from the teacher's (its FFN input is another quantity: use `layer`).
+        ValueError: as `check_layerwise`.
     """
-    s_config, t_config = student.config, teacher.config
-    if s_config.num_hidden_layers != t_config.num_hidden_layers or s_config.hidden_size != t_config.hidden_size:
-        raise ValueError(f"layer-wise healing pairs layers: student has {s_config.num_hidden_layers} layers of "
-                         f"{s_config.hidden_size}, teacher {t_config.num_hidden_layers} of {t_config.hidden_size}")
-    same_norms = [s == t for s, t in zip(s_config.layer_norm_positions, t_config.layer_norm_positions)]
-    args = resolve_auto(args, all(same_norms))
-    if args.layerwise_parts == "ffn" and not all(same_norms):
-        raise ValueError(f"--layerwise_parts ffn fits each FFN to its teacher FFN, but the LayerNorm placement "
-                         f"differs ({s_config.layer_norm_positions} vs the teacher's {t_config.layer_norm_positions}); "
-                         f"use --layerwise_parts layer")
+    s_config = student.config
     start = time.perf_counter()
     work_dir = Path(work_dir)
-    input_ids = calibration_blocks(input_ids, args, s_config.hidden_size)
+    args, input_ids, same_norms = check_layerwise(s_config, teacher.config, input_ids, args, work_dir, seed)
     tokens = input_ids.numel()
-    check_calibration_tokens(tokens, s_config.intermediate_size)
-    check_resume_arguments(work_dir, {**asdict(args), "seed": seed,
-                                      "calibration_sha256": calibration_digest(input_ids)})
     logger.info("layer-wise healing on %d blocks × %d tokens (cap %.0f MB)", len(input_ids), input_ids.shape[1],
                 args.layerwise_memory_mb)
     student.eval(), teacher.eval()

@@ -48,7 +48,7 @@ from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertForMaskedLM, FfnBertModel, FfnBertPreTrainedModel
 from ..training import PaddingFreeCollator, mlm_blocks, read_rt_polarity, read_text_documents, resume_checkpoint
 from .distill import DistillationLoss, DistillationTrainer, dropout_off, select_trainable
-from .layerwise import METHODS, LayerwiseArguments, heal_layerwise
+from .layerwise import METHODS, LayerwiseArguments, check_layerwise, heal_layerwise
 from .layerwise_folder import layerwise_section
 from .metrics import PROBE_FOLDS, AgreementCallback, measure_agreement, subset_indices
 
@@ -216,7 +216,7 @@ def run_healing(
                    if getattr(layerwise_args, f.name) != getattr(default, f.name)]
         if ignored:
             raise ValueError(f"{', '.join(ignored)} set the layer-wise stage, which --method end_to_end does not "
-                             f"run; drop them, or use --method layerwise")
+                             f"run; remove them, or use --method layerwise")
     documents = read_text_documents(heal_args.train_files)
     models = check_models(heal_args)
     teacher_path, tokenizer = models.teacher, models.tokenizer
@@ -240,6 +240,10 @@ def run_healing(
         blocks = blocks.select(range(min(heal_args.max_train_samples, len(blocks))))
     blocks = blocks.remove_columns("special_tokens_mask")
     blocks = blocks.add_column("attention_mask", [[1] * heal_args.max_seq_length] * len(blocks))
+    layerwise_dir = Path(training_args.output_dir) / "layerwise"
+    if heal_args.method == "layerwise":  # refuse a mismatched resume before loading or measuring a model
+        check_layerwise(models.student_config, models.teacher_config, torch.tensor(blocks["input_ids"]),
+                        layerwise_args or LayerwiseArguments(), layerwise_dir, seed=training_args.seed)
 
     with_head = heal_args.mlm_kl_weight > 0
     teacher = load_teacher(teacher_path, with_head, models.teacher_config, heal_args.padding_free)
@@ -267,8 +271,7 @@ def run_healing(
         with quiet_transformers():
             teacher_layers = FfnBertModel.from_pretrained(teacher_path, add_pooling_layer=False)
         layerwise = heal_layerwise(student.base_model, teacher_layers, torch.tensor(blocks["input_ids"]),
-                                   layerwise_args or LayerwiseArguments(),
-                                   Path(training_args.output_dir) / "layerwise", seed=training_args.seed)
+                                   layerwise_args or LayerwiseArguments(), layerwise_dir, seed=training_args.seed)
         del teacher_layers
     history, steps, train_seconds = [], 0, 0.0
     if heal_args.method == "end_to_end" or training_args.max_steps > 0:
