@@ -23,7 +23,9 @@ lines concatenated.
 Writes OUTPUT_DIR/task_runs.jsonl (one line per finished run) and OUTPUT_DIR/tasks.md. Finished runs are skipped,
 so an interrupted comparison resumes where it stopped (the run in progress starts again); runs go seed by seed, then
 task by task. Settings must match the file's (else ValueError: use another --output_dir). `--report_only` only
-rewrites the table.
+rewrites the table. Several processes may share one --output_dir when each runs other units (`--variants` with no
+name runs only the `--healed` ones, e.g. one variant and one `--seeds` per process); each rewrites tasks.md with its
+own command, so rewrite it at the end with the full command and `--report_only`.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from pathlib import Path
 import torch
 from transformers import TrainingArguments
 
+from hf_ffn.files import atomic_output_file
 from hf_ffn.parity import bundled_checkpoint
 from hf_ffn.training import (
     TASKS, ClassificationDataArguments, ModelArguments, bad_input_exits, run_classification, task_score,
@@ -79,7 +82,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if getattr(args, name) <= 0:
             parser.error(f"--{name} must be positive, got {getattr(args, name)}")
     if not args.variants and not args.healed and not args.report_only:
-        parser.error(f"--variants names none and no --healed is given: nothing to run (variants: {', '.join(VARIANTS)})")
+        parser.error(f"--variants names none and no --healed is given: nothing to run (variants: {', '.join(VARIANTS)}; "
+                     f"or --report_only)")
     return args
 
 
@@ -140,9 +144,12 @@ def run_one(args: argparse.Namespace, task: str, name: str, model_args: ModelArg
 
 
 def read_runs(path: Path) -> list[dict]:
+    """The finished runs in `path` (one JSON line each); a last line without its newline is another process's run
+    being appended (several processes may share one --output_dir) and is left for the next read."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = path.read_text()
+    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines() if line.strip()]
 
 
 def write_report(args: argparse.Namespace, runs: list[dict], argv: list[str] | None) -> None:
@@ -172,7 +179,8 @@ def write_report(args: argparse.Namespace, runs: list[dict], argv: list[str] | N
         "batch_size": first["batch_size"], "first": min(r["finished"] for r in runs),
         "last": max(r["finished"] for r in runs),
     }
-    (Path(args.output_dir) / TABLE).write_text(report(runs, header))
+    with atomic_output_file(Path(args.output_dir) / TABLE) as tmp:  # other processes may read or write it too
+        Path(tmp).write_text(report(runs, header))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -128,18 +128,18 @@ def test_convergence_labels_each_run_by_its_last_fifth():
     # rt_polarity: −0.02 over a mean of 0.39: −5.13%
     assert "validation loss -5.13%" in by_task["rt_polarity"]
     assert by_task["rt_polarity"].endswith("loss still falling"), by_task["rt_polarity"]
-    assert "- **cola**: 1 seed (1 flat): no interval" in lines
+    assert "- **cola**, 1 seed (1 flat): fewer than 2 seeds with a finite change: no interval" in lines
 
 
 def test_convergence_over_seeds_is_a_t_interval_of_the_score_change():
     """Per task over seeds: the mean score change over the last fifth with its Student-t 95% interval; above 0 is
-    still improving, else no rise was detected."""
+    still improving, else (inside 0) no rise or fall was detected."""
     from studies.task_comparison import convergence_lines
 
     runs = [_baseline_run("stsb", seed, [0.0, 50.0, 70.0, 70.0 + rise], [8.0, 2.0, 1.0, 1.0])
             for seed, rise in enumerate((5.0, 6.0, 7.0))]  # +5, +6, +7 points over the fifth
     runs += [_baseline_run("cola", seed, [0.0, 30.0, 33.0, 33.0 + rise], [0.7, 0.6, 0.6, 0.6])
-             for seed, rise in enumerate((2.0, -2.0, 0.5))]  # +2, −2, +0.5: no rise detected
+             for seed, rise in enumerate((2.0, -2.0, 0.5))]  # +2, −2, +0.5: no rise or fall detected
     lines = convergence_lines(runs)
     half = stats.t.ppf(0.975, 2) * 1.0 / 3 ** 0.5  # the sd of (5, 6, 7) is 1
     assert (f"- **stsb**, 3 seeds (3 score still rising): task score +6.00 [{6 - half:+.2f}, {6 + half:+.2f}] points "
@@ -148,5 +148,34 @@ def test_convergence_over_seeds_is_a_t_interval_of_the_score_change():
     mean, sd = 0.5 / 3, stats.tstd([2.0, -2.0, 0.5])
     half = stats.t.ppf(0.975, 2) * sd / 3 ** 0.5
     assert cola == (f"- **cola**, 3 seeds (1 flat, 1 past its best, 1 score still rising): task score {mean:+.2f} "
-                    f"[{mean - half:+.2f}, {mean + half:+.2f}] points over the last fifth: no rise detected: converged "
-                    "within the noise of these seeds"), cola
+                    f"[{mean - half:+.2f}, {mean + half:+.2f}] points over the last fifth: no rise or fall detected: "
+                    "converged within the noise of these seeds"), cola
+
+
+def test_convergence_names_nan_falls_and_scores_that_never_move():
+    """A nan in the curve is named, not read as flat, and left out of the interval; a fall on every seed is a
+    detected fall (past its best); a score stuck at 0 on every seed is no change, not convergence."""
+    from studies.task_comparison import convergence_lines, seeds_verdict
+
+    nan = float("nan")
+    lines = convergence_lines([_baseline_run("stsb", 0, [0.0, 50.0, 70.0, nan], [8.0, 2.0, 1.0, 1.0]),
+                               _baseline_run("mrpc", 0, [50.0, 80.0, 84.0, 84.0], [0.6, 0.4, nan, 0.4])])
+    assert lines[0].endswith("points: nan in the curve") and lines[1].endswith("points: nan in the curve"), lines
+    assert seeds_verdict([nan, 1.0]) == "fewer than 2 seeds with a finite change: no interval"
+    falls = [-9.0, -10.0, -11.0]
+    half = stats.t.ppf(0.975, 2) * 1.0 / 3 ** 0.5
+    assert seeds_verdict(falls) == (f"task score -10.00 [{-10 - half:+.2f}, {-10 + half:+.2f}] points over the last "
+                                    "fifth: **falling**: past its best")
+    assert seeds_verdict([0.0, 0.0, nan]).startswith("no change on any seed")
+
+
+def test_read_runs_leaves_a_line_being_appended(tmp_path):
+    """Several processes append to one runs file: a last line without its newline is not read (yet)."""
+    spec = importlib.util.spec_from_file_location("compare_tasks", REPO / "scripts" / "compare_tasks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = tmp_path / "task_runs.jsonl"
+    path.write_text('{"seed": 0}\n{"seed": 1}\n{"seed": 2, "sco')
+    assert module.read_runs(path) == [{"seed": 0}, {"seed": 1}]
+    path.write_text('{"seed": 0}\n')
+    assert module.read_runs(path) == [{"seed": 0}]

@@ -326,13 +326,16 @@ def resolve_auto(args: LayerwiseArguments, same_norms: bool) -> LayerwiseArgumen
     return replace(args, layerwise_parts=parts, layerwise_inputs=inputs)
 
 
-def check_layerwise(s_config: FfnBertConfig, t_config: PretrainedConfig, input_ids: torch.Tensor,
-                    args: LayerwiseArguments, work_dir: str | Path, seed: int = 0
-                    ) -> tuple[LayerwiseArguments, torch.Tensor, list[bool]]:
-    """Everything `heal_layerwise` checks before fitting, from the configs alone (so a command can refuse before it
-    loads or measures a model): returns (`args` with `auto` resolved, the calibration blocks, per layer whether
-    student and teacher place their LayerNorms alike), and records the arguments in `work_dir`
-    (`check_resume_arguments`).
+def prepare_layerwise(s_config: FfnBertConfig, t_config: PretrainedConfig, input_ids: torch.Tensor,
+                      args: LayerwiseArguments, work_dir: str | Path, seed: int = 0
+                      ) -> tuple[LayerwiseArguments, torch.Tensor, list[bool]]:
+    """Everything `heal_layerwise` checks and records before fitting, from the configs alone (so a command can refuse
+    before it loads or measures a model). `input_ids`: (blocks, seq) int64 token ids of the calibration text.
+
+    Returns:
+        (`args` with `auto` resolved, the calibration blocks actually used (blocks', seq) int64 (`calibration_blocks`),
+        one bool per layer: whether student and teacher place its LayerNorms alike). Writes `work_dir`/arguments.json
+        when the folder holds no finished layer (`check_resume_arguments`).
 
     Raises:
         ValueError: depths or hidden sizes differ; `--layerwise_parts ffn` for a layer whose LayerNorm placement
@@ -367,12 +370,12 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
         teacher's after fitting), "final_norm" (Pre-LN), "seconds"}.
 
     Raises:
-        ValueError: as `check_layerwise`.
+        ValueError: as `prepare_layerwise`.
     """
     s_config = student.config
     start = time.perf_counter()
     work_dir = Path(work_dir)
-    args, input_ids, same_norms = check_layerwise(s_config, teacher.config, input_ids, args, work_dir, seed)
+    args, input_ids, same_norms = prepare_layerwise(s_config, teacher.config, input_ids, args, work_dir, seed)
     tokens = input_ids.numel()
     logger.info("layer-wise healing on %d blocks × %d tokens (cap %.0f MB)", len(input_ids), input_ids.shape[1],
                 args.layerwise_memory_mb)
@@ -437,6 +440,6 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
 __all__ = [
     "HELD_TENSORS", "LAYERWISE_INPUTS", "LAYERWISE_PARTS", "LAYERWISE_STREAMS", "METHODS", "LayerwiseArguments",
     "NormedLayer", "adam_fit", "apply_chunked", "calibration_blocks", "calibration_ids", "fit_ffn", "fit_final_norm",
-    "fit_whole_layer", "heal_layerwise", "normalized", "relative_squared_error", "resolve_auto", "run_layer",
-    "set_down",
+    "fit_whole_layer", "heal_layerwise", "normalized", "prepare_layerwise", "relative_squared_error", "resolve_auto",
+    "run_layer", "set_down",
 ]

@@ -54,16 +54,19 @@ def _verdict(interval: tuple | None) -> str:
 
 def run_trend(run: dict) -> tuple[dict, float, str] | None:
     """One baseline run's last fifth: (the loss's `last_fifth_change`, the task score's change over the fifth in
-    points, the label), None with fewer than 2 validation points there. The label, in this order: "score still
-    rising" (the score gains `FLAT_POINTS` or more), "past its best" (the score loses `FLAT_POINTS` or more, or the
-    validation loss rises more than `FLAT`: over-fitting, which more steps do not cure), "loss still falling" (it
-    falls more than `FLAT`), else "flat". A score can sit at 0 (a Matthews correlation before anything is learned),
-    where a relative change has no meaning, hence points."""
+    points, the label), None with fewer than 2 validation points there. The label, in this order: "nan in the
+    curve" (a diverged loss, or a correlation of constant predictions), "score still rising" (the score gains
+    `FLAT_POINTS` or more), "past its best" (the score loses `FLAT_POINTS` or more, or the validation loss rises more
+    than `FLAT`: over-fitting, which more steps do not cure), "loss still falling" (it falls more than `FLAT`), else
+    "flat". A score can sit at 0 (a Matthews correlation before anything is learned), where a relative change has
+    no meaning, hence points."""
     loss, score = last_fifth_change(run["curve"]), last_fifth_change(run["curve"], key="score")
     if loss["points"] < 2:
         return None
     points = score["slope_per_step"] * 0.2 * run["max_steps"]  # the score's change over the fifth
-    if points >= FLAT_POINTS:
+    if math.isnan(points) or math.isnan(loss["relative_change"]):
+        label = "nan in the curve"
+    elif points >= FLAT_POINTS:
         label = "score still rising"
     elif points <= -FLAT_POINTS or loss["relative_change"] > FLAT:
         label = "past its best"
@@ -74,13 +77,28 @@ def run_trend(run: dict) -> tuple[dict, float, str] | None:
     return loss, points, label
 
 
+def seeds_verdict(changes: Sequence[float]) -> str:
+    """The verdict on a task's last-fifth score changes over its seeds (points, nan left out): "still improving"
+    when the Student-t 95% interval lies above 0, "falling" when it lies below (past its best), "no change on any
+    seed" when every change is 0 (e.g. a score stuck at 0: nothing learned, not convergence), else no rise or fall
+    detected (converged within the noise of these seeds)."""
+    finite = [change for change in changes if not math.isnan(change)]
+    if len(finite) < 2:
+        return "fewer than 2 seeds with a finite change: no interval"
+    if all(change == 0 for change in finite):
+        return "no change on any seed (a score stuck where it is: look at its value)"
+    mean, low, high = paired_t_interval(finite)
+    verdict = ("**still improving**: not converged at this budget" if low > 0 else
+               "**falling**: past its best" if high < 0 else
+               "no rise or fall detected: converged within the noise of these seeds")
+    return f"task score {mean:+.2f} [{low:+.2f}, {high:+.2f}] points over the last fifth: {verdict}"
+
+
 def convergence_lines(runs: Sequence[dict]) -> list[str]:
     """The baseline's validation curves over the last fifth of each run (`run_trend`: least-squares slopes of the
     loss and the task score), then per task over its seeds the mean change of the score with its Student-t 95%
-    interval: "still improving" when the interval lies above 0 (not converged at this budget), else no rise
-    detected (converged within the noise of those seeds, the runs' labels beside it). Three validation points per
-    fifth scatter, so a single run's label is weak evidence; a longer run that does not move the result is the
-    stronger check."""
+    interval (`seeds_verdict`). Three validation points per fifth scatter, so a single run's label is weak
+    evidence; a longer run that does not move the result is the stronger check."""
     lines, changes = [], {}
     for run in sorted((r for r in runs if r["variant"] == BASELINE), key=lambda r: (r["task"], r["seed"])):
         trend = run_trend(run)
@@ -95,15 +113,10 @@ def convergence_lines(runs: Sequence[dict]) -> list[str]:
             f"loss {100 * loss['relative_change']:+.2f}% (slope {loss['slope_per_step']:.2e}/step), task score "
             f"{points:+.2f} points: {label}")
     for task, rows in changes.items():
-        labels = ", ".join(f"{sum(label == name for _, label in rows)} {name}" for name in sorted({l for _, l in rows}))
-        if len(rows) < 2:
-            lines.append(f"- **{task}**: 1 seed ({labels}): no interval")
-            continue
-        mean, low, high = paired_t_interval([points for points, _ in rows])
-        verdict = ("**still improving**: not converged at this budget" if low > 0 else
-                   "no rise detected: converged within the noise of these seeds")
-        lines.append(f"- **{task}**, {len(rows)} seeds ({labels}): task score {mean:+.2f} [{low:+.2f}, {high:+.2f}] "
-                     f"points over the last fifth: {verdict}")
+        labels = ", ".join(f"{sum(label == name for _, label in rows)} {name}"
+                           for name in sorted({label for _, label in rows}))
+        lines.append(f"- **{task}**, {len(rows)} seed{'s' if len(rows) > 1 else ''} ({labels}): "
+                     + seeds_verdict([points for points, _ in rows]))
     return lines
 
 
@@ -161,7 +174,8 @@ def report(runs: Sequence[dict], header: dict) -> str:
             text.append(f"| {name} | {', '.join(str(r['seed']) for r in rows)} | {_cell([r['score'] for r in rows])} "
                         f"| {_interval(interval)} | " + ("baseline" if name == BASELINE else _verdict(interval)) + " |")
         text.append("")
-    text += ["## Baseline convergence (validation, last fifth of each run; then per task over seeds)", ""] + convergence_lines(runs) + [""]
+    text += ["## Baseline convergence (validation, last fifth of each run; then per task over seeds)", "",
+             *convergence_lines(runs), ""]
     text += ["## Cost", ""] + cost_lines(runs, header["full_variants"], header["full_seeds"], header["epochs"],
                                          header["batch_size"]) + [""]
     loads = [value for run in runs for value in (run["load_before"], run["load_after"])]
@@ -173,4 +187,5 @@ def report(runs: Sequence[dict], header: dict) -> str:
     return "\n".join(text)
 
 
-__all__ = ["FLAT", "FLAT_POINTS", "convergence_lines", "cost_lines", "glue_average", "paired_score_difference", "report", "run_trend"]
+__all__ = ["FLAT", "FLAT_POINTS", "convergence_lines", "cost_lines", "glue_average", "paired_score_difference", "report",
+           "run_trend", "seeds_verdict"]
