@@ -116,7 +116,8 @@ class FfnBertConfig(BertConfig):
             FFN, residual adds, dropout, the final norm) runs on the real tokens only, packed as
             (n_real_tokens, hidden_size), re-padded only for the attention core. Every real token's output, the
             pooler, every head's logits at real positions and every loss that ignores pad positions (labels -100
-            there, as the data collators set them) equal the padded path's bit for bit; hidden states at pad
+            there, as the data collators set them) equal the padded path's within fp32 rounding (attention sums its
+            terms in another order, BLAS may pick its kernel by the row count: docs/unpadded.md); hidden states at pad
             positions are zeros (so the question-answering span loss, a softmax over all positions, differs).
             Other masks, no padding and `output_attentions` run the padded path. Compute and memory scale with
             the real tokens instead of batch × seq. An execution switch: the weights are the same either way.

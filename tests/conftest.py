@@ -30,6 +30,21 @@ TINY = dict(
 SCALE_TOL = 1e-5
 
 
+# A matmul's row against the same row computed among other rows: BLAS may pick its kernel (and so the summation
+# order) by the number of rows. Seen: equal bits on Intel Xeon; 1–2 ulp on AMD EPYC (MKL 2024.2, AVX-512), at most
+# 0.66 float32 epsilons of the largest value. Bound: this many epsilons of it.
+ROW_COUNT_ULPS = 16
+
+
+def assert_equal_but_row_count(actual: torch.Tensor, expected: torch.Tensor, msg: str = "") -> None:
+    """The same ops on the same rows, run in calls with other numbers of rows: max |actual − expected| ≤
+    `ROW_COUNT_ULPS` · eps(float32) · max |expected| (`torch.equal` where the BLAS kernel does not depend on the row
+    count; a few ulp where it does)."""
+    assert actual.shape == expected.shape, msg
+    bound = ROW_COUNT_ULPS * torch.finfo(torch.float32).eps * expected.abs().max().item()
+    assert (actual - expected).abs().max().item() <= bound, f"{msg}: {(actual - expected).abs().max().item()} > {bound}"
+
+
 def assert_close_to_scale(actual: torch.Tensor, expected: torch.Tensor, msg: str = "", floor: float = 0.0) -> None:
     """max |actual − expected| ≤ max(SCALE_TOL · max |expected|, floor) (fp32 rounding, relative to the tensor's
     size; `floor` for tensors that are 0 in exact arithmetic)."""
