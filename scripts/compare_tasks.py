@@ -172,7 +172,7 @@ def write_report(args: argparse.Namespace, runs: list[dict], argv: list[str] | N
             + (f" Smoke settings: {first['max_train_samples']} training rows, {first['max_eval_samples']} "
                f"validation rows per task: the numbers show that the command works, not the variants' quality."
                if first["max_train_samples"] or first["max_eval_samples"] else "")),
-        "machine": runs[-1]["machine"], "versions": runs[-1]["versions"],
+        "versions": runs[-1]["versions"],
         "command": "python scripts/compare_tasks.py " + shlex.join(  # what runs the table (--report_only does not)
             arg for arg in (sys.argv[1:] if argv is None else argv) if arg != "--report_only"),
         "full_variants": FULL_TABLE_VARIANTS, "full_seeds": 3, "epochs": first["epochs"],

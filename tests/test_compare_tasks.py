@@ -91,6 +91,14 @@ def test_compare_tasks_runs_resumes_and_refuses_other_settings(tiny_setup, tmp_p
     assert module.main([*argv, "--report_only"]) == 0
     command = next(line for line in (output / "tasks.md").read_text().splitlines() if line.startswith("Command: "))
     assert "--report_only" not in command and "--tasks cola stsb" in command
+    # runs from two machines (a table resumed elsewhere): the report names each with its count of runs
+    lines = (output / "task_runs.jsonl").read_text().splitlines()
+    moved = {**json.loads(lines[0]), "machine": {"cpu": "Other CPU", "cores": 16}}
+    (output / "task_runs.jsonl").write_text("\n".join([json.dumps(moved), *lines[1:]]) + "\n")
+    assert module.main([*argv, "--report_only"]) == 0
+    cpu = runs[1]["machine"]["cpu"]
+    assert (f"Machines (fp32 results differ in the last bits between CPUs): Other CPU, 16 logical cores (1 run); "
+            f"{cpu}, {runs[1]['machine']['cores']} logical cores (7 runs), ") in (output / "tasks.md").read_text()
     # --variants naming none runs only the --healed folder (one worker's unit: a variant and a seed)
     unit = [*argv[:argv.index("--tasks")], "--tasks", "cola", "--seeds", "0", *argv[argv.index("--max_steps"):]]
     convert_checkpoint(checkpoint, tmp_path / "pre-ln", layer_norm_position="pre")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 
 from hf_ffn.training import TASKS
@@ -179,7 +180,9 @@ def report(runs: Sequence[dict], header: dict) -> str:
     text += ["## Cost", ""] + cost_lines(runs, header["full_variants"], header["full_seeds"], header["epochs"],
                                          header["batch_size"]) + [""]
     loads = [value for run in runs for value in (run["load_before"], run["load_after"])]
-    text += [f"Machine: {header['machine']['cpu']}, {header['machine']['cores']} logical cores, "
+    machines = Counter(f"{run['machine']['cpu']}, {run['machine']['cores']} logical cores" for run in runs)
+    text += [("Machine: " if len(machines) == 1 else "Machines (fp32 results differ in the last bits between CPUs): ")
+             + "; ".join(f"{name} ({count} run{'s' if count > 1 else ''})" for name, count in machines.items()) + ", "
              f"{sorted({run['threads'] for run in runs})} torch thread(s) per run, load average (1 min) "
              f"{min(loads):.2f}–{max(loads):.2f} around the runs. Versions: {header['versions']}. "
              f"Wall time: {sum(run['wall_seconds'] for run in runs) / 3600:.2f} h for {len(runs)} runs "
