@@ -49,7 +49,7 @@ from hf_ffn.parity import bundled_checkpoint
 from hf_ffn.training import (
     TASKS, ClassificationDataArguments, ModelArguments, bad_input_exits, run_classification, task_score,
 )
-from studies.comparison import BASELINE, VARIANTS, parse_healed, variant_order, weights_sha256
+from studies.comparison import BASELINE, VARIANTS, parse_healed, recipe_sha256, variant_order, weights_sha256
 from studies.environment import machine, versions
 from studies.finetune_options import add_finetune_options
 from studies.task_comparison import report
@@ -77,13 +77,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max_train_samples", type=int, default=0, help="training rows per task (0: all)")
     parser.add_argument("--max_eval_samples", type=int, default=0, help="validation rows (0: all)")
     parser.add_argument("--report_only", action="store_true", help="only write the table")
+    parser.add_argument("--accept_remade_students", action="store_true",
+                        help="resume a variant whose folder's weights differ from those its runs started from when "
+                             "both were made by the same recipe (conversion, healing and layer-wise arguments, data "
+                             "sizes, source weights: studies.comparison.recipe_sha256), e.g. re-made on another "
+                             "machine, where CPU arithmetic differs in the last bits; the report counts the weight "
+                             "sets per variant")
     args = parser.parse_args(argv)
     for name in ("epochs", "batch_size", "evals_per_run"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name} must be positive, got {getattr(args, name)}")
     if not args.variants and not args.healed and not args.report_only:
-        parser.error(f"--variants names none and no --healed is given: nothing to run (variants: {', '.join(VARIANTS)}; "
-                     f"or --report_only)")
+        parser.error(f"--variants names none and no --healed is given: nothing to run (variants: "
+                     f"{', '.join(VARIANTS)}; or --report_only)")
     return args
 
 
@@ -106,8 +112,9 @@ def split_sizes(args: argparse.Namespace, task: str) -> dict[str, int]:
 
 
 def run_one(args: argparse.Namespace, task: str, name: str, model_args: ModelArguments, seed: int, output_dir: Path,
-            fingerprint: str, sizes: dict[str, int]) -> dict:
-    """One fine-tuning run; returns its JSON line."""
+            start: tuple[str, str | None], sizes: dict[str, int]) -> dict:
+    """One fine-tuning run from `model_args` (whose weights' SHA-256 and recipe SHA-256 are `start`); returns its JSON
+    line."""
     max_steps = args.max_steps or math.ceil(args.epochs * sizes["train_rows"] / args.batch_size)
     eval_steps = max(1, max_steps // args.evals_per_run)
     data_args = ClassificationDataArguments(
@@ -132,7 +139,8 @@ def run_one(args: argparse.Namespace, task: str, name: str, model_args: ModelArg
     return {
         "task": task, "variant": name, "seed": seed,
         "checkpoint": BUNDLED_NAME if checkpoint == bundled_checkpoint() else checkpoint,  # no machine path
-        "checkpoint_sha256": fingerprint, "settings": settings(args, task), "max_steps": max_steps, **sizes,
+        "checkpoint_sha256": start[0], "recipe_sha256": start[1], "settings": settings(args, task),
+        "max_steps": max_steps, **sizes,
         "metrics": {key: results[prefix + key] for key in METRIC_KEYS if prefix + key in results},
         "score": task_score(task, results, prefix), "split": prefix.rstrip("_"),
         "wall_seconds": outcome["wall_seconds"], "train_seconds": outcome["train_seconds"],
@@ -199,13 +207,19 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--data_root is required to run the comparison (or give --report_only)")
         sha = {path: weights_sha256(path) for path in {start.model_name_or_path for start in starts.values()}}
         fingerprints = {name: sha[start.model_name_or_path] for name, start in starts.items()}
+        recipes = {name: recipe_sha256(start.model_name_or_path) for name, start in starts.items()}
         for run in read_runs(results):
             if run["task"] in args.tasks and run["settings"] != settings(args, run["task"]):
                 raise ValueError(f"{results} holds {run['task']} runs with settings {run['settings']}, not "
                                  f"{settings(args, run['task'])}; use another --output_dir (or --report_only)")
             if run["variant"] in starts and run["checkpoint_sha256"] != fingerprints[run["variant"]]:
-                raise ValueError(f"{results}: {run['variant']!r} was run from other weights ({run['checkpoint']!r}) "
-                                 f"than {starts[run['variant']].model_name_or_path!r}; use another --output_dir")
+                same_recipe = run.get("recipe_sha256") is not None and run["recipe_sha256"] == recipes[run["variant"]]
+                if not (same_recipe and args.accept_remade_students):
+                    raise ValueError(
+                        f"{results}: {run['variant']!r} was run from other weights ({run['checkpoint']!r}) than "
+                        f"{starts[run['variant']].model_name_or_path!r}, "
+                        + ("made by the same recipe: --accept_remade_students resumes it" if same_recipe else
+                           "made by another (or an unrecorded) recipe; use another --output_dir"))
         sizes = {task: split_sizes(args, task) for task in args.tasks}  # also checks every folder before a run
         output.mkdir(parents=True, exist_ok=True)  # after every check: a refused command leaves no folder
         for seed in args.seeds:
@@ -217,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                     work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="compare_tasks_"))
                     run_dir = work_dir / f"{task}-{name.replace(' ', '-')}-seed{seed}"
                     shutil.rmtree(run_dir, ignore_errors=True)
-                    line = run_one(args, task, name, starts[name], seed, run_dir, fingerprints[name], sizes[task])
+                    line = run_one(args, task, name, starts[name], seed, run_dir, (fingerprints[name], recipes[name]),
+                                   sizes[task])
                     shutil.rmtree(run_dir if args.work_dir else work_dir, ignore_errors=True)
                     with results.open("a") as handle:
                         handle.write(json.dumps(line) + "\n")

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 from scipy import stats
 from transformers import AutoTokenizer
 from transformers.utils import logging as hf_logging
@@ -105,6 +107,30 @@ def test_compare_tasks_runs_resumes_and_refuses_other_settings(tiny_setup, tmp_p
     assert module.main([*unit, "--variants", "--healed", f"pre-ln={tmp_path / 'pre-ln'}"]) == 0
     runs = [json.loads(line) for line in (output / "task_runs.jsonl").read_text().splitlines()]
     assert [(r["task"], r["variant"], r["seed"]) for r in runs[8:]] == [("cola", "pre-ln healed", 0)]
+    # the student re-made (another machine: the same recipe, weights differing in the last bits) is refused unless
+    # --accept_remade_students; the runs then count two weight sets for the variant
+    weights = tmp_path / "pre-ln" / "model.safetensors"
+    tensors = load_file(weights)
+    name = next(iter(tensors))
+    tensors[name] = torch.nextafter(tensors[name], torch.full_like(tensors[name], math.inf))  # one ulp up
+    save_file(tensors, weights, metadata={"format": "pt"})
+    healed_unit = [*unit, "--variants", "--healed", f"pre-ln={tmp_path / 'pre-ln'}"]
+    with pytest.raises(ValueError, match=r"'pre-ln healed' was run from other weights .* made by the same recipe: "
+                                         r"--accept_remade_students resumes it"):
+        module.main(healed_unit)
+    assert module.main([*healed_unit[:healed_unit.index("--seeds")], "--seeds", "1",
+                        *healed_unit[healed_unit.index("--seeds") + 2:], "--accept_remade_students"]) == 0
+    runs = [json.loads(line) for line in (output / "task_runs.jsonl").read_text().splitlines()]
+    assert [(r["variant"], r["seed"]) for r in runs[9:]] == [("pre-ln healed", 1)]
+    assert runs[9]["recipe_sha256"] == runs[8]["recipe_sha256"] != runs[0]["recipe_sha256"]  # None: bundled
+    assert runs[9]["checkpoint_sha256"] != runs[8]["checkpoint_sha256"]
+    assert ("Start weights: pre-ln healed: 2 weight sets made by one recipe (re-made on another machine); every other "
+            "variant: one.") in (output / "tasks.md").read_text()
+    # another recipe (other conversion options) is refused with or without the flag
+    report = json.loads((tmp_path / "pre-ln" / "conversion_report.json").read_text())
+    (tmp_path / "pre-ln" / "conversion_report.json").write_text(json.dumps({**report, "init": "other"}))
+    with pytest.raises(ValueError, match=r"made by another \(or an unrecorded\) recipe; use another --output_dir"):
+        module.main([*healed_unit, "--accept_remade_students"])
     with pytest.raises(SystemExit):
         module.main([*unit, "--variants"])
     assert "--variants names none and no --healed is given: nothing to run" in capsys.readouterr().err
@@ -187,3 +213,36 @@ def test_read_runs_leaves_a_line_being_appended(tmp_path):
     assert module.read_runs(path) == [{"seed": 0}, {"seed": 1}]
     path.write_text('{"seed": 0}\n')
     assert module.read_runs(path) == [{"seed": 0}]
+
+
+def test_recipe_ignores_paths_and_weights_but_not_arguments(tmp_path):
+    """The recipe of a healed folder: the same for a copy made elsewhere (other paths, other weights in the last
+    bits), another for other healing arguments or another source; None without a report or its source."""
+    from studies.comparison import recipe_sha256
+
+    source = tmp_path / "source"
+    source.mkdir()
+    save_file({"w": torch.ones(2)}, source / "model.safetensors")
+
+    def folder(name, student="out/a", steps=1000, weights=1.0, source_dir=source):
+        path = tmp_path / name
+        path.mkdir()
+        save_file({"w": torch.full((2,), weights)}, path / "model.safetensors")
+        healing = {"arguments": {"student": student, "eval_dir": f"{student}/eval", "method": "layerwise"},
+                   "training": {"seed": 0}, "layerwise": {"arguments": {"layerwise_steps": steps}},
+                   "data": {"train_files": [student], "documents": 65, "blocks": 512, "block_tokens": 128}}
+        report = {"source": str(source_dir), "model_class": "FfnBertModel", "init": "pruned", "config_changes": {},
+                  "healing": healing}
+        (path / "conversion_report.json").write_text(json.dumps(report))
+        return str(path)
+
+    first = recipe_sha256(folder("a"))
+    assert first is not None and len(first) == 64
+    assert recipe_sha256(folder("b", student="/elsewhere/b", weights=1.0000001)) == first
+    assert recipe_sha256(folder("c", steps=500)) != first
+    other = tmp_path / "other"
+    other.mkdir()
+    save_file({"w": torch.zeros(2)}, other / "model.safetensors")
+    assert recipe_sha256(folder("d", source_dir=other)) != first
+    assert recipe_sha256(folder("e", source_dir=tmp_path / "gone")) is None
+    assert recipe_sha256(str(source)) is None  # no conversion_report.json

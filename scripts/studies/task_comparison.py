@@ -186,7 +186,14 @@ def report(runs: Sequence[dict], header: dict) -> str:
              f"{sorted({run['threads'] for run in runs})} torch thread(s) per run, load average (1 min) "
              f"{min(loads):.2f}–{max(loads):.2f} around the runs. Versions: {header['versions']}. "
              f"Wall time: {sum(run['wall_seconds'] for run in runs) / 3600:.2f} h for {len(runs)} runs "
-             f"({header['first']} – {header['last']} UTC).", "", f"Command: `{header['command']}`", ""]
+             f"({header['first']} – {header['last']} UTC).", ""]
+    weights = {name: {run["checkpoint_sha256"] for run in runs if run["variant"] == name} for name in variant_order(
+        {run["variant"] for run in runs})}
+    if any(len(shas) > 1 for shas in weights.values()):  # resumed with --accept_remade_students
+        text += ["Start weights: " + "; ".join(
+            f"{name}: {len(shas)} weight sets made by one recipe (re-made on another machine)" for name, shas in
+            weights.items() if len(shas) > 1) + "; every other variant: one.", ""]
+    text += [f"Command: `{header['command']}`", ""]
     return "\n".join(text)
 
 
