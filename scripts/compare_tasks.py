@@ -24,10 +24,10 @@ Writes OUTPUT_DIR/task_runs.jsonl (one line per finished run) and OUTPUT_DIR/tas
 so an interrupted comparison resumes where it stopped (the run in progress starts again); runs go seed by seed, then
 task by task. Settings must match the file's (else ValueError: use another --output_dir), and so must each
 variant's start weights (`weights_sha256`), unless the folder was re-made by the same recipe (`recipe_sha256`, e.g.
-healed again on another CPU) and `--accept_remade_students` is given. `--report_only` only
-rewrites the table. Several processes may share one --output_dir when each runs other units (`--variants` with no
-name runs only the `--healed` ones, e.g. one variant and one `--seeds` per process); each rewrites tasks.md with its
-own command, so rewrite it at the end with the full command and `--report_only`.
+healed again on another CPU) and `--accept_remade_students` is given. `--report_only` only rewrites the table.
+Several processes may share one --output_dir when each runs other units (`--variants` with no name runs only the
+`--healed` ones, e.g. one variant and one `--seeds` per process); each rewrites tasks.md with its own command, so
+rewrite it at the end with the full command and `--report_only`.
 """
 
 from __future__ import annotations
