@@ -51,9 +51,10 @@ from hf_ffn.parity import bundled_checkpoint
 from hf_ffn.training import (
     TASKS, ClassificationDataArguments, ModelArguments, bad_input_exits, run_classification, task_score,
 )
-from studies.comparison import BASELINE, VARIANTS, parse_healed, recipe_sha256, variant_order, weights_sha256
+from studies.comparison import BASELINE, VARIANTS, parse_healed, variant_order
 from studies.environment import machine, versions
 from studies.finetune_options import add_finetune_options
+from studies.start_weights import recipe_sha256, weights_sha256
 from studies.task_comparison import report
 
 RESULTS, TABLE = "task_runs.jsonl", "tasks.md"
@@ -82,7 +83,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--accept_remade_students", action="store_true",
                         help="resume a variant whose folder's weights differ from those its runs started from when "
                              "both were made by the same recipe (conversion, healing and layer-wise arguments, data "
-                             "sizes, source weights: studies.comparison.recipe_sha256), e.g. re-made on another "
+                             "sizes, source weights: studies.start_weights.recipe_sha256), e.g. re-made on another "
                              "machine, where CPU arithmetic differs in the last bits; the report counts the weight "
                              "sets per variant")
     args = parser.parse_args(argv)

@@ -38,10 +38,11 @@ from hf_ffn.parity import bundled_checkpoint
 from hf_ffn.conversion import REPORT_FILE
 from studies.comparison import (
     BASELINE, HEAL_STUDY_NAMES, VARIANTS, encode_ids, last_fifth_change, parse_healed, plot_curves,
-    probes_from_healing, report, variant_order, weights_sha256,
+    probes_from_healing, report, variant_order,
 )
 from studies.environment import machine, portable_command, portable_path, versions
 from studies.finetune_options import add_finetune_options
+from studies.start_weights import weights_sha256
 from studies.variant_throughput import measure_throughput
 from hf_ffn.training import ClassificationDataArguments, ModelArguments, bad_input_exits, run_classification
 

@@ -218,7 +218,7 @@ def test_read_runs_leaves_a_line_being_appended(tmp_path):
 def test_recipe_ignores_paths_and_weights_but_not_arguments(tmp_path):
     """The recipe of a healed folder: the same for a copy made elsewhere (other paths, other weights in the last
     bits), another for other healing arguments or another source; None without a report or its source."""
-    from studies.comparison import recipe_sha256
+    from studies.start_weights import recipe_sha256
 
     source = tmp_path / "source"
     source.mkdir()

@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from studies import comparison
+from studies import comparison, start_weights
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -264,12 +264,12 @@ def test_weights_sha256_is_the_weights_identity_wherever_they_lie(tmp_path):
     for name, value in (("a", 1.0), ("b", 1.0), ("c", 2.0)):
         (tmp_path / name).mkdir()
         save_file({"w": torch.full((3,), value)}, tmp_path / name / "model.safetensors")
-    assert comparison.weights_sha256(tmp_path / "a") == comparison.weights_sha256(str(tmp_path / "b"))
-    assert comparison.weights_sha256(tmp_path / "a") != comparison.weights_sha256(tmp_path / "c")
+    assert start_weights.weights_sha256(tmp_path / "a") == start_weights.weights_sha256(str(tmp_path / "b"))
+    assert start_weights.weights_sha256(tmp_path / "a") != start_weights.weights_sha256(tmp_path / "c")
     expected = hashlib.sha256((tmp_path / "a" / "model.safetensors").read_bytes()).hexdigest()
-    assert comparison.weights_sha256(tmp_path / "a") == expected
+    assert start_weights.weights_sha256(tmp_path / "a") == expected
     with pytest.raises(FileNotFoundError, match="holds no"):
-        comparison.weights_sha256(tmp_path / "missing")
+        start_weights.weights_sha256(tmp_path / "missing")
 
 
 def load_compare_script():
@@ -293,7 +293,7 @@ def test_resume_refuses_runs_from_other_weights_and_accepts_the_same_weights_els
     with pytest.raises(ValueError, match=r"was run from other weights \('/elsewhere/model', sha256 0000"):
         script.main(argv)
     # the same weights at another path are the same start: the finished run is kept and reported, not rerun
-    line["checkpoint_sha256"] = comparison.weights_sha256(bundled_checkpoint)
+    line["checkpoint_sha256"] = start_weights.weights_sha256(bundled_checkpoint)
     (tmp_path / script.RESULTS).write_text(json.dumps(line) + "\n")
     assert script.main(argv) == 0
     assert "| gelu-post (baseline) | 0 | 0.7500 |" in (tmp_path / script.TABLE).read_text()
