@@ -48,7 +48,7 @@ from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertForMaskedLM, FfnBertModel, FfnBertPreTrainedModel
 from ..training import PaddingFreeCollator, mlm_blocks, read_rt_polarity, read_text_documents, resume_checkpoint
 from .distill import DistillationLoss, DistillationTrainer, dropout_off, select_trainable
-from .layerwise import METHODS, LayerwiseArguments, prepare_layerwise, heal_layerwise
+from .layerwise import METHODS, LayerwiseArguments, heal_layerwise, prepare_layerwise
 from .layerwise_folder import layerwise_section
 from .metrics import PROBE_FOLDS, AgreementCallback, measure_agreement, subset_indices
 
@@ -243,7 +243,7 @@ def run_healing(
     layerwise_dir = Path(training_args.output_dir) / "layerwise"
     if heal_args.method == "layerwise":  # refuse a mismatched resume before loading or measuring a model
         prepare_layerwise(models.student_config, models.teacher_config, torch.tensor(blocks["input_ids"]),
-                        layerwise_args or LayerwiseArguments(), layerwise_dir, seed=training_args.seed)
+                          layerwise_args or LayerwiseArguments(), layerwise_dir, seed=training_args.seed)
 
     with_head = heal_args.mlm_kl_weight > 0
     teacher = load_teacher(teacher_path, with_head, models.teacher_config, heal_args.padding_free)
