@@ -8,8 +8,8 @@ the validation curves) and the measured seconds per step with the cost of the fu
 
     python scripts/compare_tasks.py --data_root ../shared/data                      # baseline and GeGLU (exact)
     python scripts/compare_tasks.py --data_root ../shared/data \\
-        --healed swiglu-approx=out/heal-swiglu --healed swiglu-fresh-matched=out/heal-swiglu-matched \\
-        --healed pre-ln=out/heal-pre-ln                                              # the healed students too
+        --healed swiglu-approx=out/heal-swiglu/healed --healed swiglu-fresh-matched=out/heal-swiglu-matched/healed \\
+        --healed pre-ln=out/heal-pre-ln/healed                    # the healed students too (`hf-ffn heal`'s healed/)
     python scripts/compare_tasks.py --data_root ../shared/data --tasks mrpc --variants "gelu-post (baseline)" \\
         --seeds 0 --max_steps 4 --max_train_samples 64 --max_eval_samples 32 --output_dir out/tasks-smoke  # smoke
 
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     starts = {name: ModelArguments(model_name_or_path=base_checkpoint, unpad_tokens=args.unpad_tokens, **VARIANTS[name])
               for name in args.variants}
     starts |= {name: ModelArguments(model_name_or_path=path, unpad_tokens=args.unpad_tokens)
-               for name, path in parse_healed(args.healed).items()}
+               for name, path in parse_healed(args.healed, check_folders=not args.report_only).items()}
     if not args.report_only:
         if args.data_root is None:
             raise ValueError("--data_root is required to run the comparison (or give --report_only)")

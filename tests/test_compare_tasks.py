@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,12 @@ def test_compare_tasks_runs_resumes_and_refuses_other_settings(tiny_setup, tmp_p
     (tmp_path / "pre-ln" / "conversion_report.json").write_text(json.dumps({**report, "init": "other"}))
     with pytest.raises(ValueError, match=r"made by another \(or an unrecorded\) recipe; use another --output_dir"):
         module.main([*healed_unit, "--accept_remade_students"])
+    # the table rewritten where the student folder is gone (another machine): --report_only reads only the runs file
+    shutil.rmtree(tmp_path / "pre-ln")
+    assert module.main([*healed_unit, "--report_only"]) == 0
+    assert "| pre-ln healed | 0, 1 |" in (output / "tasks.md").read_text()
+    assert f"Run time: {sum(r['wall_seconds'] for r in runs) / 3600:.2f} h summed over 10 runs" in (
+        output / "tasks.md").read_text()
     with pytest.raises(SystemExit):
         module.main([*unit, "--variants"])
     assert "--variants names none and no --healed is given: nothing to run" in capsys.readouterr().err
@@ -182,8 +189,8 @@ def test_convergence_over_seeds_is_a_t_interval_of_the_score_change():
     mean, sd = 0.5 / 3, stats.tstd([2.0, -2.0, 0.5])
     half = stats.t.ppf(0.975, 2) * sd / 3 ** 0.5
     assert cola == (f"- **cola**, 3 seeds (1 flat, 1 past its best, 1 score still rising): task score {mean:+.2f} "
-                    f"[{mean - half:+.2f}, {mean + half:+.2f}] points over the last fifth: no rise or fall detected: "
-                    "converged within the noise of these seeds"), cola
+                    f"[{mean - half:+.2f}, {mean + half:+.2f}] points over the last fifth: no rise or fall detected; these seeds "
+                    f"leave a change of up to {max(half - mean, mean + half):.2f} points possible"), cola
 
 
 def test_convergence_names_nan_falls_and_scores_that_never_move():

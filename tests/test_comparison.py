@@ -125,6 +125,11 @@ def test_parse_healed(tmp_path):
         parse_healed([f"geglu-preserving={tmp_path}"])
     with pytest.raises(ValueError, match="no config.json"):
         parse_healed([f"pre-ln={tmp_path / 'missing'}"])
+    # a report rewritten from its runs file needs the names only: no folder is read, a bad name is still refused
+    assert parse_healed([f"pre-ln={tmp_path / 'missing'}"], check_folders=False) == {
+        "pre-ln healed": str(tmp_path / "missing")}
+    with pytest.raises(ValueError, match="expected VARIANT=FOLDER"):
+        parse_healed([f"geglu-preserving={tmp_path}"], check_folders=False)
     assert variant_order([healed_name("pre-ln"), "pre-ln", BASELINE]) == [BASELINE, "pre-ln", "pre-ln healed"]
 
 

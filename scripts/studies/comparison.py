@@ -60,8 +60,9 @@ def variant_order(names: Sequence[str]) -> list[str]:
     return sorted(names, key=lambda name: order.index(name) if name in order else len(order))
 
 
-def parse_healed(items: Sequence[str]) -> dict[str, str]:
-    """`["swiglu-approx=PATH", ...]` → {"swiglu-approx healed": PATH}.
+def parse_healed(items: Sequence[str], check_folders: bool = True) -> dict[str, str]:
+    """`["swiglu-approx=PATH", ...]` → {"swiglu-approx healed": PATH}. `check_folders=False` checks only the
+    names (a report rewritten from recorded runs needs no student folder).
 
     Raises:
         ValueError: naming `--healed` and the item when it is not VARIANT=FOLDER with VARIANT in `HEALABLE`, the
@@ -72,15 +73,22 @@ def parse_healed(items: Sequence[str]) -> dict[str, str]:
         variant, _, path = item.partition("=")
         if variant not in HEALABLE or not path:
             raise ValueError(f"--healed {item!r}: expected VARIANT=FOLDER with VARIANT one of {', '.join(HEALABLE)}")
-        if not (Path(path) / "config.json").is_file():
-            raise ValueError(f"--healed {item!r}: {path!r} is not a checkpoint folder (no config.json)")
-        config = json.loads((Path(path) / "config.json").read_text())
-        for field, default in (("ffn_type", "gelu"), ("layer_norm_position", "post")):
-            want, have = VARIANTS[variant].get(field, default), config.get(field, default)
-            if ({have} if isinstance(have, str) else set(have)) != {want}:  # one name, or one per layer
-                raise ValueError(f"--healed {item!r}: {path!r} has {field}={have!r}, but {variant} has {want!r}")
+        if check_folders:
+            check_healed_folder(item, variant, Path(path))
         healed[healed_name(variant)] = path
     return healed
+
+
+def check_healed_folder(item: str, variant: str, path: Path) -> None:
+    """Raise a ValueError naming `--healed ITEM` unless `path` is a checkpoint folder of `variant`'s `ffn_type` and
+    `layer_norm_position`."""
+    if not (path / "config.json").is_file():
+        raise ValueError(f"--healed {item!r}: {str(path)!r} is not a checkpoint folder (no config.json)")
+    config = json.loads((path / "config.json").read_text())
+    for field, default in (("ffn_type", "gelu"), ("layer_norm_position", "post")):
+        want, have = VARIANTS[variant].get(field, default), config.get(field, default)
+        if ({have} if isinstance(have, str) else set(have)) != {want}:  # one name, or one per layer
+            raise ValueError(f"--healed {item!r}: {str(path)!r} has {field}={have!r}, but {variant} has {want!r}")
 
 
 # The healing study's folder names (scripts/heal_study.py) → the comparison's variants: the end-to-end study's, then
@@ -332,8 +340,8 @@ def report(
     text += [
         f"Machine: {machine_text}; "
         f"torch threads per run: {per_threads}; load average (1 min) before/after each run: "
-        f"{min(loads):.2f}–{max(loads):.2f}. Versions: {header['versions']}. Wall time: "
-        f"{sum(r['wall_seconds'] for r in runs) / 3600:.2f} h for {len(runs)} runs.",
+        f"{min(loads):.2f}–{max(loads):.2f}. Versions: {header['versions']}. Run time: "
+        f"{sum(r['wall_seconds'] for r in runs) / 3600:.2f} h summed over {len(runs)} runs.",
         "", f"Command: `{header['command']}`", "",
     ]
     return "\n".join(text)

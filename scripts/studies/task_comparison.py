@@ -82,7 +82,8 @@ def seeds_verdict(changes: Sequence[float]) -> str:
     """The verdict on a task's last-fifth score changes over its seeds (points, nan left out): "still improving"
     when the Student-t 95% interval lies above 0, "falling" when it lies below (past its best), "no change on any
     seed" when every change is 0 (e.g. a score stuck at 0: nothing learned, not convergence), else no rise or fall
-    detected (converged within the noise of these seeds)."""
+    detected, with the largest change the interval still admits: converged within the noise only as far as that
+    bound is small against the differences the table reads."""
     finite = [change for change in changes if not math.isnan(change)]
     if len(finite) < 2:
         return "fewer than 2 seeds with a finite change: no interval"
@@ -91,7 +92,7 @@ def seeds_verdict(changes: Sequence[float]) -> str:
     mean, low, high = paired_t_interval(finite)
     verdict = ("**still improving**: not converged at this budget" if low > 0 else
                "**falling**: past its best" if high < 0 else
-               "no rise or fall detected: converged within the noise of these seeds")
+               f"no rise or fall detected; these seeds leave a change of up to {max(-low, high):.2f} points possible")
     return f"task score {mean:+.2f} [{low:+.2f}, {high:+.2f}] points over the last fifth: {verdict}"
 
 
@@ -185,7 +186,7 @@ def report(runs: Sequence[dict], header: dict) -> str:
              + "; ".join(f"{name} ({count} run{'s' if count > 1 else ''})" for name, count in machines.items()) + ", "
              f"{sorted({run['threads'] for run in runs})} torch thread(s) per run, load average (1 min) "
              f"{min(loads):.2f}–{max(loads):.2f} around the runs. Versions: {header['versions']}. "
-             f"Wall time: {sum(run['wall_seconds'] for run in runs) / 3600:.2f} h for {len(runs)} runs "
+             f"Run time: {sum(run['wall_seconds'] for run in runs) / 3600:.2f} h summed over {len(runs)} run{'s' if len(runs) > 1 else ''} "
              f"({header['first']} – {header['last']} UTC).", ""]
     weights = {name: {run["checkpoint_sha256"] for run in runs if run["variant"] == name} for name in variant_order(
         {run["variant"] for run in runs})}
