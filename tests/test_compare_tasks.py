@@ -189,8 +189,8 @@ def test_convergence_over_seeds_is_a_t_interval_of_the_score_change():
     mean, sd = 0.5 / 3, stats.tstd([2.0, -2.0, 0.5])
     half = stats.t.ppf(0.975, 2) * sd / 3 ** 0.5
     assert cola == (f"- **cola**, 3 seeds (1 flat, 1 past its best, 1 score still rising): task score {mean:+.2f} "
-                    f"[{mean - half:+.2f}, {mean + half:+.2f}] points over the last fifth: no rise or fall detected; these seeds "
-                    f"leave a change of up to {max(half - mean, mean + half):.2f} points possible"), cola
+                    f"[{mean - half:+.2f}, {mean + half:+.2f}] points over the last fifth: no rise or fall detected; "
+                    f"these seeds leave a change of up to {max(half - mean, mean + half):.2f} points possible"), cola
 
 
 def test_convergence_names_nan_falls_and_scores_that_never_move():

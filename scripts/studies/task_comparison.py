@@ -78,6 +78,11 @@ def run_trend(run: dict) -> tuple[dict, float, str] | None:
     return loss, points, label
 
 
+def counted(count: int, noun: str) -> str:
+    """`counted(1, "run")` → "1 run", `counted(3, "run")` → "3 runs"."""
+    return f"{count} {noun}{'s' if count != 1 else ''}"
+
+
 def seeds_verdict(changes: Sequence[float]) -> str:
     """The verdict on a task's last-fifth score changes over its seeds (points, nan left out): "still improving"
     when the Student-t 95% interval lies above 0, "falling" when it lies below (past its best), "no change on any
@@ -117,7 +122,7 @@ def convergence_lines(runs: Sequence[dict]) -> list[str]:
     for task, rows in changes.items():
         labels = ", ".join(f"{sum(label == name for _, label in rows)} {name}"
                            for name in sorted({label for _, label in rows}))
-        lines.append(f"- **{task}**, {len(rows)} seed{'s' if len(rows) > 1 else ''} ({labels}): "
+        lines.append(f"- **{task}**, {counted(len(rows), 'seed')} ({labels}): "
                      + seeds_verdict([points for points, _ in rows]))
     return lines
 
@@ -183,10 +188,10 @@ def report(runs: Sequence[dict], header: dict) -> str:
     loads = [value for run in runs for value in (run["load_before"], run["load_after"])]
     machines = Counter(f"{run['machine']['cpu']}, {run['machine']['cores']} logical cores" for run in runs)
     text += [("Machine: " if len(machines) == 1 else "Machines (fp32 results differ in the last bits between CPUs): ")
-             + "; ".join(f"{name} ({count} run{'s' if count > 1 else ''})" for name, count in machines.items()) + ", "
+             + "; ".join(f"{name} ({counted(count, 'run')})" for name, count in machines.items()) + ", "
              f"{sorted({run['threads'] for run in runs})} torch thread(s) per run, load average (1 min) "
              f"{min(loads):.2f}–{max(loads):.2f} around the runs. Versions: {header['versions']}. "
-             f"Run time: {sum(run['wall_seconds'] for run in runs) / 3600:.2f} h summed over {len(runs)} run{'s' if len(runs) > 1 else ''} "
+             f"Run time: {sum(run['wall_seconds'] for run in runs) / 3600:.2f} h summed over {counted(len(runs), 'run')} "
              f"({header['first']} – {header['last']} UTC).", ""]
     weights = {name: {run["checkpoint_sha256"] for run in runs if run["variant"] == name} for name in variant_order(
         {run["variant"] for run in runs})}
