@@ -37,7 +37,8 @@ ROW_COUNT_ULPS = 16
 
 
 def assert_equal_but_row_count(actual: torch.Tensor, expected: torch.Tensor, msg: str = "") -> None:
-    """The same ops on the same rows, run in calls with other numbers of rows: max |actual − expected| ≤
+    """The same ops on the same rows, run in calls with other numbers of rows (or output columns: a fused matmul
+    against two): max |actual − expected| ≤
     `ROW_COUNT_ULPS` · eps(float32) · max |expected| (`torch.equal` where the BLAS kernel does not depend on the row
     count; a few ulp where it does)."""
     assert actual.shape == expected.shape, msg

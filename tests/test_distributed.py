@@ -56,14 +56,28 @@ def test_fsdp_wraps_each_layer_whatever_the_variant(model_class, variant):
 # averaged by an all-reduce, where one process sums the 8 rows' gradients in one backward. Losses agree to ~1e-7
 # relative. Adam's update lr·m/(√v + ε) is scale-free, so for weights whose gradient is near rounding level the
 # same tiny gradient difference becomes a larger update difference, bounded by lr: measured max |Δweight| 9e-9 at
-# lr 1e-3 (2e-6 at lr 1e-2), so the weights are compared at 1e-3·lr. Any real difference is far larger: a loss
-# scaled by the process count doubles every logged loss and gradient norm, another data order changes the
-# losses at the 1e-2 level.
+# lr 1e-3 (2e-6 at lr 1e-2), so the weights are compared at 1e-3·lr. Except the attention key biases: softmax is
+# invariant to them, so their true gradient is 0 and what each run computes is rounding noise, whose size depends on
+# the CPU's kernels; Adam normalises it into steps of up to lr in an arbitrary direction (tests/test_healing.py saw
+# 2e-4 apart at lr 1e-3). They are only checked to stay within Adam's bound, steps·lr, of each other. Any real
+# difference is far larger: a loss scaled by the process count doubles every logged loss and gradient norm, another
+# data order changes the losses at the 1e-2 level.
 LEARNING_RATE = 1e-3
 LOSS_RTOL = 1e-5
 WEIGHT_ATOL = 1e-3 * LEARNING_RATE
 GLOBAL_BATCH = 8
 STEPS = 4
+KEY_BIAS = "attention.self.key.bias"
+
+
+def assert_same_weights_but_rounding(a: dict, b: dict, steps: int) -> float:
+    """Every weight of two runs within `WEIGHT_ATOL`, the key biases (rounding noise normalised by Adam) within
+    Adam's bound steps·lr; returns the largest difference outside the key biases."""
+    assert a.keys() == b.keys()
+    differ = max((a[k] - b[k]).abs().max().item() for k in a if not k.endswith(KEY_BIAS))
+    assert differ <= WEIGHT_ATOL, differ
+    assert all((a[k] - b[k]).abs().max().item() <= steps * LEARNING_RATE for k in a if k.endswith(KEY_BIAS))
+    return differ
 
 
 @pytest.fixture(scope="module")
@@ -122,11 +136,10 @@ def test_torchrun_two_processes_match_one_process(ddp_fixture, tmp_path):
     one_weights, ddp_weights = load_file(single / "rank0.safetensors"), load_file(ddp / "rank0.safetensors")
     initial = load_file(ddp_fixture / "checkpoint" / "model.safetensors")
     moved = max((one_weights[k] - initial[k]).abs().max().item() for k in initial if k in one_weights)
-    differ = max((one_weights[k] - ddp_weights[k]).abs().max().item() for k in one_weights)
+    differ = assert_same_weights_but_rounding(one_weights, ddp_weights, STEPS)
     print(f"2 processes vs 1: losses {ranks[0]['losses']} vs {one['losses']}; weights moved up to {moved:.3g}, "
-          f"max |Δ| between the runs {differ:.3g}")
+          f"max |Δ| between the runs {differ:.3g} (key biases aside)")
     assert moved > LEARNING_RATE / 2  # the steps really trained (Adam's first step moves weights by up to lr)
-    assert differ <= WEIGHT_ATOL
     saved = FfnBertForSequenceClassification.from_pretrained(tmp_path / "out2").state_dict()
     assert saved.keys() == ddp_weights.keys() and all(torch.equal(saved[k], ddp_weights[k]) for k in saved)
 
@@ -154,4 +167,4 @@ def test_gradient_accumulation_matches_full_batch(tmp_path):
         runs.append((losses, {k: v.detach().clone() for k, v in model.state_dict().items()}))
     (full_losses, full_weights), (accumulated_losses, accumulated_weights) = runs
     torch.testing.assert_close(torch.tensor(accumulated_losses), torch.tensor(full_losses), rtol=LOSS_RTOL, atol=0)
-    assert max((full_weights[k] - accumulated_weights[k]).abs().max().item() for k in full_weights) <= WEIGHT_ATOL
+    assert_same_weights_but_rounding(full_weights, accumulated_weights, steps=2)
