@@ -86,7 +86,7 @@ def real_mask(batch: dict) -> torch.Tensor:
     return batch["attention_mask"].reshape(-1, batch["attention_mask"].shape[-1]).bool()
 
 
-def assert_equal_at_real_tokens(expected, actual, mask: torch.Tensor) -> None:
+def assert_close_at_real_tokens(expected, actual, mask: torch.Tensor) -> None:
     """Every tensor of two model outputs within the fp32 rounding of the packed path (`assert_close_to_scale`,
     tests/test_packed.py says why): at real tokens for per-token tensors (leading dims equal to the mask's,
     batch × seq), everywhere for the others (pooler, sequence-level logits, losses)."""
@@ -201,7 +201,7 @@ def test_every_head_equals_upstream_at_real_tokens(ours_class, upstream_class, a
         # Upstream's span loss is a softmax over every position, pads included, so it reads the pad logits: those
         # of the pad tokens' hidden states upstream, of zeros here. The one output that differs.
         assert not torch.equal(expected.pop("loss"), actual.pop("loss"))
-    assert_equal_at_real_tokens(expected, actual, mask)
+    assert_close_at_real_tokens(expected, actual, mask)
     if ours_class is FfnBertModel:  # pad positions are zeros in every hidden state
         assert all(torch.equal(h[~mask], torch.zeros_like(h[~mask])) for h in actual["hidden_states"])
     if ours_class is FfnBertForTokenClassification:  # the head applied to zeros at pad positions
@@ -221,7 +221,7 @@ def test_variants_equal_themselves_with_the_switch_off(variant, attn):
         actual = model(**batch, output_hidden_states=True)
         last = model.bert(**tiny_batch(seed=1)).last_hidden_state
     mask = real_mask(batch)
-    assert_equal_at_real_tokens(expected, actual, mask)
+    assert_close_at_real_tokens(expected, actual, mask)
     assert len(actual.hidden_states) == TINY["num_hidden_layers"] + 1
     assert torch.equal(last[~mask], torch.zeros_like(last[~mask]))  # also after Pre-LN's final norm
 
@@ -241,7 +241,7 @@ def test_real_checkpoint_equals_upstream(bundled_checkpoint, attn):
         expected, actual = upstream(**batch, output_hidden_states=True), ours(**batch, output_hidden_states=True)
     # sequences longer than the tiny models': packed attention within fp32 rounding (measured: last hidden state
     # 4.2e-6 at values up to 6.0, pooler 2.2e-7)
-    assert_equal_at_real_tokens(expected, actual, real_mask(batch))
+    assert_close_at_real_tokens(expected, actual, real_mask(batch))
 
 
 @pytest.mark.parametrize("variant", [{"ffn_type": "swiglu"}, {"layer_norm_position": "pre"}], ids=["swiglu", "pre"])
@@ -253,7 +253,7 @@ def test_real_checkpoint_variants_equal_switch_off(bundled_checkpoint, variant):
         expected = model(**batch, output_hidden_states=True)
         model.config.unpad_tokens = True
         actual = model(**batch, output_hidden_states=True)
-    assert_equal_at_real_tokens(expected, actual, real_mask(batch))
+    assert_close_at_real_tokens(expected, actual, real_mask(batch))
 
 
 @pytest.fixture(scope="module")
@@ -270,7 +270,7 @@ def test_bert_base_shapes_equal_upstream(bert_base_pair, bundled_checkpoint, att
     ours.set_attn_implementation(attn)
     batch = tokenized(bundled_checkpoint)  # the same uncased WordPiece vocabulary as bert-base
     with torch.no_grad():
-        assert_equal_at_real_tokens(upstream(**batch), ours(**batch), real_mask(batch))
+        assert_close_at_real_tokens(upstream(**batch), ours(**batch), real_mask(batch))
 
 
 # ---------------------------------------------------------------------------------------------------------------
