@@ -41,7 +41,7 @@ def study_parser(description: str, figure: str, **defaults: int) -> argparse.Arg
     parser.add_argument("--pattern", default="[0-9]*.txt",
                         help="which files of --data are documents (default: the State of the Union speeches)")
     parser.add_argument("--output-dir", type=Path, default=Path("out"),
-                        help=f"where {figure} goes (default: out; docs/figures for the published figure)")
+                        help=f"where {figure} goes (default: out; studies/switches/figures for the published figure)")
     for option in ("hidden-size", "heads", "seq-len", "batch-size", "vocab-size"):
         parser.add_argument(f"--{option}", type=int, default=defaults[option.replace("-", "_")])
     parser.add_argument("--seed", type=int, default=0)

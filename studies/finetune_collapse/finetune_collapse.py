@@ -1,5 +1,5 @@
 """Does fine-tuning collapse a model's representation? A short STS-B fine-tune per model folder, the encoder
-measured before and after (docs/tasks.md, "Why the healed Pre-LN does not learn STS-B, CoLA or MRPC").
+measured before and after (studies/four_tasks/README.md, "Why the healed Pre-LN does not learn STS-B, CoLA or MRPC").
 
 The baseline (`--baseline`, default the bundled all-MiniLM-L6-v2) and each `--model NAME=FOLDER` are fine-tuned
 on STS-B (`hf_ffn.training.run_classification`, `Trainer`) with the

@@ -3,7 +3,7 @@
 with `hf-ffn heal`, and write the before/after table and the curves.
 
     python -m studies.healing.heal_study run --text-dir ../shared/data/state_union --eval-dir ../shared/data/rt_polarity
-    python -m studies.healing.heal_study report --output-dir studies/healing      # docs/healing.md (+ figures/ with an end-to-end stage)
+    python -m studies.healing.heal_study report --output-dir studies/healing      # studies/healing/healing.md (+ figures/ with an end-to-end stage)
 
 `run` works one variant at a time (each a separate `hf-ffn heal` process, its output in WORK/VARIANT/log.txt),
 skips variants already healed and resumes an interrupted one from its last checkpoint: rerunning the same command
@@ -52,7 +52,7 @@ VARIANTS = {
     },
 }
 # Layer-wise healing (hf-ffn heal --method layerwise, hf_ffn.healing.layerwise), the default since it measured best
-# (docs/healing.md, "Layer-wise healing experiments"). "heal" holds hf-ffn heal flags; "steps" the end-to-end stage.
+# (studies/healing/healing.md, "Layer-wise healing experiments"). "heal" holds hf-ffn heal flags; "steps" the end-to-end stage.
 # The approximate SwiGLU is one closed-form down projection per layer away (Adam steps only made it worse); the
 # matched one measured best with its FFNs fitted alone (whole layers on the student's inputs: no better).
 LAYERWISE = {"method": "layerwise", "layers": "last"}

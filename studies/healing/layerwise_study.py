@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Layer-wise healing experiments on all-MiniLM-L6-v2 (or another BERT): one recipe per call, each measured on
-docs/healing.md's protocol (all rt_polarity snippets held out, mean-pooled embeddings, 5-fold probe) and appended to
+studies/healing/healing.md's protocol (all rt_polarity snippets held out, mean-pooled embeddings, 5-fold probe) and appended to
 WORK/log.jsonl (command, seconds, load average, cosine, probe, per-layer errors).
 
     python -m studies.healing.layerwise_study NAME --variant swiglu-matched --prune-score magnitude -- \\
