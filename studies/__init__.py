@@ -1,17 +1,21 @@
-"""Studies and benchmarks around the hf_ffn library. They live beside the scripts that run them, outside the
-installed package (`pip install hf_ffn` ships the model, conversion, healing, training and the CLI only), and are
-importable as `studies` when `scripts/` is on `sys.path`: a script run as `python scripts/x.py` has it there, and
-pytest adds it (`pythonpath` in pyproject.toml).
+"""The studies around the hf_ffn library: what was measured, how, and the code that measured it. Not installed
+(`pip install hf_ffn` ships `hf_ffn` alone); importable as `studies` from the repository root, where every runner
+is started with `python -m studies.<study>.<runner>` (pytest adds the root: `pythonpath` in pyproject.toml).
 
-- `benchmark`: speed and memory of FfnBert against upstream `BertModel` (`studies/benchmark/`).
+Each study is a folder with its README (question, command, result, figure, machine), its runners and its reports
+and raw runs: `healing/`, `variant_comparison/`, `four_tasks/`, `finetune_collapse/`, `benchmark/`, `switches/`.
+The modules here are the code they share:
+
+- `benchmark` (a package, also the performance study's folder): speed and memory of FfnBert against upstream
+  `BertModel` (`python -m studies.benchmark`).
 - `unpadded_benchmark`: `unpad_tokens` off and on against upstream on real padded batches
-  (`studies/unpadded_benchmark.py`); `unpadded_report` writes its report.
-- `activation_curves`: every activation's values and derivatives (docs/switches.md figures).
-- `layer_norm_study`: Post-LN vs Pre-LN gradient norms and a short MLM run (docs/switches.md).
-- `comparison`: the variant comparison's statistics, table and plot (`studies/variant_comparison/compare_variants.py`);
-  `variant_throughput` times its variants side by side.
-- `environment`: the machine and versions the comparison and the healing study report.
+  (`python -m studies.unpadded_benchmark`); `unpadded_report` writes its report, `sentence_order` its
+  sentence-transformers batches.
+- `comparison`: the variant comparison's statistics, table and plot; `variant_throughput` times its variants
+  side by side; `task_comparison`: the four-task report; `finetune_options` and `start_weights`: what both
+  comparisons share (fine-tuning options, the SHA-256 of a run's start).
+- `activation_curves`, `layer_norm_study`: the switches study's figures.
+- `environment`: the machine, versions and portable paths the reports carry.
 
-They import the library (`hf_ffn`); the library never imports them. (The FFN parameter table, `hf-ffn params`,
-is product: `hf_ffn.params`.)
+They import the library (`hf_ffn`); the library never imports them.
 """
