@@ -48,8 +48,8 @@ def test_the_published_report_holds_its_notes_and_method_text():
     """studies/healing/healing.md is `heal_study.py report --notes studies/healing/healing_notes.md`'s output: the analysis added to the
     report by hand must be in the notes too (a section of studies/healing/healing.md was once not, and a rerun of the report
     would have dropped it), and the method paragraph is the template's."""
-    report = (REPO / "docs" / "healing.md").read_text(encoding="utf-8")
-    notes = "\n".join(line for line in (REPO / "docs" / "healing_notes.md").read_text(encoding="utf-8").strip()
+    report = (REPO / "studies" / "healing" / "healing.md").read_text(encoding="utf-8")
+    notes = "\n".join(line for line in (REPO / "studies" / "healing" / "healing_notes.md").read_text(encoding="utf-8").strip()
                       .splitlines() if not line.startswith("<!--"))
     assert "Pre-LN with a free residual stream" in notes and notes in report
     method = heal_study.TEMPLATE[heal_study.TEMPLATE.index("Layer-wise healing (`--method layerwise`"):]

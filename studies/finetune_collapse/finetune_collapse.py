@@ -206,7 +206,7 @@ def report(results: dict, argv: list[str]) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", f"Machine: {results['machine']['cpu']}, {results['machine']['cores']} cores, load average "
               f"{results['load_before']:.2f} → {results['load_after']:.2f}; {results['versions']}.", "",
-              "Command: `" + portable_command(["python", "studies/finetune_collapse/finetune_collapse.py", *argv]) + "`", ""]
+              "Command: `" + portable_command(["python", "-m", "studies.finetune_collapse.finetune_collapse", *argv]) + "`", ""]
     return "\n".join(lines)
 
 

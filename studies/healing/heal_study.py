@@ -285,7 +285,7 @@ def report(args: argparse.Namespace) -> None:
         if file.is_file():
             records[variant] = json.loads(file.read_text())["healing"]
     if not records:
-        raise SystemExit(f"no healed variant under {work}; run `studies/healing/heal_study.py run` first")
+        raise SystemExit(f"no healed variant under {work}; run `python -m studies.healing.heal_study run` first")
     rows, verdicts, layer_tables = [], [], []
     for variant, h in records.items():
         b, a = h["before"], h["after"]

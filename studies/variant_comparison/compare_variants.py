@@ -179,7 +179,7 @@ def write_report(args: argparse.Namespace, runs: list[dict], argv: list[str] | N
         # A converted variant is fixed by VARIANTS: its probe, once measured, is kept when this heal-dir's students
         # do not measure it (e.g. the fresh matched SwiGLU, healed now from a pruned start).
         earlier = json.loads(sources_file.read_text())["probes"] if sources_file.is_file() else {}
-        command = ["python", "studies/variant_comparison/compare_variants.py", *(sys.argv[1:] if argv is None else argv)]
+        command = ["python", "-m", "studies.variant_comparison.compare_variants", *(sys.argv[1:] if argv is None else argv)]
         probes = {name: probe for name, probe in earlier.items() if name in VARIANTS} | probes_from_healing(reports)
         sources = {"command": portable_command(command), "probes": probes}
         sources_file.write_text(json.dumps(sources, indent=1) + "\n")
