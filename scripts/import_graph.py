@@ -1,4 +1,4 @@
-"""Print the import graph of the hf_ffn package and of the studies beside it (scripts/studies/, package `studies`):
+"""Print the import graph of the hf_ffn package and of the studies beside it (studies/, package `studies`):
 module → the modules of either it imports at module level. Check the layout rules: no import cycle, no
 function-level import of the packages' own modules, no private (`_x`) name imported across modules, no module over
 `MAX_LINES`, the library never imports the studies (they are not installed). Exits 1 if a rule is broken.
@@ -14,16 +14,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "hf_ffn"  # the installed library
-STUDIES_DIR = REPO / "scripts" / "studies"  # importable as `studies` with scripts/ on sys.path; never installed
+STUDIES_DIR = REPO / "studies"  # the studies: runners, their code and reports; importable from the repository root, never installed
 STUDIES = "studies"
 ROOTS = ("hf_ffn", STUDIES)
 
 
 def module_names(packages: tuple[Path, ...] = (PACKAGE, STUDIES_DIR)) -> dict[str, Path]:
-    """Dotted module name → file, for every module of `packages` (each a package folder)."""
+    """Dotted module name → file, for every module of `packages` (each a package folder). A study's own folder
+    (studies/healing/, no `__init__.py`) holds its runners, scripts run with `python -m`: they are not modules of
+    the package and are left out, as scripts/ is."""
     names = {}
     for package in packages:
         for path in sorted(package.rglob("*.py")):
+            if not (path.parent / "__init__.py").is_file():
+                continue
             parts = path.relative_to(package.parent).with_suffix("").parts
             names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return names

@@ -1,4 +1,4 @@
-"""The benchmark works (`python scripts/benchmark.py --quick` as a smoke test) and its measuring helpers compute
+"""The benchmark works (`python -m studies.benchmark --quick` as a smoke test) and its measuring helpers compute
 what they say.
 
 No test here asserts a speed: times on shared CI machines are noise. Structure, finiteness, exact FLOP counts,
@@ -39,7 +39,7 @@ def _finite_positive(value) -> bool:
 
 @pytest.fixture(scope="module")
 def quick_results(tmp_path_factory):
-    """One `python scripts/benchmark.py --quick` run (the CI smoke test, a few seconds): its JSON document and
+    """One `python -m studies.benchmark --quick` run (the CI smoke test, a few seconds): its JSON document and
     markdown."""
     out = tmp_path_factory.mktemp("bench")
     assert bench_main(["--quick", "--output-dir", str(out)]) == 0
@@ -109,7 +109,7 @@ def test_quick_ffn_compile_scaling_load_sections(quick_results):
         assert t["met"] == (t["measured"] <= t["limit"] if t["op"] == "≤" else t["measured"] >= t["limit"])
         assert t["limit_within_spread"] == (t["min"] <= t["limit"] <= t["max"])
     command = results["meta"]["command"]
-    assert command == "python scripts/benchmark.py --quick --output-dir " + command.split()[-1]
+    assert command == "python -m studies.benchmark --quick --output-dir " + command.split()[-1]
 
 
 def test_quick_markdown(quick_results):

@@ -66,7 +66,7 @@ def tiny_setup(bundled_checkpoint, tmp_path):
 
 def test_compare_tasks_runs_resumes_and_refuses_other_settings(tiny_setup, tmp_path, capsys):
     checkpoint, root = tiny_setup
-    spec = importlib.util.spec_from_file_location("compare_tasks", REPO / "scripts" / "compare_tasks.py")
+    spec = importlib.util.spec_from_file_location("compare_tasks", REPO / "studies" / "four_tasks" / "compare_tasks.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     output = tmp_path / "out"
@@ -212,7 +212,7 @@ def test_convergence_names_nan_falls_and_scores_that_never_move():
 
 def test_read_runs_leaves_a_line_being_appended(tmp_path):
     """Several processes append to one runs file: a last line without its newline is not read (yet)."""
-    spec = importlib.util.spec_from_file_location("compare_tasks", REPO / "scripts" / "compare_tasks.py")
+    spec = importlib.util.spec_from_file_location("compare_tasks", REPO / "studies" / "four_tasks" / "compare_tasks.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     path = tmp_path / "task_runs.jsonl"

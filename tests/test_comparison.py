@@ -278,7 +278,7 @@ def test_weights_sha256_is_the_weights_identity_wherever_they_lie(tmp_path):
 
 
 def load_compare_script():
-    spec = importlib.util.spec_from_file_location("compare_variants", REPO / "scripts" / "compare_variants.py")
+    spec = importlib.util.spec_from_file_location("compare_variants", REPO / "studies" / "variant_comparison" / "compare_variants.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,4 @@
-"""scripts/finetune_collapse.py: the spread measure against hand-computed values, and the command end to end on a
+"""studies/finetune_collapse/finetune_collapse.py: the spread measure against hand-computed values, and the command end to end on a
 tiny checkpoint and a tiny STS-B folder written by the test."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def collapse():
-    spec = importlib.util.spec_from_file_location("finetune_collapse", REPO / "scripts" / "finetune_collapse.py")
+    spec = importlib.util.spec_from_file_location("finetune_collapse", REPO / "studies" / "finetune_collapse" / "finetune_collapse.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -81,7 +81,7 @@ def test_finetune_collapse_end_to_end(collapse, bundled_checkpoint, tmp_path):
     assert after != results["models"]["baseline"]["before"]  # two optimizer steps changed the encoder
     assert -100 <= results["models"]["pre-ln"]["pearson"] <= 100
     report = (output / "collapse.md").read_text()
-    assert "| pre-ln |" in report and "Command: `python scripts/finetune_collapse.py --baseline" in report
+    assert "| pre-ln |" in report and "Command: `python -m studies.finetune_collapse.finetune_collapse --baseline" in report
     assert not (output / "baseline").exists()  # fine-tuned weights are not kept
 
 

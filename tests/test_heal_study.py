@@ -1,4 +1,4 @@
-"""scripts/heal_study.py's analysis: the power-law extrapolation of a healing curve, on curves with known answers."""
+"""studies/healing/heal_study.py's analysis: the power-law extrapolation of a healing curve, on curves with known answers."""
 
 import importlib.util
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("heal_study", REPO / "scripts" / "heal_study.py")
+spec = importlib.util.spec_from_file_location("heal_study", REPO / "studies" / "healing" / "heal_study.py")
 heal_study = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(heal_study)
 
@@ -45,11 +45,11 @@ def test_layer_table_attributes_the_propagated_error_to_layers():
 
 
 def test_the_published_report_holds_its_notes_and_method_text():
-    """docs/healing.md is `heal_study.py report --notes docs/healing_notes.md`'s output: the analysis added to the
-    report by hand must be in the notes too (a section of docs/healing.md was once not, and a rerun of the report
+    """studies/healing/healing.md is `heal_study.py report --notes studies/healing/healing_notes.md`'s output: the analysis added to the
+    report by hand must be in the notes too (a section of studies/healing/healing.md was once not, and a rerun of the report
     would have dropped it), and the method paragraph is the template's."""
-    report = (REPO / "docs" / "healing.md").read_text(encoding="utf-8")
-    notes = "\n".join(line for line in (REPO / "docs" / "healing_notes.md").read_text(encoding="utf-8").strip()
+    report = (REPO / "studies" / "healing" / "healing.md").read_text(encoding="utf-8")
+    notes = "\n".join(line for line in (REPO / "studies" / "healing" / "healing_notes.md").read_text(encoding="utf-8").strip()
                       .splitlines() if not line.startswith("<!--"))
     assert "Pre-LN with a free residual stream" in notes and notes in report
     method = heal_study.TEMPLATE[heal_study.TEMPLATE.index("Layer-wise healing (`--method layerwise`"):]

@@ -1,4 +1,4 @@
-"""The helpers behind scripts/grad_norms.py and scripts/mlm_ln_demo.py, on tiny fixtures."""
+"""The helpers behind studies/switches/grad_norms.py and studies/switches/mlm_ln_demo.py, on tiny fixtures."""
 
 import math
 

@@ -362,7 +362,7 @@ def test_heal_method_layerwise_writes_per_layer_errors(setup, tmp_path, monkeypa
                     training_args(tmp_path / "run", max_steps=0),
                     layerwise_args=LayerwiseArguments(layerwise_steps=30, layerwise_batch_tokens=64))
     monkeypatch.undo()
-    # layer-wise is the command's default method (the best measured, docs/healing.md)
+    # layer-wise is the command's default method (the best measured, studies/healing/healing.md)
     assert HealArguments(student="s", train_files=["t"]).method == "layerwise"
     with pytest.raises(ValueError, match="--method has unknown value 'greedy'; allowed: end_to_end, layerwise"):
         heal_args(setup, tmp_path / "student", method="greedy")

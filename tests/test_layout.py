@@ -2,6 +2,7 @@
 own modules, no private name imported across modules, modules of one job (line limit), studies apart and not
 installed."""
 
+import ast
 import importlib.util
 import sys
 from pathlib import Path
@@ -53,7 +54,7 @@ def test_checker_finds_the_library_importing_a_study(tmp_path):
 
 def test_the_installed_package_holds_no_study_code():
     """What the wheel ships, found as setuptools finds it (pyproject's `packages.find`): exactly hf_ffn and its
-    subpackages, none of them a study; the studies are found beside the scripts."""
+    subpackages, none of them a study; the studies (top-level studies/) are found by the layout check."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     find = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]
     shipped = set(find_packages(where=str(REPO), **find["find"]))
@@ -63,3 +64,30 @@ def test_the_installed_package_holds_no_study_code():
     assert {"studies.benchmark", "studies.unpadded_benchmark", "studies.comparison"} <= studies
     assert not any("studies" in package.split(".") for package in shipped)
     assert not any("the library imports the study module" in problem for problem in problems)
+
+
+def test_the_library_never_imports_the_studies_at_any_level():
+    """Not at module level (the layout check above) and not inside a function either: every `import` and
+    `from ... import` of every module under hf_ffn/, read with ast."""
+    imported = {}
+    for path in sorted((REPO / "hf_ffn").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            if hits := [name for name in names if name.split(".")[0] == import_graph.STUDIES]:
+                imported[str(path.relative_to(REPO))] = hits
+    assert imported == {}
+    assert len(list((REPO / "hf_ffn").rglob("*.py"))) > 20  # the scan sees the package
+
+
+def test_no_study_runner_in_scripts():
+    """scripts/ holds what a user runs as a script and developer tools: none of them imports the studies (a script
+    that does is a study runner, and belongs in its study's folder under studies/)."""
+    runners = [path.name for path in sorted((REPO / "scripts").glob("*.py"))
+               if any(isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                   (name or "").split(".")[0] == import_graph.STUDIES
+                   for name in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]))
+                   for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))]
+    assert runners == []
+    assert {"heal_study.py", "layerwise_study.py", "layerwise_scaling.py"} <= {
+        path.name for path in (REPO / "studies" / "healing").glob("*.py")}

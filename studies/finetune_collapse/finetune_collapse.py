@@ -1,0 +1,215 @@
+"""Does fine-tuning collapse a model's representation? A short STS-B fine-tune per model folder, the encoder
+measured before and after (studies/four_tasks/README.md, "Why the healed Pre-LN does not learn STS-B, CoLA or MRPC").
+
+The baseline (`--baseline`, default the bundled all-MiniLM-L6-v2) and each `--model NAME=FOLDER` are fine-tuned
+on STS-B (`hf_ffn.training.run_classification`, `Trainer`) with the
+four-task table's settings (batch 16, learning rate 1e-4, max_seq_length 128, unpadded, length-grouped batches)
+for `--steps` optimizer steps: the table's warm-up (10% of one epoch: 36 steps), then a constant learning rate
+(`constant_with_warmup`), so the first steps are the table's first steps. `--dropout P` fine-tunes a copy of the
+folder whose config sets `hidden_dropout_prob` and `attention_probs_dropout_prob` to P. Then, on the first
+`--pairs` STS-B validation pairs (encoded as BERT pairs), for the encoder before and after:
+
+- **spread** (no unit): the standard deviation over the pairs of each hidden dimension of the last hidden state,
+  averaged over dimensions and divided by the mean norm of the vectors (0: every input gives the same vector), at
+  [CLS] (what `BertPooler` and so the classification head read) and mean-pooled over real tokens;
+- per layer, the mean norm at [CLS] of the attention sublayer's output (`attention.output.dense`, before dropout
+  and the residual add) and of the FFN's (`mlp`); models are loaded as `FfnBertModel` (a BERT checkpoint loads
+  bit-exact) so the module names are the same for every variant;
+- **dropout cosine**: the cosine similarity at real tokens between the last hidden state with the config's dropout
+  on (as in fine-tuning) and off (1: dropout changes nothing);
+- the validation Pearson correlation (×100) of the fine-tuned regression head (the whole validation set).
+
+Writes `collapse.json` and `collapse.md` to `--output_dir` (default out/finetune_collapse). About 2 minutes per
+model here (100 steps at ~0.6 s, plus evaluation and save).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, TrainingArguments
+
+from hf_ffn import FfnBertModel
+from hf_ffn.parity import bundled_checkpoint
+from hf_ffn.similarity import mean_pool
+from hf_ffn.training import ClassificationDataArguments, ModelArguments, bad_input_exits, run_classification
+from hf_ffn.training.tasks import load_stsb
+from studies.environment import machine, portable_command, portable_path, versions
+
+TABLE_WARMUP_STEPS = 36  # the four-task table's warm-up on STS-B: 10% of one epoch at batch 16 (360 steps)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline", default=None, help="the first model (default: the bundled all-MiniLM-L6-v2)")
+    parser.add_argument("--model", action="append", default=[], metavar="NAME=FOLDER",
+                        help="a model folder to fine-tune after the baseline (repeatable)")
+    parser.add_argument("--data_dir", default="../shared/data/stsb", help="the STS-B folder (default: %(default)s)")
+    parser.add_argument("--output_dir", default="out/finetune_collapse", help="(default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=100,
+                        help=f"optimizer steps; the first min({TABLE_WARMUP_STEPS}, steps) warm up from learning rate "
+                             f"0 (default: %(default)s)")
+    parser.add_argument("--learning_rate", type=float, default=1e-4, help="(default: %(default)s, the table's)")
+    parser.add_argument("--dropout", type=float, default=None,
+                        help="fine-tune with this hidden and attention dropout (default: each folder's own)")
+    parser.add_argument("--pairs", type=int, default=256,
+                        help="validation pairs the encoder is measured on (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = parser.parse_args(argv)
+    for flag, value, least in (("--steps", args.steps, 1), ("--pairs", args.pairs, 2), ("--threads", args.threads, 0)):
+        if value < least:  # spread is a standard deviation over the pairs: it needs two
+            raise ValueError(f"{flag} must be at least {least}, got {value}")
+    if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
+        raise ValueError(f"--dropout must be in [0, 1), got {args.dropout}")
+    if args.baseline is not None and not (Path(args.baseline) / "config.json").is_file():
+        raise ValueError(f"--baseline {args.baseline!r}: expected a checkpoint folder (holding config.json)")
+    args.models = {"baseline": args.baseline or bundled_checkpoint()}
+    for item in args.model:
+        name, _, folder = item.partition("=")
+        if not name or not folder:
+            raise ValueError(f"--model {item!r}: expected NAME=FOLDER")
+        if name in args.models:
+            raise ValueError(f"--model {item!r}: the name {name!r} is already taken ({', '.join(args.models)}); "
+                             f"give each model its own NAME")
+        if not (Path(folder) / "config.json").is_file():
+            raise ValueError(f"--model {item!r}: {folder!r} is not a checkpoint folder (no config.json)")
+        args.models[name] = folder
+    return args
+
+
+def spread(vectors: torch.Tensor) -> float:
+    """(inputs, hidden) → the standard deviation over inputs (unbiased) of each dimension, averaged over
+    dimensions, divided by the mean Euclidean norm of the vectors: 0 when every input gives the same vector."""
+    return (vectors.std(0).mean() / vectors.norm(dim=-1).mean()).item()
+
+
+@torch.no_grad()
+def measure(folder: str, tokenizer, pairs) -> dict:
+    """The encoder of `folder` on STS-B `pairs` (a `read_stsb` dataset): `spread` of the last hidden state at [CLS]
+    and mean-pooled over real tokens, and per layer the mean norm at [CLS] of the attention and FFN sublayer
+    outputs ({"attention 0": ..., "ffn 0": ..., ...}); "dropout_cosine": the mean cosine similarity at real tokens
+    between the last hidden state with the config's dropout on (train mode, seed 0) and off: how much of the
+    representation survives the noise fine-tuning trains under."""
+    # padded execution: the hooks read [CLS] as column 0 of (pairs, seq, hidden) outputs, which a folder saved with
+    # `unpad_tokens=True` would hand them packed as (n_real, hidden)
+    model = FfnBertModel.from_pretrained(folder, unpad_tokens=False).eval()
+    batch = tokenizer(pairs["sentence1"], pairs["sentence2"], padding=True, truncation=True, max_length=128,
+                      return_tensors="pt")
+    norms: dict[str, float] = {}
+    hooks = []
+    for i, layer in enumerate(model.encoder.layer):
+        for name, module in ((f"attention {i}", layer.attention.output.dense), (f"ffn {i}", layer.mlp)):
+            hooks.append(module.register_forward_hook(
+                lambda _m, _in, out, name=name: norms.__setitem__(name, out[:, 0].norm(dim=-1).mean().item())))
+    hidden = model(**batch).last_hidden_state  # (pairs, seq, hidden)
+    for hook in hooks:
+        hook.remove()
+
+    model.train()  # dropout on, as in fine-tuning
+    torch.manual_seed(0)
+    noisy = model(**batch).last_hidden_state
+    real = batch["attention_mask"].bool()
+    return {"spread_cls": spread(hidden[:, 0]), "spread_mean": spread(mean_pool(hidden, batch["attention_mask"])),
+            "dropout_cosine": torch.nn.functional.cosine_similarity(hidden[real], noisy[real], dim=-1).mean().item(),
+            "cls_norms": norms}
+
+
+def with_dropout(folder: str, dropout: float, work_dir: Path) -> str:
+    """A copy of `folder` whose config sets both dropout probabilities to `dropout`."""
+    copy = work_dir / "start"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(folder, copy)
+    config = json.loads((copy / "config.json").read_text())
+    config.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    (copy / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return str(copy)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    pairs = load_stsb(args.data_dir)["validation"][: args.pairs]  # checks --data_dir before any work
+    output = Path(args.output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    settings = {k: v for k, v in vars(args).items() if k != "models"}  # paths as a reader writes them
+    settings.update(baseline=args.baseline and portable_path(args.baseline), data_dir=portable_path(args.data_dir),
+                    output_dir=portable_path(args.output_dir),
+                    model=[f"{n}={portable_path(f)}" for n, f in (m.partition("=")[::2] for m in args.model)])
+    results = {"settings": settings, "models": {},
+               "machine": machine(), "versions": versions(), "load_before": os.getloadavg()[0]}
+    for name, folder in args.models.items():
+        print(f"=== {name} ({time.strftime('%H:%M:%S')}) ===", flush=True)
+        work_dir = output / name
+        shutil.rmtree(work_dir, ignore_errors=True)
+        work_dir.mkdir(parents=True)
+        start = with_dropout(folder, args.dropout, work_dir) if args.dropout is not None else folder
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        training_args = TrainingArguments(
+            output_dir=str(work_dir / "fine-tuned"), seed=args.seed, max_steps=args.steps,
+            per_device_train_batch_size=16, per_device_eval_batch_size=64, train_sampling_strategy="group_by_length",
+            learning_rate=args.learning_rate, lr_scheduler_type="constant_with_warmup",
+            warmup_steps=min(TABLE_WARMUP_STEPS, args.steps), save_strategy="no", report_to="none",
+            disable_tqdm=True, logging_steps=max(1, args.steps // 5),
+        )
+        data_args = ClassificationDataArguments(task="stsb", data_dir=args.data_dir, max_seq_length=128)
+        outcome = run_classification(ModelArguments(model_name_or_path=start), data_args, training_args)
+        results["models"][name] = {
+            "before": measure(start, tokenizer, pairs),
+            "after": measure(str(work_dir / "fine-tuned"), tokenizer, pairs),
+            "pearson": 100 * outcome["results"]["eval_pearson"], "spearman": 100 * outcome["results"]["eval_spearman"],
+        }
+        shutil.rmtree(work_dir, ignore_errors=True)  # the fine-tuned weights are not kept
+    results["load_after"] = os.getloadavg()[0]
+    (output / "collapse.json").write_text(json.dumps(results, indent=1) + "\n")
+    (output / "collapse.md").write_text(report(results, argv if argv is not None else sys.argv[1:]))
+    print((output / "collapse.md").read_text())
+    return 0
+
+
+def report(results: dict, argv: list[str]) -> str:
+    settings = results["settings"]
+    dropout = "each folder's own" if settings["dropout"] is None else settings["dropout"]
+    lines = [
+        f"# Representation after {settings['steps']} STS-B fine-tuning steps",
+        "",
+        f"Learning rate {settings['learning_rate']} (warm-up {min(TABLE_WARMUP_STEPS, settings['steps'])} steps, then "
+        f"constant), batch 16, dropout {dropout}, seed {settings['seed']}; spread on the first {settings['pairs']} "
+        "validation pairs (std over pairs / mean norm; 0: every input gives the same vector); Pearson on the whole "
+        "validation set; dropout cosine: the cosine similarity at real tokens between the last hidden state with "
+        "the config's dropout on and off (1: dropout changes nothing).",
+        "",
+        "| model | dropout cosine before | spread [CLS] before → after | spread mean-pooled before → after | "
+        "validation Pearson ×100 |",
+        "|---|---|---|---|---|",
+    ]
+    for name, m in results["models"].items():
+        b, a = m["before"], m["after"]
+        lines.append(f"| {name} | {b['dropout_cosine']:.4f} | {b['spread_cls']:.4f} → {a['spread_cls']:.4f} | "
+                     f"{b['spread_mean']:.4f} → {a['spread_mean']:.4f} | {m['pearson']:.1f} |")
+    # every model's layers (models of other depths leave the cells they lack empty), in layer order
+    columns = list(dict.fromkeys(k for m in results["models"].values() for k in m["before"]["cls_norms"]))
+    columns.sort(key=lambda k: int(k.split()[1]))  # stable: attention before ffn within a layer
+    lines += ["", "Norm of each sublayer's output at [CLS] (before the residual add), before → after:", "",
+              "| model | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for name, m in results["models"].items():
+        before, after = m["before"]["cls_norms"], m["after"]["cls_norms"]
+        cells = [f"{before[k]:.1f} → {after[k]:.1f}" if k in before else "" for k in columns]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", f"Machine: {results['machine']['cpu']}, {results['machine']['cores']} cores, load average "
+              f"{results['load_before']:.2f} → {results['load_after']:.2f}; {results['versions']}.", "",
+              "Command: `" + portable_command(["python", "-m", "studies.finetune_collapse.finetune_collapse", *argv]) + "`", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    with bad_input_exits("finetune_collapse.py"):  # a one-line message, not a traceback
+        sys.exit(main())
