@@ -223,12 +223,15 @@ def _what_changed(report: Mapping[str, Any]) -> str:
     return f"init={report.get('init')}" + (f", {', '.join(parts)}" if parts else "")
 
 
-def not_function_preserving_message(report: Mapping[str, Any], folder: str | os.PathLike | None = None) -> str | None:
+def not_function_preserving_message(
+    report: Mapping[str, Any], folder: str | os.PathLike | None = None, subject: str | None = None
+) -> str | None:
     """The warning for a conversion that does not compute its source's function, or None where there is nothing
     to warn about.
 
     `report`: a `ConversionReport` as a dict (`conversion_report.json`); a healed folder's has a `healing` entry.
-    `folder`: where the converted model is (named in the next step). Cases: an exact conversion → None; not exact
+    `folder`: where the converted model is (named in the next step; default `CONVERTED_FOLDER`); `subject`: what
+    the text calls the model (default: `folder`, else "this conversion"). Cases: an exact conversion → None; not exact
     and not healed → the measured difference and the next step (`hf-ffn heal`); Post-LN → Pre-LN, healed or not →
     also what was measured after healing (fine-tuning collapses, `VARIANTS["pre-ln"].measured`); other healed
     conversions → None.
@@ -236,12 +239,12 @@ def not_function_preserving_message(report: Mapping[str, Any], folder: str | os.
     healed, pre_ln = "healing" in report, _moves_to_pre_ln(report)
     if (report.get("exact", True) and not pre_ln) or (healed and not pre_ln):
         return None
-    where = f"{folder} ({_what_changed(report)})" if folder else f"this conversion ({_what_changed(report)})"
+    where = f"{subject or folder or 'this conversion'} ({_what_changed(report)})"
     if healed:
         text = (f"{where} is a healed Post-LN → Pre-LN conversion of {report.get('source')}, which is not "
                 f"function-preserving.")
     else:
-        student = folder if folder else "CONVERTED_FOLDER"
+        student = folder or "CONVERTED_FOLDER"
         text = (f"{where} is not function-preserving: it was converted from {report.get('source')} and "
                 f"{_difference(report)}. Next step: heal it, `hf-ffn heal --student {student} --train_files TEXT` "
                 f"(distillation from the source; {HEALING_GUIDE}).")

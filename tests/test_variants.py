@@ -133,7 +133,8 @@ def test_convert_and_load_warn_once_with_the_difference_and_the_next_step(source
         FfnBertModel.from_pretrained(copy)  # a second load: no second warning
     assert records(caplog) == [message.replace(str(out), str(copy))]
     card = (out / "README.md").read_text(encoding="utf-8")
-    assert "**Warning.**" in card and "This model (init=preserving" in card and "hf-ffn heal" in card
+    assert "**Warning.**" in card and "This model (init=preserving" in card
+    assert "`hf-ffn heal --student path/to/this/folder --train_files TEXT`" in card
 
 
 def test_pre_ln_warns_what_healing_measured_and_points_to_the_guide(source, tmp_path, caplog):

@@ -102,7 +102,7 @@ def build_model_card(
             "LayerNorm move): the measured difference below is the drift from the source."
         ),
         warning=not_function_preserving_message(
-            {**report.to_dict(), **({"healing": True} if healed else {})}, "This model"),
+            {**report.to_dict(), **({"healing": True} if healed else {})}, "path/to/this/folder", "This model"),
         layer_rows=_layer_rows(report),
         n_copied=len(report.copied), n_mapped=len(report.mapped), n_new=len(report.new), n_dropped=len(report.dropped),
         new_summary=", ".join(f"{n}× {k}" for k, n in sorted(new_prefixes.items())),
