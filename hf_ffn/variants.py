@@ -246,8 +246,9 @@ def not_function_preserving_message(
     else:
         student = folder or "CONVERTED_FOLDER"
         text = (f"{where} is not function-preserving: it was converted from {report.get('source')} and "
-                f"{_difference(report)}. Next step: heal it, `hf-ffn heal --student {student} --train_files TEXT` "
-                f"(distillation from the source; {HEALING_GUIDE}).")
+                f"{_difference(report)}. Next step: heal it, `hf-ffn heal --student {student} --train_files TEXT "
+                f"--output_dir OUTPUT` (distillation from the source on plain text; the healed model is written to "
+                f"OUTPUT/healed; {HEALING_GUIDE}).")
         variant = variant_of_report(report)
         if variant is not None and variant.measured and not pre_ln:
             text += f" Measured for the {variant.name} variant of all-MiniLM-L6-v2: {variant.measured}."

@@ -120,7 +120,8 @@ def test_convert_and_load_warn_once_with_the_difference_and_the_next_step(source
     max_diff = report.difference["last_hidden_state"]["max_abs_diff"]
     assert f"{out} (init=preserving, ffn_type 'gelu' → 'swiglu') is not function-preserving" in message
     assert f"differs from the source's by up to {max_diff:.3g}" in message
-    assert f"`hf-ffn heal --student {out} --train_files TEXT`" in message and HEALING_GUIDE in message
+    assert f"`hf-ffn heal --student {out} --train_files TEXT --output_dir OUTPUT`" in message
+    assert HEALING_GUIDE in message
     assert "swiglu-approx variant" in message  # what was measured for that variant
     assert "(init=preserving, not function-preserving)" in report.summary().splitlines()[0]
     caplog.clear()
@@ -134,7 +135,7 @@ def test_convert_and_load_warn_once_with_the_difference_and_the_next_step(source
     assert records(caplog) == [message.replace(str(out), str(copy))]
     card = (out / "README.md").read_text(encoding="utf-8")
     assert "**Warning.**" in card and "This model (init=preserving" in card
-    assert "`hf-ffn heal --student path/to/this/folder --train_files TEXT`" in card
+    assert "`hf-ffn heal --student path/to/this/folder --train_files TEXT --output_dir OUTPUT`" in card
 
 
 def test_pre_ln_warns_what_healing_measured_and_points_to_the_guide(source, tmp_path, caplog):
