@@ -3,6 +3,9 @@
 Importing the package registers `FfnBertConfig` (`model_type="ffn_bert"`) and the FfnBert models with the Auto
 classes (`AutoConfig`, `AutoModel`, `AutoModelForMaskedLM`, ...; the table is `modeling_ffn_bert.HEAD_CLASSES`)
 and BERT's tokenizer with `AutoTokenizer`. transformers' own `bert` registration is left untouched.
+
+`VARIANTS` (`hf_ffn.variants`) names the variants of a pretrained BERT (`gelu-post`, `geglu`, `swiglu-approx`,
+`swiglu-matched`, `pre-ln`): their switches, conversion and best measured healing recipe.
 """
 
 from importlib.metadata import version
@@ -33,6 +36,7 @@ from .modeling_ffn_bert import (
     FfnBertModel,
     FfnBertPreTrainedModel,
 )
+from .variants import BASELINE, VARIANTS, Variant, get_variant, warn_if_not_function_preserving
 
 __version__ = version("hf_ffn")  # pyproject.toml's, as installed
 
@@ -51,8 +55,10 @@ for _head in HEAD_CLASSES:
     _head.ffn_bert.register_for_auto_class(_head.auto_class)
 
 __all__ = [
+    "BASELINE",
     "FFN_TYPES",
     "GATED_FFN_ACTIVATIONS",
+    "VARIANTS",
     "FfnBertConfig",
     "FfnBertForMaskedLM",
     "FfnBertForMultipleChoice",
@@ -66,6 +72,9 @@ __all__ = [
     "FfnBertMLP",
     "FfnBertModel",
     "FfnBertPreTrainedModel",
+    "Variant",
+    "get_variant",
     "is_gated",
     "parameter_matched_glu_width",
+    "warn_if_not_function_preserving",
 ]

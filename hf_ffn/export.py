@@ -23,8 +23,7 @@ import torch
 
 from .files import atomic_output_file
 from .modeling_ffn_bert import FfnBertPreTrainedModel
-from .parity.batches import padded_batch
-from .parity.compare import tensor_difference
+from .conversion.measure import padded_batch, tensor_difference
 
 ONNX_INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 # The torch.export-based exporter emits opset 18 or later (its onnxscript function library starts there).
@@ -36,7 +35,7 @@ def example_inputs(
     vocab_size: int, batch_size: int = 2, seq_len: int = 8, seed: int = 0
 ) -> dict[str, torch.Tensor]:
     """A padded batch (row i has `seq_len - i` real tokens, at least 1) with two segments in row 0 (the second
-    from `seq_len // 2`): `parity.batches.padded_batch` with those lengths.
+    from `seq_len // 2`): `hf_ffn.conversion.measure.padded_batch` with those lengths.
 
     Returns `input_ids`, `attention_mask`, `token_type_ids` (in that order, `ONNX_INPUT_NAMES`), each
     (batch_size, seq_len), int64.

@@ -19,7 +19,8 @@ The renames are transformers' own weight-conversion mapping, registered for `mod
     (new)  encoder.final_norm                       encoder.final_norm                (Pre-LN last layer only)
 
 This file imports nothing from `hf_ffn` but its configuration, naming and `unpadding` modules (relatively), so
-`save_pretrained` ships all four beside a saved model for `trust_remote_code` loading.
+`save_pretrained` ships all four beside a saved model for `trust_remote_code` loading; `from_pretrained`'s check of
+a converted folder imports `hf_ffn.variants` when hf_ffn is installed and is skipped where it is not.
 """
 
 # No `from __future__ import annotations` here: transformers reads the `**kwargs: Unpack[TransformersKwargs]`
@@ -266,6 +267,25 @@ class FfnBertPreTrainedModel(BertPreTrainedModel):
         super()._init_weights(module)
         if isinstance(module, nn.PReLU):  # a learnable FFN activation (ffn_type="prelu"): torch's own init value
             init.constant_(module.weight, module.init)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, warn_not_function_preserving: bool = True,
+                        **kwargs):
+        """`PreTrainedModel.from_pretrained`, unchanged, plus one check: a folder converted by hf_ffn whose
+        `conversion_report.json` says the conversion is not function-preserving (and it was not healed since; or a
+        Post-LN → Pre-LN conversion, healed or not) logs a warning once, with the measured difference and the next
+        step (`hf_ffn.variants.warn_if_not_function_preserving`). `warn_not_function_preserving=False` skips it
+        (for callers that heal or convert the folder themselves). Where this file runs as remote code without
+        hf_ffn installed, there is no check."""
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        if warn_not_function_preserving and pretrained_model_name_or_path is not None:
+            try:  # hf_ffn's own module (absolute import: remote-code copies of this file work without it)
+                from hf_ffn.variants import warn_if_not_function_preserving
+            except ImportError:
+                pass
+            else:
+                warn_if_not_function_preserving(pretrained_model_name_or_path)
+        return loaded
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         # `auto_map` names every Auto class (`AUTO_MAP`), so a folder saved from any head loads with `AutoModel`,

@@ -395,3 +395,12 @@ def test_too_few_calibration_tokens_are_refused_or_warned(caplog):
     with caplog.at_level("WARNING", logger="hf_ffn.healing.layerwise"):
         check_calibration_tokens(MIN_TOKENS_PER_UNIT * 1024, 1024)
     assert caplog.text == ""
+
+
+def test_layerwise_fits_show_progress(teacher_dir, tmp_path, capsys):
+    """A tqdm bar (transformers') over the layers, ending at every layer done, and one over each fit's Adam steps."""
+    run_layerwise(teacher_dir, tmp_path / "progress")
+    err = capsys.readouterr().err
+    layers = BertConfig.from_pretrained(teacher_dir).num_hidden_layers
+    assert "layer-wise healing: 100%" in err and f"{layers}/{layers}" in err
+    assert "FFN fit" in err

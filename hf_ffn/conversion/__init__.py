@@ -6,7 +6,9 @@
   converted FFNs freshly initialised, cut into plan / load / apply / report steps.
 - `report`: `ConversionReport` (JSON-serialisable: which weights were copied, mapped or newly initialised, the
   config changes, and the measured output difference).
-- `measure`: `measure_difference`, the converted model against upstream BERT on the parity job's example batch.
+- `measure`: `measure_difference`, the converted model against upstream BERT on a fixed example batch
+  (`example_batch`), with the one output-difference helper (`tensor_difference`, `output_difference`) that the
+  parity job (`hf_ffn.parity`, a test-time concern) builds on too.
 - `megatron`: `load_megatron_bert` (MegatronBERT = Pre-LN, through `from_pretrained(key_mapping=...)`).
 - `state_dicts`: `convert_state_dict`, applying the Llama / ModernBERT FFN key maps (data, in
   `hf_ffn.checkpoint_names`) with transformers' `Chunk`/`Concatenate`.
@@ -33,7 +35,6 @@ from ..checkpoint_names import (
     bert_key,
     reverse_key_maps,
 )
-from ..parity.compare import COMPARED_OUTPUTS, output_difference
 from .card import build_model_card
 from .folders import (
     REPORT_FILE,
@@ -46,7 +47,16 @@ from .folders import (
     write_converted_folder,
 )
 from .loader import load_converted
-from .measure import measure_difference
+from .measure import (
+    COMPARED_OUTPUTS,
+    SENTENCE_PAIRS,
+    example_batch,
+    head_inputs,
+    measure_difference,
+    output_difference,
+    padded_batch,
+    tensor_difference,
+)
 from .pruning import IMPORTANCE_SCORES, load_pruned, prune_model, solve_down
 from .megatron import load_megatron_bert, megatron_config_to_ffn_bert
 from .recipes import (
@@ -76,32 +86,37 @@ __all__ = [
     "MEGATRON_NAME_OF",
     "MODERNBERT_MLP_TO_FFN",
     "REPORT_FILE",
+    "SENTENCE_PAIRS",
     "SIGMOID_FORM_IS_EXACT",
     "SIGMOID_SLOPE",
     "WIDTHS",
-    "ConversionReport",
-    "FfnRecipe",
-    "KeyMap",
     "allowed_preserving_targets",
     "atomic_output_dir",
-    "build_model_card",
     "bert_key",
+    "build_model_card",
+    "ConversionReport",
     "convert_checkpoint",
     "convert_state_dict",
+    "example_batch",
     "export_to_bert",
     "ffn_class_for",
     "ffn_recipe",
+    "FfnRecipe",
+    "head_inputs",
+    "KeyMap",
     "load_converted",
     "load_megatron_bert",
     "load_pruned",
     "measure_difference",
     "megatron_config_to_ffn_bert",
     "output_difference",
+    "padded_batch",
     "parse_cli_options",
     "parse_width",
     "prune_model",
     "reverse_key_maps",
     "solve_down",
     "source_tokenizer",
+    "tensor_difference",
     "write_converted_folder",
 ]

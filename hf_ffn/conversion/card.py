@@ -16,6 +16,7 @@ from huggingface_hub import ModelCard, ModelCardData
 from ..configuration_ffn_bert import FfnBertConfig, is_gated
 from ..model_cards import TEMPLATES
 from ..modeling_ffn_bert import AUTO_MAP
+from ..variants import not_function_preserving_message
 from .report import ConversionReport
 
 CONFIG_FIELDS = (
@@ -57,12 +58,14 @@ def _layer_rows(report: ConversionReport) -> list[dict[str, str]]:
 
 def build_model_card(
     model, report: ConversionReport, *, base_model: str | None = None, license: str | None = None,
-    model_name: str | None = None,
+    model_name: str | None = None, healed: bool = False,
 ) -> ModelCard:
     """A `ModelCard` for a converted model (see the module docstring for the template chosen).
 
     `base_model` defaults to the source card's `base_model`, else the source when it is a hub name (not a local
-    folder); `license` to the source card's, else "unknown".
+    folder); `license` to the source card's, else "unknown". A conversion that is not function-preserving gets the
+    warning text of `hf_ffn.variants.not_function_preserving_message` (`healed`: the folder was healed since, so
+    the card does not ask for healing again; a healed Pre-LN conversion still gets what fine-tuning measured).
     """
     config: FfnBertConfig = model.config
     source_data = source_card_data(report.source)
@@ -95,9 +98,11 @@ def build_model_card(
         exact_line=(
             "The conversion is **exact**: the converted encoder computes the source's function (see the measured "
             "difference below)." if report.exact else
-            "The conversion is **not exact** (an approximation, a re-initialisation or a LayerNorm move): the "
-            "measured difference below is the drift from the source."
+            "The conversion is **not exact**, not function-preserving (an approximation, a re-initialisation or a "
+            "LayerNorm move): the measured difference below is the drift from the source."
         ),
+        warning=not_function_preserving_message(
+            {**report.to_dict(), **({"healing": True} if healed else {})}, "path/to/this/folder", "This model"),
         layer_rows=_layer_rows(report),
         n_copied=len(report.copied), n_mapped=len(report.mapped), n_new=len(report.new), n_dropped=len(report.dropped),
         new_summary=", ".join(f"{n}× {k}" for k, n in sorted(new_prefixes.items())),

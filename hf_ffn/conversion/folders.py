@@ -20,6 +20,7 @@ from ..configuration_ffn_bert import FfnBertConfig
 from ..files import atomic_output_dir
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel, head_class_for
+from ..variants import warn_if_not_function_preserving
 from .card import build_model_card
 from .loader import load_converted
 from .measure import measure_difference
@@ -71,7 +72,7 @@ def write_converted_folder(
     report_file = Path(model_dir or folder) / REPORT_FILE
     report_file.write_text(json.dumps({**report.to_dict(), **(report_extra or {})}, indent=2, default=str) + "\n",
                            encoding="utf-8")
-    card = build_model_card(model, report, **card_options)
+    card = build_model_card(model, report, healed="healing" in (report_extra or {}), **card_options)
     card.text += card_section
     card.save(folder / "README.md")
 
@@ -105,7 +106,8 @@ def convert_checkpoint(
     """Convert a BERT checkpoint into an FfnBert folder (`write_converted_folder`: config with `auto_map`,
     model.safetensors, the configuration/modeling/naming source for `trust_remote_code`, the tokenizer files,
     `conversion_report.json` with the measured difference from the source on the fixed input of
-    `measure_difference`, and a model card).
+    `measure_difference`, and a model card). A conversion that is not function-preserving logs a warning once
+    (`hf_ffn.variants.warn_if_not_function_preserving`: the measured difference and the next step, `hf-ffn heal`).
 
     `model_class` defaults to the FfnBert twin of the checkpoint's architecture. `seed` seeds every weight the
     conversion initialises. `init="pruned"` (`hf_ffn.conversion.pruning.load_pruned`) needs `calibration_ids`
@@ -136,6 +138,7 @@ def convert_checkpoint(
         measure_difference(checkpoint, model, report)
         write_converted_folder(tmp, model, report, tokenizer=source_tokenizer(checkpoint), base_model=base_model,
                                license=license)
+    warn_if_not_function_preserving(report, folder=output_dir)  # once: the difference and the next step (heal)
     return report
 
 

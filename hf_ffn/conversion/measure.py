@@ -1,20 +1,155 @@
-"""`measure_difference`: a converted model's output difference from its source checkpoint, on the parity job's
-example batch, through the one output-difference helper (`hf_ffn.parity.compare.output_difference`)."""
+"""Measuring how far a model is from another: the fixed inputs (`SENTENCE_PAIRS` and `example_batch`, a seeded
+`padded_batch`, the multiple-choice layout `head_inputs`), the one output-difference helper (`tensor_difference`,
+`output_difference`) and `measure_difference`, a converted model against its source checkpoint.
+
+Conversion and export measure with these alone, so they need no test-only dependency; the parity job
+(`hf_ffn.parity`) builds its rows and batches on them and re-exports them under their old names.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from typing import Any
 
 import torch
-from transformers import BertModel, PreTrainedModel
+from torch import nn
+from transformers import AutoTokenizer, BertForMultipleChoice, BertModel, PretrainedConfig, PreTrainedModel
 
 from ..checkpoint_names import is_variant_key
 from ..configuration_ffn_bert import FfnBertConfig
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import HEAD_CLASSES, FfnBertModel, FfnBertPreTrainedModel
-from ..parity.batches import SENTENCE_PAIRS, example_batch, head_inputs
-from ..parity.compare import output_difference
 from .report import ConversionReport
+
+SENTENCE_PAIRS = [
+    ("time flies like an arrow.", "fruit flies like a banana."),
+    ("the quick brown fox jumps over the lazy dog near the river bank on a sunny afternoon.", "it rained."),
+    ("hello", "world"),
+]
+# Rows of the random fallback batch: (real tokens, first-segment tokens).
+FALLBACK_LENGTHS, FALLBACK_SEGMENTS = (21, 13, 6), (9, 5, 3)
+
+
+# Outputs `output_difference` compares by default, when both models return them.
+COMPARED_OUTPUTS = (
+    "last_hidden_state", "pooler_output", "logits", "prediction_logits", "seq_relationship_logits",
+    "start_logits", "end_logits",
+)
+
+
+
+def padded_batch(
+    vocab_size: int,
+    lengths: Sequence[int],
+    second_segment_starts: Sequence[int | None] | None = None,
+    seed: int = 0,
+    seq_len: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """A seeded random batch, right-padded with id 0: row i has `lengths[i]` real tokens drawn uniformly from
+    1 .. vocab_size − 1 (row by row from one `torch.Generator(seed)`), then padding.
+
+    `second_segment_starts[i]` (or None) is where row i's second segment (`token_type_ids` = 1) starts; it runs to
+    the row's last real token. `seq_len` defaults to `max(lengths)`.
+
+    Returns:
+        `input_ids`, `token_type_ids`, `attention_mask`, each (len(lengths), seq_len), int64.
+
+    Raises:
+        ValueError: a length below 1 or above `seq_len`, or `second_segment_starts` of another length.
+    """
+    seq = max(lengths) if seq_len is None else seq_len
+    starts = list(second_segment_starts) if second_segment_starts is not None else [None] * len(lengths)
+    if len(starts) != len(lengths):
+        raise ValueError(f"second_segment_starts has {len(starts)} entries; lengths has {len(lengths)}")
+    if any(n < 1 or n > seq for n in lengths):
+        raise ValueError(f"lengths {list(lengths)} must each lie in 1..{seq} (seq_len)")
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.zeros(len(lengths), seq, dtype=torch.long)  # (batch, seq); 0 = [PAD]
+    token_type_ids = torch.zeros_like(input_ids)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, (n, start) in enumerate(zip(lengths, starts)):
+        input_ids[row, :n] = torch.randint(1, vocab_size, (n,), generator=generator)
+        attention_mask[row, :n] = 1
+        if start is not None:
+            token_type_ids[row, start:n] = 1
+    return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
+
+
+def example_batch(checkpoint: str, config: PretrainedConfig) -> dict[str, torch.Tensor]:
+    """A padded batch of sentence pairs of unequal lengths with `token_type_ids` and `attention_mask`.
+
+    Uses the checkpoint's tokenizer on `SENTENCE_PAIRS` when it has one; otherwise `padded_batch` over the whole
+    vocabulary of `config` (rows of 21, 13 and 6 tokens, second segments from 9, 5 and 3). (A local folder
+    without tokenizer files is checked explicitly: transformers would build an empty tokenizer for it and turn
+    every word into [UNK].) Shapes: each (3, seq), int64.
+    """
+    tokenizer = None
+    if not os.path.isdir(checkpoint) or any(
+        os.path.isfile(os.path.join(checkpoint, name)) for name in ("tokenizer.json", "vocab.txt")
+    ):
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+        except (OSError, ValueError, TypeError):
+            tokenizer = None
+    if tokenizer is not None:
+        first, second = zip(*SENTENCE_PAIRS)
+        batch = tokenizer(list(first), list(second), padding=True, return_tensors="pt")
+        return {k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+    return padded_batch(config.vocab_size, FALLBACK_LENGTHS, FALLBACK_SEGMENTS)
+
+
+def head_inputs(upstream_class: type, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`batch` as the head `upstream_class` (or its FfnBert twin) takes it: for multiple choice, (batch,
+    num_choices=2, seq), the batch and its rows reversed as the two choices; every other head takes it as is."""
+    if issubclass(upstream_class, BertForMultipleChoice):
+        return {k: torch.stack([v, v.flip(0)], dim=1) for k, v in batch.items()}
+    return batch
+
+
+def tensor_difference(
+    reference: torch.Tensor, candidate: torch.Tensor, attention_mask: torch.Tensor | None = None
+) -> dict[str, Any]:
+    """max and mean |reference − candidate| (in float32 or wider) and `torch.equal` for one tensor pair.
+
+    With `attention_mask` (batch, seq), a per-token tensor (batch, seq, ...) is measured on real tokens only
+    (mask == 1): padded positions carry no meaning. `equal` is always over the whole tensors. Tensors of different
+    shapes are not equal and differ by `inf`; empty tensors differ by 0.
+
+    Returns:
+        {"max_abs_diff": float, "mean_abs_diff": float, "equal": bool}.
+    """
+    if reference.shape != candidate.shape:
+        return {"max_abs_diff": float("inf"), "mean_abs_diff": float("inf"), "equal": False}
+    diff = (reference.float() - candidate.float()).abs()
+    if attention_mask is not None and diff.dim() >= 2 and diff.shape[:2] == attention_mask.shape:
+        diff = diff[attention_mask.bool()]  # (real tokens, ...)
+    if not diff.numel():
+        return {"max_abs_diff": 0.0, "mean_abs_diff": 0.0, "equal": torch.equal(reference, candidate)}
+    return {
+        "max_abs_diff": diff.max().item(), "mean_abs_diff": diff.mean().item(),
+        "equal": torch.equal(reference, candidate),
+    }
+
+
+def output_difference(
+    reference: nn.Module, candidate: nn.Module, inputs: dict[str, torch.Tensor], outputs=COMPARED_OUTPUTS
+) -> dict[str, dict[str, Any]]:
+    """`tensor_difference` of each output in `outputs` that both models return on `inputs`, on real tokens
+    (`inputs["attention_mask"]`, when given). Both models run in eval mode without gradients.
+
+    Returns:
+        {output name: {"max_abs_diff", "mean_abs_diff", "equal"}}.
+    """
+    reference.eval(), candidate.eval()
+    with torch.no_grad():
+        ref_out, cand_out = reference(**inputs), candidate(**inputs)
+    mask = inputs.get("attention_mask")
+    return {
+        key: tensor_difference(ref_out[key], cand_out[key], mask)
+        for key in outputs
+        if ref_out.get(key) is not None and cand_out.get(key) is not None
+    }
 
 
 def measure_difference(
@@ -31,7 +166,7 @@ def measure_difference(
     instead, since an upstream class would drop its variant weights. `reference`: the source already loaded (e.g.
     the healing run's teacher), used instead of loading it again; when its class is not the one chosen above,
     the base models are compared (last_hidden_state only, unless `model` is the bare model). The fixed input is
-    `parity.example_batch`: three tokenized sentence pairs of unequal lengths, padded (or seeded random ids
+    `example_batch`: three tokenized sentence pairs of unequal lengths, padded (or seeded random ids
     when the checkpoint has no tokenizer); per-token outputs are compared on real tokens. If `report` is given,
     the result is also stored in `report.difference`.
 
@@ -60,7 +195,7 @@ def measure_difference(
             upstream, candidate = type(reference), model.base_model
     result: dict[str, Any] = {
         "reference": f"{upstream.__module__.split('.')[0]}.{upstream.__name__}",
-        "inputs": "parity.example_batch: " + "; ".join(" / ".join(p) for p in SENTENCE_PAIRS)
+        "inputs": "example_batch: " + "; ".join(" / ".join(p) for p in SENTENCE_PAIRS)
         if inputs is None else "given",
     }
     result["parameters"] = {
@@ -77,4 +212,13 @@ def measure_difference(
     return result
 
 
-__all__ = ["measure_difference"]
+__all__ = [
+    "COMPARED_OUTPUTS",
+    "SENTENCE_PAIRS",
+    "example_batch",
+    "head_inputs",
+    "measure_difference",
+    "output_difference",
+    "padded_batch",
+    "tensor_difference",
+]

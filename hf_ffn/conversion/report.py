@@ -46,8 +46,10 @@ class ConversionReport:
         return asdict(self)
 
     def summary(self) -> str:
-        """A few human-readable lines: what was converted and the measured difference."""
-        lines = [f"{self.source} -> {self.model_class} (init={self.init}, exact={self.exact})"]
+        """A few human-readable lines: what was converted, whether it is function-preserving and the measured
+        difference (`convert_checkpoint` logs the warning with the next step, `hf_ffn.variants`)."""
+        preserving = "exact, function-preserving" if self.exact else "not function-preserving"
+        lines = [f"{self.source} -> {self.model_class} (init={self.init}, {preserving})"]
         lines += [f"  config: {k}: {a!r} -> {b!r}" for k, (a, b) in self.config_changes.items()]
         lines.append(
             f"  weights: {len(self.copied)} copied, {len(self.mapped)} mapped, {len(self.new)} new, "

@@ -38,6 +38,10 @@ Resume. After each layer its weights (`layer-<i>.safetensors`) and record (`laye
 `work_dir`; a rerun loads finished layers instead of fitting them again (the inputs of the next layer are
 recomputed from the loaded weights, so the result equals an uninterrupted run's), if it has the arguments recorded
 in `work_dir/arguments.json` (else it is refused; `hf_ffn.healing.layerwise_folder`).
+
+Progress. transformers' tqdm bars (`transformers.utils.logging.tqdm`, silenced by
+`transformers.utils.logging.disable_progress_bar()`): one over the layers, with each layer's error before → after,
+and one over each fit's Adam steps.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 from transformers import PretrainedConfig
+from transformers.utils.logging import tqdm  # transformers' progress bars (off with disable_progress_bar())
 
 from ..configuration_ffn_bert import FfnBertConfig
 from ..conversion.pruning import GramStatistics, accumulate, relative_error, solve_down
@@ -229,17 +234,17 @@ def apply_chunked(module: nn.Module, x: torch.Tensor, chunk: int = 4096) -> torc
 
 
 def adam_fit(parameters: list[nn.Parameter], loss_of, count: int, batch: int, steps: int, lr: float,
-             seed: int, every: int = 0, callback=None) -> list[float]:
+             seed: int, every: int = 0, callback=None, desc: str = "Adam steps") -> list[float]:
     """`steps` Adam steps (cosine decay from `lr` to 0) on `loss_of(index)` for random minibatches of `batch` of
-    `count` rows (a generator seeded with `seed`); `callback()` after every `every` steps (0: never). Returns the
-    losses every step."""
+    `count` rows (a generator seeded with `seed`); `callback()` after every `every` steps (0: never). Shows a
+    progress bar named `desc` (removed when done). Returns the losses every step."""
     if steps == 0:
         return []
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(parameters, lr=lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
     losses = []
-    for _ in range(steps):
+    for _ in tqdm(range(steps), desc=desc, unit="step", leave=False):
         index = torch.randint(count, (min(batch, count),), generator=generator)
         loss = loss_of(index)
         optimizer.zero_grad(set_to_none=True)
@@ -269,7 +274,8 @@ def fit_ffn(mlp: nn.Module, x: torch.Tensor, y: torch.Tensor, args: LayerwiseArg
     closed_state = {k: v.clone() for k, v in mlp.state_dict().items()}
     losses = adam_fit(list(mlp.parameters()), lambda i: (mlp(x[i]) - y[i]).pow(2).mean(), len(x),
                       args.layerwise_batch_tokens, args.layerwise_steps, args.layerwise_lr, seed,
-                      args.layerwise_refit_every, lambda: set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge))
+                      args.layerwise_refit_every, lambda: set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge),
+                      desc="FFN fit")
     after = set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge) if losses else closed
     kept = "adam"
     if after > closed:  # the steps made the fit worse (too high a rate for a near-exact start): keep the closed form
@@ -295,7 +301,7 @@ def fit_whole_layer(layer: nn.Module, inputs: torch.Tensor, target: torch.Tensor
     start_error = relative_squared_error(view(run_layer(layer, inputs)), target)
     start_state = {k: v.clone() for k, v in layer.state_dict().items()}
     losses = adam_fit(list(layer.parameters()), lambda i: (view(layer(inputs[i])) - target[i]).pow(2).mean(),
-                      len(inputs), blocks, args.layerwise_steps, args.layerwise_lr, seed)
+                      len(inputs), blocks, args.layerwise_steps, args.layerwise_lr, seed, desc="layer fit")
     kept = "adam"
     if losses and relative_squared_error(view(run_layer(layer, inputs)), target) > start_error:
         layer.load_state_dict(start_state)
@@ -385,6 +391,7 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
     with dropout_off(student), torch.no_grad():
         t_hidden = torch.cat([teacher.embeddings(input_ids=ids) for ids in input_ids.split(16)])
         s_hidden = torch.cat([student.embeddings(input_ids=ids) for ids in input_ids.split(16)])
+    progress = tqdm(total=len(student.encoder.layer), desc="layer-wise healing", unit="layer")
     for i, (s_layer, t_layer) in enumerate(zip(student.encoder.layer, teacher.encoder.layer)):
         t_out, x, y = run_layer(t_layer, t_hidden, mlp_io=True)
         inputs = t_hidden if args.layerwise_inputs == "teacher" else s_hidden
@@ -422,7 +429,11 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
             record["stream_norm"] = float(s_hidden.norm(dim=-1).mean())  # mean per-token norm of the residual stream
         logger.info("layer %d: %s", i, {k: round(v, 6) for k, v in record.items() if isinstance(v, float)})
         records.append(record)
+        progress.set_postfix(layer=i, rel_error=f"{record.get('layer_rel_error_before', math.nan):.3g}→"
+                                                f"{record.get('layer_rel_error', math.nan):.3g}")
+        progress.update()
         t_hidden = t_out
+    progress.close()
     result: dict[str, Any] = {"arguments": asdict(args), "blocks": len(input_ids), "tokens": tokens,
                               "activation_bytes": held_bytes, "layers": records}
     norm = student.encoder.final_norm

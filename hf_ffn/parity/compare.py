@@ -1,5 +1,6 @@
-"""The one output-difference helper (`tensor_difference`) and what is built on it: parity rows for a pair of
-model outputs (`compare_outputs`) and the measured difference of two models on one batch (`output_difference`)."""
+"""Parity rows for a pair of model outputs (`compare_outputs`), built on the one output-difference helper
+(`tensor_difference`, with `output_difference`: the measured difference of two models on one batch), which lives in
+`hf_ffn.conversion.measure` and is re-exported here."""
 
 from __future__ import annotations
 
@@ -7,38 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
-# Outputs `output_difference` compares by default, when both models return them.
-COMPARED_OUTPUTS = (
-    "last_hidden_state", "pooler_output", "logits", "prediction_logits", "seq_relationship_logits",
-    "start_logits", "end_logits",
-)
-
-
-def tensor_difference(
-    reference: torch.Tensor, candidate: torch.Tensor, attention_mask: torch.Tensor | None = None
-) -> dict[str, Any]:
-    """max and mean |reference − candidate| (in float32 or wider) and `torch.equal` for one tensor pair.
-
-    With `attention_mask` (batch, seq), a per-token tensor (batch, seq, ...) is measured on real tokens only
-    (mask == 1): padded positions carry no meaning. `equal` is always over the whole tensors. Tensors of different
-    shapes are not equal and differ by `inf`; empty tensors differ by 0.
-
-    Returns:
-        {"max_abs_diff": float, "mean_abs_diff": float, "equal": bool}.
-    """
-    if reference.shape != candidate.shape:
-        return {"max_abs_diff": float("inf"), "mean_abs_diff": float("inf"), "equal": False}
-    diff = (reference.float() - candidate.float()).abs()
-    if attention_mask is not None and diff.dim() >= 2 and diff.shape[:2] == attention_mask.shape:
-        diff = diff[attention_mask.bool()]  # (real tokens, ...)
-    if not diff.numel():
-        return {"max_abs_diff": 0.0, "mean_abs_diff": 0.0, "equal": torch.equal(reference, candidate)}
-    return {
-        "max_abs_diff": diff.max().item(), "mean_abs_diff": diff.mean().item(),
-        "equal": torch.equal(reference, candidate),
-    }
+from ..conversion.measure import COMPARED_OUTPUTS, output_difference, tensor_difference  # one copy
 
 
 @dataclass
@@ -82,26 +53,6 @@ def compare_outputs(head: str, reference, candidate) -> list[ParityRow]:
             else:  # an output hf_ffn does not return at all
                 rows.append(ParityRow(head, name, list(ref.shape), float("inf"), False))
     return rows
-
-
-def output_difference(
-    reference: nn.Module, candidate: nn.Module, inputs: dict[str, torch.Tensor], outputs=COMPARED_OUTPUTS
-) -> dict[str, dict[str, Any]]:
-    """`tensor_difference` of each output in `outputs` that both models return on `inputs`, on real tokens
-    (`inputs["attention_mask"]`, when given). Both models run in eval mode without gradients.
-
-    Returns:
-        {output name: {"max_abs_diff", "mean_abs_diff", "equal"}}.
-    """
-    reference.eval(), candidate.eval()
-    with torch.no_grad():
-        ref_out, cand_out = reference(**inputs), candidate(**inputs)
-    mask = inputs.get("attention_mask")
-    return {
-        key: tensor_difference(ref_out[key], cand_out[key], mask)
-        for key in outputs
-        if ref_out.get(key) is not None and cand_out.get(key) is not None
-    }
 
 
 __all__ = [
