@@ -41,7 +41,6 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from transformers import (
     AutoConfig,

@@ -51,8 +51,10 @@ def given_options(argv: Sequence[str]) -> set[str]:
 
 
 def _warmup_field() -> str:
-    names = {field.name for field in dataclasses.fields(TrainingArguments)}
-    return "warmup_ratio" if "warmup_ratio" in names else "warmup_steps"  # transformers ≥ 5.x: a float < 1 is a ratio
+    """The `TrainingArguments` field that takes a warm-up fraction: `warmup_steps` where it is a float (a value
+    below 1 is a fraction of the steps, recent transformers), else `warmup_ratio`."""
+    types = {field.name: str(field.type) for field in dataclasses.fields(TrainingArguments)}
+    return "warmup_steps" if "float" in types["warmup_steps"] or "warmup_ratio" not in types else "warmup_ratio"
 
 
 def apply_recipe(training_args: TrainingArguments, recipe: Recipe, given: set[str]) -> dict[str, Any]:
