@@ -10,7 +10,8 @@ default recipe.
 
 The summary line: `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>`, where the score is the mean of the
 task's metrics ×100 (GLUE's rule; MRPC: F1 of the paraphrase class and accuracy). Data without a task is scored by
-accuracy (classes) or Pearson and Spearman correlation (regression), named after its file or folder.
+accuracy (classes) or Pearson and Spearman correlation (regression), named after its file or folder, on the test
+split when it has labels, else on validation.
 """
 
 from __future__ import annotations
@@ -116,10 +117,11 @@ def run_finetuning(model_args: ModelArguments, data_args: ClassificationDataArgu
     applied = apply_recipe(training_args, recipe, given)
     outcome = run_classification(model_args, data_args, training_args)
     results = outcome["results"]
+    metrics = task_metrics(data_args.task, outcome["regression"])
     split = get_task(data_args.task).report_split if data_args.task is not None else (
-        "test" if any(key.startswith("test_") and key != "test_loss" for key in results) else "validation")
+        "test" if all(f"test_{metric}" in results for metric in metrics) else "validation")  # a labelled test split
     name = _data_name(data_args)
-    score, line = summarize(name, task_metrics(data_args.task, outcome["regression"]), results, split)
+    score, line = summarize(name, metrics, results, split)
     if not quiet:
         print(line, flush=True)
     return {**outcome, "task": name, "task_score": score, "score_split": split, "summary": line, "recipe": applied}
