@@ -122,7 +122,7 @@ def run_finetuning(model_args: ModelArguments, data_args: ClassificationDataArgu
         "test" if all(f"test_{metric}" in results for metric in metrics) else "validation")  # a labelled test split
     name = _data_name(data_args)
     score, line = summarize(name, metrics, results, split)
-    if not quiet:
+    if not quiet and training_args.process_index == 0:  # one line, from the main process only
         print(line, flush=True)
     return {**outcome, "task": name, "task_score": score, "score_split": split, "summary": line, "recipe": applied}
 
