@@ -22,6 +22,7 @@ from transformers import (
     default_data_collator,
 )
 
+from ..checkpoints import looks_local
 from .arguments import DEFAULT_SPLIT, ClassificationDataArguments
 
 # file extension → (`datasets` builder, its options); .tsv is the csv builder with tabs
@@ -202,7 +203,8 @@ def read_labelled_texts(source: str | Path, *, text_column: str | None = None, l
     - a folder saved by `datasets` (`save_to_disk`: holds `dataset_dict.json` or `state.json`): its `split`, columns
       as a file's;
     - another folder: one text file per label (`read_label_files` with `pattern`);
-    - anything else: a `datasets` hub name (needs hub access), its `split`.
+    - anything else that could be a hub name (`hf_ffn.checkpoints.looks_local` is false): a `datasets` hub
+      dataset (needs hub access), its `split`.
 
     Raises:
         FileNotFoundError, ValueError: as the reader used, naming `argument`.
@@ -221,7 +223,7 @@ def read_labelled_texts(source: str | Path, *, text_column: str | None = None, l
                 dataset = dataset[split]
             return dataset_columns(dataset, text_column, label_column, f"{argument} {str(path)!r}")
         return read_label_files(path, argument, pattern)
-    if "/" not in str(source) or str(source).startswith((".", "/", "~")):
+    if looks_local(source):
         raise FileNotFoundError(f"{argument}: {str(source)!r} is no file or folder (nor a hub dataset name)")
     from datasets import load_dataset
 
