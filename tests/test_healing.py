@@ -399,7 +399,8 @@ def test_healed_folder_keeps_the_sentence_transformers_modules_of_its_student(se
                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
     (student / "modules.json").write_text(json.dumps(modules))
     (student / "1_Pooling").mkdir()
-    (student / "1_Pooling" / "config.json").write_text('{"word_embedding_dimension": 32, "pooling_mode_mean_tokens": true}')
+    (student / "1_Pooling" / "config.json").write_text('{"word_embedding_dimension": 32, '
+                                                       '"pooling_mode_mean_tokens": true}')
     (student / "sentence_bert_config.json").write_text('{"max_seq_length": 16, "do_lower_case": false}')
     (student / "pytorch_model.bin").write_bytes(b"stale")
     run_healing(heal_args(setup, student, eval_data=None), training_args(tmp_path / "run", max_steps=1))

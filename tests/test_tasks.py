@@ -221,7 +221,8 @@ def test_task_readers_read_the_real_layouts(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 def test_every_preset_defaults_to_berts_glue_recipe():
     # Devlin et al. 2019, App. A.3: batch 32, 3 epochs, lr from {5e-5, 4e-5, 3e-5, 2e-5}, 10% warm-up
-    assert (GLUE_RECIPE.per_device_train_batch_size, GLUE_RECIPE.num_train_epochs, GLUE_RECIPE.warmup_ratio) == (32, 3, 0.1)
+    recipe = GLUE_RECIPE
+    assert (recipe.per_device_train_batch_size, recipe.num_train_epochs, recipe.warmup_ratio) == (32, 3, 0.1)
     assert GLUE_RECIPE.learning_rate in (5e-5, 4e-5, 3e-5, 2e-5)
     assert all(task.recipe == Recipe() for task in TASKS.values())
 
@@ -297,7 +298,8 @@ def test_summarize_means_the_metrics_of_the_split_and_names_a_missing_one():
     results = {"eval_f1_binary": 0.8, "eval_accuracy": 0.7, "test_accuracy": 0.1}
     assert summarize("mrpc", ("f1_binary", "accuracy"), results, "validation") == (
         pytest.approx(75.0), "task=mrpc score=75.00 (f1_binary=0.8000, accuracy=0.7000) on validation")
-    assert summarize("reviews", ("accuracy",), results, "test")[1] == "task=reviews score=10.00 (accuracy=0.1000) on test"
+    line = summarize("reviews", ("accuracy",), results, "test")[1]
+    assert line == "task=reviews score=10.00 (accuracy=0.1000) on test"
     with pytest.raises(KeyError, match="no test_f1_binary in the results of the test split"):
         summarize("mrpc", ("f1_binary", "accuracy"), results, "test")
 

@@ -2,7 +2,7 @@
 
 `finetune` (and `finetune_main(argv)`, behind `hf-ffn finetune` and `scripts/finetune_classification.py`) fine-tunes
 on a task preset or your own data with the preset's recipe and prints one summary line with the task score;
-`scripts/finetune_mlm.py` wraps `run_mlm`. They follow transformers' `run_glue.py` / `run_mlm.py` (the pattern of transformers' `run_glue.py` / `run_mlm.py`:
+`scripts/finetune_mlm.py` wraps `run_mlm`. They follow transformers' `run_glue.py` / `run_mlm.py`:
 `HfArgumentParser` over `ModelArguments`, a data-argument dataclass and `TrainingArguments`).
 
 Modules, one job each:
@@ -58,7 +58,16 @@ from .data import (
     sort_by_length,
     split_dataset,
 )
-from .finetuning import apply_recipe, finetune, finetune_argv, finetune_main, finetune_parser, given_options, run_finetuning, summarize
+from .finetuning import (
+    apply_recipe,
+    finetune,
+    finetune_argv,
+    finetune_main,
+    finetune_parser,
+    given_options,
+    run_finetuning,
+    summarize,
+)
 from .mlm import masked_eval_dataset, mlm_trainer, run_mlm
 from .tasks import GLUE_RECIPE, TASKS, Recipe, Task, get_task, load_cola, load_mrpc, load_stsb, read_stsb, task_score
 from .outputs import (

@@ -235,6 +235,7 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
 
 
 __all__ = [
-    "CONVERSION_OPTIONS", "DEFAULT_SPLIT", "EXIT_BAD_INPUT", "RESUME_LAST", "ClassificationDataArguments", "MlmDataArguments",
+    "CONVERSION_OPTIONS", "DEFAULT_SPLIT", "EXIT_BAD_INPUT", "RESUME_LAST", "ClassificationDataArguments",
+    "MlmDataArguments",
     "ModelArguments", "bad_input_exits", "parse_arguments", "resume_checkpoint",
 ]

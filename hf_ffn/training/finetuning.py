@@ -180,5 +180,5 @@ def finetune_main(argv: Sequence[str], prog: str = "hf-ffn finetune") -> int:
     return 0
 
 
-__all__ = ["apply_recipe", "finetune", "finetune_argv", "finetune_main", "finetune_parser", "given_options", "run_finetuning",
-           "summarize", "task_metrics"]
+__all__ = ["apply_recipe", "finetune", "finetune_argv", "finetune_main", "finetune_parser", "given_options",
+           "run_finetuning", "summarize", "task_metrics"]

@@ -185,5 +185,5 @@ def task_score(task: str, metrics: Mapping[str, float], prefix: str = "") -> flo
     return 100 * sum(metrics[prefix + name] for name in names) / len(names)
 
 
-__all__ = ["GLUE_RECIPE", "STSB_COLUMNS", "TASKS", "Recipe", "Task", "get_task", "load_cola", "load_mrpc", "load_stsb", "read_stsb",
-           "task_score"]
+__all__ = ["GLUE_RECIPE", "STSB_COLUMNS", "TASKS", "Recipe", "Task", "get_task", "load_cola", "load_mrpc", "load_stsb",
+           "read_stsb", "task_score"]
