@@ -4,7 +4,7 @@
 
     hf-ffn convert "$BERT" out/swiglu --ffn-type swiglu
     python scripts/heal.py --student out/swiglu --train_files ../shared/data/state_union \\
-        --eval_dir ../shared/data/rt_polarity --output_dir out/heal-swiglu \\
+        --eval_data ../shared/data/rt_polarity --output_dir out/heal-swiglu \\
         --max_steps 200 --per_device_train_batch_size 32 --learning_rate 1e-4 --warmup_steps 20 --save_steps 50
 
 Runs under torchrun / accelerate launch like the fine-tuning scripts

@@ -13,7 +13,7 @@ from pathlib import Path
 
 # What a healing run read from paths (they differ between machines), left out of its recipe; the data enters by its
 # sizes (documents, blocks, block tokens) and the teacher by the SHA-256 of its weights.
-RECIPE_PATH_KEYS = ("student", "teacher", "healed_dir", "eval_dir", "train_files")
+RECIPE_PATH_KEYS = ("student", "teacher", "healed_dir", "eval_dir", "eval_data", "train_files")
 
 
 def recipe_sha256(folder: str) -> str | None:

@@ -32,8 +32,9 @@ from hf_ffn.healing import (
     linear_probe,
     run_healing,
 )
-from hf_ffn.training import PaddingFreeCollator, read_rt_polarity
+from hf_ffn.training import PaddingFreeCollator, read_label_files
 from hf_ffn.healing import run as run_module
+from hf_ffn.healing.run import healing_summary
 from hf_ffn.parity import bundled_checkpoint
 
 from .conftest import TINY
@@ -73,13 +74,13 @@ def setup(tmp_path_factory):
     rng = random.Random(1)
     for label, extra in (("pos", "good great"), ("neg", "bad awful")):
         lines = [" ".join(rng.choices(WORDS + extra.split() * 6, k=rng.randint(3, 9))) for _ in range(20)]
-        (snippets / f"rt-polarity.{label}").write_text("\n".join(lines) + "\n")
+        (snippets / f"{label}.txt").write_text("\n".join(lines) + "\n")
     return root
 
 
 def heal_args(setup, student, **overrides) -> HealArguments:
     kwargs = dict(student=str(student), train_files=[str(setup / "text")], teacher=str(setup / "teacher"),
-                  eval_dir=str(setup / "snippets"), max_seq_length=BLOCK, curve_snippets=40, probe=False,
+                  eval_data=str(setup / "snippets"), max_seq_length=BLOCK, curve_snippets=40, probe=False,
                   method="end_to_end")
     return HealArguments(**{**kwargs, **overrides})
 
@@ -94,13 +95,21 @@ def weights(folder) -> dict[str, torch.Tensor]:
     return load_file(Path(folder) / "model.safetensors")
 
 
-def test_healing_reduces_the_distance_and_writes_a_converted_folder(setup, tmp_path):
+def test_healing_reduces_the_distance_and_writes_a_converted_folder(setup, tmp_path, capsys):
     """A Post-LN → Pre-LN student (drift from moving the LayerNorms) gets measurably closer to its teacher."""
     student = tmp_path / "pre"
     convert_checkpoint(str(setup / "teacher"), student, layer_norm_position="pre")
     args = heal_args(setup, student, probe=True, curve_steps=5)
     healing = run_healing(args, training_args(tmp_path / "run", max_steps=15, learning_rate=1e-2), command="heal x")
     before, after = healing["before"]["agreement"], healing["after"]["agreement"]
+    # one summary line, last: cosine before → after, probe Δ before → after, time; the record in healing.json
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == healing_summary(healing)
+    assert last.startswith(f"healed: cosine {before['cosine_mean']:.4f} → {after['cosine_mean']:.4f}, probe Δ "
+                           f"{healing['before']['probe']['difference']:+.4f} → "
+                           f"{healing['after']['probe']['difference']:+.4f}, ")
+    assert json.loads((tmp_path / "run" / "healing.json").read_text())["after"] == json.loads(
+        json.dumps(healing["after"]))
     print({k: (before[k], after[k]) for k in ("cosine_mean", "cosine_min", "max_abs_diff", "mean_abs_diff")})
     # measured: mean |Δ| 0.657 → 0.384, cosine 0.690 → 0.896 in 15 steps
     assert after["mean_abs_diff"] < 0.7 * before["mean_abs_diff"]
@@ -125,7 +134,7 @@ def test_healing_reduces_the_distance_and_writes_a_converted_folder(setup, tmp_p
     assert "## Healing" in card and "heal x" in card and f"{after['cosine_mean']:.6f}" in card
     # What was saved is what was measured: re-measuring the reloaded folder gives the reported numbers.
     tokenizer = AutoTokenizer.from_pretrained(healed)
-    texts, labels = read_rt_polarity(setup / "snippets")
+    texts, labels = read_label_files(setup / "snippets")
     reloaded = FfnBertModel.from_pretrained(healed)
     metrics, teacher_emb, student_emb = compare_to_teacher(BertModel.from_pretrained(setup / "teacher"), reloaded,
                                                            tokenizer, texts, max_length=BLOCK)
@@ -139,7 +148,7 @@ def test_default_config_student_stays_equal_to_the_teacher(setup, tmp_path):
     student = tmp_path / "default"
     FfnBertModel.from_pretrained(setup / "teacher").save_pretrained(student)
     AutoTokenizer.from_pretrained(setup / "teacher").save_pretrained(student)
-    healing = run_healing(heal_args(setup, student, eval_dir=None), training_args(tmp_path / "run", max_steps=3))
+    healing = run_healing(heal_args(setup, student, eval_data=None), training_args(tmp_path / "run", max_steps=3))
     assert [entry["loss"] for entry in healing["losses"]] == [0.0, 0.0, 0.0]
     healed = weights(tmp_path / "run" / "healed")
     original = weights(setup / "teacher")
@@ -205,7 +214,8 @@ BAD_INPUTS = {
     "folder without txt": (None, {"train_files": ["EMPTY_FOLDER"]}, FileNotFoundError, r"holds no file matching '\*\.txt'"),
     "empty text": (None, {"train_files": ["EMPTY_FILE"]}, ValueError, "is empty"),
     "text shorter than a block": (None, {"train_files": ["SHORT_FILE"]}, ValueError, "shorter than one block"),
-    "missing eval dir": (None, {"eval_dir": "/nonexistent/rt"}, FileNotFoundError, "--eval_dir: no such folder: '/nonexistent/rt'"),
+    "missing eval data": (None, {"eval_data": "/nonexistent/rt"}, FileNotFoundError,
+                          "--eval_data: '/nonexistent/rt' is no file or folder"),
     "layers all across LN placements": (lambda s, f: convert_checkpoint(str(s / "teacher"), f,
                                                                         layer_norm_position="pre"),
                                         {"layers": "all"}, ValueError, "LayerNorm placement"),
@@ -268,13 +278,13 @@ def test_resume_gives_the_weights_of_an_uninterrupted_run(setup, tmp_path):
     (Trainer restores model, optimizer, scheduler and RNG states and skips the batches already seen)."""
     student = tmp_path / "fresh"
     convert_checkpoint(str(setup / "teacher"), student, ffn_type="swiglu", init="fresh", width="matched")
-    args = heal_args(setup, student, eval_dir=None)
+    args = heal_args(setup, student, eval_data=None)
     common = dict(max_steps=4, save_strategy="steps", save_steps=2)
     whole = run_healing(args, training_args(tmp_path / "whole", **common))
     run_healing(args, training_args(tmp_path / "parts", **common), callbacks=[StopAt(2)])
     assert (tmp_path / "parts" / "checkpoint-2").is_dir() and not (tmp_path / "parts" / "checkpoint-4").exists()
     resumed = run_healing(
-        heal_args(setup, student, eval_dir=None, healed_dir=str(tmp_path / "resumed")),
+        heal_args(setup, student, eval_data=None, healed_dir=str(tmp_path / "resumed")),
         training_args(tmp_path / "parts", resume_from_checkpoint="last", **common),
     )
     assert resumed["steps"] == whole["steps"] == 4
@@ -339,7 +349,7 @@ def test_padding_free_batches_keep_an_exact_student_exact(setup, tmp_path):
     FfnBertModel.from_pretrained(setup / "teacher").save_pretrained(student)
     AutoTokenizer.from_pretrained(setup / "teacher").save_pretrained(student)
     assert type(run_module.load_teacher(str(setup / "teacher"), with_head=False, padding_free=True)) is FfnBertModel
-    args = heal_args(setup, student, eval_dir=None, padding_free=True)
+    args = heal_args(setup, student, eval_data=None, padding_free=True)
     healing = run_healing(args, training_args(tmp_path / "run", max_steps=2))
     assert [entry["loss"] for entry in healing["losses"]] == [0.0, 0.0]
     batch = PaddingFreeCollator()([{"input_ids": list(range(5, 5 + BLOCK))}, {"input_ids": list(range(9, 9 + BLOCK))}])
@@ -372,9 +382,31 @@ def test_one_run_reads_the_student_config_and_tokenizer_and_loads_the_teacher_on
     monkeypatch.setattr(PretrainedConfig, "_get_config_dict", classmethod(config_read))
     monkeypatch.setattr(AutoTokenizer, "from_pretrained", classmethod(tokenizer_read))
     monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(model_read))
-    run_healing(heal_args(setup, student, eval_dir=None), training_args(tmp_path / "run", max_steps=1))
+    run_healing(heal_args(setup, student, eval_data=None), training_args(tmp_path / "run", max_steps=1))
     teacher = str(setup / "teacher")
     assert reads.count(("config", str(student))) == 1
     assert reads.count(("tokenizer", str(student))) == 1
     assert reads.count(("model", str(student))) == 1
     assert reads.count(("model", teacher)) == 1  # trained against and re-measured against
+
+
+def test_healed_folder_keeps_the_sentence_transformers_modules_of_its_student(setup, tmp_path, capsys):
+    """A converted sentence-transformers folder (backbone at the root, modules.json, 1_Pooling/, settings) healed:
+    the healed folder has every one of those files, unchanged; a stray weight file of the student is not copied."""
+    student = tmp_path / "st"
+    convert_checkpoint(str(setup / "teacher"), student, layer_norm_position="pre")
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    (student / "modules.json").write_text(json.dumps(modules))
+    (student / "1_Pooling").mkdir()
+    (student / "1_Pooling" / "config.json").write_text('{"word_embedding_dimension": 32, '
+                                                       '"pooling_mode_mean_tokens": true}')
+    (student / "sentence_bert_config.json").write_text('{"max_seq_length": 16, "do_lower_case": false}')
+    (student / "pytorch_model.bin").write_bytes(b"stale")
+    run_healing(heal_args(setup, student, eval_data=None), training_args(tmp_path / "run", max_steps=1))
+    healed = tmp_path / "run" / "healed"
+    for name in ("modules.json", "1_Pooling/config.json", "sentence_bert_config.json"):
+        assert (healed / name).read_bytes() == (student / name).read_bytes(), name
+    assert not (healed / "pytorch_model.bin").exists()
+    assert (healed / "model.safetensors").is_file() and (healed / "conversion_report.json").is_file()
+    assert "cosine not measured (no --eval_data), no probe" in capsys.readouterr().out.strip().splitlines()[-1]

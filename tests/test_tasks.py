@@ -26,7 +26,8 @@ from hf_ffn.training import (
     classification_metrics,
     regression_metrics,
 )
-from hf_ffn.training.tasks import load_cola, load_mrpc, load_stsb, read_stsb, task_score
+from hf_ffn.training.finetuning import apply_recipe, given_options, summarize
+from hf_ffn.training.tasks import GLUE_RECIPE, TASKS, Recipe, load_cola, load_mrpc, load_stsb, read_stsb, task_score
 
 from .conftest import tiny_config
 
@@ -216,6 +217,110 @@ def test_task_readers_read_the_real_layouts(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Task presets: the recipe fills what the user did not set; the summary line and its task score
+# ---------------------------------------------------------------------------------------------------------------
+def test_every_preset_defaults_to_berts_glue_recipe():
+    # Devlin et al. 2019, App. A.3: batch 32, 3 epochs, lr from {5e-5, 4e-5, 3e-5, 2e-5}, 10% warm-up
+    recipe = GLUE_RECIPE
+    assert (recipe.per_device_train_batch_size, recipe.num_train_epochs, recipe.warmup_ratio) == (32, 3, 0.1)
+    assert GLUE_RECIPE.learning_rate in (5e-5, 4e-5, 3e-5, 2e-5)
+    assert all(task.recipe == Recipe() for task in TASKS.values())
+
+
+def test_user_given_training_arguments_win_over_the_preset(tmp_path):
+    from transformers import TrainingArguments
+
+    # Trainer's own default batch (8), given explicitly, stays 8: what counts is being given, not the value
+    argv = ["--model_name_or_path", "m", "--task", "mrpc", "--data_dir", "d", "--output_dir", str(tmp_path),
+            "--learning_rate", "1e-4", "--per_device_train_batch_size=8"]
+    given = given_options(argv)
+    assert {"learning_rate", "per_device_train_batch_size", "task"} <= given
+    assert "num_train_epochs" not in given and "warmup_steps" not in given
+    args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, per_device_train_batch_size=8)
+    applied = apply_recipe(args, TASKS["mrpc"].recipe, given)
+    assert (args.learning_rate, args.per_device_train_batch_size, args.num_train_epochs) == (1e-4, 8, 3.0)
+    assert set(applied) == {"num_train_epochs", "warmup_steps"} and args.get_warmup_steps(100) == 10
+    # nothing given: the whole recipe; a warm-up given in steps keeps the recipe's warm-up out
+    bare = TrainingArguments(output_dir=str(tmp_path))
+    apply_recipe(bare, GLUE_RECIPE, given_options(["--model_name_or_path", "m"]))
+    assert (bare.learning_rate, bare.per_device_train_batch_size, bare.num_train_epochs) == (2e-5, 32, 3.0)
+    steps = TrainingArguments(output_dir=str(tmp_path), warmup_steps=7)
+    apply_recipe(steps, GLUE_RECIPE, given_options(["--warmup_steps", "7"]))
+    assert steps.get_warmup_steps(100) == 7
+    # one .json file of arguments: its keys are the given ones
+    (tmp_path / "args.json").write_text(json.dumps({"model_name_or_path": "m", "num_train_epochs": 1}))
+    assert given_options([str(tmp_path / "args.json")]) == {"model_name_or_path", "num_train_epochs"}
+
+
+def write_mrpc(folder: Path, train: int = 16, validation: int = 10) -> Path:
+    """An MRPC-shaped folder (the dataset-sts layout: header, tab-separated) of `pair_rows`."""
+    folder.mkdir()
+    header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+    for name, n in (("msr-para-train.tsv", train), ("msr-para-val.tsv", validation)):
+        (folder / name).write_text(header + "".join(f"{label}\t{i}\t{i + 100}\t{a}\t{b}\n"
+                                                    for i, (a, b, label) in enumerate(pair_rows(n))))
+    return folder
+
+
+def test_mrpc_summary_line_scores_binary_f1_of_the_paraphrase_class_and_accuracy(tiny_checkpoint, tmp_path, capsys):
+    """`--task mrpc` through the script: one summary line, last; its score is (binary F1 + accuracy) / 2 × 100,
+    the binary F1 recomputed by hand from the saved model's predictions on the validation pairs."""
+    from transformers import AutoModelForSequenceClassification
+
+    data = write_mrpc(tmp_path / "mrpc")
+    output_dir = tmp_path / "out"
+    outcome = finetune(common(tiny_checkpoint, output_dir, "--task", "mrpc", "--data_dir", str(data)))
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[-1] == outcome["summary"]
+    assert [line for line in printed if line.startswith("task=")] == [outcome["summary"]]
+    # the preset filled only what `common` leaves unset (it gives lr, batch and max_steps)
+    assert outcome["recipe"] == {"num_train_epochs": 3.0, "warmup_steps": 0.1}
+
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(output_dir).eval()
+    rows = pair_rows(10)
+    with torch.no_grad():
+        predicted = [int(model(**tokenizer(a, b, return_tensors="pt")).logits.argmax()) for a, b, _ in rows]
+    labels = [label for _, _, label in rows]
+    tp = sum(p == 1 and y == 1 for p, y in zip(predicted, labels))
+    fp = sum(p == 1 and y == 0 for p, y in zip(predicted, labels))
+    fn = sum(p == 0 and y == 1 for p, y in zip(predicted, labels))
+    f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0  # of class 1, the paraphrase class
+    accuracy = sum(p == y for p, y in zip(predicted, labels)) / len(labels)
+    results = outcome["results"]
+    assert results["eval_f1_binary"] == pytest.approx(f1) and results["eval_accuracy"] == pytest.approx(accuracy)
+    assert outcome["task_score"] == pytest.approx(100 * (f1 + accuracy) / 2)
+    assert outcome["summary"] == (f"task=mrpc score={100 * (f1 + accuracy) / 2:.2f} (f1_binary={f1:.4f}, "
+                                  f"accuracy={accuracy:.4f}) on validation")
+
+
+def test_summarize_means_the_metrics_of_the_split_and_names_a_missing_one():
+    results = {"eval_f1_binary": 0.8, "eval_accuracy": 0.7, "test_accuracy": 0.1}
+    assert summarize("mrpc", ("f1_binary", "accuracy"), results, "validation") == (
+        pytest.approx(75.0), "task=mrpc score=75.00 (f1_binary=0.8000, accuracy=0.7000) on validation")
+    line = summarize("reviews", ("accuracy",), results, "test")[1]
+    assert line == "task=reviews score=10.00 (accuracy=0.1000) on test"
+    with pytest.raises(KeyError, match="no test_f1_binary in the results of the test split"):
+        summarize("mrpc", ("f1_binary", "accuracy"), results, "test")
+
+
+def test_finetune_function_on_own_files_with_overrides(tiny_checkpoint, tmp_path, capsys):
+    from hf_ffn.training import finetune as finetune_function
+
+    files = {split: write_pairs(tmp_path / f"{split}.csv", pair_rows(n)) for split, n in (("train", 8), ("v", 6))}
+    outcome = finetune_function(tiny_checkpoint, str(tmp_path / "out"), train_file=files["train"],
+                                validation_file=files["v"], text_column="first", text_pair_column="second",
+                                max_steps=2, per_device_train_batch_size=4, max_seq_length=16, report_to="none",
+                                save_strategy="no", disable_tqdm=True, use_cpu=True)
+    assert outcome["recipe"] == {"learning_rate": 2e-5, "num_train_epochs": 3.0, "warmup_steps": 0.1}
+    assert capsys.readouterr().out.strip().splitlines()[-1] == outcome["summary"]
+    accuracy = outcome["results"]["eval_accuracy"]
+    assert outcome["summary"] == f"task=train score={100 * accuracy:.2f} (accuracy={accuracy:.4f}) on validation"
+    with pytest.raises(ValueError, match="finetune has no argument learning_rat:"):
+        finetune_function(tiny_checkpoint, str(tmp_path / "o2"), task="mrpc", data_dir="d", learning_rat=1.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Bad input: clear errors before training
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("case", ["missing label", "word among numbers", "regression with a class in validation",
@@ -242,7 +347,7 @@ def test_bad_input_names_the_field_value_and_what_is_allowed(case, tiny_checkpoi
         match = r"--validation_file: data file .*validation\.csv' has a header but no rows"
     else:
         extra = ["--task", "qqp", "--data_dir", str(tmp_path)]
-        match = r"--task has unknown value 'qqp'; allowed: cola, stsb, mrpc, rt_polarity"
+        match = rf"--task has unknown value 'qqp'; allowed: {', '.join(TASKS)}"
     (tmp_path / "train.csv").write_text(train)
     (tmp_path / "validation.csv").write_text(validation)
     files = [] if case == "unknown task" else ["--train_file", str(tmp_path / "train.csv"), "--validation_file",

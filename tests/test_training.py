@@ -23,10 +23,13 @@ from hf_ffn.training import (
     ClassificationDataArguments,
     ModelArguments,
     check_checkpoint,
-    load_rt_polarity,
+    load_label_files,
     mask_once,
     mlm_blocks,
-    read_rt_polarity,
+    parse_split_sizes,
+    read_label_files,
+    read_labelled_texts,
+    read_table,
     read_text_documents,
     resume_checkpoint,
     save_finished,
@@ -255,46 +258,82 @@ def test_text_classification_pipeline_on_saved_model(tokenizer, tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 # Data loaders
 # ---------------------------------------------------------------------------------------------------------------
-def write_rt_polarity(folder: Path, n: int = 10) -> Path:
+def write_label_files(folder: Path, n: int = 10, names=("reviews.pos", "reviews.neg")) -> Path:
+    """One file per label, n lines each (a blank last line in the first), plus a README that is not a label file."""
     folder.mkdir()
-    (folder / "rt-polarity.pos").write_text("".join(f"{POSITIVE[i % 5]} movie {i}\n" for i in range(n)) + "\n")
-    (folder / "rt-polarity.neg").write_text("".join(f"{NEGATIVE[i % 5]} movie {i}\n" for i in range(n)))
+    (folder / names[0]).write_text("".join(f"{POSITIVE[i % 5]} movie {i}\n" for i in range(n)) + "\n")
+    (folder / names[1]).write_text("".join(f"{NEGATIVE[i % 5]} movie {i}\n" for i in range(n)))
     (folder / "README.txt").write_text("not a label file\n")
     return folder
 
 
-def test_read_rt_polarity_reads_every_snippet_and_names_the_flag_on_bad_folders(tmp_path):
-    folder = write_rt_polarity(tmp_path / "rt", n=3)
-    texts, labels = read_rt_polarity(folder)
-    assert labels == ["neg"] * 3 + ["pos"] * 3  # files by name, the blank last line of .pos skipped
+@pytest.mark.parametrize("names", [("reviews.pos", "reviews.neg"), ("pos.txt", "neg.txt")])
+def test_read_label_files_labels_from_file_names_and_names_the_flag_on_bad_folders(names, tmp_path):
+    folder = write_label_files(tmp_path / "rt", n=3, names=names)
+    texts, labels = read_label_files(folder)
+    assert labels == ["neg"] * 3 + ["pos"] * 3  # files by name (README skipped), the blank last line skipped
     assert texts[0] == f"{NEGATIVE[0]} movie 0" and texts[-1] == f"{POSITIVE[2]} movie 2"
-    with pytest.raises(FileNotFoundError, match=r"^--eval_dir: no such folder: '/nowhere'$"):
-        read_rt_polarity("/nowhere", "--eval_dir")
+    assert read_labelled_texts(folder) == (texts, labels)  # a plain folder reads as label files
+    with pytest.raises(FileNotFoundError, match=r"^--eval_data: no such folder: '/nowhere'$"):
+        read_label_files("/nowhere", "--eval_data")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match=r"--rt_polarity_dir: .*empty' holds no rt-polarity.<label> files"):
-        read_rt_polarity(tmp_path / "empty")
-    (folder / "rt-polarity.neg").unlink()
-    with pytest.raises(ValueError, match=r"has one label file \(rt-polarity.pos\); need two or more"):
-        read_rt_polarity(folder)
-    (folder / "rt-polarity.neg").write_text("\n\n")
-    with pytest.raises(ValueError, match=r"label file .*rt-polarity.neg' is empty"):
-        read_rt_polarity(folder)
+    with pytest.raises(FileNotFoundError, match=r"--label_dir: .*empty' holds no label files matching '\*'"):
+        read_label_files(tmp_path / "empty")
+    (folder / names[1]).unlink()
+    with pytest.raises(ValueError, match=rf"has one label file \({names[0]}\); need two or more"):
+        read_label_files(folder)
+    (folder / names[1]).write_text("\n\n")
+    with pytest.raises(ValueError, match=rf"label file .*{names[1]}' is empty"):
+        read_label_files(folder)
 
 
-def test_rt_polarity_loader_labels_from_file_names_and_fixed_split(tmp_path):
-    folder = write_rt_polarity(tmp_path / "rt")
-    splits = load_rt_polarity(str(folder), (12, 4, 3), seed=7)
+def test_read_label_files_pattern_and_a_label_given_twice(tmp_path):
+    folder = write_label_files(tmp_path / "rt", n=2)
+    (folder / "notes.md").write_text("other\n")
+    with pytest.raises(ValueError, match="give the same label twice"):  # stems: notes, reviews, reviews
+        read_label_files(folder)
+    texts, labels = read_label_files(folder, pattern="reviews.*")
+    assert labels == ["neg", "neg", "pos", "pos"] and len(texts) == 4
+
+
+def test_label_files_fixed_seeded_split_counts_and_fractions(tmp_path):
+    folder = write_label_files(tmp_path / "rt")
+    splits = load_label_files(str(folder), (12, 4, 3), seed=7)
     assert {name: len(split) for name, split in splits.items()} == {"train": 12, "validation": 4, "test": 3}
     rows = [(row["text"], row["label"]) for split in splits.values() for row in split]
     assert len(set(rows)) == 19  # disjoint splits; the blank line was skipped
     for text, label in rows:
         assert label == ("pos" if text.split()[0] in POSITIVE else "neg")
-    again = load_rt_polarity(str(folder), (12, 4, 3), seed=7)
+    again = load_label_files(str(folder), "12,4,3", seed=7)
     assert again["test"]["text"] == splits["test"]["text"]
-    other = load_rt_polarity(str(folder), (12, 4, 3), seed=8)
+    # the split is Dataset.shuffle(seed) of the rows in file order, cut in order: the split of every earlier run
+    texts, labels = read_label_files(folder)
+    shuffled = Dataset.from_dict({"text": texts, "label": labels}).shuffle(seed=7)
+    assert splits["train"]["text"] == shuffled["text"][:12] and splits["test"]["text"] == shuffled["text"][16:19]
+    other = load_label_files(str(folder), (12, 4, 3), seed=8)
     assert other["train"]["text"] != splits["train"]["text"]
-    with pytest.raises(ValueError, match=r"rt_polarity_split.*at most 20"):
-        load_rt_polarity(str(folder), (12, 4, 5))
+    fractions = load_label_files(str(folder), "0.8,0.1,0.1", seed=7)  # 20 rows: 16 / 2 / 2
+    assert {name: len(split) for name, split in fractions.items()} == {"train": 16, "validation": 2, "test": 2}
+    with pytest.raises(ValueError, match=r"--split_sizes must be three positive sizes .* at most 20"):
+        load_label_files(str(folder), (12, 4, 5))
+    with pytest.raises(ValueError, match=r"--split_sizes .* got '0.8,0.2'"):
+        parse_split_sizes("0.8,0.2", 20)
+
+
+def test_read_table_and_datasets_columns(tmp_path):
+    (tmp_path / "eval.tsv").write_text("review\tstars\ngood movie\t5\nbad movie\t1\nfine movie\t4\n")
+    texts, labels = read_table(tmp_path / "eval.tsv", "review", "stars")
+    assert texts == ["good movie", "bad movie", "fine movie"] and labels == [5, 1, 4]
+    assert read_labelled_texts(tmp_path / "eval.tsv", text_column="review", label_column="stars") == (texts, labels)
+    (tmp_path / "plain.csv").write_text("sentence\nno label here\nnor here\n")
+    assert read_table(tmp_path / "plain.csv") == (["no label here", "nor here"], None)  # default columns
+    with pytest.raises(ValueError, match=r"column 'stars' does not exist in --file .*plain.csv'; columns: sentence"):
+        read_table(tmp_path / "plain.csv", label_column="stars")
+    saved = tmp_path / "saved"
+    Dataset.from_dict({"text": ["a", "b", "c"], "label": [0, 1, 0]}).save_to_disk(str(saved))
+    assert read_labelled_texts(saved) == (["a", "b", "c"], [0, 1, 0])
+    with pytest.raises(FileNotFoundError, match=r"--data: './nowhere' is no file or folder"):
+        read_labelled_texts("./nowhere")
 
 
 def test_text_documents_sorted_latin1_fallback_and_bad_paths(tmp_path):
@@ -465,7 +504,7 @@ def test_bad_switch_values_name_the_argument():
     with pytest.raises(ValueError, match=r"--ffn_width has unknown value 'wide'; allowed: keep, matched"):
         ModelArguments(model_name_or_path="x", ffn_width="wide")
     with pytest.raises(ValueError, match=r"exactly one data source"):
-        ClassificationDataArguments(train_file="a.csv", validation_file="b.csv", rt_polarity_dir="rt")
+        ClassificationDataArguments(train_file="a.csv", validation_file="b.csv", label_dir="rt")
 
 
 def test_mlm_script_reports_perplexity_before_and_after(tiny_checkpoint, tmp_path):

@@ -37,7 +37,7 @@ def test_batches_have_the_kinds_and_sizes(rt_polarity_dir, bundled_checkpoint):
 
 
 def test_read_sentences_names_the_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="rt-polarity.neg"):
+    with pytest.raises(FileNotFoundError, match=r"no label files matching \'rt-polarity\.\*\'"):
         read_sentences(str(tmp_path))
 
 

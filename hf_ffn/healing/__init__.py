@@ -32,13 +32,24 @@ from .metrics import (
     measure_agreement,
     subset_indices,
 )
-from .run import HealArguments, HealModels, check_models, healing_section, run_healing, save_healed
+from .run import (
+    HEALING_FILE,
+    HealArguments,
+    HealModels,
+    check_models,
+    healing_section,
+    healing_summary,
+    keep_student_files,
+    run_healing,
+    save_healed,
+)
 
 __all__ = [
     "AgreementCallback",
     "DistillationLoss",
     "DistillationTrainer",
     "HIDDEN_LOSSES",
+    "HEALING_FILE",
     "HealArguments",
     "LAYER_CHOICES",
     "LayerwiseArguments",
@@ -50,7 +61,9 @@ __all__ = [
     "encoder_outputs",
     "heal_layerwise",
     "healing_section",
+    "healing_summary",
     "is_trainable",
+    "keep_student_files",
     "linear_probe",
     "mean_pool",
     "measure_agreement",

@@ -14,13 +14,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
+
+import math
 
 import numpy as np
 import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase, TrainerCallback
+from transformers.utils.logging import tqdm  # transformers' bars: off with disable_progress_bar()
 
 from ..similarity import length_sorted_batches, mean_pool
 
@@ -46,6 +48,7 @@ def compare_to_teacher(
     batch_size: int = 128,
     max_length: int = 128,
     teacher_cache: list | None = None,
+    progress: str | None = None,
 ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
     """Teacher–student agreement on `texts`; both run in eval mode (their modes are restored after).
 
@@ -53,7 +56,8 @@ def compare_to_teacher(
     `last_hidden_state` (batch, seq, hidden). Texts are truncated to `max_length` tokens. `teacher_cache`: an
     empty list is filled with the teacher's outputs (one (batch, seq, hidden) fp32 CPU tensor per batch; about
     1.5 KB per token at hidden 384), a filled one is used instead of running the teacher again — valid only for
-    the same teacher, tokenizer, texts, batch_size and max_length.
+    the same teacher, tokenizer, texts, batch_size and max_length. `progress`: a progress bar (tqdm, as
+    transformers shows them) over the batches with this description; None: no bar.
 
     Returns:
         `(metrics, teacher_embeddings, student_embeddings)`: metrics = {"cosine_mean", "cosine_min" (over texts, of
@@ -71,7 +75,10 @@ def compare_to_teacher(
     max_diff, diff_sum, tokens = 0.0, 0.0, 0
     try:
         cached = teacher_cache is not None and len(teacher_cache) > 0
-        for number, (index, batch) in enumerate(length_sorted_batches(tokenizer, texts, batch_size, max_length)):
+        batches = length_sorted_batches(tokenizer, texts, batch_size, max_length)
+        if progress is not None:
+            batches = tqdm(batches, desc=progress, total=math.ceil(len(texts) / batch_size), unit="batch")
+        for number, (index, batch) in enumerate(batches):
             batch = {k: v.to(device) for k, v in batch.items()}
             if cached:
                 t = teacher_cache[number].to(device)
@@ -152,7 +159,7 @@ def measure_agreement(
 ) -> dict[str, Any]:
     """`compare_to_teacher` on `texts`, plus — when `labels` are given — the teacher's and the student's
     `linear_probe` on the same folds and their per-fold difference (student − teacher). `kwargs`: batch_size,
-    max_length, teacher_cache (see `compare_to_teacher`)."""
+    max_length, teacher_cache, progress (see `compare_to_teacher`)."""
     metrics, teacher_emb, student_emb = compare_to_teacher(teacher, student, tokenizer, texts, **kwargs)
     result: dict[str, Any] = {"agreement": metrics}
     if labels is not None:

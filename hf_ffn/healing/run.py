@@ -14,20 +14,33 @@ also the reference of the re-measured difference.
 Everything that can be wrong with the input raises before training: missing or empty text files or folders,
 text shorter than one block, teacher and student of different vocabularies (config or tokenizer) or hidden sizes,
 `--layers all` across different LayerNorm placements or depths, the KL term without an MLM head on both sides,
-a missing `--eval_dir`, a non-empty `healed_dir`.
+missing or unreadable `--eval_data`, a non-empty `healed_dir`.
+
+Held-out data (`--eval_data`, never trained on): any labelled text `hf_ffn.training.read_labelled_texts` reads: a
+folder with one text file per label (one example per line), a csv / tsv / json / jsonl file with
+`--eval_text_column` / `--eval_label_column`, or a `datasets` dataset (a saved folder or a hub name, its
+`--eval_split`). Without labels only the agreement with the teacher is measured (no probe).
+
+A sentence-transformers folder healed (`modules.json` beside the backbone) stays one: every file and folder of the
+student that the healed folder does not write itself (modules.json, 1_Pooling/, 2_Normalize/, the
+sentence-transformers settings...) is copied, except top-level weight files (the healed weights replace them).
+
+The run ends with one summary line (`healing_summary`: cosine to the teacher before → after, probe Δ before →
+after, time, the healed folder); the whole record is in `output_dir/healing.json` and in the healed folder's
+`conversion_report.json`.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from transformers import (
     AutoConfig,
@@ -46,13 +59,16 @@ from ..conversion import REPORT_FILE, ConversionReport, ffn_class_for, measure_d
 from ..files import atomic_output_dir, check_new_folder
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertForMaskedLM, FfnBertModel, FfnBertPreTrainedModel
-from ..training import PaddingFreeCollator, mlm_blocks, read_rt_polarity, read_text_documents, resume_checkpoint
+from ..training import PaddingFreeCollator, mlm_blocks, read_labelled_texts, read_text_documents, resume_checkpoint
 from .distill import DistillationLoss, DistillationTrainer, dropout_off, select_trainable
 from .layerwise import METHODS, LayerwiseArguments, heal_layerwise, prepare_layerwise
 from .layerwise_folder import layerwise_section
 from .metrics import PROBE_FOLDS, AgreementCallback, measure_agreement, subset_indices
 
 MLM_CLASSES = ("FfnBertForMaskedLM", "FfnBertForPreTraining")
+HEALING_FILE = "healing.json"  # the run's whole record, in --output_dir
+# Top-level files of a student folder not copied into the healed folder: weights the healed ones replace.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".ckpt", ".onnx")
 
 
 @dataclass
@@ -66,10 +82,17 @@ class HealArguments:
                                         "conversion_report.json source"})
     healed_dir: str | None = field(default=None, metadata={"help": "folder for the healed model (default: "
                                                                    "OUTPUT_DIR/healed); must not exist or be empty"})
-    eval_dir: str | None = field(
-        default=None, metadata={"help": "held-out snippets in the rt_polarity layout (rt-polarity.<label>, one per "
-                                        "line), never trained on: before/after agreement and the linear probe"})
-    probe: bool = field(default=True, metadata={"help": "linear probe on all eval_dir snippets before and after"})
+    eval_data: str | None = field(
+        default=None, metadata={"help": "held-out labelled text, never trained on, for the before/after agreement "
+                                        "and the linear probe: a folder with one text file per label (one example "
+                                        "per line), a csv/tsv/json/jsonl file, or a datasets dataset (saved folder "
+                                        "or hub name)"})
+    eval_text_column: str | None = field(
+        default=None, metadata={"help": "text column of a file or dataset --eval_data; default: text or sentence"})
+    eval_label_column: str = field(
+        default="label", metadata={"help": "label column of a file or dataset --eval_data (none there: no probe)"})
+    eval_split: str = field(default="validation", metadata={"help": "split of a datasets --eval_data"})
+    probe: bool = field(default=True, metadata={"help": "linear probe on all --eval_data examples before and after"})
     max_eval_snippets: int | None = field(
         default=None, metadata={"help": "measure before/after (and probe) on a seeded subset of N held-out snippets "
                                         "instead of all of them (a quick run; published numbers use all)"})
@@ -222,12 +245,15 @@ def run_healing(
     teacher_path, tokenizer = models.teacher, models.tokenizer
     healed_dir = Path(heal_args.healed_dir or Path(training_args.output_dir) / "healed")
     check_new_folder(healed_dir, "--healed_dir")
-    texts, labels = read_rt_polarity(heal_args.eval_dir, "--eval_dir") if heal_args.eval_dir else (None, None)
+    texts, labels = (read_labelled_texts(heal_args.eval_data, text_column=heal_args.eval_text_column,
+                                         label_column=heal_args.eval_label_column, split=heal_args.eval_split,
+                                         argument="--eval_data")
+                     if heal_args.eval_data else (None, None))
     if texts and heal_args.max_eval_snippets:
         keep = subset_indices(len(texts), heal_args.max_eval_snippets)
-        texts, labels = [texts[i] for i in keep], [labels[i] for i in keep]
-        counts = {label: labels.count(label) for label in sorted(set(labels))}
-        if heal_args.probe and min(counts.values()) < PROBE_FOLDS:
+        texts, labels = [texts[i] for i in keep], (None if labels is None else [labels[i] for i in keep])
+        counts = {label: labels.count(label) for label in sorted(set(labels), key=str)} if labels else {}
+        if heal_args.probe and counts and min(counts.values()) < PROBE_FOLDS:
             raise ValueError(f"--max_eval_snippets {heal_args.max_eval_snippets}: the seeded subset has {counts} "
                              f"snippets per label, but the {PROBE_FOLDS}-fold probe needs at least {PROBE_FOLDS} of "
                              f"each; give a larger number or --probe false")
@@ -254,14 +280,15 @@ def run_healing(
 
     teacher_cache: list = []  # the teacher's outputs on the held-out snippets, computed once for before and after
 
-    def measure(probe: bool) -> dict[str, Any] | None:
+    def measure(probe: bool, when: str) -> dict[str, Any] | None:
         if not texts:
             return None
         return measure_agreement(teacher.base_model, student.base_model, tokenizer, texts,
-                                 labels if probe else None, max_length=heal_args.max_seq_length,
-                                 teacher_cache=teacher_cache)
+                                 labels if probe and labels is not None else None,
+                                 max_length=heal_args.max_seq_length, teacher_cache=teacher_cache,
+                                 progress=f"held-out agreement {when}")
 
-    before = measure(heal_args.probe) if main else None
+    before = measure(heal_args.probe, "before") if main else None
     callbacks = list(callbacks or [])
     if curve_texts and heal_args.curve_snippets:
         callbacks.append(AgreementCallback(teacher.base_model, tokenizer, curve_texts, heal_args.curve_steps,
@@ -286,7 +313,7 @@ def run_healing(
         train_seconds = train_output.metrics["train_runtime"]
     if not main:
         return {}
-    after = measure(heal_args.probe)
+    after = measure(heal_args.probe, "after")
     trainable_set = set(trainable)
     curve = [{"step": e["step"], **{k[len("heldout_"):]: v for k, v in e.items() if k.startswith("heldout_")}}
              for e in history if "heldout_cosine_mean" in e]
@@ -302,7 +329,8 @@ def run_healing(
         "train_parts": heal_args.train_parts,
         "data": {"train_files": heal_args.train_files, "documents": len(documents), "blocks": len(blocks),
                  "block_tokens": heal_args.max_seq_length},
-        "heldout": {"eval_dir": heal_args.eval_dir, "snippets": len(texts or []), "curve_snippets": len(curve_texts)},
+        "heldout": {"eval_data": heal_args.eval_data, "snippets": len(texts or []),
+                    "curve_snippets": len(curve_texts)},
         "before": before,
         "after": after,
         "curve": curve,
@@ -314,7 +342,28 @@ def run_healing(
         "healed_dir": str(healed_dir),
     }
     save_healed(healed_dir, student.cpu(), tokenizer, heal_args.student, teacher.cpu(), healing)
+    record = Path(training_args.output_dir) / HEALING_FILE
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps(healing, indent=2, default=str) + "\n", encoding="utf-8")
+    print(healing_summary(healing), flush=True)
     return healing
+
+
+def healing_summary(healing: dict) -> str:
+    """The one line a healing run ends with: mean sentence-embedding cosine to the teacher before → after, the
+    linear probe's difference (student − teacher accuracy, paired folds) before → after, the run's wall time and the
+    healed folder; "no --eval_data" / "no probe" where not measured."""
+    before, after = healing.get("before") or {}, healing.get("after") or {}
+    if before and after:
+        cosine = f"cosine {before['agreement']['cosine_mean']:.4f} → {after['agreement']['cosine_mean']:.4f}"
+    else:
+        cosine = "cosine not measured (no --eval_data)"
+    if "probe" in before and "probe" in after:
+        probe = f"probe Δ {before['probe']['difference']:+.4f} → {after['probe']['difference']:+.4f}"
+    else:
+        probe = "no probe"
+    return (f"healed: {cosine}, {probe}, {healing['wall_seconds']:.0f} s; saved to {healing['healed_dir']} "
+            f"(record: {HEALING_FILE})")
 
 
 def student_report(student_dir: str, teacher: str, model_class: str) -> tuple[ConversionReport, dict | None]:
@@ -345,6 +394,26 @@ def save_healed(
         measure_difference(teacher_path, student, report, reference=reference)
         write_converted_folder(tmp, student, report, tokenizer=tokenizer, report_extra={"healing": healing},
                                card_section=healing_section(healing), model_name=f"{Path(student_dir).name}-healed")
+        keep_student_files(Path(student_dir), Path(tmp))
+
+
+def keep_student_files(student_dir: Path, healed: Path) -> list[str]:
+    """Copy into `healed` every entry of `student_dir` it lacks (a sentence-transformers student's modules.json,
+    1_Pooling/, 2_Normalize/, sentence_bert_config.json, ...), except top-level weight files (`WEIGHT_SUFFIXES`)
+    and Trainer's `checkpoint-N` folders; returns the names copied."""
+    copied = []
+    for entry in sorted(student_dir.iterdir()):
+        target = healed / entry.name
+        if target.exists() or entry.name.startswith("checkpoint-"):
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, target)
+        elif entry.suffix in WEIGHT_SUFFIXES:
+            continue
+        else:
+            shutil.copy2(entry, target)
+        copied.append(entry.name)
+    return copied
 
 
 def _row(name: str, before: dict | None, after: dict | None, key: str, fmt: str) -> str:
@@ -385,7 +454,7 @@ training['gradient_accumulation_steps']} blocks × {healing['data']['block_token
 {', '.join(map(str, healing['data']['train_files']))} (learning rate {training['learning_rate']}, {training['lr_scheduler_type']}
 schedule, {training['warmup_steps']} warm-up steps), {healing['train_seconds']:.0f} s of training.
 
-Measured on {held['snippets']} held-out snippets never trained on (`{held['eval_dir']}`); embeddings are mean-pooled
+Measured on {held['snippets']} held-out examples never trained on (`{held['eval_data']}`); embeddings are mean-pooled
 `last_hidden_state`; the linear probe is {probe}.
 
 | | before healing | after healing |
@@ -400,5 +469,5 @@ Command:
 """
 
 
-__all__ = ["HealArguments", "HealModels", "check_models", "healing_section", "load_tokenizer", "run_healing",
-           "save_healed"]
+__all__ = ["HEALING_FILE", "HealArguments", "HealModels", "check_models", "healing_section", "healing_summary",
+           "keep_student_files", "load_tokenizer", "run_healing", "save_healed"]

@@ -1,18 +1,22 @@
 """Fine-tuning FfnBert variants with transformers' `Trainer`.
 
-`scripts/finetune_classification.py`, `scripts/finetune_mlm.py` and `scripts/compare_variants.py` are thin
-wrappers over `run_classification` and `run_mlm` (the pattern of transformers' `run_glue.py` / `run_mlm.py`:
+`finetune` (and `finetune_main(argv)`, behind `hf-ffn finetune` and `scripts/finetune_classification.py`) fine-tunes
+on a task preset or your own data with the preset's recipe and prints one summary line with the task score;
+`scripts/finetune_mlm.py` wraps `run_mlm`. They follow transformers' `run_glue.py` / `run_mlm.py`:
 `HfArgumentParser` over `ModelArguments`, a data-argument dataclass and `TrainingArguments`).
 
 Modules, one job each:
 
 - `arguments`: the `HfArgumentParser` dataclasses and their checks, `parse_arguments` (argv or one .json file).
-- `data`: data files, the rt_polarity split, column/label checks, plain-text documents (`read_text_documents`,
-  UTF-8 else Latin-1), MLM blocks (`mlm_blocks`), fixed masks (`mask_once`) and the MLM collator.
+- `data`: the readers of labelled text (`read_label_files`: a folder with one file per label; `read_table`: a
+  csv/tsv/json file with named columns; a `datasets` dataset; `read_labelled_texts` picks one), the seeded split
+  (`split_dataset`), data-file, column and label checks, plain-text documents (`read_text_documents`, a folder of
+  text files, UTF-8 else Latin-1), MLM blocks (`mlm_blocks`), fixed masks (`mask_once`) and the MLM collator.
 - `outputs`: checkpoint and tokenizer loading, output-folder checks, the finished save (`save_finished`: nothing
   that loads as a model until every file is written), the final evaluation, the model card.
 - `classification`: `run_classification` (single sentences or pairs, classes or regression) and its metrics.
-- `tasks`: the named tasks (`--task cola|stsb|mrpc|rt_polarity`): their readers, columns, splits and metrics.
+- `tasks`: the task presets (`TASKS`, `--task NAME`): their readers, columns, splits, metrics and `Recipe`s.
+- `finetuning`: `finetune` / `finetune_main`, the preset rule (`apply_recipe`) and the summary line (`summarize`).
 - `mlm`: `mlm_trainer` (the one MLM training path, also used by the Pre-/Post-LN study) and `run_mlm`.
 
 Everything that can be wrong with the input (a missing or empty data file, a column that does not exist, labels
@@ -23,7 +27,7 @@ training starts, naming the file or field, the value and what is allowed.
 from .arguments import (
     EXIT_BAD_INPUT,
     RESUME_LAST,
-    RT_POLARITY_SPLIT,
+    DEFAULT_SPLIT,
     ClassificationDataArguments,
     MlmDataArguments,
     ModelArguments,
@@ -41,16 +45,31 @@ from .data import (
     check_data_file,
     check_label_values,
     decode_text,
+    dataset_columns,
     load_classification_datasets,
-    load_rt_polarity,
+    load_label_files,
     mask_once,
     mlm_blocks,
-    read_rt_polarity,
+    parse_split_sizes,
+    read_label_files,
+    read_labelled_texts,
+    read_table,
     read_text_documents,
     sort_by_length,
+    split_dataset,
+)
+from .finetuning import (
+    apply_recipe,
+    finetune,
+    finetune_argv,
+    finetune_main,
+    finetune_parser,
+    given_options,
+    run_finetuning,
+    summarize,
 )
 from .mlm import masked_eval_dataset, mlm_trainer, run_mlm
-from .tasks import TASKS, Task, get_task, load_cola, load_mrpc, load_stsb, read_stsb, task_score
+from .tasks import GLUE_RECIPE, TASKS, Recipe, Task, get_task, load_cola, load_mrpc, load_stsb, read_stsb, task_score
 from .outputs import (
     STAGING_FOLDER,
     check_checkpoint,
@@ -68,8 +87,25 @@ from .outputs import (
 __all__ = [
     "EXIT_BAD_INPUT",
     "bad_input_exits",
+    "GLUE_RECIPE",
     "TASKS",
+    "Recipe",
     "Task",
+    "apply_recipe",
+    "dataset_columns",
+    "finetune",
+    "finetune_argv",
+    "finetune_main",
+    "finetune_parser",
+    "given_options",
+    "load_label_files",
+    "parse_split_sizes",
+    "read_label_files",
+    "read_labelled_texts",
+    "read_table",
+    "run_finetuning",
+    "split_dataset",
+    "summarize",
     "check_label_values",
     "get_task",
     "load_cola",
@@ -85,7 +121,7 @@ __all__ = [
     "MlmDataArguments",
     "ModelArguments",
     "RESUME_LAST",
-    "RT_POLARITY_SPLIT",
+    "DEFAULT_SPLIT",
     "parse_arguments",
     "resume_checkpoint",
     "STAGING_FOLDER",
@@ -99,14 +135,12 @@ __all__ = [
     "final_evaluation",
     "load_classification_datasets",
     "load_model",
-    "load_rt_polarity",
     "load_tokenizer",
     "mask_once",
     "masked_eval_dataset",
     "mlm_blocks",
     "mlm_trainer",
     "model_card",
-    "read_rt_polarity",
     "read_text_documents",
     "regression_metrics",
     "run_classification",

@@ -24,7 +24,7 @@ CONVERSION_OPTIONS = {
     "ffn_type": "--ffn_type", "layer_norm_position": "--layer_norm_position",
     "init": "--ffn_init", "width": "--ffn_width",
 }
-RT_POLARITY_SPLIT = (8000, 1000, 1662)  # train / validation / test of the 10,662 snippets
+DEFAULT_SPLIT = "0.8,0.1,0.1"  # train / validation / test fractions of a --label_dir folder
 
 
 @dataclass
@@ -107,14 +107,15 @@ def check_task_columns(args: "ClassificationDataArguments") -> None:
 @dataclass
 class ClassificationDataArguments:
     """Where the labelled text comes from: one of the named tasks (`--task` with `--data_dir`, see
-    `hf_ffn.training.tasks`), local csv/tsv/json/jsonl files, an rt_polarity-style folder, or a `datasets` dataset.
+    `hf_ffn.training.tasks`), local csv/tsv/json/jsonl files, a folder with one text file per label (`--label_dir`,
+    split by `--split_sizes` and `--split_seed`), or a `datasets` dataset.
     A second text column (`--text_pair_column`) makes the inputs BERT sentence pairs; real-number labels make the
     run a regression (`num_labels=1`, MSE), as in transformers' `run_glue.py`."""
 
     task: str | None = field(
         default=None,
-        metadata={"help": "a named task read from --data_dir with its columns, splits and metric: cola, stsb, mrpc, "
-                          "rt_polarity (see hf_ffn.training.tasks)"},
+        metadata={"help": "a named task preset read from --data_dir with its columns, splits, metric and training "
+                          "recipe (see hf_ffn.training.tasks.TASKS)"},
     )
     data_dir: str | None = field(default=None, metadata={"help": "the folder of --task's files"})
     train_file: str | None = field(
@@ -124,14 +125,18 @@ class ClassificationDataArguments:
     test_file: str | None = field(default=None, metadata={"help": "csv / json / jsonl test file (labels optional)"})
     dataset_name: str | None = field(default=None, metadata={"help": "a dataset on the hub (needs hub access)"})
     dataset_config_name: str | None = field(default=None, metadata={"help": "the hub dataset's configuration"})
-    rt_polarity_dir: str | None = field(
+    label_dir: str | None = field(
         default=None,
-        metadata={"help": "folder in the rt_polarity layout: files rt-polarity.<label>, one snippet per line"},
+        metadata={"help": "folder with one text file per label, one example per line (pos.txt, neg.txt: the label "
+                          "is the file's stem, or its extension when all files share a stem); split seeded into "
+                          "train, validation and test by --split_sizes"},
     )
-    rt_polarity_split: str = field(
-        default=",".join(map(str, RT_POLARITY_SPLIT)), metadata={"help": "train,validation,test sizes"}
+    split_sizes: str = field(
+        default=DEFAULT_SPLIT,
+        metadata={"help": "train,validation,test of --label_dir: three row counts or three fractions"},
     )
-    split_seed: int = field(default=42, metadata={"help": "seed of the rt_polarity split (fixed: same for all runs)"})
+    split_seed: int = field(default=42, metadata={"help": "seed of the --label_dir split (fixed: the same split for "
+                                                          "every run on the same files)"})
     text_column: str | None = field(default=None, metadata={"help": "text column; default: 'text' or 'sentence'"})
     text_pair_column: str | None = field(
         default=None, metadata={"help": "second text column: inputs become BERT pairs ([SEP] between, token_type_ids)"}
@@ -144,12 +149,12 @@ class ClassificationDataArguments:
 
     def __post_init__(self) -> None:
         sources = [
-            name for name in ("task", "train_file", "dataset_name", "rt_polarity_dir") if getattr(self, name) is not None
+            name for name in ("task", "train_file", "dataset_name", "label_dir") if getattr(self, name) is not None
         ]
         if len(sources) != 1:
             raise ValueError(
                 f"give exactly one data source: --task (with --data_dir), --train_file (with --validation_file), "
-                f"--rt_polarity_dir or --dataset_name; got {sources or 'none'}"
+                f"--label_dir or --dataset_name; got {sources or 'none'}"
             )
         if (self.task is None) != (self.data_dir is None):
             raise ValueError(f"--task and --data_dir go together; got --task {self.task!r}, --data_dir {self.data_dir!r}")
@@ -230,6 +235,7 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
 
 
 __all__ = [
-    "CONVERSION_OPTIONS", "EXIT_BAD_INPUT", "RESUME_LAST", "RT_POLARITY_SPLIT", "ClassificationDataArguments", "MlmDataArguments",
+    "CONVERSION_OPTIONS", "DEFAULT_SPLIT", "EXIT_BAD_INPUT", "RESUME_LAST", "ClassificationDataArguments",
+    "MlmDataArguments",
     "ModelArguments", "bad_input_exits", "parse_arguments", "resume_checkpoint",
 ]

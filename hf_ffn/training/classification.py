@@ -202,8 +202,8 @@ def run_classification(
         dataset_name = f"{task.name} ({Path(data_args.data_dir).name})"
     else:
         dataset_name = data_args.dataset_name or (
-            f"rt_polarity (split {data_args.rt_polarity_split}, seed {data_args.split_seed})"
-            if data_args.rt_polarity_dir else Path(data_args.train_file).name
+            f"{Path(data_args.label_dir).name} (split {data_args.split_sizes}, seed {data_args.split_seed})"
+            if data_args.label_dir else Path(data_args.train_file).name
         )
     metric_names = task.metrics if task else ("pearson", "spearman") if regression else ("accuracy", "f1")
     card = model_card(model_args, training_args, "text-classification", dataset_name, results, conversion,

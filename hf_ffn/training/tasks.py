@@ -1,5 +1,7 @@
-"""The four named fine-tuning tasks (`--task cola|stsb|mrpc|rt_polarity` with `--data_dir`): how each folder is
-read, its columns, the split its metric is reported on, and the metric itself (GLUE's choice per task).
+"""The named fine-tuning task presets (`--task NAME` with `--data_dir`), as data like `run_glue.py`'s
+`task_to_keys`: how each folder is read, its columns, the split its metric is reported on, the metric itself
+(GLUE's choice per task) and its training recipe (`Recipe`). `TASKS` is the one place in the package that names a
+task or a corpus and its file names; every reader it uses is generic (`hf_ffn.training.data`).
 
 Every reader returns a `DatasetDict` with the columns of the `datasets` hub copy of the task (`nyu-mll/glue`):
 `sentence`/`label` (CoLA), `sentence1`/`sentence2`/`label` (STS-B with a float score 0–5, MRPC with 0/1), and
@@ -18,11 +20,21 @@ The folders (the public releases; see `../shared/README.md`):
 - MRPC (Dolan & Brockett 2005), dataset-sts split: `msr-para-train.tsv` → train, `msr-para-val.tsv` → validation;
   `msr-para-test.tsv` is held out (not read). Tab-separated with a header, CRLF line ends and a UTF-8 byte-order
   mark: `load_dataset("csv", ..., sep="\\t", quoting=3, encoding="utf-8-sig")`, columns renamed.
-- rt_polarity (Pang & Lee 2005): `hf_ffn.training.data.load_rt_polarity`, the seeded 8,000 / 1,000 / 1,662 split.
+- rt_polarity (Pang & Lee 2005): `rt-polarity.neg`, `rt-polarity.pos`, one snippet per line, read by the generic
+  `hf_ffn.training.data.load_label_files` (one file per label) with the seeded 8,000 / 1,000 / 1,662 split (seed 42;
+  the same split as every earlier run).
 
 Metrics (GLUE, Wang et al. 2018): CoLA Matthews correlation; STS-B Pearson and Spearman correlation; MRPC F1 of
 the paraphrase class and accuracy; rt_polarity accuracy (as SST-2). `task_score` is the mean of a task's metrics
 (GLUE's rule for tasks with two), ×100; the GLUE-style average is the mean of the task scores.
+
+Recipes: every task's default is BERT's published GLUE fine-tuning recipe (Devlin et al. 2019, Appendix A.3:
+batch 32, 3 epochs, learning rate chosen from {5e-5, 4e-5, 3e-5, 2e-5}; here 2e-5; linear decay after a 10%
+warm-up). It is a preset, not a rule: a training argument the user sets (on the command line, in the .json file of
+arguments, or as a keyword of `hf_ffn.training.finetune`) always wins; the preset fills only what the user left
+unset (`hf_ffn.training.finetuning.apply_recipe`). The repository's converged four-task study (docs/tasks.md) chose
+learning rate 1e-4 with batch 32 and a 10% warm-up for its small model; that is that study's choice, given on its
+command line, not a preset.
 """
 
 from __future__ import annotations
@@ -32,8 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .arguments import RT_POLARITY_SPLIT
-from .data import decode_text, load_rt_polarity
+from .data import decode_text, load_label_files
 
 STSB_COLUMNS = 7  # genre, file, year, id, score, sentence 1, sentence 2 (later columns ignored)
 
@@ -113,13 +124,30 @@ def load_mrpc(data_dir: str | Path):
 
 
 def _load_rt_polarity(data_dir: str | Path):
-    return load_rt_polarity(str(data_dir), RT_POLARITY_SPLIT, seed=42)
+    return load_label_files(data_dir, "8000,1000,1662", seed=42, pattern="rt-polarity.*", argument="--data_dir")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A fine-tuning recipe: the `TrainingArguments` values a task preset sets when the user does not. The default
+    is BERT's published GLUE recipe (Devlin et al. 2019, Appendix A.3): batch 32, 3 epochs, learning rate 2e-5
+    (one of the paper's {5e-5, 4e-5, 3e-5, 2e-5}), linear decay after a warm-up over 10% of the steps
+    (`warmup_ratio`, a fraction of the optimizer steps)."""
+
+    learning_rate: float = 2e-5
+    per_device_train_batch_size: int = 32
+    num_train_epochs: float = 3.0
+    warmup_ratio: float = 0.1
+
+
+GLUE_RECIPE = Recipe()
 
 
 @dataclass(frozen=True)
 class Task:
-    """A named task: its reader, its columns, the split its metric is reported on and its metric names (keys of
-    `classification_metrics` / `regression_metrics`; the first is the one a model card leads with)."""
+    """A named task: its reader, its columns, the split its metric is reported on, its metric names (keys of
+    `classification_metrics` / `regression_metrics`; the first is the one a model card leads with; the task score
+    is their mean ×100) and its training recipe."""
 
     name: str
     load: Callable
@@ -128,6 +156,7 @@ class Task:
     metrics: tuple[str, ...]
     report_split: str
     regression: bool = False
+    recipe: Recipe = GLUE_RECIPE
 
 
 TASKS: dict[str, Task] = {
@@ -156,5 +185,5 @@ def task_score(task: str, metrics: Mapping[str, float], prefix: str = "") -> flo
     return 100 * sum(metrics[prefix + name] for name in names) / len(names)
 
 
-__all__ = ["STSB_COLUMNS", "TASKS", "Task", "get_task", "load_cola", "load_mrpc", "load_stsb", "read_stsb",
-           "task_score"]
+__all__ = ["GLUE_RECIPE", "STSB_COLUMNS", "TASKS", "Recipe", "Task", "get_task", "load_cola", "load_mrpc", "load_stsb",
+           "read_stsb", "task_score"]

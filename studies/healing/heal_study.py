@@ -92,7 +92,7 @@ def heal_command(variant: str, args: argparse.Namespace, student: Path, run_dir:
     extra = [f"--{k}={v}" for k, v in heal.items() if k not in ("layers", "learning_rate")]
     source = [] if args.model is None else ["--teacher", teacher]  # default: the student's conversion source
     return [
-        "--student", str(student), *source, "--train_files", args.text_dir, "--eval_dir", args.eval_dir,
+        "--student", str(student), *source, "--train_files", args.text_dir, "--eval_data", args.eval_dir,
         "--output_dir", str(run_dir), "--layers", heal["layers"], "--train_parts", args.train_parts,
         "--hidden_loss", args.hidden_loss, *extra,
         "--max_seq_length", str(args.block), "--per_device_train_batch_size", str(args.batch_size),

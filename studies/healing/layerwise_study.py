@@ -34,7 +34,7 @@ from hf_ffn.conversion import convert_checkpoint
 from hf_ffn.healing import HealArguments, LayerwiseArguments, compare_to_teacher, linear_probe, run_healing
 from hf_ffn.healing.layerwise import calibration_ids
 from hf_ffn.parity import bundled_checkpoint
-from hf_ffn.training import read_rt_polarity
+from hf_ffn.training import read_label_files
 
 VARIANTS = {
     "swiglu-approx": {"ffn_type": "swiglu"},
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
         return show(work)
     teacher = args.model or bundled_checkpoint()
     work.mkdir(parents=True, exist_ok=True)
-    texts, labels = read_rt_polarity(args.eval_dir, "--eval-dir")
+    texts, labels = read_label_files(args.eval_dir, "--eval-dir", pattern="rt-polarity.*")
     teacher_data = teacher_measurements(args, teacher, texts, labels)
     load_before = os.getloadavg()[0]
     start = time.perf_counter()

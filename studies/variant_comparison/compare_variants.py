@@ -105,7 +105,7 @@ def run_one(args: argparse.Namespace, name: str, model_args: ModelArguments, see
             fingerprint: str) -> dict:
     """One fine-tuning run; returns its JSON line."""
     data_args = ClassificationDataArguments(
-        rt_polarity_dir=args.rt_polarity_dir, max_seq_length=args.max_seq_length,
+        label_dir=args.rt_polarity_dir, split_sizes="8000,1000,1662", max_seq_length=args.max_seq_length,
         max_eval_samples=args.max_eval_samples or None, max_test_samples=args.max_test_samples or None,
     )
     training_args = TrainingArguments(

@@ -1,0 +1,184 @@
+"""`finetune`: fine-tune a BERT or FfnBert checkpoint on a named task preset or on your own data, with the task's
+recipe, and end with one summary line giving the task score. `finetune_main(argv)` is the same from a command line
+(`hf-ffn finetune`, `scripts/finetune_classification.py`). Both run `run_classification` (single sentences or
+pairs, classes or regression; `Trainer` does the training).
+
+The preset rule: a task's `Recipe` (`hf_ffn.training.tasks`; BERT's GLUE recipe by default: learning rate 2e-5,
+batch 32, 3 epochs, 10% warm-up) fills the training arguments the user did not set; any the user set (a flag on the
+command line, a key of the .json file of arguments, a keyword of `finetune`) wins. Data given as files gets the same
+default recipe.
+
+The summary line: `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>`, where the score is the mean of the
+task's metrics ×100 (GLUE's rule; MRPC: F1 of the paraphrase class and accuracy). Data without a task is scored by
+accuracy (classes) or Pearson and Spearman correlation (regression), named after its file or folder, on the test
+split when it has labels, else on validation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from transformers import HfArgumentParser, TrainingArguments
+
+from .arguments import ClassificationDataArguments, ModelArguments, parse_arguments
+from .tasks import GLUE_RECIPE, Recipe, get_task
+
+ARGUMENT_CLASSES = (ModelArguments, ClassificationDataArguments, TrainingArguments)
+CLASS_METRICS = ("accuracy",)
+REGRESSION_METRICS = ("pearson", "spearman")
+
+
+def finetune_parser() -> HfArgumentParser:
+    """The `HfArgumentParser` of model, data and `TrainingArguments` (its --help shows every default)."""
+    return HfArgumentParser(ARGUMENT_CLASSES, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+
+def given_options(argv: Sequence[str]) -> set[str]:
+    """The argument names `argv` sets explicitly (flags given on the command line, or the keys of its one .json
+    file), whatever their values: the parser re-run with every default suppressed."""
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        return set(json.loads(Path(argv[0]).read_text()))
+    parser = finetune_parser()
+    for action in parser._actions:
+        if action.dest != "help":
+            action.default, action.required = argparse.SUPPRESS, False
+    namespace, _ = parser.parse_known_args(list(argv))
+    return set(vars(namespace))
+
+
+def _warmup_field() -> str:
+    """The `TrainingArguments` field that takes a warm-up fraction: `warmup_steps` where it is a float (a value
+    below 1 is a fraction of the steps, recent transformers), else `warmup_ratio`."""
+    types = {field.name: str(field.type) for field in dataclasses.fields(TrainingArguments)}
+    return "warmup_steps" if "float" in types["warmup_steps"] or "warmup_ratio" not in types else "warmup_ratio"
+
+
+def apply_recipe(training_args: TrainingArguments, recipe: Recipe, given: set[str]) -> dict[str, Any]:
+    """Set on `training_args` each `recipe` value whose argument is not in `given` (the user's explicit ones);
+    returns what was set. A warm-up the user gave as `warmup_steps` or `warmup_ratio` counts as the recipe's
+    warm-up; `max_steps` leaves `num_train_epochs` without effect (Trainer's rule), so the recipe still sets it."""
+    applied = {}
+    for name, value in dataclasses.asdict(recipe).items():
+        target = _warmup_field() if name == "warmup_ratio" else name
+        if name == "warmup_ratio" and given & {"warmup_ratio", "warmup_steps"}:
+            continue
+        if name not in given and target not in given:
+            setattr(training_args, target, value)
+            applied[target] = value
+    return applied
+
+
+def task_metrics(task: str | None, regression: bool) -> tuple[str, ...]:
+    """The metric names a run is scored by: the task's, else accuracy (classes) or Pearson and Spearman
+    (regression)."""
+    if task is not None:
+        return get_task(task).metrics
+    return REGRESSION_METRICS if regression else CLASS_METRICS
+
+
+def summarize(name: str, metrics: Sequence[str], results: Mapping[str, float], split: str) -> tuple[float, str]:
+    """`(score, line)`: the score (mean of `metrics` in `results` under `split`'s prefix, ×100; GLUE's rule) and
+    the summary line `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>`.
+
+    Raises:
+        KeyError: naming the missing metric and the split, when `results` lacks one.
+    """
+    prefix = "eval_" if split == "validation" else f"{split}_"
+    missing = [prefix + metric for metric in metrics if prefix + metric not in results]
+    if missing:
+        raise KeyError(f"no {', '.join(missing)} in the results of the {split} split")
+    values = [results[prefix + metric] for metric in metrics]
+    score = 100 * sum(values) / len(values)
+    shown = ", ".join(f"{metric}={value:.4f}" for metric, value in zip(metrics, values, strict=True))
+    return score, f"task={name} score={score:.2f} ({shown}) on {split}"
+
+
+def _data_name(data_args: ClassificationDataArguments) -> str:
+    if data_args.task is not None:
+        return data_args.task
+    if data_args.dataset_name is not None:
+        return "/".join(filter(None, (data_args.dataset_name, data_args.dataset_config_name)))
+    return Path(data_args.label_dir).name if data_args.label_dir else Path(data_args.train_file).stem
+
+
+def run_finetuning(model_args: ModelArguments, data_args: ClassificationDataArguments,
+                   training_args: TrainingArguments, given: set[str], *, quiet: bool = False) -> dict[str, Any]:
+    """`run_classification` with the task's recipe filling what `given` leaves unset (`apply_recipe`), then the
+    score and the summary line (printed unless `quiet`). Returns `run_classification`'s outcome plus `task`,
+    `task_score`, `score_split`, `summary` and `recipe` (the values the preset set)."""
+    from .classification import run_classification
+
+    recipe = get_task(data_args.task).recipe if data_args.task is not None else GLUE_RECIPE
+    applied = apply_recipe(training_args, recipe, given)
+    outcome = run_classification(model_args, data_args, training_args)
+    results = outcome["results"]
+    metrics = task_metrics(data_args.task, outcome["regression"])
+    split = get_task(data_args.task).report_split if data_args.task is not None else (
+        "test" if all(f"test_{metric}" in results for metric in metrics) else "validation")  # a labelled test split
+    name = _data_name(data_args)
+    score, line = summarize(name, metrics, results, split)
+    if not quiet and training_args.process_index == 0:  # one line, from the main process only
+        print(line, flush=True)
+    return {**outcome, "task": name, "task_score": score, "score_split": split, "summary": line, "recipe": applied}
+
+
+def finetune(model_name_or_path: str, output_dir: str, *, task: str | None = None, seed: int = 42,
+             quiet: bool = False, **arguments: Any) -> dict[str, Any]:
+    """Fine-tune `model_name_or_path` for sequence classification or regression and print one summary line,
+    `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>`.
+
+    Data: `task` (a preset of `hf_ffn.training.tasks.TASKS`, with `data_dir=`), or your own: `train_file=` and
+    `validation_file=` (csv / tsv / json / jsonl; `text_column=`, `text_pair_column=` for pairs, `label_column=`;
+    real-number labels make a regression), `label_dir=` (one text file per label, split by `split_sizes=` and
+    `split_seed=`) or `dataset_name=`. `arguments` are any fields of `ModelArguments` (e.g. `ffn_type="geglu"`),
+    `ClassificationDataArguments` and transformers' `TrainingArguments` (e.g. `learning_rate=1e-4`); the task's
+    recipe (BERT's GLUE recipe by default) fills only the training arguments not given here.
+
+    Example:
+        >>> finetune("bert-base-uncased", "out/mrpc", task="mrpc", data_dir="data/mrpc")  # doctest: +SKIP
+        task=mrpc score=84.51 (f1_binary=0.8812, accuracy=0.8090) on validation
+
+    Returns:
+        `run_classification`'s outcome (results, log_history, ...) plus `task`, `task_score` (float, 0–100),
+        `score_split`, `summary` (the line) and `recipe` (the training values the preset set).
+
+    Raises:
+        ValueError: naming an argument that no dataclass has, and as `run_classification` on bad input.
+    """
+    arguments = {"model_name_or_path": model_name_or_path, "output_dir": output_dir, "task": task, "seed": seed,
+                 **arguments}
+    names = [{field.name for field in dataclasses.fields(cls) if field.init} for cls in ARGUMENT_CLASSES]
+    unknown = sorted(set(arguments) - set().union(*names))
+    if unknown:
+        raise ValueError(f"finetune has no argument {', '.join(unknown)}: allowed are the fields of ModelArguments, "
+                         f"ClassificationDataArguments and transformers.TrainingArguments")
+    built = [cls(**{key: value for key, value in arguments.items() if key in fields})
+             for cls, fields in zip(ARGUMENT_CLASSES, names, strict=True)]
+    given = set(arguments) - {"task", "model_name_or_path", "output_dir"}
+    return run_finetuning(*built, given, quiet=quiet)
+
+
+def finetune_argv(argv: Sequence[str], prog: str = "hf-ffn finetune") -> dict[str, Any]:
+    """`finetune` from a command line: `argv` (flags of `finetune_parser`, or one .json file of them) parsed by
+    `HfArgumentParser`, the preset filling the training flags not given. Prints the summary line (the model, its
+    card and all_results.json are in --output_dir) and returns `run_finetuning`'s outcome."""
+    parser = finetune_parser()
+    parser.prog = prog
+    model_args, data_args, training_args = parse_arguments(parser, argv)
+    return run_finetuning(model_args, data_args, training_args, given_options(argv))
+
+
+def finetune_main(argv: Sequence[str], prog: str = "hf-ffn finetune") -> int:
+    """`finetune_argv` for a console entry point: returns the exit status, 0 (bad input raises `ValueError` /
+    `OSError` naming the flag; wrap in `bad_input_exits(prog)` for argparse's one-line message and status 2)."""
+    finetune_argv(argv, prog)
+    return 0
+
+
+__all__ = ["apply_recipe", "finetune", "finetune_argv", "finetune_main", "finetune_parser", "given_options",
+           "run_finetuning", "summarize", "task_metrics"]
