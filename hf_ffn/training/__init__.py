@@ -14,6 +14,7 @@ Modules, one job each:
 - `classification`: `run_classification` (single sentences or pairs, classes or regression) and its metrics.
 - `tasks`: the named tasks (`--task cola|stsb|mrpc|rt_polarity`): their readers, columns, splits and metrics.
 - `mlm`: `mlm_trainer` (the one MLM training path, also used by the Pre-/Post-LN study) and `run_mlm`.
+- `pretraining`: `run_pretraining` (from scratch or continued; `hf-ffn mlm`), `train_tokenizer`.
 
 Everything that can be wrong with the input (a missing or empty data file, a column that does not exist, labels
 that differ between splits, a checkpoint path that does not exist, a bad variant switch) raises before any
@@ -50,6 +51,13 @@ from .data import (
     sort_by_length,
 )
 from .mlm import masked_eval_dataset, mlm_trainer, run_mlm
+from .pretraining import (
+    PretrainingArguments,
+    PretrainingDataArguments,
+    pretraining_main,
+    run_pretraining,
+    train_tokenizer,
+)
 from .tasks import TASKS, Task, get_task, load_cola, load_mrpc, load_stsb, read_stsb, task_score
 from .outputs import (
     STAGING_FOLDER,
@@ -111,6 +119,11 @@ __all__ = [
     "regression_metrics",
     "run_classification",
     "run_mlm",
+    "PretrainingArguments",
+    "PretrainingDataArguments",
+    "pretraining_main",
+    "run_pretraining",
+    "train_tokenizer",
     "save_finished",
     "save_outputs",
     "sort_by_length",

@@ -68,6 +68,21 @@ def new_mlm_head_note(new_weights: list[str], checkpoint: str, vocab_size: int) 
     )
 
 
+def held_out_split(documents: list[str], percentage: float, seed: int) -> tuple[list[str], list[str]]:
+    """`(train, held_out)`: whole documents, `percentage` of them (at least one, rounded) held out, chosen by a
+    permutation from `numpy.random.default_rng(seed)`: the same documents and seed always give the same split.
+
+    Raises:
+        ValueError: with fewer than two documents (naming --train_files).
+    """
+    if len(documents) < 2:
+        raise ValueError(f"--train_files: need at least two documents (whole documents are held out for "
+                         f"validation), got {len(documents)}")
+    order = np.random.default_rng(seed).permutation(len(documents))
+    held_out = min(len(documents) - 1, max(1, round(len(documents) * percentage / 100)))
+    return [documents[i] for i in order[held_out:]], [documents[i] for i in order[:held_out]]
+
+
 def masked_eval_dataset(blocks, tokenizer: PreTrainedTokenizerBase, mlm_probability: float, seed: int):
     """`blocks` (rows of `mlm_blocks`) masked once with `seed` (`mask_once`), as a `Dataset` with columns
     `input_ids` and `labels`: every evaluation of a run scores the same masked tokens."""
@@ -120,15 +135,11 @@ def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_ar
     check_output_dir(training_args.output_dir)
     resume = resume_checkpoint(training_args)
     documents = read_text_documents(data_args.train_files)
-    if len(documents) < 2:
-        raise ValueError("--train_files: need at least two documents (whole documents are held out for validation)")
+    train_docs, eval_docs = held_out_split([text for _, text in documents], data_args.validation_split_percentage,
+                                           data_args.split_seed)
     check_checkpoint(model_args.model_name_or_path, "--model_name_or_path")
     tokenizer = load_tokenizer(model_args)
 
-    order = np.random.default_rng(data_args.split_seed).permutation(len(documents))
-    held_out = max(1, round(len(documents) * data_args.validation_split_percentage / 100))
-    eval_docs = [documents[i][1] for i in order[:held_out]]
-    train_docs = [documents[i][1] for i in order[held_out:]]
     train = mlm_blocks(train_docs, tokenizer, data_args.max_seq_length)
     evaluation = mlm_blocks(eval_docs, tokenizer, data_args.max_seq_length)
     if len(train) == 0 or len(evaluation) == 0:
@@ -172,4 +183,4 @@ def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_ar
             "wall_seconds": time.perf_counter() - start, **extra}
 
 
-__all__ = ["absent_head_warning_dropped", "masked_eval_dataset", "mlm_trainer", "new_mlm_head_note", "run_mlm"]
+__all__ = ["absent_head_warning_dropped", "held_out_split", "masked_eval_dataset", "mlm_trainer", "new_mlm_head_note", "run_mlm"]

@@ -1,0 +1,436 @@
+"""Masked-language-model pre-training of any FfnBert variant: from a config (no checkpoint), or continued from a
+(converted) checkpoint, through the one MLM training path (`hf_ffn.training.mlm.mlm_trainer`: transformers' `Trainer`).
+
+The recipe is BERT's (Devlin et al. 2019, sec. 3.1 and app. A.2), at a size one machine can run:
+
+- a WordPiece tokenizer trained on the training documents with `tokenizers` (`train_tokenizer`; its vocabulary
+  size is an option: at small model sizes the decoder over a 30k vocabulary costs more than the encoder), or an
+  existing tokenizer (`--tokenizer_name`, or the checkpoint's);
+- documents packed into fixed-length blocks (`mlm_blocks`: [CLS] text [SEP] per document, concatenated, cut);
+- BERT's masking, dynamic: 15% of the tokens, of which 80% [MASK], 10% a random token, 10% kept
+  (`DataCollatorForLanguageModeling`);
+- the MLM decoder tied to the word embeddings (`tie_word_embeddings`, BERT's default);
+- a held-out split of whole documents (fixed by `--split_seed`), evaluated on one fixed masking (`mask_once`), so
+  every evaluation of every run scores the same masked tokens;
+- sparse prediction (`FfnBertConfig.sparse_prediction`, on by default here): during training the MLM head decodes
+  only the masked positions (MosaicBERT, ModernBERT); the loss is the same;
+- learning-rate schedule, warm-up, bf16, `--resume_from_checkpoint` and `torchrun`: `TrainingArguments`' own.
+
+FFN width. Asked for a gated FFN (GeGLU, SwiGLU, ...) at a standard FFN width `--intermediate_size` I, the model
+gets the parameter-matched width 2I/3 (Shazeer 2020, sec. 2: d_ff 3072 → 2048) by default, rounded up to a
+multiple of `--glu_multiple_of` (8 by default, `parameter_matched_glu_width`): LLaMA's 256 is made for widths in
+the thousands; at I = 1024 it gives 768 (+12.5% FFN weights, which would favour the gated variants), 8 gives 688
+(+0.8%), 64 gives 704 (+3.1%). The run's report (`run_info.json` in the output folder, and one printed line) gives
+the FFN's parameter count and FLOPs per token (`hf_ffn.params.config_row`) beside the standard FFN's at I.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoTokenizer,
+    BertTokenizer,
+    HfArgumentParser,
+    PreTrainedTokenizerBase,
+    TrainingArguments,
+    set_seed,
+)
+from transformers.utils import logging as hf_logging
+
+from ..configuration_ffn_bert import (
+    FFN_TYPES,
+    HIDDEN_ACTS,
+    LAYER_NORM_POSITIONS,
+    FfnBertConfig,
+    is_gated,
+    parameter_matched_glu_width,
+)
+from ..conversion.recipes import INITS, parse_width
+from ..modeling_ffn_bert import FfnBertForMaskedLM
+from ..params import config_row
+from .arguments import MlmDataArguments, ModelArguments, bad_input_exits, parse_arguments, resume_checkpoint
+from .data import mlm_blocks, read_text_documents
+from .mlm import absent_head_warning_dropped, held_out_split, mlm_trainer, new_mlm_head_note
+from .outputs import (
+    check_checkpoint,
+    check_output_dir,
+    checkpoint_unpad_tokens,
+    final_evaluation,
+    load_model,
+    load_tokenizer,
+    model_card,
+    save_outputs,
+    training_seconds,
+)
+
+logger = hf_logging.get_logger(__name__)
+
+# The from-scratch model when no size is given: 4 layers × hidden 256, 4 heads, FFN 1024 (BERT's 4·hidden), GELU,
+# Post-LN (BERT-mini's shape, Turc et al. 2019), and an 8,192-token WordPiece vocabulary.
+SCRATCH_DEFAULTS = {
+    "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024,
+    "hidden_act": "gelu", "layer_norm_position": "post", "ffn_width": "matched", "vocab_size": 8192,
+}
+GLU_MULTIPLE_OF = 8
+TOKENIZER_FOLDER = "tokenizer"  # where a trained tokenizer is saved in --output_dir as soon as it is trained
+
+
+def train_tokenizer(documents: list[str], vocab_size: int = 8192) -> PreTrainedTokenizerBase:
+    """BERT's uncased WordPiece tokenizer (`BertTokenizer`: lower-casing, accent stripping, BERT's pre-tokenizer and
+    special tokens [PAD] [UNK] [CLS] [SEP] [MASK]) trained from scratch on `documents` with `tokenizers`' WordPiece
+    trainer (`train_new_from_iterator`). The vocabulary has `vocab_size` entries, special tokens included, or fewer
+    when the text has fewer distinct pieces. Deterministic: the same documents give the same vocabulary."""
+    return BertTokenizer().train_new_from_iterator(documents, vocab_size=vocab_size)
+
+
+def ffn_width(ffn_type: str, intermediate_size: int, width: str | int = "matched",
+              multiple_of: int = GLU_MULTIPLE_OF) -> int:
+    """The FFN width (`intermediate_size` of the config: what enters `down_proj`) of a from-scratch `ffn_type`
+    compared with a standard FFN of width `intermediate_size`.
+
+    `width`: "matched" (a gated FFN gets `parameter_matched_glu_width(intermediate_size, multiple_of)`, the
+    same FFN weight count rounded up to a multiple of `multiple_of`; a standard FFN keeps `intermediate_size`),
+    "keep" (`intermediate_size` for every type) or an int (that width).
+
+    Raises:
+        ValueError: on a `width` that is not "keep", "matched" or a positive int (naming --ffn_width).
+    """
+    width = parse_width(width, "--ffn_width")
+    if isinstance(width, int):
+        return width
+    if width == "matched" and is_gated(ffn_type):
+        return parameter_matched_glu_width(intermediate_size, multiple_of)
+    return intermediate_size
+
+
+@dataclass
+class PretrainingArguments:
+    """The model of a pre-training run: from scratch (sizes, FFN variant, tokenizer) or a checkpoint to continue."""
+
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "BERT or FfnBert checkpoint to continue pre-training (a fresh MLM head if it has none, "
+                          "reported as new weights); not given: a new model from the size options below"},
+    )
+    tokenizer_name: str | None = field(
+        default=None,
+        metadata={"help": "an existing tokenizer folder or name; not given: the checkpoint's, or (from scratch) a "
+                          "WordPiece tokenizer trained on the training documents with --vocab_size entries"},
+    )
+    vocab_size: int | None = field(
+        default=None, metadata={"help": "size of the trained WordPiece vocabulary (from scratch; default 8192)"}
+    )
+    hidden_size: int | None = field(default=None, metadata={"help": "from scratch: hidden size (default 256)"})
+    num_hidden_layers: int | None = field(default=None, metadata={"help": "from scratch: layers (default 4)"})
+    num_attention_heads: int | None = field(default=None, metadata={"help": "from scratch: heads (default 4)"})
+    intermediate_size: int | None = field(
+        default=None,
+        metadata={"help": "from scratch: the standard FFN width (default 1024 = 4 x hidden); a gated --ffn_type gets "
+                          "the parameter-matched width (see --ffn_width)"},
+    )
+    hidden_act: str | None = field(
+        default=None, metadata={"help": "from scratch: BERT's hidden_act, the MLM head's activation and the "
+                                        "standard FFN's when --ffn_type is not given (default gelu)"},
+    )
+    ffn_type: str | None = field(
+        default=None,
+        metadata={"help": "FFN variant, e.g. gelu (BERT), relu, geglu, swiglu, reglu, bilinear; default: "
+                          "--hidden_act's standard FFN (from scratch) or the checkpoint's"},
+    )
+    layer_norm_position: str | None = field(
+        default=None, metadata={"help": "post (BERT) or pre (Pre-LN); default: post (from scratch) or the "
+                                        "checkpoint's"},
+    )
+    ffn_width: str | None = field(
+        default=None,
+        metadata={"help": "FFN width: 'matched' (a gated FFN at the standard FFN's weight count), 'keep' (the "
+                          "standard width) or an integer; default: 'matched' from scratch (2/3 of "
+                          "--intermediate_size rounded up to --glu_multiple_of), 'keep' for a checkpoint (a "
+                          "checkpoint's 'matched' is the conversion's, rounded up to 256)"},
+    )
+    glu_multiple_of: int = field(
+        default=GLU_MULTIPLE_OF,
+        metadata={"help": "from scratch: a matched gated width is rounded up to a multiple of this (8: 1024 -> 688, "
+                          "+0.8%% FFN weights; LLaMA's 256 would give 768, +12.5%%)"},
+    )
+    ffn_init: str = field(
+        default="preserving",
+        metadata={"help": "checkpoint only: how a BERT FFN becomes a gated one, 'preserving' or 'fresh'"},
+    )
+    sparse_prediction: bool = field(
+        default=True,
+        metadata={"help": "during training decode only the masked positions (MosaicBERT / ModernBERT; the loss "
+                          "is the same, the decoder runs on ~15%% of the rows); not saved in config.json"},
+    )
+    bf16_where_available: bool = field(
+        default=True,
+        metadata={"help": "train in bf16 mixed precision on a CUDA device that supports it, unless --bf16 or --fp16 "
+                          "is given (CPU runs stay fp32)"},
+    )
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (("ffn_type", self.ffn_type, FFN_TYPES),
+                                     ("layer_norm_position", self.layer_norm_position, LAYER_NORM_POSITIONS),
+                                     ("hidden_act", self.hidden_act, HIDDEN_ACTS),
+                                     ("ffn_init", self.ffn_init, INITS)):
+            if value is not None and value not in allowed:
+                raise ValueError(f"--{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
+        if self.ffn_width is not None:
+            parse_width(self.ffn_width, "--ffn_width")
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                     "glu_multiple_of"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"--{name} must be a positive integer, got {value}")
+        if self.model_name_or_path is not None:
+            scratch_only = [f"--{name}" for name in ("vocab_size", "hidden_size", "num_hidden_layers",
+                                                     "num_attention_heads", "intermediate_size", "hidden_act")
+                            if getattr(self, name) is not None]
+            if scratch_only:
+                raise ValueError(f"{', '.join(scratch_only)} apply to a model from scratch; with --model_name_or_path "
+                                 f"{self.model_name_or_path!r} the checkpoint's sizes are used (drop them)")
+        elif self.ffn_init != "preserving":
+            raise ValueError(f"--ffn_init {self.ffn_init!r} applies to a checkpoint (--model_name_or_path); a model "
+                             f"from scratch is newly initialised")
+        if self.tokenizer_name is not None and self.vocab_size is not None:
+            raise ValueError(f"--vocab_size applies to a trained tokenizer; --tokenizer_name {self.tokenizer_name!r} "
+                             f"brings its own vocabulary (drop one)")
+
+    def scratch(self, name: str):
+        """The value of a from-scratch option: the one given, else `SCRATCH_DEFAULTS[name]`."""
+        value = getattr(self, name)
+        return SCRATCH_DEFAULTS[name] if value is None else value
+
+    def model_arguments(self) -> ModelArguments:
+        """The checkpoint, variant and tokenizer as `ModelArguments` (for `load_model` / `load_tokenizer`)."""
+        return ModelArguments(
+            model_name_or_path=self.model_name_or_path, ffn_type=self.ffn_type,
+            layer_norm_position=self.layer_norm_position, ffn_init=self.ffn_init,
+            ffn_width=self.ffn_width or "keep", tokenizer_name=self.tokenizer_name, unpad_tokens=False,
+        )
+
+
+@dataclass
+class PretrainingDataArguments(MlmDataArguments):
+    """`MlmDataArguments` (text files or folders, held-out percentage, split seed, block length, masking rate) and
+    which files of a folder are documents."""
+
+    file_pattern: str = field(
+        default="*.txt", metadata={"help": "the files of a --train_files folder that are documents (a glob)"}
+    )
+
+
+def pretraining_config(args: PretrainingArguments, tokenizer: PreTrainedTokenizerBase,
+                       max_seq_length: int) -> FfnBertConfig:
+    """The from-scratch `FfnBertConfig` of `args`: its sizes (or `SCRATCH_DEFAULTS`), the FFN width from
+    `ffn_width`, the tokenizer's vocabulary size and pad id, BERT's 512 positions (more if a block is longer).
+
+    Raises:
+        ValueError: on sizes a model cannot be built with (e.g. hidden size not divisible by the heads).
+    """
+    hidden_act = args.scratch("hidden_act")
+    ffn_type = args.ffn_type or hidden_act
+    config = FfnBertConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        hidden_size=args.scratch("hidden_size"),
+        num_hidden_layers=args.scratch("num_hidden_layers"),
+        num_attention_heads=args.scratch("num_attention_heads"),
+        intermediate_size=ffn_width(ffn_type, args.scratch("intermediate_size"), args.scratch("ffn_width"),
+                                    args.glu_multiple_of),
+        hidden_act=hidden_act,
+        ffn_type=ffn_type,
+        layer_norm_position=args.scratch("layer_norm_position"),
+        max_position_embeddings=max(512, max_seq_length),
+    )
+    config.check_model_fields()
+    return config
+
+
+def ffn_report(config: FfnBertConfig, standard_width: int | None = None) -> dict:
+    """The FFN of `config` counted (`hf_ffn.params.config_row`): type, width, weights and biases per layer, all
+    layers' FFN parameters, forward FLOPs per token (matrix products, a multiply-add = 2) per layer and over all
+    layers, and the encoder model's parameters. With `standard_width`, the same for the standard FFN
+    (`config.hidden_act`) at that width under `"standard"`, and the ratio of FFN parameters."""
+    row = asdict(config_row(config, "this model"))
+    row.pop("model")
+    row["ffn_flops_per_token_all_layers"] = row["ffn_flops_per_token"] * config.num_hidden_layers
+    if standard_width is not None and (config.ffn_types[0], config.intermediate_size) != (config.hidden_act,
+                                                                                          standard_width):
+        reference = config_row(FfnBertConfig.from_dict(
+            {**config.to_dict(), "ffn_type": config.hidden_act, "intermediate_size": standard_width}), "standard")
+        row["standard"] = {key: value for key, value in asdict(reference).items() if key != "model"}
+        row["ffn_params_vs_standard"] = row["ffn_params_all_layers"] / reference.ffn_params_all_layers
+    return row
+
+
+def use_bf16_where_available(training_args: TrainingArguments) -> bool:
+    """Switch `training_args` to bf16 mixed precision (`bf16`, and `mixed_precision`, which `TrainingArguments`
+    derives from it at construction) when neither `bf16` nor `fp16` was asked for and a CUDA device supports bf16.
+    Returns whether the run trains in bf16."""
+    if not (training_args.bf16 or training_args.fp16 or training_args.use_cpu) and torch.cuda.is_available() \
+            and torch.cuda.is_bf16_supported():
+        training_args.bf16 = True
+        training_args.mixed_precision = "bf16"
+    return bool(training_args.bf16)
+
+
+def _tokenizer(args: PretrainingArguments, train_docs: list[str], training_args: TrainingArguments,
+               resume: str | None) -> tuple[PreTrainedTokenizerBase, str]:
+    """The run's tokenizer and where it came from. A resumed run takes the one Trainer saved with its checkpoint;
+    a trained one is trained by process 0 (every other process waits, then loads it) and saved at once in
+    `output_dir/tokenizer`, so every process of a `torchrun` job uses the same vocabulary."""
+    if resume is not None and (Path(resume) / "tokenizer_config.json").is_file():
+        return AutoTokenizer.from_pretrained(resume), f"from the checkpoint {resume}"
+    if args.tokenizer_name is not None or args.model_name_or_path is not None:
+        return load_tokenizer(args.model_arguments()), args.tokenizer_name or args.model_name_or_path
+    folder = Path(training_args.output_dir) / TOKENIZER_FOLDER
+    with training_args.main_process_first(local=False, desc="training the tokenizer"):
+        if training_args.process_index == 0:
+            train_tokenizer(train_docs, args.scratch("vocab_size")).save_pretrained(folder)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    return tokenizer, f"WordPiece trained on the training documents ({args.scratch('vocab_size')} asked)"
+
+
+def run_pretraining(args: PretrainingArguments, data_args: PretrainingDataArguments,
+                    training_args: TrainingArguments) -> dict:
+    """Pre-train an `FfnBertForMaskedLM` (from scratch, or continued from `args.model_name_or_path`) on plain text.
+
+    Whole documents are held out (`validation_split_percentage`, seeded by `split_seed`); the tokenizer is trained
+    on the training documents only. Held-out loss = mean cross-entropy (nats) over the masked tokens of the
+    held-out blocks masked once with `split_seed`; perplexity = exp(loss). Evaluated before training (not when
+    resuming) and after. The finished model, tokenizer, model card, `all_results.json` and `run_info.json` (the
+    report: model sizes, FFN parameters and FLOPs per token, tokenizer, documents, blocks, tokens seen and epochs)
+    are written to `output_dir`; the model's `config.json` keeps `sparse_prediction` off (an execution choice).
+
+    Returns:
+        `{"results": metrics, "log_history": [...], "summary": one line, **report}`.
+
+    Raises:
+        FileNotFoundError, FileExistsError, ValueError: on bad input, before training starts.
+    """
+    start = time.perf_counter()
+    check_output_dir(training_args.output_dir)
+    resume = resume_checkpoint(training_args)
+    if args.model_name_or_path is not None:
+        check_checkpoint(args.model_name_or_path, "--model_name_or_path")
+    documents = read_text_documents(data_args.train_files, data_args.file_pattern)
+    train_docs, eval_docs = held_out_split([text for _, text in documents], data_args.validation_split_percentage,
+                                           data_args.split_seed)
+    tokenizer, tokenizer_source = _tokenizer(args, train_docs, training_args, resume)
+    train = mlm_blocks(train_docs, tokenizer, data_args.max_seq_length)
+    evaluation = mlm_blocks(eval_docs, tokenizer, data_args.max_seq_length)
+    if len(train) == 0 or len(evaluation) == 0:
+        raise ValueError(f"--max_seq_length {data_args.max_seq_length}: the training or held-out text is shorter "
+                         f"than one block ({len(train)} and {len(evaluation)} blocks)")
+    if data_args.max_train_samples:
+        train = train.select(range(min(data_args.max_train_samples, len(train))))
+    if data_args.max_eval_samples:
+        evaluation = evaluation.select(range(min(data_args.max_eval_samples, len(evaluation))))
+
+    set_seed(training_args.seed)  # the same initial weights for the same seed
+    if args.model_name_or_path is None:
+        model = FfnBertForMaskedLM(pretraining_config(args, tokenizer, data_args.max_seq_length))
+        conversion, saved_unpad, head_note = {"conversion": "from scratch", "new_weights": "all"}, False, None
+        standard_width = args.scratch("intermediate_size")
+    else:
+        with absent_head_warning_dropped():
+            model, conversion = load_model(args.model_arguments(), FfnBertForMaskedLM)
+        head_note = new_mlm_head_note(conversion.get("new_weights", conversion.get("new", [])),
+                                      args.model_name_or_path, model.config.vocab_size)
+        if head_note:
+            logger.warning(head_note)
+        saved_unpad, standard_width = checkpoint_unpad_tokens(args.model_name_or_path), None
+        if len(tokenizer) > model.config.vocab_size:
+            raise ValueError(f"--tokenizer_name {args.tokenizer_name!r} has {len(tokenizer)} tokens, more than the "
+                             f"checkpoint's vocab_size {model.config.vocab_size}")
+    model.config.sparse_prediction = args.sparse_prediction  # read at every forward
+    bf16 = use_bf16_where_available(training_args)
+    trainer = mlm_trainer(model, tokenizer, train, evaluation, training_args, data_args.mlm_probability,
+                          data_args.split_seed)
+    before = {} if resume else trainer.evaluate(metric_key_prefix="before")
+    train_output = trainer.train(resume_from_checkpoint=resume)
+    after = final_evaluation(trainer)
+    results = {**train_output.metrics, **before, **after}
+    if before:
+        results["before_perplexity"] = math.exp(before["before_loss"])
+    results["eval_perplexity"] = math.exp(after["eval_loss"])
+
+    state, block = trainer.state, data_args.max_seq_length
+    sequences = state.global_step * training_args.per_device_train_batch_size * training_args.world_size \
+        * training_args.gradient_accumulation_steps
+    report = {
+        "model": {
+            "from": args.model_name_or_path or "scratch",
+            "sizes": {key: getattr(model.config, key) for key in (
+                "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "hidden_act", "ffn_type", "layer_norm_position")},
+            "parameters": model.num_parameters(),  # the MLM model, tied decoder counted once
+            "mlm_head": "newly initialised" if head_note or args.model_name_or_path is None else "from the checkpoint",
+        },
+        "ffn": ffn_report(model.config, standard_width),
+        "conversion": conversion,
+        "tokenizer": {"source": tokenizer_source, "vocab_size": len(tokenizer)},
+        "documents": {"train": len(train_docs), "validation": len(eval_docs)},
+        "blocks": {"train": len(train), "validation": len(evaluation), "tokens_per_block": block},
+        "tokens_seen": sequences * block,
+        "epochs": sequences / len(train),
+        "sparse_prediction": args.sparse_prediction,
+        "bf16": bf16,
+        "train_seconds": training_seconds(state.log_history, train_output.metrics["train_runtime"]),
+    }
+    ffn = report["ffn"]
+    summary = (
+        f"{report['model']['from']}: {ffn['ffn_type']} FFN width {ffn['intermediate_size']}, "
+        f"{model.config.layer_norm_position}-LN, {ffn['ffn_params_all_layers']:,} FFN parameters "
+        + (f"({ffn['ffn_params_vs_standard']:.3f}x the standard FFN at {standard_width}) "
+           if "ffn_params_vs_standard" in ffn else "")
+        + f"and {ffn['ffn_flops_per_token_all_layers']:,} FFN FLOPs per token over {model.config.num_hidden_layers} "
+        f"layers; held-out loss {after['eval_loss']:.4f} (perplexity {results['eval_perplexity']:.2f}) after "
+        f"{state.global_step} steps, {report['tokens_seen']:,} tokens ({report['epochs']:.2f} epochs)"
+    )
+    report["summary"] = summary
+    model_args = args.model_arguments()
+    if args.model_name_or_path is None:  # the card names what was built
+        model_args = ModelArguments(model_name_or_path="none (pre-trained from scratch)",
+                                    ffn_type=model.config.ffn_type, layer_norm_position=model.config.layer_norm_position,
+                                    ffn_width=str(model.config.intermediate_size))
+    card = model_card(model_args, training_args, "fill-mask", ", ".join(data_args.train_files), results,
+                      conversion, ("perplexity",))
+    model.config.sparse_prediction = False  # the saved config: upstream BertForMaskedLM's outputs
+    save_outputs(trainer, tokenizer, card, results, report, training_args.output_dir, unpad_tokens=saved_unpad)
+    return {"results": results, "log_history": state.log_history, "wall_seconds": time.perf_counter() - start,
+            **report}
+
+
+def pretraining_parser(prog: str = "hf-ffn mlm") -> HfArgumentParser:
+    """The `HfArgumentParser` of `pretraining_main`: `PretrainingArguments`, `PretrainingDataArguments`,
+    `TrainingArguments` (defaults shown in `--help`)."""
+    return HfArgumentParser((PretrainingArguments, PretrainingDataArguments, TrainingArguments), prog=prog,
+                            description="Masked-language-model pre-training of an FfnBert variant, from scratch or "
+                                        "continued from a checkpoint, with transformers' Trainer.")
+
+
+def pretraining_main(argv: list[str], prog: str = "hf-ffn mlm") -> int:
+    """`hf-ffn mlm`: parse `argv` (or one `.json` file of arguments), pre-train (`run_pretraining`), print the
+    report's line and where the model went. Returns 0; bad input ends as `prog: error: ...`, exit status 2."""
+    with bad_input_exits(prog):
+        args, data_args, training_args = parse_arguments(pretraining_parser(prog), argv)
+        outcome = run_pretraining(args, data_args, training_args)
+    print(json.dumps(outcome["results"], indent=2))
+    print(outcome["summary"])
+    print(f"saved to {training_args.output_dir} (report: run_info.json)")
+    return 0
+
+
+__all__ = [
+    "GLU_MULTIPLE_OF", "SCRATCH_DEFAULTS", "PretrainingArguments", "PretrainingDataArguments", "ffn_report",
+    "ffn_width", "pretraining_config", "pretraining_main", "pretraining_parser", "run_pretraining",
+    "train_tokenizer", "use_bf16_where_available",
+]
