@@ -85,7 +85,8 @@ def train_tokenizer(documents: list[str], vocab_size: int = 8192) -> PreTrainedT
     """BERT's uncased WordPiece tokenizer (`BertTokenizer`: lower-casing, accent stripping, BERT's pre-tokenizer and
     special tokens [PAD] [UNK] [CLS] [SEP] [MASK]) trained from scratch on `documents` with `tokenizers`' WordPiece
     trainer (`train_new_from_iterator`). The vocabulary has `vocab_size` entries, special tokens included, or fewer
-    when the text has fewer distinct pieces. Deterministic: the same documents give the same vocabulary."""
+    when the text has fewer distinct pieces. Not deterministic: two trainings on the same text may number the
+    pieces differently (`run_pretraining` trains on process 0 only and every other process loads its result)."""
     return BertTokenizer().train_new_from_iterator(documents, vocab_size=vocab_size)
 
 
