@@ -151,24 +151,27 @@ def test_held_out_split_whole_documents_fixed_by_seed():
 # Sizes: the parameter-matched width and the report's counts
 # ---------------------------------------------------------------------------------------------------------------
 def test_matched_glu_width_rounding_and_counts():
-    # 2/3 · 1024 = 682.7 → 688 (a multiple of 8, +0.8% FFN weights), not LLaMA's multiple of 256 (768, +12.5%)
-    assert ffn_width("swiglu", 1024) == 688 and ffn_width("geglu", 3072) == 2048
+    # 2/3 · 1024 = 682.7 → 680, the nearest multiple of 8 (−0.4% FFN weights; 688 would be +0.8%), not LLaMA's
+    # multiple of 256 rounded up (768, +12.5%); 2/3 · 4096 = 2730.7 → 2728; a tie goes up: 2/3 · 12 = 8 → 8
+    assert ffn_width("swiglu", 1024) == 680 and ffn_width("geglu", 3072) == 2048
+    assert ffn_width("reglu", 4096) == 2728 and ffn_width("reglu", 12, multiple_of=8) == 8
+    assert ffn_width("reglu", 18, multiple_of=4) == 12 and ffn_width("reglu", 30, multiple_of=8) == 24  # 20 → 24
     assert ffn_width("gelu", 1024) == 1024 and ffn_width("relu", 1024, "matched") == 1024
     assert ffn_width("swiglu", 1024, "keep") == 1024 and ffn_width("swiglu", 1024, "700") == 700
     assert ffn_width("swiglu", 1024, multiple_of=64) == 704
     with pytest.raises(ValueError, match="--ffn_width has unknown value 'wide'"):
         ffn_width("swiglu", 1024, "wide")
     config = FfnBertConfig(vocab_size=8192, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                           intermediate_size=688, ffn_type="swiglu")
+                           intermediate_size=680, ffn_type="swiglu")
     report = ffn_report(config, standard_width=1024)
-    # weights: gate_proj and up_proj 256×688 each, down_proj 688×256; the standard FFN 256×1024 and 1024×256
-    assert report["ffn_weights"] == 3 * 256 * 688 == 528_384
+    # weights: gate_proj and up_proj 256×680 each, down_proj 680×256; the standard FFN 256×1024 and 1024×256
+    assert report["ffn_weights"] == 3 * 256 * 680 == 522_240
     assert report["standard"]["ffn_weights"] == 2 * 256 * 1024 == 524_288
-    assert report["ffn_flops_per_token"] == 2 * 528_384  # a multiply-add = 2 FLOPs
-    assert report["ffn_flops_per_token_all_layers"] == 4 * 2 * 528_384
-    biases = 2 * 688 + 256  # gate_proj, up_proj and down_proj biases
-    assert report["ffn_params_all_layers"] == 4 * (528_384 + biases)
-    assert report["ffn_params_vs_standard"] == pytest.approx((528_384 + biases) / (524_288 + 1024 + 256))
+    assert report["ffn_flops_per_token"] == 2 * 522_240  # a multiply-add = 2 FLOPs
+    assert report["ffn_flops_per_token_all_layers"] == 4 * 2 * 522_240
+    biases = 2 * 680 + 256  # gate_proj, up_proj and down_proj biases
+    assert report["ffn_params_all_layers"] == 4 * (522_240 + biases)
+    assert report["ffn_params_vs_standard"] == pytest.approx((522_240 + biases) / (524_288 + 1024 + 256))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -234,8 +237,8 @@ def test_three_step_run_from_scratch(corpus, tmp_path, placement, ffn_type):
     assert abs(results["before_loss"] - math.log(100)) < 0.5
     assert math.isfinite(results["eval_loss"]) and results["eval_perplexity"] == pytest.approx(
         math.exp(results["eval_loss"]))
-    width = ffn_width(ffn_type, 64)  # swiglu: 2/3 · 64 = 42.7 → 48; gelu: 64
-    assert outcome["ffn"]["intermediate_size"] == width == (48 if ffn_type == "swiglu" else 64)
+    width = ffn_width(ffn_type, 64)  # swiglu: 2/3 · 64 = 42.7 → 40; gelu: 64
+    assert outcome["ffn"]["intermediate_size"] == width == (40 if ffn_type == "swiglu" else 64)
     weights = (3 if ffn_type == "swiglu" else 2) * 32 * width
     assert outcome["ffn"]["ffn_weights"] == weights and outcome["ffn"]["ffn_flops_per_token"] == 2 * weights
     assert ("standard" in outcome["ffn"]) == (ffn_type == "swiglu")

@@ -17,10 +17,11 @@ The recipe is BERT's (Devlin et al. 2019, sec. 3.1 and app. A.2), at a size one 
 - learning-rate schedule, warm-up, bf16, `--resume_from_checkpoint` and `torchrun`: `TrainingArguments`' own.
 
 FFN width. Asked for a gated FFN (GeGLU, SwiGLU, ...) at a standard FFN width `--intermediate_size` I, the model
-gets the parameter-matched width 2I/3 (Shazeer 2020, sec. 2: d_ff 3072 → 2048) by default, rounded up to a
-multiple of `--glu_multiple_of` (8 by default, `parameter_matched_glu_width`): LLaMA's 256 is made for widths in
-the thousands; at I = 1024 it gives 768 (+12.5% FFN weights, which would favour the gated variants), 8 gives 688
-(+0.8%), 64 gives 704 (+3.1%). The run's report (`run_info.json` in the output folder, and one printed line) gives
+gets the parameter-matched width 2I/3 (Shazeer 2020, sec. 2: d_ff 3072 → 2048) by default, as the multiple of
+`--glu_multiple_of` (8 by default) nearest to 2I/3 (`ffn_width`). `parameter_matched_glu_width`'s default, LLaMA's
+rounding up to a multiple of 256, is made for widths in the thousands: at I = 1024 it gives 768 (+12.5% FFN
+weights, which would favour the gated variants); the nearest multiple of 8 is 680 (−0.4%), of 64 it is 704
+(+3.1%); 3072 → 2048 exactly. The run's report (`run_info.json` in the output folder, and one printed line) gives
 the FFN's parameter count and FLOPs per token (`hf_ffn.params.config_row`) beside the standard FFN's at I.
 """
 
@@ -95,9 +96,11 @@ def ffn_width(ffn_type: str, intermediate_size: int, width: str | int = "matched
     """The FFN width (`intermediate_size` of the config: what enters `down_proj`) of a from-scratch `ffn_type`
     compared with a standard FFN of width `intermediate_size`.
 
-    `width`: "matched" (a gated FFN gets `parameter_matched_glu_width(intermediate_size, multiple_of)`, the
-    same FFN weight count rounded up to a multiple of `multiple_of`; a standard FFN keeps `intermediate_size`),
-    "keep" (`intermediate_size` for every type) or an int (that width).
+    `width`: "matched" (a gated FFN gets the multiple of `multiple_of` nearest to 2/3 of `intermediate_size`, the
+    width with the standard FFN's weight count: 3·d·w = 2·d·I; a tie goes up, to
+    `parameter_matched_glu_width(intermediate_size, multiple_of)`; a standard FFN keeps `intermediate_size`),
+    "keep" (`intermediate_size` for every type) or an int (that width). Examples with `multiple_of=8`: 1024 → 680
+    (2/3 is 682.7; 688 would be +0.8% weights, 680 is −0.4%), 3072 → 2048, 4096 → 2728.
 
     Raises:
         ValueError: on a `width` that is not "keep", "matched" or a positive int (naming --ffn_width).
@@ -106,7 +109,9 @@ def ffn_width(ffn_type: str, intermediate_size: int, width: str | int = "matched
     if isinstance(width, int):
         return width
     if width == "matched" and is_gated(ffn_type):
-        return parameter_matched_glu_width(intermediate_size, multiple_of)
+        upper = parameter_matched_glu_width(intermediate_size, multiple_of)  # rounded up
+        lower, exact = upper - multiple_of, 2 * intermediate_size / 3
+        return lower if lower > 0 and exact - lower < upper - exact else upper
     return intermediate_size
 
 
@@ -151,14 +156,15 @@ class PretrainingArguments:
     ffn_width: str | None = field(
         default=None,
         metadata={"help": "FFN width: 'matched' (a gated FFN at the standard FFN's weight count), 'keep' (the "
-                          "standard width) or an integer; default: 'matched' from scratch (2/3 of "
-                          "--intermediate_size rounded up to --glu_multiple_of), 'keep' for a checkpoint (a "
+                          "standard width) or an integer; default: 'matched' from scratch (the multiple of "
+                          "--glu_multiple_of nearest to 2/3 of --intermediate_size), 'keep' for a checkpoint (a "
                           "checkpoint's 'matched' is the conversion's, rounded up to 256)"},
     )
     glu_multiple_of: int = field(
         default=GLU_MULTIPLE_OF,
-        metadata={"help": "from scratch: a matched gated width is rounded up to a multiple of this (8: 1024 -> 688, "
-                          "+0.8%% FFN weights; LLaMA's 256 would give 768, +12.5%%)"},
+        metadata={"help": "from scratch: a matched gated width is the multiple of this nearest to 2/3 of "
+                          "--intermediate_size (8: 1024 -> 680, -0.4%% FFN weights; LLaMA's rounding up to 256 would "
+                          "give 768, +12.5%%)"},
     )
     ffn_init: str = field(
         default="preserving",
@@ -424,9 +430,10 @@ def pretraining_main(argv: list[str], prog: str = "hf-ffn mlm") -> int:
     with bad_input_exits(prog):
         args, data_args, training_args = parse_arguments(pretraining_parser(prog), argv)
         outcome = run_pretraining(args, data_args, training_args)
-    print(json.dumps(outcome["results"], indent=2))
-    print(outcome["summary"])
-    print(f"saved to {training_args.output_dir} (report: run_info.json)")
+    if training_args.process_index == 0:  # one report per torchrun job
+        print(json.dumps(outcome["results"], indent=2))
+        print(outcome["summary"])
+        print(f"saved to {training_args.output_dir} (report: run_info.json)")
     return 0
 
 
