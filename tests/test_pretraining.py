@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForMaskedLM, BertConfig, BertForMaskedLM, BertModel, TrainingArguments
+from transformers import (
+    AutoModelForMaskedLM,
+    BertConfig,
+    BertForMaskedLM,
+    BertModel,
+    TrainingArguments,
+)
 from transformers.utils import logging as hf_logging
 
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
@@ -26,6 +32,7 @@ from hf_ffn.training.pretraining import (
     pretraining_parser,
     run_pretraining,
     train_tokenizer,
+    use_bf16_where_available,
 )
 
 from .conftest import TINY, assert_equal_but_row_count, tiny_config
@@ -273,7 +280,7 @@ def test_resumed_run_ends_with_the_uninterrupted_runs_weights(corpus, tmp_path):
     interrupted.mkdir()
     shutil.copytree(tmp_path / "straight" / "checkpoint-2", interrupted / "checkpoint-2")
     resumed = pretrain(corpus, interrupted, *run, "--resume_from_checkpoint", "last", steps=4)
-    losses = lambda outcome: [(e["step"], e["loss"]) for e in outcome["log_history"] if "loss" in e]  # noqa: E731
+    losses = lambda outcome: [(e["step"], e["loss"]) for e in outcome["log_history"] if "loss" in e]
     assert losses(resumed) == losses(straight) and [step for step, _ in losses(resumed)] == [1, 2, 3, 4]
     assert "before_loss" not in resumed["results"]  # a resumed run does not score its fresh initial weights
     assert resumed["results"]["eval_loss"] == straight["results"]["eval_loss"]
@@ -317,3 +324,16 @@ def test_help_shows_defaults():
     assert "--sparse_prediction" in text and "--file_pattern" in text and "(default: *.txt)" in text
     assert isinstance(PretrainingDataArguments(train_files=["x"]).validation_split_percentage, int)
     assert TrainingArguments  # parsed together with Trainer's own arguments
+
+
+def test_bf16_where_a_cuda_device_supports_it(tmp_path, monkeypatch):
+    plain, on_cpu = (TrainingArguments(output_dir=str(tmp_path / name), report_to="none", use_cpu=cpu)
+                     for name, cpu in (("plain", False), ("cpu", True)))
+    assert use_bf16_where_available(plain) is bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    plain.bf16, plain.mixed_precision = False, "no"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # after the arguments chose their device
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    assert use_bf16_where_available(plain) is False  # e.g. a V100
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    assert use_bf16_where_available(on_cpu) is False and on_cpu.mixed_precision == "no"  # --use_cpu wins
+    assert use_bf16_where_available(plain) is True and (plain.bf16, plain.mixed_precision) == (True, "bf16")
