@@ -18,8 +18,7 @@ The renames are transformers' own weight-conversion mapping, registered for `mod
     (new)  encoder.layer.{i}.mlp.gate_proj          encoder.layer.{i}.mlp.gate_proj   (gated FFNs only)
     (new)  encoder.final_norm                       encoder.final_norm                (Pre-LN last layer only)
 
-This file imports nothing from `hf_ffn` but its configuration, naming and `unpadding` modules (relatively), so
-`save_pretrained` ships all four beside a saved model for `trust_remote_code` loading.
+Imports from `hf_ffn` only its config, naming, `unpadding`, `sparse_prediction` (relatively): they ship with a model.
 """
 
 # No `from __future__ import annotations` here: transformers reads the `**kwargs: Unpack[TransformersKwargs]`
@@ -35,7 +34,6 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPastAndCrossAttentions,
     BaseModelOutputWithPoolingAndCrossAttentions,
-    MaskedLMOutput,
 )
 from transformers.models.bert.modeling_bert import (
     BertAttention,
@@ -58,10 +56,10 @@ from transformers.models.bert.modeling_bert import (
 from transformers.processing_utils import Unpack
 from transformers.pytorch_utils import apply_chunking_to_forward
 from transformers.utils import TransformersKwargs
-from transformers.utils.generic import can_return_tuple
 
 from .checkpoint_names import BERT_FFN_NAMES, CHECKPOINT_KEY_MAPPING, register_weight_renamings, rename_to_memory_keys
 from .configuration_ffn_bert import GATED_FFN_ACTIVATIONS, FfnBertConfig, is_gated
+from .sparse_prediction import SparsePredictionMixin
 from .unpadding import TokenPacking, block_diagonal_forward, packed_self_attention, unpadded_model_forward
 
 # FfnBert's weight renames (BERT's names on disk ↔ role names in memory) for `model_type="ffn_bert"`.
@@ -332,45 +330,12 @@ class FfnBertForPreTraining(FfnBertPreTrainedModel, BertForPreTraining):
         self.post_init()
 
 
-class FfnBertForMaskedLM(FfnBertPreTrainedModel, BertForMaskedLM):
-    """`BertForMaskedLM` over `FfnBertModel`, plus sparse prediction (`config.sparse_prediction`, off by default:
-    then `forward` is upstream's own, bit for bit)."""
-
+class FfnBertForMaskedLM(FfnBertPreTrainedModel, SparsePredictionMixin, BertForMaskedLM):
     def __init__(self, config: FfnBertConfig):
         FfnBertPreTrainedModel.__init__(self, config)
         self.bert = FfnBertModel(config, add_pooling_layer=False)
         self.cls = BertOnlyMLMHead(config)
         self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        encoder_hidden_states: torch.Tensor | None = None,
-        encoder_attention_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> tuple[torch.Tensor] | MaskedLMOutput:
-        """`BertForMaskedLM.forward`. With `config.sparse_prediction` and `labels` (batch, seq) given, the head
-        decodes only the positions where `labels != -100`: `logits` is (n_masked, vocab_size), the masked positions
-        in row-major order, and `loss` the mean cross-entropy over them, the same rows upstream's loss averages
-        (MosaicBERT, Portes et al. 2023; ModernBERT's `sparse_prediction`, Warner et al. 2024)."""
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
-                  "position_ids": position_ids, "inputs_embeds": inputs_embeds,
-                  "encoder_hidden_states": encoder_hidden_states, "encoder_attention_mask": encoder_attention_mask}
-        if not (self.config.sparse_prediction and labels is not None):
-            return BertForMaskedLM.forward(self, labels=labels, **inputs, **kwargs)
-        outputs = self.bert(**inputs, return_dict=True, **kwargs)
-        selected = labels != -100  # (batch, seq): the masked positions (CrossEntropyLoss's ignore_index elsewhere)
-        logits = self.cls(outputs[0][selected])  # (n_masked, hidden) → (n_masked, vocab_size)
-        loss = nn.functional.cross_entropy(logits, labels[selected])
-        return MaskedLMOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
 
 
 class FfnBertForNextSentencePrediction(FfnBertPreTrainedModel, BertForNextSentencePrediction):

@@ -299,7 +299,7 @@ def test_continued_pretraining_of_a_converted_checkpoint_reports_the_new_head(co
                        steps=1)
     new = outcome["conversion"].get("new_weights", outcome["conversion"].get("new", []))
     assert any(key.startswith("cls.predictions.") for key in new), new
-    assert outcome["model"]["mlm_head"] == "newly initialised" and outcome["model"]["from"] == str(source)
+    assert outcome["mlm_head"] == "newly initialised" and outcome["model"]["from"] == str(source)
     assert outcome["ffn"]["ffn_type"] == "geglu" and outcome["ffn"]["intermediate_size"] == TINY["intermediate_size"]
     assert "standard" not in outcome["ffn"]  # a checkpoint keeps its width unless --ffn_width says otherwise
 

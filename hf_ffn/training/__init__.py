@@ -13,8 +13,9 @@ Modules, one job each:
   that loads as a model until every file is written), the final evaluation, the model card.
 - `classification`: `run_classification` (single sentences or pairs, classes or regression) and its metrics.
 - `tasks`: the named tasks (`--task cola|stsb|mrpc|rt_polarity`): their readers, columns, splits and metrics.
-- `mlm`: `mlm_trainer` (the one MLM training path, also used by the Pre-/Post-LN study) and `run_mlm`.
-- `pretraining`: `run_pretraining` (from scratch or continued; `hf-ffn mlm`), `train_tokenizer`.
+- `mlm`: `mlm_trainer` (the one MLM training path, also used by the Pre-/Post-LN study), the held-out split.
+- `pretraining`: `run_pretraining` (from scratch or continued; `hf-ffn mlm`), `run_mlm` (the same run from a
+  checkpoint, `scripts/finetune_mlm.py`), `train_tokenizer`.
 
 Everything that can be wrong with the input (a missing or empty data file, a column that does not exist, labels
 that differ between splits, a checkpoint path that does not exist, a bad variant switch) raises before any
@@ -50,11 +51,12 @@ from .data import (
     read_text_documents,
     sort_by_length,
 )
-from .mlm import masked_eval_dataset, mlm_trainer, run_mlm
+from .mlm import masked_eval_dataset, mlm_trainer
 from .pretraining import (
     PretrainingArguments,
     PretrainingDataArguments,
     pretraining_main,
+    run_mlm,
     run_pretraining,
     train_tokenizer,
 )

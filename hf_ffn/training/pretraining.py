@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -44,15 +44,8 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from ..configuration_ffn_bert import (
-    FFN_TYPES,
-    HIDDEN_ACTS,
-    LAYER_NORM_POSITIONS,
-    FfnBertConfig,
-    is_gated,
-    parameter_matched_glu_width,
-)
-from ..conversion.recipes import INITS, parse_width
+from ..configuration_ffn_bert import FfnBertConfig, is_gated, parameter_matched_glu_width
+from ..conversion.recipes import parse_width
 from ..modeling_ffn_bert import FfnBertForMaskedLM
 from ..params import config_row
 from .arguments import MlmDataArguments, ModelArguments, bad_input_exits, parse_arguments, resume_checkpoint
@@ -69,16 +62,10 @@ from .outputs import (
     save_outputs,
     training_seconds,
 )
+from .pretraining_arguments import GLU_MULTIPLE_OF, SCRATCH_DEFAULTS, PretrainingArguments, PretrainingDataArguments
 
 logger = hf_logging.get_logger(__name__)
 
-# The from-scratch model when no size is given: 4 layers × hidden 256, 4 heads, FFN 1024 (BERT's 4·hidden), GELU,
-# Post-LN (BERT-mini's shape, Turc et al. 2019), and an 8,192-token WordPiece vocabulary.
-SCRATCH_DEFAULTS = {
-    "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024,
-    "hidden_act": "gelu", "layer_norm_position": "post", "ffn_width": "matched", "vocab_size": 8192,
-}
-GLU_MULTIPLE_OF = 8
 TOKENIZER_FOLDER = "tokenizer"  # where a trained tokenizer is saved in --output_dir as soon as it is trained
 
 
@@ -113,124 +100,6 @@ def ffn_width(ffn_type: str, intermediate_size: int, width: str | int = "matched
         lower, exact = upper - multiple_of, 2 * intermediate_size / 3
         return lower if lower > 0 and exact - lower < upper - exact else upper
     return intermediate_size
-
-
-@dataclass
-class PretrainingArguments:
-    """The model of a pre-training run: from scratch (sizes, FFN variant, tokenizer) or a checkpoint to continue."""
-
-    model_name_or_path: str | None = field(
-        default=None,
-        metadata={"help": "BERT or FfnBert checkpoint to continue pre-training (a fresh MLM head if it has none, "
-                          "reported as new weights); not given: a new model from the size options below"},
-    )
-    tokenizer_name: str | None = field(
-        default=None,
-        metadata={"help": "an existing tokenizer folder or name; not given: the checkpoint's, or (from scratch) a "
-                          "WordPiece tokenizer trained on the training documents with --vocab_size entries"},
-    )
-    vocab_size: int | None = field(
-        default=None, metadata={"help": "size of the trained WordPiece vocabulary (from scratch; default 8192)"}
-    )
-    hidden_size: int | None = field(default=None, metadata={"help": "from scratch: hidden size (default 256)"})
-    num_hidden_layers: int | None = field(default=None, metadata={"help": "from scratch: layers (default 4)"})
-    num_attention_heads: int | None = field(default=None, metadata={"help": "from scratch: heads (default 4)"})
-    intermediate_size: int | None = field(
-        default=None,
-        metadata={"help": "from scratch: the standard FFN width (default 1024 = 4 x hidden); a gated --ffn_type gets "
-                          "the parameter-matched width (see --ffn_width)"},
-    )
-    hidden_act: str | None = field(
-        default=None, metadata={"help": "from scratch: BERT's hidden_act, the MLM head's activation and the "
-                                        "standard FFN's when --ffn_type is not given (default gelu)"},
-    )
-    ffn_type: str | None = field(
-        default=None,
-        metadata={"help": "FFN variant, e.g. gelu (BERT), relu, geglu, swiglu, reglu, bilinear; default: "
-                          "--hidden_act's standard FFN (from scratch) or the checkpoint's"},
-    )
-    layer_norm_position: str | None = field(
-        default=None, metadata={"help": "post (BERT) or pre (Pre-LN); default: post (from scratch) or the "
-                                        "checkpoint's"},
-    )
-    ffn_width: str | None = field(
-        default=None,
-        metadata={"help": "FFN width: 'matched' (a gated FFN at the standard FFN's weight count), 'keep' (the "
-                          "standard width) or an integer; default: 'matched' from scratch (the multiple of "
-                          "--glu_multiple_of nearest to 2/3 of --intermediate_size), 'keep' for a checkpoint (a "
-                          "checkpoint's 'matched' is the conversion's, rounded up to 256)"},
-    )
-    glu_multiple_of: int = field(
-        default=GLU_MULTIPLE_OF,
-        metadata={"help": "from scratch: a matched gated width is the multiple of this nearest to 2/3 of "
-                          "--intermediate_size (8: 1024 -> 680, -0.4%% FFN weights; LLaMA's rounding up to 256 would "
-                          "give 768, +12.5%%)"},
-    )
-    ffn_init: str = field(
-        default="preserving",
-        metadata={"help": "checkpoint only: how a BERT FFN becomes a gated one, 'preserving' or 'fresh'"},
-    )
-    sparse_prediction: bool = field(
-        default=True,
-        metadata={"help": "during training decode only the masked positions (MosaicBERT / ModernBERT; the loss "
-                          "is the same, the decoder runs on ~15%% of the rows); not saved in config.json"},
-    )
-    bf16_where_available: bool = field(
-        default=True,
-        metadata={"help": "train in bf16 mixed precision on a CUDA device that supports it, unless --bf16 or --fp16 "
-                          "is given (CPU runs stay fp32)"},
-    )
-
-    def __post_init__(self) -> None:
-        for name, value, allowed in (("ffn_type", self.ffn_type, FFN_TYPES),
-                                     ("layer_norm_position", self.layer_norm_position, LAYER_NORM_POSITIONS),
-                                     ("hidden_act", self.hidden_act, HIDDEN_ACTS),
-                                     ("ffn_init", self.ffn_init, INITS)):
-            if value is not None and value not in allowed:
-                raise ValueError(f"--{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
-        if self.ffn_width is not None:
-            parse_width(self.ffn_width, "--ffn_width")
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                     "glu_multiple_of"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(f"--{name} must be a positive integer, got {value}")
-        if self.model_name_or_path is not None:
-            scratch_only = [f"--{name}" for name in ("vocab_size", "hidden_size", "num_hidden_layers",
-                                                     "num_attention_heads", "intermediate_size", "hidden_act")
-                            if getattr(self, name) is not None]
-            if scratch_only:
-                raise ValueError(f"{', '.join(scratch_only)} apply to a model from scratch; with --model_name_or_path "
-                                 f"{self.model_name_or_path!r} the checkpoint's sizes are used (drop them)")
-        elif self.ffn_init != "preserving":
-            raise ValueError(f"--ffn_init {self.ffn_init!r} applies to a checkpoint (--model_name_or_path); a model "
-                             f"from scratch is newly initialised")
-        if self.tokenizer_name is not None and self.vocab_size is not None:
-            raise ValueError(f"--vocab_size applies to a trained tokenizer; --tokenizer_name {self.tokenizer_name!r} "
-                             f"brings its own vocabulary (drop one)")
-
-    def scratch(self, name: str):
-        """The value of a from-scratch option: the one given, else `SCRATCH_DEFAULTS[name]`."""
-        value = getattr(self, name)
-        return SCRATCH_DEFAULTS[name] if value is None else value
-
-    def model_arguments(self) -> ModelArguments:
-        """The checkpoint, variant and tokenizer as `ModelArguments` (for `load_model` / `load_tokenizer`)."""
-        return ModelArguments(
-            model_name_or_path=self.model_name_or_path, ffn_type=self.ffn_type,
-            layer_norm_position=self.layer_norm_position, ffn_init=self.ffn_init,
-            ffn_width=self.ffn_width or "keep", tokenizer_name=self.tokenizer_name, unpad_tokens=False,
-        )
-
-
-@dataclass
-class PretrainingDataArguments(MlmDataArguments):
-    """`MlmDataArguments` (text files or folders, held-out percentage, split seed, block length, masking rate) and
-    which files of a folder are documents."""
-
-    file_pattern: str = field(
-        default="*.txt", metadata={"help": "the files of a --train_files folder that are documents (a glob)"}
-    )
 
 
 def pretraining_config(args: PretrainingArguments, tokenizer: PreTrainedTokenizerBase,
@@ -357,10 +226,11 @@ def run_pretraining(args: PretrainingArguments, data_args: PretrainingDataArgume
         if len(tokenizer) > model.config.vocab_size:
             raise ValueError(f"--tokenizer_name {args.tokenizer_name!r} has {len(tokenizer)} tokens, more than the "
                              f"checkpoint's vocab_size {model.config.vocab_size}")
-    model.config.sparse_prediction = args.sparse_prediction  # read at every forward
+    model.config.sparse_prediction = args.sparse_prediction  # read at every forward, like unpad_tokens
+    model.config.unpad_tokens = args.unpad_tokens
     bf16 = use_bf16_where_available(training_args)
     trainer = mlm_trainer(model, tokenizer, train, evaluation, training_args, data_args.mlm_probability,
-                          data_args.split_seed)
+                          data_args.split_seed, padding_free=args.padding_free)
     before = {} if resume else trainer.evaluate(metric_key_prefix="before")
     train_output = trainer.train(resume_from_checkpoint=resume)
     after = final_evaluation(trainer)
@@ -379,8 +249,8 @@ def run_pretraining(args: PretrainingArguments, data_args: PretrainingDataArgume
                 "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                 "hidden_act", "ffn_type", "layer_norm_position")},
             "parameters": model.num_parameters(),  # the MLM model, tied decoder counted once
-            "mlm_head": "newly initialised" if head_note or args.model_name_or_path is None else "from the checkpoint",
         },
+        "mlm_head": "newly initialised" if head_note or args.model_name_or_path is None else "from the checkpoint",
         "ffn": ffn_report(model.config, standard_width),
         "conversion": conversion,
         "tokenizer": {"source": tokenizer_source, "vocab_size": len(tokenizer)},
@@ -388,7 +258,8 @@ def run_pretraining(args: PretrainingArguments, data_args: PretrainingDataArgume
         "blocks": {"train": len(train), "validation": len(evaluation), "tokens_per_block": block},
         "tokens_seen": sequences * block,
         "epochs": sequences / len(train),
-        "sparse_prediction": args.sparse_prediction,
+        "sparse_prediction": args.sparse_prediction,  # how the run executed (neither is saved in config.json)
+        "unpad_tokens": args.unpad_tokens,
         "bf16": bf16,
         "train_seconds": training_seconds(state.log_history, train_output.metrics["train_runtime"]),
     }
@@ -416,6 +287,27 @@ def run_pretraining(args: PretrainingArguments, data_args: PretrainingDataArgume
             **report}
 
 
+def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_args: TrainingArguments) -> dict:
+    """Masked-language-model training of a checkpoint (as any variant) on plain text; perplexity before and after:
+    `run_pretraining` with `--model_name_or_path` (the one MLM run; `hf-ffn mlm`).
+
+    Whole documents are held out for validation (seeded). Perplexity = exp(mean masked-token cross-entropy) on
+    the validation blocks masked once with `split_seed` (15% of tokens, BERT's 80/10/10 rule), so the two
+    numbers are comparable. A checkpoint without an MLM head (e.g. a sentence-embedding BERT) gets a newly
+    initialised head, listed in the returned `conversion["new_weights"]`, and a very high perplexity before.
+
+    Raises:
+        FileNotFoundError, FileExistsError, ValueError: on bad input, before training starts.
+    """
+    args = PretrainingArguments(
+        model_name_or_path=model_args.model_name_or_path, tokenizer_name=model_args.tokenizer_name,
+        ffn_type=model_args.ffn_type, layer_norm_position=model_args.layer_norm_position,
+        ffn_width=model_args.ffn_width, ffn_init=model_args.ffn_init, unpad_tokens=model_args.unpad_tokens,
+        padding_free=model_args.padding_free,
+    )
+    return run_pretraining(args, PretrainingDataArguments(**vars(data_args)), training_args)
+
+
 def pretraining_parser(prog: str = "hf-ffn mlm") -> HfArgumentParser:
     """The `HfArgumentParser` of `pretraining_main`: `PretrainingArguments`, `PretrainingDataArguments`,
     `TrainingArguments` (defaults shown in `--help`)."""
@@ -439,6 +331,6 @@ def pretraining_main(argv: list[str], prog: str = "hf-ffn mlm") -> int:
 
 __all__ = [
     "GLU_MULTIPLE_OF", "SCRATCH_DEFAULTS", "PretrainingArguments", "PretrainingDataArguments", "ffn_report",
-    "ffn_width", "pretraining_config", "pretraining_main", "pretraining_parser", "run_pretraining",
+    "ffn_width", "pretraining_config", "pretraining_main", "pretraining_parser", "run_mlm", "run_pretraining",
     "train_tokenizer", "use_bf16_where_available",
 ]
