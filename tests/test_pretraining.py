@@ -31,6 +31,7 @@ from hf_ffn.training.pretraining import (
     pretraining_main,
     pretraining_parser,
     run_pretraining,
+    split_documents,
     train_tokenizer,
     use_bf16_where_available,
 )
@@ -337,3 +338,13 @@ def test_bf16_where_a_cuda_device_supports_it(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
     assert use_bf16_where_available(on_cpu) is False and on_cpu.mixed_precision == "no"  # --use_cpu wins
     assert use_bf16_where_available(plain) is True and (plain.bf16, plain.mixed_precision) == (True, "bf16")
+
+
+def test_documents_start_where_the_regex_matches():
+    wiki = " = Lobster = \n text one \n = = Biology = = \n more \n = Crab = \n text two \n"
+    assert split_documents([wiki, "plain"], r"^ = [^=]") == [
+        " = Lobster = \n text one \n = = Biology = = \n more \n", " = Crab = \n text two \n", "plain"]
+    assert split_documents(["intro\n = A = \nbody"], r"^ = [^=]") == ["intro\n", " = A = \nbody"]
+    assert split_documents(["a", "b"], None) == ["a", "b"]
+    with pytest.raises(ValueError, match=r"--document_start_regex '\(' is not a regular expression"):
+        PretrainingDataArguments(train_files=["x"], document_start_regex="(")

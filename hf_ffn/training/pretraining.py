@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -76,6 +77,20 @@ def train_tokenizer(documents: list[str], vocab_size: int = 8192) -> PreTrainedT
     when the text has fewer distinct pieces. Not deterministic: two trainings on the same text may number the
     pieces differently (`run_pretraining` trains on process 0 only and every other process loads its result)."""
     return BertTokenizer().train_new_from_iterator(documents, vocab_size=vocab_size)
+
+
+def split_documents(texts: list[str], start_regex: str | None) -> list[str]:
+    """Each text cut where `start_regex` (compiled with `re.MULTILINE`) matches: one document from each match to
+    the next (text before the first match is a document of its own); blank pieces dropped. `None`: `texts` as they
+    are. E.g. WikiText's articles start at a line ` = Title = `: `start_regex="^ = [^=]"`."""
+    if start_regex is None:
+        return list(texts)
+    pattern = re.compile(start_regex, re.MULTILINE)
+    documents = []
+    for text in texts:
+        bounds = sorted({0, len(text)} | {match.start() for match in pattern.finditer(text)})
+        documents += [text[a:b] for a, b in zip(bounds, bounds[1:]) if text[a:b].strip()]
+    return documents
 
 
 def ffn_width(ffn_type: str, intermediate_size: int, width: str | int = "matched",
@@ -185,6 +200,12 @@ def run_pretraining(args: PretrainingArguments, data_args: PretrainingDataArgume
     report: model sizes, FFN parameters and FLOPs per token, tokenizer, documents, blocks, tokens seen and epochs)
     are written to `output_dir`; the model's `config.json` keeps `sparse_prediction` off (an execution choice).
 
+    Resuming (`--resume_from_checkpoint`) restores weights, optimizer, scheduler, RNG states and the tokenizer. At
+    an epoch boundary the resumed run repeats the uninterrupted one bit for bit; within an epoch the batch after
+    the checkpoint gets other masks (training masks come from the global torch RNG as a batch is collated, and
+    accelerate's data loader collates one batch ahead of the RNG state a checkpoint saves): same blocks, steps and
+    schedule, other random masks.
+
     Returns:
         `{"results": metrics, "log_history": [...], "summary": one line, **report}`.
 
@@ -196,9 +217,9 @@ def run_pretraining(args: PretrainingArguments, data_args: PretrainingDataArgume
     resume = resume_checkpoint(training_args)
     if args.model_name_or_path is not None:
         check_checkpoint(args.model_name_or_path, "--model_name_or_path")
-    documents = read_text_documents(data_args.train_files, data_args.file_pattern)
-    train_docs, eval_docs = held_out_split([text for _, text in documents], data_args.validation_split_percentage,
-                                           data_args.split_seed)
+    files = read_text_documents(data_args.train_files, data_args.file_pattern)
+    documents = split_documents([text for _, text in files], data_args.document_start_regex)
+    train_docs, eval_docs = held_out_split(documents, data_args.validation_split_percentage, data_args.split_seed)
     tokenizer, tokenizer_source = _tokenizer(args, train_docs, training_args, resume)
     train = mlm_blocks(train_docs, tokenizer, data_args.max_seq_length)
     evaluation = mlm_blocks(eval_docs, tokenizer, data_args.max_seq_length)
@@ -276,9 +297,9 @@ def run_pretraining(args: PretrainingArguments, data_args: PretrainingDataArgume
     report["summary"] = summary
     model_args = args.model_arguments()
     if args.model_name_or_path is None:  # the card names what was built
-        model_args = ModelArguments(model_name_or_path="none (pre-trained from scratch)",
-                                    ffn_type=model.config.ffn_type, layer_norm_position=model.config.layer_norm_position,
-                                    ffn_width=str(model.config.intermediate_size))
+        model_args = ModelArguments(
+            model_name_or_path="none (pre-trained from scratch)", ffn_type=model.config.ffn_type,
+            layer_norm_position=model.config.layer_norm_position, ffn_width=str(model.config.intermediate_size))
     card = model_card(model_args, training_args, "fill-mask", ", ".join(data_args.train_files), results,
                       conversion, ("perplexity",))
     model.config.sparse_prediction = False  # the saved config: upstream BertForMaskedLM's outputs
@@ -332,5 +353,5 @@ def pretraining_main(argv: list[str], prog: str = "hf-ffn mlm") -> int:
 __all__ = [
     "GLU_MULTIPLE_OF", "SCRATCH_DEFAULTS", "PretrainingArguments", "PretrainingDataArguments", "ffn_report",
     "ffn_width", "pretraining_config", "pretraining_main", "pretraining_parser", "run_mlm", "run_pretraining",
-    "train_tokenizer", "use_bf16_where_available",
+    "split_documents", "train_tokenizer", "use_bf16_where_available",
 ]

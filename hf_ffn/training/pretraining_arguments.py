@@ -6,6 +6,7 @@ the value and what is allowed, before anything is loaded.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ..configuration_ffn_bert import FFN_TYPES, HIDDEN_ACTS, LAYER_NORM_POSITIONS
@@ -142,12 +143,26 @@ class PretrainingArguments:
 
 @dataclass
 class PretrainingDataArguments(MlmDataArguments):
-    """`MlmDataArguments` (text files or folders, held-out percentage, split seed, block length, masking rate) and
-    which files of a folder are documents."""
+    """`MlmDataArguments` (text files or folders, held-out percentage, split seed, block length, masking rate),
+    which files of a folder are read, and where documents start inside a file (the held-out split is by document)."""
 
     file_pattern: str = field(
-        default="*.txt", metadata={"help": "the files of a --train_files folder that are documents (a glob)"}
+        default="*.txt", metadata={"help": "the files of a --train_files folder that are read (a glob)"}
     )
+    document_start_regex: str | None = field(
+        default=None,
+        metadata={"help": "a regular expression (multi-line) matching where each document starts inside a file, "
+                          "e.g. '^ = [^=]' for WikiText's article titles; not given: one document per file"},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.document_start_regex is not None:
+            try:
+                re.compile(self.document_start_regex, re.MULTILINE)
+            except re.error as error:
+                raise ValueError(f"--document_start_regex {self.document_start_regex!r} is not a regular "
+                                 f"expression: {error}") from None
 
 
 __all__ = ["GLU_MULTIPLE_OF", "SCRATCH_DEFAULTS", "PretrainingArguments", "PretrainingDataArguments"]
