@@ -292,7 +292,7 @@ def run_pretraining(args: PretrainingArguments, data_args: PretrainingDataArgume
            if "ffn_params_vs_standard" in ffn else "")
         + f"and {ffn['ffn_flops_per_token_all_layers']:,} FFN FLOPs per token over {model.config.num_hidden_layers} "
         f"layers; held-out loss {after['eval_loss']:.4f} (perplexity {results['eval_perplexity']:.2f}) after "
-        f"{state.global_step} steps, {report['tokens_seen']:,} tokens ({report['epochs']:.2f} epochs)"
+        f"{state.global_step} steps, {report['tokens_seen']:,} tokens ({report['epochs']:.3g} epochs)"
     )
     report["summary"] = summary
     model_args = args.model_arguments()

@@ -37,19 +37,19 @@ class PretrainingArguments:
                           "WordPiece tokenizer trained on the training documents with --vocab_size entries"},
     )
     vocab_size: int | None = field(
-        default=None, metadata={"help": "size of the trained WordPiece vocabulary (from scratch; default 8192)"}
+        default=None, metadata={"help": "size of the trained WordPiece vocabulary (from scratch; not given: 8192)"}
     )
-    hidden_size: int | None = field(default=None, metadata={"help": "from scratch: hidden size (default 256)"})
-    num_hidden_layers: int | None = field(default=None, metadata={"help": "from scratch: layers (default 4)"})
-    num_attention_heads: int | None = field(default=None, metadata={"help": "from scratch: heads (default 4)"})
+    hidden_size: int | None = field(default=None, metadata={"help": "from scratch: hidden size (not given: 256)"})
+    num_hidden_layers: int | None = field(default=None, metadata={"help": "from scratch: layers (not given: 4)"})
+    num_attention_heads: int | None = field(default=None, metadata={"help": "from scratch: heads (not given: 4)"})
     intermediate_size: int | None = field(
         default=None,
-        metadata={"help": "from scratch: the standard FFN width (default 1024 = 4 x hidden); a gated --ffn_type gets "
+        metadata={"help": "from scratch: the standard FFN width (not given: 1024 = 4 x hidden); a gated --ffn_type gets "
                           "the parameter-matched width (see --ffn_width)"},
     )
     hidden_act: str | None = field(
         default=None, metadata={"help": "from scratch: BERT's hidden_act, the MLM head's activation and the "
-                                        "standard FFN's when --ffn_type is not given (default gelu)"},
+                                        "standard FFN's when --ffn_type is not given; not given: gelu"},
     )
     ffn_type: str | None = field(
         default=None,
@@ -57,13 +57,13 @@ class PretrainingArguments:
                           "--hidden_act's standard FFN (from scratch) or the checkpoint's"},
     )
     layer_norm_position: str | None = field(
-        default=None, metadata={"help": "post (BERT) or pre (Pre-LN); default: post (from scratch) or the "
+        default=None, metadata={"help": "post (BERT) or pre (Pre-LN); not given: post (from scratch) or the "
                                         "checkpoint's"},
     )
     ffn_width: str | None = field(
         default=None,
         metadata={"help": "FFN width: 'matched' (a gated FFN at the standard FFN's weight count), 'keep' (the "
-                          "standard width) or an integer; default: 'matched' from scratch (the multiple of "
+                          "standard width) or an integer; not given: 'matched' from scratch (the multiple of "
                           "--glu_multiple_of nearest to 2/3 of --intermediate_size), 'keep' for a checkpoint (a "
                           "checkpoint's 'matched' is the conversion's, rounded up to 256)"},
     )
