@@ -9,6 +9,7 @@ config converts without loss. The new fields are:
 - `ffn_bias`: biases on the FFN projections (BERT: yes; Shazeer's GLU variants: no).
 - `leaky_relu_negative_slope`, `elu_alpha`, `swish_beta`: parameters of those activations.
 - `unpad_tokens`: run every token-wise part on the real tokens only (an execution switch, off by default).
+- `sparse_prediction`: with labels, decode only the masked positions in the MLM head (an execution switch, off).
 
 This module has no dependency on `hf_ffn` itself, so it can be copied next to a saved model for
 `trust_remote_code` loading.
@@ -121,6 +122,14 @@ class FfnBertConfig(BertConfig):
             positions are zeros (so the question-answering span loss, a softmax over all positions, differs).
             Other masks, no padding and `output_attentions` run the padded path. Compute and memory scale with
             the real tokens instead of batch × seq. An execution switch: the weights are the same either way.
+        sparse_prediction (`bool`, *optional*, defaults to `False`):
+            `FfnBertForMaskedLM` only, and only when `labels` are given: the MLM head (transform and vocabulary
+            decoder) runs on the hidden states of the labelled positions alone (`labels != -100`, the masked
+            tokens), as MosaicBERT (Portes et al. 2023) and ModernBERT (`sparse_prediction`, Warner et al. 2024)
+            do. The loss is the same cross-entropy over the same rows (equal within fp32 rounding); the returned
+            `logits` are then (n_masked, vocab_size), the masked positions in row-major order. Without labels the
+            head decodes every position, as upstream. At small sizes the decoder over a 30k vocabulary costs more
+            than the encoder, and only ~15% of its rows enter the loss. An execution switch: same weights.
 
     Validation follows `BertConfig`: BERT's own fields are checked at construction only for their types (by
     transformers' strict dataclass, which raises `StrictDataclassFieldValidationError` naming the field), and for
@@ -146,6 +155,7 @@ class FfnBertConfig(BertConfig):
     elu_alpha: float = 1.0
     swish_beta: float = 1.0
     unpad_tokens: bool = False
+    sparse_prediction: bool = False
 
     def __post_init__(self, **kwargs):
         # A BERT config dict (`BertConfig().to_dict()`) carries `model_type="bert"`: as an instance attribute it
@@ -174,7 +184,7 @@ class FfnBertConfig(BertConfig):
             for value in self._per_layer(name):
                 if value not in allowed and not (name == "ffn_type" and value == self.hidden_act):
                     raise ValueError(f"{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
-        for name in ("embedding_layer_norm", "ffn_bias", "unpad_tokens"):
+        for name in ("embedding_layer_norm", "ffn_bias", "unpad_tokens", "sparse_prediction"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         for name, low, high, closed_low in (

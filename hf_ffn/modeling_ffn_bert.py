@@ -18,9 +18,9 @@ The renames are transformers' own weight-conversion mapping, registered for `mod
     (new)  encoder.layer.{i}.mlp.gate_proj          encoder.layer.{i}.mlp.gate_proj   (gated FFNs only)
     (new)  encoder.final_norm                       encoder.final_norm                (Pre-LN last layer only)
 
-This file imports nothing from `hf_ffn` but its configuration, naming and `unpadding` modules (relatively), so
-`save_pretrained` ships all four beside a saved model for `trust_remote_code` loading; `from_pretrained`'s check of
-a converted folder imports `hf_ffn.variants` when hf_ffn is installed and is skipped where it is not.
+This file imports from `hf_ffn` only its config, naming, `unpadding` and `sparse_prediction` modules (relatively), so
+`save_pretrained` ships them beside a saved model for `trust_remote_code` loading; `from_pretrained`'s check of a
+converted folder imports `hf_ffn.variants` when hf_ffn is installed and is skipped where it is not.
 """
 
 # No `from __future__ import annotations` here: transformers reads the `**kwargs: Unpack[TransformersKwargs]`
@@ -61,6 +61,7 @@ from transformers.utils import TransformersKwargs
 
 from .checkpoint_names import BERT_FFN_NAMES, CHECKPOINT_KEY_MAPPING, register_weight_renamings, rename_to_memory_keys
 from .configuration_ffn_bert import GATED_FFN_ACTIVATIONS, FfnBertConfig, is_gated
+from .sparse_prediction import SparsePredictionMixin
 from .unpadding import TokenPacking, block_diagonal_forward, packed_self_attention, unpadded_model_forward
 
 # FfnBert's weight renames (BERT's names on disk ↔ role names in memory) for `model_type="ffn_bert"`.
@@ -350,7 +351,7 @@ class FfnBertForPreTraining(FfnBertPreTrainedModel, BertForPreTraining):
         self.post_init()
 
 
-class FfnBertForMaskedLM(FfnBertPreTrainedModel, BertForMaskedLM):
+class FfnBertForMaskedLM(FfnBertPreTrainedModel, SparsePredictionMixin, BertForMaskedLM):
     def __init__(self, config: FfnBertConfig):
         FfnBertPreTrainedModel.__init__(self, config)
         self.bert = FfnBertModel(config, add_pooling_layer=False)

@@ -67,7 +67,7 @@ class FfnRow:
 
 def ffn_row(dims: Dims, ffn_type: str, intermediate_size: int) -> FfnRow:
     """Count one variant by building the whole `FfnBertModel` on the meta device."""
-    config = FfnBertConfig(
+    return config_row(FfnBertConfig(
         hidden_size=dims.hidden_size,
         intermediate_size=intermediate_size,
         num_hidden_layers=dims.num_hidden_layers,
@@ -77,21 +77,27 @@ def ffn_row(dims: Dims, ffn_type: str, intermediate_size: int) -> FfnRow:
         hidden_act=dims.hidden_act,
         ffn_type=ffn_type,
         ffn_bias=dims.ffn_bias,
-    )
+    ), dims.name)
+
+
+def config_row(config: FfnBertConfig, name: str) -> FfnRow:
+    """Count the FFN of `config`'s first layer (and all layers' FFN parameters) by building the whole
+    `FfnBertModel` on the meta device; `name` fills `FfnRow.model`. Used by `ffn_row` and by the pre-training
+    report (`hf_ffn.training.pretraining`)."""
     with torch.device("meta"):  # shapes only: LLaMA-2-7B sizes would need gigabytes otherwise
         model = FfnBertModel(config)
-        token = torch.empty(1, 1, dims.hidden_size)  # (batch, seq, hidden): one token
+        token = torch.empty(1, 1, config.hidden_size)  # (batch, seq, hidden): one token
     mlp = model.encoder.layer[0].mlp
-    weights = sum(p.numel() for name, p in mlp.named_parameters() if name.endswith("weight"))
-    biases = sum(p.numel() for name, p in mlp.named_parameters() if name.endswith("bias"))
+    weights = sum(p.numel() for key, p in mlp.named_parameters() if key.endswith("weight"))
+    biases = sum(p.numel() for key, p in mlp.named_parameters() if key.endswith("bias"))
     with FlopCounterMode(display=False) as counter:
         mlp(token)
     ffn_all = sum(p.numel() for layer in model.encoder.layer for p in layer.mlp.parameters())
     total = sum(p.numel() for p in model.parameters())
     return FfnRow(
-        model=dims.name,
-        ffn_type=ffn_type,
-        intermediate_size=intermediate_size,
+        model=name,
+        ffn_type=config.ffn_types[0],
+        intermediate_size=config.intermediate_size,
         ffn_weights=weights,
         ffn_biases=biases,
         ffn_flops_per_token=counter.get_total_flops(),
@@ -142,4 +148,4 @@ def format_markdown(rows: list[FfnRow]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["PRESETS", "Dims", "FfnRow", "ffn_row", "format_markdown", "param_table"]
+__all__ = ["PRESETS", "Dims", "FfnRow", "config_row", "ffn_row", "format_markdown", "param_table"]

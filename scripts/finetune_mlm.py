@@ -12,7 +12,8 @@ Example (State of the Union speeches, SwiGLU converted from the bundled all-Mini
         --per_device_train_batch_size 16 --max_steps 100 --learning_rate 1e-4 --output_dir out/mlm-swiglu
 
 `--train_files` takes text files and folders (their `*.txt`); whole documents are held out for validation
-(`--validation_split_percentage`, default 10). All arguments: `--help`.
+(`--validation_split_percentage`, default 10). All arguments: `--help`. The run is `run_pretraining` with a
+checkpoint; `hf-ffn mlm` (`hf_ffn.training.pretraining_main`) is the same run and also pre-trains from scratch.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def main(argv: list[str] | None = None) -> dict:
     outcome = run_mlm(model_args, data_args, training_args)
     results = outcome["results"]
     print(json.dumps(results, indent=2))
-    print(f"perplexity before {results['before_perplexity']:.2f} -> after {results['eval_perplexity']:.2f}")
+    before = f"{results['before_perplexity']:.2f}" if "before_perplexity" in results else "(resumed run)"
+    print(f"perplexity before {before} -> after {results['eval_perplexity']:.2f}")
     print(f"saved to {training_args.output_dir}")
     return outcome
 

@@ -3,7 +3,7 @@
 Used by `studies/switches/grad_norms.py` and `studies/switches/mlm_ln_demo.py`. The data is plain text (one file per document, e.g.
 the State of the Union addresses in `../shared/data/state_union`), read, cut into blocks and masked by the
 library's own helpers (`hf_ffn.training.read_text_documents`, `mlm_blocks`, `mask_once`); the tokenizer is BERT's
-WordPiece pipeline (`BertTokenizer`) trained on that text with `train_new_from_iterator`, so nothing is
+WordPiece pipeline trained on that text (`hf_ffn.training.train_tokenizer`), so nothing is
 downloaded and the vocabulary stays small enough for CPU runs. Training is the library's MLM path
 (`hf_ffn.training.mlm_trainer`: transformers' `Trainer` and `DataCollatorForLanguageModeling`, 15% masking,
 BERT's 80/10/10 rule).
@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import BertTokenizer, PreTrainedTokenizerBase, TrainingArguments, set_seed
+from transformers import PreTrainedTokenizerBase, TrainingArguments, set_seed
 
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
-from hf_ffn.training import mask_once, mlm_trainer, read_text_documents
+from hf_ffn.training import mask_once, mlm_trainer, read_text_documents, train_tokenizer  # re-exported
 
 
 def study_parser(description: str, figure: str, **defaults: int) -> argparse.ArgumentParser:
@@ -56,11 +56,6 @@ def parse_study(parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, li
     if args.threads:
         torch.set_num_threads(args.threads)
     return args, [text for _, text in read_text_documents([args.data], args.pattern, argument="--data")]
-
-
-def train_tokenizer(documents: list[str], vocab_size: int = 4096) -> PreTrainedTokenizerBase:
-    """BERT's uncased WordPiece tokenizer, trained from scratch on `documents` (`vocab_size` entries)."""
-    return BertTokenizer().train_new_from_iterator(documents, vocab_size=vocab_size)
 
 
 def mlm_config(vocab_size: int, layer_norm_position: str, **sizes: Any) -> FfnBertConfig:

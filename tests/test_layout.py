@@ -24,7 +24,7 @@ def test_layout_rules_hold():
     assert {"hf_ffn.modeling_ffn_bert", "hf_ffn.conversion.loader", "hf_ffn.parity.job", "hf_ffn.training.mlm",
             "studies.benchmark.run"} <= set(graph)
     assert graph["hf_ffn.modeling_ffn_bert"] == {"hf_ffn.checkpoint_names", "hf_ffn.configuration_ffn_bert",
-                                                 "hf_ffn.unpadding"}
+                                                 "hf_ffn.sparse_prediction", "hf_ffn.unpadding"}
 
 
 def test_checker_finds_a_function_level_import_and_a_private_name(tmp_path):

@@ -17,7 +17,9 @@ Modules, one job each:
 - `classification`: `run_classification` (single sentences or pairs, classes or regression) and its metrics.
 - `tasks`: the task presets (`TASKS`, `--task NAME`): their readers, columns, splits, metrics and `Recipe`s.
 - `finetuning`: `finetune` / `finetune_main`, the preset rule (`apply_recipe`) and the summary line (`summarize`).
-- `mlm`: `mlm_trainer` (the one MLM training path, also used by the Pre-/Post-LN study) and `run_mlm`.
+- `mlm`: `mlm_trainer` (the one MLM training path, also used by the Pre-/Post-LN study), the held-out split.
+- `pretraining`: `run_pretraining` (from scratch or continued; `hf-ffn mlm`), `run_mlm` (the same run from a
+  checkpoint, `scripts/finetune_mlm.py`), `train_tokenizer`.
 
 Everything that can be wrong with the input (a missing or empty data file, a column that does not exist, labels
 that differ between splits, a checkpoint path that does not exist, a bad variant switch) raises before any
@@ -68,7 +70,15 @@ from .finetuning import (
     run_finetuning,
     summarize,
 )
-from .mlm import masked_eval_dataset, mlm_trainer, run_mlm
+from .mlm import masked_eval_dataset, mlm_trainer
+from .pretraining import (
+    PretrainingArguments,
+    PretrainingDataArguments,
+    pretraining_main,
+    run_mlm,
+    run_pretraining,
+    train_tokenizer,
+)
 from .tasks import GLUE_RECIPE, TASKS, Recipe, Task, get_task, load_cola, load_mrpc, load_stsb, read_stsb, task_score
 from .outputs import (
     STAGING_FOLDER,
@@ -145,6 +155,11 @@ __all__ = [
     "regression_metrics",
     "run_classification",
     "run_mlm",
+    "PretrainingArguments",
+    "PretrainingDataArguments",
+    "pretraining_main",
+    "run_pretraining",
+    "train_tokenizer",
     "save_finished",
     "save_outputs",
     "sort_by_length",

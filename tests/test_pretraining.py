@@ -1,0 +1,350 @@
+"""Pre-training from scratch (`hf_ffn.training.pretraining`) and sparse prediction (`FfnBertConfig.sparse_prediction`):
+packing, masking, the trained tokenizer, the parameter-matched width in the report, 3-step runs per placement,
+resume, continued pre-training of a converted checkpoint. Tiny models on a tiny corpus written here."""
+
+import json
+import math
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import (
+    AutoModelForMaskedLM,
+    BertConfig,
+    BertForMaskedLM,
+    BertModel,
+    TrainingArguments,
+)
+from transformers.utils import logging as hf_logging
+
+from hf_ffn.configuration_ffn_bert import FfnBertConfig
+from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
+from hf_ffn.training import mask_once, mlm_blocks
+from hf_ffn.training.mlm import held_out_split
+from hf_ffn.training.pretraining import (
+    PretrainingArguments,
+    PretrainingDataArguments,
+    ffn_report,
+    ffn_width,
+    pretraining_main,
+    pretraining_parser,
+    run_pretraining,
+    split_documents,
+    train_tokenizer,
+    use_bf16_where_available,
+)
+
+from .conftest import TINY, assert_equal_but_row_count, tiny_config
+
+WORDS = ("the of and to in is that for it as was with be by on not he this are or his from at which but have an they "
+         "you were her she there been one all we their has would when if so no more year nation people world "
+         "government congress america peace work budget").split()
+SMALL = ["--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "4", "--intermediate_size", "64"]
+
+
+@pytest.fixture(autouse=True)
+def quiet_transformers():
+    hf_logging.set_verbosity_error()
+    yield
+    hf_logging.set_verbosity_warning()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """Six documents of 300 words drawn (seeded) from `WORDS`."""
+    folder = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    for i in range(6):
+        (folder / f"doc{i}.txt").write_text(" ".join(rng.choice(WORDS) for _ in range(300)) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tokenizer(corpus):
+    return train_tokenizer([file.read_text() for file in sorted(corpus.glob("*.txt"))], vocab_size=100)
+
+
+def pretrain(corpus: Path, output_dir: Path, *extra: str, steps: int = 3) -> dict:
+    """`run_pretraining` from an argv, as `hf-ffn mlm` parses it: a tiny model, blocks of 32, batch 4, no dropout."""
+    argv = ["--train_files", str(corpus), "--max_seq_length", "32", "--max_steps", str(steps),
+            "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "8", "--learning_rate", "1e-3",
+            "--output_dir", str(output_dir), "--report_to", "none", "--use_cpu", "true", "--disable_tqdm", "true",
+            "--logging_steps", "1", "--seed", "0", *extra]
+    if "--model_name_or_path" not in extra:
+        argv += ["--vocab_size", "100", *SMALL]
+    args, data_args, training_args = pretraining_parser().parse_args_into_dataclasses(args=argv)
+    return run_pretraining(args, data_args, training_args)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data: tokenizer, packing, masking, the held-out split
+# ---------------------------------------------------------------------------------------------------------------
+def test_train_tokenizer_vocab_size_special_tokens_and_round_trip(corpus, tokenizer):
+    assert len(tokenizer) == 100
+    special = {tokenizer.pad_token: "[PAD]", tokenizer.unk_token: "[UNK]", tokenizer.cls_token: "[CLS]",
+               tokenizer.sep_token: "[SEP]", tokenizer.mask_token: "[MASK]"}
+    assert list(special) == list(special.values())
+    assert all(tokenizer.convert_tokens_to_ids(token) < 5 for token in special)  # the first ids
+    text = "The Government of the people by the people for the people"
+    encoded = tokenizer(text)["input_ids"]
+    assert encoded[0] == tokenizer.cls_token_id and encoded[-1] == tokenizer.sep_token_id
+    assert tokenizer.unk_token_id not in encoded
+    assert tokenizer.decode(encoded, skip_special_tokens=True) == text.lower()  # uncased WordPiece
+    # a word absent from the corpus is cut into pieces of the vocabulary, and comes back whole
+    pieces = tokenizer.tokenize("worldpeace")
+    assert len(pieces) > 1 and pieces[1].startswith("##")
+    assert tokenizer.convert_tokens_to_string(pieces) == "worldpeace"
+
+
+def test_packing_counts_hand_checked(tokenizer):
+    # single letters are in every WordPiece alphabet, so each word is one token: a document of n words is n + 2
+    # tokens ([CLS] ... [SEP]); 5 + 2 and 8 + 2 = 17 tokens → 4 blocks of 4, the last token dropped
+    documents = ["a b c d e", "f g h i j k l m"]
+    blocks = mlm_blocks(documents, tokenizer, 4)
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    letter = {c: tokenizer.convert_tokens_to_ids(c) for c in "abcdefghijklm"}
+    assert len(blocks) == 4
+    assert blocks["input_ids"] == [
+        [cls, letter["a"], letter["b"], letter["c"]],
+        [letter["d"], letter["e"], sep, cls],
+        [letter["f"], letter["g"], letter["h"], letter["i"]],
+        [letter["j"], letter["k"], letter["l"], letter["m"]],
+    ]  # the last [SEP] is the remainder
+    assert blocks["special_tokens_mask"] == [[1, 0, 0, 0], [0, 0, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0]]
+
+
+def test_bert_masking_15_percent_and_80_10_10(tokenizer):
+    """One seeded batch of N = 64 × 128 tokens, [CLS] at the start of each row. Each rate is checked within 4
+    binomial standard deviations (a false alarm about 1 in 16,000 seeds; the seed is fixed, so the test is
+    deterministic): selected p = 0.15 of the N' non-special tokens, sd √(p(1−p)/N') ≈ 0.0040; of the n ≈ 1,200
+    selected, [MASK] 0.8 (sd √(0.8·0.2/n) ≈ 0.012), a random token 0.1 and the token kept 0.1 (sd ≈ 0.0087). A random
+    replacement that draws the original token (probability 1/100) counts as kept: +0.001, inside the tolerance."""
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, len(tokenizer), (64, 128), generator=generator)
+    ids[:, 0] = tokenizer.cls_token_id
+    special = torch.zeros_like(ids)
+    special[:, 0] = 1
+    from datasets import Dataset
+
+    blocks = Dataset.from_dict({"input_ids": ids.tolist(), "special_tokens_mask": special.tolist()})
+    masked = mask_once(blocks, tokenizer, mlm_probability=0.15, seed=0)
+    selected = masked["labels"] != -100
+    assert not selected[:, 0].any()  # special tokens are never chosen
+    assert torch.equal(masked["labels"][selected], ids[selected])  # labels are the original tokens
+    n_candidates, n = ids.numel() - 64, selected.sum().item()
+    assert abs(n / n_candidates - 0.15) < 4 * math.sqrt(0.15 * 0.85 / n_candidates)
+    inputs = masked["input_ids"][selected]
+    is_mask = inputs == tokenizer.mask_token_id
+    kept = inputs == ids[selected]
+    random_token = ~is_mask & ~kept
+    for observed, p in ((is_mask, 0.8), (random_token, 0.1), (kept, 0.1)):
+        rate = observed.float().mean().item()
+        assert abs(rate - p) < 4 * math.sqrt(p * (1 - p) / n), (rate, p, n)
+    assert torch.equal(masked["input_ids"][~selected], ids[~selected])  # the other 85% untouched
+
+
+def test_held_out_split_whole_documents_fixed_by_seed():
+    documents = [f"document {i}" for i in range(20)]
+    train, held_out = held_out_split(documents, 10, seed=3)
+    assert len(held_out) == 2 and len(train) == 18 and sorted(train + held_out) == sorted(documents)
+    assert held_out_split(documents, 10, seed=3) == (train, held_out)
+    assert held_out_split(documents, 10, seed=4) != (train, held_out)
+    with pytest.raises(ValueError, match="--train_files: need at least two documents"):
+        held_out_split(["one"], 10, seed=0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sizes: the parameter-matched width and the report's counts
+# ---------------------------------------------------------------------------------------------------------------
+def test_matched_glu_width_rounding_and_counts():
+    # 2/3 · 1024 = 682.7 → 680, the nearest multiple of 8 (−0.4% FFN weights; 688 would be +0.8%), not LLaMA's
+    # multiple of 256 rounded up (768, +12.5%); 2/3 · 4096 = 2730.7 → 2728; a tie goes up: 2/3 · 12 = 8 → 8
+    assert ffn_width("swiglu", 1024) == 680 and ffn_width("geglu", 3072) == 2048
+    assert ffn_width("reglu", 4096) == 2728 and ffn_width("reglu", 12, multiple_of=8) == 8
+    assert ffn_width("reglu", 18, multiple_of=4) == 12 and ffn_width("reglu", 30, multiple_of=8) == 24  # 20 → 24
+    assert ffn_width("gelu", 1024) == 1024 and ffn_width("relu", 1024, "matched") == 1024
+    assert ffn_width("swiglu", 1024, "keep") == 1024 and ffn_width("swiglu", 1024, "700") == 700
+    assert ffn_width("swiglu", 1024, multiple_of=64) == 704
+    with pytest.raises(ValueError, match="--ffn_width has unknown value 'wide'"):
+        ffn_width("swiglu", 1024, "wide")
+    config = FfnBertConfig(vocab_size=8192, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                           intermediate_size=680, ffn_type="swiglu")
+    report = ffn_report(config, standard_width=1024)
+    # weights: gate_proj and up_proj 256×680 each, down_proj 680×256; the standard FFN 256×1024 and 1024×256
+    assert report["ffn_weights"] == 3 * 256 * 680 == 522_240
+    assert report["standard"]["ffn_weights"] == 2 * 256 * 1024 == 524_288
+    assert report["ffn_flops_per_token"] == 2 * 522_240  # a multiply-add = 2 FLOPs
+    assert report["ffn_flops_per_token_all_layers"] == 4 * 2 * 522_240
+    biases = 2 * 680 + 256  # gate_proj, up_proj and down_proj biases
+    assert report["ffn_params_all_layers"] == 4 * (522_240 + biases)
+    assert report["ffn_params_vs_standard"] == pytest.approx((522_240 + biases) / (524_288 + 1024 + 256))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sparse prediction
+# ---------------------------------------------------------------------------------------------------------------
+def masked_batch(seed: int = 0) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, TINY["vocab_size"], (3, 17), generator=generator)
+    labels = torch.full_like(ids, -100)
+    chosen = torch.rand(ids.shape, generator=generator) < 0.15
+    chosen[0, 1] = True  # at least one
+    labels[chosen] = ids[chosen]
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+
+@pytest.mark.parametrize("variant", [{}, {"ffn_type": "swiglu", "layer_norm_position": "pre"}], ids=["bert", "swiglu-pre"])
+def test_sparse_prediction_same_loss_logits_of_masked_rows_only(variant):
+    """The loss is the same cross-entropy over the same rows: the head's matmuls run on n_masked rows instead of
+    batch × seq (BLAS may sum in another order for another row count: `assert_equal_but_row_count`), and the mean is
+    taken over the same terms, possibly in another order; fp32, so |Δloss| ≤ 1e-6 · loss (about n · ε for the
+    n ≤ 10 terms' sum, ε = 1.2e-7)."""
+    torch.manual_seed(0)
+    model = FfnBertForMaskedLM(tiny_config(**variant)).eval()
+    batch = masked_batch()
+    selected = batch["labels"] != -100
+    full = model(**batch)
+    model.config.sparse_prediction = True
+    sparse = model(**batch)
+    assert sparse.logits.shape == (selected.sum().item(), TINY["vocab_size"])  # masked rows only
+    assert_equal_but_row_count(sparse.logits, full.logits[selected], "logits of the masked positions")
+    assert sparse.loss.item() == pytest.approx(full.loss.item(), rel=1e-6)
+    # without labels the head decodes every position (the fill-mask pipeline's case), as upstream
+    assert torch.equal(model(input_ids=batch["input_ids"]).logits, full.logits.detach())
+    # negative control: the rows next to the masked ones are other rows
+    assert not torch.allclose(sparse.logits, full.logits[selected.roll(1, dims=1)], atol=1e-3)
+
+
+def test_sparse_prediction_off_is_upstream_bert_bit_for_bit(tmp_path):
+    torch.manual_seed(0)
+    model = FfnBertForMaskedLM(tiny_config()).eval()
+    model.save_pretrained(tmp_path)
+    upstream = BertForMaskedLM.from_pretrained(tmp_path).eval()  # the same weights under BERT's names
+    batch = masked_batch(1)
+    ours, theirs = model(**batch), upstream(**batch)
+    assert torch.equal(ours.logits, theirs.logits) and torch.equal(ours.loss, theirs.loss)
+    assert model(**batch, return_dict=False)[1].shape == (3, 17, TINY["vocab_size"])
+
+
+def test_sparse_prediction_field_validated():
+    with pytest.raises(ValueError, match="sparse_prediction must be True or False, got 'yes'"):
+        tiny_config(sparse_prediction="yes")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Runs
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("placement, ffn_type", [("post", "swiglu"), ("pre", "gelu")])
+def test_three_step_run_from_scratch(corpus, tmp_path, placement, ffn_type):
+    outcome = pretrain(corpus, tmp_path / "run", "--layer_norm_position", placement, "--ffn_type", ffn_type)
+    results = outcome["results"]
+    assert [entry["step"] for entry in outcome["log_history"] if "loss" in entry] == [1, 2, 3]
+    # a new model's loss is near a uniform guess over the 100-token vocabulary, ln 100 = 4.61
+    assert abs(results["before_loss"] - math.log(100)) < 0.5
+    assert math.isfinite(results["eval_loss"]) and results["eval_perplexity"] == pytest.approx(
+        math.exp(results["eval_loss"]))
+    width = ffn_width(ffn_type, 64)  # swiglu: 2/3 · 64 = 42.7 → 40; gelu: 64
+    assert outcome["ffn"]["intermediate_size"] == width == (40 if ffn_type == "swiglu" else 64)
+    weights = (3 if ffn_type == "swiglu" else 2) * 32 * width
+    assert outcome["ffn"]["ffn_weights"] == weights and outcome["ffn"]["ffn_flops_per_token"] == 2 * weights
+    assert ("standard" in outcome["ffn"]) == (ffn_type == "swiglu")
+    assert outcome["tokens_seen"] == 3 * 4 * 32 and outcome["epochs"] == 12 / outcome["blocks"]["train"]
+    assert f"FFN width {width}" in outcome["summary"] and f"{outcome['ffn']['ffn_params_all_layers']:,}" in \
+        outcome["summary"]
+    saved = json.loads((tmp_path / "run" / "run_info.json").read_text())
+    assert saved["ffn"] == outcome["ffn"] and saved["tokenizer"]["vocab_size"] == 100
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (config["layer_norm_position"], config["ffn_type"], config["intermediate_size"]) == (placement, ffn_type,
+                                                                                               width)
+    assert config["sparse_prediction"] is False  # an execution switch of the run, not saved
+    model = AutoModelForMaskedLM.from_pretrained(tmp_path / "run")
+    assert type(model).__name__ == "FfnBertForMaskedLM"
+    # the MLM decoder is tied to the word embeddings
+    assert model.cls.predictions.decoder.weight.data_ptr() == model.bert.embeddings.word_embeddings.weight.data_ptr()
+
+
+def test_resumed_run_ends_with_the_uninterrupted_runs_weights(corpus, tmp_path):
+    """A 4-step run over 8 blocks (2 steps an epoch), and the same run resumed from its step-2 checkpoint (copied
+    into a fresh output folder, as after a crash). Trainer restores weights, optimizer, scheduler and RNG states and
+    the tokenizer comes from the checkpoint, so the same ops run on the same data, masks and dropout draws.
+    Asserted: the same steps, the same logged losses and bit-identical final weights (CPU ops are deterministic).
+
+    The checkpoint is at an epoch boundary on purpose: the training masks are drawn from the global torch RNG when a
+    batch is collated, and accelerate's data loader collates one batch ahead, so within an epoch the batch after a
+    checkpoint is masked before the RNG state the checkpoint saved; a run resumed mid-epoch trains on other masks of
+    the same blocks (same steps and schedule, not the same losses)."""
+    run = ("--save_steps", "2", "--max_train_samples", "8")
+    straight = pretrain(corpus, tmp_path / "straight", *run, steps=4)
+    interrupted = tmp_path / "resumed"
+    interrupted.mkdir()
+    shutil.copytree(tmp_path / "straight" / "checkpoint-2", interrupted / "checkpoint-2")
+    resumed = pretrain(corpus, interrupted, *run, "--resume_from_checkpoint", "last", steps=4)
+    losses = lambda outcome: [(e["step"], e["loss"]) for e in outcome["log_history"] if "loss" in e]
+    assert losses(resumed) == losses(straight) and [step for step, _ in losses(resumed)] == [1, 2, 3, 4]
+    assert "before_loss" not in resumed["results"]  # a resumed run does not score its fresh initial weights
+    assert resumed["results"]["eval_loss"] == straight["results"]["eval_loss"]
+    a = FfnBertForMaskedLM.from_pretrained(tmp_path / "straight").state_dict()
+    b = FfnBertForMaskedLM.from_pretrained(interrupted).state_dict()
+    assert a.keys() == b.keys() and [key for key in a if not torch.equal(a[key], b[key])] == []
+    c = FfnBertForMaskedLM.from_pretrained(interrupted / "checkpoint-2").state_dict()
+    assert not torch.equal(a["bert.embeddings.word_embeddings.weight"], c["bert.embeddings.word_embeddings.weight"])
+
+
+def test_continued_pretraining_of_a_converted_checkpoint_reports_the_new_head(corpus, tokenizer, tmp_path):
+    source = tmp_path / "bert"
+    BertModel(BertConfig(**{**TINY, "vocab_size": len(tokenizer)})).save_pretrained(source)  # no MLM head
+    tokenizer.save_pretrained(source)
+    outcome = pretrain(corpus, tmp_path / "run", "--model_name_or_path", str(source), "--ffn_type", "geglu",
+                       steps=1)
+    new = outcome["conversion"].get("new_weights", outcome["conversion"].get("new", []))
+    assert any(key.startswith("cls.predictions.") for key in new), new
+    assert outcome["mlm_head"] == "newly initialised" and outcome["model"]["from"] == str(source)
+    assert outcome["ffn"]["ffn_type"] == "geglu" and outcome["ffn"]["intermediate_size"] == TINY["intermediate_size"]
+    assert "standard" not in outcome["ffn"]  # a checkpoint keeps its width unless --ffn_width says otherwise
+
+
+def test_bad_arguments_name_the_flag(corpus, tmp_path, capsys):
+    with pytest.raises(ValueError, match="--hidden_size apply to a model from scratch"):
+        PretrainingArguments(model_name_or_path="some/bert", hidden_size=64)
+    with pytest.raises(ValueError, match="--ffn_type has unknown value 'swish-glu'"):
+        PretrainingArguments(ffn_type="swish-glu")
+    with pytest.raises(ValueError, match="--vocab_size applies to a trained tokenizer"):
+        PretrainingArguments(tokenizer_name="bert-base-uncased", vocab_size=100)
+    with pytest.raises(SystemExit) as exit_info:
+        pretraining_main(["--train_files", str(corpus), "--output_dir", str(tmp_path), "--num_attention_heads", "5",
+                          "--hidden_size", "32", "--vocab_size", "100", "--use_cpu", "true"])
+    assert exit_info.value.code == 2
+    assert "hidden_size (32) must be divisible by num_attention_heads (5)" in capsys.readouterr().err
+
+
+def test_help_shows_defaults():
+    text = pretraining_parser().format_help()
+    assert "--glu_multiple_of GLU_MULTIPLE_OF" in text and "(default: 8)" in text
+    assert "--sparse_prediction" in text and "--file_pattern" in text and "(default: *.txt)" in text
+    assert isinstance(PretrainingDataArguments(train_files=["x"]).validation_split_percentage, int)
+    assert TrainingArguments  # parsed together with Trainer's own arguments
+
+
+def test_bf16_where_a_cuda_device_supports_it(tmp_path, monkeypatch):
+    plain, on_cpu = (TrainingArguments(output_dir=str(tmp_path / name), report_to="none", use_cpu=cpu)
+                     for name, cpu in (("plain", False), ("cpu", True)))
+    assert use_bf16_where_available(plain) is bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    plain.bf16, plain.mixed_precision = False, "no"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # after the arguments chose their device
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    assert use_bf16_where_available(plain) is False  # e.g. a V100
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    assert use_bf16_where_available(on_cpu) is False and on_cpu.mixed_precision == "no"  # --use_cpu wins
+    assert use_bf16_where_available(plain) is True and (plain.bf16, plain.mixed_precision) == (True, "bf16")
+
+
+def test_documents_start_where_the_regex_matches():
+    wiki = " = Lobster = \n text one \n = = Biology = = \n more \n = Crab = \n text two \n"
+    assert split_documents([wiki, "plain"], r"^ = [^=]") == [
+        " = Lobster = \n text one \n = = Biology = = \n more \n", " = Crab = \n text two \n", "plain"]
+    assert split_documents(["intro\n = A = \nbody"], r"^ = [^=]") == ["intro\n", " = A = \nbody"]
+    assert split_documents(["a", "b"], None) == ["a", "b"]
+    with pytest.raises(ValueError, match=r"--document_start_regex '\(' is not a regular expression"):
+        PretrainingDataArguments(train_files=["x"], document_start_regex="(")
