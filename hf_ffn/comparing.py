@@ -164,12 +164,15 @@ def check_settings(output_dir: Path, settings: dict[str, Any]) -> None:
     path.write_text(json.dumps(settings, indent=2) + "\n")
 
 
-def read_runs(output_dir: str | Path) -> list[dict]:
-    """The finished runs of a comparison folder (OUTPUT/runs.jsonl, one JSON object a line; [] before the first)."""
-    path = Path(output_dir) / RUNS
+def read_runs(path: str | Path) -> list[dict]:
+    """The finished runs in a runs file (one JSON object a line; [] before the first). A last line without its
+    newline is a run another process is appending and is left for the next read. A folder means its runs.jsonl."""
+    path = Path(path)
+    path = path / RUNS if path.is_dir() else path
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = path.read_text()
+    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines() if line.strip()]
 
 
 # --- the steps ---------------------------------------------------------------------------------------------------
@@ -407,7 +410,7 @@ def run_comparison(checkpoint: str, variants: Sequence[str], tasks: Sequence[str
     for seed in seeds:
         for task in tasks:
             for name in names:
-                if any((r["variant"], r["task"], r["seed"]) == (name, task, seed) for r in read_runs(output)):
+                if any((r["variant"], r["task"], r["seed"]) == (name, task, seed) for r in read_runs(runs_path)):
                     print(f"[compare] {name} / {task} / seed {seed}: finished before, skipped", flush=True)
                     continue
                 run_dir = output / "runs" / name / task / f"seed{seed}"
@@ -421,7 +424,7 @@ def run_comparison(checkpoint: str, variants: Sequence[str], tasks: Sequence[str
                 with runs_path.open("a") as handle:
                     handle.write(json.dumps(line) + "\n")
                 print(f"[compare] {name} / {task} / seed {seed}: score {result['score']:.2f}", flush=True)
-    runs = [r for r in read_runs(output) if r["variant"] in names and r["task"] in tasks]
+    runs = [r for r in read_runs(runs_path) if r["variant"] in names and r["task"] in tasks]
     write_report(output, runs, names, list(tasks), settings)
     plot_comparison(runs, names, list(tasks), output / FIGURE)
     print(f"[compare] wrote {output / TABLE}", flush=True)
