@@ -18,8 +18,7 @@ is mean(d) ± t_{0.975, n−1} · sd(d) / √n (Student's t, n − 1 degrees of 
 `paired_t_interval`). A difference is "outside the noise" when the interval excludes 0; "inside the noise" means no
 difference was detected at this number of seeds, and the interval's width is the difference that could be missed.
 
-Heavy libraries (torch, transformers, datasets, scipy, matplotlib) are imported inside the functions that need them,
-so the studies can import the statistics cheaply.
+scipy and matplotlib (the optional `plots` extra) are imported by the functions that need them.
 """
 
 from __future__ import annotations
@@ -34,6 +33,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .conversion import convert_checkpoint
+from .healing import HealArguments, LayerwiseArguments, run_healing
+from .training import ClassificationDataArguments, ModelArguments, run_classification, task_score
+from .training.tasks import get_task
 
 SETTINGS, RUNS, TABLE, FIGURE = "settings.json", "runs.jsonl", "comparison.md", "comparison.png"
 CONFIDENCE = 0.95
@@ -95,8 +99,6 @@ except ImportError:  # STAND-IN until branch libvariants lands hf_ffn.variants; 
         heal: dict | None = None
 
         def convert(self, checkpoint: str, output_dir: str | Path, **kw: Any):
-            from .conversion import convert_checkpoint
-
             return convert_checkpoint(checkpoint, output_dir, ffn_type=self.ffn_type,
                                       layer_norm_position=self.layer_norm_position, init=self.init, width=self.width,
                                       **kw)
@@ -181,8 +183,6 @@ def read_runs(path: str | Path) -> list[dict]:
 def write_heal_text(tasks: Sequence[str], data_dir: Path, folder: Path) -> list[str]:
     """The default healing text: every training sentence of `tasks` (both sides of a pair), one per line, in
     `folder/<task>.txt`. Returns the files' paths."""
-    from .training.tasks import get_task
-
     paths = []
     for name in tasks:
         path = folder / f"{name}.txt"
@@ -201,7 +201,8 @@ def write_heal_text(tasks: Sequence[str], data_dir: Path, folder: Path) -> list[
 
 def prepare_variant(variant: Variant, checkpoint: str, folder: Path, heal_text: Sequence[str],
                     smoke: bool = False) -> str:
-    """Convert `checkpoint` into `folder/converted` (`Variant.convert`), then, unless the variant is exact, heal it
+    """Convert `checkpoint` into `folder/converted` (`Variant.convert`; a pruned variant's units scored on
+    `heal_text`), then, unless the variant is exact, heal it
     into `folder/healed` by its recipe (`variant.heal`, split over `HealArguments`, `LayerwiseArguments` and
     `TrainingArguments`; `SMOKE_HEALING` on top when `smoke`). A folder already there is kept (resume).
     Returns the folder the fine-tunings start from."""
@@ -209,13 +210,13 @@ def prepare_variant(variant: Variant, checkpoint: str, folder: Path, heal_text: 
     if not (converted / "config.json").exists():
         shutil.rmtree(converted, ignore_errors=True)
         print(f"[compare] {variant.name}: converting into {converted}", flush=True)
-        variant.convert(checkpoint, converted)
+        # a pruned variant scores its units on the healing text (`Variant.convert`'s calibration_files)
+        variant.convert(checkpoint, converted, **({"calibration_files": list(heal_text)}
+                                                  if variant.init == "pruned" else {}))
     if variant.exact:
         return str(converted)
     if not (healed / "config.json").exists():
         from transformers import TrainingArguments
-
-        from .healing import HealArguments, LayerwiseArguments, run_healing
 
         recipe = {**(variant.heal or {}), **(SMOKE_HEALING if smoke else {})}
         classes = (HealArguments, LayerwiseArguments, TrainingArguments)
@@ -239,8 +240,6 @@ def prepare_variant(variant: Variant, checkpoint: str, folder: Path, heal_text: 
 
 def task_recipe(task: str) -> dict[str, Any]:
     """The task's training recipe as `TrainingArguments` values (`Task.recipe`; `GLUE_RECIPE` when it has none)."""
-    from .training.tasks import get_task
-
     recipe = getattr(get_task(task), "recipe", None)
     return dataclasses.asdict(recipe) if recipe is not None else dict(GLUE_RECIPE)
 
@@ -251,8 +250,6 @@ def finetune_run(start: str, task: str, data_dir: Path, seed: int, run_dir: Path
     run's score and metrics. (Uses `hf_ffn.training.run_classification`; STAND-IN until `hf_ffn.training.finetune`
     lands from branch libdata.)"""
     from transformers import TrainingArguments
-
-    from .training import ClassificationDataArguments, ModelArguments, get_task, run_classification, task_score
 
     values = {**task_recipe(task), **finetuning}
     if "warmup_ratio" in values and "warmup_ratio" not in {f.name for f in dataclasses.fields(TrainingArguments)}:
@@ -383,8 +380,6 @@ def run_comparison(checkpoint: str, variants: Sequence[str], tasks: Sequence[str
             settings (`check_settings`), before any work.
         FileNotFoundError: a task's folder or file missing under `data_dir`.
     """
-    from .training.tasks import get_task
-
     output, data = Path(output_dir), Path(data_dir)
     names = [BASELINE, *[name for name in dict.fromkeys(variants) if name != BASELINE]]
     chosen = {name: get_variant(name) for name in names}
