@@ -207,3 +207,14 @@ def test_paired_statistics_by_hand():
     assert paired_score_difference(runs[:1], reference) is None
     with pytest.raises(ValueError, match="at least 2 paired differences, got 1"):
         paired_t_interval([0.5])
+
+
+def test_compare_refuses_an_unknown_variant_or_task_before_any_work(tiny_bert, data_root, tmp_path, capsys):
+    base = ["compare", "--model_name_or_path", tiny_bert, "--data_dir", str(data_root), "--seeds", "0",
+            "--output_dir", str(tmp_path / "out")]
+    for extra, named in ((["--variants", "swiglu-fast", "--tasks", "stsb"], "'swiglu-fast'; allowed: gelu-post"),
+                         (["--variants", "geglu", "--tasks", "sst5"], "--task has unknown value 'sst5'")):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*base, *extra])
+        assert exit_info.value.code == 2 and named in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
