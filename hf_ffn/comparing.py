@@ -306,9 +306,9 @@ def write_report(output_dir: Path, runs: Sequence[Mapping], variants: Sequence[s
     """Write OUTPUT/comparison.md (`format_table` with the settings and how to read it)."""
     descriptions = "\n".join(f"- `{name}`: {get_variant(name).description}" for name in variants)
     text = (f"# Variant comparison\n\nCheckpoint: `{settings['checkpoint']}`. Score: the task's metric(s) ×100 "
-            f"(`hf_ffn.training.task_score`). Δ: variant − baseline (`{BASELINE}`), paired by seed, mean and Student-t "
-            f"{100 * CONFIDENCE:.0f}% interval over seeds. 'Inside the noise' means no difference was detected at "
-            f"this number of seeds; the interval's width is the difference that could have been missed."
+            f"(`hf_ffn.training.task_score`). Δ: variant − baseline (`{BASELINE}`), paired by seed, mean and "
+            f"Student-t {100 * CONFIDENCE:.0f}% interval over seeds. 'Inside the noise' means no difference was "
+            f"detected at this number of seeds; the interval's width is the difference that could have been missed."
             + (" Smoke settings: a few steps on a few rows; the numbers show that the command works, not the "
                "variants' quality." if settings["smoke"] else "")
             + f"\n\n{format_table(runs, variants, tasks)}\nVariants:\n\n{descriptions}\n\n"

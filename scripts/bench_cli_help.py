@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     hf_ffn = command_line()
     print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} logical cores)")
     rows = [("python -c pass", [sys.executable, "-c", "pass"]), ("hf-ffn --help", [*hf_ffn, "--help"]),
-            ("hf-ffn compare --help", [*hf_ffn, "compare", "--help"]), ("hf-ffn heal --help", [*hf_ffn, "heal", "--help"])]
+            ("hf-ffn compare --help", [*hf_ffn, "compare", "--help"]),
+            ("hf-ffn heal --help", [*hf_ffn, "heal", "--help"])]
     baseline = None
     for name, command in rows:
         median = seconds(command, args.repeats)

@@ -1,9 +1,9 @@
 """Print the import graph of the hf_ffn package and of the studies beside it (scripts/studies/, package `studies`):
 module → the modules of either it imports at module level. Check the layout rules: no import cycle, no
-function-level import of the packages' own modules (but in `DEFERRED_IMPORTS`), no private (`_x`) name imported across modules, no module over
-`MAX_LINES`, the library never imports the studies (they are not installed). Exits 1 if a rule is broken.
-Imports under `if TYPE_CHECKING:` are annotations only and are left out of the graph. Run from the repository
-root: `python scripts/import_graph.py`.
+function-level import of the packages' own modules (but in `DEFERRED_IMPORTS`), no private (`_x`) name imported
+across modules, no module over `MAX_LINES`, the library never imports the studies (they are not installed). Exits 1
+if a rule is broken. Imports under `if TYPE_CHECKING:` are annotations only and are left out of the graph. Run from
+the repository root: `python scripts/import_graph.py`.
 """
 
 from __future__ import annotations

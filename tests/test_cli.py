@@ -218,3 +218,12 @@ def test_compare_refuses_an_unknown_variant_or_task_before_any_work(tiny_bert, d
             main([*base, *extra])
         assert exit_info.value.code == 2 and named in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_compare_lists_the_named_variants_and_tasks(capsys):
+    from hf_ffn.comparing import VARIANTS
+    from hf_ffn.training.tasks import TASKS
+
+    code, out = run(capsys, "compare", "--list")
+    names = [line.split()[:2] for line in out.splitlines()]
+    assert code == 0 and names == [["variant", name] for name in VARIANTS] + [["task", name] for name in TASKS]
