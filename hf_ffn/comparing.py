@@ -39,6 +39,11 @@ from .healing import HealArguments, LayerwiseArguments, run_healing
 from .training import ClassificationDataArguments, ModelArguments, run_classification, task_score
 from .training.tasks import get_task
 
+try:
+    from .training.finetuning import finetune
+except ImportError:  # STAND-IN until branch libdata lands hf_ffn.training.finetune; delete this block then
+    finetune = None
+
 SETTINGS, RUNS, TABLE, FIGURE = "settings.json", "runs.jsonl", "comparison.md", "comparison.png"
 CONFIDENCE = 0.95
 
@@ -246,27 +251,34 @@ def task_recipe(task: str) -> dict[str, Any]:
 
 def finetune_run(start: str, task: str, data_dir: Path, seed: int, run_dir: Path,
                  finetuning: Mapping[str, Any]) -> dict[str, Any]:
-    """Fine-tune `start` on `task` (its recipe, `finetuning` overriding it) with `seed` into `run_dir`; returns the
-    run's score and metrics. (Uses `hf_ffn.training.run_classification`; STAND-IN until `hf_ffn.training.finetune`
-    lands from branch libdata.)"""
-    from transformers import TrainingArguments
-
-    values = {**task_recipe(task), **finetuning}
-    if "warmup_ratio" in values and "warmup_ratio" not in {f.name for f in dataclasses.fields(TrainingArguments)}:
-        values["warmup_steps"] = values.pop("warmup_ratio")  # transformers ≥ 5.x: a warmup_steps below 1 is a ratio
-    data_names = {f.name for f in dataclasses.fields(ClassificationDataArguments)}
-    data_args = ClassificationDataArguments(task=task, data_dir=str(data_dir / task),
-                                            **{k: v for k, v in values.items() if k in data_names})
-    training_args = TrainingArguments(output_dir=str(run_dir), seed=seed, report_to="none", save_strategy="no",
-                                      eval_strategy="no", disable_tqdm=True,
-                                      **{k: v for k, v in values.items() if k not in data_names})
-    outcome = run_classification(ModelArguments(model_name_or_path=start), data_args, training_args)
+    """Fine-tune `start` on `task` (its recipe, `finetuning` overriding it) with `seed` into `run_dir`
+    (`hf_ffn.training.finetune`); returns the run's score (×100), metrics, split and seconds."""
+    fixed = {"data_dir": str(data_dir / task), "report_to": "none", "save_strategy": "no", "eval_strategy": "no",
+             "disable_tqdm": True}
+    if finetune is not None:
+        outcome = finetune(start, str(run_dir), task=task, seed=seed, quiet=True, **fixed, **finetuning)
+    else:  # STAND-IN until branch libdata lands hf_ffn.training.finetune (which applies the task's recipe)
+        outcome = _finetune_stand_in(start, task, seed, run_dir, {**fixed, **finetuning})
     split = get_task(task).report_split
     prefix = "test_" if split == "test" else "eval_"
     results = outcome["results"]
     metrics = {name: results[prefix + name] for name in get_task(task).metrics}
     return {"score": task_score(task, results, prefix), "metrics": metrics, "split": split,
             "train_seconds": outcome.get("train_seconds"), "wall_seconds": outcome["wall_seconds"]}
+
+
+def _finetune_stand_in(start: str, task: str, seed: int, run_dir: Path, arguments: Mapping[str, Any]) -> dict:
+    """STAND-IN for `hf_ffn.training.finetune` (branch libdata): `run_classification` with `GLUE_RECIPE`."""
+    from transformers import TrainingArguments
+
+    values = {**task_recipe(task), **arguments}
+    if "warmup_ratio" in values and "warmup_ratio" not in {f.name for f in dataclasses.fields(TrainingArguments)}:
+        values["warmup_steps"] = values.pop("warmup_ratio")  # transformers ≥ 5.x: a warmup_steps below 1 is a ratio
+    data_names = {f.name for f in dataclasses.fields(ClassificationDataArguments)}
+    data_args = ClassificationDataArguments(task=task, **{k: v for k, v in values.items() if k in data_names})
+    training_args = TrainingArguments(output_dir=str(run_dir), seed=seed,
+                                      **{k: v for k, v in values.items() if k not in data_names})
+    return run_classification(ModelArguments(model_name_or_path=start), data_args, training_args)
 
 
 # --- the report --------------------------------------------------------------------------------------------------
