@@ -39,16 +39,14 @@ def register_auto_classes() -> None:
         head.ffn_bert.register_for_auto_class(head.auto_class)
 
 
-_CONFIG_NAMES = ("FFN_TYPES", "GATED_FFN_ACTIVATIONS", "FfnBertConfig", "is_gated", "parameter_matched_glu_width")
-
-
 def __getattr__(name: str):
-    """The package's names, imported on first use where the import below was deferred (the `hf-ffn` command)."""
-    if name in _CONFIG_NAMES or name in ("AUTO_MAP", "HEAD_CLASSES", *__all__):
-        from . import configuration_ffn_bert, modeling_ffn_bert
+    """The package's names, imported on first use where the imports below were deferred (the `hf-ffn` command)."""
+    import importlib
 
-        module = configuration_ffn_bert if name in _CONFIG_NAMES else modeling_ffn_bert
-        return getattr(module, name)
+    for module in ("configuration_ffn_bert", "modeling_ffn_bert"):
+        value = getattr(importlib.import_module(f".{module}", __name__), name, None)
+        if value is not None and (name in __all__ or name in ("AUTO_MAP", "HEAD_CLASSES")):
+            return value
     raise AttributeError(f"module 'hf_ffn' has no attribute {name!r}")
 
 
