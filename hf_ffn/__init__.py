@@ -40,13 +40,15 @@ def register_auto_classes() -> None:
 
 
 def __getattr__(name: str):
-    """The package's names, imported on first use where the imports below were deferred (the `hf-ffn` command)."""
+    """The package's names, imported on first use where the imports below were deferred (the `hf-ffn` command).
+    Any other name is not looked up (`from . import commands` asks here first, and must import nothing heavy)."""
     import importlib
 
-    for module in ("configuration_ffn_bert", "modeling_ffn_bert"):
-        value = getattr(importlib.import_module(f".{module}", __name__), name, None)
-        if value is not None and (name in __all__ or name in ("AUTO_MAP", "HEAD_CLASSES")):
-            return value
+    if name in __all__ or name in ("AUTO_MAP", "HEAD_CLASSES"):
+        for module in ("configuration_ffn_bert", "modeling_ffn_bert"):
+            value = getattr(importlib.import_module(f".{module}", __name__), name, None)
+            if value is not None:
+                return value
     raise AttributeError(f"module 'hf_ffn' has no attribute {name!r}")
 
 
