@@ -207,7 +207,7 @@ def write_heal_text(tasks: Sequence[str], data_dir: Path, folder: Path) -> list[
 def prepare_variant(variant: Variant, checkpoint: str, folder: Path, heal_text: Sequence[str],
                     smoke: bool = False) -> str:
     """Convert `checkpoint` into `folder/converted` (`Variant.convert`; a pruned variant's units scored on
-    `heal_text`), then, unless the variant is exact, heal it
+    `heal_text`), then, unless both the variant and this conversion (its report's `exact`) are exact, heal it
     into `folder/healed` by its recipe (`variant.heal`, split over `HealArguments`, `LayerwiseArguments` and
     `TrainingArguments`; `SMOKE_HEALING` on top when `smoke`). A folder already there is kept (resume).
     Returns the folder the fine-tunings start from."""
@@ -218,7 +218,9 @@ def prepare_variant(variant: Variant, checkpoint: str, folder: Path, heal_text: 
         # a pruned variant scores its units on the healing text (`Variant.convert`'s calibration_files)
         variant.convert(checkpoint, converted, **({"calibration_files": list(heal_text)}
                                                   if variant.init == "pruned" else {}))
-    if variant.exact:
+    report = converted / "conversion_report.json"
+    exact = json.loads(report.read_text()).get("exact", variant.exact) if report.exists() else variant.exact
+    if variant.exact and exact:  # the conversion report is the truth for this checkpoint (e.g. a ReLU BERT)
         return str(converted)
     if not (healed / "config.json").exists():
         from transformers import TrainingArguments
@@ -407,12 +409,10 @@ def run_comparison(checkpoint: str, variants: Sequence[str], tasks: Sequence[str
     for task in tasks:  # every task folder exists before any work (the readers check their files)
         get_task(task).load(data / task)
     check_settings(output, settings)
-    texts = [str(p) for p in heal_text] if heal_text is not None else None
-    starts: dict[str, str] = {}
-    for name, variant in chosen.items():
-        if texts is None and not variant.exact:
-            texts = write_heal_text(tasks, data, output / "heal_text")
-        starts[name] = prepare_variant(variant, checkpoint, output / "variants" / name, texts or [], smoke=smoke)
+    texts = [str(p) for p in heal_text] if heal_text is not None else write_heal_text(tasks, data,
+                                                                                      output / "heal_text")
+    starts = {name: prepare_variant(variant, checkpoint, output / "variants" / name, texts, smoke=smoke)
+              for name, variant in chosen.items()}
     runs_path = output / RUNS
     for seed in seeds:
         for task in tasks:
