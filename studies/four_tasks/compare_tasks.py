@@ -6,8 +6,11 @@ several seeds with `hf_ffn.training.run_classification` (`--task`: each task's r
 the validation curves) and the measured seconds per step with the cost of the full table
 (`studies.task_comparison`).
 
+A user's comparison is `hf-ffn compare` (`hf_ffn.comparing.run_comparison`: named variants, healing, one table and
+figure); this study runner keeps the study's extras (curves, convergence check, start-weight fingerprints, cost).
+
     python -m studies.four_tasks.compare_tasks --data_root ../shared/data                      # baseline and GeGLU (exact)
-    python -m studies.four_tasks.compare_tasks --data_root ../shared/data \\
+    python -m studies.four_tasks.compare_tasks --data_root ../shared/data \
         --healed swiglu-approx=out/heal-swiglu/healed --healed swiglu-fresh-matched=out/heal-swiglu-matched/healed \\
         --healed pre-ln=out/heal-pre-ln/healed                    # the healed students too (`hf-ffn heal`'s healed/)
     python -m studies.four_tasks.compare_tasks --data_root ../shared/data --tasks mrpc --variants "gelu-post (baseline)" \\
@@ -46,6 +49,7 @@ from pathlib import Path
 import torch
 from transformers import TrainingArguments
 
+from hf_ffn.comparing import read_runs  # the one copy (partial last lines left for the next read)
 from hf_ffn.files import atomic_output_file
 from hf_ffn.parity import bundled_checkpoint
 from hf_ffn.training import (
@@ -152,15 +156,6 @@ def run_one(args: argparse.Namespace, task: str, name: str, model_args: ModelArg
         "finished": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "machine": machine(), "versions": versions(),
         "curve": curve,
     }
-
-
-def read_runs(path: Path) -> list[dict]:
-    """The finished runs in `path` (one JSON line each); a last line without its newline is another process's run
-    being appended (several processes may share one --output_dir) and is left for the next read."""
-    if not path.exists():
-        return []
-    text = path.read_text()
-    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines() if line.strip()]
 
 
 def write_report(args: argparse.Namespace, runs: list[dict], argv: list[str] | None) -> None:

@@ -1,0 +1,359 @@
+"""What each `hf-ffn` subcommand does with its parsed arguments (`hf_ffn.cli` parses them): a thin layer over the
+library function that does the work. Every library import sits inside the function that needs it, so that
+`hf-ffn --help` never waits for torch or transformers (the one module besides `hf_ffn.cli` allowed function-level
+imports: scripts/import_graph.py `DEFERRED_IMPORTS`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+
+EXIT_OK, EXIT_NOT_EXACT, EXIT_BAD_INPUT, EXIT_NOT_PLAIN_BERT = 0, 1, 2, 3  # 2: as hf_ffn.training.EXIT_BAD_INPUT
+
+
+def spelled(args: argparse.Namespace, name: str) -> str:
+    """The option `name` as the user typed it: `--ffn-type` for the older kebab-case spelling, else `--ffn_type`."""
+    kebab = "--" + name.replace("_", "-")
+    typed = any(arg == kebab or arg.startswith(kebab + "=") for arg in getattr(args, "argv", []))
+    return kebab if typed else f"--{name}"
+
+
+def parity(args: argparse.Namespace) -> int:
+    from .checkpoints import check_checkpoint
+    from .parity import (
+        NotPlainBertError,
+        choose_default_checkpoint,
+        format_table,
+        rows_as_dicts,
+        run_parity,
+        variant_report,
+    )
+
+    if args.model:
+        check_checkpoint(args.model, "--model")
+        checkpoint, reason = args.model, "given with --model"
+    else:
+        checkpoint, reason = choose_default_checkpoint()
+    overrides = {
+        k: v
+        for k, v in (
+            ("ffn_type", args.ffn_type),
+            ("layer_norm_position", args.layer_norm_position),
+            ("intermediate_size", args.intermediate_size),
+        )
+        if v is not None
+    }
+    if overrides:  # a variant: report what it changes, never fail on a difference
+        report = variant_report(checkpoint, attn_implementation=args.attn, **overrides)
+        report["reason"] = reason
+        if args.json:
+            print(json.dumps(report, indent=2))
+        else:
+            _print_variant_report(report)
+        return EXIT_OK
+
+    try:
+        rows = run_parity(checkpoint, attn_implementation=args.attn)
+    except NotPlainBertError as error:
+        if args.json:
+            print(json.dumps({"checkpoint": checkpoint, "reason": reason, "exact": None, "not_plain_bert": True,
+                              "differences": error.reasons, "ignored_weights": error.ignored_weights,
+                              "message": str(error)}, indent=2))
+        else:
+            print(f"hf-ffn parity: {error}", file=sys.stderr)
+        return EXIT_NOT_PLAIN_BERT
+    exact = all(row.equal for row in rows)
+    if args.json:
+        document = {
+            "checkpoint": checkpoint,
+            "reason": reason,
+            "attn_implementation": args.attn,
+            "exact": exact,
+            "rows": rows_as_dicts(rows),
+        }
+        print(json.dumps(document, indent=2))
+    else:
+        print(f"checkpoint: {checkpoint}\n  ({reason})\nattention: {args.attn}\n")
+        print(format_table(rows))
+        equal = sum(row.equal for row in rows)
+        verdict = "EXACT: every output equals upstream BERT bit for bit" if exact else "NOT EXACT"
+        print(f"\n{equal}/{len(rows)} outputs equal (torch.equal). {verdict}")
+    return EXIT_OK if exact else EXIT_NOT_EXACT
+
+
+def _print_variant_report(report: dict) -> None:
+    print(f"checkpoint: {report['checkpoint']}\n  ({report['reason']})")
+    print(f"variant: {report['config']}")
+    counts = report["parameters"]
+    print(f"parameters: BERT {counts['bert']:,}  variant {counts['variant']:,}  ({counts['variant'] - counts['bert']:+,})")
+    print(
+        f"new weights (initialised as BERT does: linears normal(0, initializer_range) with zero bias, "
+        f"LayerNorms ones/zeros): {len(report['new_weights'])}"
+    )
+    for key in report["new_weights"]:
+        print(f"  + {key}")
+    print(f"checkpoint weights not used: {len(report['unused_weights'])}")
+    for key in report["unused_weights"]:
+        print(f"  - {key}")
+    for key in report["mismatched_weights"]:
+        print(f"  ! shape mismatch, re-initialised: {key}")
+    diff = report["last_hidden_state"]
+    print(
+        f"last_hidden_state vs BERT (real tokens): max |Δ| {diff['max_abs_diff']:.4g}, mean |Δ| {diff['mean_abs_diff']:.4g}"
+    )
+    for i, d in enumerate(report["hidden_states"]):
+        print(f"  hidden_states[{i}]: max |Δ| {d['max_abs_diff']:.4g}, mean |Δ| {d['mean_abs_diff']:.4g}")
+
+
+def convert(args: argparse.Namespace) -> int:
+    from .checkpoints import check_checkpoint
+    from .conversion import convert_checkpoint, export_to_bert, parse_cli_options
+    from .sentence_transformers import MODULES_FILE, export_sentence_transformer_to_bert, is_sentence_transformer
+
+    sentence_transformer = is_sentence_transformer(args.checkpoint)
+    check_checkpoint(args.checkpoint, "CHECKPOINT", marker=MODULES_FILE if sentence_transformer else "config.json")
+    if args.to_bert:
+        export = export_to_bert
+        if sentence_transformer:  # the backbone becomes plain BERT; Pooling / Normalize / Dense are kept
+            export = _needs_sentence_transformers(args.checkpoint, export_sentence_transformer_to_bert)
+        print(f"wrote plain BERT folder {export(args.checkpoint, args.output_dir)}")
+        return 0
+    if args.variant is not None:
+        _apply_variant(args)
+    options = parse_cli_options(args)
+    if args.init == "pruned":
+        from transformers import AutoTokenizer
+
+        from .healing.layerwise import calibration_ids
+
+        if not args.calibration_files:
+            raise ValueError("--init pruned needs --calibration_files PATH [PATH...] (plain text to score units on)")
+        for name in ("calibration_tokens", "calibration_block"):
+            if getattr(args, name) <= 0:
+                raise ValueError(f"{spelled(args, name)} must be > 0, got {getattr(args, name)}")
+        tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
+        options.update(calibration_ids=calibration_ids(args.calibration_files, tokenizer, args.calibration_block,
+                                                       args.calibration_tokens), prune_score=args.prune_score)
+    if sentence_transformer:
+        report = _convert_sentence_transformer(args, options)
+    else:
+        report = convert_checkpoint(args.checkpoint, args.output_dir, **options)
+    if args.json:
+        print(report.to_json())
+    else:
+        print(report.summary())
+        print(f"wrote {args.output_dir}")
+    return 0
+
+
+def _apply_variant(args: argparse.Namespace) -> None:
+    """`--variant NAME`: the named variant's switches (`hf_ffn.comparing.get_variant`), refused beside a switch."""
+    from .comparing import get_variant
+
+    variant = get_variant(args.variant)
+    given = [f"--{name}" for name in ("ffn_type", "layer_norm_position") if getattr(args, name) is not None]
+    given += [f"--{name}" for name, default in (("init", "preserving"), ("width", "keep"))
+              if getattr(args, name) != default]
+    if given:
+        raise ValueError(f"--variant {args.variant} sets the switches itself; remove {', '.join(given)}")
+    args.ffn_type, args.layer_norm_position = variant.ffn_type, variant.layer_norm_position
+    args.init, args.width = variant.init, str(variant.width)
+    args.prune_score = getattr(variant, "prune_score", None) or args.prune_score
+
+
+def _needs_sentence_transformers(checkpoint: str, function):
+    """`function`, whose missing sentence-transformers package is reported as bad input naming the extra."""
+    from .sentence_transformers import MODULES_FILE
+
+    def call(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except ImportError as error:
+            raise ValueError(
+                f"{checkpoint} is a sentence-transformers model ({MODULES_FILE}); converting it with its modules "
+                f"needs the sentence-transformers package (pip install 'hf_ffn[sentence-transformers]'): {error}"
+            ) from error
+
+    return call
+
+
+def _convert_sentence_transformer(args: argparse.Namespace, options: dict):
+    """A source with modules.json: convert the backbone and keep every other module."""
+    from .sentence_transformers import MODULES_FILE, convert_sentence_transformer
+
+    convert = _needs_sentence_transformers(args.checkpoint, convert_sentence_transformer)
+    report = convert(args.checkpoint, args.output_dir, **options)
+    if not args.json:
+        print(f"sentence-transformers model: converted the backbone, kept the other modules ({MODULES_FILE})")
+    return report
+
+
+def params(args: argparse.Namespace) -> int:
+    from . import params
+
+    unknown = sorted(set(args.preset or []) - set(params.PRESETS))
+    if unknown:
+        raise ValueError(f"--preset has unknown value(s) {unknown}; allowed: {', '.join(params.PRESETS)}")
+    rows = [row for preset in args.preset or list(params.PRESETS) for row in params.param_table(preset)]
+    print(json.dumps([asdict(row) for row in rows], indent=2) if args.json else params.format_markdown(rows))
+    return 0
+
+
+def sts(args: argparse.Namespace) -> int:
+    from .similarity import sts_spearman
+
+    result = sts_spearman(args.model, args.data_dir, split=args.split, batch_size=args.batch_size)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"STS-B {result['split']} ({result['pairs']} pairs), cosine of mean-pooled embeddings: Spearman "
+              f"{result['spearman']:.4f}, Pearson {result['pearson']:.4f} ({result['model']}, {result['seconds']:.0f} s)")
+    return 0
+
+
+def heal(args: argparse.Namespace) -> int:
+    import logging
+
+    from transformers import HfArgumentParser, TrainingArguments
+
+    from .healing import HealArguments, LayerwiseArguments, run_healing
+    from .training import parse_arguments
+
+    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("hf_ffn").setLevel(logging.INFO)  # the layer-wise stage logs each layer's errors
+    parser = HfArgumentParser((HealArguments, LayerwiseArguments, TrainingArguments), prog="hf-ffn heal",
+                              description=DESCRIPTIONS["heal"])
+    heal_args, layerwise_args, training_args = parse_arguments(parser, args.rest)
+    healing = run_healing(heal_args, training_args, command=" ".join(["hf-ffn", *args.argv]),
+                          layerwise_args=layerwise_args)
+    if healing:  # the main process
+        print(json.dumps({k: healing[k] for k in ("before", "after", "steps", "train_seconds", "healed_dir")},
+                         indent=2, default=str))
+    return 0
+
+
+def finetune(args: argparse.Namespace) -> int:
+    try:
+        from .training.finetuning import finetune_main
+    except ImportError:  # STAND-IN until branch libdata lands hf_ffn.training.finetuning; delete this branch then
+        return finetune_stand_in(args.rest)
+    return finetune_main(args.rest, prog="hf-ffn finetune")
+
+
+def finetune_stand_in(argv: list[str]) -> int:
+    from transformers import HfArgumentParser, TrainingArguments
+
+    from .training import ClassificationDataArguments, ModelArguments, parse_arguments, run_classification, task_score
+    from .training.tasks import get_task
+
+    parser = HfArgumentParser((ModelArguments, ClassificationDataArguments, TrainingArguments),
+                              prog="hf-ffn finetune", description=DESCRIPTIONS["finetune"])
+    model_args, data_args, training_args = parse_arguments(parser, argv)
+    results = run_classification(model_args, data_args, training_args)["results"]
+    print(json.dumps(results, indent=2))
+    if data_args.task is not None:
+        task = get_task(data_args.task)
+        prefix = "test_" if task.report_split == "test" else "eval_"
+        metrics = ", ".join(f"{name}={results[prefix + name]:.4f}" for name in task.metrics)
+        print(f"task={task.name} score={task_score(task.name, results, prefix):.2f} ({metrics}) on {task.report_split}")
+    return 0
+
+
+def mlm(args: argparse.Namespace) -> int:
+    try:
+        from .training.pretraining import pretraining_main
+    except ImportError:  # STAND-IN until branch pretrain lands hf_ffn.training.pretraining; delete this branch then
+        return mlm_stand_in(args.rest)
+    return pretraining_main(args.rest, prog="hf-ffn mlm")
+
+
+def mlm_stand_in(argv: list[str]) -> int:
+    from transformers import HfArgumentParser, TrainingArguments
+
+    from .training import MlmDataArguments, ModelArguments, parse_arguments, run_mlm
+
+    parser = HfArgumentParser((ModelArguments, MlmDataArguments, TrainingArguments), prog="hf-ffn mlm",
+                              description=DESCRIPTIONS["mlm"])
+    model_args, data_args, training_args = parse_arguments(parser, argv)
+    results = run_mlm(model_args, data_args, training_args)["results"]
+    print(json.dumps(results, indent=2))
+    print(f"perplexity before {results['before_perplexity']:.2f} -> after {results['eval_perplexity']:.2f}")
+    print(f"saved to {training_args.output_dir}")
+    return 0
+
+
+# Fine-tuning overrides `hf-ffn compare` passes on (None: the task's recipe decides).
+COMPARE_OVERRIDES = {
+    "learning_rate": (float, "Peak learning rate of every fine-tuning run."),
+    "per_device_train_batch_size": (int, "Training batch size of every fine-tuning run."),
+    "num_train_epochs": (float, "Epochs of every fine-tuning run."),
+    "max_steps": (int, "Optimizer steps of every fine-tuning run (overrides the epochs)."),
+    "max_seq_length": (int, "Tokens per example, [CLS] and [SEP] included."),
+    "max_train_samples": (int, "Use only the first N training rows of each task."),
+    "max_eval_samples": (int, "Use only the first N validation rows of each task."),
+}
+
+
+def compare(args: argparse.Namespace) -> int:
+    from .comparing import SMOKE_TASKS, SMOKE_VARIANTS, VARIANTS, run_comparison
+    from .training.tasks import TASKS
+
+    if args.list:
+        for name, variant in VARIANTS.items():
+            kind = "exact" if variant.exact else "healed"
+            print(f"variant {name:16s} ({kind}) {variant.description}")
+        for name, task in TASKS.items():
+            print(f"task    {name:16s} metric {', '.join(task.metrics)} on {task.report_split}")
+        return 0
+    if args.data_dir is None:
+        raise ValueError("--data_dir is required: a folder with one subfolder per task (e.g. DATA_DIR/stsb)")
+    checkpoint = args.model_name_or_path
+    if checkpoint is None:
+        from .parity import bundled_checkpoint
+
+        checkpoint = bundled_checkpoint()
+    variants = args.variants or list(SMOKE_VARIANTS if args.smoke else VARIANTS)
+    tasks = args.tasks or list(SMOKE_TASKS if args.smoke else TASKS)
+    seeds = args.seeds or ([0] if args.smoke else [0, 1, 2])
+    overrides = {name: getattr(args, name) for name in COMPARE_OVERRIDES if getattr(args, name) is not None}
+    output = run_comparison(checkpoint, variants, tasks, args.data_dir, seeds, args.output_dir,
+                            heal_text=args.heal_text, smoke=args.smoke, **overrides)
+    print((output / "comparison.md").read_text())
+    return 0
+
+
+DESCRIPTIONS = {
+    "parity": "Compare hf_ffn with upstream BERT on a checkpoint, output by output, and report whether every output "
+              "is bit-identical (torch.equal); with a switch (--ffn_type ...), report what that variant changes.",
+    "convert": "Convert a BERT checkpoint into an FfnBert variant folder (or, with --to_bert, a default FfnBert "
+               "folder back into plain BERT); the folder's conversion_report.json holds the measured difference.",
+    "heal": "Distil a converted FfnBert folder from its source checkpoint on plain text, so that a conversion that "
+            "is not function-preserving computes close to the source again.",
+    "finetune": "Fine-tune a checkpoint for sequence classification or regression with transformers' Trainer: a "
+                "named task (--task with --data_dir, its recipe as defaults) or your own data files; ends with one "
+                "line giving the task score.",
+    "mlm": "Train a masked language model (from scratch or continued from a checkpoint) on plain-text files with "
+           "transformers' Trainer.",
+    "compare": "Compare named variants of your checkpoint on fine-tuning tasks: convert each, heal those whose "
+               "conversion is not exact, fine-tune every variant x task x seed, and write a table with paired "
+               "Student-t 95% intervals against the baseline and one figure into one output folder (resumable).",
+    "sts": "Zero-shot STS-B: the Spearman correlation of the cosine similarities of mean-pooled embeddings with the "
+           "gold scores, without training.",
+    "params": "Count FFN widths, weights, biases, FLOPs per token and share of the model per variant, on the real "
+              "modules (meta device).",
+}
+
+
+SHORT_HELP = {
+    "parity": "Check that hf_ffn reproduces upstream BERT bit for bit on a checkpoint.",
+    "convert": "Convert a BERT checkpoint into an FfnBert variant folder (or back to BERT).",
+    "heal": "Distil a converted folder from its source checkpoint (options: hf-ffn heal --help).",
+    "finetune": "Fine-tune for classification or regression; ends with the task score (hf-ffn finetune --help).",
+    "mlm": "Train a masked language model on plain text (options: hf-ffn mlm --help).",
+    "compare": "Compare variants of your checkpoint on tasks: convert, heal, fine-tune, table and figure.",
+    "sts": "Zero-shot STS-B Spearman correlation of mean-pooled embeddings, without training.",
+    "params": "FFN widths, weights and FLOPs per token for each variant.",
+}

@@ -1,0 +1,444 @@
+"""Compare named variants of one BERT checkpoint on fine-tuning tasks: `run_comparison` (`hf-ffn compare`).
+
+For each variant (`hf_ffn.variants.VARIANTS`) the checkpoint is converted, healed by distillation where the
+conversion is not function-preserving (the variant's measured healing recipe), and fine-tuned on every task
+(`hf_ffn.training.tasks.TASKS`) for every seed. One output folder, predictable paths::
+
+    OUTPUT/settings.json                          what must match to resume (checked; a mismatch is refused)
+    OUTPUT/heal_text/<task>.txt                   default healing text: the compared tasks' training sentences
+    OUTPUT/variants/<variant>/converted           `Variant.convert`'s folder
+    OUTPUT/variants/<variant>/healed              the healed student (variants whose conversion is not exact)
+    OUTPUT/runs/<variant>/<task>/seed<N>          one fine-tuning run (its all_results.json and model card)
+    OUTPUT/runs.jsonl                             one JSON line per finished run (finished runs are skipped)
+    OUTPUT/comparison.md                          the table: score per variant and task, Δ vs the baseline
+    OUTPUT/comparison.png                         the figure: each variant's Δ with its interval, per task
+
+Statistics (seed noise, paired by seed): for each seed s, d_s = score(variant, s) − score(baseline, s); the interval
+is mean(d) ± t_{0.975, n−1} · sd(d) / √n (Student's t, n − 1 degrees of freedom, sd with denominator n − 1;
+`paired_t_interval`). A difference is "outside the noise" when the interval excludes 0; "inside the noise" means no
+difference was detected at this number of seeds, and the interval's width is the difference that could be missed.
+
+scipy and matplotlib (the optional `plots` extra) are imported by the functions that need them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .conversion import convert_checkpoint
+from .healing import HealArguments, LayerwiseArguments, run_healing
+from .training import ClassificationDataArguments, ModelArguments, run_classification, task_score
+from .training.tasks import get_task
+
+try:
+    from .training.finetuning import finetune
+except ImportError:  # STAND-IN until branch libdata lands hf_ffn.training.finetune; delete this block then
+    finetune = None
+
+SETTINGS, RUNS, TABLE, FIGURE = "settings.json", "runs.jsonl", "comparison.md", "comparison.png"
+CONFIDENCE = 0.95
+
+# --- statistics (one copy: the studies import these) -------------------------------------------------------------
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, sample standard deviation with denominator n − 1; nan for n < 2)."""
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else math.nan
+
+
+def paired_t_interval(differences: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(mean, low, high): the Student-t confidence interval of the mean of paired `differences` (n ≥ 2), n − 1
+    degrees of freedom: mean ± t_{(1+confidence)/2, n−1} · sd / √n (scipy's one-sample t interval).
+
+    Raises:
+        ValueError: if fewer than two differences are given.
+    """
+    from scipy import stats
+
+    n = len(differences)
+    if n < 2:
+        raise ValueError(f"paired_t_interval needs at least 2 paired differences, got {n}")
+    interval = stats.ttest_1samp(differences, 0.0).confidence_interval(confidence)
+    return statistics.mean(differences), float(interval.low), float(interval.high)
+
+
+def paired_differences(runs: Sequence[Mapping], reference: Sequence[Mapping], key: str = "score") -> list[float]:
+    """`key` of each run in `runs` minus `key` of the `reference` run with the same "seed" (seeds both have)."""
+    by_seed = {run["seed"]: run[key] for run in reference}
+    return [run[key] - by_seed[run["seed"]] for run in runs if run["seed"] in by_seed]
+
+
+def paired_score_difference(runs: Sequence[Mapping], reference: Sequence[Mapping], key: str = "score") -> tuple | None:
+    """(mean, low, high) of `key` in `runs` − `reference`, paired by seed (`paired_t_interval`); None with fewer than
+    2 seeds in common."""
+    differences = paired_differences(runs, reference, key)
+    return paired_t_interval(differences) if len(differences) >= 2 else None
+
+
+# --- variants --------------------------------------------------------------------------------------------------
+
+try:
+    from .variants import BASELINE, VARIANTS, Variant, get_variant
+except ImportError:  # STAND-IN until branch libvariants lands hf_ffn.variants; delete this block then.
+
+    @dataclass(frozen=True)
+    class Variant:  # type: ignore[no-redef]
+        """STAND-IN for `hf_ffn.variants.Variant` (same fields; recipes from docs/healing.md's layer-wise runs)."""
+
+        name: str
+        description: str
+        ffn_type: str | None = None
+        layer_norm_position: str | None = None
+        init: str = "preserving"
+        width: str | int = "keep"
+        exact: bool = True
+        heal: dict | None = None
+
+        def convert(self, checkpoint: str, output_dir: str | Path, **kw: Any):
+            return convert_checkpoint(checkpoint, output_dir, ffn_type=self.ffn_type,
+                                      layer_norm_position=self.layer_norm_position, init=self.init, width=self.width,
+                                      **kw)
+
+    BASELINE = "gelu-post"
+    VARIANTS: dict[str, Variant] = {  # type: ignore[no-redef]
+        "gelu-post": Variant("gelu-post", "the checkpoint as it is (GELU FFN, Post-LN): the baseline"),
+        "geglu": Variant("geglu", "GeGLU, function-preserving", ffn_type="geglu"),
+        "swiglu-approx": Variant("swiglu-approx", "SwiGLU approximating GELU, healed", ffn_type="swiglu",
+                                 exact=False, heal={"layerwise_steps": 0, "max_steps": 0}),
+        "swiglu-matched": Variant("swiglu-matched", "SwiGLU at the baseline's parameter count, healed",
+                                  ffn_type="swiglu", init="fresh", width="matched", exact=False,
+                                  heal={"layerwise_steps": 1000, "max_steps": 0}),
+        "pre-ln": Variant("pre-ln", "Pre-LN LayerNorm placement, healed", layer_norm_position="pre", exact=False,
+                          heal={"layerwise_steps": 1000, "layerwise_parts": "layer", "layerwise_inputs": "student",
+                                "layerwise_stream": "teacher", "max_steps": 0}),
+    }
+
+    def get_variant(name: str) -> Variant:  # type: ignore[misc]
+        if name not in VARIANTS:
+            raise ValueError(f"variants has unknown value {name!r}; allowed: {', '.join(VARIANTS)}")
+        return VARIANTS[name]
+
+
+# --- settings ----------------------------------------------------------------------------------------------------
+
+# Fine-tuning overrides of `smoke=True` (on top of each task's recipe): a run of seconds on 64 rows.
+SMOKE_FINETUNING = {"max_steps": 8, "per_device_train_batch_size": 8, "max_train_samples": 64,
+                    "max_eval_samples": 64, "max_test_samples": 64, "max_seq_length": 64}
+# Healing overrides of `smoke=True`: a layer-wise fit on a few thousand tokens, no end-to-end steps.
+SMOKE_HEALING = {"layerwise_tokens": 2048, "layerwise_steps": 10, "max_steps": 0, "max_seq_length": 64}
+SMOKE_VARIANTS = ("gelu-post", "swiglu-approx")
+SMOKE_TASKS = ("stsb",)
+# BERT's GLUE fine-tuning recipe (Devlin et al. 2019, App. A.3; lr from {5e-5, 4e-5, 3e-5, 2e-5}): used for a task
+# whose preset carries no recipe.  STAND-IN until branch libdata lands `Task.recipe`.
+GLUE_RECIPE = {"learning_rate": 2e-5, "per_device_train_batch_size": 32, "num_train_epochs": 3.0,
+               "warmup_ratio": 0.1}
+
+
+def comparison_settings(checkpoint: str, heal_text: Sequence[str] | None, smoke: bool,
+                        finetuning: Mapping[str, Any]) -> dict[str, Any]:
+    """What every run of one output folder must share (stored in OUTPUT/settings.json, checked on resume). Variants,
+    tasks and seeds may be added to a folder later; these may not change."""
+    return {"checkpoint": str(checkpoint), "heal_text": None if heal_text is None else [str(p) for p in heal_text],
+            "smoke": smoke, "finetuning": dict(sorted(finetuning.items()))}
+
+
+def check_settings(output_dir: Path, settings: dict[str, Any]) -> None:
+    """Write `settings` to OUTPUT/settings.json, or check they equal the stored ones.
+
+    Raises:
+        ValueError: naming the folder, each differing setting with both values, and the way out (another
+            output_dir).
+    """
+    path = output_dir / SETTINGS
+    if path.exists():
+        stored = json.loads(path.read_text())
+        differing = [f"{key}: {stored.get(key)!r} there, {settings.get(key)!r} now"
+                     for key in sorted(set(stored) | set(settings)) if stored.get(key) != settings.get(key)]
+        if differing:
+            raise ValueError(f"output_dir {str(output_dir)!r} holds a comparison with other settings ("
+                             f"{'; '.join(differing)}); give another output_dir to compare with these settings")
+        return
+    output_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings, indent=2) + "\n")
+
+
+def read_runs(path: str | Path) -> list[dict]:
+    """The finished runs in a runs file (one JSON object a line; [] before the first). A last line without its
+    newline is a run another process is appending and is left for the next read. A folder means its runs.jsonl."""
+    path = Path(path)
+    path = path / RUNS if path.is_dir() else path
+    if not path.exists():
+        return []
+    text = path.read_text()
+    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines() if line.strip()]
+
+
+# --- the steps ---------------------------------------------------------------------------------------------------
+
+
+def write_heal_text(tasks: Sequence[str], data_dir: Path, folder: Path) -> list[str]:
+    """The default healing text: every training sentence of `tasks` (both sides of a pair), one per line, in
+    `folder/<task>.txt`. Returns the files' paths."""
+    paths = []
+    for name in tasks:
+        path = folder / f"{name}.txt"
+        if not path.exists():
+            task = get_task(name)
+            train = task.load(data_dir / name)["train"]
+            columns = [c for c in (task.text_column, task.text_pair_column) if c]
+            lines = [row[c] for row in train for c in columns if row[c]]
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text("\n".join(lines) + "\n")
+            tmp.replace(path)
+        paths.append(str(path))
+    return paths
+
+
+def prepare_variant(variant: Variant, checkpoint: str, folder: Path, heal_text: Sequence[str],
+                    smoke: bool = False) -> str:
+    """Convert `checkpoint` into `folder/converted` (`Variant.convert`; a pruned variant's units scored on
+    `heal_text`), then, unless both the variant and this conversion (its report's `exact`) are exact, heal it
+    into `folder/healed` by its recipe (`variant.heal`, split over `HealArguments`, `LayerwiseArguments` and
+    `TrainingArguments`; `SMOKE_HEALING` on top when `smoke`). A folder already there is kept (resume).
+    Returns the folder the fine-tunings start from."""
+    converted, healed = folder / "converted", folder / "healed"
+    if not (converted / "config.json").exists():
+        shutil.rmtree(converted, ignore_errors=True)
+        print(f"[compare] {variant.name}: converting into {converted}", flush=True)
+        # a pruned variant scores its units on the healing text (`Variant.convert`'s calibration_files)
+        variant.convert(checkpoint, converted, **({"calibration_files": list(heal_text)}
+                                                  if variant.init == "pruned" else {}))
+    report = converted / "conversion_report.json"
+    exact = json.loads(report.read_text()).get("exact", variant.exact) if report.exists() else variant.exact
+    if variant.exact and exact:  # the conversion report is the truth for this checkpoint (e.g. a ReLU BERT)
+        return str(converted)
+    if not (healed / "config.json").exists():
+        from transformers import TrainingArguments
+
+        recipe = {**(variant.heal or {}), **(SMOKE_HEALING if smoke else {})}
+        classes = (HealArguments, LayerwiseArguments, TrainingArguments)
+        names = [{f.name for f in dataclasses.fields(cls) if f.init} for cls in classes]
+        unknown = sorted(set(recipe) - set().union(*names))
+        if unknown:
+            raise ValueError(f"variant {variant.name!r}: heal recipe has unknown field(s) {unknown}")
+        pick = [{k: v for k, v in recipe.items() if k in n} for n in names]
+        shutil.rmtree(healed, ignore_errors=True)
+        work = folder / "healing"
+        shutil.rmtree(work, ignore_errors=True)
+        heal_args = HealArguments(student=str(converted), train_files=list(heal_text), teacher=checkpoint,
+                                  healed_dir=str(healed), **pick[0])
+        training_args = TrainingArguments(output_dir=str(work), report_to="none", save_strategy="no",
+                                          disable_tqdm=True, **{"max_steps": 0, **pick[2]})
+        print(f"[compare] {variant.name}: healing into {healed}", flush=True)
+        run_healing(heal_args, training_args, command=f"hf_ffn.comparing.prepare_variant({variant.name!r})",
+                    layerwise_args=LayerwiseArguments(**pick[1]))
+    return str(healed)
+
+
+def task_recipe(task: str) -> dict[str, Any]:
+    """The task's training recipe as `TrainingArguments` values (`Task.recipe`; `GLUE_RECIPE` when it has none)."""
+    recipe = getattr(get_task(task), "recipe", None)
+    return dataclasses.asdict(recipe) if recipe is not None else dict(GLUE_RECIPE)
+
+
+def finetune_run(start: str, task: str, data_dir: Path, seed: int, run_dir: Path,
+                 finetuning: Mapping[str, Any]) -> dict[str, Any]:
+    """Fine-tune `start` on `task` (its recipe, `finetuning` overriding it) with `seed` into `run_dir`
+    (`hf_ffn.training.finetune`); returns the run's score (×100), metrics, split and seconds."""
+    fixed = {"data_dir": str(data_dir / task), "report_to": "none", "save_strategy": "no", "eval_strategy": "no",
+             "disable_tqdm": True}
+    if finetune is not None:
+        outcome = finetune(start, str(run_dir), task=task, seed=seed, quiet=True, **fixed, **finetuning)
+    else:  # STAND-IN until branch libdata lands hf_ffn.training.finetune (which applies the task's recipe)
+        outcome = _finetune_stand_in(start, task, seed, run_dir, {**fixed, **finetuning})
+    split = get_task(task).report_split
+    prefix = "test_" if split == "test" else "eval_"
+    results = outcome["results"]
+    metrics = {name: results[prefix + name] for name in get_task(task).metrics}
+    return {"score": task_score(task, results, prefix), "metrics": metrics, "split": split,
+            "train_seconds": outcome.get("train_seconds"), "wall_seconds": outcome["wall_seconds"]}
+
+
+def _finetune_stand_in(start: str, task: str, seed: int, run_dir: Path, arguments: Mapping[str, Any]) -> dict:
+    """STAND-IN for `hf_ffn.training.finetune` (branch libdata): `run_classification` with `GLUE_RECIPE`."""
+    from transformers import TrainingArguments
+
+    values = {**task_recipe(task), **arguments}
+    if "warmup_ratio" in values and "warmup_ratio" not in {f.name for f in dataclasses.fields(TrainingArguments)}:
+        values["warmup_steps"] = values.pop("warmup_ratio")  # transformers ≥ 5.x: a warmup_steps below 1 is a ratio
+    data_names = {f.name for f in dataclasses.fields(ClassificationDataArguments)}
+    data_args = ClassificationDataArguments(task=task, **{k: v for k, v in values.items() if k in data_names})
+    training_args = TrainingArguments(output_dir=str(run_dir), seed=seed,
+                                      **{k: v for k, v in values.items() if k not in data_names})
+    return run_classification(ModelArguments(model_name_or_path=start), data_args, training_args)
+
+
+# --- the report --------------------------------------------------------------------------------------------------
+
+
+def _interval_cell(differences: list[float]) -> tuple[str, str]:
+    if not differences:
+        return "–", "no paired seed"
+    if len(differences) < 2:
+        return f"{differences[0]:+.2f}", "1 paired seed: no interval"
+    mean, low, high = paired_t_interval(differences)
+    verdict = "**outside the noise**" if low > 0 or high < 0 else "inside the noise"
+    return f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]", verdict
+
+
+def format_table(runs: Sequence[Mapping], variants: Sequence[str], tasks: Sequence[str]) -> str:
+    """The comparison as markdown: per task, per variant the seeds, the score (mean ± sd over seeds, ×100) and the
+    paired difference from the baseline with its Student-t 95% interval (`paired_t_interval`) and verdict."""
+    lines = ["| task | variant | seeds | score | Δ vs baseline [95% t interval] | verdict |",
+             "|---|---|---|---|---|---|"]
+    for task in tasks:
+        base = [r for r in runs if r["task"] == task and r["variant"] == BASELINE]
+        for name in variants:
+            rows = sorted((r for r in runs if r["task"] == task and r["variant"] == name), key=lambda r: r["seed"])
+            if not rows:
+                continue
+            mean, sd = mean_std([r["score"] for r in rows])
+            score = f"{mean:.2f}" + (f" ± {sd:.2f}" if len(rows) > 1 else "")
+            delta, verdict = ("(baseline)", "") if name == BASELINE else _interval_cell(paired_differences(rows, base))
+            seeds = ", ".join(str(r["seed"]) for r in rows)
+            lines.append(f"| {task} | {name} | {seeds} | {score} | {delta} | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(output_dir: Path, runs: Sequence[Mapping], variants: Sequence[str], tasks: Sequence[str],
+                 settings: Mapping[str, Any]) -> None:
+    """Write OUTPUT/comparison.md (`format_table` with the settings and how to read it)."""
+    descriptions = "\n".join(f"- `{name}`: {get_variant(name).description}" for name in variants)
+    text = (f"# Variant comparison\n\nCheckpoint: `{settings['checkpoint']}`. Score: the task's metric(s) ×100 "
+            f"(`hf_ffn.training.task_score`). Δ: variant − baseline (`{BASELINE}`), paired by seed, mean and "
+            f"Student-t {100 * CONFIDENCE:.0f}% interval over seeds. 'Inside the noise' means no difference was "
+            f"detected at this number of seeds; the interval's width is the difference that could have been missed."
+            + (" Smoke settings: a few steps on a few rows; the numbers show that the command works, not the "
+               "variants' quality." if settings["smoke"] else "")
+            + f"\n\n{format_table(runs, variants, tasks)}\nVariants:\n\n{descriptions}\n\n"
+            f"Fine-tuning overrides of the tasks' recipes: `{json.dumps(settings['finetuning'])}`.\n")
+    tmp = output_dir / (TABLE + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(output_dir / TABLE)
+
+
+def plot_comparison(runs: Sequence[Mapping], variants: Sequence[str], tasks: Sequence[str], path: Path) -> bool:
+    """Draw each variant's Δ vs the baseline (points ×100) with its 95% t interval, one panel per task, into `path`.
+    Returns False (and prints why) when matplotlib is not installed (the `plots` extra)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"[compare] {path.name} skipped: matplotlib is not installed (pip install 'hf_ffn[plots]')", flush=True)
+        return False
+    others = [name for name in variants if name != BASELINE]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 0.6 * len(others) + 1.6), squeeze=False,
+                             sharey=True)
+    for ax, task in zip(axes[0], tasks, strict=True):
+        base = [r for r in runs if r["task"] == task and r["variant"] == BASELINE]
+        for y, name in enumerate(others):
+            differences = paired_differences([r for r in runs if r["task"] == task and r["variant"] == name], base)
+            if not differences:
+                continue
+            if len(differences) >= 2:
+                mean, low, high = paired_t_interval(differences)
+                ax.errorbar(mean, y, xerr=[[mean - low], [high - mean]], fmt="o", capsize=4)
+            else:
+                ax.plot(differences[0], y, "o")
+        ax.axvline(0.0, color="grey", linewidth=1)
+        ax.set_title(task)
+        ax.set_xlabel(f"Δ score vs {BASELINE} (points)")
+        ax.set_yticks(range(len(others)), others)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+# --- the whole comparison ----------------------------------------------------------------------------------------
+
+
+def run_comparison(checkpoint: str, variants: Sequence[str], tasks: Sequence[str], data_dir: str | Path,
+                   seeds: Sequence[int], output_dir: str | Path, heal_text: Sequence[str | Path] | None = None,
+                   smoke: bool = False, **finetuning: Any) -> Path:
+    """Compare `variants` of `checkpoint` on `tasks` over `seeds`; returns `output_dir` (layout: module docstring).
+
+    Args:
+        checkpoint: a BERT checkpoint folder or hub name (Post-LN, GELU: the baseline as it is).
+        variants: names of `hf_ffn.variants.VARIANTS`; the baseline (`BASELINE`) is added when missing.
+        tasks: names of `hf_ffn.training.tasks.TASKS`.
+        data_dir: a folder with one subfolder per task (e.g. `data_dir/mrpc`).
+        seeds: fine-tuning seeds; each variant × task runs once per seed (paired by seed).
+        output_dir: the comparison folder; an existing one is resumed (finished runs are skipped).
+        heal_text: plain-text files or folders of *.txt to heal on; default: the tasks' training sentences
+            (written to OUTPUT/heal_text/).
+        smoke: a run of about two minutes on 2 CPU cores for a MiniLM-sized model (`SMOKE_FINETUNING`,
+            `SMOKE_HEALING`): checks the command, not the variants.
+        finetuning: overrides of the tasks' recipes: `TrainingArguments` or `ClassificationDataArguments` fields
+            (e.g. `learning_rate=3e-5`, `max_train_samples=1000`).
+
+    Raises:
+        ValueError: an unknown variant or task name, no seed, or `output_dir` holding a comparison with other
+            settings (`check_settings`), before any work.
+        FileNotFoundError: a task's folder or file missing under `data_dir`.
+    """
+    output, data = Path(output_dir), Path(data_dir)
+    names = [BASELINE, *[name for name in dict.fromkeys(variants) if name != BASELINE]]
+    chosen = {name: get_variant(name) for name in names}
+    for task in tasks:
+        get_task(task)
+    if not tasks:
+        raise ValueError("tasks: give at least one task")
+    if not seeds:
+        raise ValueError("seeds: give at least one seed")
+    finetuning = {**(SMOKE_FINETUNING if smoke else {}), **finetuning}
+    settings = comparison_settings(checkpoint, None if heal_text is None else [str(p) for p in heal_text], smoke,
+                                   finetuning)
+    for task in tasks:  # every task folder exists before any work (the readers check their files)
+        get_task(task).load(data / task)
+    check_settings(output, settings)
+    texts = [str(p) for p in heal_text] if heal_text is not None else write_heal_text(tasks, data,
+                                                                                      output / "heal_text")
+    starts = {name: prepare_variant(variant, checkpoint, output / "variants" / name, texts, smoke=smoke)
+              for name, variant in chosen.items()}
+    runs_path = output / RUNS
+    for seed in seeds:
+        for task in tasks:
+            for name in names:
+                if any((r["variant"], r["task"], r["seed"]) == (name, task, seed) for r in read_runs(runs_path)):
+                    print(f"[compare] {name} / {task} / seed {seed}: finished before, skipped", flush=True)
+                    continue
+                run_dir = output / "runs" / name / task / f"seed{seed}"
+                shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run starts again
+                print(f"[compare] {name} / {task} / seed {seed}: fine-tuning into {run_dir}", flush=True)
+                result = finetune_run(starts[name], task, data, seed, run_dir, finetuning)
+                for weights in run_dir.glob("*.safetensors"):  # the scores are kept; the weights would fill the disk
+                    weights.unlink()
+                line = {"variant": name, "task": task, "seed": seed, **result, "start": starts[name],
+                        "run_dir": str(run_dir), "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+                with runs_path.open("a") as handle:
+                    handle.write(json.dumps(line) + "\n")
+                print(f"[compare] {name} / {task} / seed {seed}: score {result['score']:.2f}", flush=True)
+    runs = [r for r in read_runs(runs_path) if r["variant"] in names and r["task"] in tasks]
+    write_report(output, runs, names, list(tasks), settings)
+    plot_comparison(runs, names, list(tasks), output / FIGURE)
+    print(f"[compare] wrote {output / TABLE}", flush=True)
+    return output
+
+
+__all__ = ["BASELINE", "FIGURE", "RUNS", "SETTINGS", "SMOKE_FINETUNING", "SMOKE_HEALING", "SMOKE_TASKS",
+           "SMOKE_VARIANTS", "TABLE", "VARIANTS", "check_settings", "comparison_settings", "finetune_run",
+           "format_table", "mean_std", "paired_differences", "paired_score_difference", "paired_t_interval",
+           "plot_comparison", "prepare_variant", "read_runs", "run_comparison", "write_heal_text", "write_report"]

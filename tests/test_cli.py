@@ -1,0 +1,229 @@
+"""`hf-ffn`: every subcommand end to end on a tiny BERT (with the bundled checkpoint's tokenizer) and tiny data
+written by the test; every --help shows defaults; the command's import stays light (no torch, no transformers
+before a subcommand runs); `hf-ffn compare` writes its table from the runs, resumes without re-running, and
+refuses other settings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertForPreTraining
+from transformers.utils import logging as hf_logging
+
+from hf_ffn.cli import build_parser, main
+from hf_ffn.comparing import paired_score_difference, paired_t_interval
+
+from .conftest import TINY
+from .test_tasks import WORDS, write_stsb
+
+REPO = Path(__file__).resolve().parents[1]
+TEXT = " ".join(f"the {word} cat sat on the mat and the dog ran to the {word} park." for word in
+                ("red", "blue", "green", "old", "new", "big", "small", "far")) + "\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(bundled_checkpoint, tmp_path_factory) -> str:
+    """An upstream BertForPreTraining of TINY sizes with the bundled checkpoint's vocabulary and tokenizer."""
+    hf_logging.set_verbosity_error()
+    folder = tmp_path_factory.mktemp("cli_tiny_bert")
+    tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint)
+    torch.manual_seed(0)
+    config = BertConfig(**{**TINY, "vocab_size": tokenizer.vocab_size, "max_position_embeddings": 128})
+    BertForPreTraining(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("cli_data")
+    write_stsb(root / "stsb", lines_per_split=16)
+    (root / "text").mkdir()
+    (root / "text" / "a.txt").write_text(TEXT * 4)
+    (root / "text" / "b.txt").write_text(TEXT.upper() * 4)
+    return root
+
+
+def run(capsys, *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_import_of_the_command_defers_torch_and_transformers():
+    """An observation, not a timing: inside the `hf-ffn` command (argv[0]), importing hf_ffn.cli and building its
+    parser imports neither torch nor transformers; a plain `import hf_ffn` still registers the Auto classes."""
+    code = ("import sys; sys.argv[0] = 'hf-ffn'; import hf_ffn.cli; hf_ffn.cli.build_parser(); "
+            "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'scipy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
+    assert out.strip() == "[]"
+    code = ("import sys, hf_ffn; from transformers import AutoConfig; "
+            "print(type(AutoConfig.for_model('ffn_bert')).__name__, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
+    assert out.strip() == "FfnBertConfig True"
+
+
+@pytest.mark.parametrize(("command", "shown"), [
+    ("parity", "Attention implementation. (default: eager)"),
+    ("convert", "(default: preserving)"),
+    ("compare", "(default: out/compare)"),
+    ("sts", "Split to score: test, validation or train. (default: test)"),
+    ("heal", "(default: layerwise)"),
+    ("finetune", "(default: 128)"),
+    ("mlm", "(default: 0.15)"),
+])
+def test_every_help_shows_defaults(command, shown, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert shown in out
+
+
+def test_snake_case_everywhere_with_the_old_kebab_spelling_hidden():
+    parser = build_parser()
+    for argv, name, value in [(["parity", "--ffn-type", "geglu"], "ffn_type", "geglu"),
+                              (["parity", "--ffn_type", "geglu"], "ffn_type", "geglu"),
+                              (["convert", "a", "b", "--layer-norm-position", "pre"], "layer_norm_position", "pre"),
+                              (["convert", "a", "b", "--to-bert"], "to_bert", True),
+                              (["sts", "--model", "m", "--data-dir", "d", "--batch-size", "8"], "batch_size", 8)]:
+        assert getattr(parser.parse_args(argv), name) == value
+    convert = parser._subparsers._group_actions[0].choices["convert"]
+    assert "--ffn_type" in convert.format_help() and "--ffn-type" not in convert.format_help()
+
+
+def test_parity_and_params(tiny_bert, capsys):
+    code, out = run(capsys, "parity", "--model", tiny_bert, "--json")
+    document = json.loads(out)
+    assert code == 0 and document["exact"] is True and all(row["equal"] for row in document["rows"])
+    code, out = run(capsys, "params", "--preset", "bert-base", "--json")
+    gelu = next(row for row in json.loads(out) if row["ffn_type"] == "gelu")
+    # BERT-base's FFN: two 768 x 3072 matrices, biases 3072 + 768, per layer
+    assert code == 0 and (gelu["intermediate_size"], gelu["ffn_weights"], gelu["ffn_biases"]) == (
+        3072, 2 * 768 * 3072, 3072 + 768)
+
+
+def test_convert_by_variant_name_and_heal(tiny_bert, data_root, tmp_path, capsys):
+    out = tmp_path / "swiglu"
+    code, printed = run(capsys, "convert", tiny_bert, str(out), "--variant", "swiglu-approx")
+    config = json.loads((out / "config.json").read_text())
+    assert code == 0 and config["ffn_type"] == "swiglu" and f"wrote {out}" in printed
+    with pytest.raises(SystemExit) as exit_info:  # a named variant sets the switches itself
+        main(["convert", tiny_bert, str(tmp_path / "no"), "--variant", "geglu", "--ffn_type", "swiglu"])
+    assert exit_info.value.code == 2 and "--variant geglu sets the switches itself; remove --ffn_type" in \
+        capsys.readouterr().err
+    code, printed = run(capsys, "heal", "--student", str(out), "--train_files", str(data_root / "text"),
+                        "--teacher", tiny_bert, "--output_dir", str(tmp_path / "heal"), "--max_seq_length", "32",
+                        "--layerwise_steps", "0", "--layerwise_tokens", "256", "--max_steps", "0",
+                        "--report_to", "none")
+    summary = json.loads(printed[printed.index("{"):])
+    assert code == 0 and Path(summary["healed_dir"]) == tmp_path / "heal" / "healed"
+    assert json.loads((tmp_path / "heal" / "healed" / "config.json").read_text())["ffn_type"] == "swiglu"
+
+
+def test_finetune_ends_with_the_task_score(tiny_bert, data_root, tmp_path, capsys):
+    code, printed = run(capsys, "finetune", "--model_name_or_path", tiny_bert, "--task", "stsb", "--data_dir",
+                        str(data_root / "stsb"), "--output_dir", str(tmp_path / "ft"), "--max_steps", "2",
+                        "--per_device_train_batch_size", "4", "--max_seq_length", "32", "--report_to", "none")
+    last = printed.strip().splitlines()[-1]
+    results = json.loads((tmp_path / "ft" / "all_results.json").read_text())
+    score = 50 * (results["eval_pearson"] + results["eval_spearman"])
+    assert code == 0 and last.startswith(f"task=stsb score={score:.2f} (pearson={results['eval_pearson']:.4f}")
+
+
+def test_mlm_trains_and_saves(tiny_bert, data_root, tmp_path, capsys):
+    code, printed = run(capsys, "mlm", "--model_name_or_path", tiny_bert, "--train_files", str(data_root / "text"),
+                        "--output_dir", str(tmp_path / "mlm"), "--max_steps", "2", "--max_seq_length", "32",
+                        "--per_device_train_batch_size", "2", "--validation_split_percentage", "50",
+                        "--report_to", "none")
+    assert code == 0 and (tmp_path / "mlm" / "config.json").is_file() and f"saved to {tmp_path / 'mlm'}" in printed
+
+
+def test_sts_scores_a_checkpoint(tiny_bert, data_root, capsys):
+    code, out = run(capsys, "sts", "--model", tiny_bert, "--data_dir", str(data_root / "stsb"), "--json")
+    result = json.loads(out)
+    assert code == 0 and result["pairs"] == 16 and -1.0 <= result["spearman"] <= 1.0
+
+
+def test_compare_two_variants_writes_table_resumes_and_refuses_other_settings(tiny_bert, data_root, tmp_path,
+                                                                              capsys):
+    output = tmp_path / "compare"
+    argv = ["compare", "--model_name_or_path", tiny_bert, "--data_dir", str(data_root), "--variants", "gelu-post",
+            "swiglu-approx", "--tasks", "stsb", "--seeds", "0", "--output_dir", str(output), "--smoke",
+            "--max_steps", "2", "--max_seq_length", "32"]
+    code, printed = run(capsys, *argv)
+    assert code == 0
+    runs = [json.loads(line) for line in (output / "runs.jsonl").read_text().splitlines()]
+    assert [(r["variant"], r["task"], r["seed"]) for r in runs] == [("gelu-post", "stsb", 0),
+                                                                   ("swiglu-approx", "stsb", 0)]
+    for r in runs:  # the score is the task's: the mean of Pearson and Spearman, ×100
+        assert r["score"] == pytest.approx(50 * (r["metrics"]["pearson"] + r["metrics"]["spearman"]))
+        assert Path(r["run_dir"]) == output / "runs" / r["variant"] / "stsb" / "seed0"
+        assert (Path(r["run_dir"]) / "all_results.json").is_file()
+    assert runs[0]["start"] == str(output / "variants" / "gelu-post" / "converted")  # exact: not healed
+    assert runs[1]["start"] == str(output / "variants" / "swiglu-approx" / "healed")
+    # the default healing text: the task's training sentences, both sides of each pair
+    assert (output / "heal_text" / "stsb.txt").read_text().splitlines()[:2] == [f"the {WORDS[0]} cat sat",
+                                                                                 f"the {WORDS[0]} dog ran"]
+    table = (output / "comparison.md").read_text()
+    base, other = runs[0]["score"], runs[1]["score"]
+    assert f"| stsb | gelu-post | 0 | {base:.2f} | (baseline) |  |" in table
+    assert f"| stsb | swiglu-approx | 0 | {other:.2f} | {other - base:+.2f} | 1 paired seed: no interval |" in table
+    assert table in printed
+    figure = output / "comparison.png"
+    assert figure.is_file() == _has_matplotlib()
+    # resume: nothing runs again
+    code, printed = run(capsys, *argv)
+    assert code == 0 and printed.count("finished before, skipped") == 2
+    assert len((output / "runs.jsonl").read_text().splitlines()) == 2
+    # other settings in the same folder are refused before any work
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--learning_rate", "1e-3"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "holds a comparison with other settings" in err and "learning_rate" in err
+
+
+def _has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_paired_statistics_by_hand():
+    from scipy import stats
+
+    # differences 1.5 and 2.0 (paired by seed): mean 1.75, sd √0.125, t_{0.975, 1}
+    runs = [{"seed": 0, "score": 61.5}, {"seed": 1, "score": 65.0}, {"seed": 2, "score": 70.0}]
+    reference = [{"seed": 0, "score": 60.0}, {"seed": 1, "score": 63.0}]
+    half = stats.t.ppf(0.975, 1) * 0.125 ** 0.5 / 2 ** 0.5
+    assert paired_score_difference(runs, reference) == pytest.approx((1.75, 1.75 - half, 1.75 + half))
+    assert paired_score_difference(runs[:1], reference) is None
+    with pytest.raises(ValueError, match="at least 2 paired differences, got 1"):
+        paired_t_interval([0.5])
+
+
+def test_compare_refuses_an_unknown_variant_or_task_before_any_work(tiny_bert, data_root, tmp_path, capsys):
+    base = ["compare", "--model_name_or_path", tiny_bert, "--data_dir", str(data_root), "--seeds", "0",
+            "--output_dir", str(tmp_path / "out")]
+    for extra, named in ((["--variants", "swiglu-fast", "--tasks", "stsb"], "'swiglu-fast'; allowed: gelu-post"),
+                         (["--variants", "geglu", "--tasks", "sst5"], "--task has unknown value 'sst5'")):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*base, *extra])
+        assert exit_info.value.code == 2 and named in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_compare_lists_the_named_variants_and_tasks(capsys):
+    from hf_ffn.comparing import VARIANTS
+    from hf_ffn.training.tasks import TASKS
+
+    code, out = run(capsys, "compare", "--list")
+    names = [line.split()[:2] for line in out.splitlines()]
+    assert code == 0 and names == [["variant", name] for name in VARIANTS] + [["task", name] for name in TASKS]
