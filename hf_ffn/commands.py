@@ -127,7 +127,7 @@ def convert(args: argparse.Namespace) -> int:
     if args.init == "pruned":
         from transformers import AutoTokenizer
 
-        from .healing.layerwise import calibration_ids
+        from .training.data import calibration_ids
 
         if not args.calibration_files:
             raise ValueError("--init pruned needs --calibration_files PATH [PATH...] (plain text to score units on)")
@@ -150,8 +150,8 @@ def convert(args: argparse.Namespace) -> int:
 
 
 def _apply_variant(args: argparse.Namespace) -> None:
-    """`--variant NAME`: the named variant's switches (`hf_ffn.comparing.get_variant`), refused beside a switch."""
-    from .comparing import get_variant
+    """`--variant NAME`: the named variant's switches (`hf_ffn.variants.get_variant`), refused beside a switch."""
+    from .variants import get_variant
 
     variant = get_variant(args.variant)
     given = [f"--{name}" for name in ("ffn_type", "layer_norm_position") if getattr(args, name) is not None]
@@ -227,62 +227,21 @@ def heal(args: argparse.Namespace) -> int:
     parser = HfArgumentParser((HealArguments, LayerwiseArguments, TrainingArguments), prog="hf-ffn heal",
                               description=DESCRIPTIONS["heal"])
     heal_args, layerwise_args, training_args = parse_arguments(parser, args.rest)
-    healing = run_healing(heal_args, training_args, command=" ".join(["hf-ffn", *args.argv]),
-                          layerwise_args=layerwise_args)
-    if healing:  # the main process
-        print(json.dumps({k: healing[k] for k in ("before", "after", "steps", "train_seconds", "healed_dir")},
-                         indent=2, default=str))
+    # run_healing prints the one summary line (cosine before → after, probe Δ, time); healing.json holds the rest
+    run_healing(heal_args, training_args, command=" ".join(["hf-ffn", *args.argv]), layerwise_args=layerwise_args)
     return 0
 
 
 def finetune(args: argparse.Namespace) -> int:
-    try:
-        from .training.finetuning import finetune_main
-    except ImportError:  # STAND-IN until branch libdata lands hf_ffn.training.finetuning; delete this branch then
-        return finetune_stand_in(args.rest)
+    from .training.finetuning import finetune_main
+
     return finetune_main(args.rest, prog="hf-ffn finetune")
 
 
-def finetune_stand_in(argv: list[str]) -> int:
-    from transformers import HfArgumentParser, TrainingArguments
-
-    from .training import ClassificationDataArguments, ModelArguments, parse_arguments, run_classification, task_score
-    from .training.tasks import get_task
-
-    parser = HfArgumentParser((ModelArguments, ClassificationDataArguments, TrainingArguments),
-                              prog="hf-ffn finetune", description=DESCRIPTIONS["finetune"])
-    model_args, data_args, training_args = parse_arguments(parser, argv)
-    results = run_classification(model_args, data_args, training_args)["results"]
-    print(json.dumps(results, indent=2))
-    if data_args.task is not None:
-        task = get_task(data_args.task)
-        prefix = "test_" if task.report_split == "test" else "eval_"
-        metrics = ", ".join(f"{name}={results[prefix + name]:.4f}" for name in task.metrics)
-        print(f"task={task.name} score={task_score(task.name, results, prefix):.2f} ({metrics}) on {task.report_split}")
-    return 0
-
-
 def mlm(args: argparse.Namespace) -> int:
-    try:
-        from .training.pretraining import pretraining_main
-    except ImportError:  # STAND-IN until branch pretrain lands hf_ffn.training.pretraining; delete this branch then
-        return mlm_stand_in(args.rest)
+    from .training.pretraining import pretraining_main
+
     return pretraining_main(args.rest, prog="hf-ffn mlm")
-
-
-def mlm_stand_in(argv: list[str]) -> int:
-    from transformers import HfArgumentParser, TrainingArguments
-
-    from .training import MlmDataArguments, ModelArguments, parse_arguments, run_mlm
-
-    parser = HfArgumentParser((ModelArguments, MlmDataArguments, TrainingArguments), prog="hf-ffn mlm",
-                              description=DESCRIPTIONS["mlm"])
-    model_args, data_args, training_args = parse_arguments(parser, argv)
-    results = run_mlm(model_args, data_args, training_args)["results"]
-    print(json.dumps(results, indent=2))
-    print(f"perplexity before {results['before_perplexity']:.2f} -> after {results['eval_perplexity']:.2f}")
-    print(f"saved to {training_args.output_dir}")
-    return 0
 
 
 # Fine-tuning overrides `hf-ffn compare` passes on (None: the task's recipe decides).
@@ -298,8 +257,9 @@ COMPARE_OVERRIDES = {
 
 
 def compare(args: argparse.Namespace) -> int:
-    from .comparing import SMOKE_TASKS, SMOKE_VARIANTS, VARIANTS, run_comparison
+    from .comparing import SMOKE_TASKS, SMOKE_VARIANTS, run_comparison
     from .training.tasks import TASKS
+    from .variants import VARIANTS
 
     if args.list:
         for name, variant in VARIANTS.items():

@@ -30,19 +30,13 @@ import shutil
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .conversion import convert_checkpoint
 from .healing import HealArguments, LayerwiseArguments, run_healing
-from .training import ClassificationDataArguments, ModelArguments, run_classification, task_score
+from .training.finetuning import finetune
 from .training.tasks import get_task
-
-try:
-    from .training.finetuning import finetune
-except ImportError:  # STAND-IN until branch libdata lands hf_ffn.training.finetune; delete this block then
-    finetune = None
+from .variants import BASELINE, VARIANTS, Variant, get_variant
 
 SETTINGS, RUNS, TABLE, FIGURE = "settings.json", "runs.jsonl", "comparison.md", "comparison.png"
 CONFIDENCE = 0.95
@@ -84,50 +78,6 @@ def paired_score_difference(runs: Sequence[Mapping], reference: Sequence[Mapping
     return paired_t_interval(differences) if len(differences) >= 2 else None
 
 
-# --- variants --------------------------------------------------------------------------------------------------
-
-try:
-    from .variants import BASELINE, VARIANTS, Variant, get_variant
-except ImportError:  # STAND-IN until branch libvariants lands hf_ffn.variants; delete this block then.
-
-    @dataclass(frozen=True)
-    class Variant:  # type: ignore[no-redef]
-        """STAND-IN for `hf_ffn.variants.Variant` (same fields; recipes from docs/healing.md's layer-wise runs)."""
-
-        name: str
-        description: str
-        ffn_type: str | None = None
-        layer_norm_position: str | None = None
-        init: str = "preserving"
-        width: str | int = "keep"
-        exact: bool = True
-        heal: dict | None = None
-
-        def convert(self, checkpoint: str, output_dir: str | Path, **kw: Any):
-            return convert_checkpoint(checkpoint, output_dir, ffn_type=self.ffn_type,
-                                      layer_norm_position=self.layer_norm_position, init=self.init, width=self.width,
-                                      **kw)
-
-    BASELINE = "gelu-post"
-    VARIANTS: dict[str, Variant] = {  # type: ignore[no-redef]
-        "gelu-post": Variant("gelu-post", "the checkpoint as it is (GELU FFN, Post-LN): the baseline"),
-        "geglu": Variant("geglu", "GeGLU, function-preserving", ffn_type="geglu"),
-        "swiglu-approx": Variant("swiglu-approx", "SwiGLU approximating GELU, healed", ffn_type="swiglu",
-                                 exact=False, heal={"layerwise_steps": 0, "max_steps": 0}),
-        "swiglu-matched": Variant("swiglu-matched", "SwiGLU at the baseline's parameter count, healed",
-                                  ffn_type="swiglu", init="fresh", width="matched", exact=False,
-                                  heal={"layerwise_steps": 1000, "max_steps": 0}),
-        "pre-ln": Variant("pre-ln", "Pre-LN LayerNorm placement, healed", layer_norm_position="pre", exact=False,
-                          heal={"layerwise_steps": 1000, "layerwise_parts": "layer", "layerwise_inputs": "student",
-                                "layerwise_stream": "teacher", "max_steps": 0}),
-    }
-
-    def get_variant(name: str) -> Variant:  # type: ignore[misc]
-        if name not in VARIANTS:
-            raise ValueError(f"variants has unknown value {name!r}; allowed: {', '.join(VARIANTS)}")
-        return VARIANTS[name]
-
-
 # --- settings ----------------------------------------------------------------------------------------------------
 
 # Fine-tuning overrides of `smoke=True` (on top of each task's recipe): a run of seconds on 64 rows.
@@ -137,10 +87,6 @@ SMOKE_FINETUNING = {"max_steps": 8, "per_device_train_batch_size": 8, "max_train
 SMOKE_HEALING = {"layerwise_tokens": 2048, "layerwise_steps": 10, "max_steps": 0, "max_seq_length": 64}
 SMOKE_VARIANTS = ("gelu-post", "swiglu-approx")
 SMOKE_TASKS = ("stsb",)
-# BERT's GLUE fine-tuning recipe (Devlin et al. 2019, App. A.3; lr from {5e-5, 4e-5, 3e-5, 2e-5}): used for a task
-# whose preset carries no recipe.  STAND-IN until branch libdata lands `Task.recipe`.
-GLUE_RECIPE = {"learning_rate": 2e-5, "per_device_train_batch_size": 32, "num_train_epochs": 3.0,
-               "warmup_ratio": 0.1}
 
 
 def comparison_settings(checkpoint: str, heal_text: Sequence[str] | None, smoke: bool,
@@ -245,42 +191,19 @@ def prepare_variant(variant: Variant, checkpoint: str, folder: Path, heal_text: 
     return str(healed)
 
 
-def task_recipe(task: str) -> dict[str, Any]:
-    """The task's training recipe as `TrainingArguments` values (`Task.recipe`; `GLUE_RECIPE` when it has none)."""
-    recipe = getattr(get_task(task), "recipe", None)
-    return dataclasses.asdict(recipe) if recipe is not None else dict(GLUE_RECIPE)
-
-
 def finetune_run(start: str, task: str, data_dir: Path, seed: int, run_dir: Path,
                  finetuning: Mapping[str, Any]) -> dict[str, Any]:
-    """Fine-tune `start` on `task` (its recipe, `finetuning` overriding it) with `seed` into `run_dir`
-    (`hf_ffn.training.finetune`); returns the run's score (×100), metrics, split and seconds."""
+    """Fine-tune `start` on `task` with `seed` into `run_dir` (`hf_ffn.training.finetune`: the task's `Recipe`,
+    `finetuning` overriding it); returns the run's score (×100, `task_score`), metrics, split and seconds."""
     fixed = {"data_dir": str(data_dir / task), "report_to": "none", "save_strategy": "no", "eval_strategy": "no",
              "disable_tqdm": True}
-    if finetune is not None:
-        outcome = finetune(start, str(run_dir), task=task, seed=seed, quiet=True, **fixed, **finetuning)
-    else:  # STAND-IN until branch libdata lands hf_ffn.training.finetune (which applies the task's recipe)
-        outcome = _finetune_stand_in(start, task, seed, run_dir, {**fixed, **finetuning})
-    split = get_task(task).report_split
-    prefix = "test_" if split == "test" else "eval_"
+    outcome = finetune(start, str(run_dir), task=task, seed=seed, quiet=True, **fixed, **finetuning)
+    split = outcome["score_split"]
+    prefix = "eval_" if split == "validation" else f"{split}_"
     results = outcome["results"]
     metrics = {name: results[prefix + name] for name in get_task(task).metrics}
-    return {"score": task_score(task, results, prefix), "metrics": metrics, "split": split,
+    return {"score": outcome["task_score"], "metrics": metrics, "split": split,
             "train_seconds": outcome.get("train_seconds"), "wall_seconds": outcome["wall_seconds"]}
-
-
-def _finetune_stand_in(start: str, task: str, seed: int, run_dir: Path, arguments: Mapping[str, Any]) -> dict:
-    """STAND-IN for `hf_ffn.training.finetune` (branch libdata): `run_classification` with `GLUE_RECIPE`."""
-    from transformers import TrainingArguments
-
-    values = {**task_recipe(task), **arguments}
-    if "warmup_ratio" in values and "warmup_ratio" not in {f.name for f in dataclasses.fields(TrainingArguments)}:
-        values["warmup_steps"] = values.pop("warmup_ratio")  # transformers ≥ 5.x: a warmup_steps below 1 is a ratio
-    data_names = {f.name for f in dataclasses.fields(ClassificationDataArguments)}
-    data_args = ClassificationDataArguments(task=task, **{k: v for k, v in values.items() if k in data_names})
-    training_args = TrainingArguments(output_dir=str(run_dir), seed=seed,
-                                      **{k: v for k, v in values.items() if k not in data_names})
-    return run_classification(ModelArguments(model_name_or_path=start), data_args, training_args)
 
 
 # --- the report --------------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """FfnBert: BERT with a switchable feed-forward network and LayerNorm placement.
 
-Reads top-down: activations → FFN variants → layer (two LayerNorm placements) → encoder → pre-trained base →
-heads. Everything else is upstream BERT (`transformers.models.bert.modeling_bert`): embeddings, self-attention
-(so eager, sdpa, flash and flex attention all work), pooler, prediction heads and the heads' `forward`s.
+Reads top-down: FFN variants (their activations: `activations`) → layer (two LayerNorm placements) → encoder →
+pre-trained base → heads. Everything else is upstream BERT (`transformers.models.bert.modeling_bert`): embeddings,
+self-attention (so eager, sdpa, flash and flex attention all work), pooler, prediction heads and the heads'
+`forward`s.
 
 Weight names. In memory the FFN projections are named by role (`mlp.gate_proj`, `mlp.up_proj`, `mlp.down_proj`)
 and the FFN's LayerNorm is `mlp_norm`. On disk every weight BERT has keeps BERT's name, so BERT checkpoints
@@ -18,9 +19,9 @@ The renames are transformers' own weight-conversion mapping, registered for `mod
     (new)  encoder.layer.{i}.mlp.gate_proj          encoder.layer.{i}.mlp.gate_proj   (gated FFNs only)
     (new)  encoder.final_norm                       encoder.final_norm                (Pre-LN last layer only)
 
-This file imports from `hf_ffn` only its config, naming, `unpadding` and `sparse_prediction` modules (relatively), so
-`save_pretrained` ships them beside a saved model for `trust_remote_code` loading; `from_pretrained`'s check of a
-converted folder imports `hf_ffn.variants` when hf_ffn is installed and is skipped where it is not.
+This file imports from `hf_ffn` only its config, naming, `activations`, `unpadding` and `sparse_prediction` modules
+(relatively), so `save_pretrained` ships them beside a saved model for `trust_remote_code` loading; `from_pretrained`'s
+check of a converted folder comes from `hf_ffn.variants` when hf_ffn is installed and is skipped where it is not.
 """
 
 # No `from __future__ import annotations` here: transformers reads the `**kwargs: Unpack[TransformersKwargs]`
@@ -31,7 +32,6 @@ from typing import NamedTuple
 import torch
 from torch import nn
 from transformers import initialization as init
-from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPastAndCrossAttentions,
@@ -59,50 +59,19 @@ from transformers.processing_utils import Unpack
 from transformers.pytorch_utils import apply_chunking_to_forward
 from transformers.utils import TransformersKwargs
 
+from .activations import Swish, get_activation
 from .checkpoint_names import BERT_FFN_NAMES, CHECKPOINT_KEY_MAPPING, register_weight_renamings, rename_to_memory_keys
 from .configuration_ffn_bert import GATED_FFN_ACTIVATIONS, FfnBertConfig, is_gated
 from .sparse_prediction import SparsePredictionMixin
 from .unpadding import TokenPacking, block_diagonal_forward, packed_self_attention, unpadded_model_forward
 
+try:  # the check of a converted folder on load; where this file runs as remote code without hf_ffn, there is none
+    from hf_ffn.variants import warn_if_not_function_preserving
+except ImportError:
+    warn_if_not_function_preserving = None
+
 # FfnBert's weight renames (BERT's names on disk ↔ role names in memory) for `model_type="ffn_bert"`.
 register_weight_renamings()
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Activations
-# ---------------------------------------------------------------------------------------------------------------
-class Swish(nn.Module):
-    """Swish_β(x) = x·σ(βx) (Ramachandran et al. 2017, arXiv 1710.05941). Shape-preserving.
-
-    β = 1 is SiLU (Elfwing et al. 2018) and is computed with `F.silu`, so it equals `ACT2FN["silu"]` bit for bit;
-    β → 0 tends to x/2, β → ∞ to ReLU.
-    """
-
-    def __init__(self, beta: float = 1.0):
-        super().__init__()
-        self.beta = beta
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.beta == 1.0:
-            return nn.functional.silu(x)
-        return x * torch.sigmoid(self.beta * x)
-
-    def extra_repr(self) -> str:
-        return f"beta={self.beta}"
-
-
-def get_activation(name: str, config: FfnBertConfig) -> nn.Module:
-    """A fresh activation module for `name` (never a shared instance: hooks must see one module per layer).
-
-    `"leaky_relu"`, `"elu"` and `"swish"` take their parameter from `config`; every other name is `ACT2FN[name]`.
-    """
-    if name == "leaky_relu":
-        return nn.LeakyReLU(config.leaky_relu_negative_slope)
-    if name == "elu":
-        return nn.ELU(config.elu_alpha)
-    if name == "swish":
-        return Swish(config.swish_beta)
-    return ACT2FN[name]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -279,13 +248,9 @@ class FfnBertPreTrainedModel(BertPreTrainedModel):
         (for callers that heal or convert the folder themselves). Where this file runs as remote code without
         hf_ffn installed, there is no check."""
         loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-        if warn_not_function_preserving and pretrained_model_name_or_path is not None:
-            try:  # hf_ffn's own module (absolute import: remote-code copies of this file work without it)
-                from hf_ffn.variants import warn_if_not_function_preserving
-            except ImportError:
-                pass
-            else:
-                warn_if_not_function_preserving(pretrained_model_name_or_path)
+        if warn_not_function_preserving and warn_if_not_function_preserving is not None and (
+                pretrained_model_name_or_path is not None):
+            warn_if_not_function_preserving(pretrained_model_name_or_path)
         return loaded
 
     def save_pretrained(self, save_directory, *args, **kwargs):

@@ -34,6 +34,7 @@ from .conversion import (
 from .conversion.pruning import DEFAULT_SCORE
 from .files import atomic_output_dir
 from .modeling_ffn_bert import FfnBertModel
+from .variants import warn_if_not_function_preserving
 
 # What marks a sentence-transformers model folder (read by `SentenceTransformer`, written by its `save`).
 MODULES_FILE = "modules.json"
@@ -102,7 +103,8 @@ def convert_sentence_transformer(
     (Pooling, Normalize, Dense, ...), the tokenizer and the sentence-transformers settings are kept. The folder
     is written by `SentenceTransformer.save` into a temporary folder beside `output_dir` and renamed
     (`hf_ffn.files.atomic_output_dir`), so a failure leaves nothing; `SentenceTransformer(output_dir)` loads
-    it (after `import hf_ffn`, or with `trust_remote_code=True`). The folder also holds what `hf-ffn convert`
+    it (after `import hf_ffn`, or with `trust_remote_code=True`). A conversion that is not function-preserving logs
+    a warning once, as `convert_checkpoint` does. The folder also holds what `hf-ffn convert`
     writes for a plain checkpoint (`hf_ffn.conversion.write_converted_folder`): the `auto_map` of every FfnBert Auto class, the backbone's
     `conversion_report.json` (with the measured difference from the source backbone, `measure_difference`) beside
     its weights, and hf_ffn's model card (README.md, in place of the one sentence-transformers generates).
@@ -149,6 +151,7 @@ def convert_sentence_transformer(
         st_model.save(str(tmp))  # the backbone (through model.save_pretrained), the tokenizer and every module
         write_converted_folder(tmp, model, report, model_dir=bert_backbone_folder(tmp), base_model=base_model,
                                license=license)
+    warn_if_not_function_preserving(report, folder=output_dir)  # as convert_checkpoint: the difference, the next step
     return report
 
 
@@ -156,7 +159,7 @@ def export_sentence_transformer_to_bert(source: str | os.PathLike, output_dir: s
     """The inverse of `convert_sentence_transformer` for a default-config FfnBert backbone: the same
     sentence-transformers model with a plain BERT backbone (`hf_ffn.conversion.export_to_bert`, strict), every
     other module (Pooling, Normalize, Dense, ...) and the settings kept, written by `SentenceTransformer.save`
-    atomically. `hf-ffn convert --to-bert` runs this for a source with `modules.json`.
+    atomically. `hf-ffn convert --to_bert` runs this for a source with `modules.json`.
 
     Raises:
         FileNotFoundError: `source` looks local and is not a folder with `modules.json` (`check_checkpoint`).

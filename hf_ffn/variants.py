@@ -109,7 +109,7 @@ class Variant:
                                  f"score the FFN units on")
             from transformers import AutoTokenizer
 
-            from .healing.layerwise import calibration_ids
+            from .training.data import calibration_ids
 
             tokens = calibration_tokens or (self.heal or {}).get("layerwise_tokens", 65536)
             kwargs["calibration_ids"] = calibration_ids(list(calibration_files), AutoTokenizer.from_pretrained(

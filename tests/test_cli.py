@@ -6,6 +6,8 @@ refuses other settings."""
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -108,7 +110,7 @@ def test_parity_and_params(tiny_bert, capsys):
         3072, 2 * 768 * 3072, 3072 + 768)
 
 
-def test_convert_by_variant_name_and_heal(tiny_bert, data_root, tmp_path, capsys):
+def test_convert_by_variant_name_and_heal(tiny_bert, data_root, tmp_path, capsys, caplog):
     out = tmp_path / "swiglu"
     code, printed = run(capsys, "convert", tiny_bert, str(out), "--variant", "swiglu-approx")
     config = json.loads((out / "config.json").read_text())
@@ -117,13 +119,30 @@ def test_convert_by_variant_name_and_heal(tiny_bert, data_root, tmp_path, capsys
         main(["convert", tiny_bert, str(tmp_path / "no"), "--variant", "geglu", "--ffn_type", "swiglu"])
     assert exit_info.value.code == 2 and "--variant geglu sets the switches itself; remove --ffn_type" in \
         capsys.readouterr().err
-    code, printed = run(capsys, "heal", "--student", str(out), "--train_files", str(data_root / "text"),
-                        "--teacher", tiny_bert, "--output_dir", str(tmp_path / "heal"), "--max_seq_length", "32",
-                        "--layerwise_steps", "0", "--layerwise_tokens", "256", "--max_steps", "0",
-                        "--report_to", "none")
-    summary = json.loads(printed[printed.index("{"):])
-    assert code == 0 and Path(summary["healed_dir"]) == tmp_path / "heal" / "healed"
+    student = shutil.copytree(out, tmp_path / "student")  # a folder whose load has not warned in this process
+    caplog.clear()  # the conversion's own warning
+    with caplog.at_level(logging.WARNING, logger="hf_ffn.variants"):
+        code, printed = run(capsys, "heal", "--student", str(student), "--train_files", str(data_root / "text"),
+                            "--teacher", tiny_bert, "--output_dir", str(tmp_path / "heal"), "--max_seq_length", "32",
+                            "--layerwise_steps", "0", "--layerwise_tokens", "256", "--max_steps", "0",
+                            "--report_to", "none")
+    # healing is the next step the warning names: loading its own student does not ask for it
+    assert [r.getMessage() for r in caplog.records if "not function-preserving" in r.getMessage()] == []
+    # one summary line (run_healing's), no JSON dump; the record is in healing.json
+    assert code == 0 and "{" not in printed
+    (summary,) = [line for line in printed.splitlines() if line.startswith("healed: ")]
+    assert summary.endswith(f"saved to {tmp_path / 'heal' / 'healed'} (record: healing.json)")
+    assert json.loads((tmp_path / "heal" / "healing.json").read_text())["healed_dir"] == str(
+        tmp_path / "heal" / "healed")
     assert json.loads((tmp_path / "heal" / "healed" / "config.json").read_text())["ffn_type"] == "swiglu"
+
+
+def test_heal_usage_names_any_labelled_data(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["heal", "--help"])
+    usage = capsys.readouterr().out
+    assert exit_info.value.code == 0 and "[--eval_data PATH]" in usage
+    assert "eval_dir" not in usage and "rt_polarity" not in usage.lower()
 
 
 def test_finetune_ends_with_the_task_score(tiny_bert, data_root, tmp_path, capsys):
@@ -221,8 +240,8 @@ def test_compare_refuses_an_unknown_variant_or_task_before_any_work(tiny_bert, d
 
 
 def test_compare_lists_the_named_variants_and_tasks(capsys):
-    from hf_ffn.comparing import VARIANTS
     from hf_ffn.training.tasks import TASKS
+    from hf_ffn.variants import VARIANTS
 
     code, out = run(capsys, "compare", "--list")
     names = [line.split()[:2] for line in out.splitlines()]

@@ -183,3 +183,26 @@ def test_fine_tuning_hook_takes_the_in_memory_report(source):
     assert "CONVERTED_FOLDER" in message and "collapses on STS-B, CoLA and MRPC" in message
     with pytest.raises(TypeError, match="source must be"):
         warn_if_not_function_preserving(3)
+
+
+def test_fine_tuning_a_variant_that_is_not_function_preserving_warns_once(source, caplog):
+    """`hf_ffn.training.load_model` (every fine-tuning entry point) converting on the fly: warned once, with the
+    next step; an exact conversion says nothing."""
+    from transformers.utils import logging as hf_logging
+
+    from hf_ffn import FfnBertForSequenceClassification
+    from hf_ffn.training import ModelArguments, load_model
+
+    hf_logging.get_logger(LOGGER).warning_once.cache_clear()  # whatever an earlier test said, it may be said again
+    approx = ModelArguments(model_name_or_path=str(source / "bert"), ffn_type="swiglu")
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        load_model(approx, FfnBertForSequenceClassification, num_labels=2)
+        load_model(approx, FfnBertForSequenceClassification, num_labels=2)  # once, not per load
+    (message,) = records(caplog)
+    assert "this conversion (init=preserving, ffn_type 'gelu' → 'swiglu') is not function-preserving" in message
+    assert "`hf-ffn heal --student CONVERTED_FOLDER --train_files TEXT --output_dir OUTPUT`" in message
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        load_model(ModelArguments(model_name_or_path=str(source / "bert"), ffn_type="geglu"),
+                   FfnBertForSequenceClassification, num_labels=2)
+    assert records(caplog) == []

@@ -125,7 +125,7 @@ def convert_checkpoint(
         torch.manual_seed(seed)
         if init == "pruned":
             if calibration_ids is None:
-                raise ValueError("init='pruned' needs calibration text (--calibration-files PATH)")
+                raise ValueError("init='pruned' needs calibration text (--calibration_files PATH)")
             if layer_norm_position is not None:
                 raise ValueError("init='pruned' keeps the source's LayerNorm placement; convert to Pre-LN separately")
             model, report = load_pruned(checkpoint, model_class, input_ids=calibration_ids, ffn_type=ffn_type,

@@ -85,7 +85,7 @@ def plan_conversion(
         raise ValueError(f"init has unknown value {init!r}; allowed: {', '.join(INITS)}")
     if init == "pruned":
         raise ValueError("init='pruned' needs calibration text: use hf_ffn.conversion.load_pruned (or hf-ffn convert "
-                         "--init pruned --calibration-files PATH)")
+                         "--init pruned --calibration_files PATH)")
     for reserved in RESERVED_KEYWORDS:
         if reserved in from_pretrained_kwargs:
             raise ValueError(f"{reserved} is set by load_converted (use width=), not as a keyword")

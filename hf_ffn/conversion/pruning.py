@@ -24,7 +24,6 @@ memory does not grow with the number of calibration tokens.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -224,7 +223,7 @@ def load_pruned(checkpoint: str, model_class: type[FfnBertPreTrainedModel], *, i
             unknown `score`; `input_ids` not a (blocks, seq) tensor with at least one block.
     """
     if score not in IMPORTANCE_SCORES:
-        raise ValueError(f"--prune-score {score!r} is unknown; allowed: {', '.join(IMPORTANCE_SCORES)}")
+        raise ValueError(f"--prune_score {score!r} is unknown; allowed: {', '.join(IMPORTANCE_SCORES)}")
     if input_ids.dim() != 2 or len(input_ids) == 0:
         raise ValueError(f"init='pruned' needs calibration blocks (blocks, seq); got shape {tuple(input_ids.shape)}")
     model, report = load_converted(checkpoint, model_class, ffn_type=ffn_type, init="preserving", width="keep",

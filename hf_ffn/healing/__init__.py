@@ -9,7 +9,9 @@ plain text, and measure how closely it reproduces the teacher on held-out snippe
   down projection, Adam on the FFN or the whole layer, a Pre-LN residual stream to the teacher's hidden state once
   both are normalised, `--layerwise_stream free`, or as it is, `teacher`); `layerwise_folder`: its resumable work
   folder and model-card section.
-- `run`: `HealArguments` and `run_healing` (what `hf-ffn heal` and scripts/heal.py run).
+- `run`: `HealArguments` and `run_healing` (what `hf-ffn heal` and scripts/heal.py run), its summary line.
+- `healed_folder`: the healed folder (`save_healed`): a converted folder with the healing record and model-card
+  section (`healing_section`), keeping the student's other files (`keep_student_files`).
 """
 
 from .distill import (
@@ -23,6 +25,7 @@ from .distill import (
     is_trainable,
     select_trainable,
 )
+from .healed_folder import healing_section, keep_student_files, save_healed
 from .layerwise import LayerwiseArguments, heal_layerwise
 from .metrics import (
     AgreementCallback,
@@ -37,11 +40,8 @@ from .run import (
     HealArguments,
     HealModels,
     check_models,
-    healing_section,
     healing_summary,
-    keep_student_files,
     run_healing,
-    save_healed,
 )
 
 __all__ = [

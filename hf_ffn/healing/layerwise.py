@@ -61,7 +61,6 @@ from transformers.utils.logging import tqdm  # transformers' progress bars (off 
 from ..configuration_ffn_bert import FfnBertConfig
 from ..conversion.pruning import GramStatistics, accumulate, relative_error, solve_down
 from ..modeling_ffn_bert import FfnBertModel
-from ..training import mlm_blocks, read_text_documents
 from .distill import dropout_off
 from .layerwise_folder import calibration_digest, check_resume_arguments, load_layer, save_layer
 
@@ -182,22 +181,6 @@ class NormedLayer(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.norm(self.layer(hidden_states))
-
-
-def calibration_ids(paths: list[str], tokenizer, block: int = 128, tokens: int = 65536,
-                    argument: str = "--calibration-files") -> torch.Tensor:
-    """Calibration blocks (count, `block`) from the text files/folders `paths` (`mlm_blocks`), evenly spaced over
-    the text, at most `tokens` tokens (whole blocks).
-
-    Raises:
-        FileNotFoundError, ValueError: missing or empty files (naming `argument`); text shorter than one block.
-    """
-    blocks = mlm_blocks([text for _, text in read_text_documents(paths, argument=argument)], tokenizer, block)
-    if len(blocks) == 0:
-        raise ValueError(f"{argument}: the text is shorter than one block of {block} tokens")
-    ids = torch.tensor(blocks["input_ids"])
-    count = max(1, min(len(ids), tokens // block))
-    return ids[torch.linspace(0, len(ids) - 1, count).round().long()]
 
 
 @torch.no_grad()
@@ -450,7 +433,7 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
 
 __all__ = [
     "HELD_TENSORS", "LAYERWISE_INPUTS", "LAYERWISE_PARTS", "LAYERWISE_STREAMS", "METHODS", "LayerwiseArguments",
-    "NormedLayer", "adam_fit", "apply_chunked", "calibration_blocks", "calibration_ids", "fit_ffn", "fit_final_norm",
+    "NormedLayer", "adam_fit", "apply_chunked", "calibration_blocks", "fit_ffn", "fit_final_norm",
     "fit_whole_layer", "heal_layerwise", "normalized", "prepare_layerwise", "relative_squared_error", "resolve_auto",
     "run_layer", "set_down",
 ]

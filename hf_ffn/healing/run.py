@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -55,20 +54,19 @@ from transformers import (
 
 from ..checkpoints import check_checkpoint, conversion_source
 from ..configuration_ffn_bert import FfnBertConfig
-from ..conversion import REPORT_FILE, ConversionReport, ffn_class_for, measure_difference, write_converted_folder
-from ..files import atomic_output_dir, check_new_folder
+from ..conversion import REPORT_FILE, ffn_class_for
+from ..files import check_new_folder
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertForMaskedLM, FfnBertModel, FfnBertPreTrainedModel
 from ..training import PaddingFreeCollator, mlm_blocks, read_labelled_texts, read_text_documents, resume_checkpoint
 from .distill import DistillationLoss, DistillationTrainer, dropout_off, select_trainable
+from .healed_folder import save_healed
 from .layerwise import METHODS, LayerwiseArguments, heal_layerwise, prepare_layerwise
-from .layerwise_folder import layerwise_section
 from .metrics import PROBE_FOLDS, AgreementCallback, measure_agreement, subset_indices
 
 MLM_CLASSES = ("FfnBertForMaskedLM", "FfnBertForPreTraining")
 HEALING_FILE = "healing.json"  # the run's whole record, in --output_dir
 # Top-level files of a student folder not copied into the healed folder: weights the healed ones replace.
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".ckpt", ".onnx")
 
 
 @dataclass
@@ -86,7 +84,7 @@ class HealArguments:
         default=None, metadata={"help": "held-out labelled text, never trained on, for the before/after agreement "
                                         "and the linear probe: a folder with one text file per label (one example "
                                         "per line), a csv/tsv/json/jsonl file, or a datasets dataset (saved folder "
-                                        "or hub name)"})
+                                        "or hub name)", "metavar": "PATH"})
     eval_text_column: str | None = field(
         default=None, metadata={"help": "text column of a file or dataset --eval_data; default: text or sentence"})
     eval_label_column: str = field(
@@ -273,7 +271,9 @@ def run_healing(
 
     with_head = heal_args.mlm_kl_weight > 0
     teacher = load_teacher(teacher_path, with_head, models.teacher_config, heal_args.padding_free)
-    student = models.student_class.from_pretrained(heal_args.student, config=models.student_config)
+    # no "not function-preserving: heal it" warning: this is the healing
+    student = models.student_class.from_pretrained(heal_args.student, config=models.student_config,
+                                                   warn_not_function_preserving=False)
     trainable = select_trainable(student, heal_args.train_parts, with_head)
     main = training_args.process_index == 0
     curve_texts = [texts[i] for i in subset_indices(len(texts), heal_args.curve_snippets)] if texts else []
@@ -366,108 +366,5 @@ def healing_summary(healing: dict) -> str:
             f"(record: {HEALING_FILE})")
 
 
-def student_report(student_dir: str, teacher: str, model_class: str) -> tuple[ConversionReport, dict | None]:
-    """The student's `ConversionReport` (from its folder; a minimal one naming the teacher if it has none) and the
-    `healing` record of an earlier healing, if any."""
-    file = Path(student_dir) / REPORT_FILE
-    if not file.is_file():
-        return ConversionReport(source=teacher, model_class=model_class, init="unknown", exact=False), None
-    data = json.loads(file.read_text())
-    previous = data.pop("healing", None)
-    return ConversionReport(**data), previous
-
-
-def save_healed(
-    folder: Path, student, tokenizer, student_dir: str, teacher: str | torch.nn.Module, healing: dict
-) -> None:
-    """Write the healed converted folder atomically (`write_converted_folder`; see the module docstring).
-
-    `teacher`: the teacher's path, or the teacher model already loaded (its path is `healing["teacher"]`); the
-    fixed-input difference is re-measured against it."""
-    teacher_path = healing["teacher"] if isinstance(teacher, torch.nn.Module) else teacher
-    reference = teacher if isinstance(teacher, torch.nn.Module) else None
-    report, previous = student_report(student_dir, teacher_path, type(student).__name__)
-    if previous is not None:
-        healing = {**healing, "previous": previous}
-    healing["fixed_input_difference_before"] = report.difference
-    with atomic_output_dir(folder) as tmp:
-        measure_difference(teacher_path, student, report, reference=reference)
-        write_converted_folder(tmp, student, report, tokenizer=tokenizer, report_extra={"healing": healing},
-                               card_section=healing_section(healing), model_name=f"{Path(student_dir).name}-healed")
-        keep_student_files(Path(student_dir), Path(tmp))
-
-
-def keep_student_files(student_dir: Path, healed: Path) -> list[str]:
-    """Copy into `healed` every entry of `student_dir` it lacks (a sentence-transformers student's modules.json,
-    1_Pooling/, 2_Normalize/, sentence_bert_config.json, ...), except top-level weight files (`WEIGHT_SUFFIXES`)
-    and Trainer's `checkpoint-N` folders; returns the names copied."""
-    copied = []
-    for entry in sorted(student_dir.iterdir()):
-        target = healed / entry.name
-        if target.exists() or entry.name.startswith("checkpoint-"):
-            continue
-        if entry.is_dir():
-            shutil.copytree(entry, target)
-        elif entry.suffix in WEIGHT_SUFFIXES:
-            continue
-        else:
-            shutil.copy2(entry, target)
-        copied.append(entry.name)
-    return copied
-
-
-def _row(name: str, before: dict | None, after: dict | None, key: str, fmt: str) -> str:
-    values = [format(d[key], fmt) if d else "-" for d in (before, after)]
-    return f"| {name} | {values[0]} | {values[1]} |"
-
-
-def healing_section(healing: dict) -> str:
-    """The model card's "Healing" section: before/after table, budget and the exact command."""
-    before, after = healing["before"] or {}, healing["after"] or {}
-    b, a = before.get("agreement"), after.get("agreement")
-    rows = [_row("sentence-embedding cosine to the teacher, mean", b, a, "cosine_mean", ".6f"),
-            _row("sentence-embedding cosine to the teacher, min", b, a, "cosine_min", ".6f"),
-            _row("last_hidden_state max abs diff (real tokens)", b, a, "max_abs_diff", ".4g"),
-            _row("last_hidden_state mean abs diff (real tokens)", b, a, "mean_abs_diff", ".4g")]
-    if "probe" in before and "probe" in after:
-        pb, pa = before["probe"], after["probe"]
-        rows += [
-            f"| linear-probe accuracy, teacher | {pb['teacher']['accuracy']:.4f} | {pa['teacher']['accuracy']:.4f} |",
-            f"| linear-probe accuracy, this model | {pb['student']['accuracy']:.4f} | {pa['student']['accuracy']:.4f} |",
-            f"| probe difference (this − teacher, paired folds) | {pb['difference']:+.4f} | {pa['difference']:+.4f} |",
-        ]
-    held = healing["heldout"]
-    training = healing["training"]
-    settings = (after.get("probe") or {}).get("student", {}).get("settings")
-    probe = (f"{settings['folds']}-fold stratified cross-validation (seed {settings['seed']}) of "
-             f"{settings['classifier']} with C={settings['C']}, max_iter={settings['max_iter']} on standardised "
-             f"embeddings, the same folds for the teacher and this model" if settings else "not run")
-    return layerwise_section(healing.get("layerwise")) + f"""
-## Healing (distillation from the source model)
-
-This model was distilled from `{healing['teacher']}` (frozen, eval mode) with hf_ffn's `heal`: loss
-`{healing['arguments']['hidden_loss']}` on {'last_hidden_state' if healing['arguments']['layers'] == 'last' else 'every hidden state'}
-at real tokens{' + KL on MLM logits' if healing['arguments']['mlm_kl_weight'] else ''}, dropout off in the student,
-trained parts: `{healing['train_parts']}` ({healing['trainable_parameters']:,} parameters),
-{healing['steps']} optimizer steps of {training['per_device_train_batch_size'] * training['world_size'] *
-training['gradient_accumulation_steps']} blocks × {healing['data']['block_tokens']} tokens from
-{', '.join(map(str, healing['data']['train_files']))} (learning rate {training['learning_rate']}, {training['lr_scheduler_type']}
-schedule, {training['warmup_steps']} warm-up steps), {healing['train_seconds']:.0f} s of training.
-
-Measured on {held['snippets']} held-out examples never trained on (`{held['eval_data']}`); embeddings are mean-pooled
-`last_hidden_state`; the linear probe is {probe}.
-
-| | before healing | after healing |
-|---|---|---|
-{chr(10).join(rows)}
-
-Command:
-
-```bash
-{healing['command']}
-```
-"""
-
-
-__all__ = ["HEALING_FILE", "HealArguments", "HealModels", "check_models", "healing_section", "healing_summary",
-           "keep_student_files", "load_tokenizer", "run_healing", "save_healed"]
+__all__ = ["HEALING_FILE", "HealArguments", "HealModels", "check_models", "healing_summary", "load_tokenizer",
+           "run_healing"]

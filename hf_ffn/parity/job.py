@@ -54,14 +54,14 @@ class NotPlainBertError(ValueError):
             else "BertModel would run BERT's own FFN and LayerNorm placement on these weights"
         )
         source = conversion_source(checkpoint) or "BERT_CHECKPOINT"
-        variant = f"--ffn-type {','.join(dict.fromkeys(config.ffn_types))}"
+        variant = f"--ffn_type {','.join(dict.fromkeys(config.ffn_types))}"
         if config.layer_norm_positions != ["post"] * config.num_hidden_layers:
-            variant += f" --layer-norm-position {config.layer_norm_positions[0]}"
+            variant += f" --layer_norm_position {config.layer_norm_positions[0]}"
         super().__init__(
             f"{checkpoint} is not a plain-BERT checkpoint: {'; '.join(self.reasons)}. Upstream BertModel cannot "
             f"represent it: {ignored}, so comparing outputs with BERT would only measure the variant. To see what "
             f"the variant changes relative to its BERT source, run `hf-ffn parity --model {source} {variant}` "
-            f"(a report). Only default-config FfnBert folders are plain BERT (`hf-ffn convert FOLDER OUT --to-bert` "
+            f"(a report). Only default-config FfnBert folders are plain BERT (`hf-ffn convert FOLDER OUT --to_bert` "
             f"exports those)."
         )
 

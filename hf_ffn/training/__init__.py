@@ -8,10 +8,12 @@ on a task preset or your own data with the preset's recipe and prints one summar
 Modules, one job each:
 
 - `arguments`: the `HfArgumentParser` dataclasses and their checks, `parse_arguments` (argv or one .json file).
-- `data`: the readers of labelled text (`read_label_files`: a folder with one file per label; `read_table`: a
+- `readers`: the readers of labelled text (`read_label_files`: a folder with one file per label; `read_table`: a
   csv/tsv/json file with named columns; a `datasets` dataset; `read_labelled_texts` picks one), the seeded split
-  (`split_dataset`), data-file, column and label checks, plain-text documents (`read_text_documents`, a folder of
-  text files, UTF-8 else Latin-1), MLM blocks (`mlm_blocks`), fixed masks (`mask_once`) and the MLM collator.
+  (`split_dataset`), data-file checks, plain-text documents (`read_text_documents`, a folder of text files, UTF-8
+  else Latin-1).
+- `data`: the classification splits (`load_classification_datasets`), column and label checks, MLM blocks
+  (`mlm_blocks`), fixed masks (`mask_once`) and the MLM collators.
 - `outputs`: checkpoint and tokenizer loading, output-folder checks, the finished save (`save_finished`: nothing
   that loads as a model until every file is written), the final evaluation, the model card.
 - `classification`: `run_classification` (single sentences or pairs, classes or regression) and its metrics.
@@ -43,6 +45,7 @@ from .data import (
     DEFAULT_TEXT_COLUMNS,
     FixedOrRandomMaskCollator,
     PaddingFreeCollator,
+    calibration_ids,
     check_columns_and_labels,
     check_data_file,
     check_label_values,
@@ -97,6 +100,7 @@ from .outputs import (
 __all__ = [
     "EXIT_BAD_INPUT",
     "bad_input_exits",
+    "calibration_ids",
     "GLUE_RECIPE",
     "TASKS",
     "Recipe",

@@ -1,7 +1,6 @@
-"""Data for fine-tuning, healing and MLM: the readers of any labelled text (a folder with one text file per label,
-a csv / tsv / json file with named columns, a `datasets` dataset; `read_labelled_texts` picks one), the seeded
-train / validation / test split, checked local files, column and label checks, plain-text documents (a folder of
-text files), MLM blocks and the MLM collators.
+"""Data for fine-tuning and MLM: the classification splits a `ClassificationDataArguments` names
+(`load_classification_datasets`, over the readers of `hf_ffn.training.readers`), column and label checks, MLM blocks
+and the MLM collators.
 
 Everything that can be wrong with the input (a missing or empty file, a column that does not exist, labels that
 differ between splits) raises before any training starts, naming the file or field, the value and what is allowed.
@@ -11,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -22,214 +20,22 @@ from transformers import (
     default_data_collator,
 )
 
-from ..checkpoints import looks_local
-from .arguments import DEFAULT_SPLIT, ClassificationDataArguments
-
-# file extension → (`datasets` builder, its options); .tsv is the csv builder with tabs
-DATA_FILE_EXTENSIONS = {".csv": ("csv", {}), ".tsv": ("csv", {"sep": "\t"}), ".json": ("json", {}),
-                        ".jsonl": ("json", {})}
-DEFAULT_TEXT_COLUMNS = ("text", "sentence")
-
-
-def check_data_file(path: str, argument: str) -> Path:
-    """`path` as a `Path` after checking it exists, is a csv/tsv/json/jsonl file and is not empty.
-
-    Raises:
-        FileNotFoundError: if `path` does not exist or is not a file.
-        ValueError: on an unsupported extension, an empty (or whitespace-only) file, or a csv/tsv file with a header
-            line only.
-    """
-    file = Path(path)
-    if not file.is_file():
-        raise FileNotFoundError(f"{argument}: data file {str(file)!r} does not exist (or is not a file)")
-    if file.suffix not in DATA_FILE_EXTENSIONS:
-        raise ValueError(
-            f"{argument}: {str(file)!r} has extension {file.suffix!r}; allowed: {', '.join(DATA_FILE_EXTENSIONS)}"
-        )
-    with file.open("rb") as handle:
-        start = handle.read(65536)
-    if not start.strip():
-        raise ValueError(f"{argument}: data file {str(file)!r} is empty")
-    if file.suffix in (".csv", ".tsv") and len([line for line in start.splitlines() if line.strip()]) < 2:
-        raise ValueError(f"{argument}: data file {str(file)!r} has a header but no rows")
-    return file
-
-
-# Files a label folder holds beside its label files (a data set's own notes), skipped by `read_label_files`.
-NOTE_FILES = ("README*", "LICENSE*", "SOURCE*")
-
-
-def read_label_files(
-    directory: str | Path, argument: str = "--label_dir", pattern: str = "*"
-) -> tuple[list[str], list[str]]:
-    """`(texts, labels)` of a folder with one text file per label, one example per line (e.g. `pos.txt`,
-    `neg.txt`; or `reviews.pos`, `reviews.neg`).
-
-    The files are those matching `pattern`, sorted by name, without hidden files and notes (`NOTE_FILES`: README*,
-    LICENSE*, SOURCE*). A file's label is its stem (`pos.txt` → "pos"), or its extension when every file has the
-    same stem (`reviews.pos` → "pos"). Lines are stripped, blank lines skipped; files are decoded by
-    `decode_text` (UTF-8, else Latin-1). Examples come file by file in name order, so the same files always give
-    the same lists.
-
-    Raises:
-        FileNotFoundError: naming `argument`, if `directory` is not a folder or holds no matching file.
-        ValueError: naming `argument`, if a label file is empty, two files give the same label, or fewer than two
-            labels are found.
-    """
-    folder = Path(directory)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{argument}: no such folder: {str(folder)!r}")
-    files = sorted(file for file in folder.glob(pattern) if file.is_file() and not file.name.startswith(".")
-                   and not any(file.match(note) for note in NOTE_FILES))
-    if not files:
-        raise FileNotFoundError(f"{argument}: {str(folder)!r} holds no label files matching {pattern!r} (one text "
-                                f"file per label, one example per line, e.g. pos.txt and neg.txt)")
-    if len(files) < 2:
-        raise ValueError(f"{argument}: {str(folder)!r} has one label file ({files[0].name}); need two or more")
-    same_stem = len({file.stem for file in files}) == 1
-    names = [file.suffix[1:] if same_stem else file.stem for file in files]
-    if len(set(names)) != len(names):
-        raise ValueError(f"{argument}: the files of {str(folder)!r} give the same label twice: "
-                         f"{', '.join(file.name for file in files)}")
-    texts: list[str] = []
-    labels: list[str] = []
-    for file, name in zip(files, names, strict=True):
-        lines = [line.strip() for line in decode_text(file.read_bytes()).splitlines()]
-        lines = [line for line in lines if line]
-        if not lines:
-            raise ValueError(f"{argument}: label file {str(file)!r} is empty")
-        texts += lines
-        labels += [name] * len(lines)
-    return texts, labels
-
-
-def parse_split_sizes(value: str | Sequence[int | float], total: int, argument: str = "--split_sizes") -> list[int]:
-    """Three split sizes (train, validation, test) as row counts: `value` is three counts ("8000,1000,1662") or
-    three fractions of `total` ("0.8,0.1,0.1": each rounded down, the remainder added to train).
-
-    Raises:
-        ValueError: naming `argument`, unless the sizes are three positive numbers adding up to at most `total`
-            (fractions: at most 1).
-    """
-    parts = [part for part in value.split(",") if part.strip()] if isinstance(value, str) else list(value)
-    try:
-        numbers = [float(part) for part in parts]
-    except ValueError:
-        numbers = []
-    fractions = len(numbers) == 3 and all(0 < n < 1 for n in numbers) and sum(numbers) <= 1 + 1e-9
-    sizes = [int(n * total) for n in numbers] if fractions else [int(n) for n in numbers if float(n).is_integer()]
-    if fractions:
-        sizes[0] += int(round(sum(numbers) * total)) - sum(sizes)
-    if len(sizes) != 3 or any(size <= 0 for size in sizes) or sum(sizes) > total:
-        raise ValueError(f"{argument} must be three positive sizes (train,validation,test) adding up to at most "
-                         f"{total} (the examples), or three fractions adding up to at most 1; got {value!r}")
-    return sizes
-
-
-def split_dataset(dataset, split_sizes: str | Sequence[int | float], seed: int = 42, argument: str = "--split_sizes"):
-    """`dataset` as a `DatasetDict` train / validation / test: shuffled with `Dataset.shuffle(seed=seed)` and cut
-    into `split_sizes` (`parse_split_sizes`: counts or fractions). The same rows and seed always give the same split.
-
-    Raises:
-        ValueError: as `parse_split_sizes`.
-    """
-    from datasets import DatasetDict
-
-    sizes = parse_split_sizes(split_sizes, len(dataset), argument)
-    shuffled = dataset.shuffle(seed=seed).flatten_indices()
-    bounds = np.cumsum([0] + sizes)
-    return DatasetDict({name: shuffled.select(range(bounds[i], bounds[i + 1]))
-                        for i, name in enumerate(("train", "validation", "test"))})
-
-
-def load_label_files(directory: str | Path, split_sizes: str | Sequence[int | float] = DEFAULT_SPLIT,
-                     seed: int = 42, pattern: str = "*", argument: str = "--label_dir"):
-    """A folder with one text file per label (`read_label_files`) as a `DatasetDict` with splits train /
-    validation / test (`split_dataset`: seeded shuffle, then `split_sizes`) and columns text, label.
-
-    Raises:
-        FileNotFoundError, ValueError: as `read_label_files` and `parse_split_sizes`.
-    """
-    from datasets import Dataset
-
-    texts, labels = read_label_files(directory, argument, pattern)
-    return split_dataset(Dataset.from_dict({"text": texts, "label": labels}), split_sizes, seed)
-
-
-def read_table(path: str | Path, text_column: str | None = None, label_column: str | None = "label",
-               argument: str = "--file") -> tuple[list[str], list | None]:
-    """`(texts, labels)` of one csv / tsv / json / jsonl file (`check_data_file`; read by `datasets`' csv or json
-    builder) from its named columns: `text_column` (default: the first of `DEFAULT_TEXT_COLUMNS` it has) and
-    `label_column` (None, or a column the file lacks when it is the default "label": no labels).
-
-    Raises:
-        FileNotFoundError, ValueError: as `check_data_file`; ValueError naming the column and the file's columns when
-            a named column does not exist.
-    """
-    from datasets import load_dataset
-
-    file = check_data_file(str(path), argument)
-    builder, options = DATA_FILE_EXTENSIONS[file.suffix]
-    dataset = load_dataset(builder, data_files=str(file), split="train", **options)
-    return dataset_columns(dataset, text_column, label_column, f"{argument} {str(file)!r}")
-
-
-def dataset_columns(dataset, text_column: str | None = None, label_column: str | None = "label",
-                    where: str = "the dataset") -> tuple[list[str], list | None]:
-    """`(texts, labels)` from a `datasets.Dataset`'s columns (the defaults as `read_table`).
-
-    Raises:
-        ValueError: naming the column, `where` and the columns there, when a named column does not exist.
-    """
-    columns = dataset.column_names
-    if text_column is None:
-        found = [name for name in DEFAULT_TEXT_COLUMNS if name in columns]
-        if not found:
-            raise ValueError(f"no text column given and {where} has none of {DEFAULT_TEXT_COLUMNS}; columns: "
-                             f"{', '.join(columns)}")
-        text_column = found[0]
-    for name in (text_column, label_column):
-        if name is not None and name not in columns and not (name == "label" and name == label_column):
-            raise ValueError(f"column {name!r} does not exist in {where}; columns: {', '.join(columns)}")
-    labels = dataset[label_column] if label_column in columns else None
-    return [str(text) for text in dataset[text_column]], labels
-
-
-def read_labelled_texts(source: str | Path, *, text_column: str | None = None, label_column: str | None = "label",
-                        split: str = "train", pattern: str = "*", argument: str = "--data"):
-    """`(texts, labels)` (labels None when the data has none) from any of the package's text sources:
-
-    - a csv / tsv / json / jsonl file: `read_table` with `text_column` / `label_column`;
-    - a folder saved by `datasets` (`save_to_disk`: holds `dataset_dict.json` or `state.json`): its `split`, columns
-      as a file's;
-    - another folder: one text file per label (`read_label_files` with `pattern`);
-    - anything else that could be a hub name (`hf_ffn.checkpoints.looks_local` is false): a `datasets` hub
-      dataset (needs hub access), its `split`.
-
-    Raises:
-        FileNotFoundError, ValueError: as the reader used, naming `argument`.
-    """
-    path = Path(source)
-    if path.is_file():
-        return read_table(path, text_column, label_column, argument)
-    if path.is_dir():
-        if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
-            from datasets import DatasetDict, load_from_disk
-
-            dataset = load_from_disk(str(path))
-            if isinstance(dataset, DatasetDict):
-                if split not in dataset:
-                    raise ValueError(f"{argument}: {str(path)!r} has no {split!r} split; splits: {', '.join(dataset)}")
-                dataset = dataset[split]
-            return dataset_columns(dataset, text_column, label_column, f"{argument} {str(path)!r}")
-        return read_label_files(path, argument, pattern)
-    if looks_local(source):
-        raise FileNotFoundError(f"{argument}: {str(source)!r} is no file or folder (nor a hub dataset name)")
-    from datasets import load_dataset
-
-    return dataset_columns(load_dataset(str(source), split=split), text_column, label_column,
-                           f"{argument} {str(source)!r}")
-
+from .arguments import ClassificationDataArguments
+from .readers import (  # re-exported: hf_ffn.training.data was their home
+    DATA_FILE_EXTENSIONS,
+    DEFAULT_TEXT_COLUMNS,
+    NOTE_FILES,
+    check_data_file,
+    dataset_columns,
+    decode_text,
+    load_label_files,
+    parse_split_sizes,
+    read_label_files,
+    read_labelled_texts,
+    read_table,
+    read_text_documents,
+    split_dataset,
+)
 
 def load_classification_datasets(args: ClassificationDataArguments):
     """The raw splits (`DatasetDict` with train, validation and, if given, test) from the source `args` names.
@@ -390,51 +196,6 @@ def sort_by_length(dataset):
     return dataset.select(np.argsort(lengths, kind="stable"))
 
 
-def decode_text(data: bytes) -> str:
-    """`data` decoded as UTF-8, or as Latin-1 when that fails.
-
-    Latin-1 maps every byte to a character, so nothing is replaced or dropped (a few State of the Union files are
-    Latin-1). The one decoding rule of the package's text readers (`read_text_documents`, `read_label_files`).
-    """
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data.decode("latin-1")
-
-
-def read_text_documents(
-    paths: Sequence[str | Path], pattern: str = "*.txt", argument: str = "--train_files"
-) -> list[tuple[str, str]]:
-    """`(file name, text)` for each file in `paths`, each folder expanded to its files matching `pattern`, sorted by
-    name; decoded by `decode_text` (UTF-8, else Latin-1).
-
-    For `../shared/data/state_union` use `pattern="[0-9]*.txt"`: the speeches (`1945-Truman.txt`, ...) without
-    `SOURCE.txt`. `argument` names the option the paths came from in error messages.
-
-    Raises:
-        FileNotFoundError: if a path does not exist or a folder holds no file matching `pattern`.
-        ValueError: if a file is empty (or whitespace only).
-    """
-    files: list[Path] = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            found = sorted(file for file in path.glob(pattern) if file.is_file())
-            if not found:
-                raise FileNotFoundError(f"{argument}: folder {str(path)!r} holds no file matching {pattern!r}")
-            files += found
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise FileNotFoundError(f"{argument}: {str(path)!r} does not exist")
-    documents = []
-    for file in files:
-        text = decode_text(file.read_bytes())
-        if not text.strip():
-            raise ValueError(f"{argument}: text file {str(file)!r} is empty")
-        documents.append((file.name, text))
-    return documents
-
-
 class FixedOrRandomMaskCollator:
     """Masks training batches afresh each time (BERT's dynamic masking, `DataCollatorForLanguageModeling`) but
     passes batches that already carry `labels` through unchanged: the evaluation set is masked once, with a seed,
@@ -496,6 +257,23 @@ def mlm_blocks(documents: Sequence[str], tokenizer: PreTrainedTokenizerBase, blo
     return Dataset.from_dict({"input_ids": cut(ids), "special_tokens_mask": cut(special)})
 
 
+def calibration_ids(paths: list[str], tokenizer, block: int = 128, tokens: int = 65536,
+                    argument: str = "--calibration_files") -> torch.Tensor:
+    """Calibration blocks (count, `block`) of token ids, the text a pruned conversion scores FFN units on: blocks of
+    the text files/folders `paths` (`mlm_blocks`), evenly spaced over the text, at most `tokens` tokens (whole
+    blocks).
+
+    Raises:
+        FileNotFoundError, ValueError: missing or empty files (naming `argument`); text shorter than one block.
+    """
+    blocks = mlm_blocks([text for _, text in read_text_documents(paths, argument=argument)], tokenizer, block)
+    if len(blocks) == 0:
+        raise ValueError(f"{argument}: the text is shorter than one block of {block} tokens")
+    ids = torch.tensor(blocks["input_ids"])
+    count = max(1, min(len(ids), tokens // block))
+    return ids[torch.linspace(0, len(ids) - 1, count).round().long()]
+
+
 def mask_once(blocks, tokenizer: PreTrainedTokenizerBase, mlm_probability: float, seed: int) -> dict[str, torch.Tensor]:
     """`blocks` (rows of `mlm_blocks`) masked once by `DataCollatorForLanguageModeling` with its own generator seeded
     by `seed` (BERT's rule: `mlm_probability` of the non-special tokens chosen, 80% → [MASK], 10% → a random token,
@@ -511,6 +289,7 @@ def mask_once(blocks, tokenizer: PreTrainedTokenizerBase, mlm_probability: float
 
 
 __all__ = [
+    "calibration_ids",
     "DATA_FILE_EXTENSIONS",
     "DEFAULT_TEXT_COLUMNS",
     "FixedOrRandomMaskCollator",

@@ -26,6 +26,7 @@ from typing import Any
 from transformers import HfArgumentParser, TrainingArguments
 
 from .arguments import ClassificationDataArguments, ModelArguments, parse_arguments
+from .classification import run_classification
 from .tasks import GLUE_RECIPE, Recipe, get_task
 
 ARGUMENT_CLASSES = (ModelArguments, ClassificationDataArguments, TrainingArguments)
@@ -111,8 +112,6 @@ def run_finetuning(model_args: ModelArguments, data_args: ClassificationDataArgu
     """`run_classification` with the task's recipe filling what `given` leaves unset (`apply_recipe`), then the
     score and the summary line (printed unless `quiet`). Returns `run_classification`'s outcome plus `task`,
     `task_score`, `score_split`, `summary` and `recipe` (the values the preset set)."""
-    from .classification import run_classification
-
     recipe = get_task(data_args.task).recipe if data_args.task is not None else GLUE_RECIPE
     applied = apply_recipe(training_args, recipe, given)
     outcome = run_classification(model_args, data_args, training_args)

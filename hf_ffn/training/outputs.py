@@ -40,6 +40,7 @@ from ..conversion import load_converted
 from ..files import give_ordinary_permissions
 from ..model_card import build_training_card
 from ..options import options_named
+from ..variants import warn_if_not_function_preserving
 from .arguments import CONVERSION_OPTIONS, ModelArguments
 
 STAGING_FOLDER = ".staging-final"
@@ -54,7 +55,9 @@ def load_model(model_args: ModelArguments, model_class: type[PreTrainedModel], *
 
     A variant is built by `hf_ffn.conversion.load_converted` (function-preserving GELU→GeGLU, approximate
     GELU→SwiGLU, or fresh weights at a kept / parameter-matched / given width); otherwise the checkpoint loads as
-    saved. `kwargs` (e.g. `num_labels`, `id2label`) go to `from_pretrained`. `report` is a JSON-able dict.
+    saved. `kwargs` (e.g. `num_labels`, `id2label`) go to `from_pretrained`. `report` is a JSON-able dict. A
+    variant whose conversion is not function-preserving logs a warning once
+    (`hf_ffn.variants.warn_if_not_function_preserving`); so does a converted folder loaded as saved.
     `config.unpad_tokens` is then set to `model_args.unpad_tokens` (after loading, so the conversion report lists
     only what the conversion changed; `save_outputs` saves the checkpoint's value, see the module docstring).
 
@@ -78,6 +81,8 @@ def load_model(model_args: ModelArguments, model_class: type[PreTrainedModel], *
                 **kwargs,
             )
         report = json.loads(conversion.to_json())
+        # fine-tuning a conversion that is not function-preserving: the measured difference and the next step, once
+        warn_if_not_function_preserving(report)
     model.config.unpad_tokens = model_args.unpad_tokens  # read at every forward
     return model, report
 

@@ -114,7 +114,7 @@ def convert_student(teacher: str, student: Path, variant: str, text_dir: str) ->
     from transformers import AutoTokenizer
 
     from hf_ffn.conversion import convert_checkpoint
-    from hf_ffn.healing.layerwise import calibration_ids
+    from hf_ffn.training.data import calibration_ids
 
     options = dict(VARIANTS[variant]["convert"])
     if options.get("init") == "pruned":
