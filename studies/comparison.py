@@ -21,14 +21,16 @@ import json
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
 from hf_ffn.comparing import mean_std, paired_t_interval  # the one copy (re-exported here)
+from hf_ffn.variants import BASELINE, Variant
+from hf_ffn.variants import VARIANTS as NAMED_VARIANTS
 
-BASELINE = "gelu-post (baseline)"
 VERDICT_NOTE = (
     "How to read the Δ columns: the t interval (over seeds) says how much a difference moves when training is rerun "
     "with other seeds; the bootstrap interval (over the test snippets) how much it moves on another test set of the "
@@ -37,15 +39,31 @@ VERDICT_NOTE = (
     "the size of a difference this comparison could have missed. Wall time per run depends on the load and threads "
     "of its hour; the speed columns come from one side-by-side measurement (below)."
 )
-# name → `ModelArguments` switches; every variant starts from the same checkpoint (GELU, Post-LN).
+# This study's one variant that is not a library preset: SwiGLU at the parameter-matched width with fresh weights
+# (fine-tuned as it is). Its healed row is the library's `swiglu-matched` (pruned, then healed: the healing study's
+# swiglu-matched-lw), passed with `--healed swiglu-fresh-matched=FOLDER`.
+FRESH_MATCHED = "swiglu-fresh-matched"
+
+
+def model_switches(variant: Variant) -> dict[str, str]:
+    """The `ModelArguments` switches that build `variant` from a GELU Post-LN checkpoint when fine-tuning."""
+    switches = {"ffn_type": variant.ffn_type, "ffn_init": variant.init} if variant.ffn_type else {}
+    if variant.width != "keep":
+        switches["ffn_width"] = str(variant.width)
+    if variant.layer_norm_position:
+        switches["layer_norm_position"] = variant.layer_norm_position
+    return switches
+
+
+# name → `ModelArguments` switches, in `hf_ffn.variants.VARIANTS` order (the one list); every variant starts from the
+# same checkpoint (GELU, Post-LN). The pruned variant needs calibration text, which fine-tuning does not take: this
+# study compared `FRESH_MATCHED` in its place.
 VARIANTS: dict[str, dict[str, str]] = {
-    BASELINE: {},
-    "geglu-preserving": {"ffn_type": "geglu", "ffn_init": "preserving"},
-    "swiglu-approx": {"ffn_type": "swiglu", "ffn_init": "preserving"},
-    "swiglu-fresh-matched": {"ffn_type": "swiglu", "ffn_init": "fresh", "ffn_width": "matched"},
-    "pre-ln": {"layer_norm_position": "pre"},
+    (FRESH_MATCHED if v.init == "pruned" else name): (
+        model_switches(replace(v, init="fresh")) if v.init == "pruned" else model_switches(v))
+    for name, v in NAMED_VARIANTS.items()
 }
-HEALABLE = ("swiglu-approx", "swiglu-fresh-matched", "pre-ln")
+HEALABLE = tuple(FRESH_MATCHED if v.init == "pruned" else name for name, v in NAMED_VARIANTS.items() if not v.exact)
 HEALED_SUFFIX = " healed"
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_BATCH = 1_000  # resamples drawn at once (memory: batch × snippets indices)
@@ -380,7 +398,8 @@ def plot_curves(runs: Sequence[dict], path: Path, title: str) -> None:
 
 
 __all__ = [
-    "BASELINE", "BOOTSTRAP_RESAMPLES", "HEALABLE", "HEAL_STUDY_NAMES", "VARIANTS", "base_variant", "correctness",
+    "BASELINE", "BOOTSTRAP_RESAMPLES", "FRESH_MATCHED", "HEALABLE", "HEAL_STUDY_NAMES", "VARIANTS", "base_variant",
+    "correctness", "model_switches",
     "encode_ids", "healed_name", "longer_budget_lines", "paired_difference", "probes_from_healing",
     "last_fifth_change", "mean_std", "paired_bootstrap", "paired_t_interval", "parse_healed",
     "plot_curves", "report", "variant_order",

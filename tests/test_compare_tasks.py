@@ -30,12 +30,12 @@ REPO = Path(__file__).resolve().parents[1]
 def test_glue_average_and_paired_interval_hand_computed():
     runs = [{"variant": v, "seed": s, "task": t, "score": score} for v, s, t, score in [
         (BASELINE, 0, "cola", 40.0), (BASELINE, 0, "stsb", 80.0), (BASELINE, 1, "cola", 42.0),
-        (BASELINE, 1, "stsb", 84.0), ("geglu-preserving", 0, "cola", 41.0), ("geglu-preserving", 0, "stsb", 82.0),
-        ("geglu-preserving", 1, "cola", 46.0), ("geglu-preserving", 1, "stsb", 84.0),
-        ("geglu-preserving", 2, "cola", 50.0)]]  # seed 2 has no stsb run: no average for it
+        (BASELINE, 1, "stsb", 84.0), ("geglu", 0, "cola", 41.0), ("geglu", 0, "stsb", 82.0),
+        ("geglu", 1, "cola", 46.0), ("geglu", 1, "stsb", 84.0),
+        ("geglu", 2, "cola", 50.0)]]  # seed 2 has no stsb run: no average for it
     averages = glue_average(runs, ["cola", "stsb"])
     assert sorted((a["variant"], a["seed"], a["score"]) for a in averages) == sorted([
-        (BASELINE, 0, 60.0), (BASELINE, 1, 63.0), ("geglu-preserving", 0, 61.5), ("geglu-preserving", 1, 65.0)])
+        (BASELINE, 0, 60.0), (BASELINE, 1, 63.0), ("geglu", 0, 61.5), ("geglu", 1, 65.0)])
     base = [a for a in averages if a["variant"] == BASELINE]
     mean, low, high = paired_score_difference([a for a in averages if a["variant"] != BASELINE], base)
     # differences 1.5 and 2.0: mean 1.75, sd √0.125, t_{0.975, 1} = 12.706…
@@ -76,14 +76,14 @@ def test_compare_tasks_runs_resumes_and_refuses_other_settings(tiny_setup, tmp_p
     assert module.main(argv) == 0
     runs = [json.loads(line) for line in (output / "task_runs.jsonl").read_text().splitlines()]
     assert sorted((r["task"], r["variant"], r["seed"]) for r in runs) == sorted(
-        (task, variant, seed) for task in ("cola", "stsb") for variant in (BASELINE, "geglu-preserving")
+        (task, variant, seed) for task in ("cola", "stsb") for variant in (BASELINE, "geglu")
         for seed in (0, 1))
     stsb = next(r for r in runs if r["task"] == "stsb")
     assert stsb["score"] == pytest.approx(50 * (stsb["metrics"]["pearson"] + stsb["metrics"]["spearman"]))
     assert stsb["split"] == "eval" and stsb["unpad_tokens"] is True and stsb["train_rows_full"] == 12
     assert [point["step"] for point in stsb["curve"]] == [0, 1, 2]
     table = (output / "tasks.md").read_text()
-    assert "## GLUE-style average over cola, stsb" in table and "| geglu-preserving | 0, 1 |" in table
+    assert "## GLUE-style average over cola, stsb" in table and "| geglu | 0, 1 |" in table
     assert "## Baseline convergence" in table and "s/step training" in table
     # resume: every run is in the file, nothing runs again
     assert module.main(argv) == 0

@@ -121,15 +121,15 @@ def test_parse_healed(tmp_path):
     (tmp_path / "config.json").write_text('{"ffn_type": "geglu"}')
     with pytest.raises(ValueError, match=r"has ffn_type='geglu', but pre-ln has 'gelu'"):
         parse_healed([f"pre-ln={tmp_path}"])
-    with pytest.raises(ValueError, match="geglu-preserving"):
-        parse_healed([f"geglu-preserving={tmp_path}"])
+    with pytest.raises(ValueError, match="geglu"):
+        parse_healed([f"geglu={tmp_path}"])
     with pytest.raises(ValueError, match="no config.json"):
         parse_healed([f"pre-ln={tmp_path / 'missing'}"])
     # a report rewritten from its runs file needs the names only: no folder is read, a bad name is still refused
     assert parse_healed([f"pre-ln={tmp_path / 'missing'}"], check_folders=False) == {
         "pre-ln healed": str(tmp_path / "missing")}
     with pytest.raises(ValueError, match="expected VARIANT=FOLDER"):
-        parse_healed([f"geglu-preserving={tmp_path}"], check_folders=False)
+        parse_healed([f"geglu={tmp_path}"], check_folders=False)
     assert variant_order([healed_name("pre-ln"), "pre-ln", BASELINE]) == [BASELINE, "pre-ln", "pre-ln healed"]
 
 
@@ -146,12 +146,12 @@ def test_report_verdicts():
                 "wall_seconds": 10.0, "load_before": 1.0, "load_after": 2.0, "curve": curve, "threads": 1 + seed % 2}
 
     runs = [run(BASELINE, s, base, 0.5) for s in range(3)] + [run("pre-ln", s, labels, 1.0) for s in range(3)]
-    runs += [run("geglu-preserving", s, base, 0.5 + 0.01 * (s - 1)) for s in range(3)]
+    runs += [run("geglu", s, base, 0.5 + 0.01 * (s - 1)) for s in range(3)]
     header = {"title": "# t", "intro": "i", "machine": {"cpu": "cpu", "cores": 2}, "versions": "v", "command": "c"}
     text = report(runs, {}, header)
     rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
     assert "+50.00 [+50.00, +50.00]" in rows["pre-ln"] and "**outside the noise**" in rows["pre-ln"]
-    assert "inside the noise" in rows["geglu-preserving"]
+    assert "inside the noise" in rows["geglu"]
     assert re.search(r"relative change [+-]0\.00%", text)
     # runs of seeds 0 and 2 used 1 thread, seed 1 used 2: the machine line counts both, per run
     assert "torch threads per run: 1 (6 runs), 2 (3 runs)" in text
@@ -188,7 +188,7 @@ def test_report_longer_budget_check():
     lines = comparison.longer_budget_lines(short, longer)
     assert lines[0].startswith("Convergence check: the same runs at 500 steps instead of 250")
     match = re.fullmatch(
-        r"- gelu-post \(baseline\): 0\.7500 ± 0\.0000 at 500 steps \(seeds 0, 1\) against 0\.5000 ± 0\.0000; "
+        r"- gelu-post: 0\.7500 ± 0\.0000 at 500 steps \(seeds 0, 1\) against 0\.5000 ± 0\.0000; "
         r"longer − shorter \+25\.00 \[\+25\.00, \+25\.00\] points \(seeds\), \+25\.00 \[\+(\S+), \+(\S+)\] "
         r"\(snippets\): \*\*outside the noise\*\*", lines[2])
     assert match, lines[2]
@@ -213,7 +213,7 @@ def test_report_throughput_rows_healed_share_their_variant():
     rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
     assert "| 1500 | 1.018 [0.900–1.100] | 5 (2) |" in rows["pre-ln"]
     assert "| 1500 | 1.018 [0.900–1.100] | 5 (2) |" in rows["pre-ln healed"]
-    assert "Throughput (gelu-post (baseline), pre-ln):" in text
+    assert "Throughput (gelu-post, pre-ln):" in text
     # one eval point per fifth: no slope, said plainly (not nan)
     assert "- seed 0: fewer than 2 eval points in a fifth of training: no slope" in text and "nan" not in text
     assert "1.000 [1.000–1.000]" in rows[BASELINE]
@@ -229,7 +229,7 @@ def test_measure_throughput_times_every_variant_on_real_batches(bundled_checkpoi
     (folder / "rt-polarity.pos").write_text("".join(f"a fine and moving film number {i}\n" for i in range(12)))
     (folder / "rt-polarity.neg").write_text("".join(f"dull {'very ' * (i % 4)}dull {i}\n" for i in range(12)))
     starts = {BASELINE: ModelArguments(model_name_or_path=bundled_checkpoint, unpad_tokens=True),
-              "geglu-preserving": ModelArguments(model_name_or_path=bundled_checkpoint, unpad_tokens=True,
+              "geglu": ModelArguments(model_name_or_path=bundled_checkpoint, unpad_tokens=True,
                                                  ffn_type="geglu", ffn_init="preserving")}
     measured = measure_throughput(starts, BASELINE, str(folder), batch_size=4, max_seq_length=8, batches=2, repeats=3)
     assert set(measured["variants"]) == set(starts)
@@ -252,7 +252,7 @@ def test_probes_from_healing_map_teacher_before_and_after():
     }
     probes = comparison.probes_from_healing({"swiglu-fresh": {"init": "fresh", "healing": healing}})
     assert probes == {
-        "gelu-post (baseline)": {"accuracy": 0.80, "std": 0.01, "snippets": 10662},
+        "gelu-post": {"accuracy": 0.80, "std": 0.01, "snippets": 10662},
         "swiglu-fresh-matched": {"accuracy": 0.78, "std": 0.02, "snippets": 10662},
         "swiglu-fresh-matched healed": {"accuracy": 0.795, "std": 0.03, "snippets": 10662},
     }
@@ -260,7 +260,7 @@ def test_probes_from_healing_map_teacher_before_and_after():
     # swiglu-fresh-matched, so only the healed row comes from it; its approximate SwiGLU starts as the comparison's.
     probes = comparison.probes_from_healing({"swiglu-matched-lw": {"init": "pruned", "healing": healing},
                                              "swiglu-approx-lw": {"init": "preserving", "healing": healing}})
-    assert set(probes) == {"gelu-post (baseline)", "swiglu-fresh-matched healed", "swiglu-approx",
+    assert set(probes) == {"gelu-post", "swiglu-fresh-matched healed", "swiglu-approx",
                            "swiglu-approx healed"}
     assert probes["swiglu-approx"] == {"accuracy": 0.78, "std": 0.02, "snippets": 10662}
 
@@ -301,7 +301,7 @@ def test_resume_refuses_runs_from_other_weights_and_accepts_the_same_weights_els
     line["checkpoint_sha256"] = start_weights.weights_sha256(bundled_checkpoint)
     (tmp_path / script.RESULTS).write_text(json.dumps(line) + "\n")
     assert script.main(argv) == 0
-    assert "| gelu-post (baseline) | 0 | 0.7500 |" in (tmp_path / script.TABLE).read_text()
+    assert "| gelu-post | 0 | 0.7500 |" in (tmp_path / script.TABLE).read_text()
     # a converted variant's probe measured earlier is kept (a healed row's comes only from --heal-dir); --notes is
     # inserted without its comment lines; a missing --notes file is refused
     probe = {"accuracy": 0.7394, "std": 0.0077, "snippets": 10662}

@@ -13,7 +13,7 @@ figure); this study runner keeps the study's extras (curves, convergence check, 
     python -m studies.four_tasks.compare_tasks --data_root ../shared/data \
         --healed swiglu-approx=out/heal-swiglu/healed --healed swiglu-fresh-matched=out/heal-swiglu-matched/healed \\
         --healed pre-ln=out/heal-pre-ln/healed                    # the healed students too (`hf-ffn heal`'s healed/)
-    python -m studies.four_tasks.compare_tasks --data_root ../shared/data --tasks mrpc --variants "gelu-post (baseline)" \\
+    python -m studies.four_tasks.compare_tasks --data_root ../shared/data --tasks mrpc --variants "gelu-post" \\
         --seeds 0 --max_steps 4 --max_train_samples 64 --max_eval_samples 32 --output_dir out/tasks-smoke  # smoke
 
 Every run executes unpadded (`unpad_tokens` on: each token-wise part runs on the real tokens only, the same losses
@@ -63,7 +63,7 @@ from studies.task_comparison import report
 
 RESULTS, TABLE = "task_runs.jsonl", "tasks.md"
 BUNDLED_NAME = "bundled all-MiniLM-L6-v2"
-DEFAULT_VARIANTS = [BASELINE, "geglu-preserving"]  # the healed ones come in with --healed
+DEFAULT_VARIANTS = [BASELINE, "geglu"]  # the healed ones come in with --healed
 FULL_TABLE_VARIANTS = 5  # baseline, GeGLU exact, SwiGLU approximate, matched SwiGLU and Pre-LN, the last three healed
 METRIC_KEYS = ("accuracy", "f1", "f1_binary", "matthews_correlation", "pearson", "spearman", "mse")
 

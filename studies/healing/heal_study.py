@@ -33,20 +33,25 @@ import textwrap
 import time
 from pathlib import Path
 
+from hf_ffn.variants import get_variant
+
+# Each experiment: a student (the named variant of hf_ffn.variants it converts, or "convert": switches of this study's
+# own start) and the healing run measured on it ("heal": hf-ffn heal flags).
 VARIANTS = {
     "swiglu-approx": {
         "title": "GELU → SwiGLU, approximate (init preserving)",
-        "convert": {"ffn_type": "swiglu"},
+        "variant": "swiglu-approx",
         "heal": {"method": "end_to_end", "learning_rate": 1e-4, "layers": "all"},
     },
     "swiglu-fresh": {
         "title": "SwiGLU fresh, matched width 1024",
+        # this study's own start (not a library variant): fresh weights at the matched width
         "convert": {"ffn_type": "swiglu", "init": "fresh", "width": "matched"},
         "heal": {"method": "end_to_end", "learning_rate": 5e-4, "layers": "all"},
     },
     "pre-ln": {
         "title": "Post-LN → Pre-LN (weights kept)",
-        "convert": {"layer_norm_position": "pre"},
+        "variant": "pre-ln",
         # layers "last": "all" would compare unlike hidden states across LayerNorm placements
         "heal": {"method": "end_to_end", "learning_rate": 3e-4, "layers": "last"},
     },
@@ -59,19 +64,19 @@ LAYERWISE = {"method": "layerwise", "layers": "last"}
 VARIANTS |= {
     "swiglu-approx-lw": {
         "title": "GELU → SwiGLU, approximate, layer-wise",
-        "convert": {"ffn_type": "swiglu"},
+        "variant": "swiglu-approx",
         "heal": {**LAYERWISE, "learning_rate": 1e-4, "layerwise_steps": 0, "layerwise_tokens": 65536},
         "steps": 0,
     },
     "swiglu-matched-lw": {
         "title": "SwiGLU matched width 1024 (init pruned), layer-wise",
-        "convert": {"ffn_type": "swiglu", "init": "pruned", "width": "matched", "prune_score": "magnitude"},
+        "variant": "swiglu-matched",
         "heal": {**LAYERWISE, "learning_rate": 1e-4, "layerwise_steps": 1000, "layerwise_tokens": 65536},
         "steps": 0,
     },
     "pre-ln-lw": {
         "title": "Post-LN → Pre-LN, layer-wise targets",
-        "convert": {"layer_norm_position": "pre"},
+        "variant": "pre-ln",
         "heal": {**LAYERWISE, "learning_rate": 1e-4, "layerwise_steps": 1000, "layerwise_tokens": 65536,
                  "layerwise_parts": "layer", "layerwise_inputs": "student", "layerwise_stream": "teacher"},
         "steps": 0,
@@ -116,7 +121,10 @@ def convert_student(teacher: str, student: Path, variant: str, text_dir: str) ->
     from hf_ffn.conversion import convert_checkpoint
     from hf_ffn.training.data import calibration_ids
 
-    options = dict(VARIANTS[variant]["convert"])
+    experiment = VARIANTS[variant]
+    # the student is a named variant's conversion (hf_ffn.variants), or this study's own start ("convert")
+    options = get_variant(experiment["variant"]).conversion_options() if "variant" in experiment else dict(
+        experiment["convert"])
     if options.get("init") == "pruned":
         tokens = VARIANTS[variant]["heal"].get("layerwise_tokens", 65536)
         options["calibration_ids"] = calibration_ids([text_dir], AutoTokenizer.from_pretrained(teacher), 128, tokens)
@@ -124,7 +132,6 @@ def convert_student(teacher: str, student: Path, variant: str, text_dir: str) ->
 
 
 def run(args: argparse.Namespace) -> None:
-    from hf_ffn.conversion import convert_checkpoint
     from hf_ffn.parity import bundled_checkpoint
 
     teacher = args.model or bundled_checkpoint()
