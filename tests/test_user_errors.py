@@ -184,7 +184,7 @@ def test_parity_on_a_variant_folder_explains_and_exits_3(swiglu_pre_folder, tiny
     assert "Upstream BertModel cannot represent it" in err
     assert ("would ignore 6 weights (encoder.layer.{0, 1}.mlp.gate_proj.weight, encoder.layer.{0, 1}.mlp.gate_proj"
             ".bias, encoder.final_norm.weight, encoder.final_norm.bias)") in err
-    hint = f"hf-ffn parity --model {tiny_bert_checkpoint} --ffn-type swiglu --layer-norm-position pre"
+    hint = f"hf-ffn parity --model {tiny_bert_checkpoint} --ffn_type swiglu --layer_norm_position pre"
     assert hint in err  # the source, read from conversion_report.json
     # The hinted command runs: the variant report, exit 0.
     assert main(hint.split()[1:]) == 0
