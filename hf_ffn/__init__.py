@@ -34,9 +34,10 @@ def register_auto_classes() -> None:
         getattr(transformers, head.auto_class).register(FfnBertConfig, head.ffn_bert, exist_ok=True)
     AutoTokenizer.register(FfnBertConfig, tokenizer_class=BertTokenizer, exist_ok=True)
     # trust_remote_code: `save_pretrained` then copies configuration_ffn_bert.py and modeling_ffn_bert.py (with the
-    # files they import relatively: activations.py, checkpoint_names.py, unpadding.py, grouped_attention.py, sparse_prediction.py)
-    # next to the weights and writes `auto_map`, so the folder loads where hf_ffn is not installed: `AutoModel.from_pretrained(folder,
-    # trust_remote_code=True)`. `AUTO_MAP` names every Auto class, for folders that should load with any of them.
+    # files they import relatively: activations.py, checkpoint_names.py, unpadding.py, grouped_attention.py,
+    # sparse_prediction.py) next to the weights and writes `auto_map`, so the folder loads where hf_ffn is not
+    # installed: `AutoModel.from_pretrained(folder, trust_remote_code=True)`. `AUTO_MAP` names every Auto class, for
+    # folders that should load with any of them.
     FfnBertConfig.register_for_auto_class()
     for head in HEAD_CLASSES:
         head.ffn_bert.register_for_auto_class(head.auto_class)

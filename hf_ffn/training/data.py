@@ -37,6 +37,7 @@ from .readers import (  # re-exported: hf_ffn.training.data was their home
     split_dataset,
 )
 
+
 def load_classification_datasets(args: ClassificationDataArguments):
     """The raw splits (`DatasetDict` with train, validation and, if given, test) from the source `args` names.
 

@@ -32,16 +32,15 @@ from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments
 from hf_ffn import FfnBertModel
 from hf_ffn.conversion import convert_checkpoint
 from hf_ffn.healing import HealArguments, LayerwiseArguments, compare_to_teacher, linear_probe, run_healing
-from hf_ffn.training.data import calibration_ids
 from hf_ffn.parity import bundled_checkpoint
 from hf_ffn.training import read_label_files
+from hf_ffn.training.data import calibration_ids
+from hf_ffn.variants import get_variant
 
-VARIANTS = {
-    "swiglu-approx": {"ffn_type": "swiglu"},
-    "swiglu-matched": {"ffn_type": "swiglu", "init": "pruned", "width": "matched"},
-    "swiglu-fresh": {"ffn_type": "swiglu", "init": "fresh", "width": "matched"},
-    "pre-ln": {"layer_norm_position": "pre"},
-}
+# The students: the named variants of hf_ffn.variants (their conversion switches; --prune_score may override the
+# pruning score), and this study's own start, "swiglu-fresh" (fresh weights at the matched width).
+VARIANTS = {name: get_variant(name).conversion_options() for name in ("swiglu-approx", "swiglu-matched", "pre-ln")}
+VARIANTS["swiglu-fresh"] = {"ffn_type": "swiglu", "init": "fresh", "width": "matched"}
 
 
 def student_folder(args, teacher: str) -> Path:
