@@ -208,11 +208,16 @@ def _moves_to_pre_ln(report: Mapping[str, Any]) -> bool:
 
 
 def _difference(report: Mapping[str, Any]) -> str:
-    """The measured last_hidden_state difference from the source, as one phrase."""
-    d = (report.get("difference") or {}).get("last_hidden_state")
-    if not d:
+    """The measured difference from the source, as one phrase: the last hidden state's, else the first output
+    compared (a checkpoint with heads, e.g. `BertForPreTraining`, is compared on its heads' outputs)."""
+    measured = {name: d for name, d in (report.get("difference") or {}).items()
+                if isinstance(d, Mapping) and "max_abs_diff" in d}
+    if not measured:
         return "its output difference from the source was not measured"
-    return (f"measured on a fixed batch, its last hidden state differs from the source's by up to "
+    name = "last_hidden_state" if "last_hidden_state" in measured else next(iter(measured))
+    d = measured[name]
+    label = "last hidden state" if name == "last_hidden_state" else f"output {name}"
+    return (f"measured on a fixed batch, its {label} differs from the source's by up to "
             f"{d['max_abs_diff']:.3g} (mean {d['mean_abs_diff']:.3g})")
 
 

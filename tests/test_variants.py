@@ -206,3 +206,20 @@ def test_fine_tuning_a_variant_that_is_not_function_preserving_warns_once(source
         load_model(ModelArguments(model_name_or_path=str(source / "bert"), ffn_type="geglu"),
                    FfnBertForSequenceClassification, num_labels=2)
     assert records(caplog) == []
+
+
+def test_a_checkpoint_with_heads_is_warned_with_its_heads_measured_difference(source, tmp_path):
+    """A `BertForPreTraining` source is compared on its heads' outputs (no last_hidden_state in the report): the
+    warning quotes the first of them rather than saying nothing was measured."""
+    from transformers import BertForPreTraining
+
+    torch.manual_seed(0)
+    config = BertConfig.from_pretrained(source / "bert")
+    BertForPreTraining(config).save_pretrained(tmp_path / "pretraining")
+    AutoTokenizer.from_pretrained(source / "bert").save_pretrained(tmp_path / "pretraining")
+    report = convert_checkpoint(str(tmp_path / "pretraining"), tmp_path / "approx", ffn_type="swiglu").to_dict()
+    assert "last_hidden_state" not in report["difference"]
+    d = report["difference"]["prediction_logits"]
+    message = not_function_preserving_message(report, tmp_path / "approx")
+    assert f"its output prediction_logits differs from the source's by up to {d['max_abs_diff']:.3g}" in message
+    assert "not measured" not in message
