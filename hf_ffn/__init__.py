@@ -80,7 +80,6 @@ if Path(sys.argv[0] if sys.argv else "").name not in ("hf-ffn", "hf-ffn.exe"):  
         FfnBertModel,
         FfnBertPreTrainedModel,
     )
-
     from .variants import BASELINE, VARIANTS, Variant, get_variant, warn_if_not_function_preserving
 
     register_auto_classes()

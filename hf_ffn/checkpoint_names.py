@@ -174,7 +174,7 @@ def rename_to_memory_keys(module, state_dict: dict, prefix: str, *args) -> None:
     this hook every FFN weight would silently stay as initialised. Registered by each `FfnBertLayer`.
     """
     for key in [key for key in state_dict if key.startswith(prefix)]:
-        renamed = prefix + memory_key(key[len(prefix):])
+        renamed = prefix + memory_key(key[len(prefix) :])
         if renamed != key:
             state_dict[renamed] = state_dict.pop(key)
 
@@ -231,7 +231,9 @@ class KeyMap:
 # as `FfnBertGatedMLP` with ffn_type="swiglu" (swish_beta=1 computes F.silu, like ACT2FN["silu"]). Llama has no MLP
 # bias by default (`mlp_bias=False`): use ffn_bias=False; with biases the same names carry `.bias`.
 LLAMA_MLP_TO_FFN: tuple[KeyMap, ...] = tuple(
-    KeyMap((f"{proj}.{p}",), (f"{proj}.{p}",)) for proj in ("gate_proj", "up_proj", "down_proj") for p in ("weight", "bias")
+    KeyMap((f"{proj}.{p}",), (f"{proj}.{p}",))
+    for proj in ("gate_proj", "up_proj", "down_proj")
+    for p in ("weight", "bias")
 )
 # transformers' `ModernBertMLP`: `input, gate = Wi(x).chunk(2, dim=-1); Wo(act(input) * gate)`. The fused Wi is
 # [activated half; linear half] along its output dimension (dim 0 of the weight). ModernBERT calls the *linear* half

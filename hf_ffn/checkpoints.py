@@ -97,7 +97,7 @@ def group_layer_keys(keys: list[str]) -> list[str]:
     layers: dict[str, list[str]] = {}
     for key in keys:
         match = re.search(r"\.layer\.(\d+)\.", key)
-        template = key if match is None else key[: match.start(1)] + "{}" + key[match.end(1):]
+        template = key if match is None else key[: match.start(1)] + "{}" + key[match.end(1) :]
         layers.setdefault(template, []).append(match.group(1) if match else "")
     return [t.format("{" + ", ".join(ids) + "}" if len(ids) > 1 else ids[0]) for t, ids in layers.items()]
 

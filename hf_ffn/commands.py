@@ -59,9 +59,20 @@ def parity(args: argparse.Namespace) -> int:
         rows = run_parity(checkpoint, attn_implementation=args.attn)
     except NotPlainBertError as error:
         if args.json:
-            print(json.dumps({"checkpoint": checkpoint, "reason": reason, "exact": None, "not_plain_bert": True,
-                              "differences": error.reasons, "ignored_weights": error.ignored_weights,
-                              "message": str(error)}, indent=2))
+            print(
+                json.dumps(
+                    {
+                        "checkpoint": checkpoint,
+                        "reason": reason,
+                        "exact": None,
+                        "not_plain_bert": True,
+                        "differences": error.reasons,
+                        "ignored_weights": error.ignored_weights,
+                        "message": str(error),
+                    },
+                    indent=2,
+                )
+            )
         else:
             print(f"hf-ffn parity: {error}", file=sys.stderr)
         return EXIT_NOT_PLAIN_BERT
@@ -88,7 +99,9 @@ def _print_variant_report(report: dict) -> None:
     print(f"checkpoint: {report['checkpoint']}\n  ({report['reason']})")
     print(f"variant: {report['config']}")
     counts = report["parameters"]
-    print(f"parameters: BERT {counts['bert']:,}  variant {counts['variant']:,}  ({counts['variant'] - counts['bert']:+,})")
+    print(
+        f"parameters: BERT {counts['bert']:,}  variant {counts['variant']:,}  ({counts['variant'] - counts['bert']:+,})"
+    )
     print(
         f"new weights (initialised as BERT does: linears normal(0, initializer_range) with zero bias, "
         f"LayerNorms ones/zeros): {len(report['new_weights'])}"
@@ -135,8 +148,12 @@ def convert(args: argparse.Namespace) -> int:
             if getattr(args, name) <= 0:
                 raise ValueError(f"{spelled(args, name)} must be > 0, got {getattr(args, name)}")
         tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
-        options.update(calibration_ids=calibration_ids(args.calibration_files, tokenizer, args.calibration_block,
-                                                       args.calibration_tokens), prune_score=args.prune_score)
+        options.update(
+            calibration_ids=calibration_ids(
+                args.calibration_files, tokenizer, args.calibration_block, args.calibration_tokens
+            ),
+            prune_score=args.prune_score,
+        )
     if sentence_transformer:
         report = _convert_sentence_transformer(args, options)
     else:
@@ -155,8 +172,9 @@ def _apply_variant(args: argparse.Namespace) -> None:
 
     variant = get_variant(args.variant)
     given = [f"--{name}" for name in ("ffn_type", "layer_norm_position") if getattr(args, name) is not None]
-    given += [f"--{name}" for name, default in (("init", "preserving"), ("width", "keep"))
-              if getattr(args, name) != default]
+    given += [
+        f"--{name}" for name, default in (("init", "preserving"), ("width", "keep")) if getattr(args, name) != default
+    ]
     if given:
         raise ValueError(f"--variant {args.variant} sets the switches itself; remove {', '.join(given)}")
     args.ffn_type, args.layer_norm_position = variant.ffn_type, variant.layer_norm_position
@@ -209,8 +227,10 @@ def sts(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"STS-B {result['split']} ({result['pairs']} pairs), cosine of mean-pooled embeddings: Spearman "
-              f"{result['spearman']:.4f}, Pearson {result['pearson']:.4f} ({result['model']}, {result['seconds']:.0f} s)")
+        print(
+            f"STS-B {result['split']} ({result['pairs']} pairs), cosine of mean-pooled embeddings: Spearman "
+            f"{result['spearman']:.4f}, Pearson {result['pearson']:.4f} ({result['model']}, {result['seconds']:.0f} s)"
+        )
     return 0
 
 
@@ -224,8 +244,9 @@ def heal(args: argparse.Namespace) -> int:
 
     logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("hf_ffn").setLevel(logging.INFO)  # the layer-wise stage logs each layer's errors
-    parser = HfArgumentParser((HealArguments, LayerwiseArguments, TrainingArguments), prog="hf-ffn heal",
-                              description=DESCRIPTIONS["heal"])
+    parser = HfArgumentParser(
+        (HealArguments, LayerwiseArguments, TrainingArguments), prog="hf-ffn heal", description=DESCRIPTIONS["heal"]
+    )
     heal_args, layerwise_args, training_args = parse_arguments(parser, args.rest)
     # run_healing prints the one summary line (cosine before → after, probe Δ, time); healing.json holds the rest
     run_healing(heal_args, training_args, command=" ".join(["hf-ffn", *args.argv]), layerwise_args=layerwise_args)
@@ -279,31 +300,40 @@ def compare(args: argparse.Namespace) -> int:
     tasks = args.tasks or list(SMOKE_TASKS if args.smoke else TASKS)
     seeds = args.seeds or ([0] if args.smoke else [0, 1, 2])
     overrides = {name: getattr(args, name) for name in COMPARE_OVERRIDES if getattr(args, name) is not None}
-    output = run_comparison(checkpoint, variants, tasks, args.data_dir, seeds, args.output_dir,
-                            heal_text=args.heal_text, smoke=args.smoke, **overrides)
+    output = run_comparison(
+        checkpoint,
+        variants,
+        tasks,
+        args.data_dir,
+        seeds,
+        args.output_dir,
+        heal_text=args.heal_text,
+        smoke=args.smoke,
+        **overrides,
+    )
     print((output / "comparison.md").read_text())
     return 0
 
 
 DESCRIPTIONS = {
     "parity": "Compare hf_ffn with upstream BERT on a checkpoint, output by output, and report whether every output "
-              "is bit-identical (torch.equal); with a switch (--ffn_type ...), report what that variant changes.",
+    "is bit-identical (torch.equal); with a switch (--ffn_type ...), report what that variant changes.",
     "convert": "Convert a BERT checkpoint into an FfnBert variant folder (or, with --to_bert, a default FfnBert "
-               "folder back into plain BERT); the folder's conversion_report.json holds the measured difference.",
+    "folder back into plain BERT); the folder's conversion_report.json holds the measured difference.",
     "heal": "Distil a converted FfnBert folder from its source checkpoint on plain text, so that a conversion that "
-            "is not function-preserving computes close to the source again.",
+    "is not function-preserving computes close to the source again.",
     "finetune": "Fine-tune a checkpoint for sequence classification or regression with transformers' Trainer: a "
-                "named task (--task with --data_dir, its recipe as defaults) or your own data files; ends with one "
-                "line giving the task score.",
+    "named task (--task with --data_dir, its recipe as defaults) or your own data files; ends with one "
+    "line giving the task score.",
     "mlm": "Train a masked language model (from scratch or continued from a checkpoint) on plain-text files with "
-           "transformers' Trainer.",
+    "transformers' Trainer.",
     "compare": "Compare named variants of your checkpoint on fine-tuning tasks: convert each, heal those whose "
-               "conversion is not exact, fine-tune every variant x task x seed, and write a table with paired "
-               "Student-t 95% intervals against the baseline and one figure into one output folder (resumable).",
+    "conversion is not exact, fine-tune every variant x task x seed, and write a table with paired "
+    "Student-t 95% intervals against the baseline and one figure into one output folder (resumable).",
     "sts": "Zero-shot STS-B: the Spearman correlation of the cosine similarities of mean-pooled embeddings with the "
-           "gold scores, without training.",
+    "gold scores, without training.",
     "params": "Count FFN widths, weights, biases, FLOPs per token and share of the model per variant, on the real "
-              "modules (meta device).",
+    "modules (meta device).",
 }
 
 

@@ -81,20 +81,31 @@ def paired_score_difference(runs: Sequence[Mapping], reference: Sequence[Mapping
 # --- settings ----------------------------------------------------------------------------------------------------
 
 # Fine-tuning overrides of `smoke=True` (on top of each task's recipe): a run of seconds on 64 rows.
-SMOKE_FINETUNING = {"max_steps": 8, "per_device_train_batch_size": 8, "max_train_samples": 64,
-                    "max_eval_samples": 64, "max_test_samples": 64, "max_seq_length": 64}
+SMOKE_FINETUNING = {
+    "max_steps": 8,
+    "per_device_train_batch_size": 8,
+    "max_train_samples": 64,
+    "max_eval_samples": 64,
+    "max_test_samples": 64,
+    "max_seq_length": 64,
+}
 # Healing overrides of `smoke=True`: a layer-wise fit on a few thousand tokens, no end-to-end steps.
 SMOKE_HEALING = {"layerwise_tokens": 2048, "layerwise_steps": 10, "max_steps": 0, "max_seq_length": 64}
 SMOKE_VARIANTS = ("gelu-post", "swiglu-approx")
 SMOKE_TASKS = ("stsb",)
 
 
-def comparison_settings(checkpoint: str, heal_text: Sequence[str] | None, smoke: bool,
-                        finetuning: Mapping[str, Any]) -> dict[str, Any]:
+def comparison_settings(
+    checkpoint: str, heal_text: Sequence[str] | None, smoke: bool, finetuning: Mapping[str, Any]
+) -> dict[str, Any]:
     """What every run of one output folder must share (stored in OUTPUT/settings.json, checked on resume). Variants,
     tasks and seeds may be added to a folder later; these may not change."""
-    return {"checkpoint": str(checkpoint), "heal_text": None if heal_text is None else [str(p) for p in heal_text],
-            "smoke": smoke, "finetuning": dict(sorted(finetuning.items()))}
+    return {
+        "checkpoint": str(checkpoint),
+        "heal_text": None if heal_text is None else [str(p) for p in heal_text],
+        "smoke": smoke,
+        "finetuning": dict(sorted(finetuning.items())),
+    }
 
 
 def check_settings(output_dir: Path, settings: dict[str, Any]) -> None:
@@ -107,11 +118,16 @@ def check_settings(output_dir: Path, settings: dict[str, Any]) -> None:
     path = output_dir / SETTINGS
     if path.exists():
         stored = json.loads(path.read_text())
-        differing = [f"{key}: {stored.get(key)!r} there, {settings.get(key)!r} now"
-                     for key in sorted(set(stored) | set(settings)) if stored.get(key) != settings.get(key)]
+        differing = [
+            f"{key}: {stored.get(key)!r} there, {settings.get(key)!r} now"
+            for key in sorted(set(stored) | set(settings))
+            if stored.get(key) != settings.get(key)
+        ]
         if differing:
-            raise ValueError(f"output_dir {str(output_dir)!r} holds a comparison with other settings ("
-                             f"{'; '.join(differing)}); give another output_dir to compare with these settings")
+            raise ValueError(
+                f"output_dir {str(output_dir)!r} holds a comparison with other settings ("
+                f"{'; '.join(differing)}); give another output_dir to compare with these settings"
+            )
         return
     output_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(settings, indent=2) + "\n")
@@ -125,7 +141,7 @@ def read_runs(path: str | Path) -> list[dict]:
     if not path.exists():
         return []
     text = path.read_text()
-    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines() if line.strip()]
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
 
 
 # --- the steps ---------------------------------------------------------------------------------------------------
@@ -150,8 +166,9 @@ def write_heal_text(tasks: Sequence[str], data_dir: Path, folder: Path) -> list[
     return paths
 
 
-def prepare_variant(variant: Variant, checkpoint: str, folder: Path, heal_text: Sequence[str],
-                    smoke: bool = False) -> str:
+def prepare_variant(
+    variant: Variant, checkpoint: str, folder: Path, heal_text: Sequence[str], smoke: bool = False
+) -> str:
     """Convert `checkpoint` into `folder/converted` (`Variant.convert`; a pruned variant's units scored on
     `heal_text`), then, unless both the variant and this conversion (its report's `exact`) are exact, heal it
     into `folder/healed` by its recipe (`variant.heal`, split over `HealArguments`, `LayerwiseArguments` and
@@ -162,8 +179,9 @@ def prepare_variant(variant: Variant, checkpoint: str, folder: Path, heal_text: 
         shutil.rmtree(converted, ignore_errors=True)
         print(f"[compare] {variant.name}: converting into {converted}", flush=True)
         # a pruned variant scores its units on the healing text (`Variant.convert`'s calibration_files)
-        variant.convert(checkpoint, converted, **({"calibration_files": list(heal_text)}
-                                                  if variant.init == "pruned" else {}))
+        variant.convert(
+            checkpoint, converted, **({"calibration_files": list(heal_text)} if variant.init == "pruned" else {})
+        )
     report = converted / "conversion_report.json"
     exact = json.loads(report.read_text()).get("exact", variant.exact) if report.exists() else variant.exact
     if variant.exact and exact:  # the conversion report is the truth for this checkpoint (e.g. a ReLU BERT)
@@ -181,29 +199,46 @@ def prepare_variant(variant: Variant, checkpoint: str, folder: Path, heal_text: 
         shutil.rmtree(healed, ignore_errors=True)
         work = folder / "healing"
         shutil.rmtree(work, ignore_errors=True)
-        heal_args = HealArguments(student=str(converted), train_files=list(heal_text), teacher=checkpoint,
-                                  healed_dir=str(healed), **pick[0])
-        training_args = TrainingArguments(output_dir=str(work), report_to="none", save_strategy="no",
-                                          disable_tqdm=True, **{"max_steps": 0, **pick[2]})
+        heal_args = HealArguments(
+            student=str(converted), train_files=list(heal_text), teacher=checkpoint, healed_dir=str(healed), **pick[0]
+        )
+        training_args = TrainingArguments(
+            output_dir=str(work), report_to="none", save_strategy="no", disable_tqdm=True, **{"max_steps": 0, **pick[2]}
+        )
         print(f"[compare] {variant.name}: healing into {healed}", flush=True)
-        run_healing(heal_args, training_args, command=f"hf_ffn.comparing.prepare_variant({variant.name!r})",
-                    layerwise_args=LayerwiseArguments(**pick[1]))
+        run_healing(
+            heal_args,
+            training_args,
+            command=f"hf_ffn.comparing.prepare_variant({variant.name!r})",
+            layerwise_args=LayerwiseArguments(**pick[1]),
+        )
     return str(healed)
 
 
-def finetune_run(start: str, task: str, data_dir: Path, seed: int, run_dir: Path,
-                 finetuning: Mapping[str, Any]) -> dict[str, Any]:
+def finetune_run(
+    start: str, task: str, data_dir: Path, seed: int, run_dir: Path, finetuning: Mapping[str, Any]
+) -> dict[str, Any]:
     """Fine-tune `start` on `task` with `seed` into `run_dir` (`hf_ffn.training.finetune`: the task's `Recipe`,
     `finetuning` overriding it); returns the run's score (×100, `task_score`), metrics, split and seconds."""
-    fixed = {"data_dir": str(data_dir / task), "report_to": "none", "save_strategy": "no", "eval_strategy": "no",
-             "disable_tqdm": True}
+    fixed = {
+        "data_dir": str(data_dir / task),
+        "report_to": "none",
+        "save_strategy": "no",
+        "eval_strategy": "no",
+        "disable_tqdm": True,
+    }
     outcome = finetune(start, str(run_dir), task=task, seed=seed, quiet=True, **fixed, **finetuning)
     split = outcome["score_split"]
     prefix = "eval_" if split == "validation" else f"{split}_"
     results = outcome["results"]
     metrics = {name: results[prefix + name] for name in get_task(task).metrics}
-    return {"score": outcome["task_score"], "metrics": metrics, "split": split,
-            "train_seconds": outcome.get("train_seconds"), "wall_seconds": outcome["wall_seconds"]}
+    return {
+        "score": outcome["task_score"],
+        "metrics": metrics,
+        "split": split,
+        "train_seconds": outcome.get("train_seconds"),
+        "wall_seconds": outcome["wall_seconds"],
+    }
 
 
 # --- the report --------------------------------------------------------------------------------------------------
@@ -222,8 +257,10 @@ def _interval_cell(differences: list[float]) -> tuple[str, str]:
 def format_table(runs: Sequence[Mapping], variants: Sequence[str], tasks: Sequence[str]) -> str:
     """The comparison as markdown: per task, per variant the seeds, the score (mean ± sd over seeds, ×100) and the
     paired difference from the baseline with its Student-t 95% interval (`paired_t_interval`) and verdict."""
-    lines = ["| task | variant | seeds | score | Δ vs baseline [95% t interval] | verdict |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| task | variant | seeds | score | Δ vs baseline [95% t interval] | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
     for task in tasks:
         base = [r for r in runs if r["task"] == task and r["variant"] == BASELINE]
         for name in variants:
@@ -238,18 +275,29 @@ def format_table(runs: Sequence[Mapping], variants: Sequence[str], tasks: Sequen
     return "\n".join(lines) + "\n"
 
 
-def write_report(output_dir: Path, runs: Sequence[Mapping], variants: Sequence[str], tasks: Sequence[str],
-                 settings: Mapping[str, Any]) -> None:
+def write_report(
+    output_dir: Path,
+    runs: Sequence[Mapping],
+    variants: Sequence[str],
+    tasks: Sequence[str],
+    settings: Mapping[str, Any],
+) -> None:
     """Write OUTPUT/comparison.md (`format_table` with the settings and how to read it)."""
     descriptions = "\n".join(f"- `{name}`: {get_variant(name).description}" for name in variants)
-    text = (f"# Variant comparison\n\nCheckpoint: `{settings['checkpoint']}`. Score: the task's metric(s) ×100 "
-            f"(`hf_ffn.training.task_score`). Δ: variant − baseline (`{BASELINE}`), paired by seed, mean and "
-            f"Student-t {100 * CONFIDENCE:.0f}% interval over seeds. 'Inside the noise' means no difference was "
-            f"detected at this number of seeds; the interval's width is the difference that could have been missed."
-            + (" Smoke settings: a few steps on a few rows; the numbers show that the command works, not the "
-               "variants' quality." if settings["smoke"] else "")
-            + f"\n\n{format_table(runs, variants, tasks)}\nVariants:\n\n{descriptions}\n\n"
-            f"Fine-tuning overrides of the tasks' recipes: `{json.dumps(settings['finetuning'])}`.\n")
+    text = (
+        f"# Variant comparison\n\nCheckpoint: `{settings['checkpoint']}`. Score: the task's metric(s) ×100 "
+        f"(`hf_ffn.training.task_score`). Δ: variant − baseline (`{BASELINE}`), paired by seed, mean and "
+        f"Student-t {100 * CONFIDENCE:.0f}% interval over seeds. 'Inside the noise' means no difference was "
+        f"detected at this number of seeds; the interval's width is the difference that could have been missed."
+        + (
+            " Smoke settings: a few steps on a few rows; the numbers show that the command works, not the "
+            "variants' quality."
+            if settings["smoke"]
+            else ""
+        )
+        + f"\n\n{format_table(runs, variants, tasks)}\nVariants:\n\n{descriptions}\n\n"
+        f"Fine-tuning overrides of the tasks' recipes: `{json.dumps(settings['finetuning'])}`.\n"
+    )
     tmp = output_dir / (TABLE + ".tmp")
     tmp.write_text(text)
     tmp.replace(output_dir / TABLE)
@@ -267,8 +315,9 @@ def plot_comparison(runs: Sequence[Mapping], variants: Sequence[str], tasks: Seq
         print(f"[compare] {path.name} skipped: matplotlib is not installed (pip install 'hf_ffn[plots]')", flush=True)
         return False
     others = [name for name in variants if name != BASELINE]
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 0.6 * len(others) + 1.6), squeeze=False,
-                             sharey=True)
+    fig, axes = plt.subplots(
+        1, len(tasks), figsize=(4 * len(tasks), 0.6 * len(others) + 1.6), squeeze=False, sharey=True
+    )
     for ax, task in zip(axes[0], tasks, strict=True):
         base = [r for r in runs if r["task"] == task and r["variant"] == BASELINE]
         for y, name in enumerate(others):
@@ -293,9 +342,17 @@ def plot_comparison(runs: Sequence[Mapping], variants: Sequence[str], tasks: Seq
 # --- the whole comparison ----------------------------------------------------------------------------------------
 
 
-def run_comparison(checkpoint: str, variants: Sequence[str], tasks: Sequence[str], data_dir: str | Path,
-                   seeds: Sequence[int], output_dir: str | Path, heal_text: Sequence[str | Path] | None = None,
-                   smoke: bool = False, **finetuning: Any) -> Path:
+def run_comparison(
+    checkpoint: str,
+    variants: Sequence[str],
+    tasks: Sequence[str],
+    data_dir: str | Path,
+    seeds: Sequence[int],
+    output_dir: str | Path,
+    heal_text: Sequence[str | Path] | None = None,
+    smoke: bool = False,
+    **finetuning: Any,
+) -> Path:
     """Compare `variants` of `checkpoint` on `tasks` over `seeds`; returns `output_dir` (layout: module docstring).
 
     Args:
@@ -327,15 +384,17 @@ def run_comparison(checkpoint: str, variants: Sequence[str], tasks: Sequence[str
     if not seeds:
         raise ValueError("seeds: give at least one seed")
     finetuning = {**(SMOKE_FINETUNING if smoke else {}), **finetuning}
-    settings = comparison_settings(checkpoint, None if heal_text is None else [str(p) for p in heal_text], smoke,
-                                   finetuning)
+    settings = comparison_settings(
+        checkpoint, None if heal_text is None else [str(p) for p in heal_text], smoke, finetuning
+    )
     for task in tasks:  # every task folder exists before any work (the readers check their files)
         get_task(task).load(data / task)
     check_settings(output, settings)
-    texts = [str(p) for p in heal_text] if heal_text is not None else write_heal_text(tasks, data,
-                                                                                      output / "heal_text")
-    starts = {name: prepare_variant(variant, checkpoint, output / "variants" / name, texts, smoke=smoke)
-              for name, variant in chosen.items()}
+    texts = [str(p) for p in heal_text] if heal_text is not None else write_heal_text(tasks, data, output / "heal_text")
+    starts = {
+        name: prepare_variant(variant, checkpoint, output / "variants" / name, texts, smoke=smoke)
+        for name, variant in chosen.items()
+    }
     runs_path = output / RUNS
     for seed in seeds:
         for task in tasks:
@@ -349,8 +408,15 @@ def run_comparison(checkpoint: str, variants: Sequence[str], tasks: Sequence[str
                 result = finetune_run(starts[name], task, data, seed, run_dir, finetuning)
                 for weights in run_dir.glob("*.safetensors"):  # the scores are kept; the weights would fill the disk
                     weights.unlink()
-                line = {"variant": name, "task": task, "seed": seed, **result, "start": starts[name],
-                        "run_dir": str(run_dir), "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+                line = {
+                    "variant": name,
+                    "task": task,
+                    "seed": seed,
+                    **result,
+                    "start": starts[name],
+                    "run_dir": str(run_dir),
+                    "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+                }
                 with runs_path.open("a") as handle:
                     handle.write(json.dumps(line) + "\n")
                 print(f"[compare] {name} / {task} / seed {seed}: score {result['score']:.2f}", flush=True)
@@ -361,7 +427,29 @@ def run_comparison(checkpoint: str, variants: Sequence[str], tasks: Sequence[str
     return output
 
 
-__all__ = ["BASELINE", "FIGURE", "RUNS", "SETTINGS", "SMOKE_FINETUNING", "SMOKE_HEALING", "SMOKE_TASKS",
-           "SMOKE_VARIANTS", "TABLE", "VARIANTS", "check_settings", "comparison_settings", "finetune_run",
-           "format_table", "mean_std", "paired_differences", "paired_score_difference", "paired_t_interval",
-           "plot_comparison", "prepare_variant", "read_runs", "run_comparison", "write_heal_text", "write_report"]
+__all__ = [
+    "BASELINE",
+    "FIGURE",
+    "RUNS",
+    "SETTINGS",
+    "SMOKE_FINETUNING",
+    "SMOKE_HEALING",
+    "SMOKE_TASKS",
+    "SMOKE_VARIANTS",
+    "TABLE",
+    "VARIANTS",
+    "check_settings",
+    "comparison_settings",
+    "finetune_run",
+    "format_table",
+    "mean_std",
+    "paired_differences",
+    "paired_score_difference",
+    "paired_t_interval",
+    "plot_comparison",
+    "prepare_variant",
+    "read_runs",
+    "run_comparison",
+    "write_heal_text",
+    "write_report",
+]

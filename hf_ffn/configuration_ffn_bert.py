@@ -355,7 +355,9 @@ def warn_reused_weights_of(saved: dict[str, Any], overrides: dict[str, Any], con
         old_layers = [before] * n if isinstance(before, str) else list(before)
         if len(old_layers) != n:  # another depth: the per-layer values do not line up
             continue
-        changed = [i for i, (old, new) in enumerate(zip(old_layers, after)) if old != new and reused(old, new)]
+        changed = [
+            i for i, (old, new) in enumerate(zip(old_layers, after, strict=False)) if old != new and reused(old, new)
+        ]
         if not changed:
             continue
         layers = "" if len(changed) == n else f" (layers {', '.join(map(str, changed))})"

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
+from .conversion.measure import padded_batch, tensor_difference
 from .files import atomic_output_file
 from .modeling_ffn_bert import FfnBertPreTrainedModel
-from .conversion.measure import padded_batch, tensor_difference
 
 ONNX_INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 # The torch.export-based exporter emits opset 18 or later (its onnxscript function library starts there).
@@ -31,9 +31,7 @@ MIN_OPSET = 18
 EXPORTABLE_ATTENTION = ("eager", "sdpa")  # flash / flex attention kernels have no ONNX translation
 
 
-def example_inputs(
-    vocab_size: int, batch_size: int = 2, seq_len: int = 8, seed: int = 0
-) -> dict[str, torch.Tensor]:
+def example_inputs(vocab_size: int, batch_size: int = 2, seq_len: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
     """A padded batch (row i has `seq_len - i` real tokens, at least 1) with two segments in row 0 (the second
     from `seq_len // 2`): `hf_ffn.conversion.measure.padded_batch` with those lengths.
 
@@ -71,8 +69,7 @@ def _check_exportable(model: torch.nn.Module, opset_version: int | None) -> None
         )
     if opset_version is not None and opset_version < MIN_OPSET:
         raise ValueError(
-            f"opset_version={opset_version} is not supported: the torch.export-based ONNX exporter needs "
-            f">= {MIN_OPSET}"
+            f"opset_version={opset_version} is not supported: the torch.export-based ONNX exporter needs >= {MIN_OPSET}"
         )
 
 
@@ -148,7 +145,7 @@ def onnx_max_abs_diff(
 
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     feeds = {name: inputs[name].numpy() for name in ONNX_INPUT_NAMES}
-    onnx_outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    onnx_outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=False))
     with torch.no_grad():
         torch_outputs = model(**inputs)
     return {

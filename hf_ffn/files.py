@@ -101,6 +101,10 @@ def atomic_output_dir(output_dir: str | os.PathLike) -> Iterator[Path]:
 
 
 __all__ = [
-    "atomic_output_dir", "atomic_output_file", "check_folder_path", "check_new_folder", "current_umask",
+    "atomic_output_dir",
+    "atomic_output_file",
+    "check_folder_path",
+    "check_new_folder",
+    "current_umask",
     "give_ordinary_permissions",
 ]

@@ -76,14 +76,15 @@ class AttentionGroup(NamedTuple):
     pads: torch.Tensor | None = None
 
 
-def attention_blocks(buckets: tuple[tuple[int, int], ...], cu_seqlens: torch.Tensor, ends: list[int]
-                     ) -> tuple[AttentionGroup, ...]:
+def attention_blocks(
+    buckets: tuple[tuple[int, int], ...], cu_seqlens: torch.Tensor, ends: list[int]
+) -> tuple[AttentionGroup, ...]:
     """The `AttentionGroup`s of `buckets` ((length, count), in packed order) ending at the bucket indices `ends`
     (`attention_groups`); `cu_seqlens` (num_sequences + 1,) the packed sequences' boundaries."""
     groups, first_bucket, first_sequence = [], 0, 0
     for end in ends:
-        length, count = buckets[end][0], sum(c for _, c in buckets[first_bucket:end + 1])
-        bounds = cu_seqlens[first_sequence:first_sequence + count + 1].long()
+        length, count = buckets[end][0], sum(c for _, c in buckets[first_bucket : end + 1])
+        bounds = cu_seqlens[first_sequence : first_sequence + count + 1].long()
         start, stop = bounds[0].item(), bounds[-1].item()
         group = AttentionGroup(length, count, start, stop)
         if end > first_bucket:  # several lengths: padded to the longest, masked
@@ -91,8 +92,9 @@ def attention_blocks(buckets: tuple[tuple[int, int], ...], cu_seqlens: torch.Ten
             real = key_mask.flatten().nonzero().squeeze(1)
             source = torch.zeros(count * length, dtype=torch.long, device=real.device)
             source[real] = torch.arange(stop - start, device=real.device)
-            group = group._replace(key_mask=key_mask, real=real, source=source,
-                                   pads=(~key_mask).flatten().nonzero().squeeze(1))
+            group = group._replace(
+                key_mask=key_mask, real=real, source=source, pads=(~key_mask).flatten().nonzero().squeeze(1)
+            )
         groups.append(group)
         first_bucket, first_sequence = end + 1, first_sequence + count
     return tuple(groups)
@@ -100,8 +102,12 @@ def attention_blocks(buckets: tuple[tuple[int, int], ...], cu_seqlens: torch.Ten
 
 def _blocks(rows: torch.Tensor, groups: tuple[AttentionGroup, ...]) -> tuple[torch.Tensor, ...]:
     """(n_real, *rest) → per group its (count·length, *rest) block, zeros at pads (a copy)."""
-    return tuple(rows[g.start:g.stop].clone() if g.real is None
-                 else rows[g.start:g.stop].index_select(0, g.source).index_fill_(0, g.pads, 0) for g in groups)
+    return tuple(
+        rows[g.start : g.stop].clone()
+        if g.real is None
+        else rows[g.start : g.stop].index_select(0, g.source).index_fill_(0, g.pads, 0)
+        for g in groups
+    )
 
 
 def _rows(blocks: tuple[torch.Tensor, ...], groups: tuple[AttentionGroup, ...]) -> torch.Tensor:
@@ -109,9 +115,9 @@ def _rows(blocks: tuple[torch.Tensor, ...], groups: tuple[AttentionGroup, ...]) 
     rows = blocks[0].new_empty(groups[-1].stop, *blocks[0].shape[1:])
     for block, g in zip(blocks, groups, strict=True):
         if g.real is None:
-            rows[g.start:g.stop].copy_(block)
+            rows[g.start : g.stop].copy_(block)
         else:
-            torch.index_select(block, 0, g.real, out=rows[g.start:g.stop])
+            torch.index_select(block, 0, g.real, out=rows[g.start : g.stop])
     return rows
 
 
@@ -152,5 +158,14 @@ class AttentionLayout(NamedTuple):
     masks: tuple
 
 
-__all__ = ["CALL_COST_PAIRS", "EVAL_CALL_COST_PAIRS", "AttentionGroup", "AttentionLayout", "PackedRows", "PaddedBlocks",
-           "attention_blocks", "attention_groups", "call_cost_pairs"]
+__all__ = [
+    "CALL_COST_PAIRS",
+    "EVAL_CALL_COST_PAIRS",
+    "AttentionGroup",
+    "AttentionLayout",
+    "PackedRows",
+    "PaddedBlocks",
+    "attention_blocks",
+    "attention_groups",
+    "call_cost_pairs",
+]

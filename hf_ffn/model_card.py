@@ -14,6 +14,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .model_cards import TEMPLATES
 
+
 def conversion_summary(conversion: Mapping[str, Any]) -> str:
     """One line for a fine-tuned model's card: what loading the variant changed.
 
@@ -54,8 +55,14 @@ def build_training_card(
     matter's `model-index` (`EvalResult`, rounded to 4 decimals).
     """
     eval_results = [
-        EvalResult(task_type=task, dataset_type=dataset, dataset_name=dataset, dataset_split=split,
-                   metric_type=metric, metric_value=round(results[f"{split}_{metric}"], 4))
+        EvalResult(
+            task_type=task,
+            dataset_type=dataset,
+            dataset_name=dataset,
+            dataset_split=split,
+            metric_type=metric,
+            metric_value=round(results[f"{split}_{metric}"], 4),
+        )
         for split in ("eval", "test")
         for metric in metric_names
         if f"{split}_{metric}" in results
@@ -75,8 +82,9 @@ def build_training_card(
         dataset=dataset,
         variant=dict(variant),
         conversion=conversion_summary(conversion),
-        result_rows=[(key, f"{value:.4f}" if isinstance(value, float) else value)
-                     for key, value in sorted(results.items())],
+        result_rows=[
+            (key, f"{value:.4f}" if isinstance(value, float) else value) for key, value in sorted(results.items())
+        ],
         hyperparameters=json.dumps(dict(hyperparameters)),
     )
 

@@ -239,8 +239,9 @@ class FfnBertPreTrainedModel(BertPreTrainedModel):
             init.constant_(module.weight, module.init)
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, warn_not_function_preserving: bool = True,
-                        **kwargs):
+    def from_pretrained(
+        cls, pretrained_model_name_or_path, *model_args, warn_not_function_preserving: bool = True, **kwargs
+    ):
         """`PreTrainedModel.from_pretrained`, unchanged, plus one check: a folder converted by hf_ffn whose
         `conversion_report.json` says the conversion is not function-preserving (and it was not healed since; or a
         Post-LN → Pre-LN conversion, healed or not) logs a warning once, with the measured difference and the next
@@ -248,8 +249,11 @@ class FfnBertPreTrainedModel(BertPreTrainedModel):
         (for callers that heal or convert the folder themselves). Where this file runs as remote code without
         hf_ffn installed, there is no check."""
         loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-        if warn_not_function_preserving and warn_if_not_function_preserving is not None and (
-                pretrained_model_name_or_path is not None):
+        if (
+            warn_not_function_preserving
+            and warn_if_not_function_preserving is not None
+            and (pretrained_model_name_or_path is not None)
+        ):
             warn_if_not_function_preserving(pretrained_model_name_or_path)
         return loaded
 

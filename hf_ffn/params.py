@@ -67,17 +67,20 @@ class FfnRow:
 
 def ffn_row(dims: Dims, ffn_type: str, intermediate_size: int) -> FfnRow:
     """Count one variant by building the whole `FfnBertModel` on the meta device."""
-    return config_row(FfnBertConfig(
-        hidden_size=dims.hidden_size,
-        intermediate_size=intermediate_size,
-        num_hidden_layers=dims.num_hidden_layers,
-        num_attention_heads=dims.num_attention_heads,
-        vocab_size=dims.vocab_size,
-        max_position_embeddings=dims.max_position_embeddings,
-        hidden_act=dims.hidden_act,
-        ffn_type=ffn_type,
-        ffn_bias=dims.ffn_bias,
-    ), dims.name)
+    return config_row(
+        FfnBertConfig(
+            hidden_size=dims.hidden_size,
+            intermediate_size=intermediate_size,
+            num_hidden_layers=dims.num_hidden_layers,
+            num_attention_heads=dims.num_attention_heads,
+            vocab_size=dims.vocab_size,
+            max_position_embeddings=dims.max_position_embeddings,
+            hidden_act=dims.hidden_act,
+            ffn_type=ffn_type,
+            ffn_bias=dims.ffn_bias,
+        ),
+        dims.name,
+    )
 
 
 def config_row(config: FfnBertConfig, name: str) -> FfnRow:

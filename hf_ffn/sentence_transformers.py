@@ -141,16 +141,22 @@ def convert_sentence_transformer(
                 raise ValueError("init='pruned' keeps the source's LayerNorm placement; convert to Pre-LN separately")
             calibration = conversion.pop("calibration_ids")
             conversion = {k: v for k, v in conversion.items() if k not in ("init", "layer_norm_position")}
-            model, report = load_pruned(str(backbone), FfnBertModel, input_ids=calibration,
-                                        score=conversion.pop("prune_score", DEFAULT_SCORE), **conversion)
+            model, report = load_pruned(
+                str(backbone),
+                FfnBertModel,
+                input_ids=calibration,
+                score=conversion.pop("prune_score", DEFAULT_SCORE),
+                **conversion,
+            )
         else:
             model, report = load_converted(str(backbone), FfnBertModel, **conversion)
         measure_difference(str(backbone), model, report)
         st_model = SentenceTransformer(str(folder), device="cpu")
         st_model[0].model = model  # same forward signature (BertModel.forward), so the module's bookkeeping holds
         st_model.save(str(tmp))  # the backbone (through model.save_pretrained), the tokenizer and every module
-        write_converted_folder(tmp, model, report, model_dir=bert_backbone_folder(tmp), base_model=base_model,
-                               license=license)
+        write_converted_folder(
+            tmp, model, report, model_dir=bert_backbone_folder(tmp), base_model=base_model, license=license
+        )
     warn_if_not_function_preserving(report, folder=output_dir)  # as convert_checkpoint: the difference, the next step
     return report
 

@@ -41,14 +41,22 @@ def length_sorted_batches(tokenizer: PreTrainedTokenizerBase, texts: Sequence[st
     lengths = [len(ids) for ids in tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]]
     order = np.argsort(lengths, kind="stable")
     for start in range(0, len(order), batch_size):
-        index = order[start:start + batch_size]
-        yield index, tokenizer([texts[i] for i in index], truncation=True, max_length=max_length, padding=True,
-                               return_tensors="pt")
+        index = order[start : start + batch_size]
+        yield (
+            index,
+            tokenizer(
+                [texts[i] for i in index], truncation=True, max_length=max_length, padding=True, return_tensors="pt"
+            ),
+        )
 
 
 @torch.no_grad()
 def sentence_embeddings(
-    model: nn.Module, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], *, batch_size: int = 64,
+    model: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    *,
+    batch_size: int = 64,
     max_length: int = STS_MAX_LENGTH,
 ) -> np.ndarray:
     """(len(texts), hidden) float32: the `mean_pool` embedding of each text, in the order of `texts`.
@@ -78,12 +86,19 @@ def cosine_spearman(first: np.ndarray, second: np.ndarray, scores: Sequence[floa
 
     first, second = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
     cosines = (first * second).sum(1) / (np.linalg.norm(first, axis=1) * np.linalg.norm(second, axis=1))
-    return {"spearman": float(spearmanr(cosines, scores).statistic),
-            "pearson": float(pearsonr(cosines, scores).statistic)}
+    return {
+        "spearman": float(spearmanr(cosines, scores).statistic),
+        "pearson": float(pearsonr(cosines, scores).statistic),
+    }
 
 
 def sts_spearman(
-    model_path: str, data_dir: str, *, split: str = "test", batch_size: int = 64, max_length: int = STS_MAX_LENGTH,
+    model_path: str,
+    data_dir: str,
+    *,
+    split: str = "test",
+    batch_size: int = 64,
+    max_length: int = STS_MAX_LENGTH,
     device: str | None = None,
 ) -> dict:
     """The zero-shot STS-B measure of the checkpoint folder `model_path` (a BERT teacher, a converted or a healed
@@ -107,9 +122,21 @@ def sts_spearman(
     model = AutoModel.from_pretrained(model_path).to(device or "cpu")  # the base model: BertModel / FfnBertModel
     texts = list(pairs["sentence1"]) + list(pairs["sentence2"])
     embeddings = sentence_embeddings(model, tokenizer, texts, batch_size=batch_size, max_length=max_length)
-    result = cosine_spearman(embeddings[:len(pairs)], embeddings[len(pairs):], pairs["label"])
-    return {**result, "pairs": len(pairs), "split": split, "model": str(Path(model_path)),
-            "seconds": time.perf_counter() - start}
+    result = cosine_spearman(embeddings[: len(pairs)], embeddings[len(pairs) :], pairs["label"])
+    return {
+        **result,
+        "pairs": len(pairs),
+        "split": split,
+        "model": str(Path(model_path)),
+        "seconds": time.perf_counter() - start,
+    }
 
 
-__all__ = ["STS_MAX_LENGTH", "cosine_spearman", "length_sorted_batches", "mean_pool", "sentence_embeddings", "sts_spearman"]
+__all__ = [
+    "STS_MAX_LENGTH",
+    "cosine_spearman",
+    "length_sorted_batches",
+    "mean_pool",
+    "sentence_embeddings",
+    "sts_spearman",
+]

@@ -37,9 +37,15 @@ class SparsePredictionMixin:
         decodes only the positions where `labels != -100`: `logits` is (n_masked, vocab_size), the masked positions
         in row-major order, and `loss` the mean cross-entropy over them, the same rows upstream's loss averages
         (see the module docstring). Without labels every position is decoded, as upstream (the fill-mask pipeline)."""
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
-                  "position_ids": position_ids, "inputs_embeds": inputs_embeds,
-                  "encoder_hidden_states": encoder_hidden_states, "encoder_attention_mask": encoder_attention_mask}
+        inputs = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "token_type_ids": token_type_ids,
+            "position_ids": position_ids,
+            "inputs_embeds": inputs_embeds,
+            "encoder_hidden_states": encoder_hidden_states,
+            "encoder_attention_mask": encoder_attention_mask,
+        }
         if not (self.config.sparse_prediction and labels is not None):
             return BertForMaskedLM.forward(self, labels=labels, **inputs, **kwargs)
         outputs = self.bert(**inputs, return_dict=True, **kwargs)

@@ -31,16 +31,24 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, create_bidirectional_mask
-from transformers.masking_utils import find_packed_sequence_indices
-from transformers.masking_utils import packed_sequence_mask_function
+from transformers.masking_utils import (
+    ALL_MASK_ATTENTION_FUNCTIONS,
+    create_bidirectional_mask,
+    find_packed_sequence_indices,
+    packed_sequence_mask_function,
+)
 from transformers.modeling_outputs import BaseModelOutputWithPoolingAndCrossAttentions
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.bert.modeling_bert import BertEmbeddings, BertModel, BertSelfAttention, eager_attention_forward
 from transformers.utils.output_capturing import capture_outputs
 
 from .grouped_attention import (
-    AttentionLayout, PackedRows, PaddedBlocks, attention_blocks, attention_groups, call_cost_pairs,
+    AttentionLayout,
+    PackedRows,
+    PaddedBlocks,
+    attention_blocks,
+    attention_groups,
+    call_cost_pairs,
 )
 
 # Sequence boundaries a collator may add (`DataCollatorWithFlattening(return_flash_attn_kwargs=True)`,
@@ -137,8 +145,9 @@ class TokenPacking:
         if position_ids is None:
             return None
         if position_ids.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"position_ids must be integer positions (torch.int64 or torch.int32), got dtype "
-                             f"{position_ids.dtype}.")
+            raise ValueError(
+                f"position_ids must be integer positions (torch.int64 or torch.int32), got dtype {position_ids.dtype}."
+            )
         if position_ids.dim() != 2 or position_ids.shape[0] not in (1, batch_size) or position_ids.shape[1] != seq_len:
             raise ValueError(
                 f"position_ids must have shape (batch, seq) = ({batch_size}, {seq_len}) or (1, {seq_len}) (one row "
@@ -174,8 +183,13 @@ class TokenPacking:
 
     @classmethod
     def for_batch(
-        cls, config, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
-        token_type_ids: torch.Tensor | None, position_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None,
+        cls,
+        config,
+        input_ids: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
         output_attentions: bool = False,
     ) -> TokenPacking | None:
         """The packing `FfnBertModel.forward` runs for these inputs (`BertModel.forward`'s): a padding-free batch's
@@ -222,9 +236,16 @@ class TokenPacking:
             if call_cost and config._attn_implementation in ALL_MASK_ATTENTION_FUNCTIONS:
                 ends = attention_groups(self.buckets, call_cost)
             groups = attention_blocks(self.buckets, self.cu_seqlens, ends)
-            masks = tuple(None if g.key_mask is None else create_bidirectional_mask(
-                config=config, inputs_embeds=torch.empty(g.count, g.length, 0, dtype=dtype, device=g.key_mask.device),
-                attention_mask=g.key_mask) for g in groups)
+            masks = tuple(
+                None
+                if g.key_mask is None
+                else create_bidirectional_mask(
+                    config=config,
+                    inputs_embeds=torch.empty(g.count, g.length, 0, dtype=dtype, device=g.key_mask.device),
+                    attention_mask=g.key_mask,
+                )
+                for g in groups
+            )
             self.mask_cache[key] = AttentionLayout(groups, masks)
         return self.mask_cache[key]
 
@@ -235,9 +256,15 @@ class TokenPacking:
 
 
 def block_diagonal_forward(
-    model: BertModel, padded_forward: Callable, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
-    token_type_ids: torch.Tensor | None, position_ids: torch.Tensor, inputs_embeds: torch.Tensor | None,
-    packing: TokenPacking, **kwargs,
+    model: BertModel,
+    padded_forward: Callable,
+    input_ids: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+    token_type_ids: torch.Tensor | None,
+    position_ids: torch.Tensor,
+    inputs_embeds: torch.Tensor | None,
+    packing: TokenPacking,
+    **kwargs,
 ) -> BaseModelOutputWithPoolingAndCrossAttentions:
     """The padded path (`padded_forward`, upstream `BertModel.forward`) for a padding-free batch, used where
     attention maps are recorded (`output_attentions`): every token attends to the tokens of its own sequence only,
@@ -249,7 +276,9 @@ def block_diagonal_forward(
     stand_in = model.embeddings.word_embeddings.weight.new_zeros(()).expand(batch_size, seq_len, 1)  # shape, dtype
     sequence_in_row = find_packed_sequence_indices(position_ids.expand(batch_size, seq_len))
     attention_mask = create_bidirectional_mask(
-        config=model.config, inputs_embeds=stand_in, attention_mask=None,
+        config=model.config,
+        inputs_embeds=stand_in,
+        attention_mask=None,
         and_mask_function=packed_sequence_mask_function(sequence_in_row),
     )
     outputs = padded_forward(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
@@ -319,9 +348,15 @@ def packed_self_attention(
     if "flash" in implementation:
         longest = max(length for length, _ in packing.buckets)
         attn_output, _ = attention_interface(  # (1, heads, n_real, head_dim) in, (1, n_real, heads, head_dim) out
-            attention, *(x.transpose(0, 1)[None] for x in (query, key, value)), None, **settings,
-            cu_seq_lens_q=packing.cu_seqlens, cu_seq_lens_k=packing.cu_seqlens, max_length_q=longest,
-            max_length_k=longest, **kwargs,
+            attention,
+            *(x.transpose(0, 1)[None] for x in (query, key, value)),
+            None,
+            **settings,
+            cu_seq_lens_q=packing.cu_seqlens,
+            cu_seq_lens_k=packing.cu_seqlens,
+            max_length_q=longest,
+            max_length_k=longest,
+            **kwargs,
         )
         return attn_output.reshape(num_real, -1)
     layout = packing.attention_layout(attention.config, query.dtype, call_cost_pairs(attention.training))

@@ -65,8 +65,12 @@ class Variant:
 
     def conversion_options(self) -> dict[str, Any]:
         """`convert_checkpoint`'s keywords for this variant (without calibration text)."""
-        options: dict[str, Any] = {"ffn_type": self.ffn_type, "layer_norm_position": self.layer_norm_position,
-                                   "init": self.init, "width": self.width}
+        options: dict[str, Any] = {
+            "ffn_type": self.ffn_type,
+            "layer_norm_position": self.layer_norm_position,
+            "init": self.init,
+            "width": self.width,
+        }
         if self.prune_score is not None:
             options["prune_score"] = self.prune_score
         return options
@@ -101,19 +105,28 @@ class Variant:
         options = self.conversion_options()
         clash = sorted(set(kwargs) & set(options))
         if clash:
-            raise ValueError(f"variant {self.name!r} sets {', '.join(clash)} itself; use another variant or "
-                             f"hf_ffn.conversion.convert_checkpoint directly")
+            raise ValueError(
+                f"variant {self.name!r} sets {', '.join(clash)} itself; use another variant or "
+                f"hf_ffn.conversion.convert_checkpoint directly"
+            )
         if self.init == "pruned":
             if not calibration_files:
-                raise ValueError(f"variant {self.name!r} (init='pruned') needs calibration_files: plain text to "
-                                 f"score the FFN units on")
+                raise ValueError(
+                    f"variant {self.name!r} (init='pruned') needs calibration_files: plain text to "
+                    f"score the FFN units on"
+                )
             from transformers import AutoTokenizer
 
             from .training.data import calibration_ids
 
             tokens = calibration_tokens or (self.heal or {}).get("layerwise_tokens", 65536)
-            kwargs["calibration_ids"] = calibration_ids(list(calibration_files), AutoTokenizer.from_pretrained(
-                checkpoint), calibration_block, tokens, argument="calibration_files")
+            kwargs["calibration_ids"] = calibration_ids(
+                list(calibration_files),
+                AutoTokenizer.from_pretrained(checkpoint),
+                calibration_block,
+                tokens,
+                argument="calibration_files",
+            )
         return convert_checkpoint(checkpoint, output_dir, **options, **kwargs)
 
 
@@ -122,48 +135,63 @@ VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
         Variant(
-            "gelu-post", "BERT as published: GELU FFN, Post-LN (no change; the baseline).",
+            "gelu-post",
+            "BERT as published: GELU FFN, Post-LN (no change; the baseline).",
         ),
         Variant(
-            "geglu", "GeGLU FFN at the same width, converted exactly (up_proj ← weights 0, bias 1).",
+            "geglu",
+            "GeGLU FFN at the same width, converted exactly (up_proj ← weights 0, bias 1).",
             ffn_type="geglu",
             measured=f"fine-tuned: inside the noise on CoLA, STS-B, MRPC and rt_polarity ({TASKS_GUIDE})",
         ),
         Variant(
-            "swiglu-approx", "SwiGLU FFN at the same width, converted approximately (GELU(z) ≈ z·σ(1.702 z)), "
-                             "then healed layer-wise.",
-            ffn_type="swiglu", exact=False,
+            "swiglu-approx",
+            "SwiGLU FFN at the same width, converted approximately (GELU(z) ≈ z·σ(1.702 z)), then healed layer-wise.",
+            ffn_type="swiglu",
+            exact=False,
             # docs/healing.md, "Before → after" and the experiments table: one closed-form down projection per
             # layer (Adam steps only made it worse), 65,536 calibration tokens.
             heal={**_LAYERWISE, "layerwise_steps": 0},
             measured=f"converted: embedding cosine 0.99691 to the source, linear probe −0.05 points; healed "
-                     f"layer-wise: cosine 0.99967, probe +0.00 points ({HEALING_GUIDE}); fine-tuned after healing: "
-                     f"inside the noise on CoLA, STS-B, MRPC and rt_polarity ({TASKS_GUIDE})",
+            f"layer-wise: cosine 0.99967, probe +0.00 points ({HEALING_GUIDE}); fine-tuned after healing: "
+            f"inside the noise on CoLA, STS-B, MRPC and rt_polarity ({TASKS_GUIDE})",
         ),
         Variant(
-            "swiglu-matched", "SwiGLU FFN pruned to the baseline's parameter count (1,024 of 1,536 units for "
-                              "MiniLM), its down projection refitted, then healed layer-wise.",
-            ffn_type="swiglu", init="pruned", width="matched", exact=False, prune_score="magnitude",
+            "swiglu-matched",
+            "SwiGLU FFN pruned to the baseline's parameter count (1,024 of 1,536 units for "
+            "MiniLM), its down projection refitted, then healed layer-wise.",
+            ffn_type="swiglu",
+            init="pruned",
+            width="matched",
+            exact=False,
+            prune_score="magnitude",
             # docs/healing.md: FFN fits with 1000 Adam steps per layer measured best (0.91763, probe −1.20); whole
             # layers on the student's inputs were no better.
             heal={**_LAYERWISE, "layerwise_steps": 1000},
             measured=f"pruned: embedding cosine 0.90111 to the source, linear probe −1.45 points; healed "
-                     f"layer-wise: cosine 0.91763, probe −1.20 points ({HEALING_GUIDE}); fine-tuned after healing: "
-                     f"CoLA −4.70 points [−6.37, −3.04], the other tasks inside the noise ({TASKS_GUIDE})",
+            f"layer-wise: cosine 0.91763, probe −1.20 points ({HEALING_GUIDE}); fine-tuned after healing: "
+            f"CoLA −4.70 points [−6.37, −3.04], the other tasks inside the noise ({TASKS_GUIDE})",
         ),
         Variant(
-            "pre-ln", "Post-LN → Pre-LN with the weights kept (one final LayerNorm added), then healed layer-wise.",
-            layer_norm_position="pre", exact=False,
+            "pre-ln",
+            "Post-LN → Pre-LN with the weights kept (one final LayerNorm added), then healed layer-wise.",
+            layer_norm_position="pre",
+            exact=False,
             # docs/healing.md, "Pre-LN with a free residual stream": whole layers on the student's own inputs, the
             # stream fitted in normalised form; the best Pre-LN probe measured (−0.82 points), the student of the
             # fine-tuning table in docs/tasks.md.
-            heal={**_LAYERWISE, "layerwise_steps": 1000, "layerwise_parts": "layer", "layerwise_inputs": "student",
-                  "layerwise_stream": "free"},
+            heal={
+                **_LAYERWISE,
+                "layerwise_steps": 1000,
+                "layerwise_parts": "layer",
+                "layerwise_inputs": "student",
+                "layerwise_stream": "free",
+            },
             measured=f"converted: embedding cosine 0.083 to the source, linear probe −5.05 points; healed "
-                     f"layer-wise (free stream): cosine 0.876, probe −0.82 points ({HEALING_GUIDE}); but fine-tuning "
-                     f"the healed model collapses on STS-B, CoLA and MRPC (STS-B 20.99 and 41.28 against the "
-                     f"baseline's 80.79 and 81.61; CoLA 23.54, then 0.00), the unhealed conversion too; only "
-                     f"rt_polarity is learnt ({TASKS_GUIDE})",
+            f"layer-wise (free stream): cosine 0.876, probe −0.82 points ({HEALING_GUIDE}); but fine-tuning "
+            f"the healed model collapses on STS-B, CoLA and MRPC (STS-B 20.99 and 41.28 against the "
+            f"baseline's 80.79 and 81.61; CoLA 23.54, then 0.00), the unhealed conversion too; only "
+            f"rt_polarity is learnt ({TASKS_GUIDE})",
         ),
     )
 }
@@ -194,8 +222,11 @@ def variant_of_report(report: Mapping[str, Any]) -> Variant | None:
     """The `VARIANTS` entry a conversion report describes (same `ffn_type`, `layer_norm_position` and `init`),
     else None (e.g. a per-layer mix, or another target)."""
     changes = report.get("config_changes") or {}
-    target = (_single(changes.get("ffn_type", [None, None])[1]),
-              _single(changes.get("layer_norm_position", [None, None])[1]), report.get("init"))
+    target = (
+        _single(changes.get("ffn_type", [None, None])[1]),
+        _single(changes.get("layer_norm_position", [None, None])[1]),
+        report.get("init"),
+    )
     for variant in VARIANTS.values():
         if variant.name != BASELINE and (variant.ffn_type, variant.layer_norm_position, variant.init) == target:
             return variant
@@ -210,21 +241,29 @@ def _moves_to_pre_ln(report: Mapping[str, Any]) -> bool:
 def _difference(report: Mapping[str, Any]) -> str:
     """The measured difference from the source, as one phrase: the last hidden state's, else the first output
     compared (a checkpoint with heads, e.g. `BertForPreTraining`, is compared on its heads' outputs)."""
-    measured = {name: d for name, d in (report.get("difference") or {}).items()
-                if isinstance(d, Mapping) and "max_abs_diff" in d}
+    measured = {
+        name: d
+        for name, d in (report.get("difference") or {}).items()
+        if isinstance(d, Mapping) and "max_abs_diff" in d
+    }
     if not measured:
         return "its output difference from the source was not measured"
     name = "last_hidden_state" if "last_hidden_state" in measured else next(iter(measured))
     d = measured[name]
     label = "last hidden state" if name == "last_hidden_state" else f"output {name}"
-    return (f"measured on a fixed batch, its {label} differs from the source's by up to "
-            f"{d['max_abs_diff']:.3g} (mean {d['mean_abs_diff']:.3g})")
+    return (
+        f"measured on a fixed batch, its {label} differs from the source's by up to "
+        f"{d['max_abs_diff']:.3g} (mean {d['mean_abs_diff']:.3g})"
+    )
 
 
 def _what_changed(report: Mapping[str, Any]) -> str:
     changes = report.get("config_changes") or {}
-    parts = [f"{name} {_single(a)!r} → {_single(b)!r}" for name, (a, b) in changes.items()
-             if name in ("ffn_type", "layer_norm_position", "intermediate_size")]
+    parts = [
+        f"{name} {_single(a)!r} → {_single(b)!r}"
+        for name, (a, b) in changes.items()
+        if name in ("ffn_type", "layer_norm_position", "intermediate_size")
+    ]
     return f"init={report.get('init')}" + (f", {', '.join(parts)}" if parts else "")
 
 
@@ -246,21 +285,27 @@ def not_function_preserving_message(
         return None
     where = f"{subject or folder or 'this conversion'} ({_what_changed(report)})"
     if healed:
-        text = (f"{where} is a healed Post-LN → Pre-LN conversion of {report.get('source')}, which is not "
-                f"function-preserving.")
+        text = (
+            f"{where} is a healed Post-LN → Pre-LN conversion of {report.get('source')}, which is not "
+            f"function-preserving."
+        )
     else:
         student = folder or "CONVERTED_FOLDER"
-        text = (f"{where} is not function-preserving: it was converted from {report.get('source')} and "
-                f"{_difference(report)}. Next step: heal it, `hf-ffn heal --student {student} --train_files TEXT "
-                f"--output_dir OUTPUT` (distillation from the source on plain text; the healed model is written to "
-                f"OUTPUT/healed; {HEALING_GUIDE}).")
+        text = (
+            f"{where} is not function-preserving: it was converted from {report.get('source')} and "
+            f"{_difference(report)}. Next step: heal it, `hf-ffn heal --student {student} --train_files TEXT "
+            f"--output_dir OUTPUT` (distillation from the source on plain text; the healed model is written to "
+            f"OUTPUT/healed; {HEALING_GUIDE})."
+        )
         variant = variant_of_report(report)
         if variant is not None and variant.measured and not pre_ln:
             text += f" Measured for the {variant.name} variant of all-MiniLM-L6-v2: {variant.measured}."
     if pre_ln:
-        text += (f" Post-LN → Pre-LN of a pretrained checkpoint, measured on all-MiniLM-L6-v2: "
-                 f"{VARIANTS['pre-ln'].measured}. Healing does not make it fine-tune like the source; read "
-                 f"{HEALING_GUIDE} before relying on it.")
+        text += (
+            f" Post-LN → Pre-LN of a pretrained checkpoint, measured on all-MiniLM-L6-v2: "
+            f"{VARIANTS['pre-ln'].measured}. Healing does not make it fine-tune like the source; read "
+            f"{HEALING_GUIDE} before relying on it."
+        )
     return text
 
 

@@ -41,15 +41,19 @@ def seconds(argv: list[str], repeats: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--repeats", type=int, default=5, help="Fresh processes per command (the median is shown).")
     args = parser.parse_args(argv)
     hf_ffn = command_line()
     print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} logical cores)")
-    rows = [("python -c pass", [sys.executable, "-c", "pass"]), ("hf-ffn --help", [*hf_ffn, "--help"]),
-            ("hf-ffn compare --help", [*hf_ffn, "compare", "--help"]),
-            ("hf-ffn heal --help", [*hf_ffn, "heal", "--help"])]
+    rows = [
+        ("python -c pass", [sys.executable, "-c", "pass"]),
+        ("hf-ffn --help", [*hf_ffn, "--help"]),
+        ("hf-ffn compare --help", [*hf_ffn, "compare", "--help"]),
+        ("hf-ffn heal --help", [*hf_ffn, "heal", "--help"]),
+    ]
     baseline = None
     for name, command in rows:
         median = seconds(command, args.repeats)

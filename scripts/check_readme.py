@@ -65,7 +65,7 @@ def read_blocks(readme: Path) -> list[Block]:
         if skip and not (skip.group("reason") or "").strip():
             raise ValueError(f"{readme}:{start}: a readme-check skip marker needs a reason: skip (REASON)")
         reason = skip.group("reason").strip() if skip else None
-        blocks.append(Block(match.group(1), start + 1, "\n".join(lines[start + 1:j]) + "\n", reason))
+        blocks.append(Block(match.group(1), start + 1, "\n".join(lines[start + 1 : j]) + "\n", reason))
         i = j + 1
     return blocks
 
@@ -89,8 +89,9 @@ def session_script(blocks: list[Block], folder: Path) -> str:
 
 def changed_tracked_files(folder: Path) -> list[str]:
     """Committed files that differ from the checkout's HEAD (`git status`), [] outside a git checkout."""
-    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder,
-                            capture_output=True, text=True)
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder, capture_output=True, text=True
+    )
     return [line[3:] for line in status.stdout.splitlines()] if status.returncode == 0 else []
 
 
@@ -113,20 +114,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         return 0
     root = Path(args.readme).resolve().parent  # the blocks run where the README is, with that checkout's .venv
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VIRTUAL_ENV=str(root / ".venv"),
-               PATH=f"{root / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        VIRTUAL_ENV=str(root / ".venv"),
+        PATH=f"{root / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "readme.sh"
         script.write_text(session_script(blocks, Path(tmp)))
         result = subprocess.run(["bash", str(script)], cwd=root, env=env, stdin=subprocess.DEVNULL)
     if result.returncode != 0:
-        print(f"check_readme: a README block failed (exit {result.returncode}); see the last '===' line above",
-              file=sys.stderr)
+        print(
+            f"check_readme: a README block failed (exit {result.returncode}); see the last '===' line above",
+            file=sys.stderr,
+        )
         return 1
     changed = changed_tracked_files(root)
     if changed:
-        print(f"check_readme: the README blocks changed committed files (scripts must write to out/): "
-              f"{', '.join(changed)}", file=sys.stderr)
+        print(
+            f"check_readme: the README blocks changed committed files (scripts must write to out/): "
+            f"{', '.join(changed)}",
+            file=sys.stderr,
+        )
         return 1
     print("check_readme: every README block ran", file=sys.stderr)
     return 0

@@ -14,7 +14,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "hf_ffn"  # the installed library
-STUDIES_DIR = REPO / "studies"  # the studies: runners, their code and reports; importable from the repository root, never installed
+STUDIES_DIR = (
+    REPO / "studies"
+)  # the studies: runners, their code and reports; importable from the repository root, never installed
 STUDIES = "studies"
 ROOTS = ("hf_ffn", STUDIES)
 # Modules whose imports of the package wait for the function that needs them: `hf-ffn --help` must answer without
@@ -122,7 +124,7 @@ def layout(packages: tuple[Path, ...] = (PACKAGE, STUDIES_DIR)) -> tuple[dict[st
         state[node] = 1
         for dep in sorted(edges.get(node, ())):
             if state.get(dep) == 1:
-                problems.append("import cycle: " + " -> ".join(stack[stack.index(dep):] + [dep]))
+                problems.append("import cycle: " + " -> ".join(stack[stack.index(dep) :] + [dep]))
             elif dep not in state:
                 dfs(dep, stack + [dep])
         state[node] = 2

@@ -60,7 +60,8 @@ def model_switches(variant: Variant) -> dict[str, str]:
 # study compared `FRESH_MATCHED` in its place.
 VARIANTS: dict[str, dict[str, str]] = {
     (FRESH_MATCHED if v.init == "pruned" else name): (
-        model_switches(replace(v, init="fresh")) if v.init == "pruned" else model_switches(v))
+        model_switches(replace(v, init="fresh")) if v.init == "pruned" else model_switches(v)
+    )
     for name, v in NAMED_VARIANTS.items()
 }
 HEALABLE = tuple(FRESH_MATCHED if v.init == "pruned" else name for name, v in NAMED_VARIANTS.items() if not v.exact)
@@ -113,9 +114,14 @@ def check_healed_folder(item: str, variant: str, path: Path) -> None:
 
 # The healing study's folder names (studies/healing/heal_study.py) → the comparison's variants: the end-to-end study's, then
 # the layer-wise study's (a later name wins where a --heal-dir holds both).
-HEAL_STUDY_NAMES = {"swiglu-approx": "swiglu-approx", "swiglu-fresh": "swiglu-fresh-matched", "pre-ln": "pre-ln",
-                    "swiglu-approx-lw": "swiglu-approx", "swiglu-matched-lw": "swiglu-fresh-matched",
-                    "pre-ln-lw": "pre-ln"}
+HEAL_STUDY_NAMES = {
+    "swiglu-approx": "swiglu-approx",
+    "swiglu-fresh": "swiglu-fresh-matched",
+    "pre-ln": "pre-ln",
+    "swiglu-approx-lw": "swiglu-approx",
+    "swiglu-matched-lw": "swiglu-fresh-matched",
+    "pre-ln-lw": "pre-ln",
+}
 
 
 def probes_from_healing(reports: dict[str, dict]) -> dict[str, dict]:
@@ -145,7 +151,10 @@ def probes_from_healing(reports: dict[str, dict]) -> dict[str, dict]:
 
 
 def paired_bootstrap(
-    correct: np.ndarray, baseline_correct: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
+    correct: np.ndarray,
+    baseline_correct: np.ndarray,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
     confidence: float = 0.95,
 ) -> tuple[float, float, float]:
     """(mean, low, high): the accuracy difference variant − baseline and its paired percentile-bootstrap interval
@@ -170,9 +179,17 @@ def paired_bootstrap(
     def difference(v: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
         return v.mean(axis=axis) - b.mean(axis=axis)
 
-    result = stats.bootstrap((variant, baseline), difference, paired=True, vectorized=True, n_resamples=resamples,
-                             batch=BOOTSTRAP_BATCH, confidence_level=confidence, method="percentile",
-                             random_state=np.random.default_rng(seed))
+    result = stats.bootstrap(
+        (variant, baseline),
+        difference,
+        paired=True,
+        vectorized=True,
+        n_resamples=resamples,
+        batch=BOOTSTRAP_BATCH,
+        confidence_level=confidence,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+    )
     return mean, float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
@@ -239,8 +256,12 @@ def paired_difference(runs: Sequence[dict], reference: Sequence[dict]) -> dict[s
     f1 = paired_t_interval([r["test_f1"] - by_seed[r["seed"]]["test_f1"] for r in paired])
     bootstrap = paired_bootstrap(correctness(paired), correctness([by_seed[r["seed"]] for r in paired]))
     outside = all(low > 0 or high < 0 for _, low, high in (accuracy, bootstrap))
-    return {"accuracy": _interval(*accuracy), "f1": _interval(*f1), "bootstrap": _interval(*bootstrap),
-            "verdict": "**outside the noise**" if outside else "inside the noise"}
+    return {
+        "accuracy": _interval(*accuracy),
+        "f1": _interval(*f1),
+        "bootstrap": _interval(*bootstrap),
+        "verdict": "**outside the noise**" if outside else "inside the noise",
+    }
 
 
 def base_variant(name: str) -> str:
@@ -249,7 +270,10 @@ def base_variant(name: str) -> str:
 
 
 def report(
-    runs: Sequence[dict], probes: dict[str, dict], header: dict, throughput: dict | None = None,
+    runs: Sequence[dict],
+    probes: dict[str, dict],
+    header: dict,
+    throughput: dict | None = None,
     longer: Sequence[dict] = (),
 ) -> str:
     """The markdown report: settings and machine (`header`; its optional "notes", markdown, follow the table), the
@@ -269,15 +293,24 @@ def report(
     for name in names:
         rows = by_variant[name]
         t_acc = t_f1 = boot = "–"
-        verdict = ("baseline" if name == BASELINE else "no baseline runs" if BASELINE not in by_variant
-                   else "fewer than 2 paired seeds")
+        verdict = (
+            "baseline"
+            if name == BASELINE
+            else "no baseline runs"
+            if BASELINE not in by_variant
+            else "fewer than 2 paired seeds"
+        )
         if name != BASELINE and (paired := paired_difference(rows, by_variant.get(BASELINE, []))):
             t_acc, t_f1, boot, verdict = paired["accuracy"], paired["f1"], paired["bootstrap"], paired["verdict"]
         probe = probes.get(name)
         probe_cell = f"{probe['accuracy']:.4f}" if probe else "–"
         speed = speeds.get(base_variant(name))
-        speed_cells = (f"{speed['real_tokens_per_s']:.0f} | {speed['ratio']:.3f} [{speed['ratio_min']:.3f}–"
-                       f"{speed['ratio_max']:.3f}]" if speed else "– | –")
+        speed_cells = (
+            f"{speed['real_tokens_per_s']:.0f} | {speed['ratio']:.3f} [{speed['ratio_min']:.3f}–"
+            f"{speed['ratio_max']:.3f}]"
+            if speed
+            else "– | –"
+        )
         lines.append(
             f"| {name} | {', '.join(str(r['seed']) for r in rows)} | {_cell([r['test_accuracy'] for r in rows])} | "
             f"{_cell([r['test_f1'] for r in rows])} | {t_acc} | {boot} | {t_f1} | {verdict} | {probe_cell} | "
@@ -289,61 +322,93 @@ def report(
     if header.get("notes"):  # the reading of this table, written by hand (compare_variants.py --notes)
         text += [header["notes"].strip(), ""]
     if BASELINE in by_variant:
-        text += ["Baseline convergence, validation loss over the last fifth of training (least-squares slope; "
-                 "relative change over the fifth):", ""]
+        text += [
+            "Baseline convergence, validation loss over the last fifth of training (least-squares slope; "
+            "relative change over the fifth):",
+            "",
+        ]
         for run in by_variant[BASELINE]:
             change = last_fifth_change(run["curve"])
             before = last_fifth_change(run["curve"], start=0.6, end=0.8)
             if change["points"] < 2 or before["points"] < 2:
-                text.append(f"- seed {run['seed']}: fewer than 2 eval points in a fifth of training: no slope "
-                            f"(evaluate more often, --eval_steps)")
+                text.append(
+                    f"- seed {run['seed']}: fewer than 2 eval points in a fifth of training: no slope "
+                    f"(evaluate more often, --eval_steps)"
+                )
                 continue
-            text.append(f"- seed {run['seed']}: {change['points']} eval points, slope {change['slope_per_step']:.2e}"
-                        f" / step, relative change {100 * change['relative_change']:+.2f}% (the fifth before: "
-                        f"{100 * before['relative_change']:+.2f}%)")
+            text.append(
+                f"- seed {run['seed']}: {change['points']} eval points, slope {change['slope_per_step']:.2e}"
+                f" / step, relative change {100 * change['relative_change']:+.2f}% (the fifth before: "
+                f"{100 * before['relative_change']:+.2f}%)"
+            )
         text.append("")
     text += longer_budget_lines(runs, longer)
-    healing_rows = [(name, paired_difference(by_variant[name], by_variant[base_variant(name)]))
-                    for name in names if name.endswith(HEALED_SUFFIX) and base_variant(name) in by_variant]
+    healing_rows = [
+        (name, paired_difference(by_variant[name], by_variant[base_variant(name)]))
+        for name in names
+        if name.endswith(HEALED_SUFFIX) and base_variant(name) in by_variant
+    ]
     if healing_rows:
-        text += ["What healing changes in fine-tuning: healed − as converted, accuracy points, paired by seed (t 95% "
-                 "CI) and by test snippet (bootstrap 95% CI):", ""]
-        text += [f"- {name}: " + (f"{paired['accuracy']} (seeds), {paired['bootstrap']} (snippets): {paired['verdict']}"
-                                  if paired else "fewer than 2 paired seeds") for name, paired in healing_rows]
+        text += [
+            "What healing changes in fine-tuning: healed − as converted, accuracy points, paired by seed (t 95% "
+            "CI) and by test snippet (bootstrap 95% CI):",
+            "",
+        ]
+        text += [
+            f"- {name}: "
+            + (
+                f"{paired['accuracy']} (seeds), {paired['bootstrap']} (snippets): {paired['verdict']}"
+                if paired
+                else "fewer than 2 paired seeds"
+            )
+            for name, paired in healing_rows
+        ]
         text.append("")
     if probes:
-        text += ["Linear probe (5-fold logistic regression on frozen mean-pooled embeddings of "
-                 f"{next(iter(probes.values()))['snippets']} rt_polarity snippets) of each starting point:", ""]
-        text += [f"- {name}: {probes[name]['accuracy']:.4f} ± {probes[name]['std']:.4f} (folds)"
-                 for name in variant_order(probes)]
+        text += [
+            "Linear probe (5-fold logistic regression on frozen mean-pooled embeddings of "
+            f"{next(iter(probes.values()))['snippets']} rt_polarity snippets) of each starting point:",
+            "",
+        ]
+        text += [
+            f"- {name}: {probes[name]['accuracy']:.4f} ± {probes[name]['std']:.4f} (folds)"
+            for name in variant_order(probes)
+        ]
         text.append("")
     if throughput:
         settings = throughput["settings"]
-        text += [f"Throughput ({', '.join(variant_order(throughput['variants']))}): each classification model built "
-                 f"as the runs build it (unpad_tokens "
-                 f"{'on' if throughput['unpad_tokens'] else 'off'}), timed side by side in one process: "
-                 f"{settings['repeats']} interleaved rounds of one training step (forward + backward, no optimizer "
-                 f"step) on {settings['batches']} length-grouped batches of {settings['batch_size']} rt_polarity "
-                 f"snippets (max_seq_length {settings['max_seq_length']}); real tokens/s: median over rounds of the "
-                 f"round's real tokens / its time; ratio: median of the per-round time ratios. "
-                 f"{throughput['threads']} torch thread(s), load average (1 min) "
-                 f"{throughput['load_before']:.2f} before, {throughput['load_after']:.2f} after; "
-                 f"{throughput['versions']}. A healed variant has its converted variant's architecture and speed.",
-                 ""]
+        text += [
+            f"Throughput ({', '.join(variant_order(throughput['variants']))}): each classification model built "
+            f"as the runs build it (unpad_tokens "
+            f"{'on' if throughput['unpad_tokens'] else 'off'}), timed side by side in one process: "
+            f"{settings['repeats']} interleaved rounds of one training step (forward + backward, no optimizer "
+            f"step) on {settings['batches']} length-grouped batches of {settings['batch_size']} rt_polarity "
+            f"snippets (max_seq_length {settings['max_seq_length']}); real tokens/s: median over rounds of the "
+            f"round's real tokens / its time; ratio: median of the per-round time ratios. "
+            f"{throughput['threads']} torch thread(s), load average (1 min) "
+            f"{throughput['load_before']:.2f} before, {throughput['load_after']:.2f} after; "
+            f"{throughput['versions']}. A healed variant has its converted variant's architecture and speed.",
+            "",
+        ]
     thread_counts = sorted({run["threads"] for run in runs})
     per_threads = ", ".join(f"{count} ({sum(run['threads'] == count for run in runs)} runs)" for count in thread_counts)
     # runs resumed or added later may have run on another machine: each one named, with its number of runs
     machines = {f"{r['machine']['cpu']}, {r['machine']['cores']} logical cores": 0 for r in runs if "machine" in r}
     for run in (r for r in runs if "machine" in r):
         machines[f"{run['machine']['cpu']}, {run['machine']['cores']} logical cores"] += 1
-    machine_text = ("; ".join(f"{name} ({count} runs)" for name, count in machines.items()) if len(machines) > 1
-                    else f"{header['machine']['cpu']}, {header['machine']['cores']} logical cores")
+    machine_text = (
+        "; ".join(f"{name} ({count} runs)" for name, count in machines.items())
+        if len(machines) > 1
+        else f"{header['machine']['cpu']}, {header['machine']['cores']} logical cores"
+    )
     text += [
         f"Machine: {machine_text}; "
         f"torch threads per run: {per_threads}; load average (1 min) before/after each run: "
         f"{min(loads):.2f}–{max(loads):.2f}. Versions: {header['versions']}. Run time: "
         f"{sum(r['wall_seconds'] for r in runs) / 3600:.2f} h summed over {len(runs)} runs.",
-        "", f"Command: `{header['command']}`", "",
+        "",
+        f"Command: `{header['command']}`",
+        "",
     ]
     return "\n".join(text)
 
@@ -355,18 +420,27 @@ def longer_budget_lines(runs: Sequence[dict], longer: Sequence[dict]) -> list[st
     if not longer:
         return []
     steps = longer[0]["settings"]["max_steps"]
-    lines = [f"Convergence check: the same runs at {steps} steps instead of {runs[0]['settings']['max_steps']} "
-             "(the learning-rate schedule stretched to the longer run), test accuracy, paired by seed and snippet:", ""]
+    lines = [
+        f"Convergence check: the same runs at {steps} steps instead of {runs[0]['settings']['max_steps']} "
+        "(the learning-rate schedule stretched to the longer run), test accuracy, paired by seed and snippet:",
+        "",
+    ]
     for name in variant_order({run["variant"] for run in longer}):
         long_rows = sorted((r for r in longer if r["variant"] == name), key=lambda r: r["seed"])
         seeds = {r["seed"] for r in long_rows}
         short_rows = [r for r in runs if r["variant"] == name and r["seed"] in seeds]  # the same seeds
         paired = paired_difference(long_rows, short_rows)
-        change = (f"; longer − shorter {paired['accuracy']} points (seeds), {paired['bootstrap']} (snippets): "
-                  f"{paired['verdict']}" if paired else "")
-        lines.append(f"- {name}: {_cell([r['test_accuracy'] for r in long_rows])} at {steps} steps (seeds "
-                     f"{', '.join(str(r['seed']) for r in long_rows)}) against "
-                     f"{_cell([r['test_accuracy'] for r in short_rows])}{change}")
+        change = (
+            f"; longer − shorter {paired['accuracy']} points (seeds), {paired['bootstrap']} (snippets): "
+            f"{paired['verdict']}"
+            if paired
+            else ""
+        )
+        lines.append(
+            f"- {name}: {_cell([r['test_accuracy'] for r in long_rows])} at {steps} steps (seeds "
+            f"{', '.join(str(r['seed']) for r in long_rows)}) against "
+            f"{_cell([r['test_accuracy'] for r in short_rows])}{change}"
+        )
     return lines + [""]
 
 
@@ -382,10 +456,10 @@ def plot_curves(runs: Sequence[dict], path: Path, title: str) -> None:
         rows = [run for run in runs if run["variant"] == name]
         steps = [point["step"] for point in rows[0]["curve"]]
         style = "--" if name.endswith(HEALED_SUFFIX) else "-"
-        for metric, axis in zip(("eval_loss", "eval_accuracy"), axes):
+        for metric, axis in zip(("eval_loss", "eval_accuracy"), axes, strict=False):
             means = [statistics.mean(run["curve"][i][metric] for run in rows) for i in range(len(steps))]
             axis.plot(steps, means, style, color=f"C{index}", linewidth=1.8, label=f"{name} (n={len(rows)})")
-    for axis, label in zip(axes, ("validation loss", "validation accuracy")):
+    for axis, label in zip(axes, ("validation loss", "validation accuracy"), strict=False):
         axis.set_xlabel(f"optimizer step (batch {runs[0]['settings']['batch_size']})")
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
@@ -398,9 +472,26 @@ def plot_curves(runs: Sequence[dict], path: Path, title: str) -> None:
 
 
 __all__ = [
-    "BASELINE", "BOOTSTRAP_RESAMPLES", "FRESH_MATCHED", "HEALABLE", "HEAL_STUDY_NAMES", "VARIANTS", "base_variant",
-    "correctness", "model_switches",
-    "encode_ids", "healed_name", "longer_budget_lines", "paired_difference", "probes_from_healing",
-    "last_fifth_change", "mean_std", "paired_bootstrap", "paired_t_interval", "parse_healed",
-    "plot_curves", "report", "variant_order",
+    "BASELINE",
+    "BOOTSTRAP_RESAMPLES",
+    "FRESH_MATCHED",
+    "HEALABLE",
+    "HEAL_STUDY_NAMES",
+    "VARIANTS",
+    "base_variant",
+    "correctness",
+    "model_switches",
+    "encode_ids",
+    "healed_name",
+    "longer_budget_lines",
+    "paired_difference",
+    "probes_from_healing",
+    "last_fifth_change",
+    "mean_std",
+    "paired_bootstrap",
+    "paired_t_interval",
+    "parse_healed",
+    "plot_curves",
+    "report",
+    "variant_order",
 ]

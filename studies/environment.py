@@ -79,7 +79,7 @@ def machine() -> dict[str, str | int]:
 
 
 def versions() -> str:
-    """"torch X, transformers Y, hf_ffn Z, Python W"."""
+    """ "torch X, transformers Y, hf_ffn Z, Python W"."""
     env = environment()
     return f"torch {env['torch']}, transformers {env['transformers']}, hf_ffn {env['hf_ffn']}, Python {env['python']}"
 
@@ -90,8 +90,17 @@ def load_average() -> list[float] | None:
 
 
 __all__ = [
-    "BUNDLED", "BUNDLED_IN_COMMAND", "PACKAGES", "REPO", "cpu_model", "environment", "load_average", "machine",
-    "portable_command", "portable_path", "versions",
+    "BUNDLED",
+    "BUNDLED_IN_COMMAND",
+    "PACKAGES",
+    "REPO",
+    "cpu_model",
+    "environment",
+    "load_average",
+    "machine",
+    "portable_command",
+    "portable_path",
+    "versions",
 ]
 
 

@@ -38,15 +38,23 @@ def study_parser(description: str, figure: str, **defaults: int) -> argparse.Arg
     `--vocab-size`, `--seed` and `--threads`. `defaults` sets each script's own sizes (keys: the option's dest)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--data", required=True, help="folder of *.txt documents (e.g. ../shared/data/state_union)")
-    parser.add_argument("--pattern", default="[0-9]*.txt",
-                        help="which files of --data are documents (default: the State of the Union speeches)")
-    parser.add_argument("--output-dir", type=Path, default=Path("out"),
-                        help=f"where {figure} goes (default: out; studies/switches/figures for the published figure)")
+    parser.add_argument(
+        "--pattern",
+        default="[0-9]*.txt",
+        help="which files of --data are documents (default: the State of the Union speeches)",
+    )
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=Path("out"),
+        help=f"where {figure} goes (default: out; studies/switches/figures for the published figure)",
+    )
     for option in ("hidden-size", "heads", "seq-len", "batch-size", "vocab-size"):
         parser.add_argument(f"--{option}", type=int, default=defaults[option.replace("-", "_")])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int,
-                        help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
+    parser.add_argument(
+        "--threads", type=int, help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)"
+    )
     return parser
 
 

@@ -49,9 +49,10 @@ def onnx_encoder(model, tokenizer, path: Path, batch_size: int, max_length: int)
         order = sorted(range(len(sentences)), key=lambda i: -len(sentences[i]))
         out = np.empty((len(sentences), model.config.hidden_size), dtype=np.float32)
         for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            batch = tokenizer([sentences[i] for i in rows], padding=True, truncation=True, max_length=max_length,
-                              return_tensors="np")
+            rows = order[start : start + batch_size]
+            batch = tokenizer(
+                [sentences[i] for i in rows], padding=True, truncation=True, max_length=max_length, return_tensors="np"
+            )
             feeds = {name: batch[name].astype(np.int64) for name in ("input_ids", "attention_mask", "token_type_ids")}
             hidden = session.run(["last_hidden_state"], feeds)[0]  # (batch, seq, hidden)
             mask = feeds["attention_mask"][..., None].astype(np.float32)
@@ -62,8 +63,9 @@ def onnx_encoder(model, tokenizer, path: Path, batch_size: int, max_length: int)
     return encode
 
 
-def run_sentence_order(sentences: list[str], work_dir: str, repeats: int, warmup: int, clock: str,
-                       batch_size: int = 32) -> dict:
+def run_sentence_order(
+    sentences: list[str], work_dir: str, repeats: int, warmup: int, clock: str, batch_size: int = 32
+) -> dict:
     """Times, ratios, targets and differences of the three candidates on `sentences` (see the module docstring).
     `work_dir` receives the converted folder and the ONNX file."""
     from sentence_transformers import SentenceTransformer
@@ -94,12 +96,26 @@ def run_sentence_order(sentences: list[str], work_dir: str, repeats: int, warmup
     for numerator, denominator, limit, strict in TARGETS:
         ratio = paired_ratio(times[numerator], times[denominator])
         met = ratio["ratio"] < limit if strict else ratio["ratio"] <= limit
-        targets.append({"ratio_of": f"{numerator} / {denominator}", **ratio, "limit": f"{'<' if strict else '≤'} "
-                        f"{limit}", "met": met})
+        targets.append(
+            {
+                "ratio_of": f"{numerator} / {denominator}",
+                **ratio,
+                "limit": f"{'<' if strict else '≤'} {limit}",
+                "met": met,
+            }
+        )
     return {
-        "sentences": len(sentences), "batch_size": batch_size, "max_seq_length": max_length,
-        "candidates": {name: {"median_ms": statistics.median(t) * 1e3, "times_ms": [x * 1e3 for x in t],
-                              "max_abs_diff_vs_upstream": differences.get(name, 0.0)} for name, t in times.items()},
+        "sentences": len(sentences),
+        "batch_size": batch_size,
+        "max_seq_length": max_length,
+        "candidates": {
+            name: {
+                "median_ms": statistics.median(t) * 1e3,
+                "times_ms": [x * 1e3 for x in t],
+                "max_abs_diff_vs_upstream": differences.get(name, 0.0),
+            }
+            for name, t in times.items()
+        },
         "targets": targets,
     }
 

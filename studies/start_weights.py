@@ -10,7 +10,6 @@ import hashlib
 import json
 from pathlib import Path
 
-
 # What a healing run read from paths (they differ between machines), left out of its recipe; the data enters by its
 # sizes (documents, blocks, block tokens) and the teacher by the SHA-256 of its weights.
 RECIPE_PATH_KEYS = ("student", "teacher", "healed_dir", "eval_dir", "eval_data", "train_files")
@@ -40,8 +39,9 @@ def recipe_sha256(folder: str) -> str | None:
     recipe = {
         "source_weights": weights_sha256(source),
         "conversion": {key: report.get(key) for key in ("model_class", "init", "config_changes")},
-        "healing": {key: value for key, value in (healing.get("arguments") or {}).items()
-                    if key not in RECIPE_PATH_KEYS},
+        "healing": {
+            key: value for key, value in (healing.get("arguments") or {}).items() if key not in RECIPE_PATH_KEYS
+        },
         "training": healing.get("training"),
         "layerwise": (healing.get("layerwise") or {}).get("arguments"),
         "data": {key: (healing.get("data") or {}).get(key) for key in ("documents", "blocks", "block_tokens")},

@@ -27,8 +27,11 @@ def glue_average(runs: Sequence[dict], tasks: Sequence[str]) -> list[dict]:
     cells: dict[tuple[str, int], dict[str, float]] = {}
     for run in runs:
         cells.setdefault((run["variant"], run["seed"]), {})[run["task"]] = run["score"]
-    return [{"variant": variant, "seed": seed, "score": statistics.mean(scores[task] for task in tasks)}
-            for (variant, seed), scores in sorted(cells.items()) if set(tasks) <= set(scores)]
+    return [
+        {"variant": variant, "seed": seed, "score": statistics.mean(scores[task] for task in tasks)}
+        for (variant, seed), scores in sorted(cells.items())
+        if set(tasks) <= set(scores)
+    ]
 
 
 def _cell(values: Sequence[float], scale: float = 1.0, digits: int = 2) -> str:
@@ -88,9 +91,13 @@ def seeds_verdict(changes: Sequence[float]) -> str:
     if all(change == 0 for change in finite):
         return "no change on any seed (a score stuck where it is: look at its value)"
     mean, low, high = paired_t_interval(finite)
-    verdict = ("**still improving**: not converged at this budget" if low > 0 else
-               "**falling**: past its best" if high < 0 else
-               f"no rise or fall detected; these seeds leave a change of up to {max(-low, high):.2f} points possible")
+    verdict = (
+        "**still improving**: not converged at this budget"
+        if low > 0
+        else "**falling**: past its best"
+        if high < 0
+        else f"no rise or fall detected; these seeds leave a change of up to {max(-low, high):.2f} points possible"
+    )
     return f"task score {mean:+.2f} [{low:+.2f}, {high:+.2f}] points over the last fifth: {verdict}"
 
 
@@ -103,20 +110,25 @@ def convergence_lines(runs: Sequence[dict]) -> list[str]:
     for run in sorted((r for r in runs if r["variant"] == BASELINE), key=lambda r: (r["task"], r["seed"])):
         trend = run_trend(run)
         if trend is None:
-            lines.append(f"- {run['task']}, seed {run['seed']}: fewer than 2 validation points in the last fifth: no "
-                         f"slope (evaluate more often, --evals_per_run)")
+            lines.append(
+                f"- {run['task']}, seed {run['seed']}: fewer than 2 validation points in the last fifth: no "
+                f"slope (evaluate more often, --evals_per_run)"
+            )
             continue
         loss, points, label = trend
         changes.setdefault(run["task"], []).append((points, label))
         lines.append(
             f"- {run['task']}, seed {run['seed']} ({run['max_steps']} steps, {loss['points']} points): validation "
             f"loss {100 * loss['relative_change']:+.2f}% (slope {loss['slope_per_step']:.2e}/step), task score "
-            f"{points:+.2f} points: {label}")
+            f"{points:+.2f} points: {label}"
+        )
     for task, rows in changes.items():
-        labels = ", ".join(f"{sum(label == name for _, label in rows)} {name}"
-                           for name in sorted({label for _, label in rows}))
-        lines.append(f"- **{task}**, {counted(len(rows), 'seed')} ({labels}): "
-                     + seeds_verdict([points for points, _ in rows]))
+        labels = ", ".join(
+            f"{sum(label == name for _, label in rows)} {name}" for name in sorted({label for _, label in rows})
+        )
+        lines.append(
+            f"- **{task}**, {counted(len(rows), 'seed')} ({labels}): " + seeds_verdict([points for points, _ in rows])
+        )
     return lines
 
 
@@ -133,12 +145,16 @@ def cost_lines(runs: Sequence[dict], variants: int, seeds: int, epochs: float, b
         full_steps = math.ceil(epochs * rows[0]["train_rows_full"] / batch_size)
         hours = full_steps * wall_step * variants * seeds / 3600
         total += hours
-        lines.append(f"- {task}: {train_step:.3f} s/step training, {wall_step:.3f} s/step wall (median of "
-                     f"{len(rows)} runs); {full_steps} steps for {epochs:g} epochs → {hours:.1f} h for {variants} "
-                     f"variants × {seeds} seeds")
+        lines.append(
+            f"- {task}: {train_step:.3f} s/step training, {wall_step:.3f} s/step wall (median of "
+            f"{len(rows)} runs); {full_steps} steps for {epochs:g} epochs → {hours:.1f} h for {variants} "
+            f"variants × {seeds} seeds"
+        )
     if lines:
-        lines.append(f"- full table at these rates: **{total:.1f} h** of one process (runs are independent: N "
-                     f"processes or machines divide it by about N)")
+        lines.append(
+            f"- full table at these rates: **{total:.1f} h** of one process (runs are independent: N "
+            f"processes or machines divide it by about N)"
+        )
     return lines
 
 
@@ -150,51 +166,97 @@ def report(runs: Sequence[dict], header: dict) -> str:
     for task in tasks:
         spec = TASKS[task]
         task_runs = [run for run in runs if run["task"] == task]
-        by_variant = {name: sorted((r for r in task_runs if r["variant"] == name), key=lambda r: r["seed"])
-                      for name in variant_order({r["variant"] for r in task_runs})}
+        by_variant = {
+            name: sorted((r for r in task_runs if r["variant"] == name), key=lambda r: r["seed"])
+            for name in variant_order({r["variant"] for r in task_runs})
+        }
         split = "test" if spec.report_split == "test" else "validation"
-        text += [f"## {task} ({split}: {task_runs[0]['report_rows']:,} examples, {task_runs[0]['max_steps']} steps)",
-                 "", "| variant | seeds | " + " | ".join(spec.metrics) + " | task score | Δ score vs baseline: t 95% "
-                 "CI (seeds) | verdict |", "|---|---|" + "---|" * len(spec.metrics) + "---|---|---|"]
+        text += [
+            f"## {task} ({split}: {task_runs[0]['report_rows']:,} examples, {task_runs[0]['max_steps']} steps)",
+            "",
+            "| variant | seeds | " + " | ".join(spec.metrics) + " | task score | Δ score vs baseline: t 95% "
+            "CI (seeds) | verdict |",
+            "|---|---|" + "---|" * len(spec.metrics) + "---|---|---|",
+        ]
         for name, rows in by_variant.items():
             interval = None if name == BASELINE else paired_score_difference(rows, by_variant.get(BASELINE, []))
-            text.append(f"| {name} | {', '.join(str(r['seed']) for r in rows)} | "
-                        + " | ".join(_cell([r["metrics"][m] for r in rows], 100) for m in spec.metrics)
-                        + f" | {_cell([r['score'] for r in rows])} | {_interval(interval)} | "
-                        + ("baseline" if name == BASELINE else _verdict(interval)) + " |")
+            text.append(
+                f"| {name} | {', '.join(str(r['seed']) for r in rows)} | "
+                + " | ".join(_cell([r["metrics"][m] for r in rows], 100) for m in spec.metrics)
+                + f" | {_cell([r['score'] for r in rows])} | {_interval(interval)} | "
+                + ("baseline" if name == BASELINE else _verdict(interval))
+                + " |"
+            )
         text.append("")
     averages = glue_average(runs, tasks)
     if averages:
-        text += [f"## GLUE-style average over {', '.join(tasks)}", "",
-                 "| variant | seeds | average score | Δ vs baseline: t 95% CI (seeds) | verdict |", "|---|---|---|---|---|"]
-        by_variant = {name: [a for a in averages if a["variant"] == name]
-                      for name in variant_order({a["variant"] for a in averages})}
+        text += [
+            f"## GLUE-style average over {', '.join(tasks)}",
+            "",
+            "| variant | seeds | average score | Δ vs baseline: t 95% CI (seeds) | verdict |",
+            "|---|---|---|---|---|",
+        ]
+        by_variant = {
+            name: [a for a in averages if a["variant"] == name]
+            for name in variant_order({a["variant"] for a in averages})
+        }
         for name, rows in by_variant.items():
             interval = None if name == BASELINE else paired_score_difference(rows, by_variant.get(BASELINE, []))
-            text.append(f"| {name} | {', '.join(str(r['seed']) for r in rows)} | {_cell([r['score'] for r in rows])} "
-                        f"| {_interval(interval)} | " + ("baseline" if name == BASELINE else _verdict(interval)) + " |")
+            text.append(
+                f"| {name} | {', '.join(str(r['seed']) for r in rows)} | {_cell([r['score'] for r in rows])} "
+                f"| {_interval(interval)} | " + ("baseline" if name == BASELINE else _verdict(interval)) + " |"
+            )
         text.append("")
-    text += ["## Baseline convergence (validation, last fifth of each run; then per task over seeds)", "",
-             *convergence_lines(runs), ""]
-    text += ["## Cost", ""] + cost_lines(runs, header["full_variants"], header["full_seeds"], header["epochs"],
-                                         header["batch_size"]) + [""]
+    text += [
+        "## Baseline convergence (validation, last fifth of each run; then per task over seeds)",
+        "",
+        *convergence_lines(runs),
+        "",
+    ]
+    text += (
+        ["## Cost", ""]
+        + cost_lines(runs, header["full_variants"], header["full_seeds"], header["epochs"], header["batch_size"])
+        + [""]
+    )
     loads = [value for run in runs for value in (run["load_before"], run["load_after"])]
     machines = Counter(f"{run['machine']['cpu']}, {run['machine']['cores']} logical cores" for run in runs)
-    text += [("Machine: " if len(machines) == 1 else "Machines (fp32 results differ in the last bits between CPUs): ")
-             + "; ".join(f"{name} ({counted(count, 'run')})" for name, count in machines.items()) + ", "
-             f"{sorted({run['threads'] for run in runs})} torch thread(s) per run, load average (1 min) "
-             f"{min(loads):.2f}–{max(loads):.2f} around the runs. Versions: {header['versions']}. "
-             f"Run time: {sum(run['wall_seconds'] for run in runs) / 3600:.2f} h summed over {counted(len(runs), 'run')} "
-             f"({header['first']} – {header['last']} UTC).", ""]
-    weights = {name: {run["checkpoint_sha256"] for run in runs if run["variant"] == name} for name in variant_order(
-        {run["variant"] for run in runs})}
+    text += [
+        ("Machine: " if len(machines) == 1 else "Machines (fp32 results differ in the last bits between CPUs): ")
+        + "; ".join(f"{name} ({counted(count, 'run')})" for name, count in machines.items())
+        + ", "
+        f"{sorted({run['threads'] for run in runs})} torch thread(s) per run, load average (1 min) "
+        f"{min(loads):.2f}–{max(loads):.2f} around the runs. Versions: {header['versions']}. "
+        f"Run time: {sum(run['wall_seconds'] for run in runs) / 3600:.2f} h summed over {counted(len(runs), 'run')} "
+        f"({header['first']} – {header['last']} UTC).",
+        "",
+    ]
+    weights = {
+        name: {run["checkpoint_sha256"] for run in runs if run["variant"] == name}
+        for name in variant_order({run["variant"] for run in runs})
+    }
     if any(len(shas) > 1 for shas in weights.values()):  # resumed with --accept_remade_students
-        text += ["Start weights: " + "; ".join(
-            f"{name}: {len(shas)} weight sets made by one recipe (re-made on another machine)" for name, shas in
-            weights.items() if len(shas) > 1) + "; every other variant: one.", ""]
+        text += [
+            "Start weights: "
+            + "; ".join(
+                f"{name}: {len(shas)} weight sets made by one recipe (re-made on another machine)"
+                for name, shas in weights.items()
+                if len(shas) > 1
+            )
+            + "; every other variant: one.",
+            "",
+        ]
     text += [f"Command: `{header['command']}`", ""]
     return "\n".join(text)
 
 
-__all__ = ["FLAT", "FLAT_POINTS", "convergence_lines", "cost_lines", "glue_average", "paired_score_difference", "report",
-           "run_trend", "seeds_verdict"]
+__all__ = [
+    "FLAT",
+    "FLAT_POINTS",
+    "convergence_lines",
+    "cost_lines",
+    "glue_average",
+    "paired_score_difference",
+    "report",
+    "run_trend",
+    "seeds_verdict",
+]

@@ -60,6 +60,7 @@ from .benchmark.report import JSON_NAME as BENCHMARKS_JSON
 from .environment import environment, load_average, portable_command
 from .sentence_order import run_sentence_order
 from .unpadded_report import judge, target_rows, verdict, write_reports
+
 KINDS = ("shuffled", "length-grouped", "no padding")
 # candidate → (model, batch kind)
 CANDIDATES: dict[str, tuple[str, str]] = {
@@ -153,7 +154,7 @@ def make_batches(tokenizer, texts: list[str], labels: list[int], settings: Unpad
 
     part = max((n // size) // k, 1)  # batches per part of the epoch
     picked = [j * part + part // 2 for j in range(k)]
-    batches = {kind: [encode(order[b * size:][:size]) for b in picked] for kind, order in orders.items()}
+    batches = {kind: [encode(order[b * size :][:size]) for b in picked] for kind, order in orders.items()}
     batches["no padding"] = []
     for batch in batches["shuffled"]:
         length = round(batch["attention_mask"].sum(1).float().mean().item())
@@ -172,7 +173,7 @@ def pad_fraction(batches: list[dict]) -> float:
 # Models and steps
 # ---------------------------------------------------------------------------------------------------------------
 def load_models(name: str, attn: str, vocab_size: int, folder: str) -> dict[str, nn.Module]:
-    """"upstream", "off", "on": the three classification models of checkpoint `name` with the same weights.
+    """ "upstream", "off", "on": the three classification models of checkpoint `name` with the same weights.
 
     all-MiniLM-L6-v2 loads the bundled checkpoint; "bert-base-shapes" and "tiny (quick)" are saved first to
     `folder` (a temporary one) with seeded weights. The head (in no checkpoint) is seeded; every model gets
@@ -227,8 +228,9 @@ def bench_case(models: dict[str, nn.Module], batches: dict[str, list[dict]], mod
     times = time_interleaved(steps, settings.repeats, max(settings.warmup - 1, 0), settings.clock)
     first = max(settings.warmup, 1)  # call index of round 0 (the peak memory call is the first warm-up call)
     real = {  # real tokens of each candidate's batch in each round
-        name: [int(batches[kind][(first + r) % settings.batches]["attention_mask"].sum())
-               for r in range(settings.repeats)]
+        name: [
+            int(batches[kind][(first + r) % settings.batches]["attention_mask"].sum()) for r in range(settings.repeats)
+        ]
         for name, (_, kind) in CANDIDATES.items()
     }
     per_token = {name: [t / n for t, n in zip(times[name], real[name], strict=True)] for name in steps}
@@ -247,12 +249,23 @@ def bench_case(models: dict[str, nn.Module], batches: dict[str, list[dict]], mod
         source = per_token if by_token else times
         ratio = paired_ratio(source[numerator], source[denominator])
         target = targets.get(mode)
-        ratios.append({"ratio_of": f"{numerator} / {denominator}", "per_real_token": by_token, **ratio,
-                       "target": target, "met": judge(ratio["ratio"], target, not settings.quick)})
+        ratios.append(
+            {
+                "ratio_of": f"{numerator} / {denominator}",
+                "per_real_token": by_token,
+                **ratio,
+                "target": target,
+                "met": judge(ratio["ratio"], target, not settings.quick),
+            }
+        )
     numerator, denominator, targets = MEMORY_TARGET
     memory_ratio = memory[numerator] / memory[denominator]
-    peak_memory = {"ratio_of": f"{numerator} / {denominator}", "ratio": memory_ratio, "target": targets.get(mode),
-                   "met": judge(memory_ratio, targets.get(mode), not settings.quick, strict=True)}
+    peak_memory = {
+        "ratio_of": f"{numerator} / {denominator}",
+        "ratio": memory_ratio,
+        "target": targets.get(mode),
+        "met": judge(memory_ratio, targets.get(mode), not settings.quick, strict=True),
+    }
     return candidates, ratios, peak_memory
 
 
@@ -269,16 +282,20 @@ def difference_at_real_tokens(models: dict[str, nn.Module], batch: dict) -> dict
     with torch.no_grad():
         a = models["upstream"](**inputs, output_hidden_states=True)
         b = models["on"](**inputs, output_hidden_states=True)
-        longer = models["upstream"](**{k: nn.functional.pad(v, (0, 16)) for k, v in inputs.items()},
-                                    output_hidden_states=True).hidden_states[-1][:, : mask.shape[1]]
+        longer = models["upstream"](
+            **{k: nn.functional.pad(v, (0, 16)) for k, v in inputs.items()}, output_hidden_states=True
+        ).hidden_states[-1][:, : mask.shape[1]]
         floor = (a.hidden_states[-1][mask] - longer[mask]).abs().max().item()
         for row, length in enumerate(lengths):
-            alone = models["upstream"](**{k: v[row:row + 1, :length] for k, v in inputs.items()},
-                                       output_hidden_states=True).hidden_states[-1][0]
+            alone = models["upstream"](
+                **{k: v[row : row + 1, :length] for k, v in inputs.items()}, output_hidden_states=True
+            ).hidden_states[-1][0]
             floor = max(floor, (a.hidden_states[-1][row, :length] - alone).abs().max().item())
-    return {"logits": (a.logits - b.logits).abs().max().item(),
-            "last_hidden_state": (a.hidden_states[-1][mask] - b.hidden_states[-1][mask]).abs().max().item(),
-            "upstream_vs_itself": floor}
+    return {
+        "logits": (a.logits - b.logits).abs().max().item(),
+        "last_hidden_state": (a.hidden_states[-1][mask] - b.hidden_states[-1][mask]).abs().max().item(),
+        "upstream_vs_itself": floor,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -289,8 +306,10 @@ def run_unpadded_benchmark(settings: UnpadSettings, data_dir: str, work_dir: str
     if settings.threads:
         torch.set_num_threads(settings.threads)
     started, load_before = time.time(), load_average()
-    _log(f"load average before (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in load_before)} on {os.cpu_count()} "
-         f"logical CPUs")
+    _log(
+        f"load average before (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in load_before)} on {os.cpu_count()} "
+        f"logical CPUs"
+    )
     tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint())
     texts, labels = read_sentences(data_dir)
     batches = make_batches(tokenizer, texts, labels, settings)
@@ -307,21 +326,35 @@ def run_unpadded_benchmark(settings: UnpadSettings, data_dir: str, work_dir: str
             difference = difference_at_real_tokens(models, batches["shuffled"][0])
             for mode in ("inference", "training"):
                 candidates, ratios, peak_memory = bench_case(models, batches, mode, settings)
-                cases.append({"checkpoint": name, "attn": attn, "mode": mode, "max_abs_diff": difference,
-                              "candidates": candidates, "ratios": ratios, "peak_memory": peak_memory})
+                cases.append(
+                    {
+                        "checkpoint": name,
+                        "attn": attn,
+                        "mode": mode,
+                        "max_abs_diff": difference,
+                        "candidates": candidates,
+                        "ratios": ratios,
+                        "peak_memory": peak_memory,
+                    }
+                )
                 for ratio in ratios:
-                    _log(f"  {name:<17} {attn:<5} {mode:<9} {ratio['ratio_of']:<52} ×{ratio['ratio']:.3f} "
-                         f"[{ratio['ratio_min']:.3f}, {ratio['ratio_max']:.3f}]")
+                    _log(
+                        f"  {name:<17} {attn:<5} {mode:<9} {ratio['ratio_of']:<52} ×{ratio['ratio']:.3f} "
+                        f"[{ratio['ratio_min']:.3f}, {ratio['ratio_max']:.3f}]"
+                    )
             del models
     sentence_order = None
     if not settings.quick and "all-MiniLM-L6-v2" in settings.checkpoints:
         order = torch.randperm(len(texts), generator=torch.Generator().manual_seed(0))  # the shuffled order
         sentences = [texts[i] for i in order[: settings.batches * settings.batch_size].tolist()]
-        sentence_order = run_sentence_order(sentences, work_dir, settings.repeats, max(settings.warmup, 1),
-                                            settings.clock, settings.batch_size)
+        sentence_order = run_sentence_order(
+            sentences, work_dir, settings.repeats, max(settings.warmup, 1), settings.clock, settings.batch_size
+        )
         for t in sentence_order["targets"]:
-            _log(f"  sentence-transformers order: {t['ratio_of']} ×{t['ratio']:.3f} [{t['ratio_min']:.3f}, "
-                 f"{t['ratio_max']:.3f}]")
+            _log(
+                f"  sentence-transformers order: {t['ratio_of']} ×{t['ratio']:.3f} [{t['ratio_min']:.3f}, "
+                f"{t['ratio_max']:.3f}]"
+            )
     load_after = load_average()
     _log(f"load average after (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in load_after)}")
     return {
@@ -342,16 +375,27 @@ def main(argv: list[str] | None = None, prog: str = "python -m studies.unpadded_
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a tiny model, 2 batches of 4: a smoke test (seconds)")
     parser.add_argument("--output-dir", default="out", help="where the JSON and markdown go (default: out)")
-    parser.add_argument("--rt-polarity-dir", default="../shared/data/rt_polarity",
-                        help="folder with rt-polarity.neg and rt-polarity.pos (default: ../shared/data/rt_polarity)")
+    parser.add_argument(
+        "--rt-polarity-dir",
+        default="../shared/data/rt_polarity",
+        help="folder with rt-polarity.neg and rt-polarity.pos (default: ../shared/data/rt_polarity)",
+    )
     parser.add_argument("--repeats", type=int, help="interleaved rounds (default 6; quick 2)")
     parser.add_argument("--batches", type=int, help="batches of each kind (default 6; quick 2)")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's; quick 1)")
     parser.add_argument("--clock", choices=["wall", "cpu"], help="wall time (default) or process CPU time")
-    parser.add_argument("--attn", nargs="+", choices=FULL.attn_implementations,
-                        help="a subset of the attention implementations (default: eager and sdpa)")
-    parser.add_argument("--checkpoints", nargs="+", choices=FULL.checkpoints,
-                        help=f"a subset of {', '.join(FULL.checkpoints)} (default: both)")
+    parser.add_argument(
+        "--attn",
+        nargs="+",
+        choices=FULL.attn_implementations,
+        help="a subset of the attention implementations (default: eager and sdpa)",
+    )
+    parser.add_argument(
+        "--checkpoints",
+        nargs="+",
+        choices=FULL.checkpoints,
+        help=f"a subset of {', '.join(FULL.checkpoints)} (default: both)",
+    )
     args = parser.parse_args(argv)
     if args.quick and args.checkpoints:
         parser.error("--checkpoints does not apply to --quick (a tiny model)")
@@ -372,12 +416,16 @@ def main(argv: list[str] | None = None, prog: str = "python -m studies.unpadded_
         results = run_unpadded_benchmark(settings, args.rt_polarity_dir, work_dir, command)
     _log("targets:")
     for t in target_rows(results):
-        _log(f"  {t['checkpoint']} {t['attn']} {t['mode']}: {t['ratio_of']} {t['measured']} (limit {t['limit']}): "
-             f"{verdict(t['met'])}")
+        _log(
+            f"  {t['checkpoint']} {t['attn']} {t['mode']}: {t['ratio_of']} {t['measured']} (limit {t['limit']}): "
+            f"{verdict(t['met'])}"
+        )
     for path in write_reports(results, args.output_dir):
         _log(f"wrote {path}")
     main_results = Path(args.output_dir) / BENCHMARKS_JSON
-    if main_results.is_file():  # the main benchmark's report there (studies/benchmark/benchmarks.md) lists these targets too
+    if (
+        main_results.is_file()
+    ):  # the main benchmark's report there (studies/benchmark/benchmarks.md) lists these targets too
         write_results(json.loads(main_results.read_text(encoding="utf-8")), args.output_dir)
         _log(f"updated {main_results.with_suffix('.md')}")
     return 0

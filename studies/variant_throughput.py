@@ -29,9 +29,10 @@ from collections.abc import Mapping
 
 import torch
 
-from hf_ffn.parity import quiet_transformers
 from hf_ffn.modeling_ffn_bert import FfnBertForSequenceClassification
+from hf_ffn.parity import quiet_transformers
 from hf_ffn.training import ModelArguments, load_model, load_tokenizer
+
 from .benchmark import paired_ratio, time_interleaved
 from .unpadded_benchmark import UnpadSettings, cycling_step, make_batches, read_sentences
 
@@ -92,9 +93,16 @@ def measure_throughput(
     }
     return {
         "variants": variants,
-        "settings": {"batch_size": batch_size, "max_seq_length": max_seq_length, "batches": batches,
-                     "repeats": repeats, "warmup": warmup},
-        "real_tokens": real, "load_before": load_before, "load_after": os.getloadavg()[0],
+        "settings": {
+            "batch_size": batch_size,
+            "max_seq_length": max_seq_length,
+            "batches": batches,
+            "repeats": repeats,
+            "warmup": warmup,
+        },
+        "real_tokens": real,
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
         "threads": torch.get_num_threads(),
     }
 

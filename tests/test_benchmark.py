@@ -78,8 +78,11 @@ def test_quick_ffn_compile_scaling_load_sections(quick_results):
     width = parameter_matched_glu_width(QUICK.base_config["intermediate_size"])
     rows = {r["ffn"]: r for r in results["ffn"]["rows"]}
     assert set(rows) == {
-        "gelu d=96", f"geglu d={width}", f"swiglu d={width}",
-        f"geglu d={width} fused gate+up (prototype)", f"swiglu d={width} fused gate+up (prototype)",
+        "gelu d=96",
+        f"geglu d={width}",
+        f"swiglu d={width}",
+        f"geglu d={width} fused gate+up (prototype)",
+        f"swiglu d={width} fused gate+up (prototype)",
     }
     tokens, hidden = QUICK.ffn_tokens, QUICK.base_config["hidden_size"]
     assert rows["gelu d=96"]["matmul_gflop"] == 2 * tokens * hidden * 96 * 2 / 1e9
@@ -95,7 +98,10 @@ def test_quick_ffn_compile_scaling_load_sections(quick_results):
     assert results["compile"] == [{"status": "skipped", "error": "not run (--quick or --no-compile)"}]
     scaling = results["scaling"]
     assert [(r["axis"], r["batch_size"], r["seq_len"]) for r in scaling] == [
-        ("seq_len", 2, 8), ("seq_len", 2, 16), ("batch_size", 1, 8), ("batch_size", 2, 8)
+        ("seq_len", 2, 8),
+        ("seq_len", 2, 16),
+        ("batch_size", 1, 8),
+        ("batch_size", 2, 8),
     ]
     assert scaling[0]["time_growth"] == 1.0 and scaling[2]["memory_growth"] == 1.0
     assert all(_finite_positive(r["median_ms"]) and r["peak_memory_mb"] > 0 for r in scaling)
@@ -114,8 +120,14 @@ def test_quick_ffn_compile_scaling_load_sections(quick_results):
 
 def test_quick_markdown(quick_results):
     results, markdown = quick_results
-    for heading in ("## Targets", "## Models", "## FFN modules", "## torch.compile", "## Scaling",
-                    "## from_pretrained"):
+    for heading in (
+        "## Targets",
+        "## Models",
+        "## FFN modules",
+        "## torch.compile",
+        "## Scaling",
+        "## from_pretrained",
+    ):
         assert heading in markdown
     for target in results["targets"]:
         assert f"| {target['target']} | {target['measured']:.3f} [{target['min']:.3f}–" in markdown

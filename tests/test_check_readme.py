@@ -19,11 +19,17 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_blocks_in_order_with_skip_reasons(tmp_path):
-    readme = write(tmp_path, "# t\n\n```bash\necho one\n```\n\n<!-- readme-check: skip (long: 1 h) -->\n"
-                             "```bash\nsleep 3600\n```\n\n```python\nprint(2)\n```\n\n```text\nnot code\n```\n")
+    readme = write(
+        tmp_path,
+        "# t\n\n```bash\necho one\n```\n\n<!-- readme-check: skip (long: 1 h) -->\n"
+        "```bash\nsleep 3600\n```\n\n```python\nprint(2)\n```\n\n```text\nnot code\n```\n",
+    )
     blocks = check_readme.read_blocks(readme)
     assert [(b.language, b.line, b.code, b.skip_reason) for b in blocks] == [
-        ("bash", 3, "echo one\n", None), ("bash", 8, "sleep 3600\n", "long: 1 h"), ("python", 12, "print(2)\n", None)]
+        ("bash", 3, "echo one\n", None),
+        ("bash", 8, "sleep 3600\n", "long: 1 h"),
+        ("python", 12, "print(2)\n", None),
+    ]
 
 
 def test_skip_marker_needs_a_reason(tmp_path):

@@ -36,8 +36,10 @@ def test_legacy_checkpoint_loads_and_resaves_as_upstream_does(tiny_bert_checkpoi
     """A checkpoint with TF-era `LayerNorm.gamma/beta` names and a stale `position_ids` buffer: FfnBert loads it
     as upstream BERT does (every weight, the buffer dropped, the same outputs) and re-saves upstream's layout."""
     state = load_file(f"{tiny_bert_checkpoint}/model.safetensors")
-    legacy = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
-              for k, v in state.items()}
+    legacy = {
+        k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+        for k, v in state.items()
+    }
     legacy["bert.embeddings.position_ids"] = torch.arange(TINY["max_position_embeddings"])[None]
     (tmp_path / "legacy").mkdir()
     save_file(legacy, tmp_path / "legacy" / "model.safetensors", metadata={"format": "pt"})
@@ -48,14 +50,18 @@ def test_legacy_checkpoint_loads_and_resaves_as_upstream_does(tiny_bert_checkpoi
     # A base model leaves the checkpoint's `cls.*` head out, as BertModel does; nothing else is left over.
     assert {k for k in info["unexpected_keys"] if not k.startswith("cls.")} == set()
     assert info["unexpected_keys"] == upstream_info["unexpected_keys"]
-    assert all(torch.equal(ours.encoder.layer[i].mlp_norm.weight, state[f"bert.encoder.layer.{i}.output.LayerNorm.weight"])
-               for i in range(TINY["num_hidden_layers"]))
+    assert all(
+        torch.equal(ours.encoder.layer[i].mlp_norm.weight, state[f"bert.encoder.layer.{i}.output.LayerNorm.weight"])
+        for i in range(TINY["num_hidden_layers"])
+    )
     original = BertModel.from_pretrained(tiny_bert_checkpoint).eval()  # the same weights under today's names
     with torch.no_grad():
         assert torch.equal(original(**tiny_batch()).last_hidden_state, ours.eval()(**tiny_batch()).last_hidden_state)
     ours.save_pretrained(tmp_path / "ours")
     upstream.save_pretrained(tmp_path / "upstream")
-    assert saved_keys(tmp_path / "ours") == saved_keys(tmp_path / "upstream")  # the source's layout, as upstream keeps it
+    assert saved_keys(tmp_path / "ours") == saved_keys(
+        tmp_path / "upstream"
+    )  # the source's layout, as upstream keeps it
     reloaded = FfnBertModel.from_pretrained(tmp_path / "ours").eval()
     with torch.no_grad():
         assert torch.equal(reloaded(**tiny_batch()).last_hidden_state, ours(**tiny_batch()).last_hidden_state)
@@ -92,7 +98,9 @@ def test_bert_and_memory_names_are_inverse():
         assert bert_key(memory_key(key)) == key
     renamed = {memory_key(k) for k in bert_keys}
     assert all(any(f".{ours}." in k for k in renamed) for ours in BERT_FFN_NAMES.values())
-    assert memory_key("bert.encoder.layer.0.attention.output.LayerNorm.weight").endswith("attention.output.LayerNorm.weight")
+    assert memory_key("bert.encoder.layer.0.attention.output.LayerNorm.weight").endswith(
+        "attention.output.LayerNorm.weight"
+    )
 
 
 def test_megatron_names_map_onto_ffn_bert_and_back():

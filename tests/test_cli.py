@@ -24,8 +24,13 @@ from .conftest import TINY
 from .test_tasks import WORDS, write_stsb
 
 REPO = Path(__file__).resolve().parents[1]
-TEXT = " ".join(f"the {word} cat sat on the mat and the dog ran to the {word} park." for word in
-                ("red", "blue", "green", "old", "new", "big", "small", "far")) + "\n"
+TEXT = (
+    " ".join(
+        f"the {word} cat sat on the mat and the dog ran to the {word} park."
+        for word in ("red", "blue", "green", "old", "new", "big", "small", "far")
+    )
+    + "\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -60,25 +65,32 @@ def run(capsys, *argv: str) -> tuple[int, str]:
 def test_import_of_the_command_defers_torch_and_transformers():
     """An observation, not a timing: inside the `hf-ffn` command (argv[0]), importing hf_ffn.cli and building its
     parser imports neither torch nor transformers; a plain `import hf_ffn` still registers the Auto classes."""
-    code = ("import sys; sys.argv[0] = 'hf-ffn'; import hf_ffn.cli; hf_ffn.cli.build_parser(); "
-            "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'scipy') if m in sys.modules))")
+    code = (
+        "import sys; sys.argv[0] = 'hf-ffn'; import hf_ffn.cli; hf_ffn.cli.build_parser(); "
+        "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'scipy') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
     assert out.strip() == "[]"
-    code = ("import sys, hf_ffn; from transformers import AutoConfig; "
-            "print(type(AutoConfig.for_model('ffn_bert')).__name__, 'torch' in sys.modules)")
+    code = (
+        "import sys, hf_ffn; from transformers import AutoConfig; "
+        "print(type(AutoConfig.for_model('ffn_bert')).__name__, 'torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
     assert out.strip() == "FfnBertConfig True"
 
 
-@pytest.mark.parametrize(("command", "shown"), [
-    ("parity", "Attention implementation. (default: eager)"),
-    ("convert", "(default: preserving)"),
-    ("compare", "(default: out/compare)"),
-    ("sts", "Split to score: test, validation or train. (default: test)"),
-    ("heal", "(default: layerwise)"),
-    ("finetune", "(default: 128)"),
-    ("mlm", "(default: 0.15)"),
-])
+@pytest.mark.parametrize(
+    ("command", "shown"),
+    [
+        ("parity", "Attention implementation. (default: eager)"),
+        ("convert", "(default: preserving)"),
+        ("compare", "(default: out/compare)"),
+        ("sts", "Split to score: test, validation or train. (default: test)"),
+        ("heal", "(default: layerwise)"),
+        ("finetune", "(default: 128)"),
+        ("mlm", "(default: 0.15)"),
+    ],
+)
 def test_every_help_shows_defaults(command, shown, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main([command, "--help"])
@@ -89,11 +101,13 @@ def test_every_help_shows_defaults(command, shown, capsys):
 
 def test_snake_case_everywhere_with_the_old_kebab_spelling_hidden():
     parser = build_parser()
-    for argv, name, value in [(["parity", "--ffn-type", "geglu"], "ffn_type", "geglu"),
-                              (["parity", "--ffn_type", "geglu"], "ffn_type", "geglu"),
-                              (["convert", "a", "b", "--layer-norm-position", "pre"], "layer_norm_position", "pre"),
-                              (["convert", "a", "b", "--to-bert"], "to_bert", True),
-                              (["sts", "--model", "m", "--data-dir", "d", "--batch-size", "8"], "batch_size", 8)]:
+    for argv, name, value in [
+        (["parity", "--ffn-type", "geglu"], "ffn_type", "geglu"),
+        (["parity", "--ffn_type", "geglu"], "ffn_type", "geglu"),
+        (["convert", "a", "b", "--layer-norm-position", "pre"], "layer_norm_position", "pre"),
+        (["convert", "a", "b", "--to-bert"], "to_bert", True),
+        (["sts", "--model", "m", "--data-dir", "d", "--batch-size", "8"], "batch_size", 8),
+    ]:
         assert getattr(parser.parse_args(argv), name) == value
     convert = parser._subparsers._group_actions[0].choices["convert"]
     assert "--ffn_type" in convert.format_help() and "--ffn-type" not in convert.format_help()
@@ -107,7 +121,10 @@ def test_parity_and_params(tiny_bert, capsys):
     gelu = next(row for row in json.loads(out) if row["ffn_type"] == "gelu")
     # BERT-base's FFN: two 768 x 3072 matrices, biases 3072 + 768, per layer
     assert code == 0 and (gelu["intermediate_size"], gelu["ffn_weights"], gelu["ffn_biases"]) == (
-        3072, 2 * 768 * 3072, 3072 + 768)
+        3072,
+        2 * 768 * 3072,
+        3072 + 768,
+    )
 
 
 def test_convert_by_variant_name_and_heal(tiny_bert, data_root, tmp_path, capsys, caplog):
@@ -117,15 +134,35 @@ def test_convert_by_variant_name_and_heal(tiny_bert, data_root, tmp_path, capsys
     assert code == 0 and config["ffn_type"] == "swiglu" and f"wrote {out}" in printed
     with pytest.raises(SystemExit) as exit_info:  # a named variant sets the switches itself
         main(["convert", tiny_bert, str(tmp_path / "no"), "--variant", "geglu", "--ffn_type", "swiglu"])
-    assert exit_info.value.code == 2 and "--variant geglu sets the switches itself; remove --ffn_type" in \
-        capsys.readouterr().err
+    assert (
+        exit_info.value.code == 2
+        and "--variant geglu sets the switches itself; remove --ffn_type" in capsys.readouterr().err
+    )
     student = shutil.copytree(out, tmp_path / "student")  # a folder whose load has not warned in this process
     caplog.clear()  # the conversion's own warning
     with caplog.at_level(logging.WARNING, logger="hf_ffn.variants"):
-        code, printed = run(capsys, "heal", "--student", str(student), "--train_files", str(data_root / "text"),
-                            "--teacher", tiny_bert, "--output_dir", str(tmp_path / "heal"), "--max_seq_length", "32",
-                            "--layerwise_steps", "0", "--layerwise_tokens", "256", "--max_steps", "0",
-                            "--report_to", "none")
+        code, printed = run(
+            capsys,
+            "heal",
+            "--student",
+            str(student),
+            "--train_files",
+            str(data_root / "text"),
+            "--teacher",
+            tiny_bert,
+            "--output_dir",
+            str(tmp_path / "heal"),
+            "--max_seq_length",
+            "32",
+            "--layerwise_steps",
+            "0",
+            "--layerwise_tokens",
+            "256",
+            "--max_steps",
+            "0",
+            "--report_to",
+            "none",
+        )
     # healing is the next step the warning names: loading its own student does not ask for it
     assert [r.getMessage() for r in caplog.records if "not function-preserving" in r.getMessage()] == []
     # one summary line (run_healing's), no JSON dump; the record is in healing.json
@@ -133,7 +170,8 @@ def test_convert_by_variant_name_and_heal(tiny_bert, data_root, tmp_path, capsys
     (summary,) = [line for line in printed.splitlines() if line.startswith("healed: ")]
     assert summary.endswith(f"saved to {tmp_path / 'heal' / 'healed'} (record: healing.json)")
     assert json.loads((tmp_path / "heal" / "healing.json").read_text())["healed_dir"] == str(
-        tmp_path / "heal" / "healed")
+        tmp_path / "heal" / "healed"
+    )
     assert json.loads((tmp_path / "heal" / "healed" / "config.json").read_text())["ffn_type"] == "swiglu"
 
 
@@ -146,9 +184,26 @@ def test_heal_usage_names_any_labelled_data(capsys):
 
 
 def test_finetune_ends_with_the_task_score(tiny_bert, data_root, tmp_path, capsys):
-    code, printed = run(capsys, "finetune", "--model_name_or_path", tiny_bert, "--task", "stsb", "--data_dir",
-                        str(data_root / "stsb"), "--output_dir", str(tmp_path / "ft"), "--max_steps", "2",
-                        "--per_device_train_batch_size", "4", "--max_seq_length", "32", "--report_to", "none")
+    code, printed = run(
+        capsys,
+        "finetune",
+        "--model_name_or_path",
+        tiny_bert,
+        "--task",
+        "stsb",
+        "--data_dir",
+        str(data_root / "stsb"),
+        "--output_dir",
+        str(tmp_path / "ft"),
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_seq_length",
+        "32",
+        "--report_to",
+        "none",
+    )
     last = printed.strip().splitlines()[-1]
     results = json.loads((tmp_path / "ft" / "all_results.json").read_text())
     score = 50 * (results["eval_pearson"] + results["eval_spearman"])
@@ -156,10 +211,26 @@ def test_finetune_ends_with_the_task_score(tiny_bert, data_root, tmp_path, capsy
 
 
 def test_mlm_trains_and_saves(tiny_bert, data_root, tmp_path, capsys):
-    code, printed = run(capsys, "mlm", "--model_name_or_path", tiny_bert, "--train_files", str(data_root / "text"),
-                        "--output_dir", str(tmp_path / "mlm"), "--max_steps", "2", "--max_seq_length", "32",
-                        "--per_device_train_batch_size", "2", "--validation_split_percentage", "50",
-                        "--report_to", "none")
+    code, printed = run(
+        capsys,
+        "mlm",
+        "--model_name_or_path",
+        tiny_bert,
+        "--train_files",
+        str(data_root / "text"),
+        "--output_dir",
+        str(tmp_path / "mlm"),
+        "--max_steps",
+        "2",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "2",
+        "--validation_split_percentage",
+        "50",
+        "--report_to",
+        "none",
+    )
     assert code == 0 and (tmp_path / "mlm" / "config.json").is_file() and f"saved to {tmp_path / 'mlm'}" in printed
 
 
@@ -169,17 +240,36 @@ def test_sts_scores_a_checkpoint(tiny_bert, data_root, capsys):
     assert code == 0 and result["pairs"] == 16 and -1.0 <= result["spearman"] <= 1.0
 
 
-def test_compare_two_variants_writes_table_resumes_and_refuses_other_settings(tiny_bert, data_root, tmp_path,
-                                                                              capsys):
+def test_compare_two_variants_writes_table_resumes_and_refuses_other_settings(tiny_bert, data_root, tmp_path, capsys):
     output = tmp_path / "compare"
-    argv = ["compare", "--model_name_or_path", tiny_bert, "--data_dir", str(data_root), "--variants", "gelu-post",
-            "swiglu-approx", "--tasks", "stsb", "--seeds", "0", "--output_dir", str(output), "--smoke",
-            "--max_steps", "2", "--max_seq_length", "32"]
+    argv = [
+        "compare",
+        "--model_name_or_path",
+        tiny_bert,
+        "--data_dir",
+        str(data_root),
+        "--variants",
+        "gelu-post",
+        "swiglu-approx",
+        "--tasks",
+        "stsb",
+        "--seeds",
+        "0",
+        "--output_dir",
+        str(output),
+        "--smoke",
+        "--max_steps",
+        "2",
+        "--max_seq_length",
+        "32",
+    ]
     code, printed = run(capsys, *argv)
     assert code == 0
     runs = [json.loads(line) for line in (output / "runs.jsonl").read_text().splitlines()]
-    assert [(r["variant"], r["task"], r["seed"]) for r in runs] == [("gelu-post", "stsb", 0),
-                                                                   ("swiglu-approx", "stsb", 0)]
+    assert [(r["variant"], r["task"], r["seed"]) for r in runs] == [
+        ("gelu-post", "stsb", 0),
+        ("swiglu-approx", "stsb", 0),
+    ]
     for r in runs:  # the score is the task's: the mean of Pearson and Spearman, ×100
         assert r["score"] == pytest.approx(50 * (r["metrics"]["pearson"] + r["metrics"]["spearman"]))
         assert Path(r["run_dir"]) == output / "runs" / r["variant"] / "stsb" / "seed0"
@@ -187,8 +277,10 @@ def test_compare_two_variants_writes_table_resumes_and_refuses_other_settings(ti
     assert runs[0]["start"] == str(output / "variants" / "gelu-post" / "converted")  # exact: not healed
     assert runs[1]["start"] == str(output / "variants" / "swiglu-approx" / "healed")
     # the default healing text: the task's training sentences, both sides of each pair
-    assert (output / "heal_text" / "stsb.txt").read_text().splitlines()[:2] == [f"the {WORDS[0]} cat sat",
-                                                                                 f"the {WORDS[0]} dog ran"]
+    assert (output / "heal_text" / "stsb.txt").read_text().splitlines()[:2] == [
+        f"the {WORDS[0]} cat sat",
+        f"the {WORDS[0]} dog ran",
+    ]
     table = (output / "comparison.md").read_text()
     base, other = runs[0]["score"], runs[1]["score"]
     assert f"| stsb | gelu-post | 0 | {base:.2f} | (baseline) |  |" in table
@@ -221,7 +313,7 @@ def test_paired_statistics_by_hand():
     # differences 1.5 and 2.0 (paired by seed): mean 1.75, sd √0.125, t_{0.975, 1}
     runs = [{"seed": 0, "score": 61.5}, {"seed": 1, "score": 65.0}, {"seed": 2, "score": 70.0}]
     reference = [{"seed": 0, "score": 60.0}, {"seed": 1, "score": 63.0}]
-    half = stats.t.ppf(0.975, 1) * 0.125 ** 0.5 / 2 ** 0.5
+    half = stats.t.ppf(0.975, 1) * 0.125**0.5 / 2**0.5
     assert paired_score_difference(runs, reference) == pytest.approx((1.75, 1.75 - half, 1.75 + half))
     assert paired_score_difference(runs[:1], reference) is None
     with pytest.raises(ValueError, match="at least 2 paired differences, got 1"):
@@ -229,10 +321,21 @@ def test_paired_statistics_by_hand():
 
 
 def test_compare_refuses_an_unknown_variant_or_task_before_any_work(tiny_bert, data_root, tmp_path, capsys):
-    base = ["compare", "--model_name_or_path", tiny_bert, "--data_dir", str(data_root), "--seeds", "0",
-            "--output_dir", str(tmp_path / "out")]
-    for extra, named in ((["--variants", "swiglu-fast", "--tasks", "stsb"], "'swiglu-fast'; allowed: gelu-post"),
-                         (["--variants", "geglu", "--tasks", "sst5"], "--task has unknown value 'sst5'")):
+    base = [
+        "compare",
+        "--model_name_or_path",
+        tiny_bert,
+        "--data_dir",
+        str(data_root),
+        "--seeds",
+        "0",
+        "--output_dir",
+        str(tmp_path / "out"),
+    ]
+    for extra, named in (
+        (["--variants", "swiglu-fast", "--tasks", "stsb"], "'swiglu-fast'; allowed: gelu-post"),
+        (["--variants", "geglu", "--tasks", "sst5"], "--task has unknown value 'sst5'"),
+    ):
         with pytest.raises(SystemExit) as exit_info:
             main([*base, *extra])
         assert exit_info.value.code == 2 and named in capsys.readouterr().err

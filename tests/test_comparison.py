@@ -91,7 +91,9 @@ def test_paired_bootstrap_large_sample_matches_normal_approximation():
 def test_last_fifth_change():
     # eval at 0, 50, ..., 250: the last fifth is steps 200 and 250; loss 0.40 → 0.38: slope −0.02/50 = −4e-4,
     # relative change −4e-4 · 50 / 0.39
-    curve = [{"step": s, "eval_loss": v} for s, v in zip(range(0, 251, 50), [0.7, 0.5, 0.45, 0.42, 0.40, 0.38])]
+    curve = [
+        {"step": s, "eval_loss": v} for s, v in zip(range(0, 251, 50), [0.7, 0.5, 0.45, 0.42, 0.40, 0.38], strict=False)
+    ]
     change = last_fifth_change(curve)
     assert change["points"] == 2
     assert change["slope_per_step"] == pytest.approx(-4e-4)
@@ -102,8 +104,10 @@ def test_last_fifth_change():
 
 
 def test_correctness_and_encoding():
-    runs = [{"test_labels": encode_ids([0, 1, 1]), "test_predicted": encode_ids([0, 0, 1])},
-            {"test_labels": "011", "test_predicted": "111"}]
+    runs = [
+        {"test_labels": encode_ids([0, 1, 1]), "test_predicted": encode_ids([0, 0, 1])},
+        {"test_labels": "011", "test_predicted": "111"},
+    ]
     assert correctness(runs).tolist() == [[True, False, True], [False, True, True]]
     with pytest.raises(ValueError, match="not in the same order"):
         correctness([runs[0], {"test_labels": "110", "test_predicted": "110"}])
@@ -127,7 +131,8 @@ def test_parse_healed(tmp_path):
         parse_healed([f"pre-ln={tmp_path / 'missing'}"])
     # a report rewritten from its runs file needs the names only: no folder is read, a bad name is still refused
     assert parse_healed([f"pre-ln={tmp_path / 'missing'}"], check_folders=False) == {
-        "pre-ln healed": str(tmp_path / "missing")}
+        "pre-ln healed": str(tmp_path / "missing")
+    }
     with pytest.raises(ValueError, match="expected VARIANT=FOLDER"):
         parse_healed([f"geglu={tmp_path}"], check_folders=False)
     assert variant_order([healed_name("pre-ln"), "pre-ln", BASELINE]) == [BASELINE, "pre-ln", "pre-ln healed"]
@@ -141,9 +146,20 @@ def test_report_verdicts():
     curve = [{"step": s, "eval_loss": 0.5, "eval_accuracy": 0.5, "eval_f1": 0.5} for s in range(0, 11, 2)]
 
     def run(variant, seed, predicted, accuracy):
-        return {"variant": variant, "seed": seed, "test_accuracy": accuracy, "test_f1": accuracy,
-                "test_labels": labels, "test_predicted": predicted, "train_tokens_per_second": 100.0,
-                "wall_seconds": 10.0, "load_before": 1.0, "load_after": 2.0, "curve": curve, "threads": 1 + seed % 2}
+        return {
+            "variant": variant,
+            "seed": seed,
+            "test_accuracy": accuracy,
+            "test_f1": accuracy,
+            "test_labels": labels,
+            "test_predicted": predicted,
+            "train_tokens_per_second": 100.0,
+            "wall_seconds": 10.0,
+            "load_before": 1.0,
+            "load_after": 2.0,
+            "curve": curve,
+            "threads": 1 + seed % 2,
+        }
 
     runs = [run(BASELINE, s, base, 0.5) for s in range(3)] + [run("pre-ln", s, labels, 1.0) for s in range(3)]
     runs += [run("geglu", s, base, 0.5 + 0.01 * (s - 1)) for s in range(3)]
@@ -170,8 +186,11 @@ def test_report_verdicts():
     assert "Machine: B, 2 logical cores (3 runs); A, 2 logical cores (6 runs); torch threads" in report(two, {}, header)
     # the hand-written reading (--notes) follows the table and its note on the verdicts
     noted = report(runs, {}, header | {"notes": "\nHealed rows: read me.\n"})
-    assert noted.index("not that the variants are equal") < noted.index("Healed rows: read me.") < noted.index(
-        "Baseline convergence")
+    assert (
+        noted.index("not that the variants are equal")
+        < noted.index("Healed rows: read me.")
+        < noted.index("Baseline convergence")
+    )
 
 
 def test_report_longer_budget_check():
@@ -179,10 +198,20 @@ def test_report_longer_budget_check():
     labels = "0" * 400
 
     def run(seed, steps, right):
-        return {"variant": BASELINE, "seed": seed, "test_accuracy": right / 400, "test_f1": right / 400,
-                "test_labels": labels, "test_predicted": "0" * right + "1" * (400 - right), "wall_seconds": 1.0,
-                "load_before": 0.0, "load_after": 0.0, "threads": 1, "settings": {"max_steps": steps},
-                "curve": [{"step": 0, "eval_loss": 0.7, "eval_accuracy": 0.5, "eval_f1": 0.5}]}
+        return {
+            "variant": BASELINE,
+            "seed": seed,
+            "test_accuracy": right / 400,
+            "test_f1": right / 400,
+            "test_labels": labels,
+            "test_predicted": "0" * right + "1" * (400 - right),
+            "wall_seconds": 1.0,
+            "load_before": 0.0,
+            "load_after": 0.0,
+            "threads": 1,
+            "settings": {"max_steps": steps},
+            "curve": [{"step": 0, "eval_loss": 0.7, "eval_accuracy": 0.5, "eval_f1": 0.5}],
+        }
 
     short, longer = [run(s, 250, 200) for s in (0, 1)], [run(s, 500, 300) for s in (0, 1)]
     lines = comparison.longer_budget_lines(short, longer)
@@ -190,7 +219,9 @@ def test_report_longer_budget_check():
     match = re.fullmatch(
         r"- gelu-post: 0\.7500 ± 0\.0000 at 500 steps \(seeds 0, 1\) against 0\.5000 ± 0\.0000; "
         r"longer − shorter \+25\.00 \[\+25\.00, \+25\.00\] points \(seeds\), \+25\.00 \[\+(\S+), \+(\S+)\] "
-        r"\(snippets\): \*\*outside the noise\*\*", lines[2])
+        r"\(snippets\): \*\*outside the noise\*\*",
+        lines[2],
+    )
     assert match, lines[2]
     # 100 of 400 snippets flip to right: the bootstrap interval brackets 25 points, ± about 1.96 · √(0.25·0.75/400) = 4.2
     low, high = map(float, match.groups())
@@ -199,15 +230,32 @@ def test_report_longer_budget_check():
 
 
 def test_report_throughput_rows_healed_share_their_variant():
-    runs = [{"variant": name, "seed": 0, "test_accuracy": 0.8, "test_f1": 0.8, "test_labels": "01",
-             "test_predicted": "01", "wall_seconds": 5.0, "load_before": 0.1, "load_after": 0.2, "threads": 2,
-             "curve": [{"step": 0, "eval_loss": 0.6, "eval_accuracy": 0.5, "eval_f1": 0.5}]}
-            for name in (BASELINE, "pre-ln", "pre-ln healed")]
+    runs = [
+        {
+            "variant": name,
+            "seed": 0,
+            "test_accuracy": 0.8,
+            "test_f1": 0.8,
+            "test_labels": "01",
+            "test_predicted": "01",
+            "wall_seconds": 5.0,
+            "load_before": 0.1,
+            "load_after": 0.2,
+            "threads": 2,
+            "curve": [{"step": 0, "eval_loss": 0.6, "eval_accuracy": 0.5, "eval_f1": 0.5}],
+        }
+        for name in (BASELINE, "pre-ln", "pre-ln healed")
+    ]
     speed = {"real_tokens_per_s": 1500.0, "median_ms": 40.0, "ratio": 1.0183, "ratio_min": 0.9, "ratio_max": 1.1}
-    throughput = {"variants": {BASELINE: {**speed, "ratio": 1.0, "ratio_min": 1.0, "ratio_max": 1.0},
-                               "pre-ln": speed},
-                  "settings": {"batch_size": 32, "max_seq_length": 64, "batches": 6, "repeats": 30, "warmup": 1},
-                  "load_before": 0.1, "load_after": 0.3, "threads": 2, "unpad_tokens": True, "versions": "v"}
+    throughput = {
+        "variants": {BASELINE: {**speed, "ratio": 1.0, "ratio_min": 1.0, "ratio_max": 1.0}, "pre-ln": speed},
+        "settings": {"batch_size": 32, "max_seq_length": 64, "batches": 6, "repeats": 30, "warmup": 1},
+        "load_before": 0.1,
+        "load_after": 0.3,
+        "threads": 2,
+        "unpad_tokens": True,
+        "versions": "v",
+    }
     header = {"title": "# t", "intro": "i", "machine": {"cpu": "cpu", "cores": 2}, "versions": "v", "command": "c"}
     text = report(runs, {}, header, throughput)
     rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
@@ -221,16 +269,19 @@ def test_report_throughput_rows_healed_share_their_variant():
 
 
 def test_measure_throughput_times_every_variant_on_real_batches(bundled_checkpoint, tmp_path):
-    from studies.variant_throughput import measure_throughput
     from hf_ffn.training import ModelArguments
+    from studies.variant_throughput import measure_throughput
 
     folder = tmp_path / "rt"
     folder.mkdir()
     (folder / "rt-polarity.pos").write_text("".join(f"a fine and moving film number {i}\n" for i in range(12)))
     (folder / "rt-polarity.neg").write_text("".join(f"dull {'very ' * (i % 4)}dull {i}\n" for i in range(12)))
-    starts = {BASELINE: ModelArguments(model_name_or_path=bundled_checkpoint, unpad_tokens=True),
-              "geglu": ModelArguments(model_name_or_path=bundled_checkpoint, unpad_tokens=True,
-                                                 ffn_type="geglu", ffn_init="preserving")}
+    starts = {
+        BASELINE: ModelArguments(model_name_or_path=bundled_checkpoint, unpad_tokens=True),
+        "geglu": ModelArguments(
+            model_name_or_path=bundled_checkpoint, unpad_tokens=True, ffn_type="geglu", ffn_init="preserving"
+        ),
+    }
     measured = measure_throughput(starts, BASELINE, str(folder), batch_size=4, max_seq_length=8, batches=2, repeats=3)
     assert set(measured["variants"]) == set(starts)
     base = measured["variants"][BASELINE]
@@ -258,10 +309,13 @@ def test_probes_from_healing_map_teacher_before_and_after():
     }
     # The layer-wise study's matched SwiGLU starts pruned, not fresh: its "before" is not the comparison's
     # swiglu-fresh-matched, so only the healed row comes from it; its approximate SwiGLU starts as the comparison's.
-    probes = comparison.probes_from_healing({"swiglu-matched-lw": {"init": "pruned", "healing": healing},
-                                             "swiglu-approx-lw": {"init": "preserving", "healing": healing}})
-    assert set(probes) == {"gelu-post", "swiglu-fresh-matched healed", "swiglu-approx",
-                           "swiglu-approx healed"}
+    probes = comparison.probes_from_healing(
+        {
+            "swiglu-matched-lw": {"init": "pruned", "healing": healing},
+            "swiglu-approx-lw": {"init": "preserving", "healing": healing},
+        }
+    )
+    assert set(probes) == {"gelu-post", "swiglu-fresh-matched healed", "swiglu-approx", "swiglu-approx healed"}
     assert probes["swiglu-approx"] == {"accuracy": 0.78, "std": 0.02, "snippets": 10662}
 
 
@@ -278,7 +332,9 @@ def test_weights_sha256_is_the_weights_identity_wherever_they_lie(tmp_path):
 
 
 def load_compare_script():
-    spec = importlib.util.spec_from_file_location("compare_variants", REPO / "studies" / "variant_comparison" / "compare_variants.py")
+    spec = importlib.util.spec_from_file_location(
+        "compare_variants", REPO / "studies" / "variant_comparison" / "compare_variants.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -288,13 +344,37 @@ def test_resume_refuses_runs_from_other_weights_and_accepts_the_same_weights_els
     script = load_compare_script()
     args = script.parse_args(["--rt_polarity_dir", str(tmp_path)])
     curve = [{"step": s, "eval_loss": 0.5, "eval_accuracy": 0.8, "eval_f1": 0.8} for s in range(0, 251, 50)]
-    line = {"variant": BASELINE, "seed": 0, "checkpoint": "/elsewhere/model", "checkpoint_sha256": "0" * 64,
-            "settings": script.settings(args), "test_accuracy": 0.75, "test_f1": 0.75, "test_labels": "0011",
-            "test_predicted": "0010", "wall_seconds": 1.0, "load_before": 0.0, "load_after": 0.0, "threads": 1,
-            "machine": {"cpu": "cpu", "cores": 2}, "versions": "v", "curve": curve}
+    line = {
+        "variant": BASELINE,
+        "seed": 0,
+        "checkpoint": "/elsewhere/model",
+        "checkpoint_sha256": "0" * 64,
+        "settings": script.settings(args),
+        "test_accuracy": 0.75,
+        "test_f1": 0.75,
+        "test_labels": "0011",
+        "test_predicted": "0010",
+        "wall_seconds": 1.0,
+        "load_before": 0.0,
+        "load_after": 0.0,
+        "threads": 1,
+        "machine": {"cpu": "cpu", "cores": 2},
+        "versions": "v",
+        "curve": curve,
+    }
     (tmp_path / script.RESULTS).write_text(json.dumps(line) + "\n")
-    argv = ["--rt_polarity_dir", str(tmp_path), "--output-dir", str(tmp_path), "--variants", BASELINE, "--seeds", "0",
-            "--throughput_rounds", "0"]
+    argv = [
+        "--rt_polarity_dir",
+        str(tmp_path),
+        "--output-dir",
+        str(tmp_path),
+        "--variants",
+        BASELINE,
+        "--seeds",
+        "0",
+        "--throughput_rounds",
+        "0",
+    ]
     with pytest.raises(ValueError, match=r"was run from other weights \('/elsewhere/model', sha256 0000"):
         script.main(argv)
     # the same weights at another path are the same start: the finished run is kept and reported, not rerun
@@ -305,8 +385,9 @@ def test_resume_refuses_runs_from_other_weights_and_accepts_the_same_weights_els
     # a converted variant's probe measured earlier is kept (a healed row's comes only from --heal-dir); --notes is
     # inserted without its comment lines; a missing --notes file is refused
     probe = {"accuracy": 0.7394, "std": 0.0077, "snippets": 10662}
-    (tmp_path / script.SOURCES).write_text(json.dumps({"command": "c", "probes": {
-        "swiglu-fresh-matched": probe, "swiglu-fresh-matched healed": probe}}))
+    (tmp_path / script.SOURCES).write_text(
+        json.dumps({"command": "c", "probes": {"swiglu-fresh-matched": probe, "swiglu-fresh-matched healed": probe}})
+    )
     (tmp_path / "notes.md").write_text("<!-- not shown -->\nThe reading.\n")
     assert script.main(argv + ["--notes", str(tmp_path / "notes.md")]) == 0
     assert json.loads((tmp_path / script.SOURCES).read_text())["probes"] == {"swiglu-fresh-matched": probe}
@@ -321,8 +402,15 @@ def test_throughput_is_measured_again_when_it_does_not_cover_the_comparison(tmp_
     args = script.parse_args(["--output-dir", str(tmp_path)])
     path = tmp_path / script.THROUGHPUT
     assert script.throughput_stale(path, {BASELINE: None}, args)  # nothing measured yet
-    path.write_text(json.dumps({"variants": {BASELINE: {}}, "threads": torch.get_num_threads(),
-                                "settings": {"batch_size": 32, "max_seq_length": 64}}))
+    path.write_text(
+        json.dumps(
+            {
+                "variants": {BASELINE: {}},
+                "threads": torch.get_num_threads(),
+                "settings": {"batch_size": 32, "max_seq_length": 64},
+            }
+        )
+    )
     assert not script.throughput_stale(path, {BASELINE: None}, args)
     assert script.throughput_stale(path, {BASELINE: None, "pre-ln": None}, args)  # a variant it lacks
     assert script.throughput_stale(path, {BASELINE: None}, script.parse_args(["--max_seq_length", "128"]))

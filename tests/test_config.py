@@ -7,9 +7,8 @@ import logging
 import pytest
 import torch
 from transformers import AutoConfig, AutoModel, BertConfig, BertModel
-from transformers.models.auto.modeling_auto import MODEL_MAPPING
-
 from transformers.activations import ACT2FN
+from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
 from hf_ffn import (
     FfnBertConfig,
@@ -34,8 +33,16 @@ def test_every_bert_field_keeps_name_and_default():
 
 
 def test_bert_config_converts_without_loss():
-    bert = BertConfig(hidden_size=48, num_attention_heads=6, intermediate_size=100, hidden_act="gelu_new",
-                      layer_norm_eps=1e-7, type_vocab_size=3, classifier_dropout=0.3, num_labels=5)
+    bert = BertConfig(
+        hidden_size=48,
+        num_attention_heads=6,
+        intermediate_size=100,
+        hidden_act="gelu_new",
+        layer_norm_eps=1e-7,
+        type_vocab_size=3,
+        classifier_dropout=0.3,
+        num_labels=5,
+    )
     ours = FfnBertConfig.from_dict(bert.to_dict())
     for field in BERT_FIELDS:
         assert getattr(ours, field) == getattr(bert, field), field
@@ -118,8 +125,10 @@ def test_is_default_bert_means_exactly_upstream_bert(kwargs, default, tmp_path):
         ({"layer_norm_position": "middle"}, r"layer_norm_position has unknown value 'middle'; allowed: post, pre"),
         ({"ffn_type": ["gelu", "swiglu", "gelu"]}, r"ffn_type has 3 entries but num_hidden_layers is 2"),
         ({"layer_norm_position": ["pre"]}, r"layer_norm_position has 1 entries but num_hidden_layers is 2"),
-        ({"ffn_type": "leaky_relu", "leaky_relu_negative_slope": 1.5},
-         r"leaky_relu_negative_slope must be a number in \[0, 1\), got 1.5"),
+        (
+            {"ffn_type": "leaky_relu", "leaky_relu_negative_slope": 1.5},
+            r"leaky_relu_negative_slope must be a number in \[0, 1\), got 1.5",
+        ),
         ({"elu_alpha": 0.0}, r"elu_alpha must be a number in \(0, inf\), got 0.0"),
         ({"swish_beta": -1.0}, r"swish_beta must be a number in \(0, inf\), got -1.0"),
         ({"swish_beta": float("inf")}, r"swish_beta must be a number in \(0, inf\), got inf"),
@@ -181,8 +190,15 @@ def test_per_layer_lists():
 
 
 def test_save_and_load_keep_every_field_including_defaults(tmp_path):
-    config = FfnBertConfig(**TINY, ffn_type=["geglu", "relu"], hidden_act="relu", layer_norm_position="pre",
-                           embedding_layer_norm=False, ffn_bias=False, swish_beta=2.0)
+    config = FfnBertConfig(
+        **TINY,
+        ffn_type=["geglu", "relu"],
+        hidden_act="relu",
+        layer_norm_position="pre",
+        embedding_layer_norm=False,
+        ffn_bias=False,
+        swish_beta=2.0,
+    )
     config.save_pretrained(tmp_path)
     for loaded in (FfnBertConfig.from_pretrained(tmp_path), AutoConfig.from_pretrained(tmp_path)):
         assert type(loaded) is FfnBertConfig
@@ -196,8 +212,9 @@ def test_save_and_load_keep_every_field_including_defaults(tmp_path):
 
 
 def test_from_pretrained_takes_bert_folder_and_overrides(tiny_bert_checkpoint):
-    config = FfnBertConfig.from_pretrained(tiny_bert_checkpoint, ffn_type="swiglu", layer_norm_position="pre",
-                                           intermediate_size=24)
+    config = FfnBertConfig.from_pretrained(
+        tiny_bert_checkpoint, ffn_type="swiglu", layer_norm_position="pre", intermediate_size=24
+    )
     assert (config.ffn_type, config.layer_norm_position, config.intermediate_size) == ("swiglu", "pre", 24)
     assert config.hidden_size == TINY["hidden_size"]
     config = FfnBertConfig.from_pretrained(tiny_bert_checkpoint, ffn_type="relu")
@@ -296,10 +313,23 @@ COMMON_INPUTS = dict(hidden_size=37)
 # Values different from the defaults for fields every config has (upstream's `config_common_kwargs`, those that
 # transformers 5 configs still take), including BERT's decoder switches, which the config accepts as BertConfig does.
 COMMON_KWARGS = dict(
-    return_dict=False, output_hidden_states=True, tie_word_embeddings=False, is_decoder=True,
-    add_cross_attention=True, chunk_size_feed_forward=5, architectures=["BertModel"], finetuning_task="translation",
-    id2label={0: "label"}, label2id={"label": "0"}, tokenizer_class="BertTokenizerFast", bos_token_id=6,
-    pad_token_id=7, eos_token_id=8, sep_token_id=9, problem_type="regression", dtype="float16",
+    return_dict=False,
+    output_hidden_states=True,
+    tie_word_embeddings=False,
+    is_decoder=True,
+    add_cross_attention=True,
+    chunk_size_feed_forward=5,
+    architectures=["BertModel"],
+    finetuning_task="translation",
+    id2label={0: "label"},
+    label2id={"label": "0"},
+    tokenizer_class="BertTokenizerFast",
+    bos_token_id=6,
+    pad_token_id=7,
+    eos_token_id=8,
+    sep_token_id=9,
+    problem_type="regression",
+    dtype="float16",
 )
 
 

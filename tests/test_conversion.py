@@ -51,7 +51,10 @@ def test_gelu_to_geglu_is_exact_on_real_checkpoint_every_head(bundled_checkpoint
     assert len(report.mapped) == 24
     prefix = "" if head.bert is BertModel else "bert."
     first = {m["target"]: m for m in report.mapped if ".layer.0." in m["target"]}
-    assert first[f"{prefix}encoder.layer.0.mlp.gate_proj.weight"]["source"] == f"{prefix}encoder.layer.0.intermediate.dense.weight"
+    assert (
+        first[f"{prefix}encoder.layer.0.mlp.gate_proj.weight"]["source"]
+        == f"{prefix}encoder.layer.0.intermediate.dense.weight"
+    )
     assert first[f"{prefix}encoder.layer.0.mlp.up_proj.bias"]["operation"] == "constant 1"
     json.loads(report.to_json())  # JSON-serialisable
 
@@ -71,7 +74,9 @@ def test_relu_to_reglu_is_exact(tiny_relu_checkpoint):
     assert model.config.hidden_act == "relu"  # the MLM head transform keeps its activation
     batch = tiny_batch()
     with torch.no_grad():
-        rows = compare_outputs("pt", reference(**batch, output_hidden_states=True), model(**batch, output_hidden_states=True))
+        rows = compare_outputs(
+            "pt", reference(**batch, output_hidden_states=True), model(**batch, output_hidden_states=True)
+        )
     assert all(r.equal for r in rows)
     # Negative control: the same weights with gate and up swapped (relu(1)·z = z) is a different function.
     mlp = model.bert.encoder.layer[0].mlp
@@ -101,7 +106,7 @@ def test_gelu_to_sigmoid_gated_is_within_the_approximation_bound(bundled_checkpo
         model, report = load_converted(bundled_checkpoint, ffn_type=target)
         assert not report.exact and {l["recipe"] for l in report.layers} == {"approximate"}
         with torch.no_grad():
-            for i, (src_layer, layer) in enumerate(zip(source.encoder.layer, model.encoder.layer)):
+            for i, (src_layer, layer) in enumerate(zip(source.encoder.layer, model.encoder.layer, strict=False)):
                 # The FFN input of layer i is the attention block's output on hidden_states[i].
                 x = src_layer.attention(source_out.hidden_states[i])[0]  # (batch, seq, hidden)
                 expected = src_layer.output.dense(src_layer.intermediate(x))
@@ -138,12 +143,16 @@ def test_fresh_matched_width_lists_exactly_the_new_keys(bundled_checkpoint):
     model, report = load_converted(bundled_checkpoint, ffn_type="geglu", init="fresh", width="matched")
     assert model.config.intermediate_size == 1024  # parameter_matched_glu_width(1536)
     expected_new = sorted(
-        f"encoder.layer.{i}.mlp.{proj}.{p}" for i in range(6) for proj in ("gate_proj", "up_proj", "down_proj")
+        f"encoder.layer.{i}.mlp.{proj}.{p}"
+        for i in range(6)
+        for proj in ("gate_proj", "up_proj", "down_proj")
         for p in ("weight", "bias")
     )
     assert report.new == expected_new and report.mapped == []
     assert report.dropped == sorted(
-        f"encoder.layer.{i}.{m}.{p}" for i in range(6) for m in ("intermediate.dense", "output.dense")
+        f"encoder.layer.{i}.{m}.{p}"
+        for i in range(6)
+        for m in ("intermediate.dense", "output.dense")
         for p in ("weight", "bias")
     )
     source_state, state = source.state_dict(), model.state_dict()
@@ -159,12 +168,18 @@ def test_fresh_matched_width_lists_exactly_the_new_keys(bundled_checkpoint):
 
 def test_fresh_same_width_reinitialises_the_loaded_ffn(tiny_bert_checkpoint):
     source = BertForPreTraining.from_pretrained(tiny_bert_checkpoint)
-    model, report = load_converted(tiny_bert_checkpoint, FfnBertForPreTraining, ffn_type=["gelu", "swiglu"], init="fresh")
+    model, report = load_converted(
+        tiny_bert_checkpoint, FfnBertForPreTraining, ffn_type=["gelu", "swiglu"], init="fresh"
+    )
     assert [l["recipe"] for l in report.layers] == ["unchanged", "fresh"]
-    assert report.new == sorted(f"bert.encoder.layer.1.mlp.{p}.{w}" for p in ("gate_proj", "up_proj", "down_proj") for w in ("weight", "bias"))
+    assert report.new == sorted(
+        f"bert.encoder.layer.1.mlp.{p}.{w}" for p in ("gate_proj", "up_proj", "down_proj") for w in ("weight", "bias")
+    )
     layer1 = model.bert.encoder.layer[1].mlp
     assert not torch.equal(layer1.up_proj.weight, source.bert.encoder.layer[1].intermediate.dense.weight)
-    assert torch.equal(model.bert.encoder.layer[0].mlp.up_proj.weight, source.bert.encoder.layer[0].intermediate.dense.weight)
+    assert torch.equal(
+        model.bert.encoder.layer[0].mlp.up_proj.weight, source.bert.encoder.layer[0].intermediate.dense.weight
+    )
 
 
 def test_post_to_pre_keeps_weights_and_reports_drift(tiny_bert_checkpoint):
@@ -208,9 +223,18 @@ def test_bad_input_names_what_is_wrong(tiny_bert_checkpoint, tiny_relu_checkpoin
     cases = [
         (dict(checkpoint=str(tmp_path / "roberta")), "model_type='roberta'"),
         (dict(checkpoint=tiny_relu_checkpoint, ffn_type="swiglu"), "allowed for 'relu': any standard activation"),
-        (dict(checkpoint=tiny_bert_checkpoint, ffn_type="bilinear"), "cannot convert a 'gelu' FFN to ffn_type='bilinear'"),
-        (dict(checkpoint=tiny_bert_checkpoint, ffn_type="geglu", width="matched"), "width='matched' gives intermediate_size=256"),
-        (dict(checkpoint=tiny_bert_checkpoint, ffn_type="geglu", width=40), "copies the source FFN weights of width 37"),
+        (
+            dict(checkpoint=tiny_bert_checkpoint, ffn_type="bilinear"),
+            "cannot convert a 'gelu' FFN to ffn_type='bilinear'",
+        ),
+        (
+            dict(checkpoint=tiny_bert_checkpoint, ffn_type="geglu", width="matched"),
+            "width='matched' gives intermediate_size=256",
+        ),
+        (
+            dict(checkpoint=tiny_bert_checkpoint, ffn_type="geglu", width=40),
+            "copies the source FFN weights of width 37",
+        ),
         (dict(checkpoint=tiny_bert_checkpoint, init="random"), "init has unknown value 'random'"),
         (dict(checkpoint=tiny_bert_checkpoint, width="half"), "width has unknown value 'half'"),
         (dict(checkpoint=tiny_bert_checkpoint, ffn_type="gegelu"), "ffn_type has unknown value 'gegelu'"),

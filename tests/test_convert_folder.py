@@ -21,7 +21,11 @@ from hf_ffn.conversion import REPORT_FILE, convert_checkpoint, export_to_bert, l
 from .conftest import TINY, tiny_batch
 
 EXPECTED_FILES = {
-    "config.json", "model.safetensors", "configuration_ffn_bert.py", "modeling_ffn_bert.py", "checkpoint_names.py",
+    "config.json",
+    "model.safetensors",
+    "configuration_ffn_bert.py",
+    "modeling_ffn_bert.py",
+    "checkpoint_names.py",
     "conversion_report.json",
     "README.md",
 }
@@ -69,8 +73,19 @@ def test_script_fresh_matched_per_layer(tiny_bert_checkpoint, tmp_path, monkeypa
     """The thin script runs the same command; per-layer lists and an explicit width reach `load_converted`."""
     out = tmp_path / "fresh"
     script = os.path.join(os.path.dirname(__file__), "..", "scripts", "convert_checkpoint.py")
-    argv = [script, tiny_bert_checkpoint, str(out), "--ffn-type", "gelu,swiglu", "--layer-norm-position", "pre",
-            "--init", "fresh", "--width", "48"]
+    argv = [
+        script,
+        tiny_bert_checkpoint,
+        str(out),
+        "--ffn-type",
+        "gelu,swiglu",
+        "--layer-norm-position",
+        "pre",
+        "--init",
+        "fresh",
+        "--width",
+        "48",
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit) as exit_info:
         runpy.run_path(script, run_name="__main__")  # in-process: a subprocess would re-import torch (slow)
@@ -158,15 +173,17 @@ def test_trust_remote_code_without_hf_ffn(tmp_path):
     env = {"PATH": os.environ.get("PATH", ""), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home")}
     result = subprocess.run(
         [sys.executable, "-c", REMOTE_SCRIPT, str(folder), str(tmp_path / "expected.pt")],
-        cwd=cwd, env=env, capture_output=True, text=True,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "REMOTE_OK transformers_modules" in result.stdout
 
 
 def test_model_card_standard_family(tiny_bert_checkpoint):
-    from hf_ffn.conversion import load_converted, measure_difference
-    from hf_ffn.conversion import build_model_card
+    from hf_ffn.conversion import build_model_card, load_converted, measure_difference
 
     model, report = load_converted(tiny_bert_checkpoint, layer_norm_position="pre")
     measure_difference(tiny_bert_checkpoint, model, report)
@@ -194,19 +211,29 @@ def test_a_source_with_its_own_auto_map_converts_to_ffn_berts(tiny_bert_checkpoi
     source = tmp_path / "remote_code_bert"
     shutil.copytree(tiny_bert_checkpoint, source)
     config = json.loads((source / "config.json").read_text())
-    config["auto_map"] = {"AutoConfig": "their_code.TheirConfig", "AutoModel": "their_code.TheirModel",
-                          "AutoModelForMaskedLM": "their_code.TheirMaskedLM"}
+    config["auto_map"] = {
+        "AutoConfig": "their_code.TheirConfig",
+        "AutoModel": "their_code.TheirModel",
+        "AutoModelForMaskedLM": "their_code.TheirMaskedLM",
+    }
     (source / "config.json").write_text(json.dumps(config))
     report = convert_checkpoint(str(source), tmp_path / "swiglu", ffn_type="swiglu")
     assert json.loads((tmp_path / "swiglu" / "config.json").read_text())["auto_map"] == AUTO_MAP
     assert "auto_map" not in report.config_changes  # where the code lives, not what the model computes
 
 
-def test_the_one_folder_writer_writes_report_extras_and_card_section_beside_given_weights(tiny_bert_checkpoint,
-                                                                                           tmp_path):
+def test_the_one_folder_writer_writes_report_extras_and_card_section_beside_given_weights(
+    tiny_bert_checkpoint, tmp_path
+):
     model, report = load_converted(tiny_bert_checkpoint, FfnBertModel, ffn_type="geglu")
-    write_converted_folder(tmp_path / "plain", model, report, report_extra={"healing": {"steps": 3}},
-                           card_section="\n## Extra section\n", model_name="tiny-geglu")
+    write_converted_folder(
+        tmp_path / "plain",
+        model,
+        report,
+        report_extra={"healing": {"steps": 3}},
+        card_section="\n## Extra section\n",
+        model_name="tiny-geglu",
+    )
     assert EXPECTED_FILES <= set(os.listdir(tmp_path / "plain"))
     written = json.loads((tmp_path / "plain" / REPORT_FILE).read_text())
     assert written == {**report.to_dict(), "healing": {"steps": 3}}

@@ -40,8 +40,9 @@ def test_fsdp_wraps_each_layer_whatever_the_variant(model_class, variant):
     plugin = FullyShardedDataParallelPlugin(auto_wrap_policy="transformer_based_wrap")
     plugin.set_auto_wrap_policy(model)  # raises if a name in _no_split_modules is not a class in the model
     wrapped = {
-        name for name, module in model.named_modules() if plugin.auto_wrap_policy(module=module, recurse=False,
-                                                                                  nonwrapped_numel=0)
+        name
+        for name, module in model.named_modules()
+        if plugin.auto_wrap_policy(module=module, recurse=False, nonwrapped_numel=0)
     }
     prefix = "" if model_class is FfnBertModel else "bert."
     expected = {f"{prefix}embeddings"} | {f"{prefix}encoder.layer.{i}" for i in range(model.config.num_hidden_layers)}
@@ -86,8 +87,14 @@ def ddp_fixture(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ddp")
     tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint())
     torch.manual_seed(0)
-    config = tiny_config(vocab_size=tokenizer.vocab_size, max_position_embeddings=128, ffn_type="swiglu",
-                         layer_norm_position="pre", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = tiny_config(
+        vocab_size=tokenizer.vocab_size,
+        max_position_embeddings=128,
+        ffn_type="swiglu",
+        layer_norm_position="pre",
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     FfnBertForMaskedLM(config).save_pretrained(folder / "checkpoint")
     tokenizer.save_pretrained(folder / "checkpoint")
     rng = random.Random(0)
@@ -103,11 +110,34 @@ def ddp_fixture(tmp_path_factory):
 
 def script_args(folder, output_dir, per_device_batch: int) -> list[str]:
     return [
-        "--model_name_or_path", str(folder / "checkpoint"), "--train_file", str(folder / "train.csv"),
-        "--validation_file", str(folder / "validation.csv"), "--output_dir", str(output_dir),
-        "--per_device_train_batch_size", str(per_device_batch), "--max_steps", str(STEPS),
-        "--learning_rate", str(LEARNING_RATE), "--max_seq_length", "16", "--logging_steps", "1", "--seed", "0",
-        "--use_cpu", "true", "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true",
+        "--model_name_or_path",
+        str(folder / "checkpoint"),
+        "--train_file",
+        str(folder / "train.csv"),
+        "--validation_file",
+        str(folder / "validation.csv"),
+        "--output_dir",
+        str(output_dir),
+        "--per_device_train_batch_size",
+        str(per_device_batch),
+        "--max_steps",
+        str(STEPS),
+        "--learning_rate",
+        str(LEARNING_RATE),
+        "--max_seq_length",
+        "16",
+        "--logging_steps",
+        "1",
+        "--seed",
+        "0",
+        "--use_cpu",
+        "true",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--disable_tqdm",
+        "true",
     ]
 
 
@@ -119,10 +149,24 @@ def test_torchrun_two_processes_match_one_process(ddp_fixture, tmp_path):
     ddp.mkdir()
     _rank_probe.run(single, script_args(ddp_fixture, tmp_path / "out1", GLOBAL_BATCH))
 
-    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
-               PYTHONPATH=os.pathsep.join([str(Path(hf_ffn.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               _rank_probe.__file__, str(ddp), *script_args(ddp_fixture, tmp_path / "out2", GLOBAL_BATCH // 2)]
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+        HF_HUB_OFFLINE="1",
+        PYTHONPATH=os.pathsep.join([str(Path(hf_ffn.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        _rank_probe.__file__,
+        str(ddp),
+        *script_args(ddp_fixture, tmp_path / "out2", GLOBAL_BATCH // 2),
+    ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
@@ -137,8 +181,10 @@ def test_torchrun_two_processes_match_one_process(ddp_fixture, tmp_path):
     initial = load_file(ddp_fixture / "checkpoint" / "model.safetensors")
     moved = max((one_weights[k] - initial[k]).abs().max().item() for k in initial if k in one_weights)
     differ = assert_same_weights_but_rounding(one_weights, ddp_weights, STEPS)
-    print(f"2 processes vs 1: losses {ranks[0]['losses']} vs {one['losses']}; weights moved up to {moved:.3g}, "
-          f"max |Δ| between the runs {differ:.3g} (key biases aside)")
+    print(
+        f"2 processes vs 1: losses {ranks[0]['losses']} vs {one['losses']}; weights moved up to {moved:.3g}, "
+        f"max |Δ| between the runs {differ:.3g} (key biases aside)"
+    )
     assert moved > LEARNING_RATE / 2  # the steps really trained (Adam's first step moves weights by up to lr)
     saved = FfnBertForSequenceClassification.from_pretrained(tmp_path / "out2").state_dict()
     assert saved.keys() == ddp_weights.keys() and all(torch.equal(saved[k], ddp_weights[k]) for k in saved)
@@ -150,17 +196,32 @@ def test_gradient_accumulation_matches_full_batch(tmp_path):
     gradient_accumulation_steps and the loss and gradient would double."""
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(5, 99, (8, 6), generator=g)
-    data = Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": torch.ones_like(ids).tolist(),
-                              "labels": (ids[:, 1] < 50).long().tolist()})
+    data = Dataset.from_dict(
+        {
+            "input_ids": ids.tolist(),
+            "attention_mask": torch.ones_like(ids).tolist(),
+            "labels": (ids[:, 1] < 50).long().tolist(),
+        }
+    )
     runs = []
     for batch, accumulation in ((8, 1), (4, 2)):
         torch.manual_seed(0)
-        model = FfnBertForSequenceClassification(tiny_config(num_labels=2, ffn_type="geglu", hidden_dropout_prob=0.0,
-                                                             attention_probs_dropout_prob=0.0))
-        args = TrainingArguments(output_dir=str(tmp_path / str(batch)), per_device_train_batch_size=batch,
-                                 gradient_accumulation_steps=accumulation, max_steps=2, learning_rate=1e-3,
-                                 logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0,
-                                 disable_tqdm=True)
+        model = FfnBertForSequenceClassification(
+            tiny_config(num_labels=2, ffn_type="geglu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        )
+        args = TrainingArguments(
+            output_dir=str(tmp_path / str(batch)),
+            per_device_train_batch_size=batch,
+            gradient_accumulation_steps=accumulation,
+            max_steps=2,
+            learning_rate=1e-3,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            use_cpu=True,
+            seed=0,
+            disable_tqdm=True,
+        )
         trainer = Trainer(model=model, args=args, train_dataset=data)
         trainer.train()
         losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]

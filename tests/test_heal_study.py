@@ -36,8 +36,10 @@ def test_power_law_projection_no_approach_and_too_few_points():
 
 def test_layer_table_attributes_the_propagated_error_to_layers():
     # propagated error after layers 0, 1, 2: 0.1, 0.08, 0.4 → added +0.1 (25%), −0.02 (−5%), +0.32 (80%)
-    layers = [{"layer": i, "layer_rel_error_before": 1.0, "layer_rel_error": 0.5, "propagated_rel_error": p}
-              for i, p in enumerate((0.1, 0.08, 0.4))]
+    layers = [
+        {"layer": i, "layer_rel_error_before": 1.0, "layer_rel_error": 0.5, "propagated_rel_error": p}
+        for i, p in enumerate((0.1, 0.08, 0.4))
+    ]
     table = heal_study.layer_table("t", {"tokens": 64, "activation_bytes": 1e6, "seconds": 1.0, "layers": layers})
     assert "| 0 | - → - | 1.00e+00 → 5.00e-01 | 1.00e-01 | +1.00e-01 (25%) | 0 |" in table
     assert "| 1 | - → - | 1.00e+00 → 5.00e-01 | 8.00e-02 | -2.00e-02 (-5%) | 0 |" in table
@@ -49,9 +51,12 @@ def test_the_published_report_holds_its_notes_and_method_text():
     report by hand must be in the notes too (a section of studies/healing/healing.md was once not, and a rerun of the report
     would have dropped it), and the method paragraph is the template's."""
     report = (REPO / "studies" / "healing" / "healing.md").read_text(encoding="utf-8")
-    notes = "\n".join(line for line in (REPO / "studies" / "healing" / "healing_notes.md").read_text(encoding="utf-8").strip()
-                      .splitlines() if not line.startswith("<!--"))
+    notes = "\n".join(
+        line
+        for line in (REPO / "studies" / "healing" / "healing_notes.md").read_text(encoding="utf-8").strip().splitlines()
+        if not line.startswith("<!--")
+    )
     assert "Pre-LN with a free residual stream" in notes and notes in report
-    method = heal_study.TEMPLATE[heal_study.TEMPLATE.index("Layer-wise healing (`--method layerwise`"):]
-    method = method[:method.index("\n\n")]
+    method = heal_study.TEMPLATE[heal_study.TEMPLATE.index("Layer-wise healing (`--method layerwise`") :]
+    method = method[: method.index("\n\n")]
     assert "{" not in method and method in report

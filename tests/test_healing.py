@@ -32,16 +32,18 @@ from hf_ffn.healing import (
     linear_probe,
     run_healing,
 )
-from hf_ffn.training import PaddingFreeCollator, read_label_files
 from hf_ffn.healing import run as run_module
 from hf_ffn.healing.run import healing_summary
 from hf_ffn.parity import bundled_checkpoint
+from hf_ffn.training import PaddingFreeCollator, read_label_files
 
 from .conftest import TINY
 
 BLOCK = 16
-WORDS = ("the nation budget people congress war peace economy year tax school health work world freedom "
-         "america jobs energy future families children security law states government").split()
+WORDS = (
+    "the nation budget people congress war peace economy year tax school health work world freedom "
+    "america jobs energy future families children security law states government"
+).split()
 
 
 def write_texts(folder: Path, documents: int = 3, words: int = 300, seed: int = 0) -> Path:
@@ -64,8 +66,11 @@ def setup(tmp_path_factory):
     torch.manual_seed(0)
     from transformers import BertConfig
 
-    teacher = BertModel(BertConfig(**{**TINY, "vocab_size": tokenizer.vocab_size, "max_position_embeddings": 128,
-                                      "initializer_range": 0.3}))
+    teacher = BertModel(
+        BertConfig(
+            **{**TINY, "vocab_size": tokenizer.vocab_size, "max_position_embeddings": 128, "initializer_range": 0.3}
+        )
+    )
     teacher.save_pretrained(root / "teacher")
     tokenizer.save_pretrained(root / "teacher")
     write_texts(root / "text")
@@ -79,15 +84,32 @@ def setup(tmp_path_factory):
 
 
 def heal_args(setup, student, **overrides) -> HealArguments:
-    kwargs = dict(student=str(student), train_files=[str(setup / "text")], teacher=str(setup / "teacher"),
-                  eval_data=str(setup / "snippets"), max_seq_length=BLOCK, curve_snippets=40, probe=False,
-                  method="end_to_end")
+    kwargs = dict(
+        student=str(student),
+        train_files=[str(setup / "text")],
+        teacher=str(setup / "teacher"),
+        eval_data=str(setup / "snippets"),
+        max_seq_length=BLOCK,
+        curve_snippets=40,
+        probe=False,
+        method="end_to_end",
+    )
     return HealArguments(**{**kwargs, **overrides})
 
 
 def training_args(output_dir, **overrides) -> TrainingArguments:
-    kwargs = dict(output_dir=str(output_dir), per_device_train_batch_size=4, max_steps=4, learning_rate=1e-3,
-                  logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0, disable_tqdm=True)
+    kwargs = dict(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=4,
+        max_steps=4,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        seed=0,
+        disable_tqdm=True,
+    )
     return TrainingArguments(**{**kwargs, **overrides})
 
 
@@ -105,11 +127,14 @@ def test_healing_reduces_the_distance_and_writes_a_converted_folder(setup, tmp_p
     # one summary line, last: cosine before → after, probe Δ before → after, time; the record in healing.json
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == healing_summary(healing)
-    assert last.startswith(f"healed: cosine {before['cosine_mean']:.4f} → {after['cosine_mean']:.4f}, probe Δ "
-                           f"{healing['before']['probe']['difference']:+.4f} → "
-                           f"{healing['after']['probe']['difference']:+.4f}, ")
+    assert last.startswith(
+        f"healed: cosine {before['cosine_mean']:.4f} → {after['cosine_mean']:.4f}, probe Δ "
+        f"{healing['before']['probe']['difference']:+.4f} → "
+        f"{healing['after']['probe']['difference']:+.4f}, "
+    )
     assert json.loads((tmp_path / "run" / "healing.json").read_text())["after"] == json.loads(
-        json.dumps(healing["after"]))
+        json.dumps(healing["after"])
+    )
     print({k: (before[k], after[k]) for k in ("cosine_mean", "cosine_min", "max_abs_diff", "mean_abs_diff")})
     # measured: mean |Δ| 0.657 → 0.384, cosine 0.690 → 0.896 in 15 steps
     assert after["mean_abs_diff"] < 0.7 * before["mean_abs_diff"]
@@ -121,23 +146,33 @@ def test_healing_reduces_the_distance_and_writes_a_converted_folder(setup, tmp_p
     assert len(losses) == 15 and losses[-1] < losses[0]
 
     healed = tmp_path / "run" / "healed"
-    for name in ("config.json", "model.safetensors", "modeling_ffn_bert.py", "configuration_ffn_bert.py",
-                 "tokenizer.json", "conversion_report.json", "README.md"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "modeling_ffn_bert.py",
+        "configuration_ffn_bert.py",
+        "tokenizer.json",
+        "conversion_report.json",
+        "README.md",
+    ):
         assert (healed / name).is_file(), name
     report = json.loads((healed / "conversion_report.json").read_text())
     assert report["healing"]["after"] == json.loads(json.dumps(healing["after"]))
     assert report["layers"] and report["source"] == str(setup / "teacher")
     # The card's fixed-input difference is re-measured on the healed weights, smaller than the converted one's.
-    assert (report["difference"]["last_hidden_state"]["mean_abs_diff"]
-            < report["healing"]["fixed_input_difference_before"]["last_hidden_state"]["mean_abs_diff"])
+    assert (
+        report["difference"]["last_hidden_state"]["mean_abs_diff"]
+        < report["healing"]["fixed_input_difference_before"]["last_hidden_state"]["mean_abs_diff"]
+    )
     card = (healed / "README.md").read_text()
     assert "## Healing" in card and "heal x" in card and f"{after['cosine_mean']:.6f}" in card
     # What was saved is what was measured: re-measuring the reloaded folder gives the reported numbers.
     tokenizer = AutoTokenizer.from_pretrained(healed)
     texts, labels = read_label_files(setup / "snippets")
     reloaded = FfnBertModel.from_pretrained(healed)
-    metrics, teacher_emb, student_emb = compare_to_teacher(BertModel.from_pretrained(setup / "teacher"), reloaded,
-                                                           tokenizer, texts, max_length=BLOCK)
+    metrics, teacher_emb, student_emb = compare_to_teacher(
+        BertModel.from_pretrained(setup / "teacher"), reloaded, tokenizer, texts, max_length=BLOCK
+    )
     assert metrics == healing["after"]["agreement"]
     assert linear_probe(student_emb, labels)["accuracy"] == healing["after"]["probe"]["student"]["accuracy"]
     assert reloaded.config.hidden_dropout_prob == 0.1  # dropout was off for distillation only
@@ -153,8 +188,9 @@ def test_default_config_student_stays_equal_to_the_teacher(setup, tmp_path):
     healed = weights(tmp_path / "run" / "healed")
     original = weights(setup / "teacher")
     assert healed.keys() == original.keys() and all(torch.equal(healed[k], original[k]) for k in original)
-    batch = AutoTokenizer.from_pretrained(student)(["the nation", "peace and war in the world"], padding=True,
-                                                   return_tensors="pt")
+    batch = AutoTokenizer.from_pretrained(student)(
+        ["the nation", "peace and war in the world"], padding=True, return_tensors="pt"
+    )
     upstream = BertModel.from_pretrained(setup / "teacher").eval()
     ours = FfnBertModel.from_pretrained(tmp_path / "run" / "healed").eval()
     assert torch.equal(upstream(**batch).last_hidden_state, ours(**batch).last_hidden_state)
@@ -179,8 +215,9 @@ def test_dropout_is_what_would_move_an_exact_student(setup, tmp_path):
     is not 0; `dropout_off` makes it exactly 0."""
     student = FfnBertModel.from_pretrained(setup / "teacher")
     teacher = BertModel.from_pretrained(setup / "teacher")
-    trainer = DistillationTrainer(model=student, args=training_args(tmp_path / "run"), teacher=teacher,
-                                  distillation_loss=DistillationLoss())
+    trainer = DistillationTrainer(
+        model=student, args=training_args(tmp_path / "run"), teacher=teacher, distillation_loss=DistillationLoss()
+    )
     ids = torch.randint(1000, 2000, (2, 8), generator=torch.Generator().manual_seed(0))
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     student.train()
@@ -199,31 +236,56 @@ def _student_with_other_tokenizer(setup, folder):
 
 def _student_with_config(setup, folder, **overrides):
     tokenizer = AutoTokenizer.from_pretrained(setup / "teacher")
-    config = {**TINY, "vocab_size": tokenizer.vocab_size, "max_position_embeddings": 128, "initializer_range": 0.3,
-              **overrides}
+    config = {
+        **TINY,
+        "vocab_size": tokenizer.vocab_size,
+        "max_position_embeddings": 128,
+        "initializer_range": 0.3,
+        **overrides,
+    }
     FfnBertModel(hf_ffn.FfnBertConfig(**config)).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
 
 
 BAD_INPUTS = {
-    "hidden size": (lambda s, f: _student_with_config(s, f, hidden_size=48, num_attention_heads=4), {},
-                    ValueError, "hidden_size"),
+    "hidden size": (
+        lambda s, f: _student_with_config(s, f, hidden_size=48, num_attention_heads=4),
+        {},
+        ValueError,
+        "hidden_size",
+    ),
     "vocab size": (lambda s, f: _student_with_config(s, f, vocab_size=30600), {}, ValueError, "vocab_size"),
     "tokenizer vocabulary": (_student_with_other_tokenizer, {}, ValueError, "tokenizers differ"),
     "missing text": (None, {"train_files": ["/nonexistent/speeches"]}, FileNotFoundError, "does not exist"),
-    "folder without txt": (None, {"train_files": ["EMPTY_FOLDER"]}, FileNotFoundError, r"holds no file matching '\*\.txt'"),
+    "folder without txt": (
+        None,
+        {"train_files": ["EMPTY_FOLDER"]},
+        FileNotFoundError,
+        r"holds no file matching '\*\.txt'",
+    ),
     "empty text": (None, {"train_files": ["EMPTY_FILE"]}, ValueError, "is empty"),
     "text shorter than a block": (None, {"train_files": ["SHORT_FILE"]}, ValueError, "shorter than one block"),
-    "missing eval data": (None, {"eval_data": "/nonexistent/rt"}, FileNotFoundError,
-                          "--eval_data: '/nonexistent/rt' is no file or folder"),
-    "layers all across LN placements": (lambda s, f: convert_checkpoint(str(s / "teacher"), f,
-                                                                        layer_norm_position="pre"),
-                                        {"layers": "all"}, ValueError, "LayerNorm placement"),
+    "missing eval data": (
+        None,
+        {"eval_data": "/nonexistent/rt"},
+        FileNotFoundError,
+        "--eval_data: '/nonexistent/rt' is no file or folder",
+    ),
+    "layers all across LN placements": (
+        lambda s, f: convert_checkpoint(str(s / "teacher"), f, layer_norm_position="pre"),
+        {"layers": "all"},
+        ValueError,
+        "LayerNorm placement",
+    ),
     "KL without an MLM head": (None, {"mlm_kl_weight": 1.0}, ValueError, "MLM head"),
     "unknown train_parts": (None, {"train_parts": "attention"}, ValueError, "ffn, ffn_norms, encoder, all"),
     "missing student": (lambda s, f: None, {}, FileNotFoundError, "--student: no such folder: "),
-    "missing teacher": (None, {"teacher": "/nonexistent/bert"}, FileNotFoundError,
-                        "--teacher: no such folder: /nonexistent/bert"),
+    "missing teacher": (
+        None,
+        {"teacher": "/nonexistent/bert"},
+        FileNotFoundError,
+        "--teacher: no such folder: /nonexistent/bert",
+    ),
 }
 
 
@@ -239,8 +301,11 @@ def test_bad_input_fails_before_training(setup, tmp_path, monkeypatch, case):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty.txt").write_text("  \n")
     (tmp_path / "short.txt").write_text("peace\n")
-    files = {"EMPTY_FOLDER": tmp_path / "empty", "EMPTY_FILE": tmp_path / "empty.txt",
-             "SHORT_FILE": tmp_path / "short.txt"}
+    files = {
+        "EMPTY_FOLDER": tmp_path / "empty",
+        "EMPTY_FILE": tmp_path / "empty.txt",
+        "SHORT_FILE": tmp_path / "short.txt",
+    }
     if "train_files" in overrides:
         overrides = {**overrides, "train_files": [str(files.get(p, p)) for p in overrides["train_files"]]}
 
@@ -310,22 +375,67 @@ LEARNING_RATE = 1e-3
 def test_torchrun_two_processes_match_one_process(setup, tmp_path):
     student = tmp_path / "pre"
     convert_checkpoint(str(setup / "teacher"), student, layer_norm_position="pre")
-    argv = ["--student", str(student), "--teacher", str(setup / "teacher"), "--train_files", str(setup / "text"),
-            "--method", "end_to_end", "--max_seq_length", str(BLOCK), "--max_steps", "3", "--learning_rate", str(LEARNING_RATE),
-            "--logging_steps", "1", "--seed", "0", "--use_cpu", "true", "--report_to", "none",
-            "--save_strategy", "no", "--disable_tqdm", "true"]
+    argv = [
+        "--student",
+        str(student),
+        "--teacher",
+        str(setup / "teacher"),
+        "--train_files",
+        str(setup / "text"),
+        "--method",
+        "end_to_end",
+        "--max_seq_length",
+        str(BLOCK),
+        "--max_steps",
+        "3",
+        "--learning_rate",
+        str(LEARNING_RATE),
+        "--logging_steps",
+        "1",
+        "--seed",
+        "0",
+        "--use_cpu",
+        "true",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--disable_tqdm",
+        "true",
+    ]
     script = Path(hf_ffn.__file__).parents[1] / "scripts" / "heal.py"
-    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
-               PYTHONPATH=os.pathsep.join([str(Path(hf_ffn.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+        HF_HUB_OFFLINE="1",
+        PYTHONPATH=os.pathsep.join([str(Path(hf_ffn.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+    )
     one = run_healing(*_parse(argv + ["--output_dir", str(tmp_path / "one"), "--per_device_train_batch_size", "4"]))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
-               *argv, "--output_dir", str(tmp_path / "two"), "--per_device_train_batch_size", "2"]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(script),
+        *argv,
+        "--output_dir",
+        str(tmp_path / "two"),
+        "--per_device_train_batch_size",
+        "2",
+    ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     two = json.loads((tmp_path / "two" / "healed" / "conversion_report.json").read_text())["healing"]
     assert two["training"]["world_size"] == 2 and one["training"]["world_size"] == 1
-    torch.testing.assert_close(torch.tensor([e["loss"] for e in two["losses"]]),
-                               torch.tensor([e["loss"] for e in one["losses"]]), rtol=1e-5, atol=0)
+    torch.testing.assert_close(
+        torch.tensor([e["loss"] for e in two["losses"]]),
+        torch.tensor([e["loss"] for e in one["losses"]]),
+        rtol=1e-5,
+        atol=0,
+    )
     a, b = weights(tmp_path / "one" / "healed"), weights(tmp_path / "two" / "healed")
     initial = weights(student)
     moved = max((a[k] - initial[k]).abs().max().item() for k in a)
@@ -355,7 +465,9 @@ def test_padding_free_batches_keep_an_exact_student_exact(setup, tmp_path):
     batch = PaddingFreeCollator()([{"input_ids": list(range(5, 5 + BLOCK))}, {"input_ids": list(range(9, 9 + BLOCK))}])
     with torch.no_grad():
         mixed = BertModel.from_pretrained(setup / "teacher").eval()(**batch).last_hidden_state
-        kept = run_module.load_teacher(str(setup / "teacher"), with_head=False, padding_free=True)(**batch).last_hidden_state
+        kept = run_module.load_teacher(str(setup / "teacher"), with_head=False, padding_free=True)(
+            **batch
+        ).last_hidden_state
     assert (mixed - kept).abs().max() > 1e-3
 
 
@@ -395,12 +507,15 @@ def test_healed_folder_keeps_the_sentence_transformers_modules_of_its_student(se
     the healed folder has every one of those files, unchanged; a stray weight file of the student is not copied."""
     student = tmp_path / "st"
     convert_checkpoint(str(setup / "teacher"), student, layer_norm_position="pre")
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
     (student / "modules.json").write_text(json.dumps(modules))
     (student / "1_Pooling").mkdir()
-    (student / "1_Pooling" / "config.json").write_text('{"word_embedding_dimension": 32, '
-                                                       '"pooling_mode_mean_tokens": true}')
+    (student / "1_Pooling" / "config.json").write_text(
+        '{"word_embedding_dimension": 32, "pooling_mode_mean_tokens": true}'
+    )
     (student / "sentence_bert_config.json").write_text('{"max_seq_length": 16, "do_lower_case": false}')
     (student / "pytorch_model.bin").write_bytes(b"stale")
     run_healing(heal_args(setup, student, eval_data=None), training_args(tmp_path / "run", max_steps=1))

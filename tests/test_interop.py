@@ -52,7 +52,9 @@ def _x(seed: int = 1) -> torch.Tensor:
 
 
 def _gated(ffn_type: str, bias: bool) -> FfnBertGatedMLP:
-    config = FfnBertConfig(hidden_size=HIDDEN, num_attention_heads=4, intermediate_size=WIDTH, ffn_type=ffn_type, ffn_bias=bias)
+    config = FfnBertConfig(
+        hidden_size=HIDDEN, num_attention_heads=4, intermediate_size=WIDTH, ffn_type=ffn_type, ffn_bias=bias
+    )
     torch.manual_seed(0)
     return FfnBertGatedMLP(config, ffn_type)
 
@@ -83,7 +85,9 @@ def test_swiglu_equals_llama_mlp_both_directions(bias):
 # ModernBertMLP = GeGLU through Chunk / Concatenate of the fused Wi
 # ---------------------------------------------------------------------------------------------------------------
 def _modernbert(bias: bool) -> ModernBertMLP:
-    config = ModernBertConfig(hidden_size=HIDDEN, intermediate_size=WIDTH, mlp_bias=bias, hidden_activation="gelu", mlp_dropout=0.0)
+    config = ModernBertConfig(
+        hidden_size=HIDDEN, intermediate_size=WIDTH, mlp_bias=bias, hidden_activation="gelu", mlp_dropout=0.0
+    )
     return ModernBertMLP(config).eval()
 
 
@@ -129,7 +133,9 @@ def test_modernbert_half_order_by_hand():
     """hidden 1, width 1: Wi = [a; b] (no bias), Wo = 1. ModernBERT computes gelu(a·x)·(b·x); so must we, and the
     swapped mapping (second half as gate) computes gelu(b·x)·(a·x), a different number."""
     a, b, x = 2.0, -0.5, torch.tensor([[[1.5]]])
-    modern = ModernBertMLP(ModernBertConfig(hidden_size=1, intermediate_size=1, mlp_bias=False, hidden_activation="gelu"))
+    modern = ModernBertMLP(
+        ModernBertConfig(hidden_size=1, intermediate_size=1, mlp_bias=False, hidden_activation="gelu")
+    )
     with torch.no_grad():
         modern.Wi.weight.copy_(torch.tensor([[a], [b]]))
         modern.Wo.weight.fill_(1.0)
@@ -170,8 +176,13 @@ MEGATRON_PAIRS = {
 
 def _megatron_config(hidden: int, heads: int) -> MegatronBertConfig:
     return MegatronBertConfig(
-        vocab_size=99, hidden_size=hidden, num_hidden_layers=2, num_attention_heads=heads, intermediate_size=WIDTH,
-        max_position_embeddings=64, type_vocab_size=2,
+        vocab_size=99,
+        hidden_size=hidden,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        intermediate_size=WIDTH,
+        max_position_embeddings=64,
+        type_vocab_size=2,
     )
 
 
@@ -202,8 +213,13 @@ def test_megatron_bert_loads_exactly_every_shared_head(tmp_path):
             )
         assert rows and all(r.equal for r in rows), [r for r in rows if not r.equal]
     mapped = {m["source"] for m in report.mapped}
-    assert {"bert.encoder.ln.weight", "bert.encoder.layer.0.attention.ln.bias", "bert.encoder.layer.1.ln.weight",
-            "bert.encoder.layer.0.intermediate.dense.weight", "bert.encoder.layer.0.output.dense.bias"} <= mapped
+    assert {
+        "bert.encoder.ln.weight",
+        "bert.encoder.layer.0.attention.ln.bias",
+        "bert.encoder.layer.1.ln.weight",
+        "bert.encoder.layer.0.intermediate.dense.weight",
+        "bert.encoder.layer.0.output.dense.bias",
+    } <= mapped
 
 
 def test_megatron_bert_saves_in_ffn_bert_layout(tmp_path):
@@ -214,8 +230,12 @@ def test_megatron_bert_saves_in_ffn_bert_layout(tmp_path):
     with safe_open(str(tmp_path / "ffn" / "model.safetensors"), "pt") as f:
         keys = set(f.keys())
     assert not any(".ln." in k for k in keys)
-    assert {"bert.encoder.final_norm.weight", "bert.encoder.layer.0.attention.output.LayerNorm.weight",
-            "bert.encoder.layer.0.output.LayerNorm.weight", "bert.encoder.layer.0.intermediate.dense.weight"} <= keys
+    assert {
+        "bert.encoder.final_norm.weight",
+        "bert.encoder.layer.0.attention.output.LayerNorm.weight",
+        "bert.encoder.layer.0.output.LayerNorm.weight",
+        "bert.encoder.layer.0.intermediate.dense.weight",
+    } <= keys
     reloaded, info = FfnBertForMaskedLM.from_pretrained(tmp_path / "ffn", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     batch = tiny_batch()

@@ -12,11 +12,11 @@ from torch import nn
 from transformers import BertConfig, BertModel
 
 from hf_ffn import FfnBertModel
-from hf_ffn.conversion import convert_checkpoint, load_converted, load_pruned
-from hf_ffn.conversion import pruning
-from hf_ffn.conversion.pruning import GramStatistics, ffn_features, importance_scores, solve_down, top_units
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
-from hf_ffn.healing import layerwise, layerwise_folder
+from hf_ffn.conversion import convert_checkpoint, load_converted, load_pruned, pruning
+from hf_ffn.conversion.pruning import GramStatistics, ffn_features, importance_scores, solve_down, top_units
+from hf_ffn.healing import HealArguments, layerwise, layerwise_folder, run_healing
+from hf_ffn.healing import run as heal_run
 from hf_ffn.healing.layerwise import (
     HELD_TENSORS,
     LayerwiseArguments,
@@ -27,9 +27,6 @@ from hf_ffn.healing.layerwise import (
     set_down,
 )
 from hf_ffn.modeling_ffn_bert import FfnBertGatedMLP
-
-from hf_ffn.healing import HealArguments, run_healing
-from hf_ffn.healing import run as heal_run
 
 from .conftest import TINY
 from .test_healing import heal_args, setup, training_args  # noqa: F401  (setup is a fixture)
@@ -68,8 +65,12 @@ def test_closed_form_down_equals_lstsq():
     # ridge on a subset of units: lstsq on the system augmented by sqrt(λ)·I rows (bias not penalised)
     keep = torch.tensor([1, 4, 5, 9])
     lam = 0.3 * features[:, keep].pow(2).sum() / 4
-    augmented = torch.cat([design[:, [1, 4, 5, 9, 12]],
-                           torch.cat([lam.sqrt() * torch.eye(4, dtype=torch.float64), torch.zeros(4, 1, dtype=torch.float64)], 1)])
+    augmented = torch.cat(
+        [
+            design[:, [1, 4, 5, 9, 12]],
+            torch.cat([lam.sqrt() * torch.eye(4, dtype=torch.float64), torch.zeros(4, 1, dtype=torch.float64)], 1),
+        ]
+    )
     padded = torch.cat([targets.double(), torch.zeros(4, 5, dtype=torch.float64)])
     reference = torch.linalg.lstsq(augmented, padded).solution
     weight, bias = solve_down(stats, keep, ridge=0.3)
@@ -122,8 +123,11 @@ def test_pruning_keeps_the_top_units_by_the_score(teacher_dir, score):
         handle.remove()
         f = ffn_features(full.encoder.layer[1].mlp, torch.cat(inputs)).double()
     d = full.encoder.layer[1].mlp.down_proj.weight.double()
-    expected = {"magnitude": f.abs().mean(0) * d.norm(dim=0), "energy": f.pow(2).mean(0).sqrt() * d.norm(dim=0),
-                "wanda": f.norm(dim=0) * d.abs().sum(0)}[score]
+    expected = {
+        "magnitude": f.abs().mean(0) * d.norm(dim=0),
+        "energy": f.pow(2).mean(0).sqrt() * d.norm(dim=0),
+        "wanda": f.norm(dim=0) * d.abs().sum(0),
+    }[score]
     keep = torch.topk(expected, 20).indices.sort().values
     gate = full.encoder.layer[1].mlp.gate_proj.weight.clone()
     model, report = load_pruned(teacher_dir, FfnBertModel, input_ids=ids, ffn_type="swiglu", width=20, score=score)
@@ -133,8 +137,9 @@ def test_pruning_keeps_the_top_units_by_the_score(teacher_dir, score):
     stats = pruning.teacher_ffn_statistics(full, teacher, ids)[1]
     torch.testing.assert_close(importance_scores(stats, d.float(), score), expected, rtol=1e-9, atol=0)
     # the refitted down projection beats the kept columns as they were
-    assert report.layers[1]["pruning"]["ffn_rel_error"] < pruning.relative_error(stats, d[:, keep], full.encoder.layer[
-        1].mlp.down_proj.bias, keep)
+    assert report.layers[1]["pruning"]["ffn_rel_error"] < pruning.relative_error(
+        stats, d[:, keep], full.encoder.layer[1].mlp.down_proj.bias, keep
+    )
 
 
 def test_top_units_and_bad_input(teacher_dir):
@@ -150,8 +155,15 @@ def test_top_units_and_bad_input(teacher_dir):
 
 
 def test_convert_pruned_folder(teacher_dir, tmp_path):
-    report = convert_checkpoint(teacher_dir, tmp_path / "pruned", ffn_type="swiglu", init="pruned", width=32,
-                                calibration_ids=blocks(), prune_score="energy")
+    report = convert_checkpoint(
+        teacher_dir,
+        tmp_path / "pruned",
+        ffn_type="swiglu",
+        init="pruned",
+        width=32,
+        calibration_ids=blocks(),
+        prune_score="energy",
+    )
     model = FfnBertModel.from_pretrained(tmp_path / "pruned")
     assert model.config.intermediate_size == 32 and model.config.ffn_type == "swiglu"
     assert report.init == "pruned" and report.config_changes["intermediate_size"] == [48, 32]
@@ -187,7 +199,7 @@ def test_layerwise_fits_and_resumes(teacher_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(layerwise, "fit_ffn", original)
     resumed, record = run_layerwise(teacher_dir, tmp_path / "b")
     assert record["layers"][0]["resumed"] and "resumed" not in record["layers"][1]
-    for (name, a), b in zip(student.state_dict().items(), resumed.state_dict().values()):
+    for (name, a), b in zip(student.state_dict().items(), resumed.state_dict().values(), strict=False):
         assert torch.equal(a, b), name
 
 
@@ -226,13 +238,17 @@ def test_pre_ln_by_layer_targets(teacher_dir, tmp_path):
         LayerwiseArguments(layerwise_parts="ffn", layerwise_inputs="student")
     ids = blocks()
     with torch.no_grad():
-        before = relative_squared_error(student(input_ids=ids).last_hidden_state, teacher(input_ids=ids).last_hidden_state)
+        before = relative_squared_error(
+            student(input_ids=ids).last_hidden_state, teacher(input_ids=ids).last_hidden_state
+        )
     # the default parts/inputs ("auto") resolve to whole layers on the student's own inputs for a Pre-LN student
     args = LayerwiseArguments(layerwise_steps=30, layerwise_batch_tokens=64, layerwise_lr=3e-3)
     result = heal_layerwise(student, teacher, ids, args, tmp_path / "pre")
     assert (result["arguments"]["layerwise_parts"], result["arguments"]["layerwise_inputs"]) == ("layer", "student")
     with torch.no_grad():
-        after = relative_squared_error(student(input_ids=ids).last_hidden_state, teacher(input_ids=ids).last_hidden_state)
+        after = relative_squared_error(
+            student(input_ids=ids).last_hidden_state, teacher(input_ids=ids).last_hidden_state
+        )
     assert "final_norm" in result and after < before / 2
     assert result["layers"][-1]["through_final_norm"] and not result["layers"][0]["through_final_norm"]
     # the last layer's saved state holds the final norm fitted with it (a resumed run restores both)
@@ -262,8 +278,9 @@ def test_pre_ln_free_stream_fits_the_normalised_stream(teacher_dir, tmp_path):
     with pytest.raises(ValueError, match="--layerwise_stream has unknown value 'loose'; allowed: free, teacher"):
         LayerwiseArguments(layerwise_stream="loose")
     # a rerun into the folder resumes only with the same arguments (else the layers would be another fit's)
-    other = LayerwiseArguments(layerwise_steps=30, layerwise_batch_tokens=64, layerwise_lr=3e-3,
-                               layerwise_stream="teacher")
+    other = LayerwiseArguments(
+        layerwise_steps=30, layerwise_batch_tokens=64, layerwise_lr=3e-3, layerwise_stream="teacher"
+    )
     with pytest.raises(ValueError, match="--layerwise_stream 'free' there, 'teacher' now"):
         heal_layerwise(student, teacher, ids, other, tmp_path / "free")
     # a folder from before arguments.json was written: the layer records still tell the stream apart
@@ -298,8 +315,11 @@ def test_a_folder_without_finished_fits_takes_new_arguments(teacher_dir, tmp_pat
     saved = json.loads((tmp_path / "w" / "arguments.json").read_text())
     assert saved == {**result["arguments"], "seed": 0, "calibration_sha256": layerwise.calibration_digest(blocks())}
     assert (saved["layerwise_tokens"], saved["layerwise_steps"]) == (65536, 0)
-    with pytest.raises(ValueError, match=r"w holds layers fitted with other layer-wise arguments \(--layerwise_steps "
-                                         r"0 there, 5 now\); use another --output_dir, or the same arguments"):
+    with pytest.raises(
+        ValueError,
+        match=r"w holds layers fitted with other layer-wise arguments \(--layerwise_steps "
+        r"0 there, 5 now\); use another --output_dir, or the same arguments",
+    ):
         run_layerwise(teacher_dir, tmp_path / "w")
     student, _ = load_converted(teacher_dir, FfnBertModel, ffn_type="swiglu", init="fresh", width=32)
     args = LayerwiseArguments(layerwise_steps=0, layerwise_batch_tokens=32)
@@ -318,12 +338,33 @@ def test_card_section_names_the_free_stream_layers():
     LayerNorms sit as the teacher's, has none even under the default `free`), and the last column is each layer's
     stream norm."""
     arguments = {**asdict(LayerwiseArguments()), "layerwise_parts": "layer", "layerwise_inputs": "student"}
-    layers = [{"layer": 0, "free_stream": True, "layer_rel_error_before": 1.217, "layer_rel_error": 0.002,
-               "propagated_rel_error": 0.002, "stream_norm": 16.1},
-              {"layer": 1, "free_stream": False, "through_final_norm": True, "layer_rel_error_before": 13.29,
-               "layer_rel_error": 0.133, "propagated_rel_error": 0.133, "stream_norm": 191.5}]
-    record = {"arguments": arguments, "tokens": 65536, "blocks": 512, "activation_bytes": 6e8, "seconds": 395.0,
-              "layers": layers}
+    layers = [
+        {
+            "layer": 0,
+            "free_stream": True,
+            "layer_rel_error_before": 1.217,
+            "layer_rel_error": 0.002,
+            "propagated_rel_error": 0.002,
+            "stream_norm": 16.1,
+        },
+        {
+            "layer": 1,
+            "free_stream": False,
+            "through_final_norm": True,
+            "layer_rel_error_before": 13.29,
+            "layer_rel_error": 0.133,
+            "propagated_rel_error": 0.133,
+            "stream_norm": 191.5,
+        },
+    ]
+    record = {
+        "arguments": arguments,
+        "tokens": 65536,
+        "blocks": 512,
+        "activation_bytes": 6e8,
+        "seconds": 395.0,
+        "layers": layers,
+    }
     card = layerwise_folder.layerwise_section(record)
     assert "residual stream `free` (layers 0): " in card
     assert "| 0 | - → - | 1.217 → 0.002 | 0.002 | 16.1 |" in card
@@ -338,8 +379,11 @@ def test_heal_method_layerwise_writes_per_layer_errors(setup, tmp_path, monkeypa
     card carry the per-layer errors, and the agreement with the teacher improves."""
     convert_checkpoint(str(setup / "teacher"), tmp_path / "student", ffn_type="swiglu", init="fresh", width=24)
     args = heal_args(setup, tmp_path / "student", method="layerwise")
-    healing = run_healing(args, training_args(tmp_path / "run", max_steps=0),
-                          layerwise_args=LayerwiseArguments(layerwise_steps=20, layerwise_batch_tokens=64))
+    healing = run_healing(
+        args,
+        training_args(tmp_path / "run", max_steps=0),
+        layerwise_args=LayerwiseArguments(layerwise_steps=20, layerwise_batch_tokens=64),
+    )
     assert healing["steps"] == 0 and len(healing["layerwise"]["layers"]) == TINY["num_hidden_layers"]
     assert healing["after"]["agreement"]["cosine_mean"] > healing["before"]["agreement"]["cosine_mean"]
     report = json.loads((tmp_path / "run" / "healed" / "conversion_report.json").read_text())
@@ -347,46 +391,72 @@ def test_heal_method_layerwise_writes_per_layer_errors(setup, tmp_path, monkeypa
     card = (tmp_path / "run" / "healed" / "README.md").read_text()
     assert "## Layer-wise healing" in card and "| 1 |" in card
     # the end-to-end stage follows when --max_steps > 0 (resuming the finished layer-wise fits from output_dir)
-    healing = run_healing(heal_args(setup, tmp_path / "student", method="layerwise",
-                                    healed_dir=str(tmp_path / "healed2")), training_args(tmp_path / "run", max_steps=2),
-                          layerwise_args=LayerwiseArguments(layerwise_steps=20, layerwise_batch_tokens=64))
+    healing = run_healing(
+        heal_args(setup, tmp_path / "student", method="layerwise", healed_dir=str(tmp_path / "healed2")),
+        training_args(tmp_path / "run", max_steps=2),
+        layerwise_args=LayerwiseArguments(layerwise_steps=20, layerwise_batch_tokens=64),
+    )
     assert healing["steps"] == 2 and all(r["resumed"] for r in healing["layerwise"]["layers"])
+
     # a rerun with other layer-wise arguments is refused before a model is loaded (or measured)
     def no_loading(*args, **kwargs):
         raise AssertionError("the teacher was loaded before the layer-wise arguments were checked")
 
     monkeypatch.setattr(heal_run, "load_teacher", no_loading)
-    with pytest.raises(ValueError, match=r"holds layers fitted with other layer-wise arguments \(--layerwise_steps "
-                                         r"20 there, 30 now\)"):
-        run_healing(heal_args(setup, tmp_path / "student", method="layerwise", healed_dir=str(tmp_path / "healed3")),
-                    training_args(tmp_path / "run", max_steps=0),
-                    layerwise_args=LayerwiseArguments(layerwise_steps=30, layerwise_batch_tokens=64))
+    with pytest.raises(
+        ValueError,
+        match=r"holds layers fitted with other layer-wise arguments \(--layerwise_steps "
+        r"20 there, 30 now\)",
+    ):
+        run_healing(
+            heal_args(setup, tmp_path / "student", method="layerwise", healed_dir=str(tmp_path / "healed3")),
+            training_args(tmp_path / "run", max_steps=0),
+            layerwise_args=LayerwiseArguments(layerwise_steps=30, layerwise_batch_tokens=64),
+        )
     monkeypatch.undo()
     # layer-wise is the command's default method (the best measured, studies/healing/healing.md)
     assert HealArguments(student="s", train_files=["t"]).method == "layerwise"
     with pytest.raises(ValueError, match="--method has unknown value 'greedy'; allowed: end_to_end, layerwise"):
         heal_args(setup, tmp_path / "student", method="greedy")
     # layer-wise options given to an end-to-end run are refused, not silently ignored (names each one)
-    with pytest.raises(ValueError, match=r"^--layerwise_steps, --layerwise_parts set the layer-wise stage, which "
-                                         r"--method end_to_end does not run"):
-        run_healing(heal_args(setup, tmp_path / "student", method="end_to_end"), training_args(tmp_path / "e2e"),
-                    layerwise_args=LayerwiseArguments(layerwise_parts="layer", layerwise_steps=5))
+    with pytest.raises(
+        ValueError,
+        match=r"^--layerwise_steps, --layerwise_parts set the layer-wise stage, which "
+        r"--method end_to_end does not run",
+    ):
+        run_healing(
+            heal_args(setup, tmp_path / "student", method="end_to_end"),
+            training_args(tmp_path / "e2e"),
+            layerwise_args=LayerwiseArguments(layerwise_parts="layer", layerwise_steps=5),
+        )
     assert not (tmp_path / "e2e").exists()
 
 
 def test_adam_fit_calls_back_every_n_steps():
     """`--layerwise_refit_every 3` over 7 steps: down_proj re-solved after steps 3 and 6 (the final solve follows)."""
     parameter, calls = nn.Parameter(torch.zeros(3)), []
-    losses = layerwise.adam_fit([parameter], lambda index: (parameter - 1).pow(2).sum(), 10, 2, 7, 0.1, 0, every=3,
-                                callback=lambda: calls.append(len(calls)))
+    losses = layerwise.adam_fit(
+        [parameter],
+        lambda index: (parameter - 1).pow(2).sum(),
+        10,
+        2,
+        7,
+        0.1,
+        0,
+        every=3,
+        callback=lambda: calls.append(len(calls)),
+    )
     assert len(losses) == 7 and calls == [0, 1] and losses[-1] < losses[0]
 
 
 def test_too_few_calibration_tokens_are_refused_or_warned(caplog):
     from hf_ffn.healing.layerwise import MIN_TOKENS_PER_UNIT, check_calibration_tokens
 
-    with pytest.raises(ValueError, match=r"--layerwise_tokens: 1024 calibration tokens cannot determine a down "
-                                         r"projection of 1536 units \(needs more than 1537"):
+    with pytest.raises(
+        ValueError,
+        match=r"--layerwise_tokens: 1024 calibration tokens cannot determine a down "
+        r"projection of 1536 units \(needs more than 1537",
+    ):
         check_calibration_tokens(1024, 1536)
     with caplog.at_level("WARNING", logger="hf_ffn.healing.layerwise"):
         check_calibration_tokens(4096, 1024)

@@ -21,13 +21,23 @@ def test_layout_rules_hold():
     graph, problems = import_graph.layout()
     assert problems == []
     # the checker sees the real package: the model core, its subpackages and the studies
-    assert {"hf_ffn.modeling_ffn_bert", "hf_ffn.conversion.loader", "hf_ffn.parity.job", "hf_ffn.training.mlm",
-            "studies.benchmark.run"} <= set(graph)
+    assert {
+        "hf_ffn.modeling_ffn_bert",
+        "hf_ffn.conversion.loader",
+        "hf_ffn.parity.job",
+        "hf_ffn.training.mlm",
+        "studies.benchmark.run",
+    } <= set(graph)
     # the model imports relatively only what ships beside a saved model (remote code), plus hf_ffn.variants' load
     # check, in a try block (absent where the file runs as remote code without hf_ffn)
-    assert graph["hf_ffn.modeling_ffn_bert"] == {"hf_ffn.activations", "hf_ffn.checkpoint_names",
-                                                 "hf_ffn.configuration_ffn_bert", "hf_ffn.sparse_prediction",
-                                                 "hf_ffn.unpadding", "hf_ffn.variants"}
+    assert graph["hf_ffn.modeling_ffn_bert"] == {
+        "hf_ffn.activations",
+        "hf_ffn.checkpoint_names",
+        "hf_ffn.configuration_ffn_bert",
+        "hf_ffn.sparse_prediction",
+        "hf_ffn.unpadding",
+        "hf_ffn.variants",
+    }
     # each allowed deferred import is still deferred (a stale entry would hide nothing and should go)
     for name, imported in import_graph.DEFERRED_FOR_CYCLES:
         assert imported not in graph[name]
@@ -39,14 +49,20 @@ def test_checker_finds_a_function_level_import_and_a_private_name(tmp_path):
     module.write_text("from .x import _helper\n\ndef f():\n    from . import y\n")
     modules = {"hf_ffn.bad": module, "hf_ffn.x": module, "hf_ffn.y": module}
     _, problems = import_graph.imports_of("hf_ffn.bad", module, modules)
-    assert problems == ["hf_ffn.bad: imports the private name _helper from hf_ffn.x",
-                        "hf_ffn.bad: function-level import of hf_ffn.y"]
+    assert problems == [
+        "hf_ffn.bad: imports the private name _helper from hf_ffn.x",
+        "hf_ffn.bad: function-level import of hf_ffn.y",
+    ]
 
 
 def test_checker_finds_the_library_importing_a_study(tmp_path):
-    for file, text in {"hf_ffn/__init__.py": "", "hf_ffn/cli.py": "import studies.bench\nfrom studies import plots\n",
-                       "studies/__init__.py": "", "studies/bench.py": "from hf_ffn import cli\n",
-                       "studies/plots.py": ""}.items():
+    for file, text in {
+        "hf_ffn/__init__.py": "",
+        "hf_ffn/cli.py": "import studies.bench\nfrom studies import plots\n",
+        "studies/__init__.py": "",
+        "studies/bench.py": "from hf_ffn import cli\n",
+        "studies/plots.py": "",
+    }.items():
         (tmp_path / file).parent.mkdir(exist_ok=True)
         (tmp_path / file).write_text(text)
     graph, problems = import_graph.layout((tmp_path / "hf_ffn", tmp_path / "studies"))
@@ -78,8 +94,13 @@ def test_the_library_never_imports_the_studies_at_any_level():
     imported = {}
     for path in sorted((REPO / "hf_ffn").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
             if hits := [name for name in names if name.split(".")[0] == import_graph.STUDIES]:
                 imported[str(path.relative_to(REPO))] = hits
     assert imported == {}
@@ -89,11 +110,19 @@ def test_the_library_never_imports_the_studies_at_any_level():
 def test_no_study_runner_in_scripts():
     """scripts/ holds what a user runs as a script and developer tools: none of them imports the studies (a script
     that does is a study runner, and belongs in its study's folder under studies/)."""
-    runners = [path.name for path in sorted((REPO / "scripts").glob("*.py"))
-               if any(isinstance(node, (ast.Import, ast.ImportFrom)) and any(
-                   (name or "").split(".")[0] == import_graph.STUDIES
-                   for name in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]))
-                   for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))]
+    runners = [
+        path.name
+        for path in sorted((REPO / "scripts").glob("*.py"))
+        if any(
+            isinstance(node, (ast.Import, ast.ImportFrom))
+            and any(
+                (name or "").split(".")[0] == import_graph.STUDIES
+                for name in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module])
+            )
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        )
+    ]
     assert runners == []
     assert {"heal_study.py", "layerwise_study.py", "layerwise_scaling.py"} <= {
-        path.name for path in (REPO / "studies" / "healing").glob("*.py")}
+        path.name for path in (REPO / "studies" / "healing").glob("*.py")
+    }

@@ -211,8 +211,7 @@ def test_other_standard_ffn_on_a_bert_checkpoint_keeps_hidden_act(tmp_path, ffn_
     # gelu is below 1e-7 on the logits.
     torch.manual_seed(0)
     BertForPreTraining(BertConfig(**TINY, initializer_range=1.0)).save_pretrained(tmp_path / "bert")
-    model, info = FfnBertForPreTraining.from_pretrained(tmp_path / "bert", ffn_type=ffn_type,
-                                                        output_loading_info=True)
+    model, info = FfnBertForPreTraining.from_pretrained(tmp_path / "bert", ffn_type=ffn_type, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     assert (model.config.ffn_type, model.config.hidden_act) == (ffn_type, "gelu")
     bert = BertForPreTraining.from_pretrained(tmp_path / "bert").eval()

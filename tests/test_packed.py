@@ -35,8 +35,8 @@ from transformers import (
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBertModel, grouped_attention, unpadding
-from hf_ffn.training import PaddingFreeCollator
 from hf_ffn.grouped_attention import PackedRows, PaddedBlocks, attention_blocks, attention_groups
+from hf_ffn.training import PaddingFreeCollator
 from hf_ffn.unpadding import TokenPacking
 
 from .conftest import TINY, assert_close_to_scale, assert_equal_but_row_count, tiny_config
@@ -145,7 +145,10 @@ def test_attention_groups_minimise_pairs_plus_calls():
 
     def cost(ends, call_cost):  # Σ over groups of (sequences · longest length² + call_cost)
         starts = [0] + [end + 1 for end in ends[:-1]]
-        return sum(sum(c for _, c in buckets[a:b + 1]) * buckets[b][0] ** 2 + call_cost for a, b in zip(starts, ends))
+        return sum(
+            sum(c for _, c in buckets[a : b + 1]) * buckets[b][0] ** 2 + call_cost
+            for a, b in zip(starts, ends, strict=False)
+        )
 
     for call_cost in (0, 10, 100, 300, 1000, 1e9):
         every_split = [[*ends, 4] for k in range(5) for ends in itertools.combinations(range(4), k)]
@@ -187,8 +190,13 @@ def test_eval_mode_groups_equal_padded(attn, monkeypatch):
     batch = padded(sequences())
     real = batch["attention_mask"].bool()
     calls = spy_attention_calls(monkeypatch)
-    per_length_calls = [((1, 4, 1, 8), None), ((1, 4, 3, 8), None), ((2, 4, 9, 8), None), ((1, 4, 12, 8), None),
-                        ((1, 4, 17, 8), None)]
+    per_length_calls = [
+        ((1, 4, 1, 8), None),
+        ((1, 4, 3, 8), None),
+        ((2, 4, 9, 8), None),
+        ((1, 4, 12, 8), None),
+        ((1, 4, 17, 8), None),
+    ]
     grouped_calls = [((4, 4, 9, 8), (4, 1, 9, 9)), ((2, 4, 17, 8), (2, 1, 17, 17))]  # (count, 1, length, length)
     for variant in ("post-standard", "pre-swiglu"):
         model = model_for(variant, attn).eval()
@@ -222,8 +230,9 @@ def test_padded_blocks_and_packed_rows_are_each_others_gradient():
     assert not blocks[0].view(4, 9, 6)[1, 3:].any() and not blocks[1].view(2, 17, 6)[0, 12:].any()
     assert torch.equal(PackedRows.apply(groups, *blocks), rows)
     assert torch.autograd.gradcheck(lambda x: PaddedBlocks.apply(x, groups), (rows,))
-    assert torch.autograd.gradcheck(lambda *b: PackedRows.apply(groups, *b), tuple(b.detach().requires_grad_()
-                                                                                   for b in blocks))
+    assert torch.autograd.gradcheck(
+        lambda *b: PackedRows.apply(groups, *b), tuple(b.detach().requires_grad_() for b in blocks)
+    )
 
 
 @pytest.mark.parametrize("mode", ["training", "eval"])
@@ -251,8 +260,13 @@ def test_attention_called_once_per_group_with_a_key_mask(registered_mask, mode, 
     if registered_mask:  # (9, 4) and (17, 2), each with its (count, 1, length, length) mask
         per_layer = [((4, 4, 9, 8), (4, 1, 9, 9)), ((2, 4, 17, 8), (2, 1, 17, 17))]
     else:  # a function without mask creation gets no mask: one call per length
-        per_layer = [((1, 4, 1, 8), None), ((1, 4, 3, 8), None), ((2, 4, 9, 8), None), ((1, 4, 12, 8), None),
-                     ((1, 4, 17, 8), None)]
+        per_layer = [
+            ((1, 4, 1, 8), None),
+            ((1, 4, 3, 8), None),
+            ((2, 4, 9, 8), None),
+            ((1, 4, 12, 8), None),
+            ((1, 4, 17, 8), None),
+        ]
     assert calls == per_layer * TINY["num_hidden_layers"]
 
 
@@ -262,13 +276,16 @@ def test_flash_attention_gets_the_sequence_boundaries():
     sequence from those boundaries with sdpa, so the outputs show whether the boundaries are right."""
     seen = []
 
-    def flash_stand_in(module, query, key, value, attention_mask, cu_seq_lens_q, cu_seq_lens_k, max_length_q,
-                       max_length_k, **kwargs):
+    def flash_stand_in(
+        module, query, key, value, attention_mask, cu_seq_lens_q, cu_seq_lens_k, max_length_q, max_length_k, **kwargs
+    ):
         seen.append((query.shape[0], cu_seq_lens_q.tolist(), max_length_q, attention_mask))
         assert torch.equal(cu_seq_lens_q, cu_seq_lens_k) and max_length_q == max_length_k
         bounds = cu_seq_lens_q.tolist()
-        parts = [sdpa_attention_forward(module, *(x[:, :, a:b] for x in (query, key, value)), None, **kwargs)[0]
-                 for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        parts = [
+            sdpa_attention_forward(module, *(x[:, :, a:b] for x in (query, key, value)), None, **kwargs)[0]
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
         return torch.cat(parts, dim=1), None
 
     AttentionInterface.register("flash_stand_in", flash_stand_in)
@@ -502,6 +519,10 @@ def test_padding_free_collator_keeps_token_columns_and_sequence_labels():
     with torch.no_grad():
         out = model(**batch)
     assert out.logits.shape == (2, 2) and out.loss.isfinite()
-    masked = PaddingFreeCollator(then=lambda rows: {"input_ids": torch.tensor([rows[0]["input_ids"]]),
-                                                    "labels": torch.tensor([rows[0]["input_ids"]])})
+    masked = PaddingFreeCollator(
+        then=lambda rows: {
+            "input_ids": torch.tensor([rows[0]["input_ids"]]),
+            "labels": torch.tensor([rows[0]["input_ids"]]),
+        }
+    )
     assert masked([{"input_ids": [2, 7]}, {"input_ids": [2]}])["labels"].tolist() == [[2, 7, 2]]  # token labels

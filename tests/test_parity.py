@@ -40,7 +40,7 @@ from hf_ffn.parity import (
     quiet_transformers,
 )
 
-from .conftest import TINY, tiny_batch
+from .conftest import tiny_batch
 
 ATTENTIONS = ("eager", "sdpa")
 HEAD_IDS = [head.ffn_bert.__name__ for head in HEAD_CLASSES]
@@ -172,8 +172,9 @@ def test_negative_controls_break_equality(bundled_checkpoint, wrong):
         reference = BertModel.from_pretrained(bundled_checkpoint, attn_implementation="eager").eval()
         candidate = FfnBertModel.from_pretrained(bundled_checkpoint, attn_implementation="eager", **wrong).eval()
     with torch.no_grad():
-        rows = compare_outputs("FfnBertModel", reference(**batch, output_hidden_states=True),
-                               candidate(**batch, output_hidden_states=True))
+        rows = compare_outputs(
+            "FfnBertModel", reference(**batch, output_hidden_states=True), candidate(**batch, output_hidden_states=True)
+        )
     by_output = {r.output: r for r in rows + ffn_rows(reference, candidate, batch)}
     assert not by_output["last_hidden_state"].equal and by_output["last_hidden_state"].max_abs_diff > 1e-6
     assert not by_output["ffn[0]"].equal and not by_output[TIME_FLIES_ROW].equal
@@ -217,8 +218,9 @@ def test_cli_parity_json_on_default_checkpoint(capsys):
 
 
 def test_cli_variant_report_other_width_and_standard_activation(bundled_checkpoint, capsys):
-    code, out, err = run_cli(capsys, "parity", "--model", bundled_checkpoint, "--ffn-type", "swiglu",
-                             "--intermediate-size", "1024", "--json")
+    code, out, err = run_cli(
+        capsys, "parity", "--model", bundled_checkpoint, "--ffn-type", "swiglu", "--intermediate-size", "1024", "--json"
+    )
     assert code == 0, err[-2000:]
     report = json.loads(out)
     assert len(report["mismatched_weights"]) == 6 * 3  # up_proj weight+bias and down_proj weight, per layer
@@ -254,8 +256,9 @@ def test_console_command_runs(tmp_path):
     assert command, f"no hf-ffn next to {sys.executable}: install the package (README, 'Set up')"
     GPT2Config(n_layer=1).save_pretrained(tmp_path)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run([command, "parity", "--model", str(tmp_path)], capture_output=True, text=True, env=env,
-                            timeout=300)
+    result = subprocess.run(
+        [command, "parity", "--model", str(tmp_path)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith("hf-ffn parity: error:") and "Traceback" not in result.stderr
 

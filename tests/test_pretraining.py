@@ -38,9 +38,11 @@ from hf_ffn.training.pretraining import (
 
 from .conftest import TINY, assert_equal_but_row_count, tiny_config
 
-WORDS = ("the of and to in is that for it as was with be by on not he this are or his from at which but have an they "
-         "you were her she there been one all we their has would when if so no more year nation people world "
-         "government congress america peace work budget").split()
+WORDS = (
+    "the of and to in is that for it as was with be by on not he this are or his from at which but have an they "
+    "you were her she there been one all we their has would when if so no more year nation people world "
+    "government congress america peace work budget"
+).split()
 SMALL = ["--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "4", "--intermediate_size", "64"]
 
 
@@ -68,10 +70,33 @@ def tokenizer(corpus):
 
 def pretrain(corpus: Path, output_dir: Path, *extra: str, steps: int = 3) -> dict:
     """`run_pretraining` from an argv, as `hf-ffn mlm` parses it: a tiny model, blocks of 32, batch 4, no dropout."""
-    argv = ["--train_files", str(corpus), "--max_seq_length", "32", "--max_steps", str(steps),
-            "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "8", "--learning_rate", "1e-3",
-            "--output_dir", str(output_dir), "--report_to", "none", "--use_cpu", "true", "--disable_tqdm", "true",
-            "--logging_steps", "1", "--seed", "0", *extra]
+    argv = [
+        "--train_files",
+        str(corpus),
+        "--max_seq_length",
+        "32",
+        "--max_steps",
+        str(steps),
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "8",
+        "--learning_rate",
+        "1e-3",
+        "--output_dir",
+        str(output_dir),
+        "--report_to",
+        "none",
+        "--use_cpu",
+        "true",
+        "--disable_tqdm",
+        "true",
+        "--logging_steps",
+        "1",
+        "--seed",
+        "0",
+        *extra,
+    ]
     if "--model_name_or_path" not in extra:
         argv += ["--vocab_size", "100", *SMALL]
     args, data_args, training_args = pretraining_parser().parse_args_into_dataclasses(args=argv)
@@ -83,8 +108,13 @@ def pretrain(corpus: Path, output_dir: Path, *extra: str, steps: int = 3) -> dic
 # ---------------------------------------------------------------------------------------------------------------
 def test_train_tokenizer_vocab_size_special_tokens_and_round_trip(corpus, tokenizer):
     assert len(tokenizer) == 100
-    special = {tokenizer.pad_token: "[PAD]", tokenizer.unk_token: "[UNK]", tokenizer.cls_token: "[CLS]",
-               tokenizer.sep_token: "[SEP]", tokenizer.mask_token: "[MASK]"}
+    special = {
+        tokenizer.pad_token: "[PAD]",
+        tokenizer.unk_token: "[UNK]",
+        tokenizer.cls_token: "[CLS]",
+        tokenizer.sep_token: "[SEP]",
+        tokenizer.mask_token: "[MASK]",
+    }
     assert list(special) == list(special.values())
     assert all(tokenizer.convert_tokens_to_ids(token) < 5 for token in special)  # the first ids
     text = "The Government of the people by the people for the people"
@@ -169,8 +199,14 @@ def test_matched_glu_width_rounding_and_counts():
     assert ffn_width("swiglu", 1024, multiple_of=64) == 704
     with pytest.raises(ValueError, match="--ffn_width has unknown value 'wide'"):
         ffn_width("swiglu", 1024, "wide")
-    config = FfnBertConfig(vocab_size=8192, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                           intermediate_size=680, ffn_type="swiglu")
+    config = FfnBertConfig(
+        vocab_size=8192,
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=680,
+        ffn_type="swiglu",
+    )
     report = ffn_report(config, standard_width=1024)
     # weights: gate_proj and up_proj 256×680 each, down_proj 680×256; the standard FFN 256×1024 and 1024×256
     assert report["ffn_weights"] == 3 * 256 * 680 == 522_240
@@ -195,7 +231,9 @@ def masked_batch(seed: int = 0) -> dict:
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
 
 
-@pytest.mark.parametrize("variant", [{}, {"ffn_type": "swiglu", "layer_norm_position": "pre"}], ids=["bert", "swiglu-pre"])
+@pytest.mark.parametrize(
+    "variant", [{}, {"ffn_type": "swiglu", "layer_norm_position": "pre"}], ids=["bert", "swiglu-pre"]
+)
 def test_sparse_prediction_same_loss_logits_of_masked_rows_only(variant):
     """The loss is the same cross-entropy over the same rows: the head's matmuls run on n_masked rows instead of
     batch × seq (BLAS may sum in another order for another row count: `assert_equal_but_row_count`), and the mean is
@@ -244,20 +282,26 @@ def test_three_step_run_from_scratch(corpus, tmp_path, placement, ffn_type):
     # a new model's loss is near a uniform guess over the 100-token vocabulary, ln 100 = 4.61
     assert abs(results["before_loss"] - math.log(100)) < 0.5
     assert math.isfinite(results["eval_loss"]) and results["eval_perplexity"] == pytest.approx(
-        math.exp(results["eval_loss"]))
+        math.exp(results["eval_loss"])
+    )
     width = ffn_width(ffn_type, 64)  # swiglu: 2/3 · 64 = 42.7 → 40; gelu: 64
     assert outcome["ffn"]["intermediate_size"] == width == (40 if ffn_type == "swiglu" else 64)
     weights = (3 if ffn_type == "swiglu" else 2) * 32 * width
     assert outcome["ffn"]["ffn_weights"] == weights and outcome["ffn"]["ffn_flops_per_token"] == 2 * weights
     assert ("standard" in outcome["ffn"]) == (ffn_type == "swiglu")
     assert outcome["tokens_seen"] == 3 * 4 * 32 and outcome["epochs"] == 12 / outcome["blocks"]["train"]
-    assert f"FFN width {width}" in outcome["summary"] and f"{outcome['ffn']['ffn_params_all_layers']:,}" in \
-        outcome["summary"]
+    assert (
+        f"FFN width {width}" in outcome["summary"]
+        and f"{outcome['ffn']['ffn_params_all_layers']:,}" in outcome["summary"]
+    )
     saved = json.loads((tmp_path / "run" / "run_info.json").read_text())
     assert saved["ffn"] == outcome["ffn"] and saved["tokenizer"]["vocab_size"] == 100
     config = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert (config["layer_norm_position"], config["ffn_type"], config["intermediate_size"]) == (placement, ffn_type,
-                                                                                               width)
+    assert (config["layer_norm_position"], config["ffn_type"], config["intermediate_size"]) == (
+        placement,
+        ffn_type,
+        width,
+    )
     assert config["sparse_prediction"] is False  # an execution switch of the run, not saved
     model = AutoModelForMaskedLM.from_pretrained(tmp_path / "run")
     assert type(model).__name__ == "FfnBertForMaskedLM"
@@ -296,8 +340,7 @@ def test_continued_pretraining_of_a_converted_checkpoint_reports_the_new_head(co
     source = tmp_path / "bert"
     BertModel(BertConfig(**{**TINY, "vocab_size": len(tokenizer)})).save_pretrained(source)  # no MLM head
     tokenizer.save_pretrained(source)
-    outcome = pretrain(corpus, tmp_path / "run", "--model_name_or_path", str(source), "--ffn_type", "geglu",
-                       steps=1)
+    outcome = pretrain(corpus, tmp_path / "run", "--model_name_or_path", str(source), "--ffn_type", "geglu", steps=1)
     new = outcome["conversion"].get("new_weights", outcome["conversion"].get("new", []))
     assert any(key.startswith("cls.predictions.") for key in new), new
     assert outcome["mlm_head"] == "newly initialised" and outcome["model"]["from"] == str(source)
@@ -313,8 +356,22 @@ def test_bad_arguments_name_the_flag(corpus, tmp_path, capsys):
     with pytest.raises(ValueError, match="--vocab_size applies to a trained tokenizer"):
         PretrainingArguments(tokenizer_name="bert-base-uncased", vocab_size=100)
     with pytest.raises(SystemExit) as exit_info:
-        pretraining_main(["--train_files", str(corpus), "--output_dir", str(tmp_path), "--num_attention_heads", "5",
-                          "--hidden_size", "32", "--vocab_size", "100", "--use_cpu", "true"])
+        pretraining_main(
+            [
+                "--train_files",
+                str(corpus),
+                "--output_dir",
+                str(tmp_path),
+                "--num_attention_heads",
+                "5",
+                "--hidden_size",
+                "32",
+                "--vocab_size",
+                "100",
+                "--use_cpu",
+                "true",
+            ]
+        )
     assert exit_info.value.code == 2
     assert "hidden_size (32) must be divisible by num_attention_heads (5)" in capsys.readouterr().err
 
@@ -328,8 +385,10 @@ def test_help_shows_defaults():
 
 
 def test_bf16_where_a_cuda_device_supports_it(tmp_path, monkeypatch):
-    plain, on_cpu = (TrainingArguments(output_dir=str(tmp_path / name), report_to="none", use_cpu=cpu)
-                     for name, cpu in (("plain", False), ("cpu", True)))
+    plain, on_cpu = (
+        TrainingArguments(output_dir=str(tmp_path / name), report_to="none", use_cpu=cpu)
+        for name, cpu in (("plain", False), ("cpu", True))
+    )
     assert use_bf16_where_available(plain) is bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     plain.bf16, plain.mixed_precision = False, "no"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # after the arguments chose their device
@@ -343,7 +402,10 @@ def test_bf16_where_a_cuda_device_supports_it(tmp_path, monkeypatch):
 def test_documents_start_where_the_regex_matches():
     wiki = " = Lobster = \n text one \n = = Biology = = \n more \n = Crab = \n text two \n"
     assert split_documents([wiki, "plain"], r"^ = [^=]") == [
-        " = Lobster = \n text one \n = = Biology = = \n more \n", " = Crab = \n text two \n", "plain"]
+        " = Lobster = \n text one \n = = Biology = = \n more \n",
+        " = Crab = \n text two \n",
+        "plain",
+    ]
     assert split_documents(["intro\n = A = \nbody"], r"^ = [^=]") == ["intro\n", " = A = \nbody"]
     assert split_documents(["a", "b"], None) == ["a", "b"]
     with pytest.raises(ValueError, match=r"--document_start_regex '\(' is not a regular expression"):

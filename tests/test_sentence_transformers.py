@@ -99,8 +99,10 @@ def test_variant_folder_alone_and_with_original_modules(bundled_checkpoint, orig
 # ------------------------------------------------------------------------------------------------ bad input
 def _write_st_folder(folder, model_type="bert", first_type="sentence_transformers.models.Transformer"):
     folder.mkdir(parents=True, exist_ok=True)
-    modules = [{"idx": 0, "name": "0", "path": "", "type": first_type},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": first_type},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
     (folder / "modules.json").write_text(json.dumps(modules))
     (folder / "config.json").write_text(json.dumps({"model_type": model_type}))
     return folder

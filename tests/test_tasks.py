@@ -48,25 +48,52 @@ def tiny_checkpoint(bundled_checkpoint, tmp_path_factory) -> str:
     tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint)
     folder = tmp_path_factory.mktemp("tiny_tasks")
     torch.manual_seed(0)
-    config = tiny_config(vocab_size=tokenizer.vocab_size, max_position_embeddings=128, hidden_dropout_prob=0.0,
-                         attention_probs_dropout_prob=0.0)
+    config = tiny_config(
+        vocab_size=tokenizer.vocab_size,
+        max_position_embeddings=128,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     FfnBertForMaskedLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
 
 
 def finetune(argv: list[str]) -> dict:
-    spec = importlib.util.spec_from_file_location("finetune_classification", REPO / "scripts" / "finetune_classification.py")
+    spec = importlib.util.spec_from_file_location(
+        "finetune_classification", REPO / "scripts" / "finetune_classification.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.main(argv)
 
 
 def common(checkpoint: str, output_dir: Path, *extra: str) -> list[str]:
-    return ["--model_name_or_path", checkpoint, "--output_dir", str(output_dir), "--max_steps", "3",
-            "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "64", "--max_seq_length", "32",
-            "--learning_rate", "1e-2", "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true",
-            "--use_cpu", "true", *extra]
+    return [
+        "--model_name_or_path",
+        checkpoint,
+        "--output_dir",
+        str(output_dir),
+        "--max_steps",
+        "3",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "64",
+        "--max_seq_length",
+        "32",
+        "--learning_rate",
+        "1e-2",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--disable_tqdm",
+        "true",
+        "--use_cpu",
+        "true",
+        *extra,
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -112,8 +139,10 @@ def write_pairs(path: Path, rows) -> str:
 
 
 def test_pair_task_trains_with_token_type_ids_and_scores_like_its_saved_model(tiny_checkpoint, tmp_path, monkeypatch):
-    files = {split: write_pairs(tmp_path / f"{split}.csv", pair_rows(n))
-             for split, n in (("train", 16), ("validation", 10), ("test", 6))}
+    files = {
+        split: write_pairs(tmp_path / f"{split}.csv", pair_rows(n))
+        for split, n in (("train", 16), ("validation", 10), ("test", 6))
+    }
     seen = []
     forward = FfnBertForSequenceClassification.forward
 
@@ -124,9 +153,22 @@ def test_pair_task_trains_with_token_type_ids_and_scores_like_its_saved_model(ti
 
     monkeypatch.setattr(FfnBertForSequenceClassification, "forward", recording)
     output_dir = tmp_path / "out"
-    outcome = finetune(common(tiny_checkpoint, output_dir, "--train_file", files["train"], "--validation_file",
-                              files["validation"], "--test_file", files["test"], "--text_column", "first",
-                              "--text_pair_column", "second"))
+    outcome = finetune(
+        common(
+            tiny_checkpoint,
+            output_dir,
+            "--train_file",
+            files["train"],
+            "--validation_file",
+            files["validation"],
+            "--test_file",
+            files["test"],
+            "--text_column",
+            "first",
+            "--text_pair_column",
+            "second",
+        )
+    )
     monkeypatch.undo()
     # BERT pairs: segment 1 ids present in every training batch (each row has a second sentence)
     assert len(seen) >= 3 and all(ids is not None and (ids == 1).any(dim=1).all() for ids in seen[:3])
@@ -198,8 +240,10 @@ def test_task_readers_read_the_real_layouts(tmp_path):
 
     mrpc = tmp_path / "mrpc"
     mrpc.mkdir()
-    text = ("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\r\n1\t11\t12\tHe said \"yes\".\tHe agreed.\r\n"
-            "0\t13\t14\tIt rained.\tStocks fell 2%.\r\n")
+    text = (
+        'Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\r\n1\t11\t12\tHe said "yes".\tHe agreed.\r\n'
+        "0\t13\t14\tIt rained.\tStocks fell 2%.\r\n"
+    )
     (mrpc / "msr-para-train.tsv").write_bytes(b"\xef\xbb\xbf" + text.encode())  # byte-order mark, CRLF
     (mrpc / "msr-para-val.tsv").write_bytes(text.encode())
     read = load_mrpc(mrpc)
@@ -207,8 +251,11 @@ def test_task_readers_read_the_real_layouts(tmp_path):
     assert read["train"][0] == {"sentence1": 'He said "yes".', "sentence2": "He agreed.", "label": 1}
     assert read["validation"]["label"] == [1, 0]
 
-    with pytest.raises(FileNotFoundError, match=r"--data_dir: .* has no in_domain_dev\.tsv \(the validation split "
-                                                r"of --task cola\)"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"--data_dir: .* has no in_domain_dev\.tsv \(the validation split "
+        r"of --task cola\)",
+    ):
         (cola / "in_domain_dev.tsv").unlink()
         load_cola(cola)
     (stsb / "sts-dev.csv").write_text("a\tb\tc\td\tfive\tx\ty\n")
@@ -231,8 +278,19 @@ def test_user_given_training_arguments_win_over_the_preset(tmp_path):
     from transformers import TrainingArguments
 
     # Trainer's own default batch (8), given explicitly, stays 8: what counts is being given, not the value
-    argv = ["--model_name_or_path", "m", "--task", "mrpc", "--data_dir", "d", "--output_dir", str(tmp_path),
-            "--learning_rate", "1e-4", "--per_device_train_batch_size=8"]
+    argv = [
+        "--model_name_or_path",
+        "m",
+        "--task",
+        "mrpc",
+        "--data_dir",
+        "d",
+        "--output_dir",
+        str(tmp_path),
+        "--learning_rate",
+        "1e-4",
+        "--per_device_train_batch_size=8",
+    ]
     given = given_options(argv)
     assert {"learning_rate", "per_device_train_batch_size", "task"} <= given
     assert "num_train_epochs" not in given and "warmup_steps" not in given
@@ -257,8 +315,9 @@ def write_mrpc(folder: Path, train: int = 16, validation: int = 10) -> Path:
     folder.mkdir()
     header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
     for name, n in (("msr-para-train.tsv", train), ("msr-para-val.tsv", validation)):
-        (folder / name).write_text(header + "".join(f"{label}\t{i}\t{i + 100}\t{a}\t{b}\n"
-                                                    for i, (a, b, label) in enumerate(pair_rows(n))))
+        (folder / name).write_text(
+            header + "".join(f"{label}\t{i}\t{i + 100}\t{a}\t{b}\n" for i, (a, b, label) in enumerate(pair_rows(n)))
+        )
     return folder
 
 
@@ -282,22 +341,25 @@ def test_mrpc_summary_line_scores_binary_f1_of_the_paraphrase_class_and_accuracy
     with torch.no_grad():
         predicted = [int(model(**tokenizer(a, b, return_tensors="pt")).logits.argmax()) for a, b, _ in rows]
     labels = [label for _, _, label in rows]
-    tp = sum(p == 1 and y == 1 for p, y in zip(predicted, labels))
-    fp = sum(p == 1 and y == 0 for p, y in zip(predicted, labels))
-    fn = sum(p == 0 and y == 1 for p, y in zip(predicted, labels))
+    tp = sum(p == 1 and y == 1 for p, y in zip(predicted, labels, strict=False))
+    fp = sum(p == 1 and y == 0 for p, y in zip(predicted, labels, strict=False))
+    fn = sum(p == 0 and y == 1 for p, y in zip(predicted, labels, strict=False))
     f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0  # of class 1, the paraphrase class
-    accuracy = sum(p == y for p, y in zip(predicted, labels)) / len(labels)
+    accuracy = sum(p == y for p, y in zip(predicted, labels, strict=False)) / len(labels)
     results = outcome["results"]
     assert results["eval_f1_binary"] == pytest.approx(f1) and results["eval_accuracy"] == pytest.approx(accuracy)
     assert outcome["task_score"] == pytest.approx(100 * (f1 + accuracy) / 2)
-    assert outcome["summary"] == (f"task=mrpc score={100 * (f1 + accuracy) / 2:.2f} (f1_binary={f1:.4f}, "
-                                  f"accuracy={accuracy:.4f}) on validation")
+    assert outcome["summary"] == (
+        f"task=mrpc score={100 * (f1 + accuracy) / 2:.2f} (f1_binary={f1:.4f}, accuracy={accuracy:.4f}) on validation"
+    )
 
 
 def test_summarize_means_the_metrics_of_the_split_and_names_a_missing_one():
     results = {"eval_f1_binary": 0.8, "eval_accuracy": 0.7, "test_accuracy": 0.1}
     assert summarize("mrpc", ("f1_binary", "accuracy"), results, "validation") == (
-        pytest.approx(75.0), "task=mrpc score=75.00 (f1_binary=0.8000, accuracy=0.7000) on validation")
+        pytest.approx(75.0),
+        "task=mrpc score=75.00 (f1_binary=0.8000, accuracy=0.7000) on validation",
+    )
     line = summarize("reviews", ("accuracy",), results, "test")[1]
     assert line == "task=reviews score=10.00 (accuracy=0.1000) on test"
     with pytest.raises(KeyError, match="no test_f1_binary in the results of the test split"):
@@ -308,10 +370,21 @@ def test_finetune_function_on_own_files_with_overrides(tiny_checkpoint, tmp_path
     from hf_ffn.training import finetune as finetune_function
 
     files = {split: write_pairs(tmp_path / f"{split}.csv", pair_rows(n)) for split, n in (("train", 8), ("v", 6))}
-    outcome = finetune_function(tiny_checkpoint, str(tmp_path / "out"), train_file=files["train"],
-                                validation_file=files["v"], text_column="first", text_pair_column="second",
-                                max_steps=2, per_device_train_batch_size=4, max_seq_length=16, report_to="none",
-                                save_strategy="no", disable_tqdm=True, use_cpu=True)
+    outcome = finetune_function(
+        tiny_checkpoint,
+        str(tmp_path / "out"),
+        train_file=files["train"],
+        validation_file=files["v"],
+        text_column="first",
+        text_pair_column="second",
+        max_steps=2,
+        per_device_train_batch_size=4,
+        max_seq_length=16,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        use_cpu=True,
+    )
     assert outcome["recipe"] == {"learning_rate": 2e-5, "num_train_epochs": 3.0, "warmup_steps": 0.1}
     assert capsys.readouterr().out.strip().splitlines()[-1] == outcome["summary"]
     accuracy = outcome["results"]["eval_accuracy"]
@@ -323,16 +396,27 @@ def test_finetune_function_on_own_files_with_overrides(tiny_checkpoint, tmp_path
 # ---------------------------------------------------------------------------------------------------------------
 # Bad input: clear errors before training
 # ---------------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("case", ["missing label", "word among numbers", "regression with a class in validation",
-                                  "missing pair column", "empty split", "unknown task"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing label",
+        "word among numbers",
+        "regression with a class in validation",
+        "missing pair column",
+        "empty split",
+        "unknown task",
+    ],
+)
 def test_bad_input_names_the_field_value_and_what_is_allowed(case, tiny_checkpoint, tmp_path):
     train = "first,second,label\n" + "".join(f"a {w},b {w},{i * 0.5}\n" for i, w in enumerate(WORDS))
     validation = train
     extra = ["--text_column", "first", "--text_pair_column", "second"]
     if case == "missing label":
         train = train.replace(",1.0\n", ",\n")
-        match = r"--label_column 'label': row 2 of the train split \(.*train\.csv\) has label None \(missing\); a " \
-                r"label must be a class \(a string or an integer\) or a real number"
+        match = (
+            r"--label_column 'label': row 2 of the train split \(.*train\.csv\) has label None \(missing\); a "
+            r"label must be a class \(a string or an integer\) or a real number"
+        )
     elif case == "word among numbers":
         train = train.replace(",1.0\n", ",high\n")
         match = r"row 2 of the train split .* has label 'high' \(a word among numbers such as '0.5' in row 1\)"
@@ -341,7 +425,9 @@ def test_bad_input_names_the_field_value_and_what_is_allowed(case, tiny_checkpoi
         match = r"do not read as one dataset: every file must have the same columns with the same types .*'unsure'"
     elif case == "missing pair column":
         extra = ["--text_column", "first", "--text_pair_column", "third"]
-        match = r"--text_pair_column: column 'third' does not exist in the train split .*; columns: first, second, label"
+        match = (
+            r"--text_pair_column: column 'third' does not exist in the train split .*; columns: first, second, label"
+        )
     elif case == "empty split":
         validation = "first,second,label\n"
         match = r"--validation_file: data file .*validation\.csv' has a header but no rows"
@@ -350,8 +436,11 @@ def test_bad_input_names_the_field_value_and_what_is_allowed(case, tiny_checkpoi
         match = rf"--task has unknown value 'qqp'; allowed: {', '.join(TASKS)}"
     (tmp_path / "train.csv").write_text(train)
     (tmp_path / "validation.csv").write_text(validation)
-    files = [] if case == "unknown task" else ["--train_file", str(tmp_path / "train.csv"), "--validation_file",
-                                               str(tmp_path / "validation.csv")]
+    files = (
+        []
+        if case == "unknown task"
+        else ["--train_file", str(tmp_path / "train.csv"), "--validation_file", str(tmp_path / "validation.csv")]
+    )
     output_dir = tmp_path / "out"
     with pytest.raises(ValueError, match=match):
         finetune(common(tiny_checkpoint, output_dir, *files, *extra))
@@ -363,15 +452,23 @@ def test_script_ends_bad_input_in_one_line_with_status_2(tiny_checkpoint, tmp_pa
     argparse does for a bad command line: no traceback."""
     (tmp_path / "train.csv").write_text("first,label\na good one,1\na bad one,0\n")
     result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "finetune_classification.py"),
-         *common(tiny_checkpoint, tmp_path / "out", "--train_file", str(tmp_path / "train.csv"))],
-        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300,
+        [
+            sys.executable,
+            str(REPO / "scripts" / "finetune_classification.py"),
+            *common(tiny_checkpoint, tmp_path / "out", "--train_file", str(tmp_path / "train.csv")),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=300,
     )
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert last == ("finetune_classification.py: error: --validation_file is required with --train_file (the "
-                    "label set is checked against it)")
+    assert last == (
+        "finetune_classification.py: error: --validation_file is required with --train_file (the "
+        "label set is checked against it)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -393,13 +490,13 @@ def test_sts_spearman_matches_a_hand_computed_spearman(tiny_checkpoint, tmp_path
             return model(**tokenizer(text, return_tensors="pt")).last_hidden_state[0].mean(0).double().numpy()
 
     cosines = []
-    for first, second in zip(pairs["sentence1"], pairs["sentence2"]):
+    for first, second in zip(pairs["sentence1"], pairs["sentence2"], strict=False):
         a, b = embed(first), embed(second)
         cosines.append(a @ b / np.sqrt((a @ a) * (b @ b)))
     gold = np.array(pairs["label"])
     assert len(set(np.round(cosines, 6))) == 8 and len(set(gold)) == 8  # no ties: Spearman = 1 − 6Σd² / (n(n²−1))
     d = ranks(np.array(cosines)) - ranks(gold)
-    expected = 1 - 6 * (d * d).sum() / (8 * (8 ** 2 - 1))
+    expected = 1 - 6 * (d * d).sum() / (8 * (8**2 - 1))
     # padded batches vs one sentence at a time: float32 rounding of the cosines, far from changing any rank here
     assert result["spearman"] == pytest.approx(expected, abs=1e-12)
     assert result["pairs"] == 8 and result["split"] == "test"
@@ -413,10 +510,17 @@ def test_labels_of_a_datasets_dataset_checked_split_by_split():
     # `datasets` dicts (hub or json) can hold numbers in train and words in validation; csv files cannot get there
     # (the csv builder refuses files of different types, tested above)
     args = ClassificationDataArguments(dataset_name="any", text_column="a", text_pair_column="b")
-    raw = DatasetDict({"train": Dataset.from_dict({"a": ["x", "y"], "b": ["u", "v"], "label": [0.5, 4.0]}),
-                       "validation": Dataset.from_dict({"a": ["x", "y"], "b": ["u", "v"], "label": ["1", "high"]})})
-    with pytest.raises(ValueError, match=r"the training labels are real numbers \(a regression\), but row 1 of the "
-                                         r"validation split has label 'high'"):
+    raw = DatasetDict(
+        {
+            "train": Dataset.from_dict({"a": ["x", "y"], "b": ["u", "v"], "label": [0.5, 4.0]}),
+            "validation": Dataset.from_dict({"a": ["x", "y"], "b": ["u", "v"], "label": ["1", "high"]}),
+        }
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"the training labels are real numbers \(a regression\), but row 1 of the "
+        r"validation split has label 'high'",
+    ):
         check_columns_and_labels(raw, args)
     raw["validation"] = Dataset.from_dict({"a": ["x"], "b": ["u"], "label": [3]})  # integers: numbers too
     assert check_columns_and_labels(raw, args) == (("a", "b"), None)

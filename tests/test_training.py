@@ -54,9 +54,17 @@ def quiet_transformers():
 
 def training_args(output_dir: Path, **overrides) -> TrainingArguments:
     defaults = dict(
-        output_dir=str(output_dir), per_device_train_batch_size=8, per_device_eval_batch_size=16,
-        learning_rate=1e-2, max_steps=6, save_strategy="no", report_to="none", disable_tqdm=True,
-        logging_steps=1, seed=0, use_cpu=True,
+        output_dir=str(output_dir),
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=16,
+        learning_rate=1e-2,
+        max_steps=6,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        logging_steps=1,
+        seed=0,
+        use_cpu=True,
     )
     return TrainingArguments(**{**defaults, **overrides})
 
@@ -67,8 +75,9 @@ def token_dataset(n: int = 32, seed: int = 0) -> Dataset:
     ids = torch.randint(5, 99, (n, 6), generator=g)
     ids[:, 0] = 2  # a [CLS]-like first token
     labels = (ids[:, 1] < 50).long()
-    return Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": torch.ones_like(ids).tolist(),
-                              "labels": labels.tolist()})
+    return Dataset.from_dict(
+        {"input_ids": ids.tolist(), "attention_mask": torch.ones_like(ids).tolist(), "labels": labels.tolist()}
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -107,7 +116,9 @@ def test_resume_from_checkpoint_folder_matches_uninterrupted_run(tmp_path):
     assert json.loads((checkpoint / "config.json").read_text())["model_type"] == "ffn_bert"
     resumed.train(resume_from_checkpoint=str(checkpoint))
     assert resumed.state.global_step == 4
-    for (name, p_straight), p_resumed in zip(straight.model.named_parameters(), resumed.model.parameters()):
+    for (name, p_straight), p_resumed in zip(
+        straight.model.named_parameters(), resumed.model.parameters(), strict=False
+    ):
         # the same ops on the same data in the same order, weights and optimizer state restored exactly from disk
         assert torch.equal(p_straight, p_resumed), name
 
@@ -238,8 +249,9 @@ def test_fill_mask_pipeline_on_saved_model(tokenizer, tmp_path):
 
 def test_text_classification_pipeline_on_saved_model(tokenizer, tmp_path):
     torch.manual_seed(0)
-    config = real_vocab_config(tokenizer, ffn_type="swiglu", num_labels=2, id2label={0: "neg", 1: "pos"},
-                               label2id={"neg": 0, "pos": 1})
+    config = real_vocab_config(
+        tokenizer, ffn_type="swiglu", num_labels=2, id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1}
+    )
     model = FfnBertForSequenceClassification(config)
     model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
@@ -250,7 +262,7 @@ def test_text_classification_pipeline_on_saved_model(tokenizer, tmp_path):
     outputs = classify(texts)
     with torch.no_grad():
         probs = model.eval()(**tokenizer(texts, return_tensors="pt", padding=True)).logits.softmax(-1)
-    for output, row in zip(outputs, probs):
+    for output, row in zip(outputs, probs, strict=False):
         assert output["label"] == config.id2label[int(row.argmax())]
         assert output["score"] == pytest.approx(float(row.max()), rel=1e-5)
 
@@ -359,7 +371,7 @@ def test_mlm_blocks_cut_the_document_stream_and_fixed_masks_repeat(tokenizer):
     documents = ["the state of the union is strong . " * 3, "we shall act now ."]
     blocks = mlm_blocks(documents, tokenizer, block_size=8)
     stream = [i for text in documents for i in tokenizer(text)["input_ids"]]  # [CLS] text [SEP] per document
-    assert blocks["input_ids"] == [stream[i * 8:(i + 1) * 8] for i in range(len(stream) // 8)]  # remainder dropped
+    assert blocks["input_ids"] == [stream[i * 8 : (i + 1) * 8] for i in range(len(stream) // 8)]  # remainder dropped
     special = {tokenizer.cls_token_id, tokenizer.sep_token_id}
     assert blocks["special_tokens_mask"] == [[int(i in special) for i in row] for row in blocks["input_ids"]]
     first, again = (mask_once(blocks, tokenizer, mlm_probability=0.5, seed=3) for _ in range(2))
@@ -407,10 +419,29 @@ def csv_files(tmp_path) -> dict[str, str]:
 
 def script_argv(checkpoint: str, files: dict[str, str], output_dir: Path, *extra: str) -> list[str]:
     return [
-        "--model_name_or_path", checkpoint, "--train_file", files["train"], "--validation_file", files["validation"],
-        "--test_file", files["test"], "--output_dir", str(output_dir), "--max_steps", "2",
-        "--per_device_train_batch_size", "4", "--max_seq_length", "16", "--report_to", "none",
-        "--save_strategy", "no", "--disable_tqdm", "true", *extra,
+        "--model_name_or_path",
+        checkpoint,
+        "--train_file",
+        files["train"],
+        "--validation_file",
+        files["validation"],
+        "--test_file",
+        files["test"],
+        "--output_dir",
+        str(output_dir),
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_seq_length",
+        "16",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--disable_tqdm",
+        "true",
+        *extra,
     ]
 
 
@@ -444,10 +475,22 @@ def test_test_predictions_in_split_order_under_group_by_length(tiny_checkpoint, 
     # "word movie") would come back shuffled. The predicted / label ids must follow the length-sorted test split.
     main = load_script("finetune_classification").main
     rows = [(f"{word} movie", "pos") for word in POSITIVE] + [(f"{word} movie", "neg") for word in NEGATIVE]
-    files = {"train": write_csv(tmp_path / "train.csv", rows * 2), "validation": write_csv(tmp_path / "v.csv", rows),
-             "test": write_csv(tmp_path / "test.csv", rows)}
-    outcome = main(script_argv(tiny_checkpoint, files, tmp_path / "out", "--train_sampling_strategy",
-                               "group_by_length", "--per_device_eval_batch_size", "4"))
+    files = {
+        "train": write_csv(tmp_path / "train.csv", rows * 2),
+        "validation": write_csv(tmp_path / "v.csv", rows),
+        "test": write_csv(tmp_path / "test.csv", rows),
+    }
+    outcome = main(
+        script_argv(
+            tiny_checkpoint,
+            files,
+            tmp_path / "out",
+            "--train_sampling_strategy",
+            "group_by_length",
+            "--per_device_eval_batch_size",
+            "4",
+        )
+    )
     lengths = [len(tokenizer(text)["input_ids"]) for text, _ in rows]
     expected = [{"neg": 0, "pos": 1}[rows[i][1]] for i in sorted(range(len(rows)), key=lengths.__getitem__)]
     assert outcome["test_label_ids"] == expected
@@ -469,30 +512,43 @@ def test_missing_or_empty_data_file(broken, tiny_checkpoint, csv_files, tmp_path
         Path(files["validation"]).write_text("")
     error, match = (FileNotFoundError, "does not exist") if broken == "missing" else (ValueError, "is empty")
     out = tmp_path / "out"
-    assert_fails_before_training(script_argv(tiny_checkpoint, files, out), out, error,
-                                 rf"--validation_file.*nowhere\.csv.*{match}")
+    assert_fails_before_training(
+        script_argv(tiny_checkpoint, files, out), out, error, rf"--validation_file.*nowhere\.csv.*{match}"
+    )
 
 
 def test_label_column_that_does_not_exist(tiny_checkpoint, csv_files, tmp_path):
     out = tmp_path / "out"
-    assert_fails_before_training(script_argv(tiny_checkpoint, csv_files, out, "--label_column", "stars"), out,
-                                 ValueError, r"--label_column: column 'stars' does not exist in the train split "
-                                 r"\(.*train\.csv\); columns: sentence, label")
+    assert_fails_before_training(
+        script_argv(tiny_checkpoint, csv_files, out, "--label_column", "stars"),
+        out,
+        ValueError,
+        r"--label_column: column 'stars' does not exist in the train split "
+        r"\(.*train\.csv\); columns: sentence, label",
+    )
 
 
 def test_label_sets_differ_between_train_and_validation(tiny_checkpoint, csv_files, tmp_path):
     write_csv(Path(csv_files["validation"]), [("good movie", "pos"), ("so so movie", "neutral")])
     out = tmp_path / "out"
-    assert_fails_before_training(script_argv(tiny_checkpoint, csv_files, out), out, ValueError,
-                                 r"validation split \(.*validation\.csv\) differs .* only in validation: "
-                                 r"\['neutral'\], only in train: \['neg'\]")
+    assert_fails_before_training(
+        script_argv(tiny_checkpoint, csv_files, out),
+        out,
+        ValueError,
+        r"validation split \(.*validation\.csv\) differs .* only in validation: "
+        r"\['neutral'\], only in train: \['neg'\]",
+    )
 
 
 def test_checkpoint_path_that_does_not_exist(csv_files, tmp_path):
     out = tmp_path / "out"
     missing = str(tmp_path / "no" / "such" / "checkpoint")
-    assert_fails_before_training(script_argv(missing, csv_files, out), out, FileNotFoundError,
-                                 r"--model_name_or_path: no such folder: .*no/such/checkpoint$")
+    assert_fails_before_training(
+        script_argv(missing, csv_files, out),
+        out,
+        FileNotFoundError,
+        r"--model_name_or_path: no such folder: .*no/such/checkpoint$",
+    )
     for name in ("./nope", "org/name/extra"):
         with pytest.raises(FileNotFoundError, match=f"no such folder: {name}$"):
             check_checkpoint(name)
@@ -514,11 +570,32 @@ def test_mlm_script_reports_perplexity_before_and_after(tiny_checkpoint, tmp_pat
         (docs / f"speech{i}.txt").write_text("the state of the union is strong . " * 40)
     (docs / "latin1.txt").write_bytes("the café of the union is strong . ".encode("latin-1") * 40)
     output_dir = tmp_path / "mlm"
-    outcome = load_script("finetune_mlm").main([
-        "--model_name_or_path", tiny_checkpoint, "--train_files", str(docs), "--validation_split_percentage", "20",
-        "--max_seq_length", "32", "--max_steps", "6", "--learning_rate", "1e-2", "--per_device_train_batch_size", "8",
-        "--output_dir", str(output_dir), "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true",
-    ])
+    outcome = load_script("finetune_mlm").main(
+        [
+            "--model_name_or_path",
+            tiny_checkpoint,
+            "--train_files",
+            str(docs),
+            "--validation_split_percentage",
+            "20",
+            "--max_seq_length",
+            "32",
+            "--max_steps",
+            "6",
+            "--learning_rate",
+            "1e-2",
+            "--per_device_train_batch_size",
+            "8",
+            "--output_dir",
+            str(output_dir),
+            "--report_to",
+            "none",
+            "--save_strategy",
+            "no",
+            "--disable_tqdm",
+            "true",
+        ]
+    )
     results = outcome["results"]
     assert outcome["documents"] == {"train": 4, "validation": 1}
     assert results["before_perplexity"] == pytest.approx(math.exp(results["before_loss"]))
@@ -527,7 +604,6 @@ def test_mlm_script_reports_perplexity_before_and_after(tiny_checkpoint, tmp_pat
     # must bring it well down
     assert results["before_perplexity"] > 10000 and results["eval_perplexity"] < results["before_perplexity"] / 4
     assert (output_dir / "config.json").exists() and "perplexity" in (output_dir / "README.md").read_text()
-
 
 
 def test_mlm_on_a_checkpoint_without_mlm_head_says_the_head_is_new(tokenizer, tmp_path, caplog):
@@ -549,15 +625,36 @@ def test_mlm_on_a_checkpoint_without_mlm_head_says_the_head_is_new(tokenizer, tm
     modeling_logger = logging.getLogger("transformers.modeling_utils")
     modeling_logger.addHandler(recorder)
     with caplog.at_level("WARNING"):
-        outcome = load_script("finetune_mlm").main([
-            "--model_name_or_path", str(checkpoint), "--train_files", str(docs), "--max_seq_length", "32",
-            "--max_steps", "1", "--per_device_train_batch_size", "4", "--output_dir", str(tmp_path / "mlm"),
-            "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true",
-        ])
+        outcome = load_script("finetune_mlm").main(
+            [
+                "--model_name_or_path",
+                str(checkpoint),
+                "--train_files",
+                str(docs),
+                "--max_seq_length",
+                "32",
+                "--max_steps",
+                "1",
+                "--per_device_train_batch_size",
+                "4",
+                "--output_dir",
+                str(tmp_path / "mlm"),
+                "--report_to",
+                "none",
+                "--save_strategy",
+                "no",
+                "--disable_tqdm",
+                "true",
+            ]
+        )
     modeling_logger.removeHandler(recorder)
-    head = ["cls.predictions.bias", "cls.predictions.transform.LayerNorm.bias",
-            "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.dense.bias",
-            "cls.predictions.transform.dense.weight"]
+    head = [
+        "cls.predictions.bias",
+        "cls.predictions.transform.LayerNorm.bias",
+        "cls.predictions.transform.LayerNorm.weight",
+        "cls.predictions.transform.dense.bias",
+        "cls.predictions.transform.dense.weight",
+    ]
     assert outcome["mlm_head"] == "newly initialised"
     assert set(head) <= set(outcome["conversion"]["new_weights"])
     notes = [r.getMessage() for r in caplog.records if "has no MLM head" in r.getMessage()]
@@ -592,7 +689,9 @@ def test_save_finished_only_main_process_touches_staging(tmp_path):
     staging.mkdir()
     (staging / "being-written-by-rank-0").write_text("x")
     calls = []
-    save_finished(str(tmp_path), save=lambda folder: calls.append(folder), main=False, barrier=lambda: calls.append("barrier"))
+    save_finished(
+        str(tmp_path), save=lambda folder: calls.append(folder), main=False, barrier=lambda: calls.append("barrier")
+    )
     assert (staging / "being-written-by-rank-0").read_text() == "x"  # untouched by the non-main process
     assert calls == ["barrier", staging, "barrier", "barrier"]
     assert not (tmp_path / "being-written-by-rank-0").exists()  # nothing moved by it either
@@ -627,7 +726,7 @@ def test_classification_script_unpadded_by_default_same_losses_saved_switch_off(
     # Sentences of 1 to 7 words: every batch of 4 is padded. DataCollatorWithPadding gives sequence labels only,
     # so the loss reads the pooler (token 0, real) and the switch changes no loss.
     words = POSITIVE + NEGATIVE
-    rows = [(" ".join(words[i:i + 1 + i % 7]) + " movie", "pos" if i % 2 else "neg") for i in range(10)]
+    rows = [(" ".join(words[i : i + 1 + i % 7]) + " movie", "pos" if i % 2 else "neg") for i in range(10)]
     files = {split: write_csv(tmp_path / f"{split}.csv", rows) for split in ("train", "validation", "test")}
     main = load_script("finetune_classification").main
     extra = ("--max_steps", "3", "--logging_steps", "1", "--optim", "sgd", "--learning_rate", "0.5")
@@ -667,12 +766,31 @@ def test_mlm_script_switch_falls_back_exactly_and_saved_switch_is_the_checkpoint
     main = load_script("finetune_mlm").main
 
     def run(name: str, *extra: str) -> dict:
-        return main([
-            "--model_name_or_path", str(checkpoint), "--train_files", str(docs), "--max_seq_length", "32",
-            "--max_steps", "3", "--logging_steps", "1", "--per_device_train_batch_size", "4",
-            "--output_dir", str(tmp_path / name), "--report_to", "none", "--save_strategy", "no",
-            "--disable_tqdm", "true", *extra,
-        ])
+        return main(
+            [
+                "--model_name_or_path",
+                str(checkpoint),
+                "--train_files",
+                str(docs),
+                "--max_seq_length",
+                "32",
+                "--max_steps",
+                "3",
+                "--logging_steps",
+                "1",
+                "--per_device_train_batch_size",
+                "4",
+                "--output_dir",
+                str(tmp_path / name),
+                "--report_to",
+                "none",
+                "--save_strategy",
+                "no",
+                "--disable_tqdm",
+                "true",
+                *extra,
+            ]
+        )
 
     unpadded = count_unpadded_forwards(monkeypatch)
     on, off = run("on"), run("off", "--no_unpad_tokens")
@@ -695,7 +813,7 @@ def test_classification_script_padding_free_same_losses_one_row_per_batch(tiny_c
     one output per sentence, and the losses are the padded run's (switch on) to fp32 rounding of packed attention
     against padded attention (tests/test_packed.py) and of the weight gradients (above)."""
     words = POSITIVE + NEGATIVE
-    rows = [(" ".join(words[i:i + 1 + i % 7]) + " movie", "pos" if i % 2 else "neg") for i in range(10)]
+    rows = [(" ".join(words[i : i + 1 + i % 7]) + " movie", "pos" if i % 2 else "neg") for i in range(10)]
     files = {split: write_csv(tmp_path / f"{split}.csv", rows) for split in ("train", "validation", "test")}
     main = load_script("finetune_classification").main
     extra = ("--max_steps", "3", "--logging_steps", "1", "--optim", "sgd", "--learning_rate", "0.5")
@@ -721,8 +839,9 @@ def test_classification_script_padding_free_same_losses_one_row_per_batch(tiny_c
 # ---------------------------------------------------------------------------------------------------------------
 def test_resume_checkpoint_resolves_last_to_the_newest_checkpoint(tmp_path):
     def resolved(value):
-        return resume_checkpoint(TrainingArguments(output_dir=str(tmp_path / "run"), resume_from_checkpoint=value,
-                                                   report_to="none"))
+        return resume_checkpoint(
+            TrainingArguments(output_dir=str(tmp_path / "run"), resume_from_checkpoint=value, report_to="none")
+        )
 
     assert resolved(None) is None
     assert resolved("some/checkpoint-7") == "some/checkpoint-7"  # a path is Trainer's business, passed as given
@@ -739,8 +858,7 @@ class TrainCalled(Exception):
 
 
 @pytest.mark.parametrize("script", ["finetune_classification", "finetune_mlm"])
-def test_fine_tuning_scripts_resume_from_the_last_checkpoint(script, tiny_checkpoint, csv_files, tmp_path,
-                                                             monkeypatch):
+def test_fine_tuning_scripts_resume_from_the_last_checkpoint(script, tiny_checkpoint, csv_files, tmp_path, monkeypatch):
     """Trainer alone would read "last" as a path: the scripts hand it the newest checkpoint-N folder, and refuse
     "last" without one before any training."""
     docs = tmp_path / "docs"
@@ -748,9 +866,24 @@ def test_fine_tuning_scripts_resume_from_the_last_checkpoint(script, tiny_checkp
     for i in range(2):
         (docs / f"speech{i}.txt").write_text("the state of the union is strong . " * 40)
     output_dir = tmp_path / "out"
-    data = (script_argv(tiny_checkpoint, csv_files, output_dir) if script == "finetune_classification" else [
-        "--model_name_or_path", tiny_checkpoint, "--train_files", str(docs), "--max_seq_length", "16",
-        "--output_dir", str(output_dir), "--report_to", "none", "--max_steps", "1"])
+    data = (
+        script_argv(tiny_checkpoint, csv_files, output_dir)
+        if script == "finetune_classification"
+        else [
+            "--model_name_or_path",
+            tiny_checkpoint,
+            "--train_files",
+            str(docs),
+            "--max_seq_length",
+            "16",
+            "--output_dir",
+            str(output_dir),
+            "--report_to",
+            "none",
+            "--max_steps",
+            "1",
+        ]
+    )
     main = load_script(script).main
     passed = []
 

@@ -92,9 +92,11 @@ def assert_close_at_real_tokens(expected, actual, mask: torch.Tensor) -> None:
     batch × seq), everywhere for the others (pooler, sequence-level logits, losses)."""
     assert expected.keys() == actual.keys()
     for key in expected.keys():
-        values = zip(expected[key], actual[key], strict=True) if isinstance(expected[key], tuple) else [
-            (expected[key], actual[key])
-        ]
+        values = (
+            zip(expected[key], actual[key], strict=True)
+            if isinstance(expected[key], tuple)
+            else [(expected[key], actual[key])]
+        )
         for a, b in values:
             per_token = a.dim() >= 2 and a.shape[:2] == mask.shape
             a, b = (a[mask], b[mask]) if per_token else (a, b)
@@ -115,7 +117,8 @@ def head_inputs(ours_class: type, batch: dict) -> dict:
         FfnBertForSequenceClassification: {"labels": torch.tensor([0, 2, 1])},
         FfnBertForTokenClassification: {"labels": token_labels},
         FfnBertForQuestionAnswering: {
-            "start_positions": torch.tensor([1, 0, 1]), "end_positions": torch.tensor([5, 3, 1])
+            "start_positions": torch.tensor([1, 0, 1]),
+            "end_positions": torch.tensor([5, 3, 1]),
         },
     }
     return batch | labels.get(ours_class, {})
@@ -282,9 +285,7 @@ def four_d_mask(mask: torch.Tensor) -> torch.Tensor:
     return torch.zeros(blocked.shape).masked_fill(blocked, torch.finfo(torch.float32).min)
 
 
-@pytest.mark.parametrize(
-    "case", ["no-mask", "all-ones", "left-padding", "4d-mask", "output-attentions"]
-)
+@pytest.mark.parametrize("case", ["no-mask", "all-ones", "left-padding", "4d-mask", "output-attentions"])
 def test_fallback_is_the_padded_path_exactly(case):
     torch.manual_seed(0)
     model = FfnBertModel(tiny_config()).eval()
@@ -366,8 +367,11 @@ def padded_dataset(n: int = 24, seed: int = 0):
     lengths = torch.randint(3, 10, (n,), generator=g)
     mask = (torch.arange(9)[None] < lengths[:, None]).long()
     return Dataset.from_dict(
-        {"input_ids": (ids * mask).tolist(), "attention_mask": mask.tolist(),
-         "labels": (ids[:, 1] < 50).long().tolist()}
+        {
+            "input_ids": (ids * mask).tolist(),
+            "attention_mask": mask.tolist(),
+            "labels": (ids[:, 1] < 50).long().tolist(),
+        }
     )
 
 
@@ -379,9 +383,17 @@ def test_trainer_run_ends_with_the_same_weights_within_tolerance(tmp_path):
         model = FfnBertForSequenceClassification(tiny_config(num_labels=2, unpad_tokens=unpad, **NO_DROPOUT))
         model.load_state_dict(initial)
         args = TrainingArguments(
-            output_dir=str(tmp_path / str(unpad)), per_device_train_batch_size=8, learning_rate=0.5, max_steps=6,
+            output_dir=str(tmp_path / str(unpad)),
+            per_device_train_batch_size=8,
+            learning_rate=0.5,
+            max_steps=6,
             optim="sgd",
-            save_strategy="no", report_to="none", disable_tqdm=True, logging_steps=1, seed=0, use_cpu=True,
+            save_strategy="no",
+            report_to="none",
+            disable_tqdm=True,
+            logging_steps=1,
+            seed=0,
+            use_cpu=True,
         )
         trainer = Trainer(model=model, args=args, train_dataset=padded_dataset())
         trainer.train()

@@ -17,20 +17,20 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 import hf_ffn.checkpoints
+import hf_ffn.cli
 import hf_ffn.training
+import studies.benchmark.cli
 from hf_ffn import FfnBertConfig, FfnBertModel, configuration_ffn_bert
 from hf_ffn.checkpoints import check_checkpoint, looks_local
-import hf_ffn.cli
 from hf_ffn.cli import EXIT_BAD_INPUT, EXIT_NOT_EXACT, EXIT_NOT_PLAIN_BERT, build_parser, main
 from hf_ffn.conversion import convert_checkpoint, export_to_bert, load_converted
-from hf_ffn.export import export_onnx
 from hf_ffn.conversion.recipes import parse_width
+from hf_ffn.export import export_onnx
 from hf_ffn.files import atomic_output_dir, atomic_output_file
 from hf_ffn.options import name_options
 from hf_ffn.parity import NotPlainBertError, ParityRow, run_parity, variant_report
 from hf_ffn.sentence_transformers import convert_sentence_transformer
 from hf_ffn.training import save_finished
-import studies.benchmark.cli
 
 from .conftest import TINY, tiny_config
 
@@ -61,8 +61,13 @@ def cli_error(capsys, argv: list[str]) -> tuple[int, str]:
 
 def missing_paths(tmp_path: Path) -> list[str]:
     """Local-looking paths that do not exist: absolute, ./, ../, ~, and one whose parent folder exists."""
-    return [str(tmp_path / "missing"), "./no-such-checkpoint", "../no-such-checkpoint", "~/no-such-checkpoint-xyz",
-            f"{tmp_path.name}/missing"]
+    return [
+        str(tmp_path / "missing"),
+        "./no-such-checkpoint",
+        "../no-such-checkpoint",
+        "~/no-such-checkpoint-xyz",
+        f"{tmp_path.name}/missing",
+    ]
 
 
 def test_missing_local_checkpoint_in_every_command(tmp_path, capsys, monkeypatch):
@@ -149,8 +154,9 @@ def test_hub_names_offline_say_so_and_name_the_way_out(tmp_path, capsys, monkeyp
 
 def test_unreachable_hub_online_names_the_offline_switch_and_a_local_folder():
     # Online, transformers' "couldn't connect" (the hub unreachable) becomes the same message (no network used here).
-    error = OSError("We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in "
-                    "the cached files.")
+    error = OSError(
+        "We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in the cached files."
+    )
     args = build_parser().parse_args(["convert", "some-org/some-model", "out"])
     message = hf_ffn.cli.user_message(error, args)
     assert message.startswith("CHECKPOINT: 'some-org/some-model' is not a local folder, so it is a Hugging Face hub")
@@ -166,8 +172,10 @@ def swiglu_pre_folder(tiny_bert_checkpoint, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("variant") / "swiglu-pre"
     previous = os.umask(0o022)
     try:
-        assert main(["convert", tiny_bert_checkpoint, str(out), "--ffn-type", "swiglu",
-                     "--layer-norm-position", "pre"]) == 0
+        assert (
+            main(["convert", tiny_bert_checkpoint, str(out), "--ffn-type", "swiglu", "--layer-norm-position", "pre"])
+            == 0
+        )
     finally:
         os.umask(previous)
     return out
@@ -182,8 +190,10 @@ def test_parity_on_a_variant_folder_explains_and_exits_3(swiglu_pre_folder, tiny
     assert f"{swiglu_pre_folder} is not a plain-BERT checkpoint" in err
     assert "ffn_type='swiglu'" in err and "layer_norm_position='pre'" in err
     assert "Upstream BertModel cannot represent it" in err
-    assert ("would ignore 6 weights (encoder.layer.{0, 1}.mlp.gate_proj.weight, encoder.layer.{0, 1}.mlp.gate_proj"
-            ".bias, encoder.final_norm.weight, encoder.final_norm.bias)") in err
+    assert (
+        "would ignore 6 weights (encoder.layer.{0, 1}.mlp.gate_proj.weight, encoder.layer.{0, 1}.mlp.gate_proj"
+        ".bias, encoder.final_norm.weight, encoder.final_norm.bias)"
+    ) in err
     hint = f"hf-ffn parity --model {tiny_bert_checkpoint} --ffn_type swiglu --layer_norm_position pre"
     assert hint in err  # the source, read from conversion_report.json
     # The hinted command runs: the variant report, exit 0.
@@ -317,7 +327,9 @@ def test_warn_reused_weights_false_is_the_callers_explicit_choice(tmp_path, conf
     FfnBertModel(tiny_config(ffn_type="swiglu")).save_pretrained(tmp_path)
     model = FfnBertModel.from_pretrained(tmp_path, ffn_type="geglu", warn_reused_weights=False)
     assert model.config.ffn_type == "geglu" and not hasattr(model.config, "warn_reused_weights")
-    assert FfnBertConfig.from_dict(model.config.to_dict(), warn_reused_weights=False, ffn_type="reglu").ffn_type == "reglu"
+    assert (
+        FfnBertConfig.from_dict(model.config.to_dict(), warn_reused_weights=False, ffn_type="reglu").ffn_type == "reglu"
+    )
     assert messages(config_warnings) == []
     FfnBertModel.from_pretrained(tmp_path, ffn_type="geglu")
     assert len(messages(config_warnings)) == 1
@@ -386,8 +398,9 @@ def test_to_bert_keeps_sentence_transformers_modules(tiny_sentence_transformer, 
     assert json.loads((bert / "config.json").read_text())["model_type"] == "bert"
     sentences = ["a short one", "a somewhat longer sentence, padded in the batch", "three"]
     source = st.SentenceTransformer(str(tiny_sentence_transformer), device="cpu")
-    assert torch.equal(exported.encode(sentences, convert_to_tensor=True),
-                       source.encode(sentences, convert_to_tensor=True))
+    assert torch.equal(
+        exported.encode(sentences, convert_to_tensor=True), source.encode(sentences, convert_to_tensor=True)
+    )
     # A variant backbone is refused, naming why (upstream BERT has no such FFN).
     assert main(["convert", str(tiny_sentence_transformer), str(tmp_path / "geglu"), "--ffn-type", "geglu"]) == 0
     code, err = cli_error(capsys, ["convert", str(tmp_path / "geglu"), str(tmp_path / "no"), "--to-bert"])
@@ -437,14 +450,16 @@ def test_converted_and_fine_tuned_folders_have_umask_permissions(swiglu_pre_fold
         os.chmod(folder / "model.safetensors", 0o600)
 
     save_finished(str(tmp_path / "run"), save)
-    assert {p.name: mode(p) for p in (tmp_path / "run").iterdir()} == {"config.json": 0o644,
-                                                                        "model.safetensors": 0o644}
+    assert {p.name: mode(p) for p in (tmp_path / "run").iterdir()} == {"config.json": 0o644, "model.safetensors": 0o644}
 
 
 def test_export_refuses_unpad_tokens(tmp_path):
     model = FfnBertModel(tiny_config(unpad_tokens=True)).eval()
-    with pytest.raises(ValueError, match=r"config.unpad_tokens=True cannot be exported .* set "
-                                         r"model.config.unpad_tokens = False"):
+    with pytest.raises(
+        ValueError,
+        match=r"config.unpad_tokens=True cannot be exported .* set "
+        r"model.config.unpad_tokens = False",
+    ):
         export_onnx(model, tmp_path / "model.onnx")
     assert not (tmp_path / "model.onnx").exists()
 
@@ -489,8 +504,15 @@ def test_documented_tokenizer_call_needs_no_prompt_without_hf_ffn(swiglu_pre_fol
     ]
     env = {"PATH": os.environ.get("PATH", ""), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home")}
     # stdin closed: a prompt would read EOF at once; the check is that none is shown, and the time of each call.
-    result = subprocess.run([sys.executable, "-c", TOKENIZER_SCRIPT, str(folder), *lines], cwd=tmp_path, env=env,
-                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", TOKENIZER_SCRIPT, str(folder), *lines],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Do you wish to run the custom code" not in result.stdout + result.stderr
     loaded = [json.loads(out.split(" ", 1)[1]) for out in result.stdout.splitlines() if out.startswith("TOKENIZER ")]
@@ -528,8 +550,23 @@ def test_convert_pruned_refuses_non_positive_calibration_sizes(flag, tiny_bert_c
     text.write_text("the quick brown fox jumps over the lazy dog. " * 50)
     out = tmp_path / "pruned"
     with pytest.raises(SystemExit) as exit_info:
-        main(["convert", tiny_bert_checkpoint, str(out), "--ffn-type", "swiglu", "--init", "pruned",
-              "--width", "16", "--calibration-files", str(text), flag, "0"])
+        main(
+            [
+                "convert",
+                tiny_bert_checkpoint,
+                str(out),
+                "--ffn-type",
+                "swiglu",
+                "--init",
+                "pruned",
+                "--width",
+                "16",
+                "--calibration-files",
+                str(text),
+                flag,
+                "0",
+            ]
+        )
     assert exit_info.value.code == EXIT_BAD_INPUT
     assert f"{flag} must be > 0, got 0" in capsys.readouterr().err
     assert not out.exists()

@@ -34,13 +34,22 @@ def source(tmp_path_factory):
     root = tmp_path_factory.mktemp("variants")
     tokenizer = AutoTokenizer.from_pretrained(find_bundled_checkpoint())
     torch.manual_seed(0)
-    config = BertConfig(**{**TINY, "vocab_size": tokenizer.vocab_size, "max_position_embeddings": 128,
-                           "intermediate_size": 384, "initializer_range": 0.3})
+    config = BertConfig(
+        **{
+            **TINY,
+            "vocab_size": tokenizer.vocab_size,
+            "max_position_embeddings": 128,
+            "intermediate_size": 384,
+            "initializer_range": 0.3,
+        }
+    )
     BertModel(config).save_pretrained(root / "bert")
     tokenizer.save_pretrained(root / "bert")
     text = root / "calibration.txt"
-    text.write_text(" ".join(f"sentence number {i} says something about the weather and the river." for i in
-                             range(200)), encoding="utf-8")
+    text.write_text(
+        " ".join(f"sentence number {i} says something about the weather and the river." for i in range(200)),
+        encoding="utf-8",
+    )
     return root
 
 
@@ -81,8 +90,9 @@ def test_each_healing_recipe_is_made_of_real_heal_arguments():
 def test_convert_each_variant_exact_as_it_says(source, tmp_path, name):
     variant = get_variant(name)
     out = tmp_path / name
-    report = variant.convert(str(source / "bert"), out, calibration_files=[str(source / "calibration.txt")],
-                             calibration_tokens=2048)
+    report = variant.convert(
+        str(source / "bert"), out, calibration_files=[str(source / "calibration.txt")], calibration_tokens=2048
+    )
     assert report.exact == variant.exact
     model = FfnBertModel.from_pretrained(out, warn_not_function_preserving=False)
     config = model.config
@@ -203,8 +213,11 @@ def test_fine_tuning_a_variant_that_is_not_function_preserving_warns_once(source
     assert "`hf-ffn heal --student CONVERTED_FOLDER --train_files TEXT --output_dir OUTPUT`" in message
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        load_model(ModelArguments(model_name_or_path=str(source / "bert"), ffn_type="geglu"),
-                   FfnBertForSequenceClassification, num_labels=2)
+        load_model(
+            ModelArguments(model_name_or_path=str(source / "bert"), ffn_type="geglu"),
+            FfnBertForSequenceClassification,
+            num_labels=2,
+        )
     assert records(caplog) == []
 
 

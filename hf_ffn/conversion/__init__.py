@@ -57,8 +57,8 @@ from .measure import (
     padded_batch,
     tensor_difference,
 )
-from .pruning import IMPORTANCE_SCORES, load_pruned, prune_model, solve_down
 from .megatron import load_megatron_bert, megatron_config_to_ffn_bert
+from .pruning import IMPORTANCE_SCORES, load_pruned, prune_model, solve_down
 from .recipes import (
     EXACT_GATED_TARGET,
     INITS,

@@ -20,13 +20,22 @@ from ..variants import not_function_preserving_message
 from .report import ConversionReport
 
 CONFIG_FIELDS = (
-    "ffn_type", "hidden_act", "layer_norm_position", "embedding_layer_norm", "ffn_bias", "intermediate_size",
-    "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "swish_beta",
+    "ffn_type",
+    "hidden_act",
+    "layer_norm_position",
+    "embedding_layer_norm",
+    "ffn_bias",
+    "intermediate_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "vocab_size",
+    "swish_beta",
 )
 
 
 def template_family(config: FfnBertConfig) -> str:
-    """"gated" if any layer's FFN is GLU-family, else "standard"."""
+    """ "gated" if any layer's FFN is GLU-family, else "standard"."""
     return "gated" if any(is_gated(t) for t in config.ffn_types) else "standard"
 
 
@@ -50,15 +59,23 @@ def _layer_rows(report: ConversionReport) -> list[dict[str, str]]:
     return [
         {
             "layers": f"{r['first']}" if r["first"] == r["last"] else f"{r['first']}-{r['last']}",
-            "source_ffn": r["key"][0], "target_ffn": r["key"][1], "recipe": r["key"][2], "note": r["key"][3] or "-",
+            "source_ffn": r["key"][0],
+            "target_ffn": r["key"][1],
+            "recipe": r["key"][2],
+            "note": r["key"][3] or "-",
         }
         for r in rows
     ]
 
 
 def build_model_card(
-    model, report: ConversionReport, *, base_model: str | None = None, license: str | None = None,
-    model_name: str | None = None, healed: bool = False,
+    model,
+    report: ConversionReport,
+    *,
+    base_model: str | None = None,
+    license: str | None = None,
+    model_name: str | None = None,
+    healed: bool = False,
 ) -> ModelCard:
     """A `ModelCard` for a converted model (see the module docstring for the template chosen).
 
@@ -97,14 +114,19 @@ def build_model_card(
         init=report.init,
         exact_line=(
             "The conversion is **exact**: the converted encoder computes the source's function (see the measured "
-            "difference below)." if report.exact else
-            "The conversion is **not exact**, not function-preserving (an approximation, a re-initialisation or a "
+            "difference below)."
+            if report.exact
+            else "The conversion is **not exact**, not function-preserving (an approximation, a re-initialisation or a "
             "LayerNorm move): the measured difference below is the drift from the source."
         ),
         warning=not_function_preserving_message(
-            {**report.to_dict(), **({"healing": True} if healed else {})}, "path/to/this/folder", "This model"),
+            {**report.to_dict(), **({"healing": True} if healed else {})}, "path/to/this/folder", "This model"
+        ),
         layer_rows=_layer_rows(report),
-        n_copied=len(report.copied), n_mapped=len(report.mapped), n_new=len(report.new), n_dropped=len(report.dropped),
+        n_copied=len(report.copied),
+        n_mapped=len(report.mapped),
+        n_new=len(report.new),
+        n_dropped=len(report.dropped),
         new_summary=", ".join(f"{n}× {k}" for k, n in sorted(new_prefixes.items())),
         difference_reference=f"`{difference.get('reference', 'not measured')}` loaded from the source",
         difference_inputs=difference.get("inputs", "-"),

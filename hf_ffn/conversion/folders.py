@@ -30,8 +30,16 @@ from .report import ConversionReport
 
 # FfnBert's own config fields (and remote-code bookkeeping) that a plain BERT config does not carry.
 FFN_ONLY_FIELDS = (
-    "ffn_type", "layer_norm_position", "embedding_layer_norm", "ffn_bias", "leaky_relu_negative_slope", "elu_alpha",
-    "swish_beta", "auto_map", "model_type", "architectures",
+    "ffn_type",
+    "layer_norm_position",
+    "embedding_layer_norm",
+    "ffn_bias",
+    "leaky_relu_negative_slope",
+    "elu_alpha",
+    "swish_beta",
+    "auto_map",
+    "model_type",
+    "architectures",
 )
 
 
@@ -70,8 +78,9 @@ def write_converted_folder(
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
     report_file = Path(model_dir or folder) / REPORT_FILE
-    report_file.write_text(json.dumps({**report.to_dict(), **(report_extra or {})}, indent=2, default=str) + "\n",
-                           encoding="utf-8")
+    report_file.write_text(
+        json.dumps({**report.to_dict(), **(report_extra or {})}, indent=2, default=str) + "\n", encoding="utf-8"
+    )
     card = build_model_card(model, report, healed="healing" in (report_extra or {}), **card_options)
     card.text += card_section
     card.save(folder / "README.md")
@@ -128,16 +137,22 @@ def convert_checkpoint(
                 raise ValueError("init='pruned' needs calibration text (--calibration_files PATH)")
             if layer_norm_position is not None:
                 raise ValueError("init='pruned' keeps the source's LayerNorm placement; convert to Pre-LN separately")
-            model, report = load_pruned(checkpoint, model_class, input_ids=calibration_ids, ffn_type=ffn_type,
-                                        width=width, score=prune_score)
+            model, report = load_pruned(
+                checkpoint, model_class, input_ids=calibration_ids, ffn_type=ffn_type, width=width, score=prune_score
+            )
         else:
             model, report = load_converted(
-                checkpoint, model_class, ffn_type=ffn_type, layer_norm_position=layer_norm_position, init=init,
-                width=width
+                checkpoint,
+                model_class,
+                ffn_type=ffn_type,
+                layer_norm_position=layer_norm_position,
+                init=init,
+                width=width,
             )
         measure_difference(checkpoint, model, report)
-        write_converted_folder(tmp, model, report, tokenizer=source_tokenizer(checkpoint), base_model=base_model,
-                               license=license)
+        write_converted_folder(
+            tmp, model, report, tokenizer=source_tokenizer(checkpoint), base_model=base_model, license=license
+        )
     warn_if_not_function_preserving(report, folder=output_dir)  # once: the difference and the next step (heal)
     return report
 
@@ -154,8 +169,13 @@ def parse_cli_options(args: Any) -> dict[str, Any]:
 
     width = parse_width(args.width, "--width")
     return {
-        "ffn_type": names(args.ffn_type), "layer_norm_position": names(args.layer_norm_position), "init": args.init,
-        "width": width, "seed": args.seed, "base_model": args.base_model, "license": args.license,
+        "ffn_type": names(args.ffn_type),
+        "layer_norm_position": names(args.layer_norm_position),
+        "init": args.init,
+        "width": width,
+        "seed": args.seed,
+        "base_model": args.base_model,
+        "license": args.license,
     }
 
 
@@ -187,7 +207,8 @@ def export_to_bert(source: str | os.PathLike, output_dir: str | os.PathLike) -> 
         with quiet_transformers():
             model, info = upstream.from_pretrained(source, config=bert_config, output_loading_info=True)
         problems = {
-            k: sorted(map(str, v)) for k, v in info.items()
+            k: sorted(map(str, v))
+            for k, v in info.items()
             if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v
         }
         if problems:

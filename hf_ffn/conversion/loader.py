@@ -28,7 +28,13 @@ from .report import ConversionReport
 
 # Config fields that say where a config came from, not what the model computes.
 BOOKKEEPING_FIELDS = {
-    "architectures", "transformers_version", "model_type", "_name_or_path", "dtype", "torch_dtype", "auto_map",
+    "architectures",
+    "transformers_version",
+    "model_type",
+    "_name_or_path",
+    "dtype",
+    "torch_dtype",
+    "auto_map",
 }
 # Keywords `load_converted` sets itself.
 RESERVED_KEYWORDS = ("intermediate_size", "output_loading_info")
@@ -84,8 +90,10 @@ def plan_conversion(
     if init not in INITS:
         raise ValueError(f"init has unknown value {init!r}; allowed: {', '.join(INITS)}")
     if init == "pruned":
-        raise ValueError("init='pruned' needs calibration text: use hf_ffn.conversion.load_pruned (or hf-ffn convert "
-                         "--init pruned --calibration_files PATH)")
+        raise ValueError(
+            "init='pruned' needs calibration text: use hf_ffn.conversion.load_pruned (or hf-ffn convert "
+            "--init pruned --calibration_files PATH)"
+        )
     for reserved in RESERVED_KEYWORDS:
         if reserved in from_pretrained_kwargs:
             raise ValueError(f"{reserved} is set by load_converted (use width=), not as a keyword")
@@ -96,7 +104,9 @@ def plan_conversion(
             f"layer_norm_position {source_config.layer_norm_position!r}, ...); conversion starts from plain BERT"
         )
     source_act = source_config.hidden_act
-    overrides = {k: v for k, v in (("ffn_type", ffn_type), ("layer_norm_position", layer_norm_position)) if v is not None}
+    overrides = {
+        k: v for k, v in (("ffn_type", ffn_type), ("layer_norm_position", layer_norm_position)) if v is not None
+    }
     # Validate the names before touching weights (FfnBertConfig raises naming the field and allowed values).
     probe = FfnBertConfig.from_dict(source_config.to_dict(), warn_reused_weights=False, **overrides)
     target_types = probe.ffn_types
@@ -194,7 +204,7 @@ def apply_plan(model: FfnBertPreTrainedModel, plan: ConversionPlan) -> tuple[lis
     mapped: list[dict[str, Any]] = []
     fresh_keys: list[str] = []
     with torch.no_grad():
-        for i, (layer, recipe) in enumerate(zip(model.base_model.encoder.layer, plan.recipes)):
+        for i, (layer, recipe) in enumerate(zip(model.base_model.encoder.layer, plan.recipes, strict=False)):
             name = f"{prefix}encoder.layer.{i}.mlp"
             if recipe.kind == "fresh":
                 fresh_keys += reinit_linears(model, layer.mlp, name)
@@ -214,7 +224,10 @@ def config_changes(source: FfnBertConfig, target: FfnBertConfig) -> dict[str, li
 
 
 def conversion_report(
-    plan: ConversionPlan, model: FfnBertPreTrainedModel, info: dict[str, Any], mapped: list[dict[str, Any]],
+    plan: ConversionPlan,
+    model: FfnBertPreTrainedModel,
+    info: dict[str, Any],
+    mapped: list[dict[str, Any]],
     fresh_keys: list[str],
 ) -> ConversionReport:
     """The `ConversionReport` of a planned, loaded and applied conversion."""
@@ -227,9 +240,15 @@ def conversion_report(
     dropped = sorted(set(info["unexpected_keys"]) | {bert_key(k) for k in fresh_keys if f".{GATE_PROJ}." not in k})
     source, target = plan.source_config, plan.target_config
     layers = [
-        {"layer": i, "source_ffn": source.hidden_act, "target_ffn": t, "recipe": r.kind, "note": r.note,
-         "layer_norm_position": [source.layer_norm_positions[i], target.layer_norm_positions[i]]}
-        for i, (t, r) in enumerate(zip(target.ffn_types, plan.recipes))
+        {
+            "layer": i,
+            "source_ffn": source.hidden_act,
+            "target_ffn": t,
+            "recipe": r.kind,
+            "note": r.note,
+            "layer_norm_position": [source.layer_norm_positions[i], target.layer_norm_positions[i]],
+        }
+        for i, (t, r) in enumerate(zip(target.ffn_types, plan.recipes, strict=False))
     ]
     exact = (
         all(r.kind in ("unchanged", "exact") for r in plan.recipes)
@@ -237,8 +256,15 @@ def conversion_report(
         and model.config.embedding_layer_norm == source.embedding_layer_norm
     )
     return ConversionReport(
-        source=plan.checkpoint, model_class=type(model).__name__, init=plan.init, exact=exact,
-        config_changes=config_changes(source, model.config), layers=layers, copied=copied, mapped=mapped, new=new,
+        source=plan.checkpoint,
+        model_class=type(model).__name__,
+        init=plan.init,
+        exact=exact,
+        config_changes=config_changes(source, model.config),
+        layers=layers,
+        copied=copied,
+        mapped=mapped,
+        new=new,
         dropped=dropped,
     )
 
@@ -281,7 +307,11 @@ def load_converted(
     """
     check_checkpoint(checkpoint)
     plan = plan_conversion(
-        checkpoint, ffn_type=ffn_type, layer_norm_position=layer_norm_position, init=init, width=width,
+        checkpoint,
+        ffn_type=ffn_type,
+        layer_norm_position=layer_norm_position,
+        init=init,
+        width=width,
         from_pretrained_kwargs=from_pretrained_kwargs,
     )
     model, info = load_planned(plan, model_class, from_pretrained_kwargs)

@@ -33,10 +33,14 @@ FALLBACK_LENGTHS, FALLBACK_SEGMENTS = (21, 13, 6), (9, 5, 3)
 
 # Outputs `output_difference` compares by default, when both models return them.
 COMPARED_OUTPUTS = (
-    "last_hidden_state", "pooler_output", "logits", "prediction_logits", "seq_relationship_logits",
-    "start_logits", "end_logits",
+    "last_hidden_state",
+    "pooler_output",
+    "logits",
+    "prediction_logits",
+    "seq_relationship_logits",
+    "start_logits",
+    "end_logits",
 )
-
 
 
 def padded_batch(
@@ -68,7 +72,7 @@ def padded_batch(
     input_ids = torch.zeros(len(lengths), seq, dtype=torch.long)  # (batch, seq); 0 = [PAD]
     token_type_ids = torch.zeros_like(input_ids)
     attention_mask = torch.zeros_like(input_ids)
-    for row, (n, start) in enumerate(zip(lengths, starts)):
+    for row, (n, start) in enumerate(zip(lengths, starts, strict=False)):
         input_ids[row, :n] = torch.randint(1, vocab_size, (n,), generator=generator)
         attention_mask[row, :n] = 1
         if start is not None:
@@ -93,7 +97,7 @@ def example_batch(checkpoint: str, config: PretrainedConfig) -> dict[str, torch.
         except (OSError, ValueError, TypeError):
             tokenizer = None
     if tokenizer is not None:
-        first, second = zip(*SENTENCE_PAIRS)
+        first, second = zip(*SENTENCE_PAIRS, strict=False)
         batch = tokenizer(list(first), list(second), padding=True, return_tensors="pt")
         return {k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
     return padded_batch(config.vocab_size, FALLBACK_LENGTHS, FALLBACK_SEGMENTS)
@@ -127,7 +131,8 @@ def tensor_difference(
     if not diff.numel():
         return {"max_abs_diff": 0.0, "mean_abs_diff": 0.0, "equal": torch.equal(reference, candidate)}
     return {
-        "max_abs_diff": diff.max().item(), "mean_abs_diff": diff.mean().item(),
+        "max_abs_diff": diff.max().item(),
+        "mean_abs_diff": diff.mean().item(),
         "equal": torch.equal(reference, candidate),
     }
 
@@ -153,8 +158,11 @@ def output_difference(
 
 
 def measure_difference(
-    source: str, model: FfnBertPreTrainedModel, report: ConversionReport | None = None,
-    inputs: dict[str, torch.Tensor] | None = None, reference: PreTrainedModel | None = None,
+    source: str,
+    model: FfnBertPreTrainedModel,
+    report: ConversionReport | None = None,
+    inputs: dict[str, torch.Tensor] | None = None,
+    reference: PreTrainedModel | None = None,
 ) -> dict[str, Any]:
     """The converted `model`'s output difference from the source checkpoint on a fixed input.
 
@@ -195,8 +203,7 @@ def measure_difference(
             upstream, candidate = type(reference), model.base_model
     result: dict[str, Any] = {
         "reference": f"{upstream.__module__.split('.')[0]}.{upstream.__name__}",
-        "inputs": "example_batch: " + "; ".join(" / ".join(p) for p in SENTENCE_PAIRS)
-        if inputs is None else "given",
+        "inputs": "example_batch: " + "; ".join(" / ".join(p) for p in SENTENCE_PAIRS) if inputs is None else "given",
     }
     result["parameters"] = {
         "scope": "base model" if candidate is not model else "whole model",

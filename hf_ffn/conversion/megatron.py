@@ -55,7 +55,10 @@ def load_megatron_bert(
     config = megatron_config_to_ffn_bert(source_dict, **config_overrides)
     with quiet_transformers():
         model, info = model_class.from_pretrained(
-            checkpoint, config=config, key_mapping=MEGATRON_KEY_MAPPING, output_loading_info=True,
+            checkpoint,
+            config=config,
+            key_mapping=MEGATRON_KEY_MAPPING,
+            output_loading_info=True,
             **from_pretrained_kwargs,
         )
     # Forget the load-time renames: saving then falls back to FfnBert's registered mapping (its own layout).
@@ -72,10 +75,19 @@ def load_megatron_bert(
         else:
             mapped.append({"target": key, "source": source, "operation": "rename"})
     report = ConversionReport(
-        source=str(checkpoint), model_class=model_class.__name__, init="preserving", exact=True,
-        config_changes={"model_type": ["megatron-bert", "ffn_bert"], "layer_norm_position": [None, "pre"],
-                        "embedding_layer_norm": [None, False]},
-        copied=copied, mapped=mapped, new=sorted(missing), dropped=sorted(info["unexpected_keys"]),
+        source=str(checkpoint),
+        model_class=model_class.__name__,
+        init="preserving",
+        exact=True,
+        config_changes={
+            "model_type": ["megatron-bert", "ffn_bert"],
+            "layer_norm_position": [None, "pre"],
+            "embedding_layer_norm": [None, False],
+        },
+        copied=copied,
+        mapped=mapped,
+        new=sorted(missing),
+        dropped=sorted(info["unexpected_keys"]),
     )
     return model, report
 

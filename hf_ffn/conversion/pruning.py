@@ -78,13 +78,18 @@ class GramStatistics:
 
 
 @torch.no_grad()
-def accumulate(mlp: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, stats: GramStatistics | None = None,
-               chunk: int = FEATURE_CHUNK) -> GramStatistics:
+def accumulate(
+    mlp: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    stats: GramStatistics | None = None,
+    chunk: int = FEATURE_CHUNK,
+) -> GramStatistics:
     """`GramStatistics` of `mlp`'s features on `inputs` (n, hidden) against `targets` (n, hidden), in chunks."""
     stats = stats or GramStatistics()
     for start in range(0, len(inputs), chunk):
-        x = inputs[start:start + chunk]
-        stats.add(ffn_features(mlp, x.to(mlp.up_proj.weight.dtype)), targets[start:start + chunk])
+        x = inputs[start : start + chunk]
+        stats.add(ffn_features(mlp, x.to(mlp.up_proj.weight.dtype)), targets[start : start + chunk])
     return stats
 
 
@@ -117,8 +122,11 @@ def top_units(scores: torch.Tensor, k: int) -> torch.Tensor:
     return torch.topk(scores, k).indices.sort().values
 
 
-def solve_down(stats: GramStatistics, keep: torch.Tensor | None = None, ridge: float = 1e-4,
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+def solve_down(
+    stats: GramStatistics,
+    keep: torch.Tensor | None = None,
+    ridge: float = 1e-4,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Ridge least-squares down projection for the units `keep` (all when None): argmin_W ‖[F_keep 1] W − y‖² +
     λ‖W_F‖², λ = ridge · trace(F_keepᵀF_keep) / k. Returns (weight (hidden, k), bias (hidden,)), float64.
 
@@ -139,8 +147,9 @@ def solve_down(stats: GramStatistics, keep: torch.Tensor | None = None, ridge: f
 
 
 @torch.no_grad()
-def relative_error(stats: GramStatistics, weight: torch.Tensor, bias: torch.Tensor,
-                   keep: torch.Tensor | None = None) -> float:
+def relative_error(
+    stats: GramStatistics, weight: torch.Tensor, bias: torch.Tensor, keep: torch.Tensor | None = None
+) -> float:
     """‖[F 1] W − y‖² / ‖y‖² from the statistics alone (W = [weightᵀ; bias]); y's energy is `target_energy`."""
     units = stats.gram.shape[0] - 1
     index = torch.cat([torch.arange(units) if keep is None else keep, torch.tensor([units])])
@@ -172,19 +181,22 @@ def narrow_mlp(mlp: nn.Module, keep: torch.Tensor, down_weight: torch.Tensor, do
 
 
 @torch.no_grad()
-def teacher_ffn_statistics(student: FfnBertModel, teacher: FfnBertModel, input_ids: torch.Tensor,
-                           batch_blocks: int = 16) -> list[GramStatistics]:
+def teacher_ffn_statistics(
+    student: FfnBertModel, teacher: FfnBertModel, input_ids: torch.Tensor, batch_blocks: int = 16
+) -> list[GramStatistics]:
     """One pass of `teacher` over `input_ids` (blocks, seq); each student layer's FFN features on its teacher
     layer's FFN input, against the teacher FFN's output (forward hooks on `encoder.layer[i].mlp`)."""
     stats = [GramStatistics() for _ in student.encoder.layer]
     hooks = []
-    for i, (t_layer, s_layer) in enumerate(zip(teacher.encoder.layer, student.encoder.layer)):
+    for i, (t_layer, s_layer) in enumerate(zip(teacher.encoder.layer, student.encoder.layer, strict=False)):
+
         def hook(module, args, output, mlp=s_layer.mlp, i=i):
             accumulate(mlp, args[0].reshape(-1, args[0].shape[-1]), output.reshape(-1, output.shape[-1]), stats[i])
+
         hooks.append(t_layer.mlp.register_forward_hook(hook))
     try:
         for start in range(0, len(input_ids), batch_blocks):
-            teacher(input_ids=input_ids[start:start + batch_blocks])
+            teacher(input_ids=input_ids[start : start + batch_blocks])
     finally:
         for handle in hooks:
             handle.remove()
@@ -192,28 +204,49 @@ def teacher_ffn_statistics(student: FfnBertModel, teacher: FfnBertModel, input_i
 
 
 @torch.no_grad()
-def prune_model(student: FfnBertModel, teacher: FfnBertModel, input_ids: torch.Tensor, width: int,
-                score: str = DEFAULT_SCORE, ridge: float = 1e-4) -> list[dict]:
+def prune_model(
+    student: FfnBertModel,
+    teacher: FfnBertModel,
+    input_ids: torch.Tensor,
+    width: int,
+    score: str = DEFAULT_SCORE,
+    ridge: float = 1e-4,
+) -> list[dict]:
     """Narrow every FFN of `student` (base model) to `width` units by `score` and refit down_proj (module
     docstring); sets `config.intermediate_size`. Returns one record per layer: kept units, relative squared error
     of the FFN output on the calibration tokens before (full width, as converted) and after."""
     stats = teacher_ffn_statistics(student, teacher, input_ids)
     records = []
-    for i, (layer, s) in enumerate(zip(student.encoder.layer, stats)):
+    for i, (layer, s) in enumerate(zip(student.encoder.layer, stats, strict=False)):
         down = layer.mlp.down_proj
         before = relative_error(s, down.weight, down.bias)
         keep = top_units(importance_scores(s, down.weight, score), width)
         weight, bias = solve_down(s, keep, ridge)
         narrow_mlp(layer.mlp, keep, weight, bias)
-        records.append({"layer": i, "kept": len(keep), "tokens": s.count, "ffn_rel_error_full_width": before,
-                        "ffn_rel_error": relative_error(s, weight, bias, keep)})
+        records.append(
+            {
+                "layer": i,
+                "kept": len(keep),
+                "tokens": s.count,
+                "ffn_rel_error_full_width": before,
+                "ffn_rel_error": relative_error(s, weight, bias, keep),
+            }
+        )
     student.config.intermediate_size = width
     return records
 
 
-def load_pruned(checkpoint: str, model_class: type[FfnBertPreTrainedModel], *, input_ids: torch.Tensor,
-                ffn_type: str | list[str] | None = None, width: str | int = "matched", score: str = DEFAULT_SCORE,
-                ridge: float = 1e-4, **from_pretrained_kwargs) -> tuple[FfnBertPreTrainedModel, ConversionReport]:
+def load_pruned(
+    checkpoint: str,
+    model_class: type[FfnBertPreTrainedModel],
+    *,
+    input_ids: torch.Tensor,
+    ffn_type: str | list[str] | None = None,
+    width: str | int = "matched",
+    score: str = DEFAULT_SCORE,
+    ridge: float = 1e-4,
+    **from_pretrained_kwargs,
+) -> tuple[FfnBertPreTrainedModel, ConversionReport]:
     """`init="pruned"`: `load_converted(init="preserving", width="keep")`, then `prune_model` to `width` ("matched"
     or an int below the source width) on the calibration blocks `input_ids` (blocks, seq). The report says
     init "pruned", the score, and per layer the kept units and the FFN output's relative squared error.
@@ -226,21 +259,28 @@ def load_pruned(checkpoint: str, model_class: type[FfnBertPreTrainedModel], *, i
         raise ValueError(f"--prune_score {score!r} is unknown; allowed: {', '.join(IMPORTANCE_SCORES)}")
     if input_ids.dim() != 2 or len(input_ids) == 0:
         raise ValueError(f"init='pruned' needs calibration blocks (blocks, seq); got shape {tuple(input_ids.shape)}")
-    model, report = load_converted(checkpoint, model_class, ffn_type=ffn_type, init="preserving", width="keep",
-                                   **from_pretrained_kwargs)
+    model, report = load_converted(
+        checkpoint, model_class, ffn_type=ffn_type, init="preserving", width="keep", **from_pretrained_kwargs
+    )
     source_width = model.config.intermediate_size
     if not all(is_gated(t) for t in model.config.ffn_types):
-        raise ValueError(f"init='pruned' narrows gated FFNs; ffn_type {ffn_type!r} has a standard layer "
-                         f"(allowed: a GLU-family name such as swiglu, geglu)")
+        raise ValueError(
+            f"init='pruned' narrows gated FFNs; ffn_type {ffn_type!r} has a standard layer "
+            f"(allowed: a GLU-family name such as swiglu, geglu)"
+        )
     new_width = parameter_width(width, source_width)
     teacher = FfnBertModel.from_pretrained(checkpoint, add_pooling_layer=False).eval()
     layers = prune_model(model.base_model, teacher, input_ids, new_width, score, ridge)
     report.init = "pruned"
     report.config_changes["intermediate_size"] = [source_width, new_width]
-    for entry, record in zip(report.layers, layers):
-        entry.update(recipe="pruned", note=f"{entry['note']}; kept {record['kept']} of {source_width} units by "
-                     f"{score} score, down_proj ridge least squares (relative squared error of the FFN output on "
-                     f"{record['tokens']} calibration tokens: {record['ffn_rel_error']:.4g})", pruning=record)
+    for entry, record in zip(report.layers, layers, strict=False):
+        entry.update(
+            recipe="pruned",
+            note=f"{entry['note']}; kept {record['kept']} of {source_width} units by "
+            f"{score} score, down_proj ridge least squares (relative squared error of the FFN output on "
+            f"{record['tokens']} calibration tokens: {record['ffn_rel_error']:.4g})",
+            pruning=record,
+        )
     report.exact = False
     return model, report
 

@@ -82,11 +82,17 @@ def sigmoid_form_recipe(source_act: str, target: str, swish_beta: float) -> FfnR
     if target == "swiglu":
         c = k / swish_beta
         return FfnRecipe(
-            kind, gated=True, gate_scale=c, up="constant", up_bias=1.0 / c,
+            kind,
+            gated=True,
+            gate_scale=c,
+            up="constant",
+            up_bias=1.0 / c,
             note=f"{source_act}(z) ≈ z·σ({k}z) = Swish_{swish_beta}({c:.6g}z)/{c:.6g}: gate ← {c:.6g}·(W, b), "
             f"up ← (0, 1/{c:.6g})",
         )
-    return FfnRecipe(kind, gated=True, gate_scale=k, up="copy", note=f"{source_act}(z) ≈ σ({k}z)·z: gate ← {k}·(W, b), up ← (W, b)")
+    return FfnRecipe(
+        kind, gated=True, gate_scale=k, up="copy", note=f"{source_act}(z) ≈ σ({k}z)·z: gate ← {k}·(W, b), up ← (W, b)"
+    )
 
 
 def ffn_recipe(source_act: str, target: str, swish_beta: float = 1.0) -> FfnRecipe:

@@ -26,9 +26,11 @@ def convert_state_dict(state_dict: dict[str, torch.Tensor], mapping: tuple[KeyMa
             raise ValueError(f"state dict has {present} but not all of {list(entry.source)}")
         tensors = {k: remaining.pop(k) for k in entry.source}
         if entry.op is None:
-            out.update(zip(entry.target, tensors.values()))
+            out.update(zip(entry.target, tensors.values(), strict=False))
         else:
-            out.update(entry.op.convert(tensors, source_patterns=list(entry.source), target_patterns=list(entry.target)))
+            out.update(
+                entry.op.convert(tensors, source_patterns=list(entry.source), target_patterns=list(entry.target))
+            )
     if remaining:
         raise ValueError(f"keys not covered by the mapping: {sorted(remaining)}")
     return out

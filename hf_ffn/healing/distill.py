@@ -110,7 +110,9 @@ class DistillationLoss:
 
     def __post_init__(self) -> None:
         if self.hidden_loss not in HIDDEN_LOSSES:
-            raise ValueError(f"--hidden_loss has unknown value {self.hidden_loss!r}; allowed: {', '.join(HIDDEN_LOSSES)}")
+            raise ValueError(
+                f"--hidden_loss has unknown value {self.hidden_loss!r}; allowed: {', '.join(HIDDEN_LOSSES)}"
+            )
         if self.layers not in LAYER_CHOICES:
             raise ValueError(f"--layers has unknown value {self.layers!r}; allowed: {', '.join(LAYER_CHOICES)}")
         if self.mlm_kl_weight < 0:
@@ -142,8 +144,9 @@ class DistillationLoss:
         return loss
 
 
-def encoder_outputs(model: nn.Module, base_model: nn.Module, inputs: dict[str, torch.Tensor],
-                    hidden_states: bool) -> dict[str, Any]:
+def encoder_outputs(
+    model: nn.Module, base_model: nn.Module, inputs: dict[str, torch.Tensor], hidden_states: bool
+) -> dict[str, Any]:
     """One forward of `model` (possibly DDP-wrapped, so the call must go through it); `base_model`'s own output is
     captured with a forward hook, since a head's output has no `last_hidden_state` and, for Pre-LN, its
     `hidden_states[-1]` is the last layer's output before `final_norm`.

@@ -47,8 +47,15 @@ def save_healed(
     healing["fixed_input_difference_before"] = report.difference
     with atomic_output_dir(folder) as tmp:
         measure_difference(teacher_path, student, report, reference=reference)
-        write_converted_folder(tmp, student, report, tokenizer=tokenizer, report_extra={"healing": healing},
-                               card_section=healing_section(healing), model_name=f"{Path(student_dir).name}-healed")
+        write_converted_folder(
+            tmp,
+            student,
+            report,
+            tokenizer=tokenizer,
+            report_extra={"healing": healing},
+            card_section=healing_section(healing),
+            model_name=f"{Path(student_dir).name}-healed",
+        )
         keep_student_files(Path(student_dir), Path(tmp))
 
 
@@ -80,10 +87,12 @@ def healing_section(healing: dict) -> str:
     """The model card's "Healing" section: before/after table, budget and the exact command."""
     before, after = healing["before"] or {}, healing["after"] or {}
     b, a = before.get("agreement"), after.get("agreement")
-    rows = [_row("sentence-embedding cosine to the teacher, mean", b, a, "cosine_mean", ".6f"),
-            _row("sentence-embedding cosine to the teacher, min", b, a, "cosine_min", ".6f"),
-            _row("last_hidden_state max abs diff (real tokens)", b, a, "max_abs_diff", ".4g"),
-            _row("last_hidden_state mean abs diff (real tokens)", b, a, "mean_abs_diff", ".4g")]
+    rows = [
+        _row("sentence-embedding cosine to the teacher, mean", b, a, "cosine_mean", ".6f"),
+        _row("sentence-embedding cosine to the teacher, min", b, a, "cosine_min", ".6f"),
+        _row("last_hidden_state max abs diff (real tokens)", b, a, "max_abs_diff", ".4g"),
+        _row("last_hidden_state mean abs diff (real tokens)", b, a, "mean_abs_diff", ".4g"),
+    ]
     if "probe" in before and "probe" in after:
         pb, pa = before["probe"], after["probe"]
         rows += [
@@ -94,22 +103,33 @@ def healing_section(healing: dict) -> str:
     held = healing["heldout"]
     training = healing["training"]
     settings = (after.get("probe") or {}).get("student", {}).get("settings")
-    probe = (f"{settings['folds']}-fold stratified cross-validation (seed {settings['seed']}) of "
-             f"{settings['classifier']} with C={settings['C']}, max_iter={settings['max_iter']} on standardised "
-             f"embeddings, the same folds for the teacher and this model" if settings else "not run")
-    return layerwise_section(healing.get("layerwise")) + f"""
+    probe = (
+        f"{settings['folds']}-fold stratified cross-validation (seed {settings['seed']}) of "
+        f"{settings['classifier']} with C={settings['C']}, max_iter={settings['max_iter']} on standardised "
+        f"embeddings, the same folds for the teacher and this model"
+        if settings
+        else "not run"
+    )
+    return (
+        layerwise_section(healing.get("layerwise"))
+        + f"""
 ## Healing (distillation from the source model)
 
-This model was distilled from `{healing['teacher']}` (frozen, eval mode) with hf_ffn's `heal`: loss
-`{healing['arguments']['hidden_loss']}` on {'last_hidden_state' if healing['arguments']['layers'] == 'last' else 'every hidden state'}
-at real tokens{' + KL on MLM logits' if healing['arguments']['mlm_kl_weight'] else ''}, dropout off in the student,
-trained parts: `{healing['train_parts']}` ({healing['trainable_parameters']:,} parameters),
-{healing['steps']} optimizer steps of {training['per_device_train_batch_size'] * training['world_size'] *
-training['gradient_accumulation_steps']} blocks × {healing['data']['block_tokens']} tokens from
-{', '.join(map(str, healing['data']['train_files']))} (learning rate {training['learning_rate']}, {training['lr_scheduler_type']}
-schedule, {training['warmup_steps']} warm-up steps), {healing['train_seconds']:.0f} s of training.
+This model was distilled from `{healing["teacher"]}` (frozen, eval mode) with hf_ffn's `heal`: loss
+`{healing["arguments"]["hidden_loss"]}` on {
+            "last_hidden_state" if healing["arguments"]["layers"] == "last" else "every hidden state"
+        }
+at real tokens{" + KL on MLM logits" if healing["arguments"]["mlm_kl_weight"] else ""}, dropout off in the student,
+trained parts: `{healing["train_parts"]}` ({healing["trainable_parameters"]:,} parameters),
+{healing["steps"]} optimizer steps of {
+            training["per_device_train_batch_size"] * training["world_size"] * training["gradient_accumulation_steps"]
+        } blocks × {healing["data"]["block_tokens"]} tokens from
+{", ".join(map(str, healing["data"]["train_files"]))} (learning rate {training["learning_rate"]}, {
+            training["lr_scheduler_type"]
+        }
+schedule, {training["warmup_steps"]} warm-up steps), {healing["train_seconds"]:.0f} s of training.
 
-Measured on {held['snippets']} held-out examples never trained on (`{held['eval_data']}`); embeddings are mean-pooled
+Measured on {held["snippets"]} held-out examples never trained on (`{held["eval_data"]}`); embeddings are mean-pooled
 `last_hidden_state`; the linear probe is {probe}.
 
 | | before healing | after healing |
@@ -119,9 +139,10 @@ Measured on {held['snippets']} held-out examples never trained on (`{held['eval_
 Command:
 
 ```bash
-{healing['command']}
+{healing["command"]}
 ```
 """
+    )
 
 
 __all__ = ["WEIGHT_SUFFIXES", "healing_section", "keep_student_files", "save_healed", "student_report"]

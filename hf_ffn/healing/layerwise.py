@@ -49,9 +49,10 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -66,12 +67,16 @@ from .layerwise_folder import calibration_digest, check_resume_arguments, load_l
 
 logger = logging.getLogger(__name__)
 
-LAYERWISE_PARTS = {"ffn": "each FFN on its teacher FFN's input/output", "layer": "the FFN fit, then the whole layer "
-                   "(attention, LayerNorms, FFN) to the teacher layer's output", "auto": "ffn if every layer places "
-                   "its LayerNorms as the teacher's, else layer"}
+LAYERWISE_PARTS = {
+    "ffn": "each FFN on its teacher FFN's input/output",
+    "layer": "the FFN fit, then the whole layer (attention, LayerNorms, FFN) to the teacher layer's output",
+    "auto": "ffn if every layer places its LayerNorms as the teacher's, else layer",
+}
 LAYERWISE_INPUTS = ("teacher", "student", "auto")
-LAYERWISE_STREAMS = {"free": "only the stream's LayerNorm-normalised form fitted: its per-token scale and mean free",
-                     "teacher": "the residual stream after each layer fitted to the teacher's hidden state"}
+LAYERWISE_STREAMS = {
+    "free": "only the stream's LayerNorm-normalised form fitted: its per-token scale and mean free",
+    "teacher": "the residual stream after each layer fitted to the teacher's hidden state",
+}
 HELD_TENSORS = 6  # (tokens, hidden) float32 tensors held at once; see the module docstring
 METHODS = ("end_to_end", "layerwise")
 
@@ -85,50 +90,82 @@ class LayerwiseArguments:
     not (a Pre-LN student of a Post-LN teacher). A nearly exact start (the approximate SwiGLU) needs only the
     closed form, `--layerwise_steps 0` (with steps, the closed form is kept where they do not help)."""
 
-    layerwise_tokens: int = field(default=65536, metadata={"help": "calibration tokens (whole blocks, evenly "
-                                                                     "spaced over the training text)"})
-    layerwise_memory_mb: float = field(default=2048.0, metadata={"help": "cap on the recorded activations (MB, 10⁶ "
-                                                                         "bytes); above it fewer tokens are used"})
-    layerwise_steps: int = field(default=1000, metadata={"help": "Adam steps per layer (each fit; 0: closed form "
-                                                                 "only, as good for a nearly exact start)"})
+    layerwise_tokens: int = field(
+        default=65536, metadata={"help": "calibration tokens (whole blocks, evenly spaced over the training text)"}
+    )
+    layerwise_memory_mb: float = field(
+        default=2048.0,
+        metadata={"help": "cap on the recorded activations (MB, 10⁶ bytes); above it fewer tokens are used"},
+    )
+    layerwise_steps: int = field(
+        default=1000,
+        metadata={"help": "Adam steps per layer (each fit; 0: closed form only, as good for a nearly exact start)"},
+    )
     layerwise_lr: float = field(default=1e-3, metadata={"help": "peak Adam learning rate (cosine decay to 0)"})
     layerwise_batch_tokens: int = field(default=512, metadata={"help": "tokens per Adam step"})
-    layerwise_parts: str = field(default="auto", metadata={"help": "ffn, layer (see hf_ffn.healing.layerwise) or "
-                                                                     "auto: ffn where the LayerNorms sit as the "
-                                                                     "teacher's, else layer"})
-    layerwise_inputs: str = field(default="auto", metadata={"help": "teacher (parallel) or student (sequential) "
-                                                                    "layer inputs; auto: teacher for ffn, student "
-                                                                    "for layer"})
-    layerwise_refit_every: int = field(default=0, metadata={"help": "also solve down_proj in closed form every N "
-                                                                    "Adam steps of the FFN fit (0: before and after)"})
-    layerwise_ridge: float = field(default=1e-4, metadata={"help": "ridge of the closed-form down projection, "
-                                                                   "relative to the mean feature energy"})
-    layerwise_stream: str = field(default="free", metadata={"help": "a Pre-LN student's residual stream after "
-                                                                    "each layer: free (only its LayerNorm-normalised "
-                                                                    "form is fitted to the teacher's hidden state) or "
-                                                                    "teacher (the stream itself)"})
+    layerwise_parts: str = field(
+        default="auto",
+        metadata={
+            "help": "ffn, layer (see hf_ffn.healing.layerwise) or "
+            "auto: ffn where the LayerNorms sit as the "
+            "teacher's, else layer"
+        },
+    )
+    layerwise_inputs: str = field(
+        default="auto",
+        metadata={
+            "help": "teacher (parallel) or student (sequential) layer inputs; auto: teacher for ffn, student for layer"
+        },
+    )
+    layerwise_refit_every: int = field(
+        default=0,
+        metadata={
+            "help": "also solve down_proj in closed form every N Adam steps of the FFN fit (0: before and after)"
+        },
+    )
+    layerwise_ridge: float = field(
+        default=1e-4, metadata={"help": "ridge of the closed-form down projection, relative to the mean feature energy"}
+    )
+    layerwise_stream: str = field(
+        default="free",
+        metadata={
+            "help": "a Pre-LN student's residual stream after "
+            "each layer: free (only its LayerNorm-normalised "
+            "form is fitted to the teacher's hidden state) or "
+            "teacher (the stream itself)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.layerwise_parts not in LAYERWISE_PARTS:
-            raise ValueError(f"--layerwise_parts has unknown value {self.layerwise_parts!r}; allowed: "
-                             f"{', '.join(LAYERWISE_PARTS)}")
+            raise ValueError(
+                f"--layerwise_parts has unknown value {self.layerwise_parts!r}; allowed: {', '.join(LAYERWISE_PARTS)}"
+            )
         if self.layerwise_inputs not in LAYERWISE_INPUTS:
-            raise ValueError(f"--layerwise_inputs has unknown value {self.layerwise_inputs!r}; allowed: "
-                             f"{', '.join(LAYERWISE_INPUTS)}")
+            raise ValueError(
+                f"--layerwise_inputs has unknown value {self.layerwise_inputs!r}; allowed: "
+                f"{', '.join(LAYERWISE_INPUTS)}"
+            )
         for name in ("layerwise_tokens", "layerwise_batch_tokens", "layerwise_memory_mb"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name} must be > 0, got {getattr(self, name)}")
         if self.layerwise_parts == "ffn" and self.layerwise_inputs == "student":  # "auto" is resolved per model
-            raise ValueError("--layerwise_inputs student applies to the whole-layer fit: the FFN fit is always on the "
-                             "teacher FFN's input/output; use --layerwise_parts layer (or --layerwise_inputs teacher)")
+            raise ValueError(
+                "--layerwise_inputs student applies to the whole-layer fit: the FFN fit is always on the "
+                "teacher FFN's input/output; use --layerwise_parts layer (or --layerwise_inputs teacher)"
+            )
         if self.layerwise_stream not in LAYERWISE_STREAMS:
-            raise ValueError(f"--layerwise_stream has unknown value {self.layerwise_stream!r}; allowed: "
-                             f"{', '.join(LAYERWISE_STREAMS)}")
+            raise ValueError(
+                f"--layerwise_stream has unknown value {self.layerwise_stream!r}; allowed: "
+                f"{', '.join(LAYERWISE_STREAMS)}"
+            )
         if self.layerwise_refit_every < 0:
             raise ValueError(f"--layerwise_refit_every must be >= 0, got {self.layerwise_refit_every}")
         if self.layerwise_steps < 0 or self.layerwise_lr <= 0 or self.layerwise_ridge < 0:
-            raise ValueError(f"--layerwise_steps must be >= 0 (got {self.layerwise_steps}), --layerwise_lr > 0 (got "
-                             f"{self.layerwise_lr}), --layerwise_ridge >= 0 (got {self.layerwise_ridge})")
+            raise ValueError(
+                f"--layerwise_steps must be >= 0 (got {self.layerwise_steps}), --layerwise_lr > 0 (got "
+                f"{self.layerwise_lr}), --layerwise_ridge >= 0 (got {self.layerwise_ridge})"
+            )
 
 
 # Fewer calibration tokens than this many per FFN unit and a fit can match the calibration text better while
@@ -145,13 +182,20 @@ def check_calibration_tokens(tokens: int, intermediate_size: int) -> None:
     `MIN_TOKENS_PER_UNIT` tokens per unit.
     """
     if tokens <= intermediate_size + 1:
-        raise ValueError(f"--layerwise_tokens: {tokens} calibration tokens cannot determine a down projection of "
-                         f"{intermediate_size} units (needs more than {intermediate_size + 1}; at least "
-                         f"{MIN_TOKENS_PER_UNIT * intermediate_size} recommended): give more text or tokens")
+        raise ValueError(
+            f"--layerwise_tokens: {tokens} calibration tokens cannot determine a down projection of "
+            f"{intermediate_size} units (needs more than {intermediate_size + 1}; at least "
+            f"{MIN_TOKENS_PER_UNIT * intermediate_size} recommended): give more text or tokens"
+        )
     if tokens < MIN_TOKENS_PER_UNIT * intermediate_size:
-        logger.warning("layer-wise healing on %d calibration tokens for %d FFN units (< %d per unit): the fit may "
-                       "match the calibration text and lose agreement on other text; use --layerwise_tokens >= %d",
-                       tokens, intermediate_size, MIN_TOKENS_PER_UNIT, MIN_TOKENS_PER_UNIT * intermediate_size)
+        logger.warning(
+            "layer-wise healing on %d calibration tokens for %d FFN units (< %d per unit): the fit may "
+            "match the calibration text and lose agreement on other text; use --layerwise_tokens >= %d",
+            tokens,
+            intermediate_size,
+            MIN_TOKENS_PER_UNIT,
+            MIN_TOKENS_PER_UNIT * intermediate_size,
+        )
 
 
 def calibration_blocks(input_ids: torch.Tensor, args: LayerwiseArguments, hidden_size: int) -> torch.Tensor:
@@ -166,8 +210,10 @@ def calibration_blocks(input_ids: torch.Tensor, args: LayerwiseArguments, hidden
     per_block = HELD_TENSORS * seq * hidden_size * 4
     by_memory = int(args.layerwise_memory_mb * 1e6 // per_block)
     if by_memory < 1:
-        raise ValueError(f"--layerwise_memory_mb {args.layerwise_memory_mb}: one block of {seq} tokens needs "
-                         f"{per_block / 1e6:.3f} MB of activations; raise the cap")
+        raise ValueError(
+            f"--layerwise_memory_mb {args.layerwise_memory_mb}: one block of {seq} tokens needs "
+            f"{per_block / 1e6:.3f} MB of activations; raise the cap"
+        )
     count = max(1, min(len(input_ids), args.layerwise_tokens // seq, by_memory))
     return input_ids[torch.linspace(0, len(input_ids) - 1, count).round().long()]
 
@@ -202,7 +248,7 @@ def run_layer(layer: nn.Module, hidden: torch.Tensor, chunk: int = 16, mlp_io: b
     handle = layer.mlp.register_forward_hook(record) if mlp_io else None
     try:
         for start in range(0, len(hidden), chunk):
-            outs.append(layer(hidden[start:start + chunk]))
+            outs.append(layer(hidden[start : start + chunk]))
     finally:
         if handle is not None:
             handle.remove()
@@ -216,8 +262,18 @@ def apply_chunked(module: nn.Module, x: torch.Tensor, chunk: int = 4096) -> torc
     return torch.cat([module(part) for part in x.split(chunk)])
 
 
-def adam_fit(parameters: list[nn.Parameter], loss_of, count: int, batch: int, steps: int, lr: float,
-             seed: int, every: int = 0, callback=None, desc: str = "Adam steps") -> list[float]:
+def adam_fit(
+    parameters: list[nn.Parameter],
+    loss_of,
+    count: int,
+    batch: int,
+    steps: int,
+    lr: float,
+    seed: int,
+    every: int = 0,
+    callback=None,
+    desc: str = "Adam steps",
+) -> list[float]:
     """`steps` Adam steps (cosine decay from `lr` to 0) on `loss_of(index)` for random minibatches of `batch` of
     `count` rows (a generator seeded with `seed`); `callback()` after every `every` steps (0: never). Shows a
     progress bar named `desc` (removed when done). Returns the losses every step."""
@@ -255,17 +311,30 @@ def fit_ffn(mlp: nn.Module, x: torch.Tensor, y: torch.Tensor, args: LayerwiseArg
     before = relative_squared_error(apply_chunked(mlp, x), y)
     closed = set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge)
     closed_state = {k: v.clone() for k, v in mlp.state_dict().items()}
-    losses = adam_fit(list(mlp.parameters()), lambda i: (mlp(x[i]) - y[i]).pow(2).mean(), len(x),
-                      args.layerwise_batch_tokens, args.layerwise_steps, args.layerwise_lr, seed,
-                      args.layerwise_refit_every, lambda: set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge),
-                      desc="FFN fit")
+    losses = adam_fit(
+        list(mlp.parameters()),
+        lambda i: (mlp(x[i]) - y[i]).pow(2).mean(),
+        len(x),
+        args.layerwise_batch_tokens,
+        args.layerwise_steps,
+        args.layerwise_lr,
+        seed,
+        args.layerwise_refit_every,
+        lambda: set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge),
+        desc="FFN fit",
+    )
     after = set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge) if losses else closed
     kept = "adam"
     if after > closed:  # the steps made the fit worse (too high a rate for a near-exact start): keep the closed form
         mlp.load_state_dict(closed_state)
         after, kept = closed, "closed_form"
-    return {"ffn_rel_error_before": before, "ffn_rel_error_closed_form": closed, "ffn_rel_error": after,
-            "ffn_kept": kept, "ffn_adam_loss_first_last": losses[:1] + losses[-1:]}
+    return {
+        "ffn_rel_error_before": before,
+        "ffn_rel_error_closed_form": closed,
+        "ffn_rel_error": after,
+        "ffn_kept": kept,
+        "ffn_adam_loss_first_last": losses[:1] + losses[-1:],
+    }
 
 
 def normalized(x: torch.Tensor) -> torch.Tensor:
@@ -275,16 +344,30 @@ def normalized(x: torch.Tensor) -> torch.Tensor:
     return nn.functional.layer_norm(x, x.shape[-1:], eps=1e-12)
 
 
-def fit_whole_layer(layer: nn.Module, inputs: torch.Tensor, target: torch.Tensor, args: LayerwiseArguments,
-                    seed: int, view: Callable[[torch.Tensor], torch.Tensor] = nn.Identity()) -> dict:
+def fit_whole_layer(
+    layer: nn.Module,
+    inputs: torch.Tensor,
+    target: torch.Tensor,
+    args: LayerwiseArguments,
+    seed: int,
+    view: Callable[[torch.Tensor], torch.Tensor] = nn.Identity(),
+) -> dict:
     """Adam on every parameter of `layer` so that view(layer(inputs)) ≈ target; (blocks, seq, hidden) each (`view`:
     the identity, or `normalized` with a normalised target). Kept only if it lowers the relative squared error on
     the calibration tokens (else the layer is restored)."""
     blocks = max(1, args.layerwise_batch_tokens // inputs.shape[1])
     start_error = relative_squared_error(view(run_layer(layer, inputs)), target)
     start_state = {k: v.clone() for k, v in layer.state_dict().items()}
-    losses = adam_fit(list(layer.parameters()), lambda i: (view(layer(inputs[i])) - target[i]).pow(2).mean(),
-                      len(inputs), blocks, args.layerwise_steps, args.layerwise_lr, seed, desc="layer fit")
+    losses = adam_fit(
+        list(layer.parameters()),
+        lambda i: (view(layer(inputs[i])) - target[i]).pow(2).mean(),
+        len(inputs),
+        blocks,
+        args.layerwise_steps,
+        args.layerwise_lr,
+        seed,
+        desc="layer fit",
+    )
     kept = "adam"
     if losses and relative_squared_error(view(run_layer(layer, inputs)), target) > start_error:
         layer.load_state_dict(start_state)
@@ -315,9 +398,14 @@ def resolve_auto(args: LayerwiseArguments, same_norms: bool) -> LayerwiseArgumen
     return replace(args, layerwise_parts=parts, layerwise_inputs=inputs)
 
 
-def prepare_layerwise(s_config: FfnBertConfig, t_config: PretrainedConfig, input_ids: torch.Tensor,
-                      args: LayerwiseArguments, work_dir: str | Path, seed: int = 0
-                      ) -> tuple[LayerwiseArguments, torch.Tensor, list[bool]]:
+def prepare_layerwise(
+    s_config: FfnBertConfig,
+    t_config: PretrainedConfig,
+    input_ids: torch.Tensor,
+    args: LayerwiseArguments,
+    work_dir: str | Path,
+    seed: int = 0,
+) -> tuple[LayerwiseArguments, torch.Tensor, list[bool]]:
     """Everything `heal_layerwise` checks and records before fitting, from the configs alone (so a command can refuse
     before it loads or measures a model). `input_ids`: (blocks, seq) int64 token ids of the calibration text.
 
@@ -332,24 +420,35 @@ def prepare_layerwise(s_config: FfnBertConfig, t_config: PretrainedConfig, input
             `work_dir` holds layers fitted with other arguments.
     """
     if s_config.num_hidden_layers != t_config.num_hidden_layers or s_config.hidden_size != t_config.hidden_size:
-        raise ValueError(f"layer-wise healing pairs layers: student has {s_config.num_hidden_layers} layers of "
-                         f"{s_config.hidden_size}, teacher {t_config.num_hidden_layers} of {t_config.hidden_size}")
+        raise ValueError(
+            f"layer-wise healing pairs layers: student has {s_config.num_hidden_layers} layers of "
+            f"{s_config.hidden_size}, teacher {t_config.num_hidden_layers} of {t_config.hidden_size}"
+        )
     t_norms = getattr(t_config, "layer_norm_positions", ["post"] * t_config.num_hidden_layers)  # a BertConfig: Post-LN
-    same_norms = [s == t for s, t in zip(s_config.layer_norm_positions, t_norms)]
+    same_norms = [s == t for s, t in zip(s_config.layer_norm_positions, t_norms, strict=False)]
     args = resolve_auto(args, all(same_norms))
     if args.layerwise_parts == "ffn" and not all(same_norms):
-        raise ValueError(f"--layerwise_parts ffn fits each FFN to its teacher FFN, but the LayerNorm placement "
-                         f"differs ({s_config.layer_norm_positions} vs the teacher's {t_norms}); "
-                         f"use --layerwise_parts layer")
+        raise ValueError(
+            f"--layerwise_parts ffn fits each FFN to its teacher FFN, but the LayerNorm placement "
+            f"differs ({s_config.layer_norm_positions} vs the teacher's {t_norms}); "
+            f"use --layerwise_parts layer"
+        )
     input_ids = calibration_blocks(input_ids, args, s_config.hidden_size)
     check_calibration_tokens(input_ids.numel(), s_config.intermediate_size)
-    check_resume_arguments(Path(work_dir), {**asdict(args), "seed": seed,
-                                            "calibration_sha256": calibration_digest(input_ids)})
+    check_resume_arguments(
+        Path(work_dir), {**asdict(args), "seed": seed, "calibration_sha256": calibration_digest(input_ids)}
+    )
     return args, input_ids, same_norms
 
 
-def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torch.Tensor, args: LayerwiseArguments,
-                   work_dir: str | Path, seed: int = 0) -> dict[str, Any]:
+def heal_layerwise(
+    student: FfnBertModel,
+    teacher: FfnBertModel,
+    input_ids: torch.Tensor,
+    args: LayerwiseArguments,
+    work_dir: str | Path,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Fit `student` (an FfnBert base model, changed in place) layer by layer to `teacher` (an FfnBert base model of
     the same depth and hidden size) on the calibration blocks `input_ids` (blocks, seq) (module docstring).
 
@@ -366,8 +465,12 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
     work_dir = Path(work_dir)
     args, input_ids, same_norms = prepare_layerwise(s_config, teacher.config, input_ids, args, work_dir, seed)
     tokens = input_ids.numel()
-    logger.info("layer-wise healing on %d blocks × %d tokens (cap %.0f MB)", len(input_ids), input_ids.shape[1],
-                args.layerwise_memory_mb)
+    logger.info(
+        "layer-wise healing on %d blocks × %d tokens (cap %.0f MB)",
+        len(input_ids),
+        input_ids.shape[1],
+        args.layerwise_memory_mb,
+    )
     student.eval(), teacher.eval()
     records: list[dict] = []
     held_bytes = 0
@@ -375,13 +478,16 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
         t_hidden = torch.cat([teacher.embeddings(input_ids=ids) for ids in input_ids.split(16)])
         s_hidden = torch.cat([student.embeddings(input_ids=ids) for ids in input_ids.split(16)])
     progress = tqdm(total=len(student.encoder.layer), desc="layer-wise healing", unit="layer")
-    for i, (s_layer, t_layer) in enumerate(zip(student.encoder.layer, teacher.encoder.layer)):
+    for i, (s_layer, t_layer) in enumerate(zip(student.encoder.layer, teacher.encoder.layer, strict=False)):
         t_out, x, y = run_layer(t_layer, t_hidden, mlp_io=True)
         inputs = t_hidden if args.layerwise_inputs == "teacher" else s_hidden
         held_bytes = max(held_bytes, sum(t.numel() * t.element_size() for t in (t_hidden, s_hidden, t_out, x, y)))
         # A Pre-LN student's last layer is fitted through its final_norm to the teacher's last (normalised) output.
-        normed = i == len(student.encoder.layer) - 1 and student.encoder.final_norm is not None \
+        normed = (
+            i == len(student.encoder.layer) - 1
+            and student.encoder.final_norm is not None
             and teacher.encoder.final_norm is None
+        )
         fitted = NormedLayer(s_layer, student.encoder.final_norm) if normed else s_layer
         # --layerwise_stream free: a Pre-LN stream is compared with the teacher's hidden state once both are normalised
         free = args.layerwise_stream == "free" and not same_norms[i] and not normed
@@ -389,14 +495,20 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
         target = view(t_out)
         record = load_layer(work_dir, f"layer-{i}", fitted)
         if record is not None and record.get("free_stream", False) != free:  # a folder from before arguments.json
-            raise ValueError(f"{work_dir}: layer {i} was fitted with --layerwise_stream "
-                             f"{'free' if record.get('free_stream') else 'teacher'}, this run asks for "
-                             f"{args.layerwise_stream}; use another --output_dir, or that --layerwise_stream to resume")
+            raise ValueError(
+                f"{work_dir}: layer {i} was fitted with --layerwise_stream "
+                f"{'free' if record.get('free_stream') else 'teacher'}, this run asks for "
+                f"{args.layerwise_stream}; use another --output_dir, or that --layerwise_stream to resume"
+            )
         if record is None:
             layer_start = time.perf_counter()
             with dropout_off(student):
-                record = {"layer": i, "through_final_norm": normed, "free_stream": free,
-                          "layer_rel_error_before": relative_squared_error(view(run_layer(fitted, inputs)), target)}
+                record = {
+                    "layer": i,
+                    "through_final_norm": normed,
+                    "free_stream": free,
+                    "layer_rel_error_before": relative_squared_error(view(run_layer(fitted, inputs)), target),
+                }
                 if same_norms[i]:  # teacher forcing: the teacher FFN's own input and output
                     record.update(fit_ffn(s_layer.mlp, x, y, args, seed + i))
                 if args.layerwise_parts == "layer":
@@ -408,17 +520,26 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
         with dropout_off(student):
             s_hidden = run_layer(s_layer, s_hidden)
             record["propagated_rel_error"] = relative_squared_error(
-                fitted.norm(s_hidden) if normed else view(s_hidden), target)
+                fitted.norm(s_hidden) if normed else view(s_hidden), target
+            )
             record["stream_norm"] = float(s_hidden.norm(dim=-1).mean())  # mean per-token norm of the residual stream
         logger.info("layer %d: %s", i, {k: round(v, 6) for k, v in record.items() if isinstance(v, float)})
         records.append(record)
-        progress.set_postfix(layer=i, rel_error=f"{record.get('layer_rel_error_before', math.nan):.3g}→"
-                                                f"{record.get('layer_rel_error', math.nan):.3g}")
+        progress.set_postfix(
+            layer=i,
+            rel_error=f"{record.get('layer_rel_error_before', math.nan):.3g}→"
+            f"{record.get('layer_rel_error', math.nan):.3g}",
+        )
         progress.update()
         t_hidden = t_out
     progress.close()
-    result: dict[str, Any] = {"arguments": asdict(args), "blocks": len(input_ids), "tokens": tokens,
-                              "activation_bytes": held_bytes, "layers": records}
+    result: dict[str, Any] = {
+        "arguments": asdict(args),
+        "blocks": len(input_ids),
+        "tokens": tokens,
+        "activation_bytes": held_bytes,
+        "layers": records,
+    }
     norm = student.encoder.final_norm
     if norm is not None:
         t_last = t_hidden if teacher.encoder.final_norm is None else teacher.encoder.final_norm(t_hidden)
@@ -432,8 +553,24 @@ def heal_layerwise(student: FfnBertModel, teacher: FfnBertModel, input_ids: torc
 
 
 __all__ = [
-    "HELD_TENSORS", "LAYERWISE_INPUTS", "LAYERWISE_PARTS", "LAYERWISE_STREAMS", "METHODS", "LayerwiseArguments",
-    "NormedLayer", "adam_fit", "apply_chunked", "calibration_blocks", "fit_ffn", "fit_final_norm",
-    "fit_whole_layer", "heal_layerwise", "normalized", "prepare_layerwise", "relative_squared_error", "resolve_auto",
-    "run_layer", "set_down",
+    "HELD_TENSORS",
+    "LAYERWISE_INPUTS",
+    "LAYERWISE_PARTS",
+    "LAYERWISE_STREAMS",
+    "METHODS",
+    "LayerwiseArguments",
+    "NormedLayer",
+    "adam_fit",
+    "apply_chunked",
+    "calibration_blocks",
+    "fit_ffn",
+    "fit_final_norm",
+    "fit_whole_layer",
+    "heal_layerwise",
+    "normalized",
+    "prepare_layerwise",
+    "relative_squared_error",
+    "resolve_auto",
+    "run_layer",
+    "set_down",
 ]

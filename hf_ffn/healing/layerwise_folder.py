@@ -73,9 +73,11 @@ def check_resume_arguments(work_dir: Path, arguments: dict[str, Any]) -> None:
         saved = json.loads(path.read_text())
         changed = {k: (saved.get(k), v) for k, v in arguments.items() if saved.get(k, v) != v}
         if changed:
-            raise ValueError(f"{work_dir} holds layers fitted with other layer-wise arguments ("
-                             + ", ".join(describe_change(k, old, new) for k, (old, new) in changed.items())
-                             + "); use another --output_dir, or the same arguments to resume")
+            raise ValueError(
+                f"{work_dir} holds layers fitted with other layer-wise arguments ("
+                + ", ".join(describe_change(k, old, new) for k, (old, new) in changed.items())
+                + "); use another --output_dir, or the same arguments to resume"
+            )
     if finished:
         return
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -93,24 +95,36 @@ def layerwise_section(record: dict | None) -> str:
     if not record:
         return ""
     a = record["arguments"]
-    rows = [f"| {r['layer']} | {_fmt(r, 'ffn_rel_error_before')} → {_fmt(r, 'ffn_rel_error')} | "
-            f"{_fmt(r, 'layer_rel_error_before')} → {_fmt(r, 'layer_rel_error')} | {_fmt(r, 'propagated_rel_error')} | "
-            f"{_fmt(r, 'stream_norm')} |" for r in record["layers"]]
+    rows = [
+        f"| {r['layer']} | {_fmt(r, 'ffn_rel_error_before')} → {_fmt(r, 'ffn_rel_error')} | "
+        f"{_fmt(r, 'layer_rel_error_before')} → {_fmt(r, 'layer_rel_error')} | {_fmt(r, 'propagated_rel_error')} | "
+        f"{_fmt(r, 'stream_norm')} |"
+        for r in record["layers"]
+    ]
     final = record.get("final_norm")
-    norm = (f"\n`final_norm` set in closed form (per coordinate least squares): relative squared error "
-            f"{final['final_norm_rel_error_before']:.4g} → {final['final_norm_rel_error']:.4g}.\n") if final else ""
+    norm = (
+        (
+            f"\n`final_norm` set in closed form (per coordinate least squares): relative squared error "
+            f"{final['final_norm_rel_error_before']:.4g} → {final['final_norm_rel_error']:.4g}.\n"
+        )
+        if final
+        else ""
+    )
     free = [str(r["layer"]) for r in record["layers"] if r.get("free_stream")]  # `free` where the norms differ
-    stream = (f"residual stream `free` (layers {', '.join(free)}): the student's and the teacher's hidden states are "
-              "compared after a LayerNorm without affine part (per-token scale and mean not fitted)."
-              if free else "hidden states compared as they are.")
+    stream = (
+        f"residual stream `free` (layers {', '.join(free)}): the student's and the teacher's hidden states are "
+        "compared after a LayerNorm without affine part (per-token scale and mean not fitted)."
+        if free
+        else "hidden states compared as they are."
+    )
     return f"""
 ## Layer-wise healing
 
-Each layer was fitted to its teacher layer (`hf_ffn.healing.layerwise`) on {record['tokens']:,} calibration tokens
-({record['blocks']} blocks; recorded activations {record['activation_bytes'] / 1e6:.0f} MB, cap
-{a['layerwise_memory_mb']:.0f} MB): parts `{a['layerwise_parts']}`, inputs `{a['layerwise_inputs']}`,
-{a['layerwise_steps']} Adam steps per fit (learning rate {a['layerwise_lr']}, {a['layerwise_batch_tokens']} tokens per
-step), closed-form ridge down projection (ridge {a['layerwise_ridge']}), {record['seconds']:.0f} s in all.
+Each layer was fitted to its teacher layer (`hf_ffn.healing.layerwise`) on {record["tokens"]:,} calibration tokens
+({record["blocks"]} blocks; recorded activations {record["activation_bytes"] / 1e6:.0f} MB, cap
+{a["layerwise_memory_mb"]:.0f} MB): parts `{a["layerwise_parts"]}`, inputs `{a["layerwise_inputs"]}`,
+{a["layerwise_steps"]} Adam steps per fit (learning rate {a["layerwise_lr"]}, {a["layerwise_batch_tokens"]} tokens per
+step), closed-form ridge down projection (ridge {a["layerwise_ridge"]}), {record["seconds"]:.0f} s in all.
 Relative squared error ‖Δ‖²/‖target‖² on the calibration tokens: the FFN output (teacher FFN input), the layer
 output (the layer's fitting input) and the student's own hidden state after the layer (its errors propagated);
 {stream} The last column is the mean per-token norm of the student's hidden state after the layer (for Pre-LN
@@ -123,6 +137,11 @@ the residual stream, before `final_norm`).
 
 
 __all__ = [
-    "calibration_digest", "check_resume_arguments", "describe_change", "finished_records", "layerwise_section",
-    "load_layer", "save_layer",
+    "calibration_digest",
+    "check_resume_arguments",
+    "describe_change",
+    "finished_records",
+    "layerwise_section",
+    "load_layer",
+    "save_layer",
 ]

@@ -13,10 +13,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
-
-import math
 
 import numpy as np
 import torch
@@ -144,8 +143,14 @@ def linear_probe(
         "accuracy": float(scores.mean()),
         "std": float(scores.std()),
         "folds": [float(s) for s in scores],
-        "settings": {"folds": folds, "seed": seed, "C": C, "max_iter": max_iter, "features": "standardised",
-                     "classifier": "sklearn LogisticRegression (lbfgs, L2)"},
+        "settings": {
+            "folds": folds,
+            "seed": seed,
+            "C": C,
+            "max_iter": max_iter,
+            "features": "standardised",
+            "classifier": "sklearn LogisticRegression (lbfgs, L2)",
+        },
     }
 
 
@@ -166,8 +171,10 @@ def measure_agreement(
         teacher_probe, student_probe = linear_probe(teacher_emb, labels), linear_probe(student_emb, labels)
         differences = np.subtract(student_probe["folds"], teacher_probe["folds"])
         result["probe"] = {
-            "teacher": teacher_probe, "student": student_probe,
-            "difference": float(differences.mean()), "difference_std": float(differences.std()),
+            "teacher": teacher_probe,
+            "student": student_probe,
+            "difference": float(differences.mean()),
+            "difference_std": float(differences.std()),
         }
     return result
 
@@ -179,8 +186,14 @@ class AgreementCallback(TrainerCallback):
     every process under DDP). `teacher` and `student` give the base models to compare (`student` receives the
     trained model, possibly a head, and returns its base model)."""
 
-    def __init__(self, teacher: nn.Module, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], every: int,
-                 max_length: int = 128):
+    def __init__(
+        self,
+        teacher: nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        texts: Sequence[str],
+        every: int,
+        max_length: int = 128,
+    ):
         self.teacher, self.tokenizer, self.texts = teacher, tokenizer, list(texts)
         self.every, self.max_length = every, max_length
         self.teacher_cache: list = []  # the teacher's outputs on `texts`, computed once
@@ -198,11 +211,24 @@ class AgreementCallback(TrainerCallback):
         done = any(e.get("step") == state.global_step and "heldout_cosine_mean" in e for e in state.log_history)
         if done or not state.is_world_process_zero:
             return
-        metrics, _, _ = compare_to_teacher(self.teacher, model.base_model, self.tokenizer, self.texts,
-                                           max_length=self.max_length, teacher_cache=self.teacher_cache)
-        state.log_history.append({"step": state.global_step, **{
-            f"heldout_{k}": v for k, v in metrics.items() if k in ("cosine_mean", "cosine_min", "max_abs_diff",
-                                                                   "mean_abs_diff")}})
+        metrics, _, _ = compare_to_teacher(
+            self.teacher,
+            model.base_model,
+            self.tokenizer,
+            self.texts,
+            max_length=self.max_length,
+            teacher_cache=self.teacher_cache,
+        )
+        state.log_history.append(
+            {
+                "step": state.global_step,
+                **{
+                    f"heldout_{k}": v
+                    for k, v in metrics.items()
+                    if k in ("cosine_mean", "cosine_min", "max_abs_diff", "mean_abs_diff")
+                },
+            }
+        )
 
 
 __all__ = [

@@ -76,24 +76,40 @@ class HealArguments:
     student: str = field(metadata={"help": "converted FfnBert folder (hf-ffn convert's output) to heal"})
     train_files: list[str] = field(metadata={"help": "plain-text files or folders of *.txt files to distil on"})
     teacher: str | None = field(
-        default=None, metadata={"help": "the source checkpoint (BERT or FfnBert); default: the student's "
-                                        "conversion_report.json source"})
-    healed_dir: str | None = field(default=None, metadata={"help": "folder for the healed model (default: "
-                                                                   "OUTPUT_DIR/healed); must not exist or be empty"})
+        default=None,
+        metadata={
+            "help": "the source checkpoint (BERT or FfnBert); default: the student's conversion_report.json source"
+        },
+    )
+    healed_dir: str | None = field(
+        default=None,
+        metadata={"help": "folder for the healed model (default: OUTPUT_DIR/healed); must not exist or be empty"},
+    )
     eval_data: str | None = field(
-        default=None, metadata={"help": "held-out labelled text, never trained on, for the before/after agreement "
-                                        "and the linear probe: a folder with one text file per label (one example "
-                                        "per line), a csv/tsv/json/jsonl file, or a datasets dataset (saved folder "
-                                        "or hub name)", "metavar": "PATH"})
+        default=None,
+        metadata={
+            "help": "held-out labelled text, never trained on, for the before/after agreement "
+            "and the linear probe: a folder with one text file per label (one example "
+            "per line), a csv/tsv/json/jsonl file, or a datasets dataset (saved folder "
+            "or hub name)",
+            "metavar": "PATH",
+        },
+    )
     eval_text_column: str | None = field(
-        default=None, metadata={"help": "text column of a file or dataset --eval_data; default: text or sentence"})
+        default=None, metadata={"help": "text column of a file or dataset --eval_data; default: text or sentence"}
+    )
     eval_label_column: str = field(
-        default="label", metadata={"help": "label column of a file or dataset --eval_data (none there: no probe)"})
+        default="label", metadata={"help": "label column of a file or dataset --eval_data (none there: no probe)"}
+    )
     eval_split: str = field(default="validation", metadata={"help": "split of a datasets --eval_data"})
     probe: bool = field(default=True, metadata={"help": "linear probe on all --eval_data examples before and after"})
     max_eval_snippets: int | None = field(
-        default=None, metadata={"help": "measure before/after (and probe) on a seeded subset of N held-out snippets "
-                                        "instead of all of them (a quick run; published numbers use all)"})
+        default=None,
+        metadata={
+            "help": "measure before/after (and probe) on a seeded subset of N held-out snippets "
+            "instead of all of them (a quick run; published numbers use all)"
+        },
+    )
     curve_snippets: int = field(default=1000, metadata={"help": "snippets (seeded subset) measured during training"})
     curve_steps: int = field(default=0, metadata={"help": "measure the subset every N steps (0: at the end only)"})
     max_seq_length: int = field(default=128, metadata={"help": "tokens per training block"})
@@ -103,14 +119,22 @@ class HealArguments:
     mlm_kl_weight: float = field(default=0.0, metadata={"help": "weight of KL on MLM logits (needs both heads)"})
     temperature: float = field(default=1.0, metadata={"help": "softmax temperature of the KL term"})
     train_parts: str = field(default="encoder", metadata={"help": "ffn, ffn_norms, encoder or all"})
-    method: str = field(default="layerwise", metadata={
-        "help": "layerwise (the default, the best measured in docs/healing.md: fit each layer to its teacher layer, "
-                "hf_ffn.healing.layerwise; an end-to-end stage follows only with --max_steps > 0) or end_to_end "
-                "(distil the whole model alone, for --max_steps or --num_train_epochs)"})
+    method: str = field(
+        default="layerwise",
+        metadata={
+            "help": "layerwise (the default, the best measured in docs/healing.md: fit each layer to its teacher layer, "
+            "hf_ffn.healing.layerwise; an end-to-end stage follows only with --max_steps > 0) or end_to_end "
+            "(distil the whole model alone, for --max_steps or --num_train_epochs)"
+        },
+    )
     padding_free: bool = field(
-        default=False, metadata={"help": "padding-free batches (DataCollatorWithFlattening): each batch's blocks "
-                                         "concatenated into one row, position_ids restarting at 0 per block; the "
-                                         "teacher then runs as FfnBert (upstream BERT would mix the blocks)"})
+        default=False,
+        metadata={
+            "help": "padding-free batches (DataCollatorWithFlattening): each batch's blocks "
+            "concatenated into one row, position_ids restarting at 0 per block; the "
+            "teacher then runs as FfnBert (upstream BERT would mix the blocks)"
+        },
+    )
 
     def __post_init__(self) -> None:
         self.loss = DistillationLoss(self.hidden_loss, self.layers, self.mlm_kl_weight, self.temperature)
@@ -151,7 +175,9 @@ def check_models(heal_args: HealArguments) -> HealModels:
     if teacher is None:
         teacher = conversion_source(student)
         if teacher is None:
-            raise ValueError(f"--teacher not given and --student {str(student)!r} has no {REPORT_FILE} naming its source")
+            raise ValueError(
+                f"--teacher not given and --student {str(student)!r} has no {REPORT_FILE} naming its source"
+            )
     check_checkpoint(teacher, "--teacher")
     s_config = FfnBertConfig.from_pretrained(student)
     try:
@@ -163,18 +189,22 @@ def check_models(heal_args: HealArguments) -> HealModels:
             raise ValueError(
                 f"teacher and student differ in {name}: teacher {teacher!r} has {getattr(t_config, name)}, student "
                 f"{str(student)!r} has {getattr(s_config, name)}; distillation compares hidden states token by "
-                f"token, so both must be equal")
+                f"token, so both must be equal"
+            )
     if heal_args.layers == "all":
         t_lns = getattr(t_config, "layer_norm_positions", ["post"] * t_config.num_hidden_layers)
         if t_lns != s_config.layer_norm_positions:
             raise ValueError(
                 f"--layers all compares every hidden state, but the LayerNorm placement differs (teacher {t_lns}, "
                 f"student {s_config.layer_norm_positions}): a Pre-LN layer's output is the un-normalised residual "
-                f"stream, a Post-LN one's is normalised; use --layers last")
+                f"stream, a Post-LN one's is normalised; use --layers last"
+            )
     student_class = ffn_class_for(s_config)
     if heal_args.mlm_kl_weight > 0 and student_class.__name__ not in MLM_CLASSES:
-        raise ValueError(f"--mlm_kl_weight > 0 needs an MLM head on the student; {str(student)!r} is a "
-                         f"{student_class.__name__} (allowed: {', '.join(MLM_CLASSES)})")
+        raise ValueError(
+            f"--mlm_kl_weight > 0 needs an MLM head on the student; {str(student)!r} is a "
+            f"{student_class.__name__} (allowed: {', '.join(MLM_CLASSES)})"
+        )
     tokenizer = load_tokenizer(str(student), s_config)
     if tokenizer is None:
         raise FileNotFoundError(f"--student: {str(student)!r} holds no tokenizer (tokenizer.json or vocab.txt)")
@@ -182,8 +212,10 @@ def check_models(heal_args: HealArguments) -> HealModels:
     t_vocab, s_vocab = (t_tokenizer.get_vocab() if t_tokenizer else None), tokenizer.get_vocab()
     if t_vocab is not None and t_vocab != s_vocab:
         only = sorted(set(s_vocab.items()) ^ set(t_vocab.items()))[:5]
-        raise ValueError(f"teacher {teacher!r} and student {str(student)!r} tokenizers differ ({len(t_vocab)} vs "
-                         f"{len(s_vocab)} tokens; e.g. {only}); distillation needs the same vocabulary")
+        raise ValueError(
+            f"teacher {teacher!r} and student {str(student)!r} tokenizers differ ({len(t_vocab)} vs "
+            f"{len(s_vocab)} tokens; e.g. {only}); distillation needs the same vocabulary"
+        )
     return HealModels(teacher, t_config, s_config, student_class, tokenizer)
 
 
@@ -214,14 +246,19 @@ def load_teacher(
             config = FfnBertConfig.from_dict(config.to_dict())
     model, info = auto.from_pretrained(teacher, config=config, output_loading_info=True)
     if with_head and info["missing_keys"]:
-        raise ValueError(f"--mlm_kl_weight > 0 needs the teacher's MLM head, but {teacher!r} lacks "
-                         f"{sorted(info['missing_keys'])}")
+        raise ValueError(
+            f"--mlm_kl_weight > 0 needs the teacher's MLM head, but {teacher!r} lacks {sorted(info['missing_keys'])}"
+        )
     return model.eval().requires_grad_(False)
 
 
 def run_healing(
-    heal_args: HealArguments, training_args: TrainingArguments, *, callbacks: list | None = None,
-    command: str | None = None, layerwise_args: LayerwiseArguments | None = None,
+    heal_args: HealArguments,
+    training_args: TrainingArguments,
+    *,
+    callbacks: list | None = None,
+    command: str | None = None,
+    layerwise_args: LayerwiseArguments | None = None,
 ) -> dict[str, Any]:
     """Heal `heal_args.student` (see the module docstring). Returns the `healing` record written to the report
     (with "healed_dir").
@@ -233,47 +270,69 @@ def run_healing(
     command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
     if heal_args.method == "end_to_end" and layerwise_args is not None:  # options the run would silently ignore
         default = LayerwiseArguments()
-        ignored = [f"--{f.name}" for f in fields(LayerwiseArguments)
-                   if getattr(layerwise_args, f.name) != getattr(default, f.name)]
+        ignored = [
+            f"--{f.name}"
+            for f in fields(LayerwiseArguments)
+            if getattr(layerwise_args, f.name) != getattr(default, f.name)
+        ]
         if ignored:
-            raise ValueError(f"{', '.join(ignored)} set the layer-wise stage, which --method end_to_end does not "
-                             f"run; remove them, or use --method layerwise")
+            raise ValueError(
+                f"{', '.join(ignored)} set the layer-wise stage, which --method end_to_end does not "
+                f"run; remove them, or use --method layerwise"
+            )
     documents = read_text_documents(heal_args.train_files)
     models = check_models(heal_args)
     teacher_path, tokenizer = models.teacher, models.tokenizer
     healed_dir = Path(heal_args.healed_dir or Path(training_args.output_dir) / "healed")
     check_new_folder(healed_dir, "--healed_dir")
-    texts, labels = (read_labelled_texts(heal_args.eval_data, text_column=heal_args.eval_text_column,
-                                         label_column=heal_args.eval_label_column, split=heal_args.eval_split,
-                                         argument="--eval_data")
-                     if heal_args.eval_data else (None, None))
+    texts, labels = (
+        read_labelled_texts(
+            heal_args.eval_data,
+            text_column=heal_args.eval_text_column,
+            label_column=heal_args.eval_label_column,
+            split=heal_args.eval_split,
+            argument="--eval_data",
+        )
+        if heal_args.eval_data
+        else (None, None)
+    )
     if texts and heal_args.max_eval_snippets:
         keep = subset_indices(len(texts), heal_args.max_eval_snippets)
         texts, labels = [texts[i] for i in keep], (None if labels is None else [labels[i] for i in keep])
         counts = {label: labels.count(label) for label in sorted(set(labels), key=str)} if labels else {}
         if heal_args.probe and counts and min(counts.values()) < PROBE_FOLDS:
-            raise ValueError(f"--max_eval_snippets {heal_args.max_eval_snippets}: the seeded subset has {counts} "
-                             f"snippets per label, but the {PROBE_FOLDS}-fold probe needs at least {PROBE_FOLDS} of "
-                             f"each; give a larger number or --probe false")
+            raise ValueError(
+                f"--max_eval_snippets {heal_args.max_eval_snippets}: the seeded subset has {counts} "
+                f"snippets per label, but the {PROBE_FOLDS}-fold probe needs at least {PROBE_FOLDS} of "
+                f"each; give a larger number or --probe false"
+            )
     resume = resume_checkpoint(training_args)
     blocks = mlm_blocks([text for _, text in documents], tokenizer, heal_args.max_seq_length)
     if len(blocks) == 0:
-        raise ValueError(f"--train_files: the text is shorter than one block of --max_seq_length "
-                         f"{heal_args.max_seq_length} tokens")
+        raise ValueError(
+            f"--train_files: the text is shorter than one block of --max_seq_length {heal_args.max_seq_length} tokens"
+        )
     if heal_args.max_train_samples:
         blocks = blocks.select(range(min(heal_args.max_train_samples, len(blocks))))
     blocks = blocks.remove_columns("special_tokens_mask")
     blocks = blocks.add_column("attention_mask", [[1] * heal_args.max_seq_length] * len(blocks))
     layerwise_dir = Path(training_args.output_dir) / "layerwise"
     if heal_args.method == "layerwise":  # refuse a mismatched resume before loading or measuring a model
-        prepare_layerwise(models.student_config, models.teacher_config, torch.tensor(blocks["input_ids"]),
-                          layerwise_args or LayerwiseArguments(), layerwise_dir, seed=training_args.seed)
+        prepare_layerwise(
+            models.student_config,
+            models.teacher_config,
+            torch.tensor(blocks["input_ids"]),
+            layerwise_args or LayerwiseArguments(),
+            layerwise_dir,
+            seed=training_args.seed,
+        )
 
     with_head = heal_args.mlm_kl_weight > 0
     teacher = load_teacher(teacher_path, with_head, models.teacher_config, heal_args.padding_free)
     # no "not function-preserving: heal it" warning: this is the healing
-    student = models.student_class.from_pretrained(heal_args.student, config=models.student_config,
-                                                   warn_not_function_preserving=False)
+    student = models.student_class.from_pretrained(
+        heal_args.student, config=models.student_config, warn_not_function_preserving=False
+    )
     trainable = select_trainable(student, heal_args.train_parts, with_head)
     main = training_args.process_index == 0
     curve_texts = [texts[i] for i in subset_indices(len(texts), heal_args.curve_snippets)] if texts else []
@@ -283,29 +342,50 @@ def run_healing(
     def measure(probe: bool, when: str) -> dict[str, Any] | None:
         if not texts:
             return None
-        return measure_agreement(teacher.base_model, student.base_model, tokenizer, texts,
-                                 labels if probe and labels is not None else None,
-                                 max_length=heal_args.max_seq_length, teacher_cache=teacher_cache,
-                                 progress=f"held-out agreement {when}")
+        return measure_agreement(
+            teacher.base_model,
+            student.base_model,
+            tokenizer,
+            texts,
+            labels if probe and labels is not None else None,
+            max_length=heal_args.max_seq_length,
+            teacher_cache=teacher_cache,
+            progress=f"held-out agreement {when}",
+        )
 
     before = measure(heal_args.probe, "before") if main else None
     callbacks = list(callbacks or [])
     if curve_texts and heal_args.curve_snippets:
-        callbacks.append(AgreementCallback(teacher.base_model, tokenizer, curve_texts, heal_args.curve_steps,
-                                           heal_args.max_seq_length))
+        callbacks.append(
+            AgreementCallback(
+                teacher.base_model, tokenizer, curve_texts, heal_args.curve_steps, heal_args.max_seq_length
+            )
+        )
     layerwise = None
     if heal_args.method == "layerwise":
         with quiet_transformers():
             teacher_layers = FfnBertModel.from_pretrained(teacher_path, add_pooling_layer=False)
-        layerwise = heal_layerwise(student.base_model, teacher_layers, torch.tensor(blocks["input_ids"]),
-                                   layerwise_args or LayerwiseArguments(), layerwise_dir, seed=training_args.seed)
+        layerwise = heal_layerwise(
+            student.base_model,
+            teacher_layers,
+            torch.tensor(blocks["input_ids"]),
+            layerwise_args or LayerwiseArguments(),
+            layerwise_dir,
+            seed=training_args.seed,
+        )
         del teacher_layers
     history, steps, train_seconds = [], 0, 0.0
     if heal_args.method == "end_to_end" or training_args.max_steps > 0:
         collator = PaddingFreeCollator() if heal_args.padding_free else default_data_collator  # blocks: one row
-        trainer = DistillationTrainer(model=student, args=training_args, train_dataset=blocks,
-                                      data_collator=collator, teacher=teacher,
-                                      distillation_loss=heal_args.loss, callbacks=callbacks)
+        trainer = DistillationTrainer(
+            model=student,
+            args=training_args,
+            train_dataset=blocks,
+            data_collator=collator,
+            teacher=teacher,
+            distillation_loss=heal_args.loss,
+            callbacks=callbacks,
+        )
         with dropout_off(student):
             train_output = trainer.train(resume_from_checkpoint=resume)
         student = trainer.accelerator.unwrap_model(trainer.model).eval()  # under FSDP trainer.model is the wrapper
@@ -315,22 +395,41 @@ def run_healing(
         return {}
     after = measure(heal_args.probe, "after")
     trainable_set = set(trainable)
-    curve = [{"step": e["step"], **{k[len("heldout_"):]: v for k, v in e.items() if k.startswith("heldout_")}}
-             for e in history if "heldout_cosine_mean" in e]
+    curve = [
+        {"step": e["step"], **{k[len("heldout_") :]: v for k, v in e.items() if k.startswith("heldout_")}}
+        for e in history
+        if "heldout_cosine_mean" in e
+    ]
     healing = {
         "student": heal_args.student,
         "teacher": teacher_path,
         "command": command,
         "arguments": asdict(heal_args),
-        "training": {k: getattr(getattr(training_args, k), "value", getattr(training_args, k)) for k in (
-            "learning_rate", "max_steps", "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps",
-            "world_size", "warmup_steps", "lr_scheduler_type", "weight_decay", "seed", "bf16")},
+        "training": {
+            k: getattr(getattr(training_args, k), "value", getattr(training_args, k))
+            for k in (
+                "learning_rate",
+                "max_steps",
+                "num_train_epochs",
+                "per_device_train_batch_size",
+                "gradient_accumulation_steps",
+                "world_size",
+                "warmup_steps",
+                "lr_scheduler_type",
+                "weight_decay",
+                "seed",
+                "bf16",
+            )
+        },
         "trainable_parameters": sum(p.numel() for n, p in student.named_parameters() if n in trainable_set),
         "train_parts": heal_args.train_parts,
-        "data": {"train_files": heal_args.train_files, "documents": len(documents), "blocks": len(blocks),
-                 "block_tokens": heal_args.max_seq_length},
-        "heldout": {"eval_data": heal_args.eval_data, "snippets": len(texts or []),
-                    "curve_snippets": len(curve_texts)},
+        "data": {
+            "train_files": heal_args.train_files,
+            "documents": len(documents),
+            "blocks": len(blocks),
+            "block_tokens": heal_args.max_seq_length,
+        },
+        "heldout": {"eval_data": heal_args.eval_data, "snippets": len(texts or []), "curve_snippets": len(curve_texts)},
         "before": before,
         "after": after,
         "curve": curve,
@@ -362,9 +461,18 @@ def healing_summary(healing: dict) -> str:
         probe = f"probe Δ {before['probe']['difference']:+.4f} → {after['probe']['difference']:+.4f}"
     else:
         probe = "no probe"
-    return (f"healed: {cosine}, {probe}, {healing['wall_seconds']:.0f} s; saved to {healing['healed_dir']} "
-            f"(record: {HEALING_FILE})")
+    return (
+        f"healed: {cosine}, {probe}, {healing['wall_seconds']:.0f} s; saved to {healing['healed_dir']} "
+        f"(record: {HEALING_FILE})"
+    )
 
 
-__all__ = ["HEALING_FILE", "HealArguments", "HealModels", "check_models", "healing_summary", "load_tokenizer",
-           "run_healing"]
+__all__ = [
+    "HEALING_FILE",
+    "HealArguments",
+    "HealModels",
+    "check_models",
+    "healing_summary",
+    "load_tokenizer",
+    "run_healing",
+]

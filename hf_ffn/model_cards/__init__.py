@@ -5,4 +5,3 @@
 from pathlib import Path
 
 TEMPLATES = Path(__file__).parent
-

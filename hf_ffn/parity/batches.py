@@ -17,6 +17,11 @@ from ..conversion.measure import (  # one copy: conversion and export measure wi
 TIME_FLIES_IDS = [2051, 10029, 2066, 2019, 8612]
 
 __all__ = [
-    "FALLBACK_LENGTHS", "FALLBACK_SEGMENTS", "SENTENCE_PAIRS", "TIME_FLIES_IDS", "example_batch", "head_inputs",
+    "FALLBACK_LENGTHS",
+    "FALLBACK_SEGMENTS",
+    "SENTENCE_PAIRS",
+    "TIME_FLIES_IDS",
+    "example_batch",
+    "head_inputs",
     "padded_batch",
 ]

@@ -104,9 +104,7 @@ def head_folders(checkpoint: str, root: str | os.PathLike, seed: int = 0) -> dic
     return folders
 
 
-def run_parity(
-    checkpoint: str, attn_implementation: str = "eager", seed: int = 0, **overrides
-) -> list[ParityRow]:
+def run_parity(checkpoint: str, attn_implementation: str = "eager", seed: int = 0, **overrides) -> list[ParityRow]:
     """Load `checkpoint` into each upstream Bert head class and the matching FfnBert class; compare all outputs.
 
     Args:
@@ -155,7 +153,7 @@ def ffn_rows(reference: nn.Module, candidate: nn.Module, batch: dict[str, torch.
     vocabulary is bert-base-uncased's or larger."""
     rows = [
         compare_tensors("FFN", f"ffn[{i}]", ref, cand)
-        for i, (ref, cand) in enumerate(zip(ffn_outputs(reference, batch), ffn_outputs(candidate, batch)))
+        for i, (ref, cand) in enumerate(zip(ffn_outputs(reference, batch), ffn_outputs(candidate, batch), strict=False))
     ]
     if reference.config.vocab_size <= max(TIME_FLIES_IDS):  # not the bert-base-uncased vocabulary
         return rows
@@ -211,7 +209,9 @@ def variant_report(checkpoint: str, attn_implementation: str = "eager", **overri
         "unused_weights": sorted(info["unexpected_keys"]),
         "mismatched_weights": sorted(str(k) for k in info["mismatched_keys"]),
         "last_hidden_state": tensor_difference(ref_out.last_hidden_state, var_out.last_hidden_state, mask),
-        "hidden_states": [tensor_difference(r, v, mask) for r, v in zip(ref_out.hidden_states, var_out.hidden_states)],
+        "hidden_states": [
+            tensor_difference(r, v, mask) for r, v in zip(ref_out.hidden_states, var_out.hidden_states, strict=False)
+        ],
     }
 
 

@@ -29,9 +29,9 @@ training starts, naming the file or field, the value and what is allowed.
 """
 
 from .arguments import (
+    DEFAULT_SPLIT,
     EXIT_BAD_INPUT,
     RESUME_LAST,
-    DEFAULT_SPLIT,
     ClassificationDataArguments,
     MlmDataArguments,
     ModelArguments,
@@ -49,8 +49,8 @@ from .data import (
     check_columns_and_labels,
     check_data_file,
     check_label_values,
-    decode_text,
     dataset_columns,
+    decode_text,
     load_classification_datasets,
     load_label_files,
     mask_once,
@@ -74,15 +74,6 @@ from .finetuning import (
     summarize,
 )
 from .mlm import masked_eval_dataset, mlm_trainer
-from .pretraining import (
-    PretrainingArguments,
-    PretrainingDataArguments,
-    pretraining_main,
-    run_mlm,
-    run_pretraining,
-    train_tokenizer,
-)
-from .tasks import GLUE_RECIPE, TASKS, Recipe, Task, get_task, load_cola, load_mrpc, load_stsb, read_stsb, task_score
 from .outputs import (
     STAGING_FOLDER,
     check_checkpoint,
@@ -96,6 +87,15 @@ from .outputs import (
     save_outputs,
     training_seconds,
 )
+from .pretraining import (
+    PretrainingArguments,
+    PretrainingDataArguments,
+    pretraining_main,
+    run_mlm,
+    run_pretraining,
+    train_tokenizer,
+)
+from .tasks import GLUE_RECIPE, TASKS, Recipe, Task, get_task, load_cola, load_mrpc, load_stsb, read_stsb, task_score
 
 __all__ = [
     "EXIT_BAD_INPUT",

@@ -21,8 +21,10 @@ from ..conversion.recipes import INITS, parse_width
 
 # `load_converted`'s keywords → the options of `ModelArguments` that set them (errors name the option).
 CONVERSION_OPTIONS = {
-    "ffn_type": "--ffn_type", "layer_norm_position": "--layer_norm_position",
-    "init": "--ffn_init", "width": "--ffn_width",
+    "ffn_type": "--ffn_type",
+    "layer_norm_position": "--layer_norm_position",
+    "init": "--ffn_init",
+    "width": "--ffn_width",
 }
 DEFAULT_SPLIT = "0.8,0.1,0.1"  # train / validation / test fractions of a --label_dir folder
 
@@ -41,31 +43,39 @@ class ModelArguments:
     )
     ffn_init: str = field(
         default="preserving",
-        metadata={"help": "how a BERT FFN becomes a gated one: 'preserving' (copy BERT's weights so the FFN "
-                          "computes the same or nearly the same function) or 'fresh' (new random FFN weights)"},
+        metadata={
+            "help": "how a BERT FFN becomes a gated one: 'preserving' (copy BERT's weights so the FFN "
+            "computes the same or nearly the same function) or 'fresh' (new random FFN weights)"
+        },
     )
     ffn_width: str = field(
         default="keep",
-        metadata={"help": "gated FFN width: 'keep' (the checkpoint's intermediate_size), 'matched' (2/3 of it, "
-                          "rounded up to 256: the same FFN weight count) or an integer"},
+        metadata={
+            "help": "gated FFN width: 'keep' (the checkpoint's intermediate_size), 'matched' (2/3 of it, "
+            "rounded up to 256: the same FFN weight count) or an integer"
+        },
     )
     tokenizer_name: str | None = field(
         default=None, metadata={"help": "tokenizer folder or name, default: the one saved with the checkpoint"}
     )
     unpad_tokens: bool = field(
         default=True,
-        metadata={"help": "unpadded execution during the run (FfnBertConfig.unpad_tokens): every token-wise part "
-                          "runs on the real tokens only. The losses ignore pad positions, so they are the same as "
-                          "with it off (to fp32 rounding of the weight gradients; with dropout, other random "
-                          "draws of the same masks). Turn off with --no_unpad_tokens (or --unpad_tokens false). "
-                          "The saved model keeps the checkpoint's value"},
+        metadata={
+            "help": "unpadded execution during the run (FfnBertConfig.unpad_tokens): every token-wise part "
+            "runs on the real tokens only. The losses ignore pad positions, so they are the same as "
+            "with it off (to fp32 rounding of the weight gradients; with dropout, other random "
+            "draws of the same masks). Turn off with --no_unpad_tokens (or --unpad_tokens false). "
+            "The saved model keeps the checkpoint's value"
+        },
     )
     padding_free: bool = field(
         default=False,
-        metadata={"help": "padding-free batches (transformers' DataCollatorWithFlattening): each batch's sequences "
-                          "concatenated into one row, position_ids restarting at 0 for each, no padding; FfnBert "
-                          "computes each sequence as if alone and its pooler gives one output per sequence, so "
-                          "sequence classification works too (docs/unpadded.md)"},
+        metadata={
+            "help": "padding-free batches (transformers' DataCollatorWithFlattening): each batch's sequences "
+            "concatenated into one row, position_ids restarting at 0 for each, no padding; FfnBert "
+            "computes each sequence as if alone and its pooler gives one output per sequence, so "
+            "sequence classification works too (docs/unpadded.md)"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -95,13 +105,17 @@ class ModelArguments:
         )
 
 
-def check_task_columns(args: "ClassificationDataArguments") -> None:
+def check_task_columns(args: ClassificationDataArguments) -> None:
     """`--task` reads its own columns: refuse column flags it would ignore (`ValueError` naming them)."""
     columns = {"text_column": None, "text_pair_column": None, "label_column": "label"}  # the defaults
-    changed = [f"--{name} {getattr(args, name)!r}" for name, default in columns.items() if getattr(args, name) != default]
+    changed = [
+        f"--{name} {getattr(args, name)!r}" for name, default in columns.items() if getattr(args, name) != default
+    ]
     if args.task is not None and changed:
-        raise ValueError(f"--task {args.task} reads its own columns; drop {', '.join(changed)} (column flags apply "
-                         f"to --train_file and --dataset_name data)")
+        raise ValueError(
+            f"--task {args.task} reads its own columns; drop {', '.join(changed)} (column flags apply "
+            f"to --train_file and --dataset_name data)"
+        )
 
 
 @dataclass
@@ -114,8 +128,10 @@ class ClassificationDataArguments:
 
     task: str | None = field(
         default=None,
-        metadata={"help": "a named task preset read from --data_dir with its columns, splits, metric and training "
-                          "recipe (see hf_ffn.training.tasks.TASKS)"},
+        metadata={
+            "help": "a named task preset read from --data_dir with its columns, splits, metric and training "
+            "recipe (see hf_ffn.training.tasks.TASKS)"
+        },
     )
     data_dir: str | None = field(default=None, metadata={"help": "the folder of --task's files"})
     train_file: str | None = field(
@@ -127,16 +143,20 @@ class ClassificationDataArguments:
     dataset_config_name: str | None = field(default=None, metadata={"help": "the hub dataset's configuration"})
     label_dir: str | None = field(
         default=None,
-        metadata={"help": "folder with one text file per label, one example per line (pos.txt, neg.txt: the label "
-                          "is the file's stem, or its extension when all files share a stem); split seeded into "
-                          "train, validation and test by --split_sizes"},
+        metadata={
+            "help": "folder with one text file per label, one example per line (pos.txt, neg.txt: the label "
+            "is the file's stem, or its extension when all files share a stem); split seeded into "
+            "train, validation and test by --split_sizes"
+        },
     )
     split_sizes: str = field(
         default=DEFAULT_SPLIT,
         metadata={"help": "train,validation,test of --label_dir: three row counts or three fractions"},
     )
-    split_seed: int = field(default=42, metadata={"help": "seed of the --label_dir split (fixed: the same split for "
-                                                          "every run on the same files)"})
+    split_seed: int = field(
+        default=42,
+        metadata={"help": "seed of the --label_dir split (fixed: the same split for every run on the same files)"},
+    )
     text_column: str | None = field(default=None, metadata={"help": "text column; default: 'text' or 'sentence'"})
     text_pair_column: str | None = field(
         default=None, metadata={"help": "second text column: inputs become BERT pairs ([SEP] between, token_type_ids)"}
@@ -157,7 +177,9 @@ class ClassificationDataArguments:
                 f"--label_dir or --dataset_name; got {sources or 'none'}"
             )
         if (self.task is None) != (self.data_dir is None):
-            raise ValueError(f"--task and --data_dir go together; got --task {self.task!r}, --data_dir {self.data_dir!r}")
+            raise ValueError(
+                f"--task and --data_dir go together; got --task {self.task!r}, --data_dir {self.data_dir!r}"
+            )
         if self.train_file is not None and self.validation_file is None:
             raise ValueError("--validation_file is required with --train_file (the label set is checked against it)")
         if self.max_seq_length <= 2:
@@ -180,9 +202,7 @@ class MlmDataArguments:
 
     def __post_init__(self) -> None:
         if not 0 < self.validation_split_percentage < 100:
-            raise ValueError(
-                f"--validation_split_percentage must be in 1..99, got {self.validation_split_percentage}"
-            )
+            raise ValueError(f"--validation_split_percentage must be in 1..99, got {self.validation_split_percentage}")
         if not 0 < self.mlm_probability < 1:
             raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}")
         if self.max_seq_length <= 2:
@@ -235,7 +255,14 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
 
 
 __all__ = [
-    "CONVERSION_OPTIONS", "DEFAULT_SPLIT", "EXIT_BAD_INPUT", "RESUME_LAST", "ClassificationDataArguments",
+    "CONVERSION_OPTIONS",
+    "DEFAULT_SPLIT",
+    "EXIT_BAD_INPUT",
+    "RESUME_LAST",
+    "ClassificationDataArguments",
     "MlmDataArguments",
-    "ModelArguments", "bad_input_exits", "parse_arguments", "resume_checkpoint",
+    "ModelArguments",
+    "bad_input_exits",
+    "parse_arguments",
+    "resume_checkpoint",
 ]

@@ -16,7 +16,6 @@ from transformers import EvalPrediction, Trainer, TrainingArguments
 from ..modeling_ffn_bert import FfnBertForSequenceClassification
 from .arguments import ClassificationDataArguments, ModelArguments, check_task_columns, resume_checkpoint
 from .data import PaddingFreeCollator, check_columns_and_labels, load_classification_datasets, sort_by_length
-from .tasks import get_task
 from .outputs import (
     check_checkpoint,
     check_output_dir,
@@ -28,10 +27,13 @@ from .outputs import (
     save_outputs,
     training_seconds,
 )
+from .tasks import get_task
 
 
 def _logits(prediction: EvalPrediction) -> np.ndarray:
-    return np.asarray(prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions)
+    return np.asarray(
+        prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+    )
 
 
 def classification_metrics(prediction: EvalPrediction) -> dict[str, float]:
@@ -120,8 +122,9 @@ def run_classification(
     check_task_columns(data_args)
     task = get_task(data_args.task) if data_args.task is not None else None
     if task is not None:  # the task's columns (its reader gives the hub copy's names)
-        data_args = dataclasses.replace(data_args, text_column=task.text_column,
-                                        text_pair_column=task.text_pair_column, label_column="label")
+        data_args = dataclasses.replace(
+            data_args, text_column=task.text_column, text_pair_column=task.text_pair_column, label_column="label"
+        )
         raw = task.load(data_args.data_dir)
     else:
         raw = load_classification_datasets(data_args)
@@ -134,16 +137,20 @@ def run_classification(
 
     def encode(batch: dict) -> dict:
         # one column: [CLS] a [SEP]; two: [CLS] a [SEP] b [SEP] with token_type_ids 0…0 1…1 (truncation: longest first)
-        encoded = tokenizer(*(batch[column] for column in text_columns), truncation=True,
-                            max_length=data_args.max_seq_length)
+        encoded = tokenizer(
+            *(batch[column] for column in text_columns), truncation=True, max_length=data_args.max_seq_length
+        )
         if data_args.label_column in batch:
             values = batch[data_args.label_column]
             encoded["labels"] = [float(v) for v in values] if regression else [label2id[v] for v in values]
         return encoded
 
     splits = {}
-    for split, limit in (("train", data_args.max_train_samples), ("validation", data_args.max_eval_samples),
-                         ("test", data_args.max_test_samples)):
+    for split, limit in (
+        ("train", data_args.max_train_samples),
+        ("validation", data_args.max_eval_samples),
+        ("test", data_args.max_test_samples),
+    ):
         if split in raw:
             dataset = raw[split] if limit is None else raw[split].select(range(min(limit, len(raw[split]))))
             splits[split] = dataset.map(encode, batched=True, remove_columns=dataset.column_names)
@@ -158,8 +165,11 @@ def run_classification(
     if regression:
         head = {"num_labels": 1, "problem_type": "regression"}
     else:
-        head = {"num_labels": len(labels), "id2label": {i: str(label) for i, label in enumerate(labels)},
-                "label2id": {str(label): i for i, label in enumerate(labels)}}
+        head = {
+            "num_labels": len(labels),
+            "id2label": {i: str(label) for i, label in enumerate(labels)},
+            "label2id": {str(label): i for i, label in enumerate(labels)},
+        }
     model, conversion = load_model(model_args, FfnBertForSequenceClassification, **head)
     # Count the non-padding tokens trained on (for tokens/s); the attribute is read when `train` starts.
     training_args.include_num_input_tokens_seen = "non_padding"
@@ -179,8 +189,7 @@ def run_classification(
     if "test" in splits:
         test_output = predict_in_order(trainer, splits["test"])
         results.update(test_output.metrics)  # metrics only when the test split has labels
-        predicted = (test_output.predictions.reshape(-1) if regression
-                     else test_output.predictions.argmax(-1)).tolist()
+        predicted = (test_output.predictions.reshape(-1) if regression else test_output.predictions.argmax(-1)).tolist()
         if "labels" not in splits["test"].column_names:
             predictions = predicted if regression else [str(labels[i]) for i in predicted]
         else:  # per-example predictions for paired tests, in the length-sorted order (the same for every run)
@@ -203,13 +212,20 @@ def run_classification(
     else:
         dataset_name = data_args.dataset_name or (
             f"{Path(data_args.label_dir).name} (split {data_args.split_sizes}, seed {data_args.split_seed})"
-            if data_args.label_dir else Path(data_args.train_file).name
+            if data_args.label_dir
+            else Path(data_args.train_file).name
         )
     metric_names = task.metrics if task else ("pearson", "spearman") if regression else ("accuracy", "f1")
-    card = model_card(model_args, training_args, "text-classification", dataset_name, results, conversion,
-                      metric_names)
-    save_outputs(trainer, tokenizer, card, results, extra, training_args.output_dir,
-                 unpad_tokens=checkpoint_unpad_tokens(model_args.model_name_or_path))
+    card = model_card(model_args, training_args, "text-classification", dataset_name, results, conversion, metric_names)
+    save_outputs(
+        trainer,
+        tokenizer,
+        card,
+        results,
+        extra,
+        training_args.output_dir,
+        unpad_tokens=checkpoint_unpad_tokens(model_args.model_name_or_path),
+    )
     return {
         "results": results,
         "log_history": trainer.state.log_history,

@@ -101,9 +101,12 @@ def check_label_values(values, where: str, column: str) -> bool:
             empty cell), a value of another type (a list, a bool...), or a text column whose labels mix
             non-integer numbers and words (a number column with a typo in it).
     """
+
     def refuse(row: int, value, why: str):
-        raise ValueError(f"--label_column {column!r}: row {row} of the {where} has label {value!r} ({why}); a label "
-                         f"must be a class (a string or an integer) or a real number (regression)")
+        raise ValueError(
+            f"--label_column {column!r}: row {row} of the {where} has label {value!r} ({why}); a label "
+            f"must be a class (a string or an integer) or a real number (regression)"
+        )
 
     fractional = word = None
     for row, value in enumerate(values):
@@ -153,8 +156,11 @@ def check_columns_and_labels(raw, args: ClassificationDataArguments) -> tuple[tu
             )
         text_column = found[0]
     text_columns = (text_column,) if args.text_pair_column is None else (text_column, args.text_pair_column)
-    options = {text_column: "--text_column", args.text_pair_column: "--text_pair_column",
-               args.label_column: "--label_column"}
+    options = {
+        text_column: "--text_column",
+        args.text_pair_column: "--text_pair_column",
+        args.label_column: "--label_column",
+    }
     for split, dataset in raw.items():
         if len(dataset) == 0:
             raise ValueError(f"the {where(split)} has no rows")
@@ -166,16 +172,22 @@ def check_columns_and_labels(raw, args: ClassificationDataArguments) -> tuple[tu
                     f"{options[column]}: column {column!r} does not exist in the {where(split)}; columns: "
                     f"{', '.join(columns)}"
                 )
-    labelled = [split for split in ("train", "validation", "test")
-                if split in raw and args.label_column in raw[split].column_names]
-    is_number = {split: check_label_values(raw[split][args.label_column], where(split), args.label_column)
-                 for split in labelled}
+    labelled = [
+        split
+        for split in ("train", "validation", "test")
+        if split in raw and args.label_column in raw[split].column_names
+    ]
+    is_number = {
+        split: check_label_values(raw[split][args.label_column], where(split), args.label_column) for split in labelled
+    }
     if is_number["train"]:
         for split in labelled:
             for row, value in enumerate(raw[split][args.label_column]):
                 if _as_number(value) is None:
-                    raise ValueError(f"--label_column {args.label_column!r}: the training labels are real numbers "
-                                     f"(a regression), but row {row} of the {where(split)} has label {value!r}")
+                    raise ValueError(
+                        f"--label_column {args.label_column!r}: the training labels are real numbers "
+                        f"(a regression), but row {row} of the {where(split)} has label {value!r}"
+                    )
         return text_columns, None
     train_labels = set(raw["train"][args.label_column])
     for split in labelled[1:]:
@@ -254,12 +266,13 @@ def mlm_blocks(documents: Sequence[str], tokenizer: PreTrainedTokenizerBase, blo
         ids += encoded["input_ids"]
         special += encoded["special_tokens_mask"]
     count = len(ids) // block_size
-    cut = lambda values: [values[i * block_size:(i + 1) * block_size] for i in range(count)]  # noqa: E731
+    cut = lambda values: [values[i * block_size : (i + 1) * block_size] for i in range(count)]  # noqa: E731
     return Dataset.from_dict({"input_ids": cut(ids), "special_tokens_mask": cut(special)})
 
 
-def calibration_ids(paths: list[str], tokenizer, block: int = 128, tokens: int = 65536,
-                    argument: str = "--calibration_files") -> torch.Tensor:
+def calibration_ids(
+    paths: list[str], tokenizer, block: int = 128, tokens: int = 65536, argument: str = "--calibration_files"
+) -> torch.Tensor:
     """Calibration blocks (count, `block`) of token ids, the text a pruned conversion scores FFN units on: blocks of
     the text files/folders `paths` (`mlm_blocks`), evenly spaced over the text, at most `tokens` tokens (whole
     blocks).
@@ -284,8 +297,10 @@ def mask_once(blocks, tokenizer: PreTrainedTokenizerBase, mlm_probability: float
     """
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=mlm_probability, seed=seed)
     return collator(
-        [{"input_ids": ids, "special_tokens_mask": special}
-         for ids, special in zip(blocks["input_ids"], blocks["special_tokens_mask"], strict=True)]
+        [
+            {"input_ids": ids, "special_tokens_mask": special}
+            for ids, special in zip(blocks["input_ids"], blocks["special_tokens_mask"], strict=True)
+        ]
     )
 
 

@@ -107,8 +107,14 @@ def _data_name(data_args: ClassificationDataArguments) -> str:
     return Path(data_args.label_dir).name if data_args.label_dir else Path(data_args.train_file).stem
 
 
-def run_finetuning(model_args: ModelArguments, data_args: ClassificationDataArguments,
-                   training_args: TrainingArguments, given: set[str], *, quiet: bool = False) -> dict[str, Any]:
+def run_finetuning(
+    model_args: ModelArguments,
+    data_args: ClassificationDataArguments,
+    training_args: TrainingArguments,
+    given: set[str],
+    *,
+    quiet: bool = False,
+) -> dict[str, Any]:
     """`run_classification` with the task's recipe filling what `given` leaves unset (`apply_recipe`), then the
     score and the summary line (printed unless `quiet`). Returns `run_classification`'s outcome plus `task`,
     `task_score`, `score_split`, `summary` and `recipe` (the values the preset set)."""
@@ -117,8 +123,11 @@ def run_finetuning(model_args: ModelArguments, data_args: ClassificationDataArgu
     outcome = run_classification(model_args, data_args, training_args)
     results = outcome["results"]
     metrics = task_metrics(data_args.task, outcome["regression"])
-    split = get_task(data_args.task).report_split if data_args.task is not None else (
-        "test" if all(f"test_{metric}" in results for metric in metrics) else "validation")  # a labelled test split
+    split = (
+        get_task(data_args.task).report_split
+        if data_args.task is not None
+        else ("test" if all(f"test_{metric}" in results for metric in metrics) else "validation")
+    )  # a labelled test split
     name = _data_name(data_args)
     score, line = summarize(name, metrics, results, split)
     if not quiet and training_args.process_index == 0:  # one line, from the main process only
@@ -126,8 +135,15 @@ def run_finetuning(model_args: ModelArguments, data_args: ClassificationDataArgu
     return {**outcome, "task": name, "task_score": score, "score_split": split, "summary": line, "recipe": applied}
 
 
-def finetune(model_name_or_path: str, output_dir: str, *, task: str | None = None, seed: int = 42,
-             quiet: bool = False, **arguments: Any) -> dict[str, Any]:
+def finetune(
+    model_name_or_path: str,
+    output_dir: str,
+    *,
+    task: str | None = None,
+    seed: int = 42,
+    quiet: bool = False,
+    **arguments: Any,
+) -> dict[str, Any]:
     """Fine-tune `model_name_or_path` for sequence classification or regression and print one summary line,
     `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>`.
 
@@ -149,15 +165,24 @@ def finetune(model_name_or_path: str, output_dir: str, *, task: str | None = Non
     Raises:
         ValueError: naming an argument that no dataclass has, and as `run_classification` on bad input.
     """
-    arguments = {"model_name_or_path": model_name_or_path, "output_dir": output_dir, "task": task, "seed": seed,
-                 **arguments}
+    arguments = {
+        "model_name_or_path": model_name_or_path,
+        "output_dir": output_dir,
+        "task": task,
+        "seed": seed,
+        **arguments,
+    }
     names = [{field.name for field in dataclasses.fields(cls) if field.init} for cls in ARGUMENT_CLASSES]
     unknown = sorted(set(arguments) - set().union(*names))
     if unknown:
-        raise ValueError(f"finetune has no argument {', '.join(unknown)}: allowed are the fields of ModelArguments, "
-                         f"ClassificationDataArguments and transformers.TrainingArguments")
-    built = [cls(**{key: value for key, value in arguments.items() if key in fields})
-             for cls, fields in zip(ARGUMENT_CLASSES, names, strict=True)]
+        raise ValueError(
+            f"finetune has no argument {', '.join(unknown)}: allowed are the fields of ModelArguments, "
+            f"ClassificationDataArguments and transformers.TrainingArguments"
+        )
+    built = [
+        cls(**{key: value for key, value in arguments.items() if key in fields})
+        for cls, fields in zip(ARGUMENT_CLASSES, names, strict=True)
+    ]
     given = set(arguments) - {"task", "model_name_or_path", "output_dir"}
     return run_finetuning(*built, given, quiet=quiet)
 
@@ -179,5 +204,14 @@ def finetune_main(argv: Sequence[str], prog: str = "hf-ffn finetune") -> int:
     return 0
 
 
-__all__ = ["apply_recipe", "finetune", "finetune_argv", "finetune_main", "finetune_parser", "given_options",
-           "run_finetuning", "summarize", "task_metrics"]
+__all__ = [
+    "apply_recipe",
+    "finetune",
+    "finetune_argv",
+    "finetune_main",
+    "finetune_parser",
+    "given_options",
+    "run_finetuning",
+    "summarize",
+    "task_metrics",
+]

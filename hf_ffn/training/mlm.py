@@ -62,8 +62,10 @@ def held_out_split(documents: list[str], percentage: float, seed: int) -> tuple[
         ValueError: with fewer than two documents (naming --train_files).
     """
     if len(documents) < 2:
-        raise ValueError(f"--train_files: need at least two documents (whole documents are held out for "
-                         f"validation), got {len(documents)}")
+        raise ValueError(
+            f"--train_files: need at least two documents (whole documents are held out for "
+            f"validation), got {len(documents)}"
+        )
     order = np.random.default_rng(seed).permutation(len(documents))
     held_out = min(len(documents) - 1, max(1, round(len(documents) * percentage / 100)))
     return [documents[i] for i in order[held_out:]], [documents[i] for i in order[:held_out]]

@@ -45,12 +45,20 @@ from .arguments import CONVERSION_OPTIONS, ModelArguments
 
 STAGING_FOLDER = ".staging-final"
 CARD_HYPERPARAMETERS = (
-    "learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size", "seed", "weight_decay",
-    "warmup_steps", "lr_scheduler_type",
+    "learning_rate",
+    "num_train_epochs",
+    "max_steps",
+    "per_device_train_batch_size",
+    "seed",
+    "weight_decay",
+    "warmup_steps",
+    "lr_scheduler_type",
 )
 
 
-def load_model(model_args: ModelArguments, model_class: type[PreTrainedModel], **kwargs) -> tuple[PreTrainedModel, dict]:
+def load_model(
+    model_args: ModelArguments, model_class: type[PreTrainedModel], **kwargs
+) -> tuple[PreTrainedModel, dict]:
     """`(model, report)`: the checkpoint as `model_class`, turned into the variant `model_args` asks for.
 
     A variant is built by `hf_ffn.conversion.load_converted` (function-preserving GELU→GeGLU, approximate

@@ -89,12 +89,13 @@ def split_documents(texts: list[str], start_regex: str | None) -> list[str]:
     documents = []
     for text in texts:
         bounds = sorted({0, len(text)} | {match.start() for match in pattern.finditer(text)})
-        documents += [text[a:b] for a, b in zip(bounds, bounds[1:]) if text[a:b].strip()]
+        documents += [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if text[a:b].strip()]
     return documents
 
 
-def ffn_width(ffn_type: str, intermediate_size: int, width: str | int = "matched",
-              multiple_of: int = GLU_MULTIPLE_OF) -> int:
+def ffn_width(
+    ffn_type: str, intermediate_size: int, width: str | int = "matched", multiple_of: int = GLU_MULTIPLE_OF
+) -> int:
     """The FFN width (`intermediate_size` of the config: what enters `down_proj`) of a from-scratch `ffn_type`
     compared with a standard FFN of width `intermediate_size`.
 
@@ -117,8 +118,9 @@ def ffn_width(ffn_type: str, intermediate_size: int, width: str | int = "matched
     return intermediate_size
 
 
-def pretraining_config(args: PretrainingArguments, tokenizer: PreTrainedTokenizerBase,
-                       max_seq_length: int) -> FfnBertConfig:
+def pretraining_config(
+    args: PretrainingArguments, tokenizer: PreTrainedTokenizerBase, max_seq_length: int
+) -> FfnBertConfig:
     """The from-scratch `FfnBertConfig` of `args`: its sizes (or `SCRATCH_DEFAULTS`), the FFN width from
     `ffn_width`, the tokenizer's vocabulary size and pad id, BERT's 512 positions (more if a block is longer).
 
@@ -133,8 +135,9 @@ def pretraining_config(args: PretrainingArguments, tokenizer: PreTrainedTokenize
         hidden_size=args.scratch("hidden_size"),
         num_hidden_layers=args.scratch("num_hidden_layers"),
         num_attention_heads=args.scratch("num_attention_heads"),
-        intermediate_size=ffn_width(ffn_type, args.scratch("intermediate_size"), args.scratch("ffn_width"),
-                                    args.glu_multiple_of),
+        intermediate_size=ffn_width(
+            ffn_type, args.scratch("intermediate_size"), args.scratch("ffn_width"), args.glu_multiple_of
+        ),
         hidden_act=hidden_act,
         ffn_type=ffn_type,
         layer_norm_position=args.scratch("layer_norm_position"),
@@ -152,10 +155,16 @@ def ffn_report(config: FfnBertConfig, standard_width: int | None = None) -> dict
     row = asdict(config_row(config, "this model"))
     row.pop("model")
     row["ffn_flops_per_token_all_layers"] = row["ffn_flops_per_token"] * config.num_hidden_layers
-    if standard_width is not None and (config.ffn_types[0], config.intermediate_size) != (config.hidden_act,
-                                                                                          standard_width):
-        reference = config_row(FfnBertConfig.from_dict(
-            {**config.to_dict(), "ffn_type": config.hidden_act, "intermediate_size": standard_width}), "standard")
+    if standard_width is not None and (config.ffn_types[0], config.intermediate_size) != (
+        config.hidden_act,
+        standard_width,
+    ):
+        reference = config_row(
+            FfnBertConfig.from_dict(
+                {**config.to_dict(), "ffn_type": config.hidden_act, "intermediate_size": standard_width}
+            ),
+            "standard",
+        )
         row["standard"] = {key: value for key, value in asdict(reference).items() if key != "model"}
         row["ffn_params_vs_standard"] = row["ffn_params_all_layers"] / reference.ffn_params_all_layers
     return row
@@ -165,15 +174,19 @@ def use_bf16_where_available(training_args: TrainingArguments) -> bool:
     """Switch `training_args` to bf16 mixed precision (`bf16`, and `mixed_precision`, which `TrainingArguments`
     derives from it at construction) when neither `bf16` nor `fp16` was asked for and a CUDA device supports bf16.
     Returns whether the run trains in bf16."""
-    if not (training_args.bf16 or training_args.fp16 or training_args.use_cpu) and torch.cuda.is_available() \
-            and torch.cuda.is_bf16_supported():
+    if (
+        not (training_args.bf16 or training_args.fp16 or training_args.use_cpu)
+        and torch.cuda.is_available()
+        and torch.cuda.is_bf16_supported()
+    ):
         training_args.bf16 = True
         training_args.mixed_precision = "bf16"
     return bool(training_args.bf16)
 
 
-def _tokenizer(args: PretrainingArguments, train_docs: list[str], training_args: TrainingArguments,
-               resume: str | None) -> tuple[PreTrainedTokenizerBase, str]:
+def _tokenizer(
+    args: PretrainingArguments, train_docs: list[str], training_args: TrainingArguments, resume: str | None
+) -> tuple[PreTrainedTokenizerBase, str]:
     """The run's tokenizer and where it came from. A resumed run takes the one Trainer saved with its checkpoint;
     a trained one is trained by process 0 (every other process waits, then loads it) and saved at once in
     `output_dir/tokenizer`, so every process of a `torchrun` job uses the same vocabulary."""
@@ -189,8 +202,9 @@ def _tokenizer(args: PretrainingArguments, train_docs: list[str], training_args:
     return tokenizer, f"WordPiece trained on the training documents ({args.scratch('vocab_size')} asked)"
 
 
-def run_pretraining(args: PretrainingArguments, data_args: PretrainingDataArguments,
-                    training_args: TrainingArguments) -> dict:
+def run_pretraining(
+    args: PretrainingArguments, data_args: PretrainingDataArguments, training_args: TrainingArguments
+) -> dict:
     """Pre-train an `FfnBertForMaskedLM` (from scratch, or continued from `args.model_name_or_path`) on plain text.
 
     Whole documents are held out (`validation_split_percentage`, seeded by `split_seed`); the tokenizer is trained
@@ -224,8 +238,10 @@ def run_pretraining(args: PretrainingArguments, data_args: PretrainingDataArgume
     train = mlm_blocks(train_docs, tokenizer, data_args.max_seq_length)
     evaluation = mlm_blocks(eval_docs, tokenizer, data_args.max_seq_length)
     if len(train) == 0 or len(evaluation) == 0:
-        raise ValueError(f"--max_seq_length {data_args.max_seq_length}: the training or held-out text is shorter "
-                         f"than one block ({len(train)} and {len(evaluation)} blocks)")
+        raise ValueError(
+            f"--max_seq_length {data_args.max_seq_length}: the training or held-out text is shorter "
+            f"than one block ({len(train)} and {len(evaluation)} blocks)"
+        )
     if data_args.max_train_samples:
         train = train.select(range(min(data_args.max_train_samples, len(train))))
     if data_args.max_eval_samples:
@@ -239,19 +255,30 @@ def run_pretraining(args: PretrainingArguments, data_args: PretrainingDataArgume
     else:
         with absent_head_warning_dropped():
             model, conversion = load_model(args.model_arguments(), FfnBertForMaskedLM)
-        head_note = new_mlm_head_note(conversion.get("new_weights", conversion.get("new", [])),
-                                      args.model_name_or_path, model.config.vocab_size)
+        head_note = new_mlm_head_note(
+            conversion.get("new_weights", conversion.get("new", [])), args.model_name_or_path, model.config.vocab_size
+        )
         if head_note:
             logger.warning(head_note)
         saved_unpad, standard_width = checkpoint_unpad_tokens(args.model_name_or_path), None
         if len(tokenizer) > model.config.vocab_size:
-            raise ValueError(f"--tokenizer_name {args.tokenizer_name!r} has {len(tokenizer)} tokens, more than the "
-                             f"checkpoint's vocab_size {model.config.vocab_size}")
+            raise ValueError(
+                f"--tokenizer_name {args.tokenizer_name!r} has {len(tokenizer)} tokens, more than the "
+                f"checkpoint's vocab_size {model.config.vocab_size}"
+            )
     model.config.sparse_prediction = args.sparse_prediction  # read at every forward, like unpad_tokens
     model.config.unpad_tokens = args.unpad_tokens
     bf16 = use_bf16_where_available(training_args)
-    trainer = mlm_trainer(model, tokenizer, train, evaluation, training_args, data_args.mlm_probability,
-                          data_args.split_seed, padding_free=args.padding_free)
+    trainer = mlm_trainer(
+        model,
+        tokenizer,
+        train,
+        evaluation,
+        training_args,
+        data_args.mlm_probability,
+        data_args.split_seed,
+        padding_free=args.padding_free,
+    )
     before = {} if resume else trainer.evaluate(metric_key_prefix="before")
     train_output = trainer.train(resume_from_checkpoint=resume)
     after = final_evaluation(trainer)
@@ -261,14 +288,28 @@ def run_pretraining(args: PretrainingArguments, data_args: PretrainingDataArgume
     results["eval_perplexity"] = math.exp(after["eval_loss"])
 
     state, block = trainer.state, data_args.max_seq_length
-    sequences = state.global_step * training_args.per_device_train_batch_size * training_args.world_size \
+    sequences = (
+        state.global_step
+        * training_args.per_device_train_batch_size
+        * training_args.world_size
         * training_args.gradient_accumulation_steps
+    )
     report = {
         "model": {
             "from": args.model_name_or_path or "scratch",
-            "sizes": {key: getattr(model.config, key) for key in (
-                "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                "hidden_act", "ffn_type", "layer_norm_position")},
+            "sizes": {
+                key: getattr(model.config, key)
+                for key in (
+                    "vocab_size",
+                    "hidden_size",
+                    "num_hidden_layers",
+                    "num_attention_heads",
+                    "intermediate_size",
+                    "hidden_act",
+                    "ffn_type",
+                    "layer_norm_position",
+                )
+            },
             "parameters": model.num_parameters(),  # the MLM model, tied decoder counted once
         },
         "mlm_head": "newly initialised" if head_note or args.model_name_or_path is None else "from the checkpoint",
@@ -288,8 +329,11 @@ def run_pretraining(args: PretrainingArguments, data_args: PretrainingDataArgume
     summary = (
         f"{report['model']['from']}: {ffn['ffn_type']} FFN width {ffn['intermediate_size']}, "
         f"{model.config.layer_norm_position}-LN, {ffn['ffn_params_all_layers']:,} FFN parameters "
-        + (f"({ffn['ffn_params_vs_standard']:.3f}x the standard FFN at {standard_width}) "
-           if "ffn_params_vs_standard" in ffn else "")
+        + (
+            f"({ffn['ffn_params_vs_standard']:.3f}x the standard FFN at {standard_width}) "
+            if "ffn_params_vs_standard" in ffn
+            else ""
+        )
         + f"and {ffn['ffn_flops_per_token_all_layers']:,} FFN FLOPs per token over {model.config.num_hidden_layers} "
         f"layers; held-out loss {after['eval_loss']:.4f} (perplexity {results['eval_perplexity']:.2f}) after "
         f"{state.global_step} steps, {report['tokens_seen']:,} tokens ({report['epochs']:.3g} epochs)"
@@ -298,14 +342,17 @@ def run_pretraining(args: PretrainingArguments, data_args: PretrainingDataArgume
     model_args = args.model_arguments()
     if args.model_name_or_path is None:  # the card names what was built
         model_args = ModelArguments(
-            model_name_or_path="none (pre-trained from scratch)", ffn_type=model.config.ffn_type,
-            layer_norm_position=model.config.layer_norm_position, ffn_width=str(model.config.intermediate_size))
-    card = model_card(model_args, training_args, "fill-mask", ", ".join(data_args.train_files), results,
-                      conversion, ("perplexity",))
+            model_name_or_path="none (pre-trained from scratch)",
+            ffn_type=model.config.ffn_type,
+            layer_norm_position=model.config.layer_norm_position,
+            ffn_width=str(model.config.intermediate_size),
+        )
+    card = model_card(
+        model_args, training_args, "fill-mask", ", ".join(data_args.train_files), results, conversion, ("perplexity",)
+    )
     model.config.sparse_prediction = False  # the saved config: upstream BertForMaskedLM's outputs
     save_outputs(trainer, tokenizer, card, results, report, training_args.output_dir, unpad_tokens=saved_unpad)
-    return {"results": results, "log_history": state.log_history, "wall_seconds": time.perf_counter() - start,
-            **report}
+    return {"results": results, "log_history": state.log_history, "wall_seconds": time.perf_counter() - start, **report}
 
 
 def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_args: TrainingArguments) -> dict:
@@ -321,9 +368,13 @@ def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_ar
         FileNotFoundError, FileExistsError, ValueError: on bad input, before training starts.
     """
     args = PretrainingArguments(
-        model_name_or_path=model_args.model_name_or_path, tokenizer_name=model_args.tokenizer_name,
-        ffn_type=model_args.ffn_type, layer_norm_position=model_args.layer_norm_position,
-        ffn_width=model_args.ffn_width, ffn_init=model_args.ffn_init, unpad_tokens=model_args.unpad_tokens,
+        model_name_or_path=model_args.model_name_or_path,
+        tokenizer_name=model_args.tokenizer_name,
+        ffn_type=model_args.ffn_type,
+        layer_norm_position=model_args.layer_norm_position,
+        ffn_width=model_args.ffn_width,
+        ffn_init=model_args.ffn_init,
+        unpad_tokens=model_args.unpad_tokens,
         padding_free=model_args.padding_free,
     )
     return run_pretraining(args, PretrainingDataArguments(**vars(data_args)), training_args)
@@ -332,9 +383,12 @@ def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_ar
 def pretraining_parser(prog: str = "hf-ffn mlm") -> HfArgumentParser:
     """The `HfArgumentParser` of `pretraining_main`: `PretrainingArguments`, `PretrainingDataArguments`,
     `TrainingArguments` (defaults shown in `--help`)."""
-    return HfArgumentParser((PretrainingArguments, PretrainingDataArguments, TrainingArguments), prog=prog,
-                            description="Masked-language-model pre-training of an FfnBert variant, from scratch or "
-                                        "continued from a checkpoint, with transformers' Trainer.")
+    return HfArgumentParser(
+        (PretrainingArguments, PretrainingDataArguments, TrainingArguments),
+        prog=prog,
+        description="Masked-language-model pre-training of an FfnBert variant, from scratch or "
+        "continued from a checkpoint, with transformers' Trainer.",
+    )
 
 
 def pretraining_main(argv: list[str], prog: str = "hf-ffn mlm") -> int:
@@ -351,7 +405,18 @@ def pretraining_main(argv: list[str], prog: str = "hf-ffn mlm") -> int:
 
 
 __all__ = [
-    "GLU_MULTIPLE_OF", "SCRATCH_DEFAULTS", "PretrainingArguments", "PretrainingDataArguments", "ffn_report",
-    "ffn_width", "pretraining_config", "pretraining_main", "pretraining_parser", "run_mlm", "run_pretraining",
-    "split_documents", "train_tokenizer", "use_bf16_where_available",
+    "GLU_MULTIPLE_OF",
+    "SCRATCH_DEFAULTS",
+    "PretrainingArguments",
+    "PretrainingDataArguments",
+    "ffn_report",
+    "ffn_width",
+    "pretraining_config",
+    "pretraining_main",
+    "pretraining_parser",
+    "run_mlm",
+    "run_pretraining",
+    "split_documents",
+    "train_tokenizer",
+    "use_bf16_where_available",
 ]

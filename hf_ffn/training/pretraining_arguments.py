@@ -16,8 +16,14 @@ from .arguments import MlmDataArguments, ModelArguments
 # The from-scratch model when no size is given: 4 layers × hidden 256, 4 heads, FFN 1024 (BERT's 4·hidden), GELU,
 # Post-LN (BERT-mini's shape, Turc et al. 2019), and an 8,192-token WordPiece vocabulary.
 SCRATCH_DEFAULTS = {
-    "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024,
-    "hidden_act": "gelu", "layer_norm_position": "post", "ffn_width": "matched", "vocab_size": 8192,
+    "hidden_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "intermediate_size": 1024,
+    "hidden_act": "gelu",
+    "layer_norm_position": "post",
+    "ffn_width": "matched",
+    "vocab_size": 8192,
 }
 GLU_MULTIPLE_OF = 8
 
@@ -28,13 +34,17 @@ class PretrainingArguments:
 
     model_name_or_path: str | None = field(
         default=None,
-        metadata={"help": "BERT or FfnBert checkpoint to continue pre-training (a fresh MLM head if it has none, "
-                          "reported as new weights); not given: a new model from the size options below"},
+        metadata={
+            "help": "BERT or FfnBert checkpoint to continue pre-training (a fresh MLM head if it has none, "
+            "reported as new weights); not given: a new model from the size options below"
+        },
     )
     tokenizer_name: str | None = field(
         default=None,
-        metadata={"help": "an existing tokenizer folder or name; not given: the checkpoint's, or (from scratch) a "
-                          "WordPiece tokenizer trained on the training documents with --vocab_size entries"},
+        metadata={
+            "help": "an existing tokenizer folder or name; not given: the checkpoint's, or (from scratch) a "
+            "WordPiece tokenizer trained on the training documents with --vocab_size entries"
+        },
     )
     vocab_size: int | None = field(
         default=None, metadata={"help": "size of the trained WordPiece vocabulary (from scratch; not given: 8192)"}
@@ -44,34 +54,45 @@ class PretrainingArguments:
     num_attention_heads: int | None = field(default=None, metadata={"help": "from scratch: heads (not given: 4)"})
     intermediate_size: int | None = field(
         default=None,
-        metadata={"help": "from scratch: the standard FFN width (not given: 1024 = 4 x hidden); a gated --ffn_type gets "
-                          "the parameter-matched width (see --ffn_width)"},
+        metadata={
+            "help": "from scratch: the standard FFN width (not given: 1024 = 4 x hidden); a gated --ffn_type gets "
+            "the parameter-matched width (see --ffn_width)"
+        },
     )
     hidden_act: str | None = field(
-        default=None, metadata={"help": "from scratch: BERT's hidden_act, the MLM head's activation and the "
-                                        "standard FFN's when --ffn_type is not given; not given: gelu"},
+        default=None,
+        metadata={
+            "help": "from scratch: BERT's hidden_act, the MLM head's activation and the "
+            "standard FFN's when --ffn_type is not given; not given: gelu"
+        },
     )
     ffn_type: str | None = field(
         default=None,
-        metadata={"help": "FFN variant, e.g. gelu (BERT), relu, geglu, swiglu, reglu, bilinear; default: "
-                          "--hidden_act's standard FFN (from scratch) or the checkpoint's"},
+        metadata={
+            "help": "FFN variant, e.g. gelu (BERT), relu, geglu, swiglu, reglu, bilinear; default: "
+            "--hidden_act's standard FFN (from scratch) or the checkpoint's"
+        },
     )
     layer_norm_position: str | None = field(
-        default=None, metadata={"help": "post (BERT) or pre (Pre-LN); not given: post (from scratch) or the "
-                                        "checkpoint's"},
+        default=None,
+        metadata={"help": "post (BERT) or pre (Pre-LN); not given: post (from scratch) or the checkpoint's"},
     )
     ffn_width: str | None = field(
         default=None,
-        metadata={"help": "FFN width: 'matched' (a gated FFN at the standard FFN's weight count), 'keep' (the "
-                          "standard width) or an integer; not given: 'matched' from scratch (the multiple of "
-                          "--glu_multiple_of nearest to 2/3 of --intermediate_size), 'keep' for a checkpoint (a "
-                          "checkpoint's 'matched' is the conversion's, rounded up to 256)"},
+        metadata={
+            "help": "FFN width: 'matched' (a gated FFN at the standard FFN's weight count), 'keep' (the "
+            "standard width) or an integer; not given: 'matched' from scratch (the multiple of "
+            "--glu_multiple_of nearest to 2/3 of --intermediate_size), 'keep' for a checkpoint (a "
+            "checkpoint's 'matched' is the conversion's, rounded up to 256)"
+        },
     )
     glu_multiple_of: int = field(
         default=GLU_MULTIPLE_OF,
-        metadata={"help": "from scratch: a matched gated width is the multiple of this nearest to 2/3 of "
-                          "--intermediate_size (8: 1024 -> 680, -0.4%% FFN weights; LLaMA's rounding up to 256 would "
-                          "give 768, +12.5%%)"},
+        metadata={
+            "help": "from scratch: a matched gated width is the multiple of this nearest to 2/3 of "
+            "--intermediate_size (8: 1024 -> 680, -0.4%% FFN weights; LLaMA's rounding up to 256 would "
+            "give 768, +12.5%%)"
+        },
     )
     ffn_init: str = field(
         default="preserving",
@@ -79,52 +100,83 @@ class PretrainingArguments:
     )
     sparse_prediction: bool = field(
         default=True,
-        metadata={"help": "during training decode only the masked positions (MosaicBERT / ModernBERT; the loss "
-                          "is the same, the decoder runs on ~15%% of the rows); not saved in config.json"},
+        metadata={
+            "help": "during training decode only the masked positions (MosaicBERT / ModernBERT; the loss "
+            "is the same, the decoder runs on ~15%% of the rows); not saved in config.json"
+        },
     )
     unpad_tokens: bool = field(
         default=True,
-        metadata={"help": "unpadded execution during the run (FfnBertConfig.unpad_tokens; packed blocks have no "
-                          "padding, so it changes nothing here); the saved model keeps the checkpoint's value"},
+        metadata={
+            "help": "unpadded execution during the run (FfnBertConfig.unpad_tokens; packed blocks have no "
+            "padding, so it changes nothing here); the saved model keeps the checkpoint's value"
+        },
     )
     padding_free: bool = field(
         default=False,
-        metadata={"help": "padding-free batches: each batch's blocks concatenated into one row, position_ids "
-                          "restarting at 0 for each (DataCollatorWithFlattening), each block computed as if alone"},
+        metadata={
+            "help": "padding-free batches: each batch's blocks concatenated into one row, position_ids "
+            "restarting at 0 for each (DataCollatorWithFlattening), each block computed as if alone"
+        },
     )
     bf16_where_available: bool = field(
         default=True,
-        metadata={"help": "train in bf16 mixed precision on a CUDA device that supports it, unless --bf16 or --fp16 "
-                          "is given (CPU runs stay fp32)"},
+        metadata={
+            "help": "train in bf16 mixed precision on a CUDA device that supports it, unless --bf16 or --fp16 "
+            "is given (CPU runs stay fp32)"
+        },
     )
 
     def __post_init__(self) -> None:
-        for name, value, allowed in (("ffn_type", self.ffn_type, FFN_TYPES),
-                                     ("layer_norm_position", self.layer_norm_position, LAYER_NORM_POSITIONS),
-                                     ("hidden_act", self.hidden_act, HIDDEN_ACTS),
-                                     ("ffn_init", self.ffn_init, INITS)):
+        for name, value, allowed in (
+            ("ffn_type", self.ffn_type, FFN_TYPES),
+            ("layer_norm_position", self.layer_norm_position, LAYER_NORM_POSITIONS),
+            ("hidden_act", self.hidden_act, HIDDEN_ACTS),
+            ("ffn_init", self.ffn_init, INITS),
+        ):
             if value is not None and value not in allowed:
                 raise ValueError(f"--{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
         if self.ffn_width is not None:
             parse_width(self.ffn_width, "--ffn_width")
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                     "glu_multiple_of"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "glu_multiple_of",
+        ):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"--{name} must be a positive integer, got {value}")
         if self.model_name_or_path is not None:
-            scratch_only = [f"--{name}" for name in ("vocab_size", "hidden_size", "num_hidden_layers",
-                                                     "num_attention_heads", "intermediate_size", "hidden_act")
-                            if getattr(self, name) is not None]
+            scratch_only = [
+                f"--{name}"
+                for name in (
+                    "vocab_size",
+                    "hidden_size",
+                    "num_hidden_layers",
+                    "num_attention_heads",
+                    "intermediate_size",
+                    "hidden_act",
+                )
+                if getattr(self, name) is not None
+            ]
             if scratch_only:
-                raise ValueError(f"{', '.join(scratch_only)} apply to a model from scratch; with --model_name_or_path "
-                                 f"{self.model_name_or_path!r} the checkpoint's sizes are used (drop them)")
+                raise ValueError(
+                    f"{', '.join(scratch_only)} apply to a model from scratch; with --model_name_or_path "
+                    f"{self.model_name_or_path!r} the checkpoint's sizes are used (drop them)"
+                )
         elif self.ffn_init != "preserving":
-            raise ValueError(f"--ffn_init {self.ffn_init!r} applies to a checkpoint (--model_name_or_path); a model "
-                             f"from scratch is newly initialised")
+            raise ValueError(
+                f"--ffn_init {self.ffn_init!r} applies to a checkpoint (--model_name_or_path); a model "
+                f"from scratch is newly initialised"
+            )
         if self.tokenizer_name is not None and self.vocab_size is not None:
-            raise ValueError(f"--vocab_size applies to a trained tokenizer; --tokenizer_name {self.tokenizer_name!r} "
-                             f"brings its own vocabulary (drop one)")
+            raise ValueError(
+                f"--vocab_size applies to a trained tokenizer; --tokenizer_name {self.tokenizer_name!r} "
+                f"brings its own vocabulary (drop one)"
+            )
 
     def scratch(self, name: str):
         """The value of a from-scratch option: the one given, else `SCRATCH_DEFAULTS[name]`."""
@@ -134,9 +186,13 @@ class PretrainingArguments:
     def model_arguments(self) -> ModelArguments:
         """The checkpoint, variant and tokenizer as `ModelArguments` (for `load_model` / `load_tokenizer`)."""
         return ModelArguments(
-            model_name_or_path=self.model_name_or_path, ffn_type=self.ffn_type,
-            layer_norm_position=self.layer_norm_position, ffn_init=self.ffn_init,
-            ffn_width=self.ffn_width or "keep", tokenizer_name=self.tokenizer_name, unpad_tokens=self.unpad_tokens,
+            model_name_or_path=self.model_name_or_path,
+            ffn_type=self.ffn_type,
+            layer_norm_position=self.layer_norm_position,
+            ffn_init=self.ffn_init,
+            ffn_width=self.ffn_width or "keep",
+            tokenizer_name=self.tokenizer_name,
+            unpad_tokens=self.unpad_tokens,
             padding_free=self.padding_free,
         )
 
@@ -151,8 +207,10 @@ class PretrainingDataArguments(MlmDataArguments):
     )
     document_start_regex: str | None = field(
         default=None,
-        metadata={"help": "a regular expression (multi-line) matching where each document starts inside a file, "
-                          "e.g. '^ = [^=]' for WikiText's article titles; not given: one document per file"},
+        metadata={
+            "help": "a regular expression (multi-line) matching where each document starts inside a file, "
+            "e.g. '^ = [^=]' for WikiText's article titles; not given: one document per file"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -161,8 +219,9 @@ class PretrainingDataArguments(MlmDataArguments):
             try:
                 re.compile(self.document_start_regex, re.MULTILINE)
             except re.error as error:
-                raise ValueError(f"--document_start_regex {self.document_start_regex!r} is not a regular "
-                                 f"expression: {error}") from None
+                raise ValueError(
+                    f"--document_start_regex {self.document_start_regex!r} is not a regular expression: {error}"
+                ) from None
 
 
 __all__ = ["GLU_MULTIPLE_OF", "SCRATCH_DEFAULTS", "PretrainingArguments", "PretrainingDataArguments"]

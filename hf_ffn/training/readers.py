@@ -18,8 +18,12 @@ from ..checkpoints import looks_local
 from .arguments import DEFAULT_SPLIT
 
 # file extension → (`datasets` builder, its options); .tsv is the csv builder with tabs
-DATA_FILE_EXTENSIONS = {".csv": ("csv", {}), ".tsv": ("csv", {"sep": "\t"}), ".json": ("json", {}),
-                        ".jsonl": ("json", {})}
+DATA_FILE_EXTENSIONS = {
+    ".csv": ("csv", {}),
+    ".tsv": ("csv", {"sep": "\t"}),
+    ".json": ("json", {}),
+    ".jsonl": ("json", {}),
+}
 DEFAULT_TEXT_COLUMNS = ("text", "sentence")
 
 
@@ -71,18 +75,25 @@ def read_label_files(
     folder = Path(directory)
     if not folder.is_dir():
         raise FileNotFoundError(f"{argument}: no such folder: {str(folder)!r}")
-    files = sorted(file for file in folder.glob(pattern) if file.is_file() and not file.name.startswith(".")
-                   and not any(file.match(note) for note in NOTE_FILES))
+    files = sorted(
+        file
+        for file in folder.glob(pattern)
+        if file.is_file() and not file.name.startswith(".") and not any(file.match(note) for note in NOTE_FILES)
+    )
     if not files:
-        raise FileNotFoundError(f"{argument}: {str(folder)!r} holds no label files matching {pattern!r} (one text "
-                                f"file per label, one example per line, e.g. pos.txt and neg.txt)")
+        raise FileNotFoundError(
+            f"{argument}: {str(folder)!r} holds no label files matching {pattern!r} (one text "
+            f"file per label, one example per line, e.g. pos.txt and neg.txt)"
+        )
     if len(files) < 2:
         raise ValueError(f"{argument}: {str(folder)!r} has one label file ({files[0].name}); need two or more")
     same_stem = len({file.stem for file in files}) == 1
     names = [file.suffix[1:] if same_stem else file.stem for file in files]
     if len(set(names)) != len(names):
-        raise ValueError(f"{argument}: the files of {str(folder)!r} give the same label twice: "
-                         f"{', '.join(file.name for file in files)}")
+        raise ValueError(
+            f"{argument}: the files of {str(folder)!r} give the same label twice: "
+            f"{', '.join(file.name for file in files)}"
+        )
     texts: list[str] = []
     labels: list[str] = []
     for file, name in zip(files, names, strict=True):
@@ -113,8 +124,10 @@ def parse_split_sizes(value: str | Sequence[int | float], total: int, argument: 
     if fractions:
         sizes[0] += int(round(sum(numbers) * total)) - sum(sizes)
     if len(sizes) != 3 or any(size <= 0 for size in sizes) or sum(sizes) > total:
-        raise ValueError(f"{argument} must be three positive sizes (train,validation,test) adding up to at most "
-                         f"{total} (the examples), or three fractions adding up to at most 1; got {value!r}")
+        raise ValueError(
+            f"{argument} must be three positive sizes (train,validation,test) adding up to at most "
+            f"{total} (the examples), or three fractions adding up to at most 1; got {value!r}"
+        )
     return sizes
 
 
@@ -130,12 +143,21 @@ def split_dataset(dataset, split_sizes: str | Sequence[int | float], seed: int =
     sizes = parse_split_sizes(split_sizes, len(dataset), argument)
     shuffled = dataset.shuffle(seed=seed).flatten_indices()
     bounds = np.cumsum([0] + sizes)
-    return DatasetDict({name: shuffled.select(range(bounds[i], bounds[i + 1]))
-                        for i, name in enumerate(("train", "validation", "test"))})
+    return DatasetDict(
+        {
+            name: shuffled.select(range(bounds[i], bounds[i + 1]))
+            for i, name in enumerate(("train", "validation", "test"))
+        }
+    )
 
 
-def load_label_files(directory: str | Path, split_sizes: str | Sequence[int | float] = DEFAULT_SPLIT,
-                     seed: int = 42, pattern: str = "*", argument: str = "--label_dir"):
+def load_label_files(
+    directory: str | Path,
+    split_sizes: str | Sequence[int | float] = DEFAULT_SPLIT,
+    seed: int = 42,
+    pattern: str = "*",
+    argument: str = "--label_dir",
+):
     """A folder with one text file per label (`read_label_files`) as a `DatasetDict` with splits train /
     validation / test (`split_dataset`: seeded shuffle, then `split_sizes`) and columns text, label.
 
@@ -148,8 +170,9 @@ def load_label_files(directory: str | Path, split_sizes: str | Sequence[int | fl
     return split_dataset(Dataset.from_dict({"text": texts, "label": labels}), split_sizes, seed)
 
 
-def read_table(path: str | Path, text_column: str | None = None, label_column: str | None = "label",
-               argument: str = "--file") -> tuple[list[str], list | None]:
+def read_table(
+    path: str | Path, text_column: str | None = None, label_column: str | None = "label", argument: str = "--file"
+) -> tuple[list[str], list | None]:
     """`(texts, labels)` of one csv / tsv / json / jsonl file (`check_data_file`; read by `datasets`' csv or json
     builder) from its named columns: `text_column` (default: the first of `DEFAULT_TEXT_COLUMNS` it has) and
     `label_column` (None, or a column the file lacks when it is the default "label": no labels).
@@ -166,8 +189,9 @@ def read_table(path: str | Path, text_column: str | None = None, label_column: s
     return dataset_columns(dataset, text_column, label_column, f"{argument} {str(file)!r}")
 
 
-def dataset_columns(dataset, text_column: str | None = None, label_column: str | None = "label",
-                    where: str = "the dataset") -> tuple[list[str], list | None]:
+def dataset_columns(
+    dataset, text_column: str | None = None, label_column: str | None = "label", where: str = "the dataset"
+) -> tuple[list[str], list | None]:
     """`(texts, labels)` from a `datasets.Dataset`'s columns (the defaults as `read_table`).
 
     Raises:
@@ -177,8 +201,9 @@ def dataset_columns(dataset, text_column: str | None = None, label_column: str |
     if text_column is None:
         found = [name for name in DEFAULT_TEXT_COLUMNS if name in columns]
         if not found:
-            raise ValueError(f"no text column given and {where} has none of {DEFAULT_TEXT_COLUMNS}; columns: "
-                             f"{', '.join(columns)}")
+            raise ValueError(
+                f"no text column given and {where} has none of {DEFAULT_TEXT_COLUMNS}; columns: {', '.join(columns)}"
+            )
         text_column = found[0]
     for name in (text_column, label_column):
         if name is not None and name not in columns and not (name == "label" and name == label_column):
@@ -187,8 +212,15 @@ def dataset_columns(dataset, text_column: str | None = None, label_column: str |
     return [str(text) for text in dataset[text_column]], labels
 
 
-def read_labelled_texts(source: str | Path, *, text_column: str | None = None, label_column: str | None = "label",
-                        split: str = "train", pattern: str = "*", argument: str = "--data"):
+def read_labelled_texts(
+    source: str | Path,
+    *,
+    text_column: str | None = None,
+    label_column: str | None = "label",
+    split: str = "train",
+    pattern: str = "*",
+    argument: str = "--data",
+):
     """`(texts, labels)` (labels None when the data has none) from any of the package's text sources:
 
     - a csv / tsv / json / jsonl file: `read_table` with `text_column` / `label_column`;
@@ -219,8 +251,9 @@ def read_labelled_texts(source: str | Path, *, text_column: str | None = None, l
         raise FileNotFoundError(f"{argument}: {str(source)!r} is no file or folder (nor a hub dataset name)")
     from datasets import load_dataset
 
-    return dataset_columns(load_dataset(str(source), split=split), text_column, label_column,
-                           f"{argument} {str(source)!r}")
+    return dataset_columns(
+        load_dataset(str(source), split=split), text_column, label_column, f"{argument} {str(source)!r}"
+    )
 
 
 def decode_text(data: bytes) -> str:
@@ -268,6 +301,18 @@ def read_text_documents(
     return documents
 
 
-__all__ = ["DATA_FILE_EXTENSIONS", "DEFAULT_TEXT_COLUMNS", "NOTE_FILES", "check_data_file", "dataset_columns",
-           "decode_text", "load_label_files", "parse_split_sizes", "read_label_files", "read_labelled_texts",
-           "read_table", "read_text_documents", "split_dataset"]
+__all__ = [
+    "DATA_FILE_EXTENSIONS",
+    "DEFAULT_TEXT_COLUMNS",
+    "NOTE_FILES",
+    "check_data_file",
+    "dataset_columns",
+    "decode_text",
+    "load_label_files",
+    "parse_split_sizes",
+    "read_label_files",
+    "read_labelled_texts",
+    "read_table",
+    "read_text_documents",
+    "split_dataset",
+]

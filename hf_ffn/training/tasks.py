@@ -56,7 +56,9 @@ def _require(folder: Path, names: Mapping[str, str], task: str) -> dict[str, str
     paths = {split: folder / name for split, name in names.items()}
     for split, path in paths.items():
         if not path.is_file():
-            raise FileNotFoundError(f"--data_dir: {str(folder)!r} has no {path.name} (the {split} split of --task {task})")
+            raise FileNotFoundError(
+                f"--data_dir: {str(folder)!r} has no {path.name} (the {split} split of --task {task})"
+            )
     return {split: str(path) for split, path in paths.items()}
 
 
@@ -78,8 +80,10 @@ def read_stsb(path: str | Path):
             continue
         fields = line.split("\t")
         if len(fields) < STSB_COLUMNS:
-            raise ValueError(f"{str(path)!r} line {number}: {len(fields)} tab-separated columns, STS-B has at least "
-                             f"{STSB_COLUMNS} (genre, file, year, id, score, sentence 1, sentence 2)")
+            raise ValueError(
+                f"{str(path)!r} line {number}: {len(fields)} tab-separated columns, STS-B has at least "
+                f"{STSB_COLUMNS} (genre, file, year, id, score, sentence 1, sentence 2)"
+            )
         try:
             score = float(fields[4])
         except ValueError:
@@ -99,8 +103,15 @@ def load_cola(data_dir: str | Path):
     from datasets import load_dataset
 
     files = _require(Path(data_dir), {"train": "in_domain_train.tsv", "validation": "in_domain_dev.tsv"}, "cola")
-    raw = load_dataset("csv", data_files=files, sep="\t", header=None, quoting=3, keep_default_na=False,
-                       names=["source", "label", "original_label", "sentence"])
+    raw = load_dataset(
+        "csv",
+        data_files=files,
+        sep="\t",
+        header=None,
+        quoting=3,
+        keep_default_na=False,
+        names=["source", "label", "original_label", "sentence"],
+    )
     return raw.select_columns(["sentence", "label"])
 
 
@@ -185,5 +196,16 @@ def task_score(task: str, metrics: Mapping[str, float], prefix: str = "") -> flo
     return 100 * sum(metrics[prefix + name] for name in names) / len(names)
 
 
-__all__ = ["GLUE_RECIPE", "STSB_COLUMNS", "TASKS", "Recipe", "Task", "get_task", "load_cola", "load_mrpc", "load_stsb",
-           "read_stsb", "task_score"]
+__all__ = [
+    "GLUE_RECIPE",
+    "STSB_COLUMNS",
+    "TASKS",
+    "Recipe",
+    "Task",
+    "get_task",
+    "load_cola",
+    "load_mrpc",
+    "load_stsb",
+    "read_stsb",
+    "task_score",
+]

@@ -48,11 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     steps = {"upstream, no padding": (None, cycling_step(models["upstream"], batches["no padding"], args.mode))}
     setting = "CALL_COST_PAIRS" if args.mode == "training" else "EVAL_CALL_COST_PAIRS"
     for cost in args.call_costs:
-        steps[f"switch on, {setting}={cost:g}"] = (cost, cycling_step(models["on"], batches["shuffled"],
-                                                                             args.mode))
+        steps[f"switch on, {setting}={cost:g}"] = (cost, cycling_step(models["on"], batches["shuffled"], args.mode))
     names, times = list(steps), {name: [] for name in steps}
     for r in range(args.rounds + 1):  # round 0 warms up
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             cost, step = steps[name]
             if cost is not None:
                 setattr(grouped_attention, setting, cost)

@@ -40,8 +40,9 @@ def candidates(module: BertSelfAttention, mask: torch.Tensor, attn: str) -> dict
     q, k, v = (torch.randn(n, heads, dim) for _ in range(3))
     fn = ALL_ATTENTION_FUNCTIONS.get_interface(attn, eager_attention_forward)
     module.config._attn_implementation = attn
-    padded_mask = create_bidirectional_mask(config=module.config, inputs_embeds=torch.zeros(batch, seq, 1),
-                                            attention_mask=mask)
+    padded_mask = create_bidirectional_mask(
+        config=module.config, inputs_embeds=torch.zeros(batch, seq, 1), attention_mask=mask
+    )
 
     def call(a, b, c, m):
         return fn(module, a, b, c, m, dropout=0.0, scaling=module.scaling)[0]
@@ -62,8 +63,12 @@ def candidates(module: BertSelfAttention, mask: torch.Tensor, attn: str) -> dict
     bounds = packing.cu_seqlens.tolist()
 
     def per_sequence():
-        return torch.cat([call(*(x[a:b].transpose(0, 1)[None] for x in (q, k, v)), None)[0].reshape(b - a, -1)
-                          for a, b in zip(bounds[:-1], bounds[1:])])
+        return torch.cat(
+            [
+                call(*(x[a:b].transpose(0, 1)[None] for x in (q, k, v)), None)[0].reshape(b - a, -1)
+                for a, b in zip(bounds[:-1], bounds[1:], strict=False)
+            ]
+        )
 
     sequence = torch.repeat_interleave(torch.arange(len(bounds) - 1), packing.cu_seqlens.diff())
     allowed = (sequence[:, None] == sequence[None, :])[None, None]
@@ -72,13 +77,23 @@ def candidates(module: BertSelfAttention, mask: torch.Tensor, attn: str) -> dict
     def block_diagonal():
         return call(*(x.transpose(0, 1)[None] for x in (q, k, v)), block_mask)[0].reshape(n, -1)
 
-    result = {"re-padded": repadded, "length buckets": buckets, "per sequence": per_sequence,
-              "block-diagonal mask": block_diagonal}
+    result = {
+        "re-padded": repadded,
+        "length buckets": buckets,
+        "per sequence": per_sequence,
+        "block-diagonal mask": block_diagonal,
+    }
     if attn == "sdpa":
+
         def nested():
-            parts = [torch.nested.nested_tensor([x[a:b] for a, b in zip(bounds[:-1], bounds[1:])],
-                                                layout=torch.jagged).transpose(1, 2) for x in (q, k, v)]
+            parts = [
+                torch.nested.nested_tensor(
+                    [x[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=False)], layout=torch.jagged
+                ).transpose(1, 2)
+                for x in (q, k, v)
+            ]
             return torch.nn.functional.scaled_dot_product_attention(*parts, scale=module.scaling)
+
         result["nested jagged"] = nested
     return result
 
@@ -95,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     texts, labels = read_sentences(args.rt_polarity_dir)
     batches = make_batches(tokenizer, texts, labels, replace(FULL, batches=4))["shuffled"]
     module = BertSelfAttention(BertConfig(hidden_size=384, num_attention_heads=12)).eval()
-    print(f"{torch.get_num_threads()} threads, process CPU clock, {args.repeats} rounds; shapes "
-          f"{[tuple(b['input_ids'].shape) for b in batches]}")
+    print(
+        f"{torch.get_num_threads()} threads, process CPU clock, {args.repeats} rounds; shapes "
+        f"{[tuple(b['input_ids'].shape) for b in batches]}"
+    )
     for attn in ("eager", "sdpa"):
         calls = [candidates(module, b["attention_mask"], attn) for b in batches]
         fns = {name: (lambda name=name: [c[name]() for c in calls]) for name in calls[0]}
@@ -104,8 +121,10 @@ def main(argv: list[str] | None = None) -> int:
             times = time_interleaved(fns, args.repeats, 1, "cpu")
         for name, t in times.items():
             ratio = paired_ratio(t, times["re-padded"])
-            print(f"  {attn:<5} {name:<20} {statistics.median(t) / len(batches) * 1e3:8.2f} ms/batch  "
-                  f"×{ratio['ratio']:.3f} [{ratio['ratio_min']:.3f}–{ratio['ratio_max']:.3f}] of re-padded")
+            print(
+                f"  {attn:<5} {name:<20} {statistics.median(t) / len(batches) * 1e3:8.2f} ms/batch  "
+                f"×{ratio['ratio']:.3f} [{ratio['ratio_min']:.3f}–{ratio['ratio_max']:.3f}] of re-padded"
+            )
     return 0
 
 

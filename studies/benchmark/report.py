@@ -7,6 +7,7 @@ import json
 import os
 
 from hf_ffn.files import atomic_output_file
+
 from ..unpadded_report import JSON_NAME as UNPADDED_JSON
 from ..unpadded_report import benchmarks_section
 from .ffn import FUSED_SUFFIX
@@ -31,21 +32,36 @@ def evaluate_targets(results: dict) -> list[dict]:
 
     def add(name: str, row: dict, key: str, limit: float, lower_is_better: bool = True) -> None:
         measured, low, high = row[key], row[f"{key}_min"], row[f"{key}_max"]
-        targets.append({
-            "target": name, "measured": measured, "min": low, "max": high, "limit": limit,
-            "op": "≤" if lower_is_better else "≥",
-            "met": measured <= limit if lower_is_better else measured >= limit,
-            "limit_within_spread": low <= limit <= high,
-        })
+        targets.append(
+            {
+                "target": name,
+                "measured": measured,
+                "min": low,
+                "max": high,
+                "limit": limit,
+                "op": "≤" if lower_is_better else "≥",
+                "met": measured <= limit if lower_is_better else measured >= limit,
+                "limit_within_spread": low <= limit <= high,
+            }
+        )
 
     for row in results["models"]:
         if row["variant"] == DEFAULT_VARIANT:
-            add(f"default / upstream time, {row['checkpoint']}, {row['attn']}, {row['mode']}", row, "ratio",
-                TARGET_DEFAULT_RATIO)
+            add(
+                f"default / upstream time, {row['checkpoint']}, {row['attn']}, {row['mode']}",
+                row,
+                "ratio",
+                TARGET_DEFAULT_RATIO,
+            )
     model_ffns = [row for row in results["ffn"]["rows"] if not row["ffn"].endswith(FUSED_SUFFIX)]
     for row in model_ffns:
-        add(f"{row['ffn']} ({row['shapes']}) / bare matmuls throughput", row, "fraction", TARGET_MATMUL_FRACTION,
-            lower_is_better=False)
+        add(
+            f"{row['ffn']} ({row['shapes']}) / bare matmuls throughput",
+            row,
+            "fraction",
+            TARGET_MATMUL_FRACTION,
+            lower_is_better=False,
+        )
     for row in model_ffns:
         if row["ratio_to_gelu"] is not None:
             add(f"{row['ffn']} / gelu FFN forward time ({row['shapes']})", row, "ratio_to_gelu", TARGET_GLU_RATIO)
@@ -113,70 +129,159 @@ def format_markdown(results: dict, unpadded: dict | None = None) -> str:
         "",
         "## Targets",
         "",
-        _table(["target", "measured [min–max over rounds]", "limit", "met"],
-               [[t["target"], f"{t['measured']:.3f} [{t['min']:.3f}–{t['max']:.3f}]", f"{t['op']} {t['limit']}",
-                 "not judged (--quick)" if meta["settings"]["quick"] else _verdict(t)] for t in results["targets"]]),
+        _table(
+            ["target", "measured [min–max over rounds]", "limit", "met"],
+            [
+                [
+                    t["target"],
+                    f"{t['measured']:.3f} [{t['min']:.3f}–{t['max']:.3f}]",
+                    f"{t['op']} {t['limit']}",
+                    "not judged (--quick)" if meta["settings"]["quick"] else _verdict(t),
+                ]
+                for t in results["targets"]
+            ],
+        ),
         "",
         "## Models: FfnBert variants vs upstream BertModel (same checkpoint)",
         "",
         _table(
-            ["checkpoint", "attn", "mode", "batch×seq", "variant", "ms", "tokens/s", "peak MB", "time ratio",
-             "memory ratio"],
-            [[r["checkpoint"], r["attn"], r["mode"], f"{r['batch_size']}×{r['seq_len']}", r["variant"]
-              + _parity_note(r),
-              f"{r['median_ms']:.1f}", f"{r['tokens_per_s']:.0f}", f"{r['peak_memory_mb']:.1f}", _spread(r),
-              f"{r['memory_ratio']:.3f}"] for r in results["models"]],
+            [
+                "checkpoint",
+                "attn",
+                "mode",
+                "batch×seq",
+                "variant",
+                "ms",
+                "tokens/s",
+                "peak MB",
+                "time ratio",
+                "memory ratio",
+            ],
+            [
+                [
+                    r["checkpoint"],
+                    r["attn"],
+                    r["mode"],
+                    f"{r['batch_size']}×{r['seq_len']}",
+                    r["variant"] + _parity_note(r),
+                    f"{r['median_ms']:.1f}",
+                    f"{r['tokens_per_s']:.0f}",
+                    f"{r['peak_memory_mb']:.1f}",
+                    _spread(r),
+                    f"{r['memory_ratio']:.3f}",
+                ]
+                for r in results["models"]
+            ],
         ),
         "",
         "## FFN modules vs their bare matmuls (forward, no grad)",
         "",
         _table(
-            ["shapes", "FFN", "tokens", "matmul GFLOP", "ms", "GFLOP/s", "matmuls ms", "matmuls GFLOP/s",
-             "fraction of limit", "time / gelu FFN"],
-            [[r["shapes"], r["ffn"], r["tokens"], f"{r['matmul_gflop']:.3f}", f"{r['median_ms']:.2f}",
-              f"{r['gflops']:.1f}", f"{r['matmul_median_ms']:.2f}", f"{r['matmul_gflops']:.1f}",
-              _spread(r, "fraction"), _spread(r, "ratio_to_gelu") if r["ratio_to_gelu"] is not None else "—"]
-             for r in results["ffn"]["rows"]],
+            [
+                "shapes",
+                "FFN",
+                "tokens",
+                "matmul GFLOP",
+                "ms",
+                "GFLOP/s",
+                "matmuls ms",
+                "matmuls GFLOP/s",
+                "fraction of limit",
+                "time / gelu FFN",
+            ],
+            [
+                [
+                    r["shapes"],
+                    r["ffn"],
+                    r["tokens"],
+                    f"{r['matmul_gflop']:.3f}",
+                    f"{r['median_ms']:.2f}",
+                    f"{r['gflops']:.1f}",
+                    f"{r['matmul_median_ms']:.2f}",
+                    f"{r['matmul_gflops']:.1f}",
+                    _spread(r, "fraction"),
+                    _spread(r, "ratio_to_gelu") if r["ratio_to_gelu"] is not None else "—",
+                ]
+                for r in results["ffn"]["rows"]
+            ],
         ),
         "",
         "Fused gate+up prototype output bitwise equal (`torch.equal`) to the model's separate projections: "
-        + ", ".join(f"{label}: {equal}" for label, equal in results["ffn"]["fused_bitwise_equal"].items()) + ".",
+        + ", ".join(f"{label}: {equal}" for label, equal in results["ffn"]["fused_bitwise_equal"].items())
+        + ".",
         "",
         "Where the time goes (torch.profiler, aten ops by self CPU time per forward):",
         "",
         _table(
             ["shapes", "FFN", "op", "calls", "self ms", "share"],
-            [[label, name, p["op"], p["calls_per_run"], f"{p['self_ms_per_run']:.2f}", f"{p['share']:.1%}"]
-             for label, profiles in results["ffn"]["profiles"].items() for name, ops in profiles.items() for p in ops],
+            [
+                [label, name, p["op"], p["calls_per_run"], f"{p['self_ms_per_run']:.2f}", f"{p['share']:.1%}"]
+                for label, profiles in results["ffn"]["profiles"].items()
+                for name, ops in profiles.items()
+                for p in ops
+            ],
         ),
         "",
         "## torch.compile on/off (FFN modules, forward, no grad)",
         "",
         _table(
-            ["FFN", "status", "compile s (wall)", "inductor cache hit", "eager ms", "compiled ms", "compiled / eager",
-             "max |Δ| vs eager"],
-            [[r.get("ffn", "—"), r["status"] if r["status"] != "failed" else f"failed: {r['error'][:200]}",
-              f"{r['compile_s']:.1f}" if "compile_s" in r else "—", r.get("inductor_cache_hit", "—"),
-              f"{r['eager_ms']:.2f}" if "eager_ms" in r else "—",
-              f"{r['compiled_ms']:.2f}" if "compiled_ms" in r else "—", _spread(r) if "ratio" in r else "—",
-              f"{r['max_abs_diff_vs_eager']:.2g}" if "max_abs_diff_vs_eager" in r else "—"]
-             for r in results["compile"]],
+            [
+                "FFN",
+                "status",
+                "compile s (wall)",
+                "inductor cache hit",
+                "eager ms",
+                "compiled ms",
+                "compiled / eager",
+                "max |Δ| vs eager",
+            ],
+            [
+                [
+                    r.get("ffn", "—"),
+                    r["status"] if r["status"] != "failed" else f"failed: {r['error'][:200]}",
+                    f"{r['compile_s']:.1f}" if "compile_s" in r else "—",
+                    r.get("inductor_cache_hit", "—"),
+                    f"{r['eager_ms']:.2f}" if "eager_ms" in r else "—",
+                    f"{r['compiled_ms']:.2f}" if "compiled_ms" in r else "—",
+                    _spread(r) if "ratio" in r else "—",
+                    f"{r['max_abs_diff_vs_eager']:.2g}" if "max_abs_diff_vs_eager" in r else "—",
+                ]
+                for r in results["compile"]
+            ],
         ),
         "",
         "## Scaling (default FfnBert, sdpa, inference)",
         "",
         _table(
             ["sweep", "batch", "seq", "ms", "tokens/s", "µs/token", "peak MB", "time growth", "memory growth"],
-            [[r["axis"], r["batch_size"], r["seq_len"], f"{r['median_ms']:.1f}", f"{r['tokens_per_s']:.0f}",
-              f"{r['time_per_token_us']:.1f}", f"{r['peak_memory_mb']:.1f}", f"×{r['time_growth']:.2f}",
-              f"×{r['memory_growth']:.2f}"] for r in results["scaling"]],
+            [
+                [
+                    r["axis"],
+                    r["batch_size"],
+                    r["seq_len"],
+                    f"{r['median_ms']:.1f}",
+                    f"{r['tokens_per_s']:.0f}",
+                    f"{r['time_per_token_us']:.1f}",
+                    f"{r['peak_memory_mb']:.1f}",
+                    f"×{r['time_growth']:.2f}",
+                    f"×{r['memory_growth']:.2f}",
+                ]
+                for r in results["scaling"]
+            ],
         ),
         "",
         "## from_pretrained",
         "",
-        _table(["BertModel ms", "FfnBertModel ms", "ratio"],
-               [[f"{results['load']['upstream_ms']:.1f}", f"{results['load']['ffn_bert_ms']:.1f}",
-                 _spread(results["load"])]]),
+        _table(
+            ["BertModel ms", "FfnBertModel ms", "ratio"],
+            [
+                [
+                    f"{results['load']['upstream_ms']:.1f}",
+                    f"{results['load']['ffn_bert_ms']:.1f}",
+                    _spread(results["load"]),
+                ]
+            ],
+        ),
         "",
         *benchmarks_section(unpadded),
     ]

@@ -70,8 +70,10 @@ def run_benchmark(settings: BenchSettings, output_dir: str | None = None, comman
         per_shape = [bench_ffn(h, i, label, settings) for h, i, label in ffn_shapes]
         results["ffn"] = {
             "rows": [row for part in per_shape for row in part["rows"]],
-            "fused_bitwise_equal": {s[2]: part["fused_bitwise_equal"] for s, part in zip(ffn_shapes, per_shape)},
-            "profiles": {s[2]: part["profiles"] for s, part in zip(ffn_shapes, per_shape)},
+            "fused_bitwise_equal": {
+                s[2]: part["fused_bitwise_equal"] for s, part in zip(ffn_shapes, per_shape, strict=False)
+            },
+            "profiles": {s[2]: part["profiles"] for s, part in zip(ffn_shapes, per_shape, strict=False)},
         }
 
         if settings.compile:
@@ -90,8 +92,10 @@ def run_benchmark(settings: BenchSettings, output_dir: str | None = None, comman
     results["meta"]["load_average_end"] = load_average()
     if settings.quick:
         # Tiny shapes and 3 rounds measure overheads and noise, not the model: a MET/MISS there means nothing.
-        log(f"quick mode (a smoke test at tiny sizes): the {len(results['targets'])} performance targets are "
-            f"computed but not judged; run without --quick to judge them")
+        log(
+            f"quick mode (a smoke test at tiny sizes): the {len(results['targets'])} performance targets are "
+            f"computed but not judged; run without --quick to judge them"
+        )
     else:
         log(format_targets(results["targets"]))
     if output_dir:

@@ -37,12 +37,29 @@ FULL = BenchSettings(quick=False)
 QUICK = BenchSettings(
     quick=True,
     base_config=dict(
-        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96,
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=96,
         max_position_embeddings=64,
     ),
-    batch_size=2, seq_len=8, train_batch_size=2, repeats=3, warmup=1, ffn_tokens=16, ffn_repeats=3,
-    compile_repeats=3, scaling_seq_lens=(8, 16), scaling_batch_for_seq=2, scaling_batch_sizes=(1, 2),
-    scaling_seq_for_batch=8, scaling_repeats=2, load_repeats=3, real_checkpoint=False, compile=False,
+    batch_size=2,
+    seq_len=8,
+    train_batch_size=2,
+    repeats=3,
+    warmup=1,
+    ffn_tokens=16,
+    ffn_repeats=3,
+    compile_repeats=3,
+    scaling_seq_lens=(8, 16),
+    scaling_batch_for_seq=2,
+    scaling_batch_sizes=(1, 2),
+    scaling_seq_for_batch=8,
+    scaling_repeats=2,
+    load_repeats=3,
+    real_checkpoint=False,
+    compile=False,
     threads=1,  # tiny ops gain nothing from threads, and on a busy CI machine OpenMP barrier waits would dominate
 )
 

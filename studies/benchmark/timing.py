@@ -65,7 +65,6 @@ def paired_ratio(numerator: list[float], denominator: list[float]) -> dict[str, 
     return {"ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
 
 
-
 CPU_DEVICE = 0  # `Device Type` of a CPU allocation in the profiler's trace (c10::DeviceType::CPU)
 # Lines that torch's profiler back end (kineto) writes straight to file descriptor 2 on every start and stop.
 PROFILER_BANNER_PREFIXES = ("USDT:", "STAGE:")
@@ -91,8 +90,11 @@ def cpu_profiler(**kwargs) -> Iterator[torch.profiler.profile]:
             os.dup2(saved, 2)
             os.close(saved)
             captured.seek(0)
-            kept = [line for line in captured.read().decode(errors="replace").splitlines(keepends=True)
-                    if not line.startswith(PROFILER_BANNER_PREFIXES)]
+            kept = [
+                line
+                for line in captured.read().decode(errors="replace").splitlines(keepends=True)
+                if not line.startswith(PROFILER_BANNER_PREFIXES)
+            ]
             sys.stderr.write("".join(kept))
 
 
@@ -113,8 +115,10 @@ def peak_memory_bytes(fn: Callable[[], object], setup: Callable[[], object] | No
         trace = Path(folder) / "trace.json"
         prof.export_chrome_trace(str(trace))
         events = json.loads(trace.read_text())["traceEvents"]
-    memory = sorted((e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == CPU_DEVICE),
-                    key=lambda e: e["ts"])  # stable: events of one timestamp keep the trace's order
+    memory = sorted(
+        (e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == CPU_DEVICE),
+        key=lambda e: e["ts"],
+    )  # stable: events of one timestamp keep the trace's order
     live = peak = 0
     for event in memory:
         live += event["args"]["Bytes"]

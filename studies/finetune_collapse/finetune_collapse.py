@@ -49,18 +49,32 @@ TABLE_WARMUP_STEPS = 36  # the four-task table's warm-up on STS-B: 10% of one ep
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", default=None, help="the first model (default: the bundled all-MiniLM-L6-v2)")
-    parser.add_argument("--model", action="append", default=[], metavar="NAME=FOLDER",
-                        help="a model folder to fine-tune after the baseline (repeatable)")
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME=FOLDER",
+        help="a model folder to fine-tune after the baseline (repeatable)",
+    )
     parser.add_argument("--data_dir", default="../shared/data/stsb", help="the STS-B folder (default: %(default)s)")
     parser.add_argument("--output_dir", default="out/finetune_collapse", help="(default: %(default)s)")
-    parser.add_argument("--steps", type=int, default=100,
-                        help=f"optimizer steps; the first min({TABLE_WARMUP_STEPS}, steps) warm up from learning rate "
-                             f"0 (default: %(default)s)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=100,
+        help=f"optimizer steps; the first min({TABLE_WARMUP_STEPS}, steps) warm up from learning rate "
+        f"0 (default: %(default)s)",
+    )
     parser.add_argument("--learning_rate", type=float, default=1e-4, help="(default: %(default)s, the table's)")
-    parser.add_argument("--dropout", type=float, default=None,
-                        help="fine-tune with this hidden and attention dropout (default: each folder's own)")
-    parser.add_argument("--pairs", type=int, default=256,
-                        help="validation pairs the encoder is measured on (default: %(default)s)")
+    parser.add_argument(
+        "--dropout",
+        type=float,
+        default=None,
+        help="fine-tune with this hidden and attention dropout (default: each folder's own)",
+    )
+    parser.add_argument(
+        "--pairs", type=int, default=256, help="validation pairs the encoder is measured on (default: %(default)s)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = parser.parse_args(argv)
@@ -77,8 +91,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if not name or not folder:
             raise ValueError(f"--model {item!r}: expected NAME=FOLDER")
         if name in args.models:
-            raise ValueError(f"--model {item!r}: the name {name!r} is already taken ({', '.join(args.models)}); "
-                             f"give each model its own NAME")
+            raise ValueError(
+                f"--model {item!r}: the name {name!r} is already taken ({', '.join(args.models)}); "
+                f"give each model its own NAME"
+            )
         if not (Path(folder) / "config.json").is_file():
             raise ValueError(f"--model {item!r}: {folder!r} is not a checkpoint folder (no config.json)")
         args.models[name] = folder
@@ -101,14 +117,18 @@ def measure(folder: str, tokenizer, pairs) -> dict:
     # padded execution: the hooks read [CLS] as column 0 of (pairs, seq, hidden) outputs, which a folder saved with
     # `unpad_tokens=True` would hand them packed as (n_real, hidden)
     model = FfnBertModel.from_pretrained(folder, unpad_tokens=False).eval()
-    batch = tokenizer(pairs["sentence1"], pairs["sentence2"], padding=True, truncation=True, max_length=128,
-                      return_tensors="pt")
+    batch = tokenizer(
+        pairs["sentence1"], pairs["sentence2"], padding=True, truncation=True, max_length=128, return_tensors="pt"
+    )
     norms: dict[str, float] = {}
     hooks = []
     for i, layer in enumerate(model.encoder.layer):
         for name, module in ((f"attention {i}", layer.attention.output.dense), (f"ffn {i}", layer.mlp)):
-            hooks.append(module.register_forward_hook(
-                lambda _m, _in, out, name=name: norms.__setitem__(name, out[:, 0].norm(dim=-1).mean().item())))
+            hooks.append(
+                module.register_forward_hook(
+                    lambda _m, _in, out, name=name: norms.__setitem__(name, out[:, 0].norm(dim=-1).mean().item())
+                )
+            )
     hidden = model(**batch).last_hidden_state  # (pairs, seq, hidden)
     for hook in hooks:
         hook.remove()
@@ -117,9 +137,12 @@ def measure(folder: str, tokenizer, pairs) -> dict:
     torch.manual_seed(0)
     noisy = model(**batch).last_hidden_state
     real = batch["attention_mask"].bool()
-    return {"spread_cls": spread(hidden[:, 0]), "spread_mean": spread(mean_pool(hidden, batch["attention_mask"])),
-            "dropout_cosine": torch.nn.functional.cosine_similarity(hidden[real], noisy[real], dim=-1).mean().item(),
-            "cls_norms": norms}
+    return {
+        "spread_cls": spread(hidden[:, 0]),
+        "spread_mean": spread(mean_pool(hidden, batch["attention_mask"])),
+        "dropout_cosine": torch.nn.functional.cosine_similarity(hidden[real], noisy[real], dim=-1).mean().item(),
+        "cls_norms": norms,
+    }
 
 
 def with_dropout(folder: str, dropout: float, work_dir: Path) -> str:
@@ -141,11 +164,19 @@ def main(argv: list[str] | None = None) -> int:
     output = Path(args.output_dir)
     output.mkdir(parents=True, exist_ok=True)
     settings = {k: v for k, v in vars(args).items() if k != "models"}  # paths as a reader writes them
-    settings.update(baseline=args.baseline and portable_path(args.baseline), data_dir=portable_path(args.data_dir),
-                    output_dir=portable_path(args.output_dir),
-                    model=[f"{n}={portable_path(f)}" for n, f in (m.partition("=")[::2] for m in args.model)])
-    results = {"settings": settings, "models": {},
-               "machine": machine(), "versions": versions(), "load_before": os.getloadavg()[0]}
+    settings.update(
+        baseline=args.baseline and portable_path(args.baseline),
+        data_dir=portable_path(args.data_dir),
+        output_dir=portable_path(args.output_dir),
+        model=[f"{n}={portable_path(f)}" for n, f in (m.partition("=")[::2] for m in args.model)],
+    )
+    results = {
+        "settings": settings,
+        "models": {},
+        "machine": machine(),
+        "versions": versions(),
+        "load_before": os.getloadavg()[0],
+    }
     for name, folder in args.models.items():
         print(f"=== {name} ({time.strftime('%H:%M:%S')}) ===", flush=True)
         work_dir = output / name
@@ -154,18 +185,27 @@ def main(argv: list[str] | None = None) -> int:
         start = with_dropout(folder, args.dropout, work_dir) if args.dropout is not None else folder
         tokenizer = AutoTokenizer.from_pretrained(folder)
         training_args = TrainingArguments(
-            output_dir=str(work_dir / "fine-tuned"), seed=args.seed, max_steps=args.steps,
-            per_device_train_batch_size=16, per_device_eval_batch_size=64, train_sampling_strategy="group_by_length",
-            learning_rate=args.learning_rate, lr_scheduler_type="constant_with_warmup",
-            warmup_steps=min(TABLE_WARMUP_STEPS, args.steps), save_strategy="no", report_to="none",
-            disable_tqdm=True, logging_steps=max(1, args.steps // 5),
+            output_dir=str(work_dir / "fine-tuned"),
+            seed=args.seed,
+            max_steps=args.steps,
+            per_device_train_batch_size=16,
+            per_device_eval_batch_size=64,
+            train_sampling_strategy="group_by_length",
+            learning_rate=args.learning_rate,
+            lr_scheduler_type="constant_with_warmup",
+            warmup_steps=min(TABLE_WARMUP_STEPS, args.steps),
+            save_strategy="no",
+            report_to="none",
+            disable_tqdm=True,
+            logging_steps=max(1, args.steps // 5),
         )
         data_args = ClassificationDataArguments(task="stsb", data_dir=args.data_dir, max_seq_length=128)
         outcome = run_classification(ModelArguments(model_name_or_path=start), data_args, training_args)
         results["models"][name] = {
             "before": measure(start, tokenizer, pairs),
             "after": measure(str(work_dir / "fine-tuned"), tokenizer, pairs),
-            "pearson": 100 * outcome["results"]["eval_pearson"], "spearman": 100 * outcome["results"]["eval_spearman"],
+            "pearson": 100 * outcome["results"]["eval_pearson"],
+            "spearman": 100 * outcome["results"]["eval_spearman"],
         }
         shutil.rmtree(work_dir, ignore_errors=True)  # the fine-tuned weights are not kept
     results["load_after"] = os.getloadavg()[0]
@@ -193,20 +233,32 @@ def report(results: dict, argv: list[str]) -> str:
     ]
     for name, m in results["models"].items():
         b, a = m["before"], m["after"]
-        lines.append(f"| {name} | {b['dropout_cosine']:.4f} | {b['spread_cls']:.4f} → {a['spread_cls']:.4f} | "
-                     f"{b['spread_mean']:.4f} → {a['spread_mean']:.4f} | {m['pearson']:.1f} |")
+        lines.append(
+            f"| {name} | {b['dropout_cosine']:.4f} | {b['spread_cls']:.4f} → {a['spread_cls']:.4f} | "
+            f"{b['spread_mean']:.4f} → {a['spread_mean']:.4f} | {m['pearson']:.1f} |"
+        )
     # every model's layers (models of other depths leave the cells they lack empty), in layer order
     columns = list(dict.fromkeys(k for m in results["models"].values() for k in m["before"]["cls_norms"]))
     columns.sort(key=lambda k: int(k.split()[1]))  # stable: attention before ffn within a layer
-    lines += ["", "Norm of each sublayer's output at [CLS] (before the residual add), before → after:", "",
-              "| model | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    lines += [
+        "",
+        "Norm of each sublayer's output at [CLS] (before the residual add), before → after:",
+        "",
+        "| model | " + " | ".join(columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
     for name, m in results["models"].items():
         before, after = m["before"]["cls_norms"], m["after"]["cls_norms"]
         cells = [f"{before[k]:.1f} → {after[k]:.1f}" if k in before else "" for k in columns]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", f"Machine: {results['machine']['cpu']}, {results['machine']['cores']} cores, load average "
-              f"{results['load_before']:.2f} → {results['load_after']:.2f}; {results['versions']}.", "",
-              "Command: `" + portable_command(["python", "-m", "studies.finetune_collapse.finetune_collapse", *argv]) + "`", ""]
+    lines += [
+        "",
+        f"Machine: {results['machine']['cpu']}, {results['machine']['cores']} cores, load average "
+        f"{results['load_before']:.2f} → {results['load_after']:.2f}; {results['versions']}.",
+        "",
+        "Command: `" + portable_command(["python", "-m", "studies.finetune_collapse.finetune_collapse", *argv]) + "`",
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -53,7 +53,12 @@ from hf_ffn.comparing import read_runs  # the one copy (partial last lines left 
 from hf_ffn.files import atomic_output_file
 from hf_ffn.parity import bundled_checkpoint
 from hf_ffn.training import (
-    TASKS, ClassificationDataArguments, ModelArguments, bad_input_exits, run_classification, task_score,
+    TASKS,
+    ClassificationDataArguments,
+    ModelArguments,
+    bad_input_exits,
+    run_classification,
+    task_score,
 )
 from studies.comparison import BASELINE, VARIANTS, parse_healed, variant_order
 from studies.environment import machine, versions
@@ -74,9 +79,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data_root", help="folder holding cola/, stsb/, mrpc/ and rt_polarity/ (../shared/data)")
     parser.add_argument("--output_dir", "--output-dir", dest="output_dir", default="out/tasks")
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
-    parser.add_argument("--variants", nargs="*", choices=list(VARIANTS), default=DEFAULT_VARIANTS,
-                        help="as-converted variants of the checkpoint (default: the baseline and GeGLU, exact; "
-                             "none named: only the --healed ones)")
+    parser.add_argument(
+        "--variants",
+        nargs="*",
+        choices=list(VARIANTS),
+        default=DEFAULT_VARIANTS,
+        help="as-converted variants of the checkpoint (default: the baseline and GeGLU, exact; "
+        "none named: only the --healed ones)",
+    )
     add_finetune_options(parser, max_seq_length=128)
     parser.add_argument("--epochs", type=float, default=3.0, help="epochs per task (BERT's GLUE recipe: 3)")
     parser.add_argument("--max_steps", type=int, default=0, help="optimizer steps for every task (0: from --epochs)")
@@ -84,28 +94,45 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max_train_samples", type=int, default=0, help="training rows per task (0: all)")
     parser.add_argument("--max_eval_samples", type=int, default=0, help="validation rows (0: all)")
     parser.add_argument("--report_only", action="store_true", help="only write the table")
-    parser.add_argument("--accept_remade_students", action="store_true",
-                        help="resume a variant whose folder's weights differ from those its runs started from when "
-                             "both were made by the same recipe (conversion, healing and layer-wise arguments, data "
-                             "sizes, source weights: studies.start_weights.recipe_sha256), e.g. re-made on another "
-                             "machine, where CPU arithmetic differs in the last bits; the report counts the weight "
-                             "sets per variant")
+    parser.add_argument(
+        "--accept_remade_students",
+        action="store_true",
+        help="resume a variant whose folder's weights differ from those its runs started from when "
+        "both were made by the same recipe (conversion, healing and layer-wise arguments, data "
+        "sizes, source weights: studies.start_weights.recipe_sha256), e.g. re-made on another "
+        "machine, where CPU arithmetic differs in the last bits; the report counts the weight "
+        "sets per variant",
+    )
     args = parser.parse_args(argv)
     for name in ("epochs", "batch_size", "evals_per_run"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name} must be positive, got {getattr(args, name)}")
     if not args.variants and not args.healed and not args.report_only:
-        parser.error(f"--variants names none and no --healed is given: nothing to run (variants: "
-                     f"{', '.join(VARIANTS)}; or --report_only)")
+        parser.error(
+            f"--variants names none and no --healed is given: nothing to run (variants: "
+            f"{', '.join(VARIANTS)}; or --report_only)"
+        )
     return args
 
 
 def settings(args: argparse.Namespace, task: str) -> dict:
     """What must be equal for runs on `task` to be compared (stored with every run, checked on resume)."""
-    return {key: getattr(args, key) for key in (
-        "epochs", "max_steps", "batch_size", "learning_rate", "warmup_fraction", "max_seq_length", "evals_per_run",
-        "max_train_samples", "max_eval_samples", "max_test_samples", "unpad_tokens")} | {
-        "task": task, "train_sampling_strategy": "group_by_length"}
+    return {
+        key: getattr(args, key)
+        for key in (
+            "epochs",
+            "max_steps",
+            "batch_size",
+            "learning_rate",
+            "warmup_fraction",
+            "max_seq_length",
+            "evals_per_run",
+            "max_train_samples",
+            "max_eval_samples",
+            "max_test_samples",
+            "unpad_tokens",
+        )
+    } | {"task": task, "train_sampling_strategy": "group_by_length"}
 
 
 def split_sizes(args: argparse.Namespace, task: str) -> dict[str, int]:
@@ -114,46 +141,86 @@ def split_sizes(args: argparse.Namespace, task: str) -> dict[str, int]:
     full = len(raw["train"])
     report_split = TASKS[task].report_split
     limit = args.max_test_samples if report_split == "test" else args.max_eval_samples
-    return {"train_rows_full": full, "train_rows": min(full, args.max_train_samples or full),
-            "report_rows": min(len(raw[report_split]), limit or len(raw[report_split]))}
+    return {
+        "train_rows_full": full,
+        "train_rows": min(full, args.max_train_samples or full),
+        "report_rows": min(len(raw[report_split]), limit or len(raw[report_split])),
+    }
 
 
-def run_one(args: argparse.Namespace, task: str, name: str, model_args: ModelArguments, seed: int, output_dir: Path,
-            start: tuple[str, str | None], sizes: dict[str, int]) -> dict:
+def run_one(
+    args: argparse.Namespace,
+    task: str,
+    name: str,
+    model_args: ModelArguments,
+    seed: int,
+    output_dir: Path,
+    start: tuple[str, str | None],
+    sizes: dict[str, int],
+) -> dict:
     """One fine-tuning run from `model_args` (whose weights' SHA-256 and recipe SHA-256 are `start`); returns its JSON
     line."""
     max_steps = args.max_steps or math.ceil(args.epochs * sizes["train_rows"] / args.batch_size)
     eval_steps = max(1, max_steps // args.evals_per_run)
     data_args = ClassificationDataArguments(
-        task=task, data_dir=str(Path(args.data_root) / task), max_seq_length=args.max_seq_length,
-        max_train_samples=args.max_train_samples or None, max_eval_samples=args.max_eval_samples or None,
+        task=task,
+        data_dir=str(Path(args.data_root) / task),
+        max_seq_length=args.max_seq_length,
+        max_train_samples=args.max_train_samples or None,
+        max_eval_samples=args.max_eval_samples or None,
         max_test_samples=args.max_test_samples or None,
     )
     training_args = TrainingArguments(
-        output_dir=str(output_dir), seed=seed, max_steps=max_steps, per_device_train_batch_size=args.batch_size,
-        per_device_eval_batch_size=64, train_sampling_strategy="group_by_length", learning_rate=args.learning_rate,
-        lr_scheduler_type="linear", warmup_steps=round(max_steps * args.warmup_fraction), eval_strategy="steps",
-        eval_steps=eval_steps, eval_on_start=True, logging_steps=eval_steps, save_strategy="no", report_to="none",
+        output_dir=str(output_dir),
+        seed=seed,
+        max_steps=max_steps,
+        per_device_train_batch_size=args.batch_size,
+        per_device_eval_batch_size=64,
+        train_sampling_strategy="group_by_length",
+        learning_rate=args.learning_rate,
+        lr_scheduler_type="linear",
+        warmup_steps=round(max_steps * args.warmup_fraction),
+        eval_strategy="steps",
+        eval_steps=eval_steps,
+        eval_on_start=True,
+        logging_steps=eval_steps,
+        save_strategy="no",
+        report_to="none",
         disable_tqdm=True,
     )
     load_before = os.getloadavg()[0]
     outcome = run_classification(model_args, data_args, training_args)
     results = outcome["results"]
     prefix = "test_" if TASKS[task].report_split == "test" else "eval_"
-    curve = [{"step": entry["step"], "eval_loss": entry["eval_loss"], "score": task_score(task, entry, "eval_")}
-             for entry in outcome["log_history"] if "eval_loss" in entry]
+    curve = [
+        {"step": entry["step"], "eval_loss": entry["eval_loss"], "score": task_score(task, entry, "eval_")}
+        for entry in outcome["log_history"]
+        if "eval_loss" in entry
+    ]
     checkpoint = model_args.model_name_or_path
     return {
-        "task": task, "variant": name, "seed": seed,
+        "task": task,
+        "variant": name,
+        "seed": seed,
         "checkpoint": BUNDLED_NAME if checkpoint == bundled_checkpoint() else checkpoint,  # no machine path
-        "checkpoint_sha256": start[0], "recipe_sha256": start[1], "settings": settings(args, task),
-        "max_steps": max_steps, **sizes,
+        "checkpoint_sha256": start[0],
+        "recipe_sha256": start[1],
+        "settings": settings(args, task),
+        "max_steps": max_steps,
+        **sizes,
         "metrics": {key: results[prefix + key] for key in METRIC_KEYS if prefix + key in results},
-        "score": task_score(task, results, prefix), "split": prefix.rstrip("_"),
-        "wall_seconds": outcome["wall_seconds"], "train_seconds": outcome["train_seconds"],
-        "train_tokens": outcome["train_tokens"], "unpad_tokens": outcome["unpad_tokens"],
-        "load_before": load_before, "load_after": os.getloadavg()[0], "threads": torch.get_num_threads(),
-        "finished": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "machine": machine(), "versions": versions(),
+        "score": task_score(task, results, prefix),
+        "split": prefix.rstrip("_"),
+        "wall_seconds": outcome["wall_seconds"],
+        "train_seconds": outcome["train_seconds"],
+        "train_tokens": outcome["train_tokens"],
+        "unpad_tokens": outcome["unpad_tokens"],
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+        "threads": torch.get_num_threads(),
+        "finished": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "machine": machine(),
+        "versions": versions(),
         "curve": curve,
     }
 
@@ -175,14 +242,23 @@ def write_report(args: argparse.Namespace, runs: list[dict], argv: list[str] | N
             f"after a fixed budget, with no choice of checkpoint on the validation split. Δ: variant − baseline, "
             f"paired by seed, mean [95% t interval]; 'inside the noise' means no difference was detected at this "
             f"number of seeds, and the interval's width is the difference that could have been missed."
-            + (f" Smoke settings: {first['max_train_samples']} training rows, {first['max_eval_samples']} "
-               f"validation rows per task: the numbers show that the command works, not the variants' quality."
-               if first["max_train_samples"] or first["max_eval_samples"] else "")),
+            + (
+                f" Smoke settings: {first['max_train_samples']} training rows, {first['max_eval_samples']} "
+                f"validation rows per task: the numbers show that the command works, not the variants' quality."
+                if first["max_train_samples"] or first["max_eval_samples"]
+                else ""
+            )
+        ),
         "versions": runs[-1]["versions"],
-        "command": "python -m studies.four_tasks.compare_tasks " + shlex.join(  # what runs the table (--report_only does not)
-            arg for arg in (sys.argv[1:] if argv is None else argv) if arg != "--report_only"),
-        "full_variants": FULL_TABLE_VARIANTS, "full_seeds": 3, "epochs": first["epochs"],
-        "batch_size": first["batch_size"], "first": min(r["finished"] for r in runs),
+        "command": "python -m studies.four_tasks.compare_tasks "
+        + shlex.join(  # what runs the table (--report_only does not)
+            arg for arg in (sys.argv[1:] if argv is None else argv) if arg != "--report_only"
+        ),
+        "full_variants": FULL_TABLE_VARIANTS,
+        "full_seeds": 3,
+        "epochs": first["epochs"],
+        "batch_size": first["batch_size"],
+        "first": min(r["finished"] for r in runs),
         "last": max(r["finished"] for r in runs),
     }
     with atomic_output_file(Path(args.output_dir) / TABLE) as tmp:  # other processes may read or write it too
@@ -196,10 +272,14 @@ def main(argv: list[str] | None = None) -> int:
     output = Path(args.output_dir)
     results = output / RESULTS
     base_checkpoint = args.model_name_or_path or bundled_checkpoint()
-    starts = {name: ModelArguments(model_name_or_path=base_checkpoint, unpad_tokens=args.unpad_tokens, **VARIANTS[name])
-              for name in args.variants}
-    starts |= {name: ModelArguments(model_name_or_path=path, unpad_tokens=args.unpad_tokens)
-               for name, path in parse_healed(args.healed, check_folders=not args.report_only).items()}
+    starts = {
+        name: ModelArguments(model_name_or_path=base_checkpoint, unpad_tokens=args.unpad_tokens, **VARIANTS[name])
+        for name in args.variants
+    }
+    starts |= {
+        name: ModelArguments(model_name_or_path=path, unpad_tokens=args.unpad_tokens)
+        for name, path in parse_healed(args.healed, check_folders=not args.report_only).items()
+    }
     if not args.report_only:
         if args.data_root is None:
             raise ValueError("--data_root is required to run the comparison (or give --report_only)")
@@ -208,16 +288,22 @@ def main(argv: list[str] | None = None) -> int:
         recipes = {name: recipe_sha256(start.model_name_or_path) for name, start in starts.items()}
         for run in read_runs(results):
             if run["task"] in args.tasks and run["settings"] != settings(args, run["task"]):
-                raise ValueError(f"{results} holds {run['task']} runs with settings {run['settings']}, not "
-                                 f"{settings(args, run['task'])}; use another --output_dir (or --report_only)")
+                raise ValueError(
+                    f"{results} holds {run['task']} runs with settings {run['settings']}, not "
+                    f"{settings(args, run['task'])}; use another --output_dir (or --report_only)"
+                )
             if run["variant"] in starts and run["checkpoint_sha256"] != fingerprints[run["variant"]]:
                 same_recipe = run.get("recipe_sha256") is not None and run["recipe_sha256"] == recipes[run["variant"]]
                 if not (same_recipe and args.accept_remade_students):
                     raise ValueError(
                         f"{results}: {run['variant']!r} was run from other weights ({run['checkpoint']!r}) than "
                         f"{starts[run['variant']].model_name_or_path!r}, "
-                        + ("made by the same recipe: --accept_remade_students resumes it" if same_recipe else
-                           "made by another (or an unrecorded) recipe; use another --output_dir"))
+                        + (
+                            "made by the same recipe: --accept_remade_students resumes it"
+                            if same_recipe
+                            else "made by another (or an unrecorded) recipe; use another --output_dir"
+                        )
+                    )
         sizes = {task: split_sizes(args, task) for task in args.tasks}  # also checks every folder before a run
         output.mkdir(parents=True, exist_ok=True)  # after every check: a refused command leaves no folder
         for seed in args.seeds:
@@ -229,13 +315,17 @@ def main(argv: list[str] | None = None) -> int:
                     work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="compare_tasks_"))
                     run_dir = work_dir / f"{task}-{name.replace(' ', '-')}-seed{seed}"
                     shutil.rmtree(run_dir, ignore_errors=True)
-                    line = run_one(args, task, name, starts[name], seed, run_dir, (fingerprints[name], recipes[name]),
-                                   sizes[task])
+                    line = run_one(
+                        args, task, name, starts[name], seed, run_dir, (fingerprints[name], recipes[name]), sizes[task]
+                    )
                     shutil.rmtree(run_dir if args.work_dir else work_dir, ignore_errors=True)
                     with results.open("a") as handle:
                         handle.write(json.dumps(line) + "\n")
-                    print(f"=== {task}, {name}, seed {seed}: score {line['score']:.2f}, {line['wall_seconds']:.0f} s, "
-                          f"{line['train_seconds'] / line['max_steps']:.3f} s/step ===", flush=True)
+                    print(
+                        f"=== {task}, {name}, seed {seed}: score {line['score']:.2f}, {line['wall_seconds']:.0f} s, "
+                        f"{line['train_seconds'] / line['max_steps']:.3f} s/step ===",
+                        flush=True,
+                    )
                     write_report(args, read_runs(results), argv)
     runs = read_runs(results)
     if not runs:

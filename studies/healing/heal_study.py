@@ -77,16 +77,29 @@ VARIANTS |= {
     "pre-ln-lw": {
         "title": "Post-LN → Pre-LN, layer-wise targets",
         "variant": "pre-ln",
-        "heal": {**LAYERWISE, "learning_rate": 1e-4, "layerwise_steps": 1000, "layerwise_tokens": 65536,
-                 "layerwise_parts": "layer", "layerwise_inputs": "student", "layerwise_stream": "teacher"},
+        "heal": {
+            **LAYERWISE,
+            "learning_rate": 1e-4,
+            "layerwise_steps": 1000,
+            "layerwise_tokens": 65536,
+            "layerwise_parts": "layer",
+            "layerwise_inputs": "student",
+            "layerwise_stream": "teacher",
+        },
         "steps": 0,
     },
 }
 DEFAULT_VARIANTS = ["swiglu-approx-lw", "swiglu-matched-lw", "pre-ln-lw"]
 END_TO_END_STEPS = 150  # --steps default of the end-to-end variants
 DEFAULT_WORK_DIR = "out/heal_study"
-GOALS = {"swiglu-approx": (0.999, 0.3), "swiglu-fresh": (0.99, 1.0), "pre-ln": (0.99, 1.0),  # cosine, probe points
-         "swiglu-approx-lw": (0.9995, 0.5), "swiglu-matched-lw": (0.99, 0.5), "pre-ln-lw": (0.99, 0.5)}
+GOALS = {
+    "swiglu-approx": (0.999, 0.3),
+    "swiglu-fresh": (0.99, 1.0),
+    "pre-ln": (0.99, 1.0),  # cosine, probe points
+    "swiglu-approx-lw": (0.9995, 0.5),
+    "swiglu-matched-lw": (0.99, 0.5),
+    "pre-ln-lw": (0.99, 0.5),
+}
 TIME_GOALS = {"swiglu-approx-lw": 3, "swiglu-matched-lw": 20, "pre-ln-lw": 20}  # minutes of training (issue 18)
 
 
@@ -97,15 +110,52 @@ def heal_command(variant: str, args: argparse.Namespace, student: Path, run_dir:
     extra = [f"--{k}={v}" for k, v in heal.items() if k not in ("layers", "learning_rate")]
     source = [] if args.model is None else ["--teacher", teacher]  # default: the student's conversion source
     return [
-        "--student", str(student), *source, "--train_files", args.text_dir, "--eval_data", args.eval_dir,
-        "--output_dir", str(run_dir), "--layers", heal["layers"], "--train_parts", args.train_parts,
-        "--hidden_loss", args.hidden_loss, *extra,
-        "--max_seq_length", str(args.block), "--per_device_train_batch_size", str(args.batch_size),
-        "--max_steps", str(steps), "--learning_rate", str(heal["learning_rate"]),
-        "--warmup_steps", str(max(1, steps // 10)), "--lr_scheduler_type", args.lr_scheduler, "--seed", "0",
-        "--curve_steps", str(args.curve_steps), "--curve_snippets", str(args.curve_snippets),
-        "--save_steps", str(args.curve_steps), "--save_total_limit", "1", "--logging_steps", "5",
-        "--use_cpu", "true", "--report_to", "none", "--dataloader_num_workers", "0",
+        "--student",
+        str(student),
+        *source,
+        "--train_files",
+        args.text_dir,
+        "--eval_data",
+        args.eval_dir,
+        "--output_dir",
+        str(run_dir),
+        "--layers",
+        heal["layers"],
+        "--train_parts",
+        args.train_parts,
+        "--hidden_loss",
+        args.hidden_loss,
+        *extra,
+        "--max_seq_length",
+        str(args.block),
+        "--per_device_train_batch_size",
+        str(args.batch_size),
+        "--max_steps",
+        str(steps),
+        "--learning_rate",
+        str(heal["learning_rate"]),
+        "--warmup_steps",
+        str(max(1, steps // 10)),
+        "--lr_scheduler_type",
+        args.lr_scheduler,
+        "--seed",
+        "0",
+        "--curve_steps",
+        str(args.curve_steps),
+        "--curve_snippets",
+        str(args.curve_snippets),
+        "--save_steps",
+        str(args.curve_steps),
+        "--save_total_limit",
+        "1",
+        "--logging_steps",
+        "5",
+        "--use_cpu",
+        "true",
+        "--report_to",
+        "none",
+        "--dataloader_num_workers",
+        "0",
     ]
 
 
@@ -123,8 +173,11 @@ def convert_student(teacher: str, student: Path, variant: str, text_dir: str) ->
 
     experiment = VARIANTS[variant]
     # the student is a named variant's conversion (hf_ffn.variants), or this study's own start ("convert")
-    options = get_variant(experiment["variant"]).conversion_options() if "variant" in experiment else dict(
-        experiment["convert"])
+    options = (
+        get_variant(experiment["variant"]).conversion_options()
+        if "variant" in experiment
+        else dict(experiment["convert"])
+    )
     if options.get("init") == "pruned":
         tokens = VARIANTS[variant]["heal"].get("layerwise_tokens", 65536)
         options["calibration_ids"] = calibration_ids([text_dir], AutoTokenizer.from_pretrained(teacher), 128, tokens)
@@ -142,12 +195,17 @@ def run(args: argparse.Namespace) -> None:
         if done.is_file():
             training = json.loads(done.read_text())["healing"]["training"]
             loss = json.loads(done.read_text())["healing"]["arguments"]["hidden_loss"]
-            if (training["max_steps"], training["lr_scheduler_type"], loss) != (variant_steps(variant, args),
-                                                                                args.lr_scheduler, args.hidden_loss):
-                raise SystemExit(f"{variant}: {run_dir / 'healed'} was healed with --steps {training['max_steps']} "
-                                 f"--lr-scheduler {training['lr_scheduler_type']} --hidden-loss {loss}, not --steps "
-                                 f"{variant_steps(variant, args)} --lr-scheduler {args.lr_scheduler} --hidden-loss {args.hidden_loss}; "
-                                 f"use another --work-dir")
+            if (training["max_steps"], training["lr_scheduler_type"], loss) != (
+                variant_steps(variant, args),
+                args.lr_scheduler,
+                args.hidden_loss,
+            ):
+                raise SystemExit(
+                    f"{variant}: {run_dir / 'healed'} was healed with --steps {training['max_steps']} "
+                    f"--lr-scheduler {training['lr_scheduler_type']} --hidden-loss {loss}, not --steps "
+                    f"{variant_steps(variant, args)} --lr-scheduler {args.lr_scheduler} --hidden-loss {args.hidden_loss}; "
+                    f"use another --work-dir"
+                )
             print(f"{variant}: already healed ({run_dir / 'healed'})")
             continue
         if not (student / "config.json").is_file():
@@ -157,11 +215,19 @@ def run(args: argparse.Namespace) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         print(f"{variant}: {'resuming' if resume else 'starting'}; log: {run_dir / 'log.txt'}", flush=True)
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-        full = [sys.executable, "-m", "hf_ffn.cli", "heal", *command,
-                *(["--resume_from_checkpoint", "last"] if resume else [])]
+        full = [
+            sys.executable,
+            "-m",
+            "hf_ffn.cli",
+            "heal",
+            *command,
+            *(["--resume_from_checkpoint", "last"] if resume else []),
+        ]
         with open(run_dir / "log.txt", "a") as log:
-            log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} OMP_NUM_THREADS={args.threads} "
-                      f"hf-ffn heal {shlex.join(full[4:])}\n")
+            log.write(
+                f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} OMP_NUM_THREADS={args.threads} "
+                f"hf-ffn heal {shlex.join(full[4:])}\n"
+            )
             log.flush()
             load_before = os.getloadavg()[0]
             code = subprocess.call(full, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -177,8 +243,11 @@ def _points(probe: dict) -> tuple[float, float, float]:
 def run_load(run_dir: Path) -> str:
     """The load averages `run` wrote into the variant's log after its last heal ("before → after"), or "unknown"."""
     log = run_dir / "log.txt"
-    found = re.findall(r"^# load average ([\d.]+) before, ([\d.]+) after", log.read_text(errors="replace"), re.M) \
-        if log.is_file() else []
+    found = (
+        re.findall(r"^# load average ([\d.]+) before, ([\d.]+) after", log.read_text(errors="replace"), re.M)
+        if log.is_file()
+        else []
+    )
     return f"{found[-1][0]} → {found[-1][1]}" if found else "unknown"
 
 
@@ -213,42 +282,61 @@ def power_law_projection(curve: list[dict], cosine_goal: float) -> dict | None:
 def layer_table(title: str, layerwise: dict) -> str:
     """Per-layer attribution of a layer-wise run: each layer's fit (teacher-forced), the propagated error and what
     each layer adds to it (propagated after it − before it, as a share of the last layer's propagated error)."""
+
     def fmt(record: dict, key: str) -> str:
         return f"{record[key]:.2e}" if key in record else "-"
 
     propagated = [r["propagated_rel_error"] for r in layerwise["layers"]]
-    added = [b - a for a, b in zip([0.0, *propagated[:-1]], propagated)]
-    rows = [f"| {r['layer']} | {fmt(r, 'ffn_rel_error_before')} → {fmt(r, 'ffn_rel_error')} | "
-            f"{fmt(r, 'layer_rel_error_before')} → {fmt(r, 'layer_rel_error')} | {fmt(r, 'propagated_rel_error')} | "
-            f"{d:+.2e} ({100 * d / propagated[-1]:.0f}%) | {r.get('seconds', 0):.0f} |"
-            for r, d in zip(layerwise["layers"], added)]
+    added = [b - a for a, b in zip([0.0, *propagated[:-1]], propagated, strict=False)]
+    rows = [
+        f"| {r['layer']} | {fmt(r, 'ffn_rel_error_before')} → {fmt(r, 'ffn_rel_error')} | "
+        f"{fmt(r, 'layer_rel_error_before')} → {fmt(r, 'layer_rel_error')} | {fmt(r, 'propagated_rel_error')} | "
+        f"{d:+.2e} ({100 * d / propagated[-1]:.0f}%) | {r.get('seconds', 0):.0f} |"
+        for r, d in zip(layerwise["layers"], added, strict=False)
+    ]
     top = max(range(len(added)), key=added.__getitem__)
     final = layerwise.get("final_norm")
-    norm = (f" `final_norm` (closed form): {final['final_norm_rel_error_before']:.2e} → "
-            f"{final['final_norm_rel_error']:.2e}." if final else "")
-    return (f"**{title}** ({layerwise['tokens']:,} calibration tokens, recorded activations "
-            f"{layerwise['activation_bytes'] / 1e6:.0f} MB, {layerwise['seconds']:.0f} s):\n\n"
-            "| layer | FFN output (teacher input) | layer output (fit input) | propagated hidden state | added by the "
-            "layer (share of the last) | s |\n"
-            "|---|---|---|---|---|---|\n" + "\n".join(rows) +
-            f"\n\nLargest share: layer {top} adds {100 * added[top] / propagated[-1]:.0f}% of the propagated error "
-            f"after the last layer ({propagated[-1]:.2e}).{norm}")
+    norm = (
+        f" `final_norm` (closed form): {final['final_norm_rel_error_before']:.2e} → "
+        f"{final['final_norm_rel_error']:.2e}."
+        if final
+        else ""
+    )
+    return (
+        f"**{title}** ({layerwise['tokens']:,} calibration tokens, recorded activations "
+        f"{layerwise['activation_bytes'] / 1e6:.0f} MB, {layerwise['seconds']:.0f} s):\n\n"
+        "| layer | FFN output (teacher input) | layer output (fit input) | propagated hidden state | added by the "
+        "layer (share of the last) | s |\n"
+        "|---|---|---|---|---|---|\n"
+        + "\n".join(rows)
+        + f"\n\nLargest share: layer {top} adds {100 * added[top] / propagated[-1]:.0f}% of the propagated error "
+        f"after the last layer ({propagated[-1]:.2e}).{norm}"
+    )
 
 
 def experiments_table(log: Path) -> str:
     """The layer-wise experiment log (studies/healing/layerwise_study.py) as a table."""
     if not log.is_file():
         return "(no experiment log given)"
-    lines = ["| run | variant | mean cosine | probe Δ (points) | layer-wise s | end-to-end steps | wall s | load |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| run | variant | mean cosine | probe Δ (points) | layer-wise s | end-to-end steps | wall s | load |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for line in log.read_text().splitlines():
         r = json.loads(line)
         m = r["measured"]
-        lines.append(f"| {r['name']} | {r['variant']} | {m['cosine_mean']:.5f} | {m['probe_difference_points']:+.2f} | "
-                     f"{r['layerwise_seconds']:.0f} | {r['steps']} | {r['train_seconds_total']:.0f} | "
-                     f"{r['load_before']}→{r['load_after']} |")
+        lines.append(
+            f"| {r['name']} | {r['variant']} | {m['cosine_mean']:.5f} | {m['probe_difference_points']:+.2f} | "
+            f"{r['layerwise_seconds']:.0f} | {r['steps']} | {r['train_seconds_total']:.0f} | "
+            f"{r['load_before']}→{r['load_after']} |"
+        )
     commands = sorted({json.loads(line)["command"] for line in log.read_text().splitlines()})
-    return "\n".join(lines) + "\n\nCommands (each appends one line to the log):\n\n```bash\n" + "\n".join(commands) + "\n```"
+    return (
+        "\n".join(lines)
+        + "\n\nCommands (each appends one line to the log):\n\n```bash\n"
+        + "\n".join(commands)
+        + "\n```"
+    )
 
 
 def scaling_section(path: str | None) -> str:
@@ -256,25 +344,31 @@ def scaling_section(path: str | None) -> str:
     if not path or not Path(path).is_file():
         return "(not included: run `python -m studies.healing.layerwise_scaling` and give --scaling out/layerwise_scaling.json)"
     data = json.loads(Path(path).read_text())
-    rows = [f"| {r['tokens']:,} | {r['activation_bytes'] / 1e6:.0f} MB | {r['peak_rss_growth_bytes'] / 1e6:.0f} MB | "
-            f"{r['seconds']:.0f} s ({r['steps_per_layer']} Adam steps per layer) | {r['load_average'][0]} → "
-            f"{r['load_average'][1]} |" for r in data["runs"]]
+    rows = [
+        f"| {r['tokens']:,} | {r['activation_bytes'] / 1e6:.0f} MB | {r['peak_rss_growth_bytes'] / 1e6:.0f} MB | "
+        f"{r['seconds']:.0f} s ({r['steps_per_layer']} Adam steps per layer) | {r['load_average'][0]} → "
+        f"{r['load_average'][1]} |"
+        for r in data["runs"]
+    ]
     e = data["extrapolation_1e5_tokens"]
     first, last = data["runs"][0], data["runs"][-1]
     per_token = (last["seconds"] - first["seconds"]) / max(1, last["tokens"] - first["tokens"])
-    return ("Seeded random bert-base architecture (`BertConfig()`: 12 layers, hidden 768, FFN 3072 → SwiGLU 2048, "
-            "init fresh), random token ids, `--layerwise_parts ffn`, 512 tokens per Adam step, "
-            f"{last['threads']} threads (`python -m studies.healing.layerwise_scaling --tokens "
-            f"{' '.join(str(r['tokens']) for r in data['runs'])} --steps {last['steps_per_layer']}`):\n\n"
-            "| calibration tokens | recorded activations | peak RSS growth | time | load average |\n|---|---|---|---|---|\n"
-            + "\n".join(rows) + f"\n\nPeak RSS growth is over the process's peak before the run (the first run's includes "
-            f"the student, its optimizer state and the first allocation of every buffer). Extrapolation to 10⁵ tokens: the recorded activations are linear in the tokens "
-            f"(`HELD_TENSORS` = 6 × tokens × 768 × 4 bytes = {e['activation_bytes'] / 1e9:.2f} GB; from the measured "
-            f"bytes per token {e['activation_bytes_from_measured_per_token'] / 1e9:.2f} GB), under the default "
-            f"2 GB cap (`--layerwise_memory_mb 2048`: above it fewer tokens are used), plus one 2049² float64 Gram "
-            f"matrix (34 MB) per fit. Time: the token-proportional part (teacher and student passes, Gram "
-            f"matrices) grew by {per_token * 1e3:.2f} ms per token between the two runs, so 10⁵ tokens add about "
-            f"{per_token * 1e5 / 60:.0f} min to the run; the Adam steps cost the same at any token count.")
+    return (
+        "Seeded random bert-base architecture (`BertConfig()`: 12 layers, hidden 768, FFN 3072 → SwiGLU 2048, "
+        "init fresh), random token ids, `--layerwise_parts ffn`, 512 tokens per Adam step, "
+        f"{last['threads']} threads (`python -m studies.healing.layerwise_scaling --tokens "
+        f"{' '.join(str(r['tokens']) for r in data['runs'])} --steps {last['steps_per_layer']}`):\n\n"
+        "| calibration tokens | recorded activations | peak RSS growth | time | load average |\n|---|---|---|---|---|\n"
+        + "\n".join(rows)
+        + f"\n\nPeak RSS growth is over the process's peak before the run (the first run's includes "
+        f"the student, its optimizer state and the first allocation of every buffer). Extrapolation to 10⁵ tokens: the recorded activations are linear in the tokens "
+        f"(`HELD_TENSORS` = 6 × tokens × 768 × 4 bytes = {e['activation_bytes'] / 1e9:.2f} GB; from the measured "
+        f"bytes per token {e['activation_bytes_from_measured_per_token'] / 1e9:.2f} GB), under the default "
+        f"2 GB cap (`--layerwise_memory_mb 2048`: above it fewer tokens are used), plus one 2049² float64 Gram "
+        f"matrix (34 MB) per fit. Time: the token-proportional part (teacher and student passes, Gram "
+        f"matrices) grew by {per_token * 1e3:.2f} ms per token between the two runs, so 10⁵ tokens add about "
+        f"{per_token * 1e5 / 60:.0f} min to the run; the Adam steps cost the same at any token count."
+    )
 
 
 def report(args: argparse.Namespace) -> None:
@@ -306,41 +400,56 @@ def report(args: argparse.Namespace) -> None:
             f"| {b['agreement']['cosine_min']:.4f} → {a['agreement']['cosine_min']:.4f} "
             f"| {b['agreement']['max_abs_diff']:.3g} → {a['agreement']['max_abs_diff']:.3g} "
             f"| {b['agreement']['mean_abs_diff']:.3g} → {a['agreement']['mean_abs_diff']:.3g} "
-            f"| {tb:.2f} | {sb:.2f} ({db:+.2f}) → **{sa:.2f} ({da:+.2f})** | {budget} | {minutes:.1f} min |")
+            f"| {tb:.2f} | {sb:.2f} ({db:+.2f}) → **{sa:.2f} ({da:+.2f})** | {budget} | {minutes:.1f} min |"
+        )
         cos_goal, probe_goal = GOALS[variant]
         reached = a["agreement"]["cosine_mean"] >= cos_goal, abs(da) <= probe_goal
         time_goal = TIME_GOALS.get(variant)
         h["load_average"] = run_load(work / variant)
-        timing = (f" Time goal ≤ {time_goal} min {'reached' if minutes <= time_goal else 'not reached'} "
-                  f"({minutes:.1f} min at load average {h.get('load_average', 'unknown')})." if time_goal else "")
+        timing = (
+            f" Time goal ≤ {time_goal} min {'reached' if minutes <= time_goal else 'not reached'} "
+            f"({minutes:.1f} min at load average {h.get('load_average', 'unknown')})."
+            if time_goal
+            else ""
+        )
         if layerwise:
-            budget_text = (f"layer-wise ({layerwise['tokens']:,} tokens, {layerwise['arguments']['layerwise_steps']} "
-                           f"Adam steps per fit) + {h['steps']} end-to-end steps")
+            budget_text = (
+                f"layer-wise ({layerwise['tokens']:,} tokens, {layerwise['arguments']['layerwise_steps']} "
+                f"Adam steps per fit) + {h['steps']} end-to-end steps"
+            )
         else:
-            budget_text = (f"{h['steps']} steps × {h['training']['per_device_train_batch_size']} blocks of "
-                           f"{h['data']['block_tokens']} tokens")
+            budget_text = (
+                f"{h['steps']} steps × {h['training']['per_device_train_batch_size']} blocks of "
+                f"{h['data']['block_tokens']} tokens"
+            )
         curve = h["curve"]
         crossed = next((p["step"] for p in curve if p["cosine_mean"] >= cos_goal), None)
         len_curve = h["heldout"]["curve_snippets"]
         tail = ""
         if len(curve) >= 3:
-            (s0, c0), (s1, c1) = (curve[-2]["step"], 1 - curve[-2]["cosine_mean"]), (curve[-1]["step"], 1 - curve[-1]["cosine_mean"])
-            tail = (f" Over the last {s1 - s0} steps of the curve, 1 − cosine went {c0:.2e} → {c1:.2e} "
-                    f"(×{c1 / c0:.2f}).")
+            (s0, c0), (s1, c1) = (
+                (curve[-2]["step"], 1 - curve[-2]["cosine_mean"]),
+                (curve[-1]["step"], 1 - curve[-1]["cosine_mean"]),
+            )
+            tail = f" Over the last {s1 - s0} steps of the curve, 1 − cosine went {c0:.2e} → {c1:.2e} (×{c1 / c0:.2f})."
         projection = power_law_projection(curve, cos_goal)
         if projection and h["training"]["lr_scheduler_type"] != "linear" and not reached[0]:
-            tail += (f" A power law fitted to 1 − cosine over the second half of the curve (exponent "
-                     f"{projection['exponent']:.2f}) reaches the goal at about "
-                     f"{projection['steps']:,.0f} steps" if projection["steps"] else
-                     f" A power law fitted to 1 − cosine over the second half of the curve has exponent "
-                     f"{projection['exponent']:.2f}: no approach to the goal") + " (an extrapolation, not a measurement)."
+            tail += (
+                f" A power law fitted to 1 − cosine over the second half of the curve (exponent "
+                f"{projection['exponent']:.2f}) reaches the goal at about "
+                f"{projection['steps']:,.0f} steps"
+                if projection["steps"]
+                else f" A power law fitted to 1 − cosine over the second half of the curve has exponent "
+                f"{projection['exponent']:.2f}: no approach to the goal"
+            ) + " (an extrapolation, not a measurement)."
         verdicts.append(
             f"- **{VARIANTS[variant]['title']}**: goal cosine ≥ {cos_goal} "
             f"{'reached' if reached[0] else 'not reached'} ({a['agreement']['cosine_mean']:.5f}"
             f"{f', first at step {crossed} on the {len_curve:,}-snippet curve' if crossed is not None else ''}); "
             f"probe within {probe_goal} points {'reached' if reached[1] else 'not reached'} ({da:+.2f} points, "
             f"fold std of the paired difference {100 * a['probe']['difference_std']:.2f}); {budget_text}, "
-            f"{minutes:.1f} min of training.{timing}{tail}")
+            f"{minutes:.1f} min of training.{timing}{tail}"
+        )
         if layerwise:
             layer_tables.append(layer_table(VARIANTS[variant]["title"], layerwise))
     first = next(iter(records.values()))
@@ -356,10 +465,18 @@ def report(args: argparse.Namespace) -> None:
         for variant, (cos_goal, _) in GOALS.items():
             if variant in records:
                 axes[0].axhline(1 - cos_goal, color="grey", linestyle=":", linewidth=1)
-        axes[0].set(yscale="log", xlabel="optimizer step", ylabel="1 − mean cosine to the teacher",
-                    title=f"sentence embeddings ({first['heldout']['curve_snippets']:,} held-out snippets)")
-        axes[1].set(yscale="log", xlabel="optimizer step", ylabel="mean |Δ| last_hidden_state",
-                    title="real tokens (same snippets)")
+        axes[0].set(
+            yscale="log",
+            xlabel="optimizer step",
+            ylabel="1 − mean cosine to the teacher",
+            title=f"sentence embeddings ({first['heldout']['curve_snippets']:,} held-out snippets)",
+        )
+        axes[1].set(
+            yscale="log",
+            xlabel="optimizer step",
+            ylabel="mean |Δ| last_hidden_state",
+            title="real tokens (same snippets)",
+        )
         axes[0].legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(figure, dpi=120)
@@ -374,40 +491,57 @@ def report(args: argparse.Namespace) -> None:
     scheduler += "" if hidden_loss == "mse" else f" --hidden-loss {hidden_loss}"
     default_steps = all(h["steps"] == VARIANTS[v].get("steps", END_TO_END_STEPS) for v, h in records.items())
     steps_flag = "" if default_steps else f" --steps {first['steps']}"
-    curve_text = (f"![held-out agreement vs optimizer steps]({os.path.relpath(figure, output)})\n\n"
-                  + textwrap.fill("Dotted lines: the cosine goals (0.999, 0.99). " + SCHEDULE_NOTES[schedule], 115)
-                  if any(h["curve"] for h in records.values()) else
-                  "No variant of this report ran an end-to-end stage, so there is no curve over optimizer steps.")
+    curve_text = (
+        f"![held-out agreement vs optimizer steps]({os.path.relpath(figure, output)})\n\n"
+        + textwrap.fill("Dotted lines: the cosine goals (0.999, 0.99). " + SCHEDULE_NOTES[schedule], 115)
+        if any(h["curve"] for h in records.values())
+        else "No variant of this report ran an end-to-end stage, so there is no curve over optimizer steps."
+    )
     text = TEMPLATE.format(
         layer_tables="\n\n".join(layer_tables) or "(no layer-wise variant in this report)",
         scaling=scaling_section(args.scaling),
-        notes="\n".join(line for line in Path(args.notes).read_text().strip().splitlines()
-                        if not line.startswith("<!--")) if args.notes else "",
-        experiments=experiments_table(Path(args.experiments)) if args.experiments else "(not included: give "
-        "--experiments out/layerwise_study/log.jsonl)",
+        notes="\n".join(
+            line for line in Path(args.notes).read_text().strip().splitlines() if not line.startswith("<!--")
+        )
+        if args.notes
+        else "",
+        experiments=experiments_table(Path(args.experiments))
+        if args.experiments
+        else "(not included: give --experiments out/layerwise_study/log.jsonl)",
         experiments_log=args.experiments or "out/layerwise_study/log.jsonl",
-        rows="\n".join(rows), verdicts="\n".join(verdicts),
+        rows="\n".join(rows),
+        verdicts="\n".join(verdicts),
         commands="\n".join(f"# {v}\n{portable_command(shlex.split(h['command']))}" for v, h in records.items()),
-        snippets=first["heldout"]["snippets"], curve_snippets=first["heldout"]["curve_snippets"],
+        snippets=first["heldout"]["snippets"],
+        curve_snippets=first["heldout"]["curve_snippets"],
         probe=f"{settings['folds']}-fold stratified CV (seed {settings['seed']}), standardised features, "
-              f"LogisticRegression(C={settings['C']}, max_iter={settings['max_iter']})",
+        f"LogisticRegression(C={settings['C']}, max_iter={settings['max_iter']})",
         machine=f"{machine()['cpu']}, {machine()['cores']} logical cores shared with other jobs "
-                f"(load average {os.getloadavg()[0]:.1f} when this report was written), "
-                f"OMP_NUM_THREADS={threads}",
-        run_command=(f"python -m studies.healing.heal_study run{where} --text-dir ../shared/data/state_union --eval-dir "
-                     f"../shared/data/rt_polarity{variants}{steps_flag} --curve-steps "
-                     f"{first['arguments']['curve_steps']} --threads {threads}{scheduler}"),
-        report_command=(f"python -m studies.healing.heal_study report{where} --output-dir "
-                        f"{portable_path(args.output_dir or args.work_dir)}"
-                        + "".join(f" --{name} {getattr(args, name)}" for name in ("experiments", "scaling", "notes")
-                                  if getattr(args, name))),
+        f"(load average {os.getloadavg()[0]:.1f} when this report was written), "
+        f"OMP_NUM_THREADS={threads}",
+        run_command=(
+            f"python -m studies.healing.heal_study run{where} --text-dir ../shared/data/state_union --eval-dir "
+            f"../shared/data/rt_polarity{variants}{steps_flag} --curve-steps "
+            f"{first['arguments']['curve_steps']} --threads {threads}{scheduler}"
+        ),
+        report_command=(
+            f"python -m studies.healing.heal_study report{where} --output-dir "
+            f"{portable_path(args.output_dir or args.work_dir)}"
+            + "".join(
+                f" --{name} {getattr(args, name)}"
+                for name in ("experiments", "scaling", "notes")
+                if getattr(args, name)
+            )
+        ),
         versions=versions(),
         teacher=f"`{teacher}`" if teacher else "the bundled all-MiniLM-L6-v2",
         train_files=", ".join(map(portable_path, first["data"]["train_files"])),
-        blocks=first["data"]["blocks"], block=first["data"]["block_tokens"],
+        blocks=first["data"]["blocks"],
+        block=first["data"]["block_tokens"],
         title_note=("" if schedule == "linear" else f": {first['steps']} steps at a constant learning rate")
-                   + ("" if hidden_loss == "mse" else f", {hidden_loss} loss"),
-        loss=LOSSES[hidden_loss][0], loss_source=LOSSES[hidden_loss][1],
+        + ("" if hidden_loss == "mse" else f", {hidden_loss} loss"),
+        loss=LOSSES[hidden_loss][0],
+        loss_source=LOSSES[hidden_loss][1],
         curve_text=curve_text,
     )
     (output / "healing.md").write_text(text)
@@ -531,28 +665,52 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("action", choices=["run", "report"])
     parser.add_argument("--work-dir", default=DEFAULT_WORK_DIR, help="students, runs and checkpoints")
     parser.add_argument("--output-dir", help="report: where healing.md and figures/ go (default: the work dir)")
-    parser.add_argument("--scaling", help="report: studies/healing/layerwise_scaling.py's JSON (out/layerwise_scaling.json)")
-    parser.add_argument("--notes", help="report: a markdown file inserted as the analysis (studies/healing/healing_notes.md)")
-    parser.add_argument("--experiments", help="report: the layer-wise experiment log (studies/healing/layerwise_study.py) to "
-                        "summarise, e.g. out/layerwise_study/log.jsonl")
+    parser.add_argument(
+        "--scaling", help="report: studies/healing/layerwise_scaling.py's JSON (out/layerwise_scaling.json)"
+    )
+    parser.add_argument(
+        "--notes", help="report: a markdown file inserted as the analysis (studies/healing/healing_notes.md)"
+    )
+    parser.add_argument(
+        "--experiments",
+        help="report: the layer-wise experiment log (studies/healing/layerwise_study.py) to "
+        "summarise, e.g. out/layerwise_study/log.jsonl",
+    )
     parser.add_argument("--model", help="the BERT to convert and heal (default: the bundled all-MiniLM-L6-v2)")
     parser.add_argument("--text-dir", default="../shared/data/state_union", help="training text (*.txt files)")
     parser.add_argument("--eval-dir", default="../shared/data/rt_polarity", help="held-out rt_polarity folder")
-    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=DEFAULT_VARIANTS,
-                        help="default: the layer-wise ones (*-lw); swiglu-approx, swiglu-fresh, pre-ln: end to end")
-    parser.add_argument("--steps", type=int, help="end-to-end optimizer steps per variant (default: the variant's "
-                        f"own; {END_TO_END_STEPS} for the end-to-end variants, 0 for the layer-wise ones)")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=list(VARIANTS),
+        default=DEFAULT_VARIANTS,
+        help="default: the layer-wise ones (*-lw); swiglu-approx, swiglu-fresh, pre-ln: end to end",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        help="end-to-end optimizer steps per variant (default: the variant's "
+        f"own; {END_TO_END_STEPS} for the end-to-end variants, 0 for the layer-wise ones)",
+    )
     parser.add_argument("--batch-size", type=int, default=16, help="blocks per step")
     parser.add_argument("--block", type=int, default=128, help="tokens per block")
     parser.add_argument("--train-parts", default="encoder", help="ffn, ffn_norms, encoder or all")
     parser.add_argument("--curve-steps", type=int, default=25, help="measure the curve subset (and save) every N")
     parser.add_argument("--curve-snippets", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS of each run")
-    parser.add_argument("--hidden-loss", default="mse", choices=list(LOSSES),
-                        help="the distillation loss on hidden states (hf-ffn heal --hidden_loss)")
-    parser.add_argument("--lr-scheduler", default="linear", choices=["linear", "constant_with_warmup"],
-                        help="linear: decay to 0 (the published study); constant_with_warmup: a curve that the "
-                             "schedule does not flatten, to extrapolate how far a longer run goes")
+    parser.add_argument(
+        "--hidden-loss",
+        default="mse",
+        choices=list(LOSSES),
+        help="the distillation loss on hidden states (hf-ffn heal --hidden_loss)",
+    )
+    parser.add_argument(
+        "--lr-scheduler",
+        default="linear",
+        choices=["linear", "constant_with_warmup"],
+        help="linear: decay to 0 (the published study); constant_with_warmup: a curve that the "
+        "schedule does not flatten, to extrapolate how far a longer run goes",
+    )
     args = parser.parse_args(argv)
     (run if args.action == "run" else report)(args)
 

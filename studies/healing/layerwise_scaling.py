@@ -45,25 +45,44 @@ def main() -> None:
         BertModel(BertConfig()).save_pretrained(Path(tmp) / "bert-base")
         teacher = FfnBertModel.from_pretrained(Path(tmp) / "bert-base", add_pooling_layer=False).eval()
         for tokens in args.tokens:
-            student, _ = load_converted(str(Path(tmp) / "bert-base"), FfnBertModel, ffn_type="swiglu", init="fresh",
-                                        width="matched")
+            student, _ = load_converted(
+                str(Path(tmp) / "bert-base"), FfnBertModel, ffn_type="swiglu", init="fresh", width="matched"
+            )
             ids = torch.randint(1000, 30000, (tokens // 128, 128), generator=torch.Generator().manual_seed(0))
             rss = peak_rss_bytes()
             load = os.getloadavg()[0]
             start = time.perf_counter()
-            record = heal_layerwise(student, teacher, ids, LayerwiseArguments(
-                layerwise_steps=args.steps, layerwise_tokens=tokens, layerwise_batch_tokens=512,
-                layerwise_memory_mb=1e6), Path(tmp) / f"run-{tokens}")
-            results.append({
-                "tokens": record["tokens"], "activation_bytes": record["activation_bytes"],
-                "peak_rss_growth_bytes": peak_rss_bytes() - rss, "seconds": time.perf_counter() - start,
-                "layer_seconds": [r["seconds"] for r in record["layers"]], "steps_per_layer": args.steps,
-                "load_average": [round(load, 2), round(os.getloadavg()[0], 2)], "threads": torch.get_num_threads(),
-            })
+            record = heal_layerwise(
+                student,
+                teacher,
+                ids,
+                LayerwiseArguments(
+                    layerwise_steps=args.steps,
+                    layerwise_tokens=tokens,
+                    layerwise_batch_tokens=512,
+                    layerwise_memory_mb=1e6,
+                ),
+                Path(tmp) / f"run-{tokens}",
+            )
+            results.append(
+                {
+                    "tokens": record["tokens"],
+                    "activation_bytes": record["activation_bytes"],
+                    "peak_rss_growth_bytes": peak_rss_bytes() - rss,
+                    "seconds": time.perf_counter() - start,
+                    "layer_seconds": [r["seconds"] for r in record["layers"]],
+                    "steps_per_layer": args.steps,
+                    "load_average": [round(load, 2), round(os.getloadavg()[0], 2)],
+                    "threads": torch.get_num_threads(),
+                }
+            )
             print(json.dumps(results[-1]), flush=True)
     per_token = results[-1]["activation_bytes"] / results[-1]["tokens"]
-    extrapolation = {"tokens": 100_000, "activation_bytes": HELD_TENSORS * 100_000 * 768 * 4,
-                     "activation_bytes_from_measured_per_token": per_token * 100_000}
+    extrapolation = {
+        "tokens": 100_000,
+        "activation_bytes": HELD_TENSORS * 100_000 * 768 * 4,
+        "activation_bytes_from_measured_per_token": per_token * 100_000,
+    }
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps({"runs": results, "extrapolation_1e5_tokens": extrapolation}, indent=2))
     print(json.dumps(extrapolation))

@@ -50,8 +50,10 @@ def student_folder(args, teacher: str) -> Path:
         options = dict(VARIANTS[args.variant])
         if options.get("init") == "pruned":
             tokenizer = AutoTokenizer.from_pretrained(teacher)
-            options.update(calibration_ids=calibration_ids([args.text_dir], tokenizer, 128, args.calibration_tokens),
-                           prune_score=args.prune_score)
+            options.update(
+                calibration_ids=calibration_ids([args.text_dir], tokenizer, 128, args.calibration_tokens),
+                prune_score=args.prune_score,
+            )
         convert_checkpoint(teacher, folder, **options)
     return folder
 
@@ -78,10 +80,14 @@ def measure(healed: Path, teacher: dict, texts, labels) -> dict:
     cosine = torch.nn.functional.cosine_similarity(torch.from_numpy(embeddings), t, dim=-1).double()
     probe = linear_probe(embeddings, labels)
     difference = np.subtract(probe["folds"], teacher["probe"]["folds"])
-    return {"cosine_mean": float(cosine.mean()), "cosine_min": float(cosine.min()),
-            "probe_teacher": teacher["probe"]["accuracy"], "probe_student": probe["accuracy"],
-            "probe_difference_points": 100 * float(difference.mean()),
-            "probe_difference_std_points": 100 * float(difference.std())}
+    return {
+        "cosine_mean": float(cosine.mean()),
+        "cosine_min": float(cosine.min()),
+        "probe_teacher": teacher["probe"]["accuracy"],
+        "probe_student": probe["accuracy"],
+        "probe_difference_points": 100 * float(difference.mean()),
+        "probe_difference_std_points": 100 * float(difference.std()),
+    }
 
 
 def show(work: Path) -> None:
@@ -90,15 +96,17 @@ def show(work: Path) -> None:
     for line in (work / "log.jsonl").read_text().splitlines():
         r = json.loads(line)
         m = r["measured"]
-        print(f"| {r['name']} | {r['variant']} | {m['cosine_mean']:.5f} | {m['cosine_min']:.4f} | "
-              f"{m['probe_difference_points']:+.2f} | {r['layerwise_seconds']:.0f} | {r['steps']} | "
-              f"{r['train_seconds_total']:.0f} | {r['load_before']} → {r['load_after']} |")
+        print(
+            f"| {r['name']} | {r['variant']} | {m['cosine_mean']:.5f} | {m['cosine_min']:.4f} | "
+            f"{m['probe_difference_points']:+.2f} | {r['layerwise_seconds']:.0f} | {r['steps']} | "
+            f"{r['train_seconds_total']:.0f} | {r['load_before']} → {r['load_after']} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    heal_argv = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[:argv.index("--")] if "--" in argv else argv
+    heal_argv = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("name", nargs="?")
     parser.add_argument("--variant", choices=list(VARIANTS), default="swiglu-matched")
@@ -124,34 +132,79 @@ def main(argv: list[str] | None = None) -> None:
     student = student_folder(args, teacher)
     convert_seconds = time.perf_counter() - start
     run_dir = work / args.name
-    defaults = ["--method", "layerwise", "--max_steps", "0", "--use_cpu", "true", "--report_to", "none",
-                "--per_device_train_batch_size", "16", "--learning_rate", "1e-4", "--warmup_steps", "0",
-                "--layers", "last", "--save_strategy", "no", "--logging_steps", "10", "--seed", "0"]
-    full = ["--student", str(student), "--teacher", teacher, "--train_files", args.text_dir, "--output_dir",
-            str(run_dir), "--healed_dir", str(run_dir / "healed"), *defaults, *heal_argv]
+    defaults = [
+        "--method",
+        "layerwise",
+        "--max_steps",
+        "0",
+        "--use_cpu",
+        "true",
+        "--report_to",
+        "none",
+        "--per_device_train_batch_size",
+        "16",
+        "--learning_rate",
+        "1e-4",
+        "--warmup_steps",
+        "0",
+        "--layers",
+        "last",
+        "--save_strategy",
+        "no",
+        "--logging_steps",
+        "10",
+        "--seed",
+        "0",
+    ]
+    full = [
+        "--student",
+        str(student),
+        "--teacher",
+        teacher,
+        "--train_files",
+        args.text_dir,
+        "--output_dir",
+        str(run_dir),
+        "--healed_dir",
+        str(run_dir / "healed"),
+        *defaults,
+        *heal_argv,
+    ]
     heal_args, layerwise_args, training_args = HfArgumentParser(
-        (HealArguments, LayerwiseArguments, TrainingArguments)).parse_args_into_dataclasses(args=full)
+        (HealArguments, LayerwiseArguments, TrainingArguments)
+    ).parse_args_into_dataclasses(args=full)
     if (run_dir / "healed").is_dir():
         healing = json.loads((run_dir / "healed" / "conversion_report.json").read_text())["healing"]
     else:
-        healing = run_healing(heal_args, training_args, layerwise_args=layerwise_args,
-                              command="hf-ffn heal " + shlex.join(full))
+        healing = run_healing(
+            heal_args, training_args, layerwise_args=layerwise_args, command="hf-ffn heal " + shlex.join(full)
+        )
     train_seconds = time.perf_counter() - start
     measured = measure(run_dir / "healed", teacher_data, texts, labels)
     layerwise = healing.get("layerwise") or {}
     record = {
-        "name": args.name, "variant": args.variant, "prune_score": args.prune_score,
+        "name": args.name,
+        "variant": args.variant,
+        "prune_score": args.prune_score,
         "command": "python -m studies.healing.layerwise_study " + shlex.join(sys.argv[1:]),
-        "threads": torch.get_num_threads(), "load_before": round(load_before, 2),
-        "load_after": round(os.getloadavg()[0], 2), "convert_seconds": convert_seconds,
-        "layerwise_seconds": layerwise.get("seconds", 0.0), "steps": healing["steps"],
-        "end_to_end_seconds": healing["train_seconds"], "train_seconds_total": train_seconds,
-        "measured": measured, "layers": layerwise.get("layers"), "final_norm": layerwise.get("final_norm"),
+        "threads": torch.get_num_threads(),
+        "load_before": round(load_before, 2),
+        "load_after": round(os.getloadavg()[0], 2),
+        "convert_seconds": convert_seconds,
+        "layerwise_seconds": layerwise.get("seconds", 0.0),
+        "steps": healing["steps"],
+        "end_to_end_seconds": healing["train_seconds"],
+        "train_seconds_total": train_seconds,
+        "measured": measured,
+        "layers": layerwise.get("layers"),
+        "final_norm": layerwise.get("final_norm"),
         "tokens": layerwise.get("tokens"),
     }
     with open(work / "log.jsonl", "a") as log:
         log.write(json.dumps(record) + "\n")
-    print(json.dumps({k: record[k] for k in ("name", "measured", "layerwise_seconds", "train_seconds_total")}, indent=1))
+    print(
+        json.dumps({k: record[k] for k in ("name", "measured", "layerwise_seconds", "train_seconds_total")}, indent=1)
+    )
 
 
 if __name__ == "__main__":

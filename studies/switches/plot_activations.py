@@ -61,8 +61,14 @@ def plot(out_dir: Path, dpi: int = 100) -> list[Path]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output-dir", "--out-dir", dest="output_dir", type=Path, default=Path("out"),
-                        help="where the PNGs go (default: out; studies/switches/figures for the published figures)")
+    parser.add_argument(
+        "--output-dir",
+        "--out-dir",
+        dest="output_dir",
+        type=Path,
+        default=Path("out"),
+        help="where the PNGs go (default: out; studies/switches/figures for the published figures)",
+    )
     args = parser.parse_args()
     args.output_dir.mkdir(parents=True, exist_ok=True)
     for path in plot(args.output_dir):
