@@ -115,7 +115,8 @@ def _print_variant_report(report: dict) -> None:
         print(f"  ! shape mismatch, re-initialised: {key}")
     diff = report["last_hidden_state"]
     print(
-        f"last_hidden_state vs BERT (real tokens): max |Δ| {diff['max_abs_diff']:.4g}, mean |Δ| {diff['mean_abs_diff']:.4g}"
+        f"last_hidden_state vs BERT (real tokens): max |Δ| {diff['max_abs_diff']:.4g}, "
+        f"mean |Δ| {diff['mean_abs_diff']:.4g}"
     )
     for i, d in enumerate(report["hidden_states"]):
         print(f"  hidden_states[{i}]: max |Δ| {d['max_abs_diff']:.4g}, mean |Δ| {d['mean_abs_diff']:.4g}")

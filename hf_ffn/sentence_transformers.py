@@ -104,8 +104,8 @@ def convert_sentence_transformer(
     is written by `SentenceTransformer.save` into a temporary folder beside `output_dir` and renamed
     (`hf_ffn.files.atomic_output_dir`), so a failure leaves nothing; `SentenceTransformer(output_dir)` loads
     it (after `import hf_ffn`, or with `trust_remote_code=True`). A conversion that is not function-preserving logs
-    a warning once, as `convert_checkpoint` does. The folder also holds what `hf-ffn convert`
-    writes for a plain checkpoint (`hf_ffn.conversion.write_converted_folder`): the `auto_map` of every FfnBert Auto class, the backbone's
+    a warning once, as `convert_checkpoint` does. The folder also holds what `hf-ffn convert` writes for a plain
+    checkpoint (`hf_ffn.conversion.write_converted_folder`): the `auto_map` of every FfnBert Auto class, the backbone's
     `conversion_report.json` (with the measured difference from the source backbone, `measure_difference`) beside
     its weights, and hf_ffn's model card (README.md, in place of the one sentence-transformers generates).
     `hf-ffn convert` runs this for a source with `modules.json`.

@@ -1,5 +1,6 @@
 """The variant comparison: statistics over seeds and test snippets, the starting points' linear probe, the markdown
-table and the validation-curve plot (`studies/variant_comparison/compare_variants.py` runs the fine-tunings and calls these).
+table and the validation-curve plot (`studies/variant_comparison/compare_variants.py` runs the fine-tunings and calls
+these).
 
 Two kinds of noise, two intervals, both paired against the baseline:
 
@@ -112,8 +113,8 @@ def check_healed_folder(item: str, variant: str, path: Path) -> None:
             raise ValueError(f"--healed {item!r}: {str(path)!r} has {field}={have!r}, but {variant} has {want!r}")
 
 
-# The healing study's folder names (studies/healing/heal_study.py) → the comparison's variants: the end-to-end study's, then
-# the layer-wise study's (a later name wins where a --heal-dir holds both).
+# The healing study's folder names (studies/healing/heal_study.py) → the comparison's variants: the end-to-end study's,
+# then the layer-wise study's (a later name wins where a --heal-dir holds both).
 HEAL_STUDY_NAMES = {
     "swiglu-approx": "swiglu-approx",
     "swiglu-fresh": "swiglu-fresh-matched",

@@ -1,6 +1,6 @@
 """The command-line options the two fine-tuning comparisons share (`studies/variant_comparison/compare_variants.py`,
-`studies/four_tasks/compare_tasks.py`): which students, which seeds, the optimiser and sequence settings, threads, unpadding and
-where run folders go. Each script adds its own budget and data options beside them."""
+`studies/four_tasks/compare_tasks.py`): which students, which seeds, the optimiser and sequence settings, threads,
+unpadding and where run folders go. Each script adds its own budget and data options beside them."""
 
 from __future__ import annotations
 

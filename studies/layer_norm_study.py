@@ -1,10 +1,10 @@
 """Post-LN vs Pre-LN on a small masked-language model: gradient norms at initialisation and a short training run.
 
-Used by `studies/switches/grad_norms.py` and `studies/switches/mlm_ln_demo.py`. The data is plain text (one file per document, e.g.
-the State of the Union addresses in `../shared/data/state_union`), read, cut into blocks and masked by the
-library's own helpers (`hf_ffn.training.read_text_documents`, `mlm_blocks`, `mask_once`); the tokenizer is BERT's
-WordPiece pipeline trained on that text (`hf_ffn.training.train_tokenizer`), so nothing is
-downloaded and the vocabulary stays small enough for CPU runs. Training is the library's MLM path
+Used by `studies/switches/grad_norms.py` and `studies/switches/mlm_ln_demo.py`. The data is plain text (one file per
+document, e.g. the State of the Union addresses in `../shared/data/state_union`), read, cut into blocks and masked by
+the library's own helpers (`hf_ffn.training.read_text_documents`, `mlm_blocks`, `mask_once`); the tokenizer is BERT's
+WordPiece pipeline trained on that text (`hf_ffn.training.train_tokenizer`), so nothing is downloaded and the vocabulary
+stays small enough for CPU runs. Training is the library's MLM path
 (`hf_ffn.training.mlm_trainer`: transformers' `Trainer` and `DataCollatorForLanguageModeling`, 15% masking,
 BERT's 80/10/10 rule).
 

@@ -1,9 +1,9 @@
-"""The four-task comparison's statistics and report (`studies/four_tasks/compare_tasks.py` runs the fine-tunings and calls
-these): per task and variant the task's metric over seeds, the paired difference from the baseline with a Student-t
-95% interval over seeds (`studies.comparison.paired_t_interval`), a GLUE-style average (the mean of the task scores,
-`hf_ffn.training.task_score`) with the same paired interval, the baseline's convergence check (the last-fifth
-slope of the validation curves, `studies.comparison.last_fifth_change`) and the measured seconds per step with the
-cost of a full table.
+"""The four-task comparison's statistics and report (`studies/four_tasks/compare_tasks.py` runs the fine-tunings and
+calls these): per task and variant the task's metric over seeds, the paired difference from the baseline with a
+Student-t 95% interval over seeds (`studies.comparison.paired_t_interval`), a GLUE-style average (the mean of the task
+scores, `hf_ffn.training.task_score`) with the same paired interval, the baseline's convergence check (the last-fifth
+slope of the validation curves, `studies.comparison.last_fifth_change`) and the measured seconds per step with the cost
+of a full table.
 """
 
 from __future__ import annotations

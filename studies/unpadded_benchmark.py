@@ -19,7 +19,8 @@ round r gives every candidate batch r mod k of its kind, so a ratio of two candi
 (`paired_ratio`: the median of per-round ratios, [min–max] its spread). Ratios across kinds (length-grouped
 against shuffled, shuffled against no padding) compare time per real token: *switch on / upstream, no padding*
 is the packed path's cost per real token against upstream on dense batches (1 = no overhead), and *upstream, no
-padding / upstream* what *switch on / upstream* would be at that cost (the time of the real tokens alone, dense). Peak memory is `peak_memory_bytes` of the first (warm-up) call.
+padding / upstream* what *switch on / upstream* would be at that cost (the time of the real tokens alone, dense).
+Peak memory is `peak_memory_bytes` of the first (warm-up) call.
 Real tokens/s counts real tokens only. Targets (issue 21): switch on / upstream ≤ 0.5 (inference and training)
 on shuffled batches (their real-token fraction, printed, is the token-wise parts' limit; packed attention costs
 Σ lᵢ² instead of batch·seq²), switch on / upstream ≤ 1.02 without padding, training peak memory below

@@ -1,8 +1,8 @@
 """The unpadded-execution benchmark's report: the targets judged (or not, in a quick run), the markdown and the
 files (`unpadded_benchmark.json`, `unpadded_benchmark.md`); the run itself is `studies.unpadded_benchmark`.
 
-`studies/benchmark/benchmarks.md` (the main benchmark's report) links to `studies/benchmark/unpadded_benchmark.md` and names the command
-that writes it, `UNPADDED_COMMAND`.
+`studies/benchmark/benchmarks.md` (the main benchmark's report) links to `studies/benchmark/unpadded_benchmark.md`
+and names the command that writes it, `UNPADDED_COMMAND`.
 """
 
 from __future__ import annotations

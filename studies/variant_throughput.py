@@ -1,8 +1,8 @@
 """Training throughput of the comparison's variants, measured side by side in one process.
 
-The fine-tuning runs of `studies/variant_comparison/compare_variants.py` each record their own tokens/s, but the runs take hours and
-happen at different loads (and, when resumed, thread counts), so those numbers compare the machine's moments, not the
-variants. This measurement builds every variant's classification model exactly as the runs do
+The fine-tuning runs of `studies/variant_comparison/compare_variants.py` each record their own tokens/s, but the runs
+take hours and happen at different loads (and, when resumed, thread counts), so those numbers compare the machine's
+moments, not the variants. This measurement builds every variant's classification model exactly as the runs do
 (`hf_ffn.training.load_model`, the same switches and `unpad_tokens`), and times training steps of all of them
 interleaved, on the same real batches:
 

@@ -16,9 +16,6 @@ import torch
 from safetensors.torch import save_file
 
 from studies import comparison, start_weights
-
-REPO = Path(__file__).resolve().parents[1]
-
 from studies.comparison import (
     BASELINE,
     correctness,
@@ -31,6 +28,8 @@ from studies.comparison import (
     report,
     variant_order,
 )
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_paired_t_interval_by_hand():
@@ -223,7 +222,8 @@ def test_report_longer_budget_check():
         lines[2],
     )
     assert match, lines[2]
-    # 100 of 400 snippets flip to right: the bootstrap interval brackets 25 points, ± about 1.96 · √(0.25·0.75/400) = 4.2
+    # 100 of 400 snippets flip to right: the bootstrap interval brackets 25 points,
+    # ± about 1.96 · √(0.25·0.75/400) = 4.2
     low, high = map(float, match.groups())
     assert 20 < low < 25 < high < 30
     assert comparison.longer_budget_lines(short, []) == []

@@ -70,7 +70,7 @@ def tiny_relu_checkpoint(tmp_path_factory) -> str:
 def test_relu_to_reglu_is_exact(tiny_relu_checkpoint):
     reference = BertForPreTraining.from_pretrained(tiny_relu_checkpoint).eval()
     model, report = load_converted(tiny_relu_checkpoint, FfnBertForPreTraining, ffn_type="reglu")
-    assert report.exact and report.new == [] and [l["recipe"] for l in report.layers] == ["exact", "exact"]
+    assert report.exact and report.new == [] and [layer["recipe"] for layer in report.layers] == ["exact", "exact"]
     assert model.config.hidden_act == "relu"  # the MLM head transform keeps its activation
     batch = tiny_batch()
     with torch.no_grad():
@@ -104,7 +104,7 @@ def test_gelu_to_sigmoid_gated_is_within_the_approximation_bound(bundled_checkpo
     h_source = source_out.last_hidden_state
     for target in ("swiglu", "glu"):
         model, report = load_converted(bundled_checkpoint, ffn_type=target)
-        assert not report.exact and {l["recipe"] for l in report.layers} == {"approximate"}
+        assert not report.exact and {entry["recipe"] for entry in report.layers} == {"approximate"}
         with torch.no_grad():
             for i, (src_layer, layer) in enumerate(zip(source.encoder.layer, model.encoder.layer, strict=False)):
                 # The FFN input of layer i is the attention block's output on hidden_states[i].
@@ -171,7 +171,7 @@ def test_fresh_same_width_reinitialises_the_loaded_ffn(tiny_bert_checkpoint):
     model, report = load_converted(
         tiny_bert_checkpoint, FfnBertForPreTraining, ffn_type=["gelu", "swiglu"], init="fresh"
     )
-    assert [l["recipe"] for l in report.layers] == ["unchanged", "fresh"]
+    assert [layer["recipe"] for layer in report.layers] == ["unchanged", "fresh"]
     assert report.new == sorted(
         f"bert.encoder.layer.1.mlp.{p}.{w}" for p in ("gate_proj", "up_proj", "down_proj") for w in ("weight", "bias")
     )
@@ -195,7 +195,7 @@ def test_standard_ffn_type_sets_the_ffn_alone(tiny_bert_checkpoint):
     """An explicit standard ffn_type changes the FFN only: hidden_act (the MLM head transform's) stays GELU."""
     model, report = load_converted(tiny_bert_checkpoint, FfnBertForPreTraining, ffn_type="relu")
     assert model.config.hidden_act == "gelu" and model.config.ffn_types == ["relu", "relu"]
-    assert [l["recipe"] for l in report.layers] == ["kept", "kept"] and not report.exact
+    assert [layer["recipe"] for layer in report.layers] == ["kept", "kept"] and not report.exact
     assert report.config_changes == {"ffn_type": ["gelu", "relu"]}
     assert report.new == [] and report.dropped == [] and report.mapped == []
     assert isinstance(model.bert.encoder.layer[0].mlp.act_fn, torch.nn.ReLU)

@@ -91,7 +91,7 @@ def test_script_fresh_matched_per_layer(tiny_bert_checkpoint, tmp_path, monkeypa
         runpy.run_path(script, run_name="__main__")  # in-process: a subprocess would re-import torch (slow)
     assert exit_info.value.code == 0
     report = json.loads((out / "conversion_report.json").read_text())
-    assert [l["recipe"] for l in report["layers"]] == ["fresh", "fresh"]  # the width changes both layers
+    assert [layer["recipe"] for layer in report["layers"]] == ["fresh", "fresh"]  # the width changes both layers
     assert report["config_changes"]["intermediate_size"] == [37, 48]
     assert "bert.encoder.final_norm.weight" in report["new"]  # BertForPreTraining checkpoint → FfnBertForPreTraining
     # Every head weight came from the checkpoint (only encoder weights are new): compared head to head.

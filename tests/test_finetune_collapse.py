@@ -1,5 +1,5 @@
-"""studies/finetune_collapse/finetune_collapse.py: the spread measure against hand-computed values, and the command end to end on a
-tiny checkpoint and a tiny STS-B folder written by the test."""
+"""studies/finetune_collapse/finetune_collapse.py: the spread measure against hand-computed values, and the command end
+to end on a tiny checkpoint and a tiny STS-B folder written by the test."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""studies/healing/heal_study.py's analysis: the power-law extrapolation of a healing curve, on curves with known answers."""
+"""studies/healing/heal_study.py's analysis: the power-law extrapolation of a healing curve, on curves with known
+answers."""
 
 import importlib.util
 from pathlib import Path
@@ -47,9 +48,9 @@ def test_layer_table_attributes_the_propagated_error_to_layers():
 
 
 def test_the_published_report_holds_its_notes_and_method_text():
-    """studies/healing/healing.md is `heal_study.py report --notes studies/healing/healing_notes.md`'s output: the analysis added to the
-    report by hand must be in the notes too (a section of studies/healing/healing.md was once not, and a rerun of the report
-    would have dropped it), and the method paragraph is the template's."""
+    """studies/healing/healing.md is `heal_study.py report --notes studies/healing/healing_notes.md`'s output: the
+    analysis added to the report by hand must be in the notes too (a section of studies/healing/healing.md was once not,
+    and a rerun of the report would have dropped it), and the method paragraph is the template's."""
     report = (REPO / "studies" / "healing" / "healing.md").read_text(encoding="utf-8")
     notes = "\n".join(
         line

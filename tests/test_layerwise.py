@@ -374,7 +374,11 @@ def test_card_section_names_the_free_stream_layers():
     assert "`free`" not in layerwise_folder.layerwise_section(same_norms)
 
 
-def test_heal_method_layerwise_writes_per_layer_errors(setup, tmp_path, monkeypatch):
+def test_heal_method_layerwise_writes_per_layer_errors(
+    setup,  # noqa: F811  (the fixture imported from test_healing, requested by name)
+    tmp_path,
+    monkeypatch,
+):
     """`run_healing --method layerwise` without the end-to-end stage (max_steps 0): the healed folder's report and
     card carry the per-layer errors, and the agreement with the teacher improves."""
     convert_checkpoint(str(setup / "teacher"), tmp_path / "student", ffn_type="swiglu", init="fresh", width=24)

@@ -5,8 +5,9 @@ bert-base-uncased (when it is in the local HF cache) and tiny odd sizes (head si
 eager (attention maps compared too) and sdpa. Heads: the eight classes of `HEAD_CLASSES`. Each cell loads the
 upstream head and its FfnBert twin from the folder the parity job would prepare (`conftest.head_folders`) and
 asserts `torch.equal` on every output (each hidden state, each attention map, each logit) and, in the base-model
-cell, on every layer's FFN output, through the job's own pieces (`head_inputs`, `compare_outputs`, `ffn_rows`); `hf-ffn parity` runs them
-as one job. Then the negative controls that prove the comparison can fail, and the CLI (in-process).
+cell, on every layer's FFN output, through the job's own pieces (`head_inputs`, `compare_outputs`, `ffn_rows`);
+`hf-ffn parity` runs them as one job. Then the negative controls that prove the comparison can fail, and the CLI
+(in-process).
 """
 
 import json

@@ -325,7 +325,10 @@ def test_resumed_run_ends_with_the_uninterrupted_runs_weights(corpus, tmp_path):
     interrupted.mkdir()
     shutil.copytree(tmp_path / "straight" / "checkpoint-2", interrupted / "checkpoint-2")
     resumed = pretrain(corpus, interrupted, *run, "--resume_from_checkpoint", "last", steps=4)
-    losses = lambda outcome: [(e["step"], e["loss"]) for e in outcome["log_history"] if "loss" in e]
+
+    def losses(outcome):
+        return [(e["step"], e["loss"]) for e in outcome["log_history"] if "loss" in e]
+
     assert losses(resumed) == losses(straight) and [step for step, _ in losses(resumed)] == [1, 2, 3, 4]
     assert "before_loss" not in resumed["results"]  # a resumed run does not score its fresh initial weights
     assert resumed["results"]["eval_loss"] == straight["results"]["eval_loss"]

@@ -84,8 +84,8 @@ def test_targets_judged_only_in_a_full_run():
 
 
 def test_benchmarks_md_links_the_report_with_its_command():
-    # studies/benchmark/benchmarks.md is written by the main benchmark (`format_markdown` ends with this section, and lists the
-    # targets of the unpadded run whose JSON lies beside its own)
+    # studies/benchmark/benchmarks.md is written by the main benchmark (`format_markdown` ends with this section, and
+    # lists the targets of the unpadded run whose JSON lies beside its own)
     docs = Path(__file__).resolve().parents[1] / "studies" / "benchmark"  # the performance study's reports
     link = "\n".join(benchmarks_section())
     assert UNPADDED_COMMAND in link and "(unpadded_benchmark.md)" in link

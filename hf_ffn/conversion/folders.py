@@ -120,8 +120,8 @@ def convert_checkpoint(
 
     `model_class` defaults to the FfnBert twin of the checkpoint's architecture. `seed` seeds every weight the
     conversion initialises. `init="pruned"` (`hf_ffn.conversion.pruning.load_pruned`) needs `calibration_ids`
-    (blocks, seq) and takes `prune_score`. The folder is written beside `output_dir` and renamed at the end: on any error
-    nothing is left at `output_dir`.
+    (blocks, seq) and takes `prune_score`. The folder is written beside `output_dir` and renamed at the end: on any
+    error nothing is left at `output_dir`.
 
     Raises:
         FileExistsError: `output_dir` exists and is not empty.

@@ -97,7 +97,8 @@ def healing_section(healing: dict) -> str:
         pb, pa = before["probe"], after["probe"]
         rows += [
             f"| linear-probe accuracy, teacher | {pb['teacher']['accuracy']:.4f} | {pa['teacher']['accuracy']:.4f} |",
-            f"| linear-probe accuracy, this model | {pb['student']['accuracy']:.4f} | {pa['student']['accuracy']:.4f} |",
+            f"| linear-probe accuracy, this model | {pb['student']['accuracy']:.4f} "
+            f"| {pa['student']['accuracy']:.4f} |",
             f"| probe difference (this − teacher, paired folds) | {pb['difference']:+.4f} | {pa['difference']:+.4f} |",
         ]
     held = healing["heldout"]

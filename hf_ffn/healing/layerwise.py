@@ -344,13 +344,16 @@ def normalized(x: torch.Tensor) -> torch.Tensor:
     return nn.functional.layer_norm(x, x.shape[-1:], eps=1e-12)
 
 
+IDENTITY = nn.Identity()  # the view that leaves a hidden state as it is (fit_whole_layer's default)
+
+
 def fit_whole_layer(
     layer: nn.Module,
     inputs: torch.Tensor,
     target: torch.Tensor,
     args: LayerwiseArguments,
     seed: int,
-    view: Callable[[torch.Tensor], torch.Tensor] = nn.Identity(),
+    view: Callable[[torch.Tensor], torch.Tensor] = IDENTITY,
 ) -> dict:
     """Adam on every parameter of `layer` so that view(layer(inputs)) ≈ target; (blocks, seq, hidden) each (`view`:
     the identity, or `normalized` with a normalised target). Kept only if it lowers the relative squared error on
@@ -491,7 +494,7 @@ def heal_layerwise(
         fitted = NormedLayer(s_layer, student.encoder.final_norm) if normed else s_layer
         # --layerwise_stream free: a Pre-LN stream is compared with the teacher's hidden state once both are normalised
         free = args.layerwise_stream == "free" and not same_norms[i] and not normed
-        view = normalized if free else nn.Identity()
+        view = normalized if free else IDENTITY
         target = view(t_out)
         record = load_layer(work_dir, f"layer-{i}", fitted)
         if record is not None and record.get("free_stream", False) != free:  # a folder from before arguments.json

@@ -122,8 +122,8 @@ class HealArguments:
     method: str = field(
         default="layerwise",
         metadata={
-            "help": "layerwise (the default, the best measured in docs/healing.md: fit each layer to its teacher layer, "
-            "hf_ffn.healing.layerwise; an end-to-end stage follows only with --max_steps > 0) or end_to_end "
+            "help": "layerwise (the default, the best measured in docs/healing.md: fit each layer to its teacher "
+            "layer, hf_ffn.healing.layerwise; an end-to-end stage follows only with --max_steps > 0) or end_to_end "
             "(distil the whole model alone, for --max_steps or --num_train_epochs)"
         },
     )

@@ -32,7 +32,8 @@ def compare_tensors(head: str, output: str, reference: torch.Tensor, candidate: 
 
 
 def flatten_output(prefix: str, value: Any) -> dict[str, torch.Tensor]:
-    """The tensors in `value` by name: a tensor as `prefix`, a tuple/list as `prefix[i]` (recursively); others dropped."""
+    """The tensors in `value` by name: a tensor as `prefix`, a tuple/list as `prefix[i]` (recursively); others
+    dropped."""
     if isinstance(value, torch.Tensor):
         return {prefix: value}
     if isinstance(value, (tuple, list)):

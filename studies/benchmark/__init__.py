@@ -20,10 +20,10 @@ the median over rounds of the per-round ratio (paired, so load drift from other 
 smallest and largest per-round ratio as its spread. Peak memory is the peak of live CPU tensor bytes during one
 call (the first warm-up call, profiled; never a timed one) above what was live before it, from `torch.profiler`'s
 allocator events (`profile_memory=True`, read from its public `export_chrome_trace`): every allocation and free
-of the c10 CPU allocator, summed in time order. It counts activations, temporaries and (in training) gradients; not the weights already loaded, Python
-objects or the C allocator's caching. RSS deltas (psutil) were not used: glibc keeps freed memory mapped, so they
-depend on what ran before. `--clock cpu --threads 1` times CPU seconds instead of wall time, for machines whose
-cores other processes share.
+of the c10 CPU allocator, summed in time order. It counts activations, temporaries and (in training) gradients;
+not the weights already loaded, Python objects or the C allocator's caching. RSS deltas (psutil) were not used:
+glibc keeps freed memory mapped, so they depend on what ran before. `--clock cpu --threads 1` times CPU seconds instead
+of wall time, for machines whose cores other processes share.
 
 Modules: `settings` (sizes and repeat counts), `timing` (the method above), `models` (the model-level sections:
 models, scaling, load), `ffn` (the FFN and compile sections), `report` (targets, markdown, files), `run`

@@ -1,7 +1,8 @@
 """Performance benchmark of hf_ffn against upstream BERT (a thin wrapper over `studies.benchmark`).
 
     python -m studies.benchmark --quick                                   # tiny sizes: a smoke test (about 30 s)
-    python -m studies.benchmark --threads 1 --clock cpu --output-dir studies/benchmark  # the full run behind studies/benchmark/benchmarks.md
+    # the full run behind studies/benchmark/benchmarks.md:
+    python -m studies.benchmark --threads 1 --clock cpu --output-dir studies/benchmark
 
 See `python -m studies.benchmark --help`.
 """

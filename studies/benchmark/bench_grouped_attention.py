@@ -1,6 +1,7 @@
 """Packed attention with one call per length against grouped calls: whole steps, side by side.
 
-    python -m studies.benchmark.bench_grouped_attention [--attn sdpa] [--mode training] [--call-costs 0 1000] [--rounds 10]
+    python -m studies.benchmark.bench_grouped_attention [--attn sdpa] [--mode training] [--call-costs 0 1000] \
+        [--rounds 10]
 
 all-MiniLM-L6-v2 sequence classification (`studies.unpadded_benchmark.load_models`) on the unpadded benchmark's 4
 shuffled rt_polarity batches, switch on, with `hf_ffn.grouped_attention.CALL_COST_PAIRS` (training) or

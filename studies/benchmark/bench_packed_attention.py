@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for attn in ("eager", "sdpa"):
         calls = [candidates(module, b["attention_mask"], attn) for b in batches]
-        fns = {name: (lambda name=name: [c[name]() for c in calls]) for name in calls[0]}
+        fns = {name: (lambda name=name, calls=calls: [c[name]() for c in calls]) for name in calls[0]}
         with torch.no_grad():
             times = time_interleaved(fns, args.repeats, 1, "cpu")
         for name, t in times.items():

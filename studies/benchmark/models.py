@@ -120,7 +120,7 @@ def bench_models(checkpoint: str, label: str, settings: BenchSettings) -> list[d
             times, memories = measure(steps, settings.repeats, settings.warmup, settings.clock, setups)
             tokens = batch_size * settings.seq_len
             upstream_memory = memories[UPSTREAM]
-            for name, step in steps.items():
+            for name in steps:
                 memory = memories[name]
                 rows.append(
                     {

@@ -22,7 +22,8 @@ JSON_NAME, MARKDOWN_NAME = "benchmarks.json", "benchmarks.md"
 
 
 def evaluate_targets(results: dict) -> list[dict]:
-    """Each performance target (the `TARGET_*` limits) with the measured ratio, its per-round [min, max] spread and whether it is met.
+    """Each performance target (the `TARGET_*` limits) with the measured ratio, its per-round [min, max] spread and
+    whether it is met.
 
     `met` judges the median; `limit_within_spread` says the limit lies inside the spread, i.e. the rounds of this
     run disagree about the verdict (noise from other processes, or a difference smaller than the noise). The

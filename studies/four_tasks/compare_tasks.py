@@ -9,7 +9,7 @@ the validation curves) and the measured seconds per step with the cost of the fu
 A user's comparison is `hf-ffn compare` (`hf_ffn.comparing.run_comparison`: named variants, healing, one table and
 figure); this study runner keeps the study's extras (curves, convergence check, start-weight fingerprints, cost).
 
-    python -m studies.four_tasks.compare_tasks --data_root ../shared/data                      # baseline and GeGLU (exact)
+    python -m studies.four_tasks.compare_tasks --data_root ../shared/data                   # baseline and GeGLU (exact)
     python -m studies.four_tasks.compare_tasks --data_root ../shared/data \
         --healed swiglu-approx=out/heal-swiglu/healed --healed swiglu-fresh-matched=out/heal-swiglu-matched/healed \\
         --healed pre-ln=out/heal-pre-ln/healed                    # the healed students too (`hf-ffn heal`'s healed/)

@@ -3,7 +3,8 @@
 with `hf-ffn heal`, and write the before/after table and the curves.
 
     python -m studies.healing.heal_study run --text-dir ../shared/data/state_union --eval-dir ../shared/data/rt_polarity
-    python -m studies.healing.heal_study report --output-dir studies/healing      # studies/healing/healing.md (+ figures/ with an end-to-end stage)
+    # studies/healing/healing.md (+ figures/ with an end-to-end stage):
+    python -m studies.healing.heal_study report --output-dir studies/healing
 
 `run` works one variant at a time (each a separate `hf-ffn heal` process, its output in WORK/VARIANT/log.txt),
 skips variants already healed and resumes an interrupted one from its last checkpoint: rerunning the same command
@@ -17,7 +18,8 @@ fits), Post-LN → Pre-LN (whole layers on the student's inputs, the last throug
 End to end (`swiglu-approx`, `swiglu-fresh`, `pre-ln`; studies/healing/end_to_end): the approximate SwiGLU (init
 preserving), a fresh matched-width SwiGLU and Pre-LN with the weights kept; goals cosine ≥ 0.999 / probe within
 0.3 points, and ≥ 0.99 / within 1 point. `report --experiments LOG --scaling JSON --notes MD` adds the layer-wise
-experiment log (studies/healing/layerwise_study.py), the bert-base check (studies/healing/layerwise_scaling.py) and the analysis.
+experiment log (studies/healing/layerwise_study.py), the bert-base check (studies/healing/layerwise_scaling.py) and
+the analysis.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ VARIANTS = {
     },
 }
 # Layer-wise healing (hf-ffn heal --method layerwise, hf_ffn.healing.layerwise), the default since it measured best
-# (studies/healing/healing.md, "Layer-wise healing experiments"). "heal" holds hf-ffn heal flags; "steps" the end-to-end stage.
+# (studies/healing/healing.md, "Layer-wise healing experiments"). "heal" holds hf-ffn heal flags; "steps" the
+# end-to-end stage.
 # The approximate SwiGLU is one closed-form down projection per layer away (Adam steps only made it worse); the
 # matched one measured best with its FFNs fitted alone (whole layers on the student's inputs: no better).
 LAYERWISE = {"method": "layerwise", "layers": "last"}
@@ -203,7 +206,8 @@ def run(args: argparse.Namespace) -> None:
                 raise SystemExit(
                     f"{variant}: {run_dir / 'healed'} was healed with --steps {training['max_steps']} "
                     f"--lr-scheduler {training['lr_scheduler_type']} --hidden-loss {loss}, not --steps "
-                    f"{variant_steps(variant, args)} --lr-scheduler {args.lr_scheduler} --hidden-loss {args.hidden_loss}; "
+                    f"{variant_steps(variant, args)} --lr-scheduler {args.lr_scheduler} "
+                    f"--hidden-loss {args.hidden_loss}; "
                     f"use another --work-dir"
                 )
             print(f"{variant}: already healed ({run_dir / 'healed'})")
@@ -340,9 +344,13 @@ def experiments_table(log: Path) -> str:
 
 
 def scaling_section(path: str | None) -> str:
-    """The bert-base time/memory check (studies/healing/layerwise_scaling.py's JSON) as a table and its extrapolation."""
+    """The bert-base time/memory check (studies/healing/layerwise_scaling.py's JSON) as a table and its
+    extrapolation."""
     if not path or not Path(path).is_file():
-        return "(not included: run `python -m studies.healing.layerwise_scaling` and give --scaling out/layerwise_scaling.json)"
+        return (
+            "(not included: run `python -m studies.healing.layerwise_scaling` and give "
+            "--scaling out/layerwise_scaling.json)"
+        )
     data = json.loads(Path(path).read_text())
     rows = [
         f"| {r['tokens']:,} | {r['activation_bytes'] / 1e6:.0f} MB | {r['peak_rss_growth_bytes'] / 1e6:.0f} MB | "
@@ -361,7 +369,8 @@ def scaling_section(path: str | None) -> str:
         "| calibration tokens | recorded activations | peak RSS growth | time | load average |\n|---|---|---|---|---|\n"
         + "\n".join(rows)
         + f"\n\nPeak RSS growth is over the process's peak before the run (the first run's includes "
-        f"the student, its optimizer state and the first allocation of every buffer). Extrapolation to 10⁵ tokens: the recorded activations are linear in the tokens "
+        f"the student, its optimizer state and the first allocation of every buffer). Extrapolation to 10⁵ tokens: "
+        f"the recorded activations are linear in the tokens "
         f"(`HELD_TENSORS` = 6 × tokens × 768 × 4 bytes = {e['activation_bytes'] / 1e9:.2f} GB; from the measured "
         f"bytes per token {e['activation_bytes_from_measured_per_token'] / 1e9:.2f} GB), under the default "
         f"2 GB cap (`--layerwise_memory_mb 2048`: above it fewer tokens are used), plus one 2049² float64 Gram "
@@ -396,7 +405,8 @@ def report(args: argparse.Namespace) -> None:
         minutes = (h["train_seconds"] + layerwise.get("seconds", 0.0)) / 60
         budget = f"layer-wise + {h['steps']}" if layerwise else str(h["steps"])
         rows.append(
-            f"| {VARIANTS[variant]['title']} | {b['agreement']['cosine_mean']:.5f} → **{a['agreement']['cosine_mean']:.5f}** "
+            f"| {VARIANTS[variant]['title']} "
+            f"| {b['agreement']['cosine_mean']:.5f} → **{a['agreement']['cosine_mean']:.5f}** "
             f"| {b['agreement']['cosine_min']:.4f} → {a['agreement']['cosine_min']:.4f} "
             f"| {b['agreement']['max_abs_diff']:.3g} → {a['agreement']['max_abs_diff']:.3g} "
             f"| {b['agreement']['mean_abs_diff']:.3g} → {a['agreement']['mean_abs_diff']:.3g} "
@@ -587,7 +597,8 @@ of {curve_snippets} snippets.
 Layer-wise healing (`--method layerwise`, `hf_ffn.healing.layerwise`; the default of `hf-ffn heal` and of this
 study since it measured best, an end-to-end stage after it only with `--max_steps > 0`): each converted layer is
 first fitted to its own teacher layer on calibration tokens (Kwon et al. 2022; MOHAWK's hidden-state alignment):
-the FFN on the teacher FFN's input and output, its down projection in closed form (ridge least squares), gate/up (and down) by Adam, down solved again; for Pre-LN the whole layer (attention,
+the FFN on the teacher FFN's input and output, its down projection in closed form (ridge least squares), gate/up
+(and down) by Adam, down solved again; for Pre-LN the whole layer (attention,
 LayerNorms, FFN) so that its residual stream reproduces the teacher's hidden state after that layer
 (`--layerwise_stream teacher`, pinned in this study; `hf-ffn heal`'s default, `free`, fits only the stream's
 normalised form: "Pre-LN with a free residual stream" below), on the student's own input (sequential), and
@@ -650,7 +661,7 @@ which ran, one after the other (each resumable with `--resume_from_checkpoint la
 ```bash
 {commands}
 ```
-"""
+"""  # noqa: E501  (the before → after table's header row cannot wrap)
 
 
 def positive(text: str) -> int:

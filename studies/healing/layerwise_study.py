@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Layer-wise healing experiments on all-MiniLM-L6-v2 (or another BERT): one recipe per call, each measured on
-studies/healing/healing.md's protocol (all rt_polarity snippets held out, mean-pooled embeddings, 5-fold probe) and appended to
-WORK/log.jsonl (command, seconds, load average, cosine, probe, per-layer errors).
+studies/healing/healing.md's protocol (all rt_polarity snippets held out, mean-pooled embeddings, 5-fold probe) and
+appended to WORK/log.jsonl (command, seconds, load average, cosine, probe, per-layer errors).
 
     python -m studies.healing.layerwise_study NAME --variant swiglu-matched --prune-score magnitude -- \\
         --layerwise_steps 300 --max_steps 0
@@ -9,9 +9,9 @@ WORK/log.jsonl (command, seconds, load average, cosine, probe, per-layer errors)
 Everything after `--` goes to `hf-ffn heal` (`run_healing` in-process, `--method layerwise`, no before/after
 measurement there: the teacher's embeddings and probe are computed once and cached in WORK/teacher.npz). The
 student of a variant is converted once into WORK/students/VARIANT[-SCORE]; each run writes WORK/NAME/ (the
-layer-wise checkpoints, so a rerun resumes) and WORK/NAME/healed. `python -m studies.healing.layerwise_study --list` prints
-the log as a table. Defaults: WORK = out/layerwise_study, the bundled all-MiniLM-L6-v2, ../shared/data/state_union,
-../shared/data/rt_polarity.
+layer-wise checkpoints, so a rerun resumes) and WORK/NAME/healed. `python -m studies.healing.layerwise_study --list`
+prints the log as a table. Defaults: WORK = out/layerwise_study, the bundled all-MiniLM-L6-v2,
+../shared/data/state_union, ../shared/data/rt_polarity.
 """
 
 from __future__ import annotations

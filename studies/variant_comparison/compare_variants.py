@@ -9,7 +9,8 @@ depend on the load of their hour.
     python -m studies.variant_comparison.compare_variants --rt_polarity_dir ../shared/data/rt_polarity --threads 1
     python -m studies.variant_comparison.compare_variants --rt_polarity_dir ../shared/data/rt_polarity --threads 1 \
         --healed swiglu-approx=out/heal-swiglu --healed pre-ln=out/heal-pre-ln        # add healed variants
-    python -m studies.variant_comparison.compare_variants --output-dir studies/variant_comparison ...                          # publish under docs/
+    # publish under docs/:
+    python -m studies.variant_comparison.compare_variants --output-dir studies/variant_comparison ...
 
 Writes OUTPUT_DIR/comparison_runs.jsonl (one line per finished run; per-snippet test predictions as digit strings),
 OUTPUT_DIR/comparison_throughput.json (kept once measured; `--remeasure_throughput` measures again),
