@@ -344,7 +344,10 @@ def normalized(x: torch.Tensor) -> torch.Tensor:
     return nn.functional.layer_norm(x, x.shape[-1:], eps=1e-12)
 
 
-IDENTITY = nn.Identity()  # the view that leaves a hidden state as it is (fit_whole_layer's default)
+def unchanged(hidden: torch.Tensor) -> torch.Tensor:
+    """The view that leaves a hidden state as it is (`fit_whole_layer`'s default; a function, not a shared module)."""
+    return hidden
+
 
 
 def fit_whole_layer(
@@ -353,7 +356,7 @@ def fit_whole_layer(
     target: torch.Tensor,
     args: LayerwiseArguments,
     seed: int,
-    view: Callable[[torch.Tensor], torch.Tensor] = IDENTITY,
+    view: Callable[[torch.Tensor], torch.Tensor] = unchanged,
 ) -> dict:
     """Adam on every parameter of `layer` so that view(layer(inputs)) ≈ target; (blocks, seq, hidden) each (`view`:
     the identity, or `normalized` with a normalised target). Kept only if it lowers the relative squared error on
@@ -494,7 +497,7 @@ def heal_layerwise(
         fitted = NormedLayer(s_layer, student.encoder.final_norm) if normed else s_layer
         # --layerwise_stream free: a Pre-LN stream is compared with the teacher's hidden state once both are normalised
         free = args.layerwise_stream == "free" and not same_norms[i] and not normed
-        view = normalized if free else IDENTITY
+        view = normalized if free else unchanged
         target = view(t_out)
         record = load_layer(work_dir, f"layer-{i}", fitted)
         if record is not None and record.get("free_stream", False) != free:  # a folder from before arguments.json
