@@ -349,7 +349,6 @@ def unchanged(hidden: torch.Tensor) -> torch.Tensor:
     return hidden
 
 
-
 def fit_whole_layer(
     layer: nn.Module,
     inputs: torch.Tensor,
