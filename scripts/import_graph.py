@@ -102,9 +102,10 @@ def with_parents(deps: set[str], name: str, modules: dict[str, Path]) -> set[str
     return out
 
 
-# A module of the package is one job: about 400 lines at most (the modeling file, config → FFN variants → layer →
-# encoder → heads in one reading, may run a little over).
-MAX_LINES = 450
+# A module of the package is one job; past this many lines it has usually grown a second one. Counted as `ruff format`
+# writes the code (one argument per line once a call wraps), which runs about a quarter longer than the hand-wrapped
+# style the earlier 450 was set on.
+MAX_LINES = 600
 # The studies and benchmarks import the library, never the reverse; the CLI is the one front door to both.
 STUDIES = "studies"
 FRONT_DOORS = ("hf_ffn.cli",)
