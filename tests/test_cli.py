@@ -240,7 +240,9 @@ def test_sts_scores_a_checkpoint(tiny_bert, data_root, capsys):
     assert code == 0 and result["pairs"] == 16 and -1.0 <= result["spearman"] <= 1.0
 
 
-def test_compare_two_variants_writes_table_resumes_and_refuses_other_settings(tiny_bert, data_root, tmp_path, capsys):
+def test_compare_two_variants_writes_table_resumes_and_refuses_other_settings(
+    tiny_bert, data_root, tmp_path, capsys, caplog
+):
     output = tmp_path / "compare"
     argv = [
         "compare",
@@ -263,8 +265,12 @@ def test_compare_two_variants_writes_table_resumes_and_refuses_other_settings(ti
         "--max_seq_length",
         "32",
     ]
-    code, printed = run(capsys, *argv)
+    with caplog.at_level(logging.WARNING):
+        code, printed = run(capsys, *argv)
     assert code == 0
+    # compare heals by itself: the converter's "Next step: heal it" is not shown
+    assert not [r for r in caplog.records if "Next step" in r.getMessage()] and "Next step" not in printed
+    assert "[compare] swiglu-approx: healing into" in printed
     runs = [json.loads(line) for line in (output / "runs.jsonl").read_text().splitlines()]
     assert [(r["variant"], r["task"], r["seed"]) for r in runs] == [
         ("gelu-post", "stsb", 0),
@@ -333,13 +339,68 @@ def test_compare_refuses_an_unknown_variant_or_task_before_any_work(tiny_bert, d
         str(tmp_path / "out"),
     ]
     for extra, named in (
-        (["--variants", "swiglu-fast", "--tasks", "stsb"], "'swiglu-fast'; allowed: gelu-post"),
-        (["--variants", "geglu", "--tasks", "sst5"], "--task has unknown value 'sst5'"),
+        (
+            ["--variants", "swiglu-fast", "--tasks", "stsb"],
+            "--variants has unknown value 'swiglu-fast'; allowed: gelu-post",
+        ),
+        (["--variants", "geglu", "--tasks", "sst5"], "--tasks has unknown value 'sst5'; allowed: "),
+        (
+            ["--max_steps", "-3"],
+            "argument --max_steps: got -3; allowed: an integer >= 1 (leave the option out for the task's epochs)",
+        ),
+        (["--learning_rate", "0"], "argument --learning_rate: got 0; allowed: a number > 0"),
+        (["--seeds", "0", "-1"], "argument --seeds: got -1; allowed: an integer >= 0 and <= 4294967295"),
     ):
         with pytest.raises(SystemExit) as exit_info:
             main([*base, *extra])
         assert exit_info.value.code == 2 and named in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_convert_names_the_variant_option(tiny_bert, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", tiny_bert, str(tmp_path / "out"), "--variant", "swiglu"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "error: --variant has unknown value 'swiglu'; allowed: gelu-post, " in err
+
+
+def test_help_reads_for_a_user(capsys):
+    def help_of(*argv: str) -> str:
+        with pytest.raises(SystemExit):
+            main([*argv, "--help"])
+        return " ".join(capsys.readouterr().out.split())
+
+    top = help_of()
+    assert "user_message" not in top and "EXIT_CODES" not in top and "hf-ffn parity" not in top
+    assert top.count("Check that hf_ffn reproduces upstream BERT") == 1  # the subcommands listed once
+    assert (
+        "-h, --help" in top and "2 bad input" in top and "3 parity" not in top and "1 parity failed" not in top
+    )  # parity's codes: parity's
+    assert "1 parity failed" in help_of("parity") and "3 parity: the checkpoint is an FfnBert variant" in help_of(
+        "parity"
+    )
+    sts = help_of("sts")
+    # the checkpoint option spelled as finetune/mlm/compare spell it; --model kept as a hidden alias
+    assert "--model_name_or_path MODEL_NAME_OR_PATH --data_dir DATA_DIR [--split" in sts and "--model " not in sts
+    assert "about a minute on 2 CPU cores" in help_of("compare")
+    assert build_parser().parse_args(["sts", "--model", "m", "--data_dir", "d"]).model == "m"
+    with pytest.raises(SystemExit):
+        main(["sts", "--model_name_or_path", "m"])
+    assert "the following arguments are required: --data_dir" in capsys.readouterr().err
+
+
+def test_compare_shows_healing_warnings_once_in_its_own_terms(capsys):
+    from hf_ffn.comparing import LAYERWISE_LOGGER, _few_tokens_in_compare, warnings_once
+    from hf_ffn.healing.layerwise import check_calibration_tokens
+
+    with warnings_once(LAYERWISE_LOGGER, _few_tokens_in_compare("swiglu-approx", smoke=True)):
+        check_calibration_tokens(2048, 1536)  # logged by the preparation and again by the fit
+        check_calibration_tokens(2048, 1536)
+    out = capsys.readouterr().out
+    assert out == (
+        "[compare] swiglu-approx: healing on 2,048 tokens for 1,536 FFN units; the fit may match its healing text "
+        "only (a smoke run heals on few tokens on purpose)\n"
+    )
 
 
 def test_compare_lists_the_named_variants_and_tasks(capsys):
