@@ -14,6 +14,9 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .model_cards import TEMPLATES
 
+# Trainer's metric prefixes → the names of the splits they were measured on (the card's model-index).
+SPLIT_NAMES = {"eval": "validation", "test": "test"}
+
 
 def conversion_summary(conversion: Mapping[str, Any]) -> str:
     """One line for a fine-tuned model's card: what loading the variant changed.
@@ -50,16 +53,18 @@ def build_training_card(
     """A `ModelCard` for a fine-tuned model (template `fine_tuned.md`).
 
     `task`: the pipeline task ("text-classification", "fill-mask"); `variant`: ffn_type, layer_norm_position
-    (None: the checkpoint's), ffn_init, ffn_width; `conversion`: as for `conversion_summary`; `results`: the run's
-    metrics, of which `eval_<metric>` and `test_<metric>` for each of `metric_names` also go into the front
-    matter's `model-index` (`EvalResult`, rounded to 4 decimals).
+    (the trained model's; None: the checkpoint's, unread), ffn_init, ffn_width; `conversion`: as for
+    `conversion_summary`; `results`: the run's metrics, of which `eval_<metric>` and `test_<metric>` for each of
+    `metric_names` also go into the front matter's `model-index` (`EvalResult`, rounded to 4 decimals; split
+    "validation" or "test", `SPLIT_NAMES`).
     """
+    ffn_type = variant.get("ffn_type")
     eval_results = [
         EvalResult(
             task_type=task,
             dataset_type=dataset,
             dataset_name=dataset,
-            dataset_split=split,
+            dataset_split=SPLIT_NAMES[split],
             metric_type=metric,
             metric_value=round(results[f"{split}_{metric}"], 4),
         )
@@ -69,7 +74,7 @@ def build_training_card(
     ]
     card_data = ModelCardData(
         library_name="transformers",
-        tags=["hf_ffn", "ffn_bert", variant.get("ffn_type") or "checkpoint-ffn", task],
+        tags=["hf_ffn", "ffn_bert", ffn_type if isinstance(ffn_type, str) else "per-layer-ffn", task],
         model_name=name,
         eval_results=eval_results or None,
     )
@@ -89,4 +94,4 @@ def build_training_card(
     )
 
 
-__all__ = ["build_training_card", "conversion_summary"]
+__all__ = ["SPLIT_NAMES", "build_training_card", "conversion_summary"]

@@ -6,7 +6,8 @@ A `Variant` names what changes (`ffn_type`, `layer_norm_position`), how the conv
 (`exact`, for a GELU BERT) and, where it does not, the best healing recipe measured (`heal`: `hf-ffn heal` arguments,
 i.e. `HealArguments`, `LayerwiseArguments` and `TrainingArguments` fields). `VARIANTS["gelu-post"]` is BERT itself
 (`BASELINE`). Every `heal` recipe and `measured` line comes from docs/healing.md (the layer-wise study on
-all-MiniLM-L6-v2: "Before → after" and the free-stream Pre-LN section) and docs/tasks.md (the fine-tuning table).
+all-MiniLM-L6-v2: "Before → after" and the free-stream Pre-LN section) and studies/four_tasks/README.md (the
+fine-tuning table).
 
     >>> from hf_ffn.variants import get_variant
     >>> get_variant("swiglu-approx").convert("path/to/bert", "out/swiglu-approx/converted")  # doctest: +SKIP
@@ -28,7 +29,7 @@ from .checkpoints import REPORT_FILE
 logger = logging.get_logger(__name__)
 
 HEALING_GUIDE = "docs/healing.md"
-TASKS_GUIDE = "docs/tasks.md"
+TASKS_STUDY = "studies/four_tasks/README.md"  # the four-task fine-tuning study that measured it
 # The layer-wise stage alone (`--max_steps 0`: no end-to-end stage after it), the last hidden state as target.
 _LAYERWISE = {"method": "layerwise", "layers": "last", "layerwise_tokens": 65536, "max_steps": 0}
 
@@ -142,7 +143,7 @@ VARIANTS: dict[str, Variant] = {
             "geglu",
             "GeGLU FFN at the same width, converted exactly (up_proj ← weights 0, bias 1).",
             ffn_type="geglu",
-            measured=f"fine-tuned: inside the noise on CoLA, STS-B, MRPC and rt_polarity ({TASKS_GUIDE})",
+            measured=f"fine-tuned: inside the noise on CoLA, STS-B, MRPC and rt_polarity ({TASKS_STUDY})",
         ),
         Variant(
             "swiglu-approx",
@@ -154,7 +155,7 @@ VARIANTS: dict[str, Variant] = {
             heal={**_LAYERWISE, "layerwise_steps": 0},
             measured=f"converted: embedding cosine 0.99691 to the source, linear probe −0.05 points; healed "
             f"layer-wise: cosine 0.99967, probe +0.00 points ({HEALING_GUIDE}); fine-tuned after healing: "
-            f"inside the noise on CoLA, STS-B, MRPC and rt_polarity ({TASKS_GUIDE})",
+            f"inside the noise on CoLA, STS-B, MRPC and rt_polarity ({TASKS_STUDY})",
         ),
         Variant(
             "swiglu-matched",
@@ -170,7 +171,7 @@ VARIANTS: dict[str, Variant] = {
             heal={**_LAYERWISE, "layerwise_steps": 1000},
             measured=f"pruned: embedding cosine 0.90111 to the source, linear probe −1.45 points; healed "
             f"layer-wise: cosine 0.91763, probe −1.20 points ({HEALING_GUIDE}); fine-tuned after healing: "
-            f"CoLA −4.70 points [−6.37, −3.04], the other tasks inside the noise ({TASKS_GUIDE})",
+            f"CoLA −4.70 points [−6.37, −3.04], the other tasks inside the noise ({TASKS_STUDY})",
         ),
         Variant(
             "pre-ln",
@@ -179,7 +180,7 @@ VARIANTS: dict[str, Variant] = {
             exact=False,
             # docs/healing.md, "Pre-LN with a free residual stream": whole layers on the student's own inputs, the
             # stream fitted in normalised form; the best Pre-LN probe measured (−0.82 points), the student of the
-            # fine-tuning table in docs/tasks.md.
+            # fine-tuning table in studies/four_tasks/README.md.
             heal={
                 **_LAYERWISE,
                 "layerwise_steps": 1000,
@@ -191,7 +192,7 @@ VARIANTS: dict[str, Variant] = {
             f"layer-wise (free stream): cosine 0.876, probe −0.82 points ({HEALING_GUIDE}); but fine-tuning "
             f"the healed model collapses on STS-B, CoLA and MRPC (STS-B 20.99 and 41.28 against the "
             f"baseline's 80.79 and 81.61; CoLA 23.54, then 0.00), the unhealed conversion too; only "
-            f"rt_polarity is learnt ({TASKS_GUIDE})",
+            f"rt_polarity is learnt ({TASKS_STUDY})",
         ),
     )
 }
@@ -351,7 +352,7 @@ def warn_if_not_function_preserving(
 __all__ = [
     "BASELINE",
     "HEALING_GUIDE",
-    "TASKS_GUIDE",
+    "TASKS_STUDY",
     "VARIANTS",
     "Variant",
     "get_variant",

@@ -26,8 +26,19 @@ from hf_ffn.training import (
     classification_metrics,
     regression_metrics,
 )
-from hf_ffn.training.finetuning import apply_recipe, given_options, summarize
-from hf_ffn.training.tasks import GLUE_RECIPE, TASKS, Recipe, load_cola, load_mrpc, load_stsb, read_stsb, task_score
+from hf_ffn.training.arguments import TASK_NAMES
+from hf_ffn.training.finetuning import apply_recipe, finetune_parser, given_options, summarize
+from hf_ffn.training.tasks import (
+    GLUE_RECIPE,
+    TASKS,
+    Recipe,
+    get_task,
+    load_cola,
+    load_mrpc,
+    load_stsb,
+    read_stsb,
+    task_score,
+)
 
 from .conftest import tiny_config
 
@@ -216,7 +227,13 @@ def test_regression_task_trains_mse_and_reports_correlations(tiny_checkpoint, tm
     # quantity as scikit-learn's MSE of the predictions (float32 loss vs float64 metric: relative 1e-5)
     assert results["eval_mse"] == pytest.approx(results["eval_loss"], rel=1e-5)
     assert -1 <= results["eval_pearson"] <= 1 and -1 <= results["eval_spearman"] <= 1
-    assert "eval_pearson" in (output_dir / "README.md").read_text()
+    card = (output_dir / "README.md").read_text()
+    assert "eval_pearson" in card
+    # the card names the task once, the split by its name, and the FFN type the model has (not "(checkpoint's)")
+    assert "on stsb." in card and "stsb (stsb)" not in card
+    assert "split: validation" in card and "split: eval" not in card
+    hidden_act = json.loads((output_dir / "config.json").read_text())["hidden_act"]
+    assert f"ffn_type: `{hidden_act}`" in card and "(checkpoint's)" not in card
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -258,6 +275,15 @@ def test_task_readers_read_the_real_layouts(tmp_path):
     ):
         (cola / "in_domain_dev.tsv").unlink()
         load_cola(cola)
+    # --data_dir given as the parent of the task folders: the error says which folder was meant
+    with pytest.raises(FileNotFoundError, match=rf"has no msr-para-train\.tsv .*; did you mean --data_dir {mrpc}\?$"):
+        load_mrpc(tmp_path)
+    rt = tmp_path / "rt_polarity"
+    rt.mkdir()
+    for name in ("rt-polarity.neg", "rt-polarity.pos"):
+        (rt / name).write_text("a line\n")
+    with pytest.raises(FileNotFoundError, match=rf"rt-polarity\.\* files .*; did you mean --data_dir {rt}\?$"):
+        get_task("rt_polarity").load(tmp_path)
     (stsb / "sts-dev.csv").write_text("a\tb\tc\td\tfive\tx\ty\n")
     with pytest.raises(ValueError, match=r"sts-dev\.csv' line 1: score 'five' is not a number in \[0, 5\]"):
         read_stsb(stsb / "sts-dev.csv")
@@ -272,6 +298,16 @@ def test_every_preset_defaults_to_berts_glue_recipe():
     assert (recipe.per_device_train_batch_size, recipe.num_train_epochs, recipe.warmup_ratio) == (32, 3, 0.1)
     assert GLUE_RECIPE.learning_rate in (5e-5, 4e-5, 3e-5, 2e-5)
     assert all(task.recipe == Recipe() for task in TASKS.values())
+
+
+def test_finetune_help_says_the_preset_replaces_trainers_defaults_and_lists_the_tasks():
+    assert TASK_NAMES == tuple(TASKS)  # --task's help lists the presets (arguments.py cannot import tasks.py)
+    text = " ".join(finetune_parser().format_help().split())
+    assert (
+        "With --task, the task's recipe (BERT's GLUE recipe: lr 2e-5, batch 32, 3 epochs, 10% warm-up) replaces "
+        "Trainer's defaults for any option you do not give" in text
+    )
+    assert "--task TASK A named task: cola, stsb, mrpc, rt_polarity." in text
 
 
 def test_user_given_training_arguments_win_over_the_preset(tmp_path):

@@ -555,8 +555,15 @@ def test_checkpoint_path_that_does_not_exist(csv_files, tmp_path):
 
 
 def test_bad_switch_values_name_the_argument():
-    with pytest.raises(ValueError, match=r"--ffn_init has unknown value 'random'; allowed: preserving, fresh"):
+    with pytest.raises(ValueError, match=r"--ffn_init has unknown value 'random'; allowed: preserving, fresh \("):
         ModelArguments(model_name_or_path="x", ffn_init="random")
+    # pruned needs calibration text, which only `hf-ffn convert` reads: not listed, and the error says where it is
+    with pytest.raises(
+        ValueError,
+        match=r"--ffn_init has unknown value 'pruned'; allowed: preserving, fresh \(pruned is made by "
+        r"`hf-ffn convert --init pruned` \(with calibration text\): fine-tune its folder\)$",
+    ):
+        ModelArguments(model_name_or_path="x", ffn_type="swiglu", ffn_init="pruned")
     with pytest.raises(ValueError, match=r"--ffn_width has unknown value 'wide'; allowed: keep, matched"):
         ModelArguments(model_name_or_path="x", ffn_width="wide")
     with pytest.raises(ValueError, match=r"exactly one data source"):

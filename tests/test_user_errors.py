@@ -253,6 +253,29 @@ def test_fine_tuning_errors_name_the_option_not_the_field(tiny_bert_checkpoint):
         hf_ffn.training.load_model(args, FfnBertModel)
 
 
+def test_renamed_options_name_their_replacement(tiny_bert_checkpoint, tmp_path, capsys):
+    """An option of an earlier release fails naming what replaced it (`RENAMED_OPTIONS`), alone, beside --task,
+    as --name=value, in a .json file of arguments, and for `heal` too."""
+    rt_polarity = (
+        "--rt_polarity_dir was renamed: use --task rt_polarity --data_dir DIR (the same split) or --label_dir DIR"
+    )
+    base = ["finetune", "--model_name_or_path", tiny_bert_checkpoint, "--output_dir", str(tmp_path / "out")]
+    for extra in (
+        ["--rt_polarity_dir", str(tmp_path)],
+        ["--task", "rt_polarity", "--data_dir", str(tmp_path), "--rt_polarity_dir", str(tmp_path)],
+        [f"--rt-polarity-dir={tmp_path}"],
+    ):
+        code, err = cli_error(capsys, base + extra)
+        assert code == EXIT_BAD_INPUT and err.strip() == f"hf-ffn finetune: error: {rt_polarity}"
+    arguments = tmp_path / "args.json"
+    arguments.write_text(json.dumps({"model_name_or_path": tiny_bert_checkpoint, "rt_polarity_split": "0.8,0.1,0.1"}))
+    code, err = cli_error(capsys, ["finetune", str(arguments)])
+    assert "--rt_polarity_split was renamed: use --split_sizes (with --label_dir)" in err
+    code, err = cli_error(capsys, ["heal", "--eval_dir", str(tmp_path)])
+    assert code == EXIT_BAD_INPUT and err.strip() == "hf-ffn heal: error: --eval_dir was renamed: --eval_data"
+    assert not (tmp_path / "out").exists()
+
+
 def test_name_options_renames_whole_names_only():
     options = {"init": "--init", "ffn_type": "--ffn-type"}
     assert name_options("init='fresh' (ffn_type 'gelu')", options) == "--init='fresh' (--ffn-type 'gelu')"

@@ -17,6 +17,7 @@ from hf_ffn.conversion import REPORT_FILE, convert_checkpoint, example_batch
 from hf_ffn.healing import HealArguments, LayerwiseArguments
 from hf_ffn.variants import (
     HEALING_GUIDE,
+    TASKS_STUDY,
     not_function_preserving_message,
     variant_of_report,
     warn_if_not_function_preserving,
@@ -155,7 +156,7 @@ def test_pre_ln_warns_what_healing_measured_and_points_to_the_guide(source, tmp_
     (message,) = records(caplog)
     assert "is not function-preserving" in message and "hf-ffn heal" in message
     assert "fine-tuning the healed model collapses on STS-B, CoLA and MRPC" in message
-    assert "docs/tasks.md" in message and f"read {HEALING_GUIDE}" in message
+    assert f"({TASKS_STUDY})" in message and "docs/tasks.md" not in message and f"read {HEALING_GUIDE}" in message
     assert "not function-preserving" in report.summary().splitlines()[0]
     card = (out / "README.md").read_text(encoding="utf-8")
     assert "collapses on STS-B, CoLA and MRPC" in card

@@ -8,6 +8,7 @@ what is allowed, before anything is loaded.
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,11 @@ CONVERSION_OPTIONS = {
     "init": "--ffn_init",
     "width": "--ffn_width",
 }
+# The `--ffn_init` values a training run takes: "pruned" needs calibration text, which only `hf-ffn convert` reads.
+TRAINING_INITS = tuple(init for init in INITS if init != "pruned")
+PRUNED_ELSEWHERE = "pruned is made by `hf-ffn convert --init pruned` (with calibration text): fine-tune its folder"
+# The names of `hf_ffn.training.tasks.TASKS` (which imports this module), for --task's help.
+TASK_NAMES = ("cola", "stsb", "mrpc", "rt_polarity")
 DEFAULT_SPLIT = "0.8,0.1,0.1"  # train / validation / test fractions of a --label_dir folder
 
 
@@ -34,47 +40,54 @@ class ModelArguments:
     """Which checkpoint to start from, which FFN variant / LayerNorm placement to turn it into, and whether the run
     executes unpadded (`unpad_tokens`, on by default: an execution switch, not part of the variant)."""
 
-    model_name_or_path: str = field(metadata={"help": "BERT or FfnBert checkpoint: a local folder or a hub name"})
+    model_name_or_path: str = field(
+        metadata={"help": "The BERT or FfnBert checkpoint to start from: a local folder or a hub name."}
+    )
     ffn_type: str | None = field(
-        default=None, metadata={"help": "FFN variant, e.g. gelu (BERT), geglu, swiglu; default: the checkpoint's"}
+        default=None,
+        metadata={
+            "help": "The FFN variant to convert to, e.g. gelu (BERT), geglu or swiglu. Default: the checkpoint's."
+        },
     )
     layer_norm_position: str | None = field(
-        default=None, metadata={"help": "post (BERT) or pre (Pre-LN); default: the checkpoint's"}
+        default=None,
+        metadata={"help": "The LayerNorm placement: post (BERT) or pre (Pre-LN). Default: the checkpoint's."},
     )
     ffn_init: str = field(
         default="preserving",
         metadata={
-            "help": "how a BERT FFN becomes a gated one: 'preserving' (copy BERT's weights so the FFN "
-            "computes the same or nearly the same function) or 'fresh' (new random FFN weights)"
+            "help": "How a BERT FFN becomes a gated one: 'preserving' (copy BERT's weights so the FFN "
+            "computes the same or nearly the same function) or 'fresh' (new random FFN weights). A pruned "
+            "conversion is made by `hf-ffn convert --init pruned`; fine-tune its folder."
         },
     )
     ffn_width: str = field(
         default="keep",
         metadata={
-            "help": "gated FFN width: 'keep' (the checkpoint's intermediate_size), 'matched' (2/3 of it, "
-            "rounded up to 256: the same FFN weight count) or an integer"
+            "help": "The gated FFN's width: 'keep' (the checkpoint's intermediate_size), 'matched' (2/3 of it, "
+            "rounded up to 256: the same FFN weight count) or an integer."
         },
     )
     tokenizer_name: str | None = field(
-        default=None, metadata={"help": "tokenizer folder or name, default: the one saved with the checkpoint"}
+        default=None, metadata={"help": "The tokenizer folder or name. Default: the one saved with the checkpoint."}
     )
     unpad_tokens: bool = field(
         default=True,
         metadata={
-            "help": "unpadded execution during the run (FfnBertConfig.unpad_tokens): every token-wise part "
+            "help": "Unpadded execution during the run (FfnBertConfig.unpad_tokens): every token-wise part "
             "runs on the real tokens only. The losses ignore pad positions, so they are the same as "
             "with it off (to fp32 rounding of the weight gradients; with dropout, other random "
             "draws of the same masks). Turn off with --no_unpad_tokens (or --unpad_tokens false). "
-            "The saved model keeps the checkpoint's value"
+            "The saved model keeps the checkpoint's value."
         },
     )
     padding_free: bool = field(
         default=False,
         metadata={
-            "help": "padding-free batches (transformers' DataCollatorWithFlattening): each batch's sequences "
+            "help": "Padding-free batches (transformers' DataCollatorWithFlattening): each batch's sequences "
             "concatenated into one row, position_ids restarting at 0 for each, no padding; FfnBert "
             "computes each sequence as if alone and its pooler gives one output per sequence, so "
-            "sequence classification works too (docs/unpadded.md)"
+            "sequence classification works too (docs/unpadded.md)."
         },
     )
 
@@ -82,11 +95,11 @@ class ModelArguments:
         checks = (
             ("ffn_type", self.ffn_type, FFN_TYPES),
             ("layer_norm_position", self.layer_norm_position, LAYER_NORM_POSITIONS),
-            ("ffn_init", self.ffn_init, INITS),
         )
         for name, value, allowed in checks:
             if value is not None and value not in allowed:
                 raise ValueError(f"--{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
+        check_training_init(self.ffn_init)
         parse_width(self.ffn_width, "--ffn_width")
 
     @property
@@ -102,6 +115,15 @@ class ModelArguments:
             or self.layer_norm_position is not None
             or self.width != "keep"
             or self.ffn_init != "preserving"
+        )
+
+
+def check_training_init(value: str) -> None:
+    """Refuse an `--ffn_init` a training run cannot make: `ValueError` listing `TRAINING_INITS` and saying where a
+    pruned conversion is made."""
+    if value not in TRAINING_INITS:
+        raise ValueError(
+            f"--ffn_init has unknown value {value!r}; allowed: {', '.join(TRAINING_INITS)} ({PRUNED_ELSEWHERE})"
         )
 
 
@@ -129,43 +151,55 @@ class ClassificationDataArguments:
     task: str | None = field(
         default=None,
         metadata={
-            "help": "a named task preset read from --data_dir with its columns, splits, metric and training "
-            "recipe (see hf_ffn.training.tasks.TASKS)"
+            "help": f"A named task: {', '.join(TASK_NAMES)}. It is read from --data_dir with its own columns, "
+            "splits and metric, and trained with its recipe (BERT's GLUE recipe) for every training option "
+            "not given (hf_ffn.training.tasks.TASKS)."
         },
     )
-    data_dir: str | None = field(default=None, metadata={"help": "the folder of --task's files"})
-    train_file: str | None = field(
-        default=None, metadata={"help": "csv / tsv / json / jsonl file with the training data"}
+    data_dir: str | None = field(
+        default=None, metadata={"help": "The folder holding --task's files (e.g. data/mrpc for --task mrpc)."}
     )
-    validation_file: str | None = field(default=None, metadata={"help": "csv / json / jsonl validation file"})
-    test_file: str | None = field(default=None, metadata={"help": "csv / json / jsonl test file (labels optional)"})
-    dataset_name: str | None = field(default=None, metadata={"help": "a dataset on the hub (needs hub access)"})
-    dataset_config_name: str | None = field(default=None, metadata={"help": "the hub dataset's configuration"})
+    train_file: str | None = field(
+        default=None, metadata={"help": "A csv, tsv, json or jsonl file with the training data."}
+    )
+    validation_file: str | None = field(
+        default=None, metadata={"help": "The validation file, in the same format (required with --train_file)."}
+    )
+    test_file: str | None = field(
+        default=None, metadata={"help": "The test file, in the same format; labels are optional."}
+    )
+    dataset_name: str | None = field(default=None, metadata={"help": "A dataset on the hub (needs hub access)."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "The hub dataset's configuration."})
     label_dir: str | None = field(
         default=None,
         metadata={
-            "help": "folder with one text file per label, one example per line (pos.txt, neg.txt: the label "
+            "help": "A folder with one text file per label, one example per line (pos.txt, neg.txt: the label "
             "is the file's stem, or its extension when all files share a stem); split seeded into "
-            "train, validation and test by --split_sizes"
+            "train, validation and test by --split_sizes."
         },
     )
     split_sizes: str = field(
         default=DEFAULT_SPLIT,
-        metadata={"help": "train,validation,test of --label_dir: three row counts or three fractions"},
+        metadata={
+            "help": "The train,validation,test sizes of --label_dir's split: three row counts or three fractions."
+        },
     )
     split_seed: int = field(
         default=42,
-        metadata={"help": "seed of the --label_dir split (fixed: the same split for every run on the same files)"},
+        metadata={"help": "The seed of the --label_dir split (fixed: the same split for every run on the same files)."},
     )
-    text_column: str | None = field(default=None, metadata={"help": "text column; default: 'text' or 'sentence'"})
+    text_column: str | None = field(default=None, metadata={"help": "The text column. Default: 'text' or 'sentence'."})
     text_pair_column: str | None = field(
-        default=None, metadata={"help": "second text column: inputs become BERT pairs ([SEP] between, token_type_ids)"}
+        default=None,
+        metadata={"help": "A second text column: the inputs become BERT pairs ([SEP] between, token_type_ids)."},
     )
-    label_column: str = field(default="label", metadata={"help": "label column"})
-    max_seq_length: int = field(default=128, metadata={"help": "truncate to this many tokens ([CLS]/[SEP] included)"})
-    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training rows"})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N validation rows"})
-    max_test_samples: int | None = field(default=None, metadata={"help": "use only the first N test rows"})
+    label_column: str = field(default="label", metadata={"help": "The label column."})
+    max_seq_length: int = field(
+        default=128, metadata={"help": "Inputs are truncated to this many tokens ([CLS] and [SEP] included)."}
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation rows."})
+    max_test_samples: int | None = field(default=None, metadata={"help": "Use only the first N test rows."})
 
     def __post_init__(self) -> None:
         sources = [
@@ -209,11 +243,44 @@ class MlmDataArguments:
             raise ValueError(f"--max_seq_length must be > 2, got {self.max_seq_length}")
 
 
+# Options of earlier releases → what replaces them: the one table both `hf-ffn finetune` and `hf-ffn heal` check
+# (`parse_arguments`), so an old command line fails naming the new spelling instead of "arguments are not used".
+RENAMED_OPTIONS = {
+    "--rt_polarity_dir": "use --task rt_polarity --data_dir DIR (the same split) or --label_dir DIR",
+    "--rt_polarity_split": "use --split_sizes (with --label_dir)",
+    "--eval_dir": "--eval_data",
+}
+
+
+def check_renamed_options(parser: HfArgumentParser, names: Sequence[str]) -> None:
+    """Refuse an option of `RENAMED_OPTIONS` that `parser` does not define, naming its replacement.
+
+    Args:
+        parser: the command's parser (an option it still defines is left to it).
+        names: the options given: command-line tokens (`--name` or `--name=value`; `-` and `_` alike) or the keys
+            of a .json file of arguments.
+
+    Raises:
+        ValueError: "--rt_polarity_dir was renamed: use --task rt_polarity --data_dir DIR ...".
+    """
+    for name in names:
+        option = "--" + name.split("=", 1)[0].lstrip("-").replace("-", "_")
+        if option in RENAMED_OPTIONS and option not in parser._option_string_actions:
+            raise ValueError(f"{option} was renamed: {RENAMED_OPTIONS[option]}")
+
+
 def parse_arguments(parser: HfArgumentParser, argv: Sequence[str]) -> tuple:
     """`parser`'s dataclasses from `argv`, or from one `.json` file of arguments when `argv` is just its path (the
-    convention of transformers' example scripts: `parse_json_file`, else `parse_args_into_dataclasses`)."""
+    convention of transformers' example scripts: `parse_json_file`, else `parse_args_into_dataclasses`).
+
+    Raises:
+        ValueError: an option of an earlier release (`RENAMED_OPTIONS`), naming what replaces it; the dataclasses'
+            own checks (`__post_init__`).
+    """
     if len(argv) == 1 and argv[0].endswith(".json"):
+        check_renamed_options(parser, list(json.loads(Path(argv[0]).read_text())))
         return parser.parse_json_file(argv[0])
+    check_renamed_options(parser, [arg for arg in argv if arg.startswith("--")])
     return parser.parse_args_into_dataclasses(args=list(argv))
 
 
@@ -258,11 +325,16 @@ __all__ = [
     "CONVERSION_OPTIONS",
     "DEFAULT_SPLIT",
     "EXIT_BAD_INPUT",
+    "RENAMED_OPTIONS",
     "RESUME_LAST",
+    "TASK_NAMES",
+    "TRAINING_INITS",
     "ClassificationDataArguments",
     "MlmDataArguments",
     "ModelArguments",
     "bad_input_exits",
+    "check_renamed_options",
+    "check_training_init",
     "parse_arguments",
     "resume_checkpoint",
 ]

@@ -208,7 +208,8 @@ def run_classification(
     }
     results["train_tokens_per_second"] = extra["train_tokens"] / train_seconds
     if task is not None:
-        dataset_name = f"{task.name} ({Path(data_args.data_dir).name})"
+        folder = Path(data_args.data_dir).name  # named once when it is the task's own folder (data/mrpc)
+        dataset_name = task.name if folder == task.name else f"{task.name} ({folder})"
     else:
         dataset_name = data_args.dataset_name or (
             f"{Path(data_args.label_dir).name} (split {data_args.split_sizes}, seed {data_args.split_seed})"
@@ -216,7 +217,9 @@ def run_classification(
             else Path(data_args.train_file).name
         )
     metric_names = task.metrics if task else ("pearson", "spearman") if regression else ("accuracy", "f1")
-    card = model_card(model_args, training_args, "text-classification", dataset_name, results, conversion, metric_names)
+    card = model_card(
+        model_args, training_args, "text-classification", dataset_name, results, conversion, metric_names, model.config
+    )
     save_outputs(
         trainer,
         tokenizer,

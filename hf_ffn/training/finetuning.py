@@ -34,9 +34,25 @@ CLASS_METRICS = ("accuracy",)
 REGRESSION_METRICS = ("pearson", "spearman")
 
 
+def finetune_description(recipe: Recipe = GLUE_RECIPE) -> str:
+    """`hf-ffn finetune --help`'s description: what the command does and the preset rule, with `recipe`'s values."""
+    return (
+        "Fine-tune a BERT or FfnBert checkpoint, optionally converted first to another FFN variant or LayerNorm "
+        "placement, for sequence classification or regression with transformers' Trainer, and save the model, "
+        "its card and all_results.json in --output_dir. The data comes from one source: --task with --data_dir, "
+        "--train_file, --label_dir or --dataset_name. With --task, the task's recipe (BERT's GLUE recipe: "
+        f"lr {recipe.learning_rate:g}, ".replace("e-0", "e-")
+        + f"batch {recipe.per_device_train_batch_size}, "
+        f"{recipe.num_train_epochs:g} epochs, {recipe.warmup_ratio:.0%} warm-up) replaces Trainer's defaults "
+        "for any option you do not give; without --task, the defaults shown below apply."
+    )
+
+
 def finetune_parser() -> HfArgumentParser:
     """The `HfArgumentParser` of model, data and `TrainingArguments` (its --help shows every default)."""
-    return HfArgumentParser(ARGUMENT_CLASSES, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    return HfArgumentParser(
+        ARGUMENT_CLASSES, description=finetune_description(), formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
 
 
 def given_options(argv: Sequence[str]) -> set[str]:
@@ -208,6 +224,7 @@ __all__ = [
     "apply_recipe",
     "finetune",
     "finetune_argv",
+    "finetune_description",
     "finetune_main",
     "finetune_parser",
     "given_options",

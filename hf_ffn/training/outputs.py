@@ -185,17 +185,22 @@ def model_card(
     results: dict[str, float],
     conversion: dict,
     metric_names: Sequence[str],
+    config: PretrainedConfig | None = None,
 ) -> ModelCard:
     """The fine-tuned folder's `ModelCard` (`hf_ffn.model_card.build_training_card`), from the run's arguments:
-    the variant, the data, the hyperparameters and the measured `results`; named after `output_dir`."""
+    the variant, the data, the hyperparameters and the measured `results`; named after `output_dir`. `config`, the
+    trained model's: the FFN type and LayerNorm placement not given on the command line are read from it
+    (`ffn_type`, else BERT's `hidden_act`; `layer_norm_position`), so the card names what was trained."""
+    ffn_type = model_args.ffn_type or getattr(config, "ffn_type", None) or getattr(config, "hidden_act", None)
+    layer_norm_position = model_args.layer_norm_position or getattr(config, "layer_norm_position", None)
     return build_training_card(
         name=Path(training_args.output_dir).name,
         task=task,
         base_model=model_args.model_name_or_path,
         dataset=dataset,
         variant={
-            "ffn_type": model_args.ffn_type,
-            "layer_norm_position": model_args.layer_norm_position,
+            "ffn_type": ffn_type,
+            "layer_norm_position": layer_norm_position,
             "ffn_init": model_args.ffn_init,
             "ffn_width": model_args.ffn_width,
         },

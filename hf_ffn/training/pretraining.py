@@ -348,7 +348,14 @@ def run_pretraining(
             ffn_width=str(model.config.intermediate_size),
         )
     card = model_card(
-        model_args, training_args, "fill-mask", ", ".join(data_args.train_files), results, conversion, ("perplexity",)
+        model_args,
+        training_args,
+        "fill-mask",
+        ", ".join(data_args.train_files),
+        results,
+        conversion,
+        ("perplexity",),
+        model.config,
     )
     model.config.sparse_prediction = False  # the saved config: upstream BertForMaskedLM's outputs
     save_outputs(trainer, tokenizer, card, results, report, training_args.output_dir, unpad_tokens=saved_unpad)

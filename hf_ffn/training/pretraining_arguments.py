@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass, field
 
 from ..configuration_ffn_bert import FFN_TYPES, HIDDEN_ACTS, LAYER_NORM_POSITIONS
-from ..conversion.recipes import INITS, parse_width
-from .arguments import MlmDataArguments, ModelArguments
+from ..conversion.recipes import parse_width
+from .arguments import MlmDataArguments, ModelArguments, check_training_init
 
 # The from-scratch model when no size is given: 4 layers × hidden 256, 4 heads, FFN 1024 (BERT's 4·hidden), GELU,
 # Post-LN (BERT-mini's shape, Turc et al. 2019), and an 8,192-token WordPiece vocabulary.
@@ -132,10 +132,10 @@ class PretrainingArguments:
             ("ffn_type", self.ffn_type, FFN_TYPES),
             ("layer_norm_position", self.layer_norm_position, LAYER_NORM_POSITIONS),
             ("hidden_act", self.hidden_act, HIDDEN_ACTS),
-            ("ffn_init", self.ffn_init, INITS),
         ):
             if value is not None and value not in allowed:
                 raise ValueError(f"--{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
+        check_training_init(self.ffn_init)
         if self.ffn_width is not None:
             parse_width(self.ffn_width, "--ffn_width")
         for name in (

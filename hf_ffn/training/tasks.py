@@ -56,8 +56,10 @@ def _require(folder: Path, names: Mapping[str, str], task: str) -> dict[str, str
     paths = {split: folder / name for split, name in names.items()}
     for split, path in paths.items():
         if not path.is_file():
+            nested = folder / task  # --data_dir given as the parent of the task folders (../shared/data)
+            hint = f"; did you mean --data_dir {nested}?" if all((nested / n).is_file() for n in names.values()) else ""
             raise FileNotFoundError(
-                f"--data_dir: {str(folder)!r} has no {path.name} (the {split} split of --task {task})"
+                f"--data_dir: {str(folder)!r} has no {path.name} (the {split} split of --task {task}){hint}"
             )
     return {split: str(path) for split, path in paths.items()}
 
@@ -135,7 +137,14 @@ def load_mrpc(data_dir: str | Path):
 
 
 def _load_rt_polarity(data_dir: str | Path):
-    return load_label_files(data_dir, "8000,1000,1662", seed=42, pattern="rt-polarity.*", argument="--data_dir")
+    folder, pattern = Path(data_dir), "rt-polarity.*"
+    nested = folder / "rt_polarity"  # --data_dir given as the parent of the task folders
+    if folder.is_dir() and not any(folder.glob(pattern)) and any(nested.glob(pattern)):
+        raise FileNotFoundError(
+            f"--data_dir: {str(folder)!r} has no {pattern} files (--task rt_polarity); "
+            f"did you mean --data_dir {nested}?"
+        )
+    return load_label_files(data_dir, "8000,1000,1662", seed=42, pattern=pattern, argument="--data_dir")
 
 
 @dataclass(frozen=True)
