@@ -15,6 +15,7 @@ from transformers import (
     BertConfig,
     BertForMaskedLM,
     BertModel,
+    TrainerCallback,
     TrainingArguments,
 )
 from transformers.utils import logging as hf_logging
@@ -68,8 +69,8 @@ def tokenizer(corpus):
     return train_tokenizer([file.read_text() for file in sorted(corpus.glob("*.txt"))], vocab_size=100)
 
 
-def pretrain(corpus: Path, output_dir: Path, *extra: str, steps: int = 3) -> dict:
-    """`run_pretraining` from an argv, as `hf-ffn mlm` parses it: a tiny model, blocks of 32, batch 4, no dropout."""
+def pretrain(corpus: Path, output_dir: Path, *extra: str, steps: int = 3, callbacks=None) -> dict:
+    """`run_pretraining` from an argv, as `hf-ffn mlm` parses it: a tiny model, blocks of 32, batch 4."""
     argv = [
         "--train_files",
         str(corpus),
@@ -98,9 +99,9 @@ def pretrain(corpus: Path, output_dir: Path, *extra: str, steps: int = 3) -> dic
         *extra,
     ]
     if "--model_name_or_path" not in extra:
-        argv += ["--vocab_size", "100", *SMALL]
+        argv += SMALL if "--tokenizer_name" in extra else ["--vocab_size", "100", *SMALL]
     args, data_args, training_args = pretraining_parser().parse_args_into_dataclasses(args=argv)
-    return run_pretraining(args, data_args, training_args)
+    return run_pretraining(args, data_args, training_args, callbacks=callbacks)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -307,6 +308,45 @@ def test_three_step_run_from_scratch(corpus, tmp_path, placement, ffn_type):
     assert type(model).__name__ == "FfnBertForMaskedLM"
     # the MLM decoder is tied to the word embeddings
     assert model.cls.predictions.decoder.weight.data_ptr() == model.bert.embeddings.word_embeddings.weight.data_ptr()
+
+
+class TrainingBatches(TrainerCallback):
+    """Records the input ids and labels of every training forward (a forward pre-hook set at `on_train_begin`)."""
+
+    def __init__(self):
+        self.batches = []
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        def record(module, _args, inputs):
+            if module.training:
+                self.batches.append((inputs["input_ids"].clone(), inputs["labels"].clone()))
+
+        model.register_forward_pre_hook(record, with_kwargs=True)
+
+
+def test_every_variant_of_a_seed_trains_on_the_same_blocks_and_masks(corpus, tokenizer, tmp_path):
+    """The pre-training study's paired design: with one seed and one tokenizer, runs that differ only in the FFN or
+    the LayerNorm placement see the same blocks in the same order with the same masks (dropout on, as in training:
+    its draws have the same shapes for every variant). Another seed gives other masks (the control)."""
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    shared = ("--tokenizer_name", str(tmp_path / "tokenizer"))
+    seen = {}
+    for name, variant in {
+        "gelu": ("--ffn_type", "gelu"),
+        "swiglu": ("--ffn_type", "swiglu"),
+        "relu pre-ln": ("--ffn_type", "relu", "--layer_norm_position", "pre"),
+        "gelu seed 1": ("--ffn_type", "gelu", "--seed", "1"),
+    }.items():
+        recorder = TrainingBatches()
+        pretrain(corpus, tmp_path / name, *shared, *variant, callbacks=[recorder])
+        seen[name] = recorder.batches
+    assert len(seen["gelu"]) == 3 and seen["gelu"][0][0].shape == (4, 32)
+    for name in ("swiglu", "relu pre-ln"):
+        assert all(
+            torch.equal(ids, other_ids) and torch.equal(labels, other_labels)
+            for (ids, labels), (other_ids, other_labels) in zip(seen["gelu"], seen[name], strict=True)
+        ), name
+    assert not torch.equal(seen["gelu"][0][1], seen["gelu seed 1"][0][1])
 
 
 def test_resumed_run_ends_with_the_uninterrupted_runs_weights(corpus, tmp_path):

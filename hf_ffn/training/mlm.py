@@ -9,7 +9,7 @@ import logging
 from collections.abc import Iterator
 
 import numpy as np
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainingArguments
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainerCallback, TrainingArguments
 from transformers.utils import logging as hf_logging
 
 from .data import FixedOrRandomMaskCollator, PaddingFreeCollator, mask_once
@@ -89,13 +89,15 @@ def mlm_trainer(
     mlm_probability: float = 0.15,
     seed: int = 42,
     padding_free: bool = False,
+    callbacks: list[TrainerCallback] | None = None,
 ) -> Trainer:
     """A `Trainer` for masked-language-model training of `model` on `train_blocks` (rows of `mlm_blocks`).
 
     Training batches are masked afresh each time (BERT's dynamic masking); `eval_blocks` are masked once with
     `seed` (`masked_eval_dataset`), so losses before, during and after training are measured on the same masked
     tokens. `mlm_probability`: BERT's 0.15 (80% [MASK], 10% random token, 10% kept). `padding_free`: every batch
-    concatenated into one row (`PaddingFreeCollator`), each block computed as if alone.
+    concatenated into one row (`PaddingFreeCollator`), each block computed as if alone. `callbacks`: extra
+    `TrainerCallback`s (e.g. a study's gradient recorder), added to the Trainer's defaults.
     """
     collator = FixedOrRandomMaskCollator(tokenizer, mlm_probability)
     return Trainer(
@@ -105,6 +107,7 @@ def mlm_trainer(
         eval_dataset=masked_eval_dataset(eval_blocks, tokenizer, mlm_probability, seed),
         processing_class=tokenizer,
         data_collator=PaddingFreeCollator(then=collator) if padding_free else collator,
+        callbacks=callbacks,
     )
 
 

@@ -40,6 +40,7 @@ from transformers import (
     BertTokenizer,
     HfArgumentParser,
     PreTrainedTokenizerBase,
+    TrainerCallback,
     TrainingArguments,
     set_seed,
 )
@@ -203,7 +204,10 @@ def _tokenizer(
 
 
 def run_pretraining(
-    args: PretrainingArguments, data_args: PretrainingDataArguments, training_args: TrainingArguments
+    args: PretrainingArguments,
+    data_args: PretrainingDataArguments,
+    training_args: TrainingArguments,
+    callbacks: list[TrainerCallback] | None = None,
 ) -> dict:
     """Pre-train an `FfnBertForMaskedLM` (from scratch, or continued from `args.model_name_or_path`) on plain text.
 
@@ -219,6 +223,11 @@ def run_pretraining(
     the checkpoint gets other masks (training masks come from the global torch RNG as a batch is collated, and
     accelerate's data loader collates one batch ahead of the RNG state a checkpoint saves): same blocks, steps and
     schedule, other random masks.
+
+    Two runs with the same seed and data see the same blocks in the same order with the same training masks,
+    whatever their FFN type or LayerNorm placement: the global RNG is seeded again after the model is built
+    (Trainer's `set_seed`), and every variant draws the same random numbers per step (dropout shapes do not depend
+    on the FFN). `callbacks`: extra `TrainerCallback`s for the run's Trainer.
 
     Returns:
         `{"results": metrics, "log_history": [...], "summary": one line, **report}`.
@@ -278,6 +287,7 @@ def run_pretraining(
         data_args.mlm_probability,
         data_args.split_seed,
         padding_free=args.padding_free,
+        callbacks=callbacks,
     )
     before = {} if resume else trainer.evaluate(metric_key_prefix="before")
     train_output = trainer.train(resume_from_checkpoint=resume)
