@@ -178,7 +178,7 @@ def train_one(run: Run, data_dir: Path, output_dir: Path) -> dict:
         "eval": evals,
         "train": [(h["step"], h["loss"]) for h in history if "loss" in h],
         "grad_norm": [(h["step"], h["grad_norm"]) for h in history if "grad_norm" in h],
-        "learning_rate": [(h["step"], h["learning_rate"]) for h in history if "learning_rate" in h],
+        "learning_rate_schedule": [(h["step"], h["learning_rate"]) for h in history if "learning_rate" in h],
         "layer_grad_norms": gradients.trace,
         "train_seconds": outcome["train_seconds"],
         "wall_seconds": outcome["wall_seconds"],

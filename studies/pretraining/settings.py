@@ -34,7 +34,7 @@ STUDY_A = {"seeds": (0, 1, 2), "max_steps": 500, "learning_rate": 1e-3, "warmup_
 STUDY_B_FFNS = ("gelu", "swiglu")
 STUDY_B = {
     "seeds": (0,),
-    "max_steps": 200,
+    "max_steps": 150,
     "learning_rates": (1e-3, 3e-3, 1e-2),
     "warmup_ratios": (0.0, 0.1),
     "eval_steps": 50,
