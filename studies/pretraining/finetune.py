@@ -26,21 +26,29 @@ from transformers.utils import logging as hf_logging
 
 from hf_ffn.comparing import finetune_run, format_table
 from hf_ffn.training.tasks import get_task
-from studies.pretraining.run import finished_runs
+from studies.pretraining.records import read_records, study_records
+from studies.pretraining.settings import STUDY_A_VARIANTS
 
 LEARNING_RATE = 1e-4
 FINETUNE_SEEDS = (0, 1, 2)
 
 
-def chosen_models(runs: dict[str, dict]) -> dict[str, str]:
+def order(ffn: str) -> int:
+    """Study A's order of FFNs (`STUDY_A_VARIANTS`), others after."""
+    return STUDY_A_VARIANTS.index(ffn) if ffn in STUDY_A_VARIANTS else len(STUDY_A_VARIANTS)
+
+
+def chosen_models(records: list[dict]) -> dict[str, str]:
     """{label: run name}: each Study A FFN's seed-0 run ("<ffn>-post"), and for Study B the GELU run of each
-    placement with the lowest final held-out loss at seed 0 ("gelu-post-B", "gelu-pre-B")."""
-    chosen = {f"{r['ffn_type']}-post": r["name"] for r in runs.values() if r["study"] == "a" and r["seed"] == 0}
+    placement with the lowest final held-out loss at seed 0 ("gelu-post-B", "gelu-pre-B"); of each study the runs
+    at its longest `max_steps` (`study_records`: a smoke run in the same folder is left out)."""
+    seed0 = {r["ffn_type"]: r["name"] for r in study_records(records, "a") if r["seed"] == 0}
+    chosen = {f"{ffn}-post": seed0[ffn] for ffn in sorted(seed0, key=order)}
     for position in ("post", "pre"):
         cells = [
             r
-            for r in runs.values()
-            if r["study"] == "b" and r["seed"] == 0 and r["ffn_type"] == "gelu" and r["layer_norm_position"] == position
+            for r in study_records(records, "b")
+            if r["seed"] == 0 and r["ffn_type"] == "gelu" and r["layer_norm_position"] == position
         ]
         finite = [r for r in cells if r["final_loss"] == r["final_loss"]]  # NaN != NaN
         if finite:
@@ -57,7 +65,9 @@ def majority_share(task: str, data_dir: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m studies.pretraining.finetune", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--data_dir", type=Path, required=True, help="the folder holding the task folders")
     parser.add_argument("--output_dir", type=Path, default=Path("out/pretraining"))
     parser.add_argument("--task", default="rt_polarity")
@@ -67,8 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     hf_logging.set_verbosity_error()
-    runs = finished_runs(args.output_dir / "runs.jsonl")
-    models = chosen_models(runs)
+    models = chosen_models(read_records(args.output_dir / "runs.jsonl"))
     records_file = args.output_dir / "finetune.jsonl"
     done = (
         {(r["variant"], r["task"], r["seed"]) for r in map(json.loads, records_file.read_text().splitlines())}

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import statistics
 from pathlib import Path
 
@@ -32,43 +31,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hf_ffn.comparing import paired_t_interval  # noqa: E402
+from studies.pretraining.records import read_records, study_records  # noqa: E402
 from studies.pretraining.settings import RUN_DEFAULTS, SIZES, STUDY_A_VARIANTS  # noqa: E402
 
 NAMES = {"relu": "ReLU", "gelu": "GELU", "geglu": "GeGLU", "swiglu": "SwiGLU", "reglu": "ReGLU"}
 REFERENCE = "gelu"
-STEP_COST_COMMAND = "python -m studies.pretraining.step_cost --threads 2"
+STEP_COST_COMMAND = "python -m studies.pretraining.step_cost --threads 2 --output {path}"
 FIGURES = ("study_a_curves.png", "study_b_lr.png", "study_b_grad_norms.png")
 
 
 def label(ffn: str) -> str:
     """The FFN's name as written in the tables ("swiglu" → "SwiGLU")."""
     return NAMES.get(ffn, ffn)
-
-
-def read_records(path: Path) -> list[dict]:
-    """The records of runs.jsonl (a later record of the same name wins; a partial line, a run being written, is
-    skipped), each with `lr`, the run's peak learning rate. Records written before the runner kept the schedule
-    apart ("learning_rate_schedule") hold the schedule under "learning_rate": it is moved, the peak read from the
-    run's name."""
-    records = {}
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record.get("learning_rate"), list):
-            record["learning_rate_schedule"] = record["learning_rate"]
-            record["learning_rate"] = float(re.search(r"-lr(.+?)-warmup", record["name"])[1])
-        record["lr"] = record["learning_rate"]
-        records[record["name"]] = record
-    return list(records.values())
-
-
-def study_records(records: list[dict], study: str) -> list[dict]:
-    """The records of `study` ("a" or "b") at its longest max_steps (a shorter smoke run is left out), by seed."""
-    chosen = [r for r in records if r["study"] == study]
-    longest = max((r["max_steps"] for r in chosen), default=0)
-    return sorted((r for r in chosen if r["max_steps"] == longest), key=lambda r: (r["seed"], r["name"]))
 
 
 def diverged(record: dict) -> bool:
@@ -159,7 +133,7 @@ def header_lines(corpus: dict, runs_a: list[dict], runs_b: list[dict], groups: d
         f"{SIZES['num_attention_heads']} heads, standard FFN {SIZES['intermediate_size']}, "
         f"batch {SIZES['batch_size']}.",
         "",
-        "| FFN | width | FFN params (all layers) | vs standard | FFN FLOPs/token (all layers) | parameters |",
+        "| FFN | width | FFN params (all layers) | vs standard | FFN FLOPs/token (all layers) | MLM model parameters |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for ffn, runs in groups.items():
@@ -172,8 +146,9 @@ def header_lines(corpus: dict, runs_a: list[dict], runs_b: list[dict], groups: d
     return lines
 
 
-def study_a_lines(groups: dict) -> list[str]:
-    """Study A at equal steps: loss per variant over seeds and the paired difference from GELU."""
+def study_a_lines(groups: dict, unigram: float) -> list[str]:
+    """Study A at equal steps: loss per variant over seeds and the paired difference from GELU; a run marked †
+    diverged, ‡ failed (its final loss above `unigram`)."""
     seeds = sorted({r["seed"] for runs in groups.values() for r in runs})
     reference = groups.get(REFERENCE, [])
     lines = [
@@ -186,7 +161,10 @@ def study_a_lines(groups: dict) -> list[str]:
         mean = statistics.mean(losses)
         sd = f" ± {statistics.stdev(losses):.4f}" if len(losses) > 1 else ""
         missing = sorted(set(seeds) - {r["seed"] for r in runs})
-        per_seed = ", ".join(f"s{r['seed']} {r['final_loss']:.4f}" + (" †" if diverged(r) else "") for r in runs)
+        per_seed = ", ".join(
+            f"s{r['seed']} {r['final_loss']:.4f}" + (" †" if diverged(r) else " ‡" if r["final_loss"] > unigram else "")
+            for r in runs
+        )
         per_seed += f" (missing: seed {', '.join(map(str, missing))})" if missing else ""
         if ffn == REFERENCE:
             delta, verdict = "reference", f"n={len(runs)}" + (", no interval" if len(runs) < 2 else "")
@@ -210,7 +188,8 @@ def study_a_lines(groups: dict) -> list[str]:
 def equal_time_lines(groups: dict, step_cost: dict | None, step_cost_path: Path) -> list[str]:
     """Study A at equal wall-clock time (ours), from the step-cost ratios to GELU."""
     if step_cost is None:
-        return [f"No step-cost file ({step_cost_path}); `{STEP_COST_COMMAND}` writes it."]
+        command = STEP_COST_COMMAND.format(path=step_cost_path)
+        return [f"No step-cost file ({step_cost_path}); `{command}` writes it."]
     costs, sizes = step_cost["variants"], step_cost.get("sizes", {})
     if REFERENCE not in costs or REFERENCE not in groups:
         return ["The step-cost file or the runs have no GELU: no equal-time comparison."]
@@ -458,7 +437,7 @@ def write_report(output_dir: Path, step_cost_path: Path, write_to: Path) -> str:
             "loss (nats), Δ = variant − GELU paired by seed.",
             "",
         ]
-        lines += study_a_lines(groups) + ["", "## Study A at equal wall-clock time", ""]
+        lines += study_a_lines(groups, unigram) + ["", "## Study A at equal wall-clock time", ""]
         lines += equal_time_lines(groups, step_cost, step_cost_path)
         plot_study_a(groups, step_cost, unigram, write_to / FIGURES[0])
         lines += ["", f"![Study A held-out loss curves]({FIGURES[0]})"]
@@ -493,7 +472,7 @@ def write_report(output_dir: Path, step_cost_path: Path, write_to: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m studies.pretraining.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--output_dir", type=Path, default=Path("out/pretraining"), help="runs.jsonl, corpus.json")
     parser.add_argument("--step_cost", type=Path, default=None, help="default: OUTPUT_DIR/step_cost.json")
     parser.add_argument("--write_to", type=Path, default=None, help="default: OUTPUT_DIR")

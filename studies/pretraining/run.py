@@ -11,7 +11,7 @@ blocks, tokens, the unigram and uniform baselines of the held-out loss), `runs/<
 `runs.jsonl` (one record per finished run: settings, held-out loss curve, training loss and gradient-norm curves,
 per-layer gradient norms, the `run_info.json` report). Resumable: a run whose record is in runs.jsonl is skipped;
 an interrupted run starts again from its beginning. `python -m studies.pretraining.report` makes the tables and
-figures from runs.jsonl.
+figures from runs.jsonl (`studies.pretraining.records` reads it).
 
 Every run of a seed sees the same blocks in the same order with the same masks (the library's guarantee, tested in
 tests/test_pretraining.py); the held-out split (10% of the documents, `split_seed` 42) and its masks are the same
@@ -43,6 +43,7 @@ from hf_ffn.training.pretraining import (
     train_tokenizer,
 )
 from hf_ffn.training.readers import read_text_documents
+from studies.pretraining.records import read_records
 from studies.pretraining.settings import (
     CORPUS,
     DOCUMENT_START,
@@ -116,14 +117,6 @@ def prepare_corpus(data_dir: Path, output_dir: Path) -> dict:
     return corpus
 
 
-def finished_runs(runs_file: Path) -> dict[str, dict]:
-    """The records of runs.jsonl by run name (a later record of the same name wins)."""
-    if not runs_file.is_file():
-        return {}
-    records = [json.loads(line) for line in runs_file.read_text().splitlines() if line.strip()]
-    return {record["name"]: record for record in records}
-
-
 def train_one(run: Run, data_dir: Path, output_dir: Path) -> dict:
     """Pre-train `run` through `run_pretraining` and return its record for runs.jsonl."""
     folder = output_dir / "runs" / run.name
@@ -192,7 +185,7 @@ def train_one(run: Run, data_dir: Path, output_dir: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m studies.pretraining.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--study", choices=("a", "b"), required=True)
     parser.add_argument("--data_dir", type=Path, required=True, help="the folder holding state_union/ and wikitext2/")
     parser.add_argument("--output_dir", type=Path, default=Path("out/pretraining"))
@@ -201,16 +194,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", nargs="+", default=None, help="run only these run names")
     args = parser.parse_args(argv)
+    missing = [path for path in CORPUS if not (args.data_dir / path).exists()]
+    if missing:
+        parser.error(f"--data_dir {str(args.data_dir)!r} lacks {', '.join(missing)}: it must hold {', '.join(CORPUS)}")
+    runs = study_runs(args.study, seeds=args.seeds, max_steps=args.max_steps)
+    if args.only:
+        unknown = sorted(set(args.only) - {run.name for run in runs})
+        if unknown:
+            parser.error(f"--only: no run of study {args.study} is named {', '.join(unknown)} (e.g. {runs[0].name})")
+        runs = [run for run in runs if run.name in args.only]
     torch.set_num_threads(args.threads)
     hf_logging.set_verbosity_error()
     args.output_dir.mkdir(parents=True, exist_ok=True)
     corpus = prepare_corpus(args.data_dir, args.output_dir)
     print(f"corpus: {json.dumps(corpus)}", flush=True)
     runs_file = args.output_dir / "runs.jsonl"
-    runs = study_runs(args.study, seeds=args.seeds, max_steps=args.max_steps)
-    if args.only:
-        runs = [run for run in runs if run.name in args.only]
-    done = finished_runs(runs_file)
+    done = {record["name"] for record in read_records(runs_file)}
     todo = [run for run in runs if run.name not in done]
     print(f"study {args.study}: {len(runs)} runs, {len(runs) - len(todo)} already in {runs_file}", flush=True)
     for k, run in enumerate(todo, 1):

@@ -1,0 +1,35 @@
+"""The pre-training study's run records (runs.jsonl, one JSON object per finished run, written by
+`studies.pretraining.run`): read by the runner (what is done), the fine-tuning runner (which checkpoints) and the
+report."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+
+def read_records(path: Path) -> list[dict]:
+    """The records of runs.jsonl (a later record of the same name wins; a partial line, a run being written, is
+    skipped), each with `lr`, the run's peak learning rate. Records written before the runner kept the schedule
+    apart ("learning_rate_schedule") hold the schedule under "learning_rate": it is moved, the peak read from the
+    run's name."""
+    records = {}
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record.get("learning_rate"), list):
+            record["learning_rate_schedule"] = record["learning_rate"]
+            record["learning_rate"] = float(re.search(r"-lr(.+?)-warmup", record["name"])[1])
+        record["lr"] = record["learning_rate"]
+        records[record["name"]] = record
+    return list(records.values())
+
+
+def study_records(records: list[dict], study: str) -> list[dict]:
+    """The records of `study` ("a" or "b") at its longest max_steps (a shorter smoke run is left out), by seed."""
+    chosen = [r for r in records if r["study"] == study]
+    longest = max((r["max_steps"] for r in chosen), default=0)
+    return sorted((r for r in chosen if r["max_steps"] == longest), key=lambda r: (r["seed"], r["name"]))
