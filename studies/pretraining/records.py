@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 
@@ -29,7 +30,16 @@ def read_records(path: Path) -> list[dict]:
 
 
 def study_records(records: list[dict], study: str) -> list[dict]:
-    """The records of `study` ("a" or "b") at its longest max_steps (a shorter smoke run is left out), by seed."""
+    """The records of `study`'s grid ("a" or "b"): the runs at the `max_steps` most of its runs have (ties: the
+    longest), so a smoke run in the same folder, or a few longer runs beside the grid, are left out; by seed."""
     chosen = [r for r in records if r["study"] == study]
-    longest = max((r["max_steps"] for r in chosen), default=0)
-    return sorted((r for r in chosen if r["max_steps"] == longest), key=lambda r: (r["seed"], r["name"]))
+    counts = Counter(r["max_steps"] for r in chosen)
+    grid = max(counts, key=lambda steps: (counts[steps], steps), default=0)
+    return sorted((r for r in chosen if r["max_steps"] == grid), key=lambda r: (r["seed"], r["name"]))
+
+
+def longer_records(records: list[dict], study: str) -> list[dict]:
+    """The runs of `study` longer than its grid's (`study_records`), by name."""
+    grid = study_records(records, study)
+    steps = grid[0]["max_steps"] if grid else 0
+    return sorted((r for r in records if r["study"] == study and r["max_steps"] > steps), key=lambda r: r["name"])

@@ -31,7 +31,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hf_ffn.comparing import paired_t_interval  # noqa: E402
-from studies.pretraining.records import read_records, study_records  # noqa: E402
+from studies.pretraining.records import longer_records, read_records, study_records  # noqa: E402
 from studies.pretraining.settings import RUN_DEFAULTS, SIZES, STUDY_A_VARIANTS  # noqa: E402
 
 NAMES = {"relu": "ReLU", "gelu": "GELU", "geglu": "GeGLU", "swiglu": "SwiGLU", "reglu": "ReGLU"}
@@ -417,6 +417,25 @@ def plot_grad_norms(lr: float, chosen: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def longer_lines(runs: list[dict], unigram: float, grid: list[dict]) -> list[str]:
+    """A table of Study B runs longer than the grid: their held-out loss every 100 steps (and at the grid's last
+    step), and their status at the end (trained, failed: above `unigram`, diverged)."""
+    grid_steps = grid[0]["max_steps"] if grid else None
+    steps = sorted({s for r in runs for s, _ in r["eval"] if s % 100 == 0 or s == grid_steps} - {0})
+    lines = [
+        "| FFN | placement | lr | warm-up | seed | " + " | ".join(f"step {s}" for s in steps) + " | status |",
+        "|---|---|---:|---:|---:|" + "---:|" * len(steps) + "---|",
+    ]
+    for r in runs:
+        curve = {int(step): loss for step, loss in r["eval"]}
+        cells = " | ".join(f"{curve[s]:.4f}" if s in curve else "" for s in steps)
+        lines.append(
+            f"| {label(r['ffn_type'])} | {r['layer_norm_position']}-LN | {r['lr']:g} | {r['warmup_ratio']:g} | "
+            f"{r['seed']} | {cells} | {status([r], unigram)} |"
+        )
+    return lines
+
+
 def write_report(output_dir: Path, step_cost_path: Path, write_to: Path) -> str:
     """Write report.md and the figures into `write_to` from the files of `output_dir`; return the report's text."""
     corpus = json.loads((output_dir / "corpus.json").read_text())
@@ -466,6 +485,9 @@ def write_report(output_dir: Path, step_cost_path: Path, write_to: Path) -> str:
             ]
     else:
         lines.append("No Study B runs yet.")
+    longer = longer_records(records, "b")
+    if longer:
+        lines += ["", "## Study B: longer runs beside the grid", ""] + longer_lines(longer, unigram, runs_b)
     text = "\n".join(lines) + "\n"
     (write_to / "report.md").write_text(text)
     return text

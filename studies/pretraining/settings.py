@@ -1,10 +1,12 @@
 """The pre-training study's fixed choices: model size, corpus, optimiser, and the runs of each study.
 
-Size. 4 layers × hidden 128, 2 heads, standard FFN 512 (BERT's 4 × hidden), vocabulary 4,096, blocks
-of 128 tokens, batch 32. Measured side by side on this machine (2 threads, `studies.pretraining.step_cost`): one
-training step of BERT-mini's shape (4 × 256, FFN 1024, vocabulary 8,192) takes 0.88 s, this size 0.33 s. The
-session that ran the study had about 90 minutes of one process for both studies (54 runs); at 4 × 256 that is
-about 6,000 steps, 110 per run; at 4 × 128, about 16,000. See README.md for the budget.
+Size. 4 layers × hidden 128, 2 heads, standard FFN 512 (BERT's 4 × hidden), vocabulary 4,096, blocks of 128
+tokens, batch 32. Chosen from a measured cost per step (2 threads, one process, side by side): BERT-mini's shape
+(4 × 256, FFN 1024, vocabulary 8,192) takes 0.88 s a step, this size 0.33 s (0.37 s inside Trainer). The session
+that ran the study had about 100 minutes of one process for both studies and the fine-tuning; at this size that
+is 15 Study A runs of 500 steps (about 3.6 minutes each) and 24 Study B runs of 150 steps (about 1.2 minutes each).
+The full plan of issue 31 (about 8 hours) would give each Study A run 5× the steps: the runners take
+`--max_steps` and `--seeds` (a run's name carries its steps and seed, so a longer budget adds new runs).
 """
 
 from __future__ import annotations
