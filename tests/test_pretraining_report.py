@@ -53,7 +53,11 @@ def study(tmp_path):
     post = record("b", "gelu", 0, 6.0, "post", 1e-2, 0.0, 250)
     post["eval"][1][1] = math.nan
     pre = record("b", "gelu", 0, 5.5, "pre", 1e-2, 0.0, 250)
-    lines = [json.dumps(r) for r in gelu + swiglu + [post, pre]]
+    warmed = record("b", "gelu", 0, 5.8, "post", 1e-2, 0.1, 250)  # warm-up rescues GELU Post-LN
+    # SwiGLU: Post-LN above the unigram baseline with and without warm-up, Pre-LN trained without
+    stuck = [record("b", "swiglu", 0, 7.0, "post", 1e-2, w, 250) for w in (0.0, 0.1)]
+    swiglu_pre = record("b", "swiglu", 0, 5.5, "pre", 1e-2, 0.0, 250)
+    lines = [json.dumps(r) for r in gelu + swiglu + [post, pre, warmed, *stuck, swiglu_pre]]
     (tmp_path / "runs.jsonl").write_text("\n".join(lines) + '\n{"name": "partial')  # a run being written
     corpus = {
         "documents": {"train": 9, "held_out": 1},
@@ -72,7 +76,7 @@ def study(tmp_path):
 
 def test_paired_interval_by_hand(study):
     records = report.read_records(study / "runs.jsonl")
-    assert len(records) == 8 and records[0]["lr"] == 1e-3  # the partial line skipped, the peak lr from the name
+    assert len(records) == 12 and records[0]["lr"] == 1e-3  # the partial line skipped, the peak lr from the name
     groups = report.groups_by(report.study_records(records, "a"), lambda r: r["ffn_type"])
     differences, (mean, low, high) = report.paired(groups["swiglu"], groups["gelu"])
     assert differences == pytest.approx([0.1, 0.2, 0.3])
@@ -101,7 +105,14 @@ def test_report_regenerates_identically(study, tmp_path_factory):
     assert f"an interval half-width of {half:.4f} nats" in text
     assert "| 400.0 |" in text  # SwiGLU's steps in GELU's time, 500 / 1.25
     assert "| GELU | post-LN | 0 | 6.0000 † |" in text  # a NaN held-out loss mid-run: diverged
-    assert "- GELU: yes: Post-LN without warm-up diverged at lr 0.01, where Pre-LN without warm-up trained." in text
+    assert (
+        "- GELU: yes: warm-up rescues Post-LN where Pre-LN needs none. Post-LN without warm-up diverged at lr 0.01, "
+        "where Pre-LN without warm-up trained; Post-LN with warm-up 0.1, trained at lr 0.01." in text
+    )
+    assert "- SwiGLU: in part: Pre-LN trains without warm-up at a rate where Post-LN does not, but the warm-up" in text
+    assert (
+        "Post-LN without warm-up failed at lr 0.01, where Pre-LN without warm-up trained; Post-LN with warm-up " in text
+    )
     again = tmp_path_factory.mktemp("again")
     assert report.write_report(study, study / "step_cost.json", again) == text
     for name in ("report.md", *report.FIGURES):

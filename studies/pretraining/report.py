@@ -299,14 +299,20 @@ def xiong_readout(cells: dict, unigram: float) -> list[str]:
         hits = [lr for lr in lrs if post[lr] in ("diverged", "failed") and pre[lr] == "trained"]
         if hits:
             where = ", ".join(f"{post[lr]} at lr {lr:g}" for lr in hits)
-            rescued = "".join(
-                f"; with warm-up {w:g} Post-LN {cell_outcome(cells, unigram, (ffn, 'post', w, lr)) or 'not run'} "
-                f"at lr {lr:g}"
-                for lr in hits
-                for w in warmups
+            warmed = {(lr, w): cell_outcome(cells, unigram, (ffn, "post", w, lr)) for lr in hits for w in warmups}
+            rescued = [key for key, outcome in warmed.items() if outcome == "trained"]
+            tried = "; ".join(
+                f"with warm-up {w:g}, {outcome or 'not run'} at lr {lr:g}" for (lr, w), outcome in warmed.items()
+            )
+            verdict = (
+                "yes: warm-up rescues Post-LN where Pre-LN needs none"
+                if rescued
+                else "in part: Pre-LN trains without warm-up at a rate where Post-LN does not, but the warm-up "
+                "tried does not rescue Post-LN there (Pre-LN tolerates a larger learning rate)"
             )
             lines.append(
-                f"- {label(ffn)}: yes: Post-LN without warm-up {where}, where Pre-LN without warm-up trained{rescued}."
+                f"- {label(ffn)}: {verdict}. Post-LN without warm-up {where}, where Pre-LN without warm-up "
+                f"trained; Post-LN {tried}."
             )
         else:
             lines.append(
