@@ -57,7 +57,8 @@ def study(tmp_path):
     # SwiGLU: Post-LN above the unigram baseline with and without warm-up, Pre-LN trained without
     stuck = [record("b", "swiglu", 0, 7.0, "post", 1e-2, w, 250) for w in (0.0, 0.1)]
     swiglu_pre = record("b", "swiglu", 0, 5.5, "pre", 1e-2, 0.0, 250)
-    lines = [json.dumps(r) for r in gelu + swiglu + [post, pre, warmed, *stuck, swiglu_pre]]
+    longer = record("b", "gelu", 0, 5.2, "post", 1e-2, 0.0, 1000, middle=5.9)  # beside the 250-step grid
+    lines = [json.dumps(r) for r in gelu + swiglu + [post, pre, warmed, *stuck, swiglu_pre, longer]]
     (tmp_path / "runs.jsonl").write_text("\n".join(lines) + '\n{"name": "partial')  # a run being written
     corpus = {
         "documents": {"train": 9, "held_out": 1},
@@ -76,7 +77,7 @@ def study(tmp_path):
 
 def test_paired_interval_by_hand(study):
     records = report.read_records(study / "runs.jsonl")
-    assert len(records) == 12 and records[0]["lr"] == 1e-3  # the partial line skipped, the peak lr from the name
+    assert len(records) == 13 and records[0]["lr"] == 1e-3  # the partial line skipped, the peak lr from the name
     groups = report.groups_by(report.study_records(records, "a"), lambda r: r["ffn_type"])
     differences, (mean, low, high) = report.paired(groups["swiglu"], groups["gelu"])
     assert differences == pytest.approx([0.1, 0.2, 0.3])
@@ -109,6 +110,9 @@ def test_report_regenerates_identically(study, tmp_path_factory):
         "- GELU: yes: warm-up rescues Post-LN where Pre-LN needs none. Post-LN without warm-up diverged at lr 0.01, "
         "where Pre-LN without warm-up trained; Post-LN with warm-up 0.1, trained at lr 0.01." in text
     )
+    # the 1000-step run is not in the grid's table but in its own, with its losses at the hundreds it logged
+    assert "| FFN | placement | lr | warm-up | seed | step 500 | step 1000 | status |" in text
+    assert "| GELU | post-LN | 0.01 | 0 | 0 | 5.9000 | 5.2000 | trained |" in text
     assert "- SwiGLU: in part: Pre-LN trains without warm-up at a rate where Post-LN does not, but the warm-up" in text
     assert (
         "Post-LN without warm-up failed at lr 0.01, where Pre-LN without warm-up trained; Post-LN with warm-up " in text
