@@ -1,8 +1,9 @@
-"""Do the from-scratch models fine-tune? Each Study A variant's seed-0 checkpoint and Study B's best Post-LN and
-best Pre-LN GELU checkpoints, fine-tuned on a task preset with three fine-tuning seeds (`hf_ffn.comparing.
-finetune_run`: `hf_ffn.training.finetune`, the task's recipe with this study's learning rate).
+"""Do the from-scratch models fine-tune? Each Study A variant's seed-0 checkpoint, Study B's best Post-LN and
+best Pre-LN GELU checkpoints and, as the control, Study A's GELU model untrained (as initialised), fine-tuned on a
+task preset with three fine-tuning seeds (`hf_ffn.comparing.finetune_run`: `hf_ffn.training.finetune`, the task's
+recipe with this study's learning rate).
 
-    python -m studies.pretraining.finetune --data_dir ../shared/data      # 21 runs, about 20 minutes here
+    python -m studies.pretraining.finetune --data_dir ../shared/data      # 24 runs, about 42 minutes here
 
 Reads `--output_dir`/runs.jsonl and the models in runs/ (from `studies.pretraining.run`); appends to
 `finetune.jsonl` (resumable: a recorded run is skipped) and writes `finetune.md`: per model the score (mean ± sd
@@ -22,14 +23,18 @@ from collections import Counter
 from pathlib import Path
 
 import torch
+from transformers import AutoTokenizer, set_seed
 from transformers.utils import logging as hf_logging
 
-from hf_ffn.comparing import finetune_run, format_table
+from hf_ffn.comparing import finetune_run, format_table, paired_score_difference
+from hf_ffn.configuration_ffn_bert import FfnBertConfig
+from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.tasks import get_task
 from studies.pretraining.records import read_records, study_records
 from studies.pretraining.settings import STUDY_A_VARIANTS
 
 LEARNING_RATE = 1e-4
+UNTRAINED = "untrained"  # the control: Study A's GELU model as initialised, never pre-trained
 FINETUNE_SEEDS = (0, 1, 2)
 
 
@@ -53,7 +58,21 @@ def chosen_models(records: list[dict]) -> dict[str, str]:
         finite = [r for r in cells if r["final_loss"] == r["final_loss"]]  # NaN != NaN
         if finite:
             chosen[f"gelu-{position}-B"] = min(finite, key=lambda r: r["final_loss"])["name"]
+    if "gelu-post" in chosen:
+        chosen["gelu-untrained"] = UNTRAINED
     return chosen
+
+
+def untrained_checkpoint(runs_dir: Path, like: str) -> Path:
+    """`runs_dir/untrained`: the model of run `like` as initialised with seed 0 (its config and tokenizer, weights
+    never trained), saved once: what fine-tuning reaches without pre-training."""
+    folder = runs_dir / UNTRAINED
+    if not (folder / "config.json").is_file():
+        set_seed(0)
+        model = FfnBertForMaskedLM(FfnBertConfig.from_pretrained(runs_dir / like))
+        model.save_pretrained(folder)
+        AutoTokenizer.from_pretrained(runs_dir / like).save_pretrained(folder)
+    return folder
 
 
 def majority_share(task: str, data_dir: Path) -> float:
@@ -89,8 +108,13 @@ def main(argv: list[str] | None = None) -> None:
             if (label, args.task, seed) in done:
                 continue
             run_dir = args.output_dir / "finetune" / label / args.task / f"seed{seed}"
+            runs_dir = args.output_dir / "runs"
+            if run_name == UNTRAINED:
+                start = untrained_checkpoint(runs_dir, models["gelu-post"])
+            else:
+                start = runs_dir / run_name
             outcome = finetune_run(
-                str(args.output_dir / "runs" / run_name),
+                str(start),
                 args.task,
                 args.data_dir,
                 seed,
@@ -111,6 +135,13 @@ def write_report(output_dir: Path, task: str, data_dir: Path, models: dict[str, 
     records = [json.loads(line) for line in (output_dir / "finetune.jsonl").read_text().splitlines() if line]
     labels = [label for label in models if any(r["variant"] == label for r in records)]
     table = format_table(records, labels, [task])
+    pair = [[r for r in records if r["variant"] == label] for label in ("gelu-pre-B", "gelu-post-B")]
+    if all(pair) and (interval := paired_score_difference(*pair)):
+        mean, low, high = interval
+        table += (
+            f"\nStudy B's pair, Pre-LN − Post-LN (both GELU, 150 steps), paired by fine-tuning seed: "
+            f"{mean:+.2f} [{low:+.2f}, {high:+.2f}].\n"
+        )
     chance = majority_share(task, data_dir)
     lines = [
         f"# Fine-tuning the from-scratch checkpoints on {task}",

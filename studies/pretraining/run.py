@@ -1,8 +1,8 @@
 """Pre-training from scratch, every variant the same way: the runs of Study A (the FFN table) and Study B (Post-LN
 vs Pre-LN over learning rate and warm-up), each one `hf_ffn.training.run_pretraining` (what `hf-ffn mlm` runs).
 
-    python -m studies.pretraining.run --study a --data_dir ../shared/data     # 15 runs, about 50 minutes here
-    python -m studies.pretraining.run --study b --data_dir ../shared/data     # 24 runs, about 40 minutes here
+    python -m studies.pretraining.run --study a --data_dir ../shared/data     # 15 runs, about 55 minutes here
+    python -m studies.pretraining.run --study b --data_dir ../shared/data     # 24 runs, about 27 minutes here
     python -m studies.pretraining.run --study a --seeds 0 --max_steps 20 --output_dir out/pretraining-smoke  # 2 min
 
 Writes to `--output_dir` (default out/pretraining): `tokenizer/` (one WordPiece vocabulary, trained once on the

@@ -3,7 +3,7 @@
 Size. 4 layers × hidden 128, 2 heads, standard FFN 512 (BERT's 4 × hidden), vocabulary 4,096, blocks of 128
 tokens, batch 32. Chosen from a measured cost per step (2 threads, one process, side by side): BERT-mini's shape
 (4 × 256, FFN 1024, vocabulary 8,192) takes 0.88 s a step, this size 0.33 s (0.37 s inside Trainer). The session
-that ran the study had about 100 minutes of one process for both studies and the fine-tuning; at this size that
+that ran the study had about two hours of one process for both studies and the fine-tuning; at this size that
 is 15 Study A runs of 500 steps (about 3.6 minutes each) and 24 Study B runs of 150 steps (about 1.2 minutes each).
 The full plan of issue 31 (about 8 hours) would give each Study A run 5× the steps: the runners take
 `--max_steps` and `--seeds` (a run's name carries its steps and seed, so a longer budget adds new runs).

@@ -1,7 +1,7 @@
 """Seconds per training step of each pre-training variant, measured side by side (interleaved rounds, one process):
 the exchange rate from steps to wall-clock time for the study's equal-time comparison.
 
-    python -m studies.pretraining.step_cost --threads 2        # about 2 minutes; writes out/pretraining/step_cost.json
+    python -m studies.pretraining.step_cost --threads 2        # about a minute; writes out/pretraining/step_cost.json
 
 One step = what `hf-ffn mlm` does per batch: forward with sparse prediction (the MLM head decodes the masked
 positions only), backward, AdamW step, zero_grad, on one batch of random token ids with BERT's 15% masked. Rounds
