@@ -325,6 +325,13 @@ def xiong_readout(cells: dict, unigram: float) -> list[str]:
     return lines
 
 
+def save_figure(fig, path: Path) -> None:
+    """Lay out, write (120 dpi) and close `fig`."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def plot_study_a(groups: dict, step_cost: dict | None, unigram: float, path: Path) -> None:
     """Held-out loss against step (and against estimated seconds when step costs exist): mean over seeds, shaded
     min–max, the unigram baseline dashed."""
@@ -353,9 +360,7 @@ def plot_study_a(groups: dict, step_cost: dict | None, unigram: float, path: Pat
     axes[0][0].set_title("Study A: equal steps")
     if timed:
         axes[0][1].set_title("Study A: against estimated time")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_study_b(cells: dict, unigram: float, path: Path) -> None:
@@ -378,9 +383,7 @@ def plot_study_b(cells: dict, unigram: float, path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("final held-out MLM loss (nats)")
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def grad_norm_runs(runs_b: list[dict]) -> tuple[float, dict]:
@@ -418,9 +421,7 @@ def plot_grad_norms(lr: float, chosen: dict, path: Path) -> None:
             ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("gradient norm")
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def longer_lines(runs: list[dict], unigram: float, grid: list[dict]) -> list[str]:
