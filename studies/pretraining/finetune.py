@@ -26,7 +26,7 @@ import torch
 from transformers import AutoTokenizer, set_seed
 from transformers.utils import logging as hf_logging
 
-from hf_ffn.comparing import finetune_run, format_table, paired_score_difference
+from hf_ffn.comparing import finetune_run, format_table, paired_score_difference, read_runs
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.tasks import get_task
@@ -98,11 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     hf_logging.set_verbosity_error()
     models = chosen_models(read_records(args.output_dir / "runs.jsonl"))
     records_file = args.output_dir / "finetune.jsonl"
-    done = (
-        {(r["variant"], r["task"], r["seed"]) for r in map(json.loads, records_file.read_text().splitlines())}
-        if (records_file.is_file())
-        else set()
-    )
+    done = {(r["variant"], r["task"], r["seed"]) for r in read_runs(records_file)}
     for label, run_name in models.items():
         for seed in args.seeds:
             if (label, args.task, seed) in done:
@@ -132,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def write_report(output_dir: Path, task: str, data_dir: Path, models: dict[str, str]) -> None:
     """finetune.md from finetune.jsonl: the table (`format_table`, baseline gelu-post) and the chance level."""
-    records = [json.loads(line) for line in (output_dir / "finetune.jsonl").read_text().splitlines() if line]
+    records = read_runs(output_dir / "finetune.jsonl")
     labels = [label for label in models if any(r["variant"] == label for r in records)]
     table = format_table(records, labels, [task])
     pair = [[r for r in records if r["variant"] == label] for label in ("gelu-pre-B", "gelu-post-B")]

@@ -4,23 +4,20 @@ report."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from pathlib import Path
+
+from hf_ffn.comparing import read_runs
 
 
 def read_records(path: Path) -> list[dict]:
     """The records of runs.jsonl (a later record of the same name wins; a partial line, a run being written, is
     skipped), each with `lr`, the run's peak learning rate. Records written before the runner kept the schedule
     apart ("learning_rate_schedule") hold the schedule under "learning_rate": it is moved, the peak read from the
-    run's name."""
+    run's name. Lines are read by `hf_ffn.comparing.read_runs`."""
     records = {}
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for record in read_runs(path):
         if isinstance(record.get("learning_rate"), list):
             record["learning_rate_schedule"] = record["learning_rate"]
             record["learning_rate"] = float(re.search(r"-lr(.+?)-warmup", record["name"])[1])
