@@ -1,9 +1,11 @@
 """FFN parameter arithmetic, read off the real modules: what a standard FFN, a gated FFN of the same width and a
-parameter-matched gated FFN cost at BERT-base, BERT-large and LLaMA-2-7B dimensions.
+parameter-matched gated FFN cost at BERT-base, BERT-large and LLaMA-2-7B dimensions; and the forward FLOPs of a
+masked-language model (`mlm_flops`, for the training log's achieved GFLOP/s).
 
 Nothing here is a formula: every count comes from instantiating `FfnBertModel` on the meta device (shapes only,
 no memory) and counting its parameters; FLOPs come from `torch.utils.flop_counter.FlopCounterMode` running the
-layer's FFN on one token. `hf-ffn params` prints the table.
+layer's FFN on one token (or the whole encoder on one block, the MLM head on one position). `hf-ffn params` prints
+the table.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from .configuration_ffn_bert import FfnBertConfig, parameter_matched_glu_width
-from .modeling_ffn_bert import FfnBertModel
+from .modeling_ffn_bert import FfnBertForMaskedLM, FfnBertModel
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,45 @@ def config_row(config: FfnBertConfig, name: str) -> FfnRow:
     )
 
 
+@dataclass(frozen=True)
+class MlmFlops:
+    """Forward FLOPs of a masked-language model, matrix products only (a multiply-add counts 2, FlopCounterMode's
+    convention; LayerNorm, softmax, activations, dropout, embedding lookups and the loss are not counted).
+
+    `encoder_per_token`: the encoder (attention projections, attention scores and values at `seq_length`, FFN)
+    per token of a block of `seq_length` tokens. `head_per_position`: the MLM head (transform and vocabulary
+    decoder) per decoded position.
+    """
+
+    seq_length: int
+    encoder_per_token: float
+    head_per_position: int
+
+    def training_flops(self, tokens: int, decoded_positions: int) -> float:
+        """FLOPs of training steps over `tokens` encoded tokens and `decoded_positions` rows through the MLM head
+        (the labelled positions with sparse prediction, every position without): 3 × forward, the backward pass
+        costing two matrix products per forward one (gradients of the input and of the weight): Kaplan et al.
+        2020 (arXiv 2001.08361, sec. 2.1, C ≈ 6N per token = 2N forward + 4N backward)."""
+        return 3.0 * (self.encoder_per_token * tokens + self.head_per_position * decoded_positions)
+
+
+def mlm_flops(config: FfnBertConfig, seq_length: int) -> MlmFlops:
+    """Count the forward FLOPs of `FfnBertForMaskedLM(config)` (`MlmFlops`) by running its encoder on one block
+    of `seq_length` tokens and its MLM head on one position, on the meta device (padded execution: unpadded
+    execution does the same products on the real tokens)."""
+    config = FfnBertConfig.from_dict({**config.to_dict(), "unpad_tokens": False, "sparse_prediction": False})
+    with torch.device("meta"):
+        model = FfnBertForMaskedLM(config)
+        block = torch.zeros(1, seq_length, dtype=torch.long)  # (batch, seq)
+        position = torch.empty(1, config.hidden_size)  # (positions, hidden)
+    with FlopCounterMode(display=False) as counter:
+        model.bert(input_ids=block)
+    encoder = counter.get_total_flops()
+    with FlopCounterMode(display=False) as counter:
+        model.cls(position)
+    return MlmFlops(seq_length, encoder / seq_length, counter.get_total_flops())
+
+
 def param_table(preset: str) -> list[FfnRow]:
     """Three rows for a preset: the standard FFN, the gated FFN at the same width, and the gated FFN at
     `parameter_matched_glu_width` (same weight count as the standard one).
@@ -151,4 +192,14 @@ def format_markdown(rows: list[FfnRow]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["PRESETS", "Dims", "FfnRow", "config_row", "ffn_row", "format_markdown", "param_table"]
+__all__ = [
+    "PRESETS",
+    "Dims",
+    "FfnRow",
+    "MlmFlops",
+    "config_row",
+    "ffn_row",
+    "format_markdown",
+    "mlm_flops",
+    "param_table",
+]

@@ -13,6 +13,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, Trai
 from transformers.utils import logging as hf_logging
 
 from .data import FixedOrRandomMaskCollator, PaddingFreeCollator, mask_once
+from .mlm_metrics import mlm_metrics_arguments
 
 logger = hf_logging.get_logger(__name__)
 
@@ -98,6 +99,10 @@ def mlm_trainer(
     tokens. `mlm_probability`: BERT's 0.15 (80% [MASK], 10% random token, 10% kept). `padding_free`: every batch
     concatenated into one row (`PaddingFreeCollator`), each block computed as if alone. `callbacks`: extra
     `TrainerCallback`s (e.g. a study's gradient recorder), added to the Trainer's defaults.
+
+    Every evaluation reports, besides Trainer's `eval_loss`, `hf_ffn.training.mlm_metrics.mlm_scores` (loss on
+    [MASK] positions `eval_mask_loss`, `eval_token_loss`, accuracies): `"inputs"` is added to
+    `training_args.include_for_metrics` (in place).
     """
     collator = FixedOrRandomMaskCollator(tokenizer, mlm_probability)
     return Trainer(
@@ -108,6 +113,7 @@ def mlm_trainer(
         processing_class=tokenizer,
         data_collator=PaddingFreeCollator(then=collator) if padding_free else collator,
         callbacks=callbacks,
+        **mlm_metrics_arguments(tokenizer.mask_token_id, training_args),
     )
 
 

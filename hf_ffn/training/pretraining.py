@@ -49,9 +49,10 @@ from transformers.utils import logging as hf_logging
 from ..configuration_ffn_bert import FfnBertConfig, is_gated, parameter_matched_glu_width
 from ..conversion.recipes import parse_width
 from ..modeling_ffn_bert import FfnBertForMaskedLM
-from ..params import config_row
+from ..params import config_row, mlm_flops
 from .arguments import MlmDataArguments, ModelArguments, bad_input_exits, parse_arguments, resume_checkpoint
 from .data import mlm_blocks, read_text_documents
+from .early_stopping import early_stopping_callback
 from .mlm import absent_head_warning_dropped, held_out_split, mlm_trainer, new_mlm_head_note
 from .outputs import (
     check_checkpoint,
@@ -65,6 +66,7 @@ from .outputs import (
     training_seconds,
 )
 from .pretraining_arguments import GLU_MULTIPLE_OF, SCRATCH_DEFAULTS, PretrainingArguments, PretrainingDataArguments
+from .throughput import ThroughputCallback
 
 logger = hf_logging.get_logger(__name__)
 
@@ -123,7 +125,8 @@ def pretraining_config(
     args: PretrainingArguments, tokenizer: PreTrainedTokenizerBase, max_seq_length: int
 ) -> FfnBertConfig:
     """The from-scratch `FfnBertConfig` of `args`: its sizes (or `SCRATCH_DEFAULTS`), the FFN width from
-    `ffn_width`, the tokenizer's vocabulary size and pad id, BERT's 512 positions (more if a block is longer).
+    `ffn_width`, the tokenizer's vocabulary size and pad id, BERT's 512 positions (more if a block is longer), and
+    `--config_overrides` (`args.config_updates()`).
 
     Raises:
         ValueError: on sizes a model cannot be built with (e.g. hidden size not divisible by the heads).
@@ -143,6 +146,7 @@ def pretraining_config(
         ffn_type=ffn_type,
         layer_norm_position=args.scratch("layer_norm_position"),
         max_position_embeddings=max(512, max_seq_length),
+        **args.config_updates(),
     )
     config.check_model_fields()
     return config
@@ -238,6 +242,7 @@ def run_pretraining(
     start = time.perf_counter()
     check_output_dir(training_args.output_dir)
     resume = resume_checkpoint(training_args)
+    stopping = early_stopping_callback(args.early_stopping_patience, args.early_stopping_threshold, training_args)
     if args.model_name_or_path is not None:
         check_checkpoint(args.model_name_or_path, "--model_name_or_path")
     files = read_text_documents(data_args.train_files, data_args.file_pattern)
@@ -263,7 +268,7 @@ def run_pretraining(
         standard_width = args.scratch("intermediate_size")
     else:
         with absent_head_warning_dropped():
-            model, conversion = load_model(args.model_arguments(), FfnBertForMaskedLM)
+            model, conversion = load_model(args.model_arguments(), FfnBertForMaskedLM, **args.config_updates())
         head_note = new_mlm_head_note(
             conversion.get("new_weights", conversion.get("new", [])), args.model_name_or_path, model.config.vocab_size
         )
@@ -278,6 +283,9 @@ def run_pretraining(
     model.config.sparse_prediction = args.sparse_prediction  # read at every forward, like unpad_tokens
     model.config.unpad_tokens = args.unpad_tokens
     bf16 = use_bf16_where_available(training_args)
+    throughput = ThroughputCallback(
+        mlm_flops(model.config, data_args.max_seq_length), args.sparse_prediction, tokenizer.pad_token_id
+    )
     trainer = mlm_trainer(
         model,
         tokenizer,
@@ -287,9 +295,11 @@ def run_pretraining(
         data_args.mlm_probability,
         data_args.split_seed,
         padding_free=args.padding_free,
-        callbacks=callbacks,
+        callbacks=[*([throughput] if args.log_throughput else []), *(callbacks or [])],
     )
     before = {} if resume else trainer.evaluate(metric_key_prefix="before")
+    if stopping is not None:  # after the "before" evaluation, which it would misread (no eval_ metrics)
+        trainer.add_callback(stopping)
     train_output = trainer.train(resume_from_checkpoint=resume)
     after = final_evaluation(trainer)
     results = {**train_output.metrics, **before, **after}
@@ -345,8 +355,14 @@ def run_pretraining(
             else ""
         )
         + f"and {ffn['ffn_flops_per_token_all_layers']:,} FFN FLOPs per token over {model.config.num_hidden_layers} "
-        f"layers; held-out loss {after['eval_loss']:.4f} (perplexity {results['eval_perplexity']:.2f}) after "
+        f"layers; held-out loss {after['eval_loss']:.4f} (perplexity {results['eval_perplexity']:.2f}), on [MASK] "
+        f"positions {after['eval_mask_loss']:.4f} (accuracy {after['eval_mask_accuracy']:.3f}) after "
         f"{state.global_step} steps, {report['tokens_seen']:,} tokens ({report['epochs']:.3g} epochs)"
+        + (
+            f", {results['train_tokens_per_second']:,.0f} tokens/s ({results['train_gflops_per_second']:.1f} GFLOP/s)"
+            if "train_gflops_per_second" in results
+            else ""
+        )
     )
     report["summary"] = summary
     model_args = args.model_arguments()

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from ..configuration_ffn_bert import FFN_TYPES, HIDDEN_ACTS, LAYER_NORM_POSITIONS
 from ..conversion.recipes import parse_width
 from .arguments import MlmDataArguments, ModelArguments, check_training_init
+from .config_overrides import CHECKPOINT_KEYS, SCRATCH_KEYS, parse_config_overrides
 
 # The from-scratch model when no size is given: 4 layers × hidden 256, 4 heads, FFN 1024 (BERT's 4·hidden), GELU,
 # Post-LN (BERT-mini's shape, Turc et al. 2019), and an 8,192-token WordPiece vocabulary.
@@ -127,6 +128,35 @@ class PretrainingArguments:
         },
     )
 
+    # Monitoring and stopping (hf_ffn.training: config_overrides, throughput, early_stopping)
+    config_overrides: str | None = field(
+        default=None,
+        metadata={
+            "help": "config fields to override, as run_mlm.py's: 'hidden_dropout_prob=0.0,initializer_range=0.01' "
+            f"(typed by PretrainedConfig.update_from_string). From scratch: {', '.join(SCRATCH_KEYS)}; with "
+            f"--model_name_or_path only the dropout probabilities ({', '.join(CHECKPOINT_KEYS)})"
+        },
+    )
+    log_throughput: bool = field(
+        default=True,
+        metadata={
+            "help": "add train_tokens_per_second and achieved train_gflops_per_second (3 x the forward matmul "
+            "FLOPs, hf_ffn.params.mlm_flops) to every training log line and the final one"
+        },
+    )
+    early_stopping_patience: int | None = field(
+        default=None,
+        metadata={
+            "help": "stop when the held-out --metric_for_best_model (default: mask_loss, the loss on [MASK] "
+            "positions) has not improved for this many evaluations in a row (transformers' "
+            "EarlyStoppingCallback); needs --eval_strategy steps or epoch, loads the best checkpoint at the end"
+        },
+    )
+    early_stopping_threshold: float = field(
+        default=0.0,
+        metadata={"help": "with --early_stopping_patience: the least change that counts as an improvement"},
+    )
+
     def __post_init__(self) -> None:
         for name, value, allowed in (
             ("ffn_type", self.ffn_type, FFN_TYPES),
@@ -172,11 +202,26 @@ class PretrainingArguments:
                 f"--ffn_init {self.ffn_init!r} applies to a checkpoint (--model_name_or_path); a model "
                 f"from scratch is newly initialised"
             )
+        self.config_updates()  # checked now, before anything is loaded
+        if self.early_stopping_patience is not None and self.early_stopping_patience <= 0:
+            raise ValueError(
+                f"--early_stopping_patience must be a positive integer, got {self.early_stopping_patience}"
+            )
+        threshold = self.early_stopping_threshold
+        if threshold < 0 or (threshold and self.early_stopping_patience is None):
+            raise ValueError(
+                f"--early_stopping_threshold {self.early_stopping_threshold} must be >= 0 and applies with "
+                f"--early_stopping_patience"
+            )
         if self.tokenizer_name is not None and self.vocab_size is not None:
             raise ValueError(
                 f"--vocab_size applies to a trained tokenizer; --tokenizer_name {self.tokenizer_name!r} "
                 f"brings its own vocabulary (drop one)"
             )
+
+    def config_updates(self) -> dict:
+        """`--config_overrides` as typed config fields (`parse_config_overrides`), `{}` when not given."""
+        return parse_config_overrides(self.config_overrides, self.model_name_or_path is not None)
 
     def scratch(self, name: str):
         """The value of a from-scratch option: the one given, else `SCRATCH_DEFAULTS[name]`."""

@@ -1,0 +1,130 @@
+"""Training throughput in the log: `ThroughputCallback` adds tokens per second and achieved GFLOP/s to every
+training log line and to the final one.
+
+Tokens are counted where the model computes them: a forward pre-hook on the model (training forwards only) counts
+each batch's non-padding tokens (the `attention_mask`'s ones when it is a (batch, seq) padding mask, else the
+`input_ids` that are not the pad token, else all of them) and its labelled positions (`labels != -100`: the rows
+the MLM head decodes under sparse prediction). Seconds are wall-clock seconds of training: from one training log
+to the next, less the time spent evaluating and saving checkpoints (which run after a step, before the next).
+FLOPs are `hf_ffn.params.MlmFlops.training_flops` (3 × the forward matrix products, Kaplan et al. 2020): the
+encoder on every counted token, the MLM head on the labelled positions (sparse prediction) or on every counted
+token (full decoder).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+from transformers import TrainerCallback
+
+from ..params import MlmFlops
+
+IGNORE_INDEX = -100
+
+
+class ThroughputCallback(TrainerCallback):
+    """Adds to every training log (the lines with `loss`) `train_tokens_per_second` (non-padding tokens trained on
+    since the previous training log / training seconds since then) and `train_gflops_per_second` (achieved: the
+    FLOPs of those tokens / those seconds / 1e9), and the same over the whole run to the final log (the line with
+    `train_runtime`, also `TrainOutput.metrics`), with `train_tokens` there. The values go into
+    `state.log_history` too. With `--include_num_input_tokens_seen`, transformers' own `train_tokens_per_second`
+    (an average since the start of training) is replaced by this one.
+
+    Args:
+        flops: the model's FLOP counts (`hf_ffn.params.mlm_flops`); `None`: tokens per second only.
+        sparse_prediction: whether the MLM head decodes only the labelled positions (else every token).
+        pad_token_id: the pad token, for batches without an attention mask.
+        clock: seconds (a fake clock in tests); `time.perf_counter` by default.
+    """
+
+    def __init__(
+        self,
+        flops: MlmFlops | None = None,
+        sparse_prediction: bool = True,
+        pad_token_id: int | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        self.flops, self.sparse_prediction = flops, sparse_prediction
+        self.pad_token_id, self.clock = pad_token_id, clock
+        self.tokens = self.decoded = 0  # since the last training log
+        self.total_tokens = self.total_decoded = 0
+        self.seconds = self.total_seconds = 0.0
+        self.mark = None  # the clock when training (not evaluation or saving) last resumed
+        self.hook = None
+
+    # Counting -------------------------------------------------------------------------------------------------
+    def count(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        """Forward pre-hook (`register_forward_pre_hook(..., with_kwargs=True)`): count a training batch."""
+        if not module.training:
+            return
+        input_ids = kwargs.get("input_ids", args[0] if args else None)
+        attention_mask, labels = kwargs.get("attention_mask"), kwargs.get("labels")
+        if attention_mask is not None and attention_mask.dim() == 2:
+            tokens = int(attention_mask.sum())
+        elif input_ids is not None and self.pad_token_id is not None:
+            tokens = int((input_ids != self.pad_token_id).sum())
+        else:
+            tokens = int(input_ids.numel()) if input_ids is not None else 0
+        decoded = int((labels != IGNORE_INDEX).sum()) if labels is not None and self.sparse_prediction else tokens
+        self.tokens += tokens
+        self.decoded += decoded
+
+    def rates(self, tokens: int, decoded: int, seconds: float) -> dict[str, float]:
+        """Tokens per second and achieved GFLOP/s of `tokens` (and `decoded` head rows) in `seconds`."""
+        if seconds <= 0:
+            return {}
+        rates = {"train_tokens_per_second": round(tokens / seconds, 3)}
+        if self.flops is not None:
+            rates["train_gflops_per_second"] = round(self.flops.training_flops(tokens, decoded) / seconds / 1e9, 3)
+        return rates
+
+    # Trainer events -------------------------------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if model is not None and self.hook is None:
+            # run eagerly under torch.compile: counting reads tensors back (`int(...)`)
+            self.hook = model.register_forward_pre_hook(torch.compiler.disable(self.count), with_kwargs=True)
+        self.mark = self.clock()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = self.clock()  # a step ends; logging, evaluation and saving follow
+        self.seconds += now - self.mark
+        self.mark = now
+
+    def _paused(self) -> None:
+        """After evaluation or saving: training resumes now, the time since the last mark is not training."""
+        self.mark = self.clock()
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self._paused()
+
+    def on_save(self, args, state, control, **kwargs):
+        self._paused()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is None:
+            return
+        if "loss" in logs:  # a training log line
+            added = self.rates(self.tokens, self.decoded, self.seconds)
+            self.total_tokens += self.tokens
+            self.total_decoded += self.decoded
+            self.total_seconds += self.seconds
+            self.tokens = self.decoded = 0
+            self.seconds = 0.0
+        elif "train_runtime" in logs:  # the final line: the whole run
+            tokens, decoded = self.total_tokens + self.tokens, self.total_decoded + self.decoded
+            added = {"train_tokens": tokens, **self.rates(tokens, decoded, self.total_seconds + self.seconds)}
+        else:
+            return
+        logs.update(added)
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1].update(added)  # Trainer copied `logs` there before calling on_log
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.hook is not None:
+            self.hook.remove()
+            self.hook = None
+
+
+__all__ = ["ThroughputCallback"]
