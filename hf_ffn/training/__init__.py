@@ -20,6 +20,10 @@ Modules, one job each:
 - `tasks`: the task presets (`TASKS`, `--task NAME`): their readers, columns, splits, metrics and `Recipe`s.
 - `finetuning`: `finetune` / `finetune_main`, the preset rule (`apply_recipe`) and the summary line (`summarize`).
 - `mlm`: `mlm_trainer` (the one MLM training path, also used by the Pre-/Post-LN study), the held-out split.
+- `mlm_metrics`: the MLM evaluation metrics (loss on [MASK] positions, token loss, accuracy), O(tokens) memory.
+- `throughput`: `ThroughputCallback`, tokens per second and achieved GFLOP/s in the training log.
+- `config_overrides`: `--config_overrides` (`run_mlm.py`'s), checked against what a run may change.
+- `early_stopping`: `--early_stopping_patience`, transformers' `EarlyStoppingCallback` and the arguments it needs.
 - `pretraining`: `run_pretraining` (from scratch or continued; `hf-ffn mlm`), `run_mlm` (the same run from a
   checkpoint, `scripts/finetune_mlm.py`), `train_tokenizer`.
 
