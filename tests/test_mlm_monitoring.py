@@ -30,6 +30,8 @@ from hf_ffn.training.pretraining import (
     train_tokenizer,
 )
 from hf_ffn.training.throughput import ThroughputCallback
+from studies.benchmark.mlm_throughput import OURS, UPSTREAM
+from studies.benchmark.mlm_throughput import main as throughput_main
 
 WORDS = "the of and to in is that for it as was with be by on not he this are or his from at which but have".split()
 SMALL = ["--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "4", "--intermediate_size", "64"]
@@ -362,3 +364,26 @@ def test_help_names_the_new_options():
     for option in ("--config_overrides", "--log_throughput", "--early_stopping_patience", "--early_stopping_threshold"):
         assert option in text
     assert "hidden_dropout_prob=0.0,initializer_range=0.01" in " ".join(text.split())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The throughput benchmark (studies/benchmark/mlm_throughput.py): it runs; no speed is asserted
+# ---------------------------------------------------------------------------------------------------------------
+def test_mlm_throughput_benchmark_quick(tmp_path):
+    assert throughput_main(["--quick", "--output-dir", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "mlm_throughput.json").read_text())
+    rows = {row["candidate"]: row for row in results["rows"]}
+    assert set(rows) == {UPSTREAM, OURS}  # --quick leaves torch.compile out
+    # 1 layer x 32, FFN 64, vocabulary 256, blocks of 32, batch 4: per token 8·32² + 4·32·32 + 4·32·64 = 20,480
+    # encoder FLOPs and 2·32² + 2·32·256 = 18,432 head FLOPs; upstream decodes all 128 positions
+    assert rows[UPSTREAM]["gflop_per_step"] == pytest.approx(3 * (20_480 + 18_432) * 128 / 1e9, rel=1e-12)
+    assert 3 * 20_480 * 128 / 1e9 < rows[OURS]["gflop_per_step"] < rows[UPSTREAM]["gflop_per_step"]
+    assert rows[UPSTREAM]["vs_upstream_ratio"] == 1.0
+    for row in rows.values():
+        assert row["tokens_per_second"] == pytest.approx(4 * 32 / (row["step_ms"] / 1e3))
+    for profile in results["profiles"].values():
+        assert sum(kind["share"] for kind in profile["kinds"].values()) == pytest.approx(1.0)
+        assert "matrix products" in profile["kinds"] and "optimizer (AdamW)" in profile["kinds"]
+    assert all(value > 0 for value in results["matmul_gflops_per_second"].values())
+    report = (tmp_path / "mlm_throughput.md").read_text()
+    assert "python -m studies.benchmark.mlm_throughput --quick" in report and "load average" in report
