@@ -383,7 +383,9 @@ def test_mlm_throughput_benchmark_quick(tmp_path):
         assert row["tokens_per_second"] == pytest.approx(4 * 32 / (row["step_ms"] / 1e3))
     for profile in results["profiles"].values():
         assert sum(kind["share"] for kind in profile["kinds"].values()) == pytest.approx(1.0)
-        assert "matrix products" in profile["kinds"] and "optimizer (AdamW)" in profile["kinds"]
+        assert sum(phase["share"] for phase in profile["phases"].values()) == pytest.approx(1.0)
+        assert {"collate", "forward", "backward", "optimizer"} <= set(profile["phases"])
+        assert {"linear layers (matmul + bias)", "optimizer (AdamW)", "collate (masking)"} <= set(profile["kinds"])
     assert all(value > 0 for value in results["matmul_gflops_per_second"].values())
     report = (tmp_path / "mlm_throughput.md").read_text()
     assert "python -m studies.benchmark.mlm_throughput --quick" in report and "load average" in report

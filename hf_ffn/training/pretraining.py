@@ -359,7 +359,7 @@ def run_pretraining(
         f"positions {after['eval_mask_loss']:.4f} (accuracy {after['eval_mask_accuracy']:.3f}) after "
         f"{state.global_step} steps, {report['tokens_seen']:,} tokens ({report['epochs']:.3g} epochs)"
         + (
-            f", {results['train_tokens_per_second']:,.0f} tokens/s ({results['train_gflops_per_second']:.1f} GFLOP/s)"
+            f", {results['train_tokens_per_second']:,.0f} tokens/s ({results['train_gflops_per_second']:.3g} GFLOP/s)"
             if "train_gflops_per_second" in results
             else ""
         )

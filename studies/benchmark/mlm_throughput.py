@@ -22,10 +22,12 @@ wall clock); tokens/s = 32 × 128 / the median step time; achieved GFLOP/s = `hf
 or, upstream, on every position) / step time. The ratio to upstream is the median of per-round ratios of tokens/s.
 The limit beside them, measured in the same run: fp32 matrix products at `torch.get_num_threads()` threads (the
 FFN's (4096 × 128) @ (128 × 512) and a square 2048³). Then one step of each candidate under `torch.profiler`:
-the top aten ops by self CPU time and their sum by kind (matrix products, optimizer, LayerNorm, softmax and loss,
-GELU, dropout, embedding backward, indexing, elementwise and copies): where the time that is not matrix products
-goes. The 1-minute load average (`uptime`) is printed before and after: read the numbers with it. Writes
-`mlm_throughput.json` and `mlm_throughput.md` to `--output-dir` (default `out/benchmark`).
+every aten op's self CPU time charged to its phase (collate, forward, backward, optimizer) and to its outermost op
+(`aten::mm` inside `aten::linear` counts as the linear layer; backward ops under their autograd function), summed
+by kind (linear layers, attention core, LayerNorm, GELU, dropout, loss, embeddings, masked-row gather, AdamW,
+collate): where the time that is not matrix products goes. `uptime` (the load averages) is printed before and
+after: read the numbers with it. Writes `mlm_throughput.json` and `mlm_throughput.md` to `--output-dir` (default
+`out/benchmark`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
+from torch.profiler import record_function
 from transformers import (
     BertConfig,
     BertForMaskedLM,
@@ -62,18 +65,23 @@ from studies.environment import environment, load_average
 UPSTREAM = "upstream run_mlm (BertForMaskedLM, full decoder)"
 OURS = "hf-ffn mlm (FfnBert, sparse prediction)"
 COMPILED = "hf-ffn mlm + torch.compile"
-# op name prefixes → kind, for the profile's sums (the first matching prefix wins)
+PHASES = ("collate", "forward and backward", "optimizer")  # the step's parts (torch.profiler.record_function)
+# An op's time is charged to its outermost op inside a phase (e.g. `aten::mm` under `aten::linear`, or under
+# "autograd::engine::evaluate_function: AddmmBackward0" in the backward pass); that op's name → kind (first match).
 KINDS = (
-    ("matrix products", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_dot_product")),
-    ("optimizer (AdamW)", ("aten::_foreach", "aten::_fused_adam", "aten::addcdiv", "aten::lerp", "aten::sqrt")),
-    ("LayerNorm", ("aten::native_layer_norm",)),
-    ("softmax and loss", ("aten::_softmax", "aten::_log_softmax", "aten::nll_loss", "aten::_safe_softmax")),
-    ("GELU", ("aten::gelu",)),
-    ("dropout", ("aten::native_dropout", "aten::bernoulli", "aten::uniform_")),
-    ("embedding backward", ("aten::embedding_dense_backward", "aten::index_add", "aten::embedding_backward")),
-    ("indexing (masked rows)", ("aten::index", "aten::nonzero", "aten::masked", "aten::_index_put")),
-    ("elementwise and copies", ("aten::add", "aten::mul", "aten::copy_", "aten::fill_", "aten::zero_", "aten::sum")),
+    ("optimizer (AdamW)", ("Optimizer.",)),
+    ("linear layers (matmul + bias)", ("aten::linear", "AddmmBackward", "MmBackward", "aten::matmul", "aten::addmm")),
+    ("attention core", ("scaled_dot_product", "ScaledDotProduct", "aten::bmm", "BmmBackward", "softmax", "Softmax")),
+    ("LayerNorm", ("layer_norm", "LayerNorm")),
+    ("GELU", ("gelu", "Gelu")),
+    ("dropout", ("dropout", "Dropout", "bernoulli")),
+    ("loss (log-softmax, NLL)", ("cross_entropy", "LogSoftmax", "NllLoss")),
+    ("embeddings", ("embedding", "Embedding")),
+    ("masked-row gather", ("aten::index", "IndexBackward", "aten::ne", "aten::nonzero")),
+    ("gradient accumulation", ("AccumulateGrad",)),
 )
+
+MATMUL_KINDS = ("linear layers (matmul + bias)", "attention core")
 
 
 @dataclass(frozen=True)
@@ -136,10 +144,13 @@ def training_step(trainer: Trainer, model: torch.nn.Module, blocks: Dataset, bat
     def step() -> int:
         start = position[0] % len(rows)
         position[0] += batch
-        inputs = trainer.data_collator(rows[start : start + batch])
-        trainer.training_step(model, inputs)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        with record_function(PHASES[0]):
+            inputs = trainer.data_collator(rows[start : start + batch])
+        with record_function(PHASES[1]):
+            trainer.training_step(model, inputs)
+        with record_function(PHASES[2]):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
         return int((inputs["labels"] != -100).sum()) if sparse else inputs["input_ids"].numel()
 
     return step
@@ -200,26 +211,47 @@ def matmul_limit(settings: Settings, repeats: int = 5) -> dict[str, float]:
     return limits
 
 
+def outermost(event) -> tuple[str, str]:
+    """`(phase, name)` of a profiler event: the `PHASES` entry it ran in (backward ops run under the autograd
+    engine: "backward"; none found: "other") and its outermost op below the phase."""
+    names = [event.name]
+    while event.cpu_parent is not None and event.cpu_parent.name not in PHASES:
+        event = event.cpu_parent
+        names.append(event.name)
+    phase = event.cpu_parent.name if event.cpu_parent is not None else "other"
+    if names[-1].startswith("autograd::engine"):
+        phase = "backward"
+    elif phase == PHASES[1]:
+        phase = "forward"
+    return phase, names[-1]
+
+
 def profile(step: Callable[[], int], top: int = 12) -> dict:
-    """One profiled step (after one untimed): the `top` aten ops by self CPU time, and every op's self time summed
-    by kind (`KINDS`; "other" for the rest), each with its share of the step's total self time."""
+    """One profiled step (after one untimed): every aten op's self CPU time charged to its phase (collate,
+    forward, backward, optimizer) and to its outermost op (`outermost`), that op's kind (`KINDS`, "other" for the
+    rest); each sum with its share of the step's total self time, the `top` outermost ops listed."""
     step()
     with cpu_profiler() as prof:
         step()
-    ops = [a for a in prof.key_averages() if a.key.startswith("aten::")]
-    total = sum(a.self_cpu_time_total for a in ops) or 1.0
+    phases: dict[str, float] = {}
     kinds: dict[str, float] = {}
-    for op in ops:
-        kind = next((name for name, prefixes in KINDS if op.key.startswith(prefixes)), "other")
-        kinds[kind] = kinds.get(kind, 0.0) + op.self_cpu_time_total
-    ops.sort(key=lambda a: a.self_cpu_time_total, reverse=True)
-    return {
-        "total_ms": total / 1e3,
-        "top_ops": [
-            {"op": a.key, "ms": a.self_cpu_time_total / 1e3, "share": a.self_cpu_time_total / total} for a in ops[:top]
-        ],
-        "kinds": {k: {"ms": v / 1e3, "share": v / total} for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
-    }
+    ops: dict[str, float] = {}
+    for event in prof.events():
+        if not event.name.startswith("aten::"):
+            continue
+        phase, name = outermost(event)
+        kind = next((kind for kind, parts in KINDS if any(part in name for part in parts)), "other")
+        if phase == PHASES[0]:
+            kind = "collate (masking)"
+        for sums, key in ((phases, phase), (kinds, kind), (ops, name)):
+            sums[key] = sums.get(key, 0.0) + event.self_cpu_time_total
+    total = sum(phases.values()) or 1.0
+
+    def table(sums: dict[str, float], rows: int | None = None) -> dict:
+        ordered = sorted(sums.items(), key=lambda item: -item[1])[:rows]
+        return {key: {"ms": value / 1e3, "share": value / total} for key, value in ordered}
+
+    return {"total_ms": total / 1e3, "phases": table(phases), "kinds": table(kinds), "top_ops": table(ops, top)}
 
 
 def run(settings: Settings, output_dir: str | None, command: str) -> dict:
@@ -311,11 +343,21 @@ def format_markdown(results: dict) -> str:
     lines += ["", "fp32 matrix-product limit at these threads (GFLOP/s):", ""]
     lines += [f"- {name}: {value:.1f}" for name, value in results["matmul_gflops_per_second"].items()]
     for name, prof in results["profiles"].items():
+        row = next(row for row in results["rows"] if row["candidate"] == name)
+        matmul = sum(prof["kinds"].get(kind, {"ms": 0.0})["ms"] for kind in MATMUL_KINDS)
         lines += ["", f"## One step of {name}: {prof['total_ms']:.1f} ms of aten self CPU time", ""]
+        lines += [
+            f"Linear layers and attention core: {matmul / prof['total_ms']:.1%} of the profiled step; the step's "
+            f"{row['gflop_per_step']:.3g} GFLOP over their {matmul:.1f} ms: {row['gflop_per_step'] / matmul * 1e3:.3g} "
+            "GFLOP/s (beside the matrix-product limit above).",
+            "",
+        ]
         lines += ["| kind | ms | share |", "|---|---|---|"]
         lines += [f"| {kind} | {v['ms']:.1f} | {v['share']:.1%} |" for kind, v in prof["kinds"].items()]
-        lines += ["", "| top op | ms | share |", "|---|---|---|"]
-        lines += [f"| {op['op']} | {op['ms']:.1f} | {op['share']:.1%} |" for op in prof["top_ops"]]
+        lines += ["", "| phase | ms | share |", "|---|---|---|"]
+        lines += [f"| {phase} | {v['ms']:.1f} | {v['share']:.1%} |" for phase, v in prof["phases"].items()]
+        lines += ["", "| outermost op | ms | share |", "|---|---|---|"]
+        lines += [f"| {op} | {v['ms']:.1f} | {v['share']:.1%} |" for op, v in prof["top_ops"].items()]
     return "\n".join(lines)
 
 
