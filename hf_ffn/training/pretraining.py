@@ -15,6 +15,10 @@ The recipe is BERT's (Devlin et al. 2019, sec. 3.1 and app. A.2), at a size one 
 - sparse prediction (`FfnBertConfig.sparse_prediction`, on by default here): during training the MLM head decodes
   only the masked positions (MosaicBERT, ModernBERT); the loss is the same;
 - learning-rate schedule, warm-up, bf16, `--resume_from_checkpoint` and `torchrun`: `TrainingArguments`' own.
+- every evaluation reports the loss on [MASK] positions, the token-weighted loss and MLM accuracy
+  (`hf_ffn.training.mlm_metrics`, through `mlm_trainer`); every training log line tokens per second and achieved
+  GFLOP/s (`hf_ffn.training.throughput`); `--config_overrides` (`run_mlm.py`'s, `config_overrides`) and
+  `--early_stopping_patience` (`early_stopping`).
 
 FFN width. Asked for a gated FFN (GeGLU, SwiGLU, ...) at a standard FFN width `--intermediate_size` I, the model
 gets the parameter-matched width 2I/3 (Shazeer 2020, sec. 2: d_ff 3072 → 2048) by default, as the multiple of
