@@ -205,7 +205,7 @@ def test_throughput_callback_with_a_fake_clock():
     model, args, state, control = Probe(), SimpleNamespace(), TrainerState(), TrainerControl()
     batch = {
         "input_ids": torch.ones(2, 4, dtype=torch.long),
-        "attention_mask": torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]]),  # 6 tokens
+        "attention_mask": torch.tensor([[1, 1, 2, 2], [1, 1, 0, 0]]),  # 6 tokens (two documents in row 0)
         "labels": torch.tensor([[-100, 5, -100, -100], [7, -100, -100, -100]]),  # 2 decoded rows
     }
 

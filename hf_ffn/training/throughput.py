@@ -2,13 +2,14 @@
 training log line and to the final one.
 
 Tokens are counted where the model computes them: a forward pre-hook on the model (training forwards only) counts
-each batch's non-padding tokens (the `attention_mask`'s ones when it is a (batch, seq) padding mask, else the
+each batch's non-padding tokens (the `attention_mask`'s non-zero entries when it is (batch, seq), else the
 `input_ids` that are not the pad token, else all of them) and its labelled positions (`labels != -100`: the rows
 the MLM head decodes under sparse prediction). Seconds are wall-clock seconds of training: from one training log
 to the next, less the time spent evaluating and saving checkpoints (which run after a step, before the next).
 FLOPs are `hf_ffn.params.MlmFlops.training_flops` (3 × the forward matrix products, Kaplan et al. 2020): the
 encoder on every counted token, the MLM head on the labelled positions (sparse prediction) or on every counted
-token (full decoder).
+token (full decoder); attention at the block length `MlmFlops.seq_length` (a block whose documents do not attend to
+each other does less). Counts are this process's: under `torchrun` each process logs its own rate.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class ThroughputCallback(TrainerCallback):
         input_ids = kwargs.get("input_ids", args[0] if args else None)
         attention_mask, labels = kwargs.get("attention_mask"), kwargs.get("labels")
         if attention_mask is not None and attention_mask.dim() == 2:
-            tokens = int(attention_mask.sum())
+            tokens = int((attention_mask != 0).sum())  # also for masks that number the documents of a row
         elif input_ids is not None and self.pad_token_id is not None:
             tokens = int((input_ids != self.pad_token_id).sum())
         else:
