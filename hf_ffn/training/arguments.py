@@ -19,6 +19,8 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from ..configuration_ffn_bert import FFN_TYPES, LAYER_NORM_POSITIONS
 from ..conversion.recipes import INITS, parse_width
+from .readers import DEFAULT_SPLIT
+from .tasks import TASKS, get_task
 
 # `load_converted`'s keywords → the options of `ModelArguments` that set them (errors name the option).
 CONVERSION_OPTIONS = {
@@ -30,9 +32,6 @@ CONVERSION_OPTIONS = {
 # The `--ffn_init` values a training run takes: "pruned" needs calibration text, which only `hf-ffn convert` reads.
 TRAINING_INITS = tuple(init for init in INITS if init != "pruned")
 PRUNED_ELSEWHERE = "pruned is made by `hf-ffn convert --init pruned` (with calibration text): fine-tune its folder"
-# The names of `hf_ffn.training.tasks.TASKS` (which imports this module), for --task's help.
-TASK_NAMES = ("cola", "stsb", "mrpc", "rt_polarity")
-DEFAULT_SPLIT = "0.8,0.1,0.1"  # train / validation / test fractions of a --label_dir folder
 
 
 @dataclass
@@ -151,7 +150,7 @@ class ClassificationDataArguments:
     task: str | None = field(
         default=None,
         metadata={
-            "help": f"A named task: {', '.join(TASK_NAMES)}. It is read from --data_dir with its own columns, "
+            "help": f"A named task: {', '.join(TASKS)}. It is read from --data_dir with its own columns, "
             "splits and metric, and trained with its recipe (BERT's GLUE recipe) for every training option "
             "not given (hf_ffn.training.tasks.TASKS)."
         },
@@ -210,6 +209,8 @@ class ClassificationDataArguments:
                 f"give exactly one data source: --task (with --data_dir), --train_file (with --validation_file), "
                 f"--label_dir or --dataset_name; got {sources or 'none'}"
             )
+        if self.task is not None:
+            get_task(self.task)  # an unknown name is refused now, naming the allowed ones
         if (self.task is None) != (self.data_dir is None):
             raise ValueError(
                 f"--task and --data_dir go together; got --task {self.task!r}, --data_dir {self.data_dir!r}"
@@ -327,7 +328,6 @@ __all__ = [
     "EXIT_BAD_INPUT",
     "RENAMED_OPTIONS",
     "RESUME_LAST",
-    "TASK_NAMES",
     "TRAINING_INITS",
     "ClassificationDataArguments",
     "MlmDataArguments",
