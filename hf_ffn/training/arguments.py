@@ -8,11 +8,13 @@ what is allowed, before anything is loaded.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
@@ -217,8 +219,7 @@ class ClassificationDataArguments:
             )
         if self.train_file is not None and self.validation_file is None:
             raise ValueError("--validation_file is required with --train_file (the label set is checked against it)")
-        if self.max_seq_length <= 2:
-            raise ValueError(f"--max_seq_length must be > 2 ([CLS] and [SEP] take two), got {self.max_seq_length}")
+        check_numeric_options(self)  # again with the training options and the checkpoint's length by the run
 
 
 @dataclass
@@ -242,6 +243,110 @@ class MlmDataArguments:
             raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}")
         if self.max_seq_length <= 2:
             raise ValueError(f"--max_seq_length must be > 2, got {self.max_seq_length}")
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """The values a numeric option accepts: `minimum` ≤ value ≤ `maximum` (an end is excluded where `above` /
+    `below` is set; None: no bound), a whole number where `integer`, or one of `unset` (the values meaning "not
+    set", e.g. None, or `max_steps`' -1). `str()` says it in words for the error message."""
+
+    minimum: float | None = None
+    maximum: float | None = None
+    above: bool = False
+    below: bool = False
+    integer: bool = False
+    unset: tuple = (None,)
+    note: str = ""
+
+    def admits(self, value: Any) -> bool:
+        if value in self.unset and not isinstance(value, bool):
+            return True
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:  # nan
+            return False
+        if self.integer and float(value) != int(value):
+            return False
+        low = self.minimum is None or (value > self.minimum if self.above else value >= self.minimum)
+        high = self.maximum is None or (value < self.maximum if self.below else value <= self.maximum)
+        return low and high
+
+    def __str__(self) -> str:
+        kind = "an integer" if self.integer else "a number"
+        bounds = []
+        if self.minimum is not None:
+            bounds.append(f"{'>' if self.above else '>='} {_number(self.minimum)}")
+        if self.maximum is not None:
+            bounds.append(f"{'<' if self.below else '<='} {_number(self.maximum)}")
+        text = f"{kind} {' and '.join(bounds)}" if bounds else kind
+        return text + (f" {self.note}" if self.note else "")
+
+
+def _number(value: float) -> str:
+    """A bound as written: a whole number without a decimal point (4294967295, not 4.29497e+09)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+POSITIVE = Allowed(minimum=0, above=True)
+AT_LEAST_ONE = Allowed(minimum=1, integer=True)
+SEED = Allowed(minimum=0, maximum=2**32 - 1, integer=True)  # numpy's seed range (transformers.set_seed seeds it)
+# The numeric options of a fine-tuning run → what each accepts: our dataclasses' fields and the `TrainingArguments`
+# a user sets, checked in one place (`check_numeric_options`) before any data is read. What `TrainingArguments`
+# refuses itself (warmup_steps < 0, logging_steps 0) is left to it; a field the installed transformers lacks is
+# skipped. `max_seq_length`'s upper end is the checkpoint's `max_position_embeddings`, known only from the checkpoint.
+NUMERIC_OPTIONS: dict[str, Allowed] = {
+    "max_seq_length": Allowed(minimum=3, integer=True, note="([CLS] and [SEP] take two)"),
+    "max_train_samples": AT_LEAST_ONE,
+    "max_eval_samples": AT_LEAST_ONE,
+    "max_test_samples": AT_LEAST_ONE,
+    "split_seed": SEED,
+    "max_steps": Allowed(
+        minimum=1, integer=True, unset=(-1,), note="or -1 (Trainer's unset: --num_train_epochs decides)"
+    ),
+    "num_train_epochs": POSITIVE,
+    "learning_rate": POSITIVE,
+    "per_device_train_batch_size": AT_LEAST_ONE,
+    "per_device_eval_batch_size": AT_LEAST_ONE,
+    "gradient_accumulation_steps": AT_LEAST_ONE,
+    "eval_accumulation_steps": AT_LEAST_ONE,
+    "warmup_steps": Allowed(minimum=0, note="(below 1: a fraction of the optimizer steps; from 1: a step count)"),
+    "warmup_ratio": Allowed(minimum=0, maximum=1),  # transformers releases that still have it
+    "weight_decay": Allowed(minimum=0),
+    "max_grad_norm": Allowed(minimum=0, note="(0 turns clipping off)"),
+    "adam_beta1": Allowed(minimum=0, maximum=1, below=True),
+    "adam_beta2": Allowed(minimum=0, maximum=1, below=True),
+    "adam_epsilon": POSITIVE,
+    "label_smoothing_factor": Allowed(minimum=0, maximum=1, below=True),
+    "logging_steps": POSITIVE,
+    "eval_steps": POSITIVE,
+    "save_steps": POSITIVE,
+    "seed": SEED,
+    "dataloader_num_workers": Allowed(minimum=0, integer=True),
+}
+
+
+def check_numeric_options(*arguments: Any, max_positions: int | None = None) -> None:
+    """Refuse a numeric option outside what `NUMERIC_OPTIONS` allows, on any of `arguments` (dataclass instances:
+    `ClassificationDataArguments`, `TrainingArguments`, ...; a field they lack is skipped).
+
+    `max_positions`: the checkpoint's `max_position_embeddings`, the most tokens `--max_seq_length` may ask for.
+
+    Raises:
+        ValueError: "--max_steps has value 0; allowed: an integer >= 1 or -1 (...)", naming the option, the value
+            and what is allowed.
+    """
+    for args in arguments:
+        for name, allowed in NUMERIC_OPTIONS.items():
+            if not hasattr(args, name):
+                continue
+            value = getattr(args, name)
+            if name == "max_seq_length" and max_positions is not None:
+                allowed = dataclasses.replace(
+                    allowed,
+                    maximum=max_positions,
+                    note="([CLS] and [SEP] take two; the checkpoint's max_position_embeddings)",
+                )
+            if not allowed.admits(value):
+                raise ValueError(f"--{name} has value {value!r}; allowed: {allowed}")
 
 
 # Options of earlier releases → what replaces them: the one table both `hf-ffn finetune` and `hf-ffn heal` check
@@ -324,15 +429,18 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
 
 __all__ = [
     "CONVERSION_OPTIONS",
+    "NUMERIC_OPTIONS",
     "DEFAULT_SPLIT",
     "EXIT_BAD_INPUT",
     "RENAMED_OPTIONS",
     "RESUME_LAST",
     "TRAINING_INITS",
+    "Allowed",
     "ClassificationDataArguments",
     "MlmDataArguments",
     "ModelArguments",
     "bad_input_exits",
+    "check_numeric_options",
     "check_renamed_options",
     "check_training_init",
     "parse_arguments",

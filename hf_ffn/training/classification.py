@@ -14,11 +14,18 @@ import torch
 from transformers import EvalPrediction, Trainer, TrainingArguments
 
 from ..modeling_ffn_bert import FfnBertForSequenceClassification
-from .arguments import ClassificationDataArguments, ModelArguments, check_task_columns, resume_checkpoint
+from .arguments import (
+    ClassificationDataArguments,
+    ModelArguments,
+    check_numeric_options,
+    check_task_columns,
+    resume_checkpoint,
+)
 from .data import PaddingFreeCollator, check_columns_and_labels, load_classification_datasets, sort_by_length
 from .outputs import (
     check_checkpoint,
     check_output_dir,
+    checkpoint_max_positions,
     checkpoint_unpad_tokens,
     final_evaluation,
     load_model,
@@ -104,8 +111,9 @@ def run_classification(
     metrics `regression_metrics`), as in `run_glue.py`. `--task` reads a named task (`hf_ffn.training.tasks`) with
     its columns; its metric names lead the model card.
 
-    Order: every input check (data files, columns, labels, checkpoint, output folder), then loading, training,
-    evaluation, and last the finished save (see `hf_ffn.training.outputs`). Returns a dict with `results` (eval_* and
+    Order: every input check (output folder, checkpoint, numeric options `check_numeric_options`, data files,
+    columns, labels), then loading, training, evaluation, and last the finished save (see
+    `hf_ffn.training.outputs`). Returns a dict with `results` (eval_* and
     test_* metrics and loss, train metrics), `log_history` (Trainer's, for eval curves), `train_tokens`
     (non-padding training tokens seen), `train_seconds` (training time without in-training evaluation),
     `wall_seconds`, `conversion` (what the variant load changed), `regression`, and, for a labelled test split,
@@ -120,6 +128,9 @@ def run_classification(
     check_output_dir(training_args.output_dir)
     resume = resume_checkpoint(training_args)
     check_task_columns(data_args)
+    check_checkpoint(model_args.model_name_or_path, "--model_name_or_path")
+    max_positions = checkpoint_max_positions(model_args.model_name_or_path)
+    check_numeric_options(data_args, training_args, max_positions=max_positions)  # --max_steps 0, lr <= 0, ...
     task = get_task(data_args.task) if data_args.task is not None else None
     if task is not None:  # the task's columns (its reader gives the hub copy's names)
         data_args = dataclasses.replace(
@@ -130,7 +141,6 @@ def run_classification(
         raw = load_classification_datasets(data_args)
     text_columns, labels = check_columns_and_labels(raw, data_args)
     regression = labels is None
-    check_checkpoint(model_args.model_name_or_path, "--model_name_or_path")
     tokenizer = load_tokenizer(model_args)
 
     label2id = {} if regression else {label: i for i, label in enumerate(labels)}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,6 +33,7 @@ from .tasks import GLUE_RECIPE, Recipe, get_task
 ARGUMENT_CLASSES = (ModelArguments, ClassificationDataArguments, TrainingArguments)
 CLASS_METRICS = ("accuracy",)
 REGRESSION_METRICS = ("pearson", "spearman")
+DEFAULT_OUTPUT_ROOT = Path("out") / "finetune"  # --output_dir left out: `default_output_dir` under it
 
 
 def finetune_description(recipe: Recipe = GLUE_RECIPE) -> str:
@@ -50,9 +52,16 @@ def finetune_description(recipe: Recipe = GLUE_RECIPE) -> str:
 
 def finetune_parser() -> HfArgumentParser:
     """The `HfArgumentParser` of model, data and `TrainingArguments` (its --help shows every default)."""
-    return HfArgumentParser(
+    parser = HfArgumentParser(
         ARGUMENT_CLASSES, description=finetune_description(), formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
+    output_dir = parser._option_string_actions["--output_dir"]  # Trainer's help names its ./trainer_output
+    output_dir.help = (
+        f"Where the model, its card and all_results.json are saved. Default: {DEFAULT_OUTPUT_ROOT}/<task or data "
+        "name>-<checkpoint name>, or the same with -2, -3, ... when that folder holds a finished model. A folder "
+        "given here that holds a finished model is refused."
+    )
+    return parser
 
 
 def given_options(argv: Sequence[str]) -> set[str]:
@@ -123,6 +132,20 @@ def _data_name(data_args: ClassificationDataArguments) -> str:
     return Path(data_args.label_dir).name if data_args.label_dir else Path(data_args.train_file).stem
 
 
+def default_output_dir(
+    model_args: ModelArguments, data_args: ClassificationDataArguments, root: str | Path = DEFAULT_OUTPUT_ROOT
+) -> Path:
+    """Where a run without `--output_dir` saves: `root/<task or data name>-<checkpoint folder or hub name>`
+    (e.g. `out/finetune/mrpc-bert-base-uncased`), or, when that folder already holds a finished model
+    (`config.json`), the first of `...-2`, `...-3`, ... that does not: running the same command again trains a new
+    model beside the first. A folder without `config.json` (an interrupted run) is used again, so
+    `--resume_from_checkpoint last` finds its checkpoints."""
+    model = Path(model_args.model_name_or_path.rstrip("/\\")).name
+    base = Path(root) / f"{_data_name(data_args)}-{model}".replace("/", "_")
+    candidates = itertools.chain([base], (base.with_name(f"{base.name}-{n}") for n in itertools.count(2)))
+    return next(folder for folder in candidates if not (folder / "config.json").exists())
+
+
 def run_finetuning(
     model_args: ModelArguments,
     data_args: ClassificationDataArguments,
@@ -146,7 +169,8 @@ def run_finetuning(
     )  # a labelled test split
     name = _data_name(data_args)
     score, line = summarize(name, metrics, results, split)
-    if not quiet and training_args.process_index == 0:  # one line, from the main process only
+    if not quiet and training_args.process_index == 0:  # from the main process only; the summary line last
+        print(f"saved to {training_args.output_dir} (model, tokenizer, model card README.md, all_results.json)")
         print(line, flush=True)
     return {**outcome, "task": name, "task_score": score, "score_split": split, "summary": line, "recipe": applied}
 
@@ -205,12 +229,16 @@ def finetune(
 
 def finetune_argv(argv: Sequence[str], prog: str = "hf-ffn finetune") -> dict[str, Any]:
     """`finetune` from a command line: `argv` (flags of `finetune_parser`, or one .json file of them) parsed by
-    `HfArgumentParser`, the preset filling the training flags not given. Prints the summary line (the model, its
-    card and all_results.json are in --output_dir) and returns `run_finetuning`'s outcome."""
+    `HfArgumentParser`, the preset filling the training flags not given, `--output_dir` defaulting to
+    `default_output_dir`. Prints where it saved and the summary line (the model, its card and all_results.json are
+    in --output_dir) and returns `run_finetuning`'s outcome."""
     parser = finetune_parser()
     parser.prog = prog
     model_args, data_args, training_args = parse_arguments(parser, argv)
-    return run_finetuning(model_args, data_args, training_args, given_options(argv))
+    given = given_options(argv)
+    if "output_dir" not in given:  # not Trainer's ./trainer_output: a fresh folder under out/finetune/
+        training_args.output_dir = str(default_output_dir(model_args, data_args))
+    return run_finetuning(model_args, data_args, training_args, given)
 
 
 def finetune_main(argv: Sequence[str], prog: str = "hf-ffn finetune") -> int:
@@ -221,7 +249,9 @@ def finetune_main(argv: Sequence[str], prog: str = "hf-ffn finetune") -> int:
 
 
 __all__ = [
+    "DEFAULT_OUTPUT_ROOT",
     "apply_recipe",
+    "default_output_dir",
     "finetune",
     "finetune_argv",
     "finetune_description",

@@ -102,6 +102,13 @@ def checkpoint_unpad_tokens(name_or_path: str) -> bool:
     return bool(config_dict.get("unpad_tokens", False))
 
 
+def checkpoint_max_positions(name_or_path: str) -> int | None:
+    """The `max_position_embeddings` saved in the checkpoint's `config.json` (the most tokens one input may have),
+    None when absent."""
+    config_dict, _ = PretrainedConfig.get_config_dict(name_or_path)
+    return config_dict.get("max_position_embeddings")
+
+
 def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
     """The tokenizer named by `--tokenizer_name`, else the one saved with the checkpoint.
 
@@ -244,6 +251,7 @@ def save_outputs(
 __all__ = [
     "STAGING_FOLDER",
     "check_checkpoint",
+    "checkpoint_max_positions",
     "checkpoint_unpad_tokens",
     "check_output_dir",
     "final_evaluation",
