@@ -210,6 +210,22 @@ def test_finetune_ends_with_the_task_score(tiny_bert, data_root, tmp_path, capsy
     assert code == 0 and last.startswith(f"task=stsb score={score:.2f} (pearson={results['eval_pearson']:.4f}")
 
 
+def test_finetune_without_output_dir_saves_under_out_and_runs_again(
+    tiny_bert, data_root, tmp_path, capsys, monkeypatch
+):
+    """README's line has no --output_dir: the run saves to out/finetune/<task>-<checkpoint> (not Trainer's
+    ./trainer_output), says so, and the same command run again saves a second model beside the first."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["finetune", "--model_name_or_path", tiny_bert, "--task", "stsb", "--data_dir", str(data_root / "stsb")]
+    argv += ["--max_steps", "1", "--per_device_train_batch_size", "4", "--max_seq_length", "32", "--report_to", "none"]
+    name = f"out/finetune/stsb-{Path(tiny_bert).name}"
+    for folder in (name, f"{name}-2"):
+        code, printed = run(capsys, *argv)
+        assert code == 0 and f"saved to {folder} (model, tokenizer" in printed.strip().splitlines()[-2]
+        assert (tmp_path / folder / "config.json").is_file() and (tmp_path / folder / "all_results.json").is_file()
+    assert not (tmp_path / "trainer_output").exists()
+
+
 def test_mlm_trains_and_saves(tiny_bert, data_root, tmp_path, capsys):
     code, printed = run(
         capsys,

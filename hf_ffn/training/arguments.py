@@ -24,6 +24,8 @@ from ..conversion.recipes import INITS, parse_width
 from .readers import DEFAULT_SPLIT
 from .tasks import TASKS, get_task
 
+DEFAULT_MAX_SEQ_LENGTH = 128  # tokens per fine-tuning input (run_glue.py's default), capped by the checkpoint
+
 # `load_converted`'s keywords → the options of `ModelArguments` that set them (errors name the option).
 CONVERSION_OPTIONS = {
     "ffn_type": "--ffn_type",
@@ -195,8 +197,13 @@ class ClassificationDataArguments:
         metadata={"help": "A second text column: the inputs become BERT pairs ([SEP] between, token_type_ids)."},
     )
     label_column: str = field(default="label", metadata={"help": "The label column."})
-    max_seq_length: int = field(
-        default=128, metadata={"help": "Inputs are truncated to this many tokens ([CLS] and [SEP] included)."}
+    max_seq_length: int | None = field(
+        default=None,
+        metadata={
+            "help": f"Inputs are truncated to this many tokens ([CLS] and [SEP] included), at most the checkpoint's "
+            f"max_position_embeddings. Default: {DEFAULT_MAX_SEQ_LENGTH}, or the checkpoint's "
+            "max_position_embeddings when it has fewer."
+        },
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training rows."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation rows."})
@@ -349,6 +356,15 @@ def check_numeric_options(*arguments: Any, max_positions: int | None = None) -> 
                 raise ValueError(f"--{name} has value {value!r}; allowed: {allowed}")
 
 
+def resolve_max_seq_length(value: int | None, max_positions: int | None) -> int:
+    """`--max_seq_length` as the run uses it: the value given, else `DEFAULT_MAX_SEQ_LENGTH` or the checkpoint's
+    `max_position_embeddings` (`max_positions`) when it has fewer (so the default never exceeds the checkpoint; a
+    value given above it is refused by `check_numeric_options`)."""
+    if value is not None:
+        return value
+    return DEFAULT_MAX_SEQ_LENGTH if max_positions is None else min(DEFAULT_MAX_SEQ_LENGTH, max_positions)
+
+
 # Options of earlier releases → what replaces them: the one table both `hf-ffn finetune` and `hf-ffn heal` check
 # (`parse_arguments`), so an old command line fails naming the new spelling instead of "arguments are not used".
 RENAMED_OPTIONS = {
@@ -429,6 +445,7 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
 
 __all__ = [
     "CONVERSION_OPTIONS",
+    "DEFAULT_MAX_SEQ_LENGTH",
     "NUMERIC_OPTIONS",
     "DEFAULT_SPLIT",
     "EXIT_BAD_INPUT",
@@ -444,5 +461,6 @@ __all__ = [
     "check_renamed_options",
     "check_training_init",
     "parse_arguments",
+    "resolve_max_seq_length",
     "resume_checkpoint",
 ]

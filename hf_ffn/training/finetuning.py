@@ -8,10 +8,13 @@ batch 32, 3 epochs, 10% warm-up) fills the training arguments the user did not s
 command line, a key of the .json file of arguments, a keyword of `finetune`) wins. Data given as files gets the same
 default recipe.
 
-The summary line: `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>`, where the score is the mean of the
-task's metrics ×100 (GLUE's rule; MRPC: F1 of the paraphrase class and accuracy). Data without a task is scored by
-accuracy (classes) or Pearson and Spearman correlation (regression), named after its file or folder, on the test
-split when it has labels, else on validation.
+The summary line: `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>; baseline=<x.xx> (majority class)`,
+where the score is the mean of the task's metrics ×100 (GLUE's rule; MRPC: F1 of the paraphrase class and
+accuracy) and the baseline the same score of a predictor that ignores its input (the split's majority class; the
+mean label of a regression, whose correlations are 0): a score at the baseline learnt nothing. Data without a task
+is scored by accuracy (classes) or Pearson and Spearman correlation (regression), named after its file or folder,
+on the test split when it has labels, else on validation. Before it, a line says where the run saved: `--output_dir`,
+else a fresh folder under `out/finetune/` (`default_output_dir`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 from transformers import HfArgumentParser, TrainingArguments
 
 from .arguments import ClassificationDataArguments, ModelArguments, parse_arguments
-from .classification import run_classification
+from .classification import BASELINE_PREFIX, run_classification
 from .tasks import GLUE_RECIPE, Recipe, get_task
 
 ARGUMENT_CLASSES = (ModelArguments, ClassificationDataArguments, TrainingArguments)
@@ -46,7 +49,10 @@ def finetune_description(recipe: Recipe = GLUE_RECIPE) -> str:
         f"lr {recipe.learning_rate:g}, ".replace("e-0", "e-")
         + f"batch {recipe.per_device_train_batch_size}, "
         f"{recipe.num_train_epochs:g} epochs, {recipe.warmup_ratio:.0%} warm-up) replaces Trainer's defaults "
-        "for any option you do not give; without --task, the defaults shown below apply."
+        "for any option you do not give; without --task, the defaults shown below apply. The last line gives the "
+        "score beside its baseline (the majority class; a constant for a regression); all_results.json holds "
+        "eval_* and test_* metrics (f1_macro: the mean of the classes' F1; f1_binary: the F1 of class id 1) and "
+        "the baseline's as eval_baseline_*."
     )
 
 
@@ -107,9 +113,14 @@ def task_metrics(task: str | None, regression: bool) -> tuple[str, ...]:
     return REGRESSION_METRICS if regression else CLASS_METRICS
 
 
-def summarize(name: str, metrics: Sequence[str], results: Mapping[str, float], split: str) -> tuple[float, str]:
+def summarize(
+    name: str, metrics: Sequence[str], results: Mapping[str, float], split: str, regression: bool = False
+) -> tuple[float, str]:
     """`(score, line)`: the score (mean of `metrics` in `results` under `split`'s prefix, ×100; GLUE's rule) and
-    the summary line `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>`.
+    the summary line `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>`, followed by
+    `; baseline=<x.xx> (majority class)` (`(constant prediction)` for a `regression`) when `results` holds the
+    split's baseline metrics (`<prefix>baseline_<metric>`, `hf_ffn.training.classification.baseline_metrics`):
+    the same score of a predictor that ignores its input.
 
     Raises:
         KeyError: naming the missing metric and the split, when `results` lacks one.
@@ -121,7 +132,12 @@ def summarize(name: str, metrics: Sequence[str], results: Mapping[str, float], s
     values = [results[prefix + metric] for metric in metrics]
     score = 100 * sum(values) / len(values)
     shown = ", ".join(f"{metric}={value:.4f}" for metric, value in zip(metrics, values, strict=True))
-    return score, f"task={name} score={score:.2f} ({shown}) on {split}"
+    line = f"task={name} score={score:.2f} ({shown}) on {split}"
+    baseline = [results.get(f"{prefix}{BASELINE_PREFIX}{metric}") for metric in metrics]
+    if None not in baseline:
+        chance = 100 * sum(baseline) / len(baseline)
+        line += f"; baseline={chance:.2f} ({'constant prediction' if regression else 'majority class'})"
+    return score, line
 
 
 def _data_name(data_args: ClassificationDataArguments) -> str:
@@ -168,7 +184,7 @@ def run_finetuning(
         else ("test" if all(f"test_{metric}" in results for metric in metrics) else "validation")
     )  # a labelled test split
     name = _data_name(data_args)
-    score, line = summarize(name, metrics, results, split)
+    score, line = summarize(name, metrics, results, split, regression=outcome["regression"])
     if not quiet and training_args.process_index == 0:  # from the main process only; the summary line last
         print(f"saved to {training_args.output_dir} (model, tokenizer, model card README.md, all_results.json)")
         print(line, flush=True)
@@ -184,8 +200,8 @@ def finetune(
     quiet: bool = False,
     **arguments: Any,
 ) -> dict[str, Any]:
-    """Fine-tune `model_name_or_path` for sequence classification or regression and print one summary line,
-    `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>`.
+    """Fine-tune `model_name_or_path` for sequence classification or regression, print where it saved and one
+    summary line, `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>; baseline=<x.xx> (...)` (`summarize`).
 
     Data: `task` (a preset of `hf_ffn.training.tasks.TASKS`, with `data_dir=`), or your own: `train_file=` and
     `validation_file=` (csv / tsv / json / jsonl; `text_column=`, `text_pair_column=` for pairs, `label_column=`;
@@ -196,7 +212,8 @@ def finetune(
 
     Example:
         >>> finetune("bert-base-uncased", "out/mrpc", task="mrpc", data_dir="data/mrpc")  # doctest: +SKIP
-        task=mrpc score=84.51 (f1_binary=0.8812, accuracy=0.8090) on validation
+        saved to out/mrpc (model, tokenizer, model card README.md, all_results.json)
+        task=mrpc score=84.51 (f1_binary=0.8812, accuracy=0.8090) on validation; baseline=75.50 (majority class)
 
     Returns:
         `run_classification`'s outcome (results, log_history, ...) plus `task`, `task_score` (float, 0–100),
