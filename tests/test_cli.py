@@ -87,7 +87,7 @@ def test_import_of_the_command_defers_torch_and_transformers():
         ("compare", "(default: out/compare)"),
         ("sts", "Split to score: test, validation or train. (default: test)"),
         ("heal", "(default: layerwise)"),
-        ("finetune", "(default: 128)"),
+        ("finetune", "(default: 0.8,0.1,0.1)"),
         ("mlm", "(default: 0.15)"),
     ],
 )
