@@ -140,7 +140,7 @@ def test_convert_by_variant_name_and_heal(tiny_bert, data_root, tmp_path, capsys
     )
     student = shutil.copytree(out, tmp_path / "student")  # a folder whose load has not warned in this process
     caplog.clear()  # the conversion's own warning
-    with caplog.at_level(logging.WARNING, logger="hf_ffn.variants"):
+    with caplog.at_level(logging.WARNING, logger="hf_ffn.conversion_warning"):
         code, printed = run(
             capsys,
             "heal",

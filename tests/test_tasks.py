@@ -463,7 +463,8 @@ def test_finetune_function_on_own_files_with_overrides(tiny_checkpoint, tmp_path
     accuracy = outcome["results"]["eval_accuracy"]
     # 3 of the 6 validation pairs are paraphrases: the tie goes to class id 0, right half the time
     assert outcome["summary"] == (
-        f"task=train score={100 * accuracy:.2f} (accuracy={accuracy:.4f}) on validation; baseline=50.00 (majority class)"
+        f"task=train score={100 * accuracy:.2f} (accuracy={accuracy:.4f}) on validation"
+        "; baseline=50.00 (majority class)"
     )
     with pytest.raises(ValueError, match="finetune has no argument learning_rat:"):
         finetune_function(tiny_checkpoint, str(tmp_path / "o2"), task="mrpc", data_dir="d", learning_rat=1.0)

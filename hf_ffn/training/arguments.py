@@ -160,7 +160,7 @@ class ClassificationDataArguments:
         },
     )
     data_dir: str | None = field(
-        default=None, metadata={"help": "The folder holding --task's files (e.g. data/mrpc for --task mrpc)."}
+        default=None, metadata={"help": "The folder holding --task's files (that task's folder of the data)."}
     )
     train_file: str | None = field(
         default=None, metadata={"help": "A csv, tsv, json or jsonl file with the training data."}
