@@ -298,8 +298,9 @@ AT_LEAST_ONE = Allowed(minimum=1, integer=True)
 SEED = Allowed(minimum=0, maximum=2**32 - 1, integer=True)  # numpy's seed range (transformers.set_seed seeds it)
 # The numeric options of a fine-tuning run → what each accepts: our dataclasses' fields and the `TrainingArguments`
 # a user sets, checked in one place (`check_numeric_options`) before any data is read. What `TrainingArguments`
-# refuses itself (warmup_steps < 0, logging_steps 0) is left to it; a field the installed transformers lacks is
-# skipped. `max_seq_length`'s upper end is the checkpoint's `max_position_embeddings`, known only from the checkpoint.
+# refuses itself is left to it: warmup_steps < 0 (transformers 5's only warm-up option; below 1 it is a fraction
+# of the steps, so no ratio field), logging_steps 0. A field the installed transformers lacks is skipped.
+# `max_seq_length`'s upper end is the checkpoint's `max_position_embeddings`, known only from the checkpoint.
 NUMERIC_OPTIONS: dict[str, Allowed] = {
     "max_seq_length": Allowed(minimum=3, integer=True, note="([CLS] and [SEP] take two)"),
     "max_train_samples": AT_LEAST_ONE,
@@ -315,8 +316,6 @@ NUMERIC_OPTIONS: dict[str, Allowed] = {
     "per_device_eval_batch_size": AT_LEAST_ONE,
     "gradient_accumulation_steps": AT_LEAST_ONE,
     "eval_accumulation_steps": AT_LEAST_ONE,
-    "warmup_steps": Allowed(minimum=0, note="(below 1: a fraction of the optimizer steps; from 1: a step count)"),
-    "warmup_ratio": Allowed(minimum=0, maximum=1),  # transformers releases that still have it
     "weight_decay": Allowed(minimum=0),
     "max_grad_norm": Allowed(minimum=0, note="(0 turns clipping off)"),
     "adam_beta1": Allowed(minimum=0, maximum=1, below=True),
