@@ -7,7 +7,9 @@ and BERT's tokenizer with `AutoTokenizer`. transformers' own `bert` registration
 `hf-ffn --help` answers without importing torch and transformers.
 
 `VARIANTS` (`hf_ffn.variants`) names the variants of a pretrained BERT (`gelu-post`, `geglu`, `swiglu-approx`,
-`swiglu-matched`, `pre-ln`): their switches, conversion and best measured healing recipe.
+`swiglu-matched`, `pre-ln`): their switches, conversion and best measured healing recipe. It converts through the
+conversion stack and the training data readers, so `hf_ffn.VARIANTS`, `BASELINE`, `Variant` and `get_variant` are
+imported on first use (`import hf_ffn` stays the config and the models).
 """
 
 import sys
@@ -44,12 +46,13 @@ def register_auto_classes() -> None:
 
 
 def __getattr__(name: str):
-    """The package's names, imported on first use where the imports below were deferred (the `hf-ffn` command).
+    """The package's names, imported on first use where the imports below were deferred (the `hf-ffn` command), and
+    always for the named variants (`hf_ffn.variants` imports the conversion stack and the training data readers).
     Any other name is not looked up (`from . import commands` asks here first, and must import nothing heavy)."""
     import importlib
 
     if name in __all__ or name in ("AUTO_MAP", "HEAD_CLASSES"):
-        for module in ("configuration_ffn_bert", "modeling_ffn_bert", "variants"):
+        for module in ("configuration_ffn_bert", "modeling_ffn_bert", "conversion_warning", "variants"):
             value = getattr(importlib.import_module(f".{module}", __name__), name, None)
             if value is not None:
                 return value
@@ -64,6 +67,7 @@ if Path(sys.argv[0] if sys.argv else "").name not in ("hf-ffn", "hf-ffn.exe"):  
         is_gated,
         parameter_matched_glu_width,
     )
+    from .conversion_warning import warn_if_not_function_preserving
     from .modeling_ffn_bert import (
         AUTO_MAP,  # noqa: F401  (public: hf_ffn.AUTO_MAP, as before)
         HEAD_CLASSES,  # noqa: F401  (public: hf_ffn.HEAD_CLASSES, as before)
@@ -80,7 +84,6 @@ if Path(sys.argv[0] if sys.argv else "").name not in ("hf-ffn", "hf-ffn.exe"):  
         FfnBertModel,
         FfnBertPreTrainedModel,
     )
-    from .variants import BASELINE, VARIANTS, Variant, get_variant, warn_if_not_function_preserving
 
     register_auto_classes()
 

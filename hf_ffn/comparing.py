@@ -148,7 +148,7 @@ def read_runs(path: str | Path) -> list[dict]:
 
 # --- messages ----------------------------------------------------------------------------------------------------
 
-LAYERWISE_LOGGER, VARIANTS_LOGGER = "hf_ffn.healing.layerwise", "hf_ffn.variants"
+LAYERWISE_LOGGER, CONVERSION_WARNING_LOGGER = "hf_ffn.healing.layerwise", "hf_ffn.conversion_warning"
 
 
 class _Messages(logging.Filter):
@@ -245,7 +245,7 @@ def prepare_variant(
         shutil.rmtree(converted, ignore_errors=True)
         print(f"[compare] {variant.name}: converting into {converted}", flush=True)
         # a pruned variant scores its units on the healing text (`Variant.convert`'s calibration_files)
-        with warnings_once(VARIANTS_LOGGER, _no_next_step):  # compare heals it below: no "next step"
+        with warnings_once(CONVERSION_WARNING_LOGGER, _no_next_step):  # compare heals it below: no "next step"
             variant.convert(
                 checkpoint, converted, **({"calibration_files": list(heal_text)} if variant.init == "pruned" else {})
             )

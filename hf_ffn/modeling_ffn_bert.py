@@ -21,7 +21,8 @@ The renames are transformers' own weight-conversion mapping, registered for `mod
 
 This file imports from `hf_ffn` only its config, naming, `activations`, `unpadding` and `sparse_prediction` modules
 (relatively), so `save_pretrained` ships them beside a saved model for `trust_remote_code` loading; `from_pretrained`'s
-check of a converted folder comes from `hf_ffn.variants` when hf_ffn is installed and is skipped where it is not.
+check of a converted folder comes from `hf_ffn.conversion_warning` when hf_ffn is installed and is skipped where it
+is not.
 """
 
 # No `from __future__ import annotations` here: transformers reads the `**kwargs: Unpack[TransformersKwargs]`
@@ -66,7 +67,7 @@ from .sparse_prediction import SparsePredictionMixin
 from .unpadding import TokenPacking, block_diagonal_forward, packed_self_attention, unpadded_model_forward
 
 try:  # the check of a converted folder on load; where this file runs as remote code without hf_ffn, there is none
-    from hf_ffn.variants import warn_if_not_function_preserving
+    from hf_ffn.conversion_warning import warn_if_not_function_preserving
 except ImportError:
     warn_if_not_function_preserving = None
 
@@ -245,8 +246,8 @@ class FfnBertPreTrainedModel(BertPreTrainedModel):
         """`PreTrainedModel.from_pretrained`, unchanged, plus one check: a folder converted by hf_ffn whose
         `conversion_report.json` says the conversion is not function-preserving (and it was not healed since; or a
         Post-LN → Pre-LN conversion, healed or not) logs a warning once, with the measured difference and the next
-        step (`hf_ffn.variants.warn_if_not_function_preserving`). `warn_not_function_preserving=False` skips it
-        (for callers that heal or convert the folder themselves). Where this file runs as remote code without
+        step (`hf_ffn.conversion_warning.warn_if_not_function_preserving`). `warn_not_function_preserving=False` skips
+        it (for callers that heal or convert the folder themselves). Where this file runs as remote code without
         hf_ffn installed, there is no check."""
         loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         if (

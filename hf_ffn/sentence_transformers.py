@@ -32,9 +32,9 @@ from .conversion import (
     write_converted_folder,
 )
 from .conversion.pruning import DEFAULT_SCORE
+from .conversion_warning import warn_if_not_function_preserving
 from .files import atomic_output_dir
 from .modeling_ffn_bert import FfnBertModel
-from .variants import warn_if_not_function_preserving
 
 # What marks a sentence-transformers model folder (read by `SentenceTransformer`, written by its `save`).
 MODULES_FILE = "modules.json"

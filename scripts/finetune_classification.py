@@ -9,8 +9,10 @@ Example (MRPC with its preset: columns, metric and BERT's GLUE recipe, from the 
         --model_name_or_path "$(python -c 'from hf_ffn.parity import bundled_checkpoint as b; print(b())')" \
         --ffn_type geglu --task mrpc --data_dir ../shared/data/mrpc --output_dir out/mrpc-geglu
 
-It ends with one line, e.g. `task=mrpc score=75.12 (f1_binary=0.8210, accuracy=0.6814) on validation`: the task
-score is the mean of the task's metrics ×100 (GLUE's rule). The preset's recipe (learning rate 2e-5, batch 32,
+It ends with one line, e.g. `task=mrpc score=75.12 (f1_binary=0.8210, accuracy=0.6814) on validation;
+baseline=75.50 (majority class)`: the task score is the mean of the task's metrics ×100 (GLUE's rule), the baseline
+the same score of always answering the validation split's majority class. Without `--output_dir` the run saves to a
+new folder under out/finetune/ and says where. The preset's recipe (learning rate 2e-5, batch 32,
 3 epochs, 10% warm-up) fills only the training flags you do not give: `--learning_rate 1e-4` wins.
 
 Other data: `--train_file/--validation_file/--test_file` (csv, tsv, json or jsonl with a `text` or `sentence`

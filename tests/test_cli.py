@@ -87,7 +87,7 @@ def test_import_of_the_command_defers_torch_and_transformers():
         ("compare", "(default: out/compare)"),
         ("sts", "Split to score: test, validation or train. (default: test)"),
         ("heal", "(default: layerwise)"),
-        ("finetune", "(default: 128)"),
+        ("finetune", "(default: 0.8,0.1,0.1)"),
         ("mlm", "(default: 0.15)"),
     ],
 )
@@ -140,7 +140,7 @@ def test_convert_by_variant_name_and_heal(tiny_bert, data_root, tmp_path, capsys
     )
     student = shutil.copytree(out, tmp_path / "student")  # a folder whose load has not warned in this process
     caplog.clear()  # the conversion's own warning
-    with caplog.at_level(logging.WARNING, logger="hf_ffn.variants"):
+    with caplog.at_level(logging.WARNING, logger="hf_ffn.conversion_warning"):
         code, printed = run(
             capsys,
             "heal",
@@ -208,6 +208,22 @@ def test_finetune_ends_with_the_task_score(tiny_bert, data_root, tmp_path, capsy
     results = json.loads((tmp_path / "ft" / "all_results.json").read_text())
     score = 50 * (results["eval_pearson"] + results["eval_spearman"])
     assert code == 0 and last.startswith(f"task=stsb score={score:.2f} (pearson={results['eval_pearson']:.4f}")
+
+
+def test_finetune_without_output_dir_saves_under_out_and_runs_again(
+    tiny_bert, data_root, tmp_path, capsys, monkeypatch
+):
+    """README's line has no --output_dir: the run saves to out/finetune/<task>-<checkpoint> (not Trainer's
+    ./trainer_output), says so, and the same command run again saves a second model beside the first."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["finetune", "--model_name_or_path", tiny_bert, "--task", "stsb", "--data_dir", str(data_root / "stsb")]
+    argv += ["--max_steps", "1", "--per_device_train_batch_size", "4", "--max_seq_length", "32", "--report_to", "none"]
+    name = f"out/finetune/stsb-{Path(tiny_bert).name}"
+    for folder in (name, f"{name}-2"):
+        code, printed = run(capsys, *argv)
+        assert code == 0 and f"saved to {folder} (model, tokenizer" in printed.strip().splitlines()[-2]
+        assert (tmp_path / folder / "config.json").is_file() and (tmp_path / folder / "all_results.json").is_file()
+    assert not (tmp_path / "trainer_output").exists()
 
 
 def test_mlm_trains_and_saves(tiny_bert, data_root, tmp_path, capsys):

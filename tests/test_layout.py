@@ -28,7 +28,7 @@ def test_layout_rules_hold():
         "hf_ffn.training.mlm",
         "studies.benchmark.run",
     } <= set(graph)
-    # the model imports relatively only what ships beside a saved model (remote code), plus hf_ffn.variants' load
+    # the model imports relatively only what ships beside a saved model (remote code), plus hf_ffn.conversion_warning's
     # check, in a try block (absent where the file runs as remote code without hf_ffn)
     assert graph["hf_ffn.modeling_ffn_bert"] == {
         "hf_ffn.activations",
@@ -36,7 +36,7 @@ def test_layout_rules_hold():
         "hf_ffn.configuration_ffn_bert",
         "hf_ffn.sparse_prediction",
         "hf_ffn.unpadding",
-        "hf_ffn.variants",
+        "hf_ffn.conversion_warning",
     }
     # each allowed deferred import is still deferred (a stale entry would hide nothing and should go)
     for name, imported in import_graph.DEFERRED_FOR_CYCLES:
@@ -126,3 +126,15 @@ def test_no_study_runner_in_scripts():
     assert {"heal_study.py", "layerwise_study.py", "layerwise_scaling.py"} <= {
         path.name for path in (REPO / "studies" / "healing").glob("*.py")
     }
+
+
+def test_only_the_task_table_names_the_tasks():
+    """The task names live in `hf_ffn.training.tasks.TASKS` alone: `--task`'s help lists them from there (no copy in
+    training/arguments.py), and the named variants and the conversion warning quote no task or corpus (what was
+    measured on them is in the studies those modules link)."""
+    names = ["cola", "stsb", "sts-b", "mrpc", "rt_polarity", "rt-polarity", "minilm"]
+    for path in ("hf_ffn/variants.py", "hf_ffn/conversion_warning.py"):
+        text = (REPO / path).read_text(encoding="utf-8").lower()
+        assert [name for name in names if name in text] == [], path
+    arguments = (REPO / "hf_ffn" / "training" / "arguments.py").read_text(encoding="utf-8").lower()
+    assert [name for name in ("cola", "stsb", "mrpc") if name in arguments] == []  # rt_polarity: a renamed option

@@ -47,10 +47,10 @@ def test_default_conversion_keeps_modules_and_embeddings(bundled_checkpoint, ori
 
 
 def test_geglu_function_preserving_equals_original(bundled_checkpoint, original_embeddings, tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="hf_ffn.variants"):
+    with caplog.at_level(logging.WARNING, logger="hf_ffn.conversion_warning"):
         report = convert_sentence_transformer(bundled_checkpoint, tmp_path / "geglu", ffn_type="geglu")
     assert report.exact and report.new == []
-    assert [r for r in caplog.records if r.name == "hf_ffn.variants"] == []  # exact: nothing to warn about
+    assert [r for r in caplog.records if r.name == "hf_ffn.conversion_warning"] == []  # exact: nothing to warn about
     model = st.SentenceTransformer(str(tmp_path / "geglu"), device="cpu")
     assert model[0].model.config.ffn_types == ["geglu"] * 6
     assert model[0].model.encoder.layer[0].mlp.gate_proj.weight.shape == (1536, 384)
@@ -60,11 +60,11 @@ def test_geglu_function_preserving_equals_original(bundled_checkpoint, original_
 def test_swiglu_approximate_cosine_similarity(bundled_checkpoint, original_embeddings, tmp_path, caplog):
     # GELU(z) ≈ z·σ(1.702 z) (Hendrycks & Gimpel 2016), |error| ≤ 0.0203 per FFN unit: close, not equal.
     out = tmp_path / "swiglu"
-    with caplog.at_level(logging.WARNING, logger="hf_ffn.variants"):
+    with caplog.at_level(logging.WARNING, logger="hf_ffn.conversion_warning"):
         report = convert_sentence_transformer(bundled_checkpoint, out, ffn_type="swiglu")
     assert not report.exact
     # warns once as convert_checkpoint does: the measured difference and the next step
-    (message,) = [r.getMessage() for r in caplog.records if r.name == "hf_ffn.variants"]
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "hf_ffn.conversion_warning"]
     max_diff = report.difference["last_hidden_state"]["max_abs_diff"]
     assert f"{out} (init=preserving, ffn_type 'gelu' → 'swiglu') is not function-preserving" in message
     assert f"differs from the source's by up to {max_diff:.3g}" in message

@@ -22,11 +22,11 @@ from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBert
 from hf_ffn.similarity import sts_spearman
 from hf_ffn.training import (
     ClassificationDataArguments,
+    baseline_metrics,
     check_columns_and_labels,
     classification_metrics,
     regression_metrics,
 )
-from hf_ffn.training.arguments import TASK_NAMES
 from hf_ffn.training.finetuning import apply_recipe, finetune_parser, given_options, summarize
 from hf_ffn.training.tasks import (
     GLUE_RECIPE,
@@ -117,7 +117,7 @@ def test_classification_metrics_hand_computed():
     metrics = classification_metrics(EvalPrediction(predictions=logits, label_ids=labels))
     assert metrics["accuracy"] == pytest.approx(5 / 7)
     assert metrics["f1_binary"] == pytest.approx(2 * 2 / (2 * 2 + 1 + 1))  # 2TP / (2TP + FP + FN), class 1
-    assert metrics["f1"] == pytest.approx((2 / 3 + 2 * 3 / (2 * 3 + 1 + 1)) / 2)  # macro: mean of both classes'
+    assert metrics["f1_macro"] == pytest.approx((2 / 3 + 2 * 3 / (2 * 3 + 1 + 1)) / 2)  # macro: mean of both classes'
     # Matthews: (TP·TN − FP·FN) / √((TP+FP)(TP+FN)(TN+FP)(TN+FN)) = (6 − 1) / √(3·3·4·4)
     assert metrics["matthews_correlation"] == pytest.approx(5 / 12)
     three = classification_metrics(EvalPrediction(predictions=np.eye(3)[[0, 1, 2]], label_ids=np.array([0, 1, 1])))
@@ -301,7 +301,6 @@ def test_every_preset_defaults_to_berts_glue_recipe():
 
 
 def test_finetune_help_says_the_preset_replaces_trainers_defaults_and_lists_the_tasks():
-    assert TASK_NAMES == tuple(TASKS)  # --task's help lists the presets (arguments.py cannot import tasks.py)
     text = " ".join(finetune_parser().format_help().split())
     assert (
         "With --task, the task's recipe (BERT's GLUE recipe: lr 2e-5, batch 32, 3 epochs, 10% warm-up) replaces "
@@ -385,9 +384,14 @@ def test_mrpc_summary_line_scores_binary_f1_of_the_paraphrase_class_and_accuracy
     results = outcome["results"]
     assert results["eval_f1_binary"] == pytest.approx(f1) and results["eval_accuracy"] == pytest.approx(accuracy)
     assert outcome["task_score"] == pytest.approx(100 * (f1 + accuracy) / 2)
+    # the baseline: the 10 validation pairs are 5 paraphrases and 5 not; the tie goes to class id 0 (label 0), so
+    # always answering it is right half the time and never finds a paraphrase (F1 of class 1: 0) → (0 + 0.5) / 2
+    assert results["eval_baseline_accuracy"] == 0.5 and results["eval_baseline_f1_binary"] == 0.0
     assert outcome["summary"] == (
         f"task=mrpc score={100 * (f1 + accuracy) / 2:.2f} (f1_binary={f1:.4f}, accuracy={accuracy:.4f}) on validation"
+        "; baseline=25.00 (majority class)"
     )
+    assert printed[-2] == f"saved to {output_dir} (model, tokenizer, model card README.md, all_results.json)"
 
 
 def test_summarize_means_the_metrics_of_the_split_and_names_a_missing_one():
@@ -400,6 +404,39 @@ def test_summarize_means_the_metrics_of_the_split_and_names_a_missing_one():
     assert line == "task=reviews score=10.00 (accuracy=0.1000) on test"
     with pytest.raises(KeyError, match="no test_f1_binary in the results of the test split"):
         summarize("mrpc", ("f1_binary", "accuracy"), results, "test")
+
+
+def test_summary_line_gives_the_baseline_beside_the_score():
+    """The issue's run: 30 steps of MRPC scored exactly its majority class. With the split's baseline metrics in
+    the results, the line says so; a regression's constant prediction has correlations 0."""
+    majority = {"eval_f1_binary": 0.8180, "eval_accuracy": 0.6920}  # always "paraphrase" on MRPC's validation
+    results = {**majority, **{key.replace("eval_", "eval_baseline_"): value for key, value in majority.items()}}
+    assert summarize("mrpc", ("f1_binary", "accuracy"), results, "validation")[1] == (
+        "task=mrpc score=75.50 (f1_binary=0.8180, accuracy=0.6920) on validation; baseline=75.50 (majority class)"
+    )
+    results = {"eval_pearson": 0.5, "eval_spearman": 0.4, "eval_baseline_pearson": 0.0, "eval_baseline_spearman": 0.0}
+    assert summarize("stsb", ("pearson", "spearman"), results, "validation", regression=True)[1] == (
+        "task=stsb score=45.00 (pearson=0.5000, spearman=0.4000) on validation; baseline=0.00 (constant prediction)"
+    )
+
+
+def test_baseline_metrics_hand_computed():
+    """Always the majority class (the model's metric functions on a constant prediction); a regression's mean."""
+    # 4 of 7 are class 0: accuracy 4/7; class 0's F1 2·4 / (2·4 + 3) = 8/11, class 1's 0 → macro 4/11; no class 1
+    # predicted: binary F1 0; a constant prediction: Matthews 0
+    metrics = baseline_metrics([1, 1, 1, 0, 0, 0, 0], num_labels=2)
+    assert metrics == pytest.approx(
+        {"accuracy": 4 / 7, "f1_macro": 4 / 11, "f1_binary": 0.0, "matthews_correlation": 0.0}
+    )
+    # 3 of 4 are class 1 (the paraphrase class of MRPC): binary F1 2·3 / (2·3 + 1) = 6/7, macro (6/7 + 0) / 2
+    metrics = baseline_metrics([1, 0, 1, 1], num_labels=2)
+    assert metrics == pytest.approx(
+        {"accuracy": 3 / 4, "f1_macro": 3 / 7, "f1_binary": 6 / 7, "matthews_correlation": 0}
+    )
+    three = baseline_metrics([2, 2, 0, 1, 2], num_labels=3)  # class 2 is the majority: 3/5; no binary F1
+    assert three["accuracy"] == pytest.approx(3 / 5) and "f1_binary" not in three
+    # regression: always the mean 2.0 of [0, 1, 2, 5]: MSE (4 + 1 + 0 + 9) / 4 = 3.5, correlations 0 (not nan)
+    assert baseline_metrics([0.0, 1.0, 2.0, 5.0], num_labels=None) == {"pearson": 0.0, "spearman": 0.0, "mse": 3.5}
 
 
 def test_finetune_function_on_own_files_with_overrides(tiny_checkpoint, tmp_path, capsys):
@@ -424,7 +461,11 @@ def test_finetune_function_on_own_files_with_overrides(tiny_checkpoint, tmp_path
     assert outcome["recipe"] == {"learning_rate": 2e-5, "num_train_epochs": 3.0, "warmup_steps": 0.1}
     assert capsys.readouterr().out.strip().splitlines()[-1] == outcome["summary"]
     accuracy = outcome["results"]["eval_accuracy"]
-    assert outcome["summary"] == f"task=train score={100 * accuracy:.2f} (accuracy={accuracy:.4f}) on validation"
+    # 3 of the 6 validation pairs are paraphrases: the tie goes to class id 0, right half the time
+    assert outcome["summary"] == (
+        f"task=train score={100 * accuracy:.2f} (accuracy={accuracy:.4f}) on validation"
+        "; baseline=50.00 (majority class)"
+    )
     with pytest.raises(ValueError, match="finetune has no argument learning_rat:"):
         finetune_function(tiny_checkpoint, str(tmp_path / "o2"), task="mrpc", data_dir="d", learning_rat=1.0)
 
@@ -573,3 +614,26 @@ def test_task_refuses_column_flags_it_would_ignore():
     with pytest.raises(ValueError, match=r"drop --text_column 'a', --label_column 'y'"):
         check_task_columns(ClassificationDataArguments(task="stsb", data_dir="stsb", text_column="a", label_column="y"))
     check_task_columns(ClassificationDataArguments(task="mrpc", data_dir="mrpc"))  # the defaults: accepted
+
+
+def test_default_output_dir_is_a_fresh_folder_under_out_finetune(tmp_path):
+    """Without --output_dir: out/finetune/<data>-<checkpoint folder or hub name>; a folder holding a finished model
+    (config.json) is passed over for -2, -3, ...; an interrupted run's folder (no config.json) is used again."""
+    from hf_ffn.training import ModelArguments, default_output_dir
+
+    model = ModelArguments(model_name_or_path="google-bert/bert-base-uncased")
+    data = ClassificationDataArguments(task="mrpc", data_dir="data/mrpc")
+    root = tmp_path / "out" / "finetune"
+    assert default_output_dir(model, data, root) == root / "mrpc-bert-base-uncased"
+    (root / "mrpc-bert-base-uncased").mkdir(parents=True)
+    (root / "mrpc-bert-base-uncased" / "checkpoint-2").mkdir()  # interrupted: resumable, so the same folder
+    assert default_output_dir(model, data, root) == root / "mrpc-bert-base-uncased"
+    (root / "mrpc-bert-base-uncased" / "config.json").write_text("{}")
+    assert default_output_dir(model, data, root) == root / "mrpc-bert-base-uncased-2"
+    (root / "mrpc-bert-base-uncased-2").mkdir()
+    (root / "mrpc-bert-base-uncased-2" / "config.json").write_text("{}")
+    assert default_output_dir(model, data, root) == root / "mrpc-bert-base-uncased-3"
+    files = ClassificationDataArguments(train_file="d/reviews.csv", validation_file="d/v.csv")
+    assert default_output_dir(ModelArguments(model_name_or_path="out/geglu/"), files, root) == root / "reviews-geglu"
+    hub = ClassificationDataArguments(dataset_name="nyu-mll/glue", dataset_config_name="mrpc")
+    assert default_output_dir(model, hub, root) == root / "nyu-mll_glue_mrpc-bert-base-uncased"

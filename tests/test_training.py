@@ -452,7 +452,7 @@ def test_classification_script_trains_saves_and_loads(tiny_checkpoint, csv_files
     (tmp_path / "test.csv").write_text("sentence\n" + "".join(f"{text}\n" for text in unlabelled))
     outcome = main(script_argv(tiny_checkpoint, csv_files, output_dir, "--layer_norm_position", "pre"))
     results = outcome["results"]
-    assert 0 <= results["eval_accuracy"] <= 1 and "eval_loss" in results and "eval_f1" in results
+    assert 0 <= results["eval_accuracy"] <= 1 and "eval_loss" in results and "eval_f1_macro" in results
     # an unlabelled test split gives predictions (in file order), no metrics
     assert "test_accuracy" not in results
     assert len(outcome["test_predictions"]) == 3 and set(outcome["test_predictions"]) <= {"neg", "pos"}

@@ -597,3 +597,51 @@ def test_convert_pruned_refuses_non_positive_calibration_sizes(flag, tiny_bert_c
     assert exit_info.value.code == EXIT_BAD_INPUT
     assert f"{flag} must be > 0, got 0" in capsys.readouterr().err
     assert not out.exists()
+
+
+# --- numeric options of a fine-tuning run -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "allowed"),
+    [
+        ("--max_steps", "0", "an integer >= 1 or -1 (Trainer's unset: --num_train_epochs decides)"),
+        ("--max_steps", "-5", "an integer >= 1 or -1"),
+        ("--num_train_epochs", "0", "a number > 0"),
+        ("--learning_rate", "-2e-5", "a number > 0"),
+        ("--per_device_train_batch_size", "0", "an integer >= 1"),
+        ("--per_device_eval_batch_size", "0", "an integer >= 1"),
+        ("--gradient_accumulation_steps", "0", "an integer >= 1"),
+        ("--weight_decay", "-0.1", "a number >= 0"),
+        ("--seed", "-1", "an integer >= 0 and <= 4294967295"),
+        ("--max_train_samples", "0", "an integer >= 1"),
+        ("--max_seq_length", "2", "an integer >= 3 ([CLS] and [SEP] take two)"),
+        # the tiny checkpoint has 64 positions: a longer input would index past its position embeddings
+        ("--max_seq_length", "65", "an integer >= 3 and <= 64 ([CLS] and [SEP] take two; the checkpoint's"),
+    ],
+)
+def test_finetune_refuses_numeric_options_outside_what_they_allow(
+    option, value, allowed, tiny_bert_checkpoint, tmp_path, capsys
+):
+    """`--max_steps 0` used to train one step, save a model and print a score: refused with exit 2, naming the option,
+    the value and what is allowed, before anything is read or written."""
+    out = tmp_path / "out"
+    argv = ["finetune", "--model_name_or_path", tiny_bert_checkpoint, "--task", "mrpc", "--data_dir", str(tmp_path)]
+    code, err = cli_error(capsys, [*argv, "--output_dir", str(out), f"{option}={value}"])  # = : "-1" is no flag
+    shown = value if option != "--learning_rate" else "-2e-05"
+    assert code == EXIT_BAD_INPUT and f"{option} has value {shown}" in err and f"allowed: {allowed}" in err, err
+    assert not out.exists()
+
+
+def test_numeric_options_keep_trainers_unset_values():
+    """`max_steps=-1` is transformers' "unset" (the epochs decide), None the unset eval/save steps: both pass; what
+    `TrainingArguments` refuses itself (warmup_steps < 0) is left to it."""
+    from transformers import TrainingArguments
+
+    from hf_ffn.training import check_numeric_options
+
+    check_numeric_options(TrainingArguments(output_dir="unused", max_steps=-1, eval_steps=None, save_steps=0.5))
+    with pytest.raises(ValueError, match=r"--eval_steps has value 0; allowed: a number > 0"):
+        check_numeric_options(TrainingArguments(output_dir="unused", eval_steps=0))
+    with pytest.raises(ValueError, match="warmup_steps >= 0"):
+        TrainingArguments(output_dir="unused", warmup_steps=-1)

@@ -14,18 +14,19 @@ from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel, Traini
 
 from hf_ffn import BASELINE, VARIANTS, FfnBertModel, get_variant
 from hf_ffn.conversion import REPORT_FILE, convert_checkpoint, example_batch
-from hf_ffn.healing import HealArguments, LayerwiseArguments
-from hf_ffn.variants import (
+from hf_ffn.conversion_warning import (
+    COLLAPSE_STUDY,
     HEALING_GUIDE,
-    TASKS_STUDY,
     not_function_preserving_message,
-    variant_of_report,
     warn_if_not_function_preserving,
 )
+from hf_ffn.healing import HealArguments, LayerwiseArguments
+from hf_ffn.variants import variant_of_report
 
 from .conftest import TINY, find_bundled_checkpoint
 
-LOGGER = "hf_ffn.variants"
+LOGGER = "hf_ffn.conversion_warning"
+COLLAPSE = "fine-tuning it collapsed on three of the four tasks tried, healed or not"
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +134,6 @@ def test_convert_and_load_warn_once_with_the_difference_and_the_next_step(source
     assert f"differs from the source's by up to {max_diff:.3g}" in message
     assert f"`hf-ffn heal --student {out} --train_files TEXT --output_dir OUTPUT`" in message
     assert HEALING_GUIDE in message
-    assert "swiglu-approx variant" in message  # what was measured for that variant
     assert "(init=preserving, not function-preserving)" in report.summary().splitlines()[0]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger=LOGGER):
@@ -155,15 +155,15 @@ def test_pre_ln_warns_what_healing_measured_and_points_to_the_guide(source, tmp_
         report = convert_checkpoint(str(source / "bert"), out, layer_norm_position="pre")
     (message,) = records(caplog)
     assert "is not function-preserving" in message and "hf-ffn heal" in message
-    assert "fine-tuning the healed model collapses on STS-B, CoLA and MRPC" in message
-    assert f"({TASKS_STUDY})" in message and "docs/tasks.md" not in message and f"read {HEALING_GUIDE}" in message
+    assert COLLAPSE in message
+    assert f"({COLLAPSE_STUDY})" in message and "docs/tasks.md" not in message and f"read {HEALING_GUIDE}" in message
     assert "not function-preserving" in report.summary().splitlines()[0]
     card = (out / "README.md").read_text(encoding="utf-8")
-    assert "collapses on STS-B, CoLA and MRPC" in card
+    assert COLLAPSE in card
     # healed since: no request to heal, but what fine-tuning measured stays
     healed = {**json.loads((out / REPORT_FILE).read_text()), "healing": {"method": "layerwise"}}
     text = not_function_preserving_message(healed, "healed")
-    assert "collapses on STS-B, CoLA and MRPC" in text and "hf-ffn heal" not in text
+    assert COLLAPSE in text and "hf-ffn heal" not in text
 
 
 def test_exact_and_healed_conversions_do_not_warn(source, tmp_path, caplog):
@@ -191,7 +191,7 @@ def test_fine_tuning_hook_takes_the_in_memory_report(source):
     _, report = load_converted(str(source / "bert"), FfnBertModel, layer_norm_position="pre")
     message = warn_if_not_function_preserving(json.loads(report.to_json()))
     assert "output difference from the source was not measured" in message
-    assert "CONVERTED_FOLDER" in message and "collapses on STS-B, CoLA and MRPC" in message
+    assert "CONVERTED_FOLDER" in message and COLLAPSE in message
     with pytest.raises(TypeError, match="source must be"):
         warn_if_not_function_preserving(3)
 

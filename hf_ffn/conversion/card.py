@@ -14,9 +14,9 @@ from typing import Any
 from huggingface_hub import ModelCard, ModelCardData
 
 from ..configuration_ffn_bert import FfnBertConfig, is_gated
+from ..conversion_warning import not_function_preserving_message
 from ..model_cards import TEMPLATES
 from ..modeling_ffn_bert import AUTO_MAP
-from ..variants import not_function_preserving_message
 from .report import ConversionReport
 
 CONFIG_FIELDS = (
@@ -81,8 +81,9 @@ def build_model_card(
 
     `base_model` defaults to the source card's `base_model`, else the source when it is a hub name (not a local
     folder); `license` to the source card's, else "unknown". A conversion that is not function-preserving gets the
-    warning text of `hf_ffn.variants.not_function_preserving_message` (`healed`: the folder was healed since, so
-    the card does not ask for healing again; a healed Pre-LN conversion still gets what fine-tuning measured).
+    warning text of `hf_ffn.conversion_warning.not_function_preserving_message` (`healed`: the folder was healed
+    since, so the card does not ask for healing again; a healed Pre-LN conversion still gets what fine-tuning
+    measured).
     """
     config: FfnBertConfig = model.config
     source_data = source_card_data(report.source)

@@ -17,10 +17,10 @@ from transformers import AutoTokenizer, BertConfig, PretrainedConfig, PreTrained
 
 from ..checkpoints import REPORT_FILE, check_checkpoint
 from ..configuration_ffn_bert import FfnBertConfig
+from ..conversion_warning import warn_if_not_function_preserving
 from ..files import atomic_output_dir
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel, head_class_for
-from ..variants import warn_if_not_function_preserving
 from .card import build_model_card
 from .loader import load_converted
 from .measure import measure_difference
@@ -116,7 +116,8 @@ def convert_checkpoint(
     model.safetensors, the configuration/modeling/naming source for `trust_remote_code`, the tokenizer files,
     `conversion_report.json` with the measured difference from the source on the fixed input of
     `measure_difference`, and a model card). A conversion that is not function-preserving logs a warning once
-    (`hf_ffn.variants.warn_if_not_function_preserving`: the measured difference and the next step, `hf-ffn heal`).
+    (`hf_ffn.conversion_warning.warn_if_not_function_preserving`: the measured difference and the next step,
+    `hf-ffn heal`).
 
     `model_class` defaults to the FfnBert twin of the checkpoint's architecture. `seed` seeds every weight the
     conversion initialises. `init="pruned"` (`hf_ffn.conversion.pruning.load_pruned`) needs `calibration_ids`

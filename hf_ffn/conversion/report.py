@@ -47,7 +47,7 @@ class ConversionReport:
 
     def summary(self) -> str:
         """A few human-readable lines: what was converted, whether it is function-preserving and the measured
-        difference (`convert_checkpoint` logs the warning with the next step, `hf_ffn.variants`)."""
+        difference (`convert_checkpoint` logs the warning with the next step, `hf_ffn.conversion_warning`)."""
         preserving = "exact, function-preserving" if self.exact else "not function-preserving"
         lines = [f"{self.source} -> {self.model_class} (init={self.init}, {preserving})"]
         lines += [f"  config: {k}: {a!r} -> {b!r}" for k, (a, b) in self.config_changes.items()]

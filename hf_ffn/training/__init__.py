@@ -7,7 +7,8 @@ on a task preset or your own data with the preset's recipe and prints one summar
 
 Modules, one job each:
 
-- `arguments`: the `HfArgumentParser` dataclasses and their checks, `parse_arguments` (argv or one .json file).
+- `arguments`: the `HfArgumentParser` dataclasses and their checks (the numeric options' table `NUMERIC_OPTIONS`,
+  `check_numeric_options`), `parse_arguments` (argv or one .json file).
 - `readers`: the readers of labelled text (`read_label_files`: a folder with one file per label; `read_table`: a
   csv/tsv/json file with named columns; a `datasets` dataset; `read_labelled_texts` picks one), the seeded split
   (`split_dataset`), data-file checks, plain-text documents (`read_text_documents`, a folder of text files, UTF-8
@@ -16,9 +17,11 @@ Modules, one job each:
   (`mlm_blocks`), fixed masks (`mask_once`) and the MLM collators.
 - `outputs`: checkpoint and tokenizer loading, output-folder checks, the finished save (`save_finished`: nothing
   that loads as a model until every file is written), the final evaluation, the model card.
-- `classification`: `run_classification` (single sentences or pairs, classes or regression) and its metrics.
+- `classification`: `run_classification` (single sentences or pairs, classes or regression), its metrics and their
+  baseline (`baseline_metrics`: the majority class, or a regression's mean label).
 - `tasks`: the task presets (`TASKS`, `--task NAME`): their readers, columns, splits, metrics and `Recipe`s.
-- `finetuning`: `finetune` / `finetune_main`, the preset rule (`apply_recipe`) and the summary line (`summarize`).
+- `finetuning`: `finetune` / `finetune_main`, the preset rule (`apply_recipe`), the default output folder
+  (`default_output_dir`, under out/finetune/) and the summary line with its baseline (`summarize`).
 - `mlm`: `mlm_trainer` (the one MLM training path, also used by the Pre-/Post-LN study), the held-out split.
 - `mlm_metrics`: the MLM evaluation metrics (loss on [MASK] positions, token loss, accuracy), O(tokens) memory.
 - `throughput`: `ThroughputCallback`, tokens per second and achieved GFLOP/s in the training log.
@@ -40,10 +43,11 @@ from .arguments import (
     MlmDataArguments,
     ModelArguments,
     bad_input_exits,
+    check_numeric_options,
     parse_arguments,
     resume_checkpoint,
 )
-from .classification import classification_metrics, regression_metrics, run_classification
+from .classification import baseline_metrics, classification_metrics, regression_metrics, run_classification
 from .data import (
     DATA_FILE_EXTENSIONS,
     DEFAULT_TEXT_COLUMNS,
@@ -69,6 +73,7 @@ from .data import (
 )
 from .finetuning import (
     apply_recipe,
+    default_output_dir,
     finetune,
     finetune_argv,
     finetune_main,
@@ -110,7 +115,9 @@ __all__ = [
     "Recipe",
     "Task",
     "apply_recipe",
+    "check_numeric_options",
     "dataset_columns",
+    "default_output_dir",
     "finetune",
     "finetune_argv",
     "finetune_main",
@@ -148,6 +155,7 @@ __all__ = [
     "check_columns_and_labels",
     "check_data_file",
     "check_output_dir",
+    "baseline_metrics",
     "classification_metrics",
     "decode_text",
     "final_evaluation",

@@ -8,17 +8,23 @@ what is allowed, before anything is loaded.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
 from ..configuration_ffn_bert import FFN_TYPES, LAYER_NORM_POSITIONS
 from ..conversion.recipes import INITS, parse_width
+from .readers import DEFAULT_SPLIT
+from .tasks import TASKS, get_task
+
+DEFAULT_MAX_SEQ_LENGTH = 128  # tokens per fine-tuning input (run_glue.py's default), capped by the checkpoint
 
 # `load_converted`'s keywords → the options of `ModelArguments` that set them (errors name the option).
 CONVERSION_OPTIONS = {
@@ -30,9 +36,6 @@ CONVERSION_OPTIONS = {
 # The `--ffn_init` values a training run takes: "pruned" needs calibration text, which only `hf-ffn convert` reads.
 TRAINING_INITS = tuple(init for init in INITS if init != "pruned")
 PRUNED_ELSEWHERE = "pruned is made by `hf-ffn convert --init pruned` (with calibration text): fine-tune its folder"
-# The names of `hf_ffn.training.tasks.TASKS` (which imports this module), for --task's help.
-TASK_NAMES = ("cola", "stsb", "mrpc", "rt_polarity")
-DEFAULT_SPLIT = "0.8,0.1,0.1"  # train / validation / test fractions of a --label_dir folder
 
 
 @dataclass
@@ -151,13 +154,13 @@ class ClassificationDataArguments:
     task: str | None = field(
         default=None,
         metadata={
-            "help": f"A named task: {', '.join(TASK_NAMES)}. It is read from --data_dir with its own columns, "
+            "help": f"A named task: {', '.join(TASKS)}. It is read from --data_dir with its own columns, "
             "splits and metric, and trained with its recipe (BERT's GLUE recipe) for every training option "
             "not given (hf_ffn.training.tasks.TASKS)."
         },
     )
     data_dir: str | None = field(
-        default=None, metadata={"help": "The folder holding --task's files (e.g. data/mrpc for --task mrpc)."}
+        default=None, metadata={"help": "The folder holding --task's files (that task's folder of the data)."}
     )
     train_file: str | None = field(
         default=None, metadata={"help": "A csv, tsv, json or jsonl file with the training data."}
@@ -194,8 +197,13 @@ class ClassificationDataArguments:
         metadata={"help": "A second text column: the inputs become BERT pairs ([SEP] between, token_type_ids)."},
     )
     label_column: str = field(default="label", metadata={"help": "The label column."})
-    max_seq_length: int = field(
-        default=128, metadata={"help": "Inputs are truncated to this many tokens ([CLS] and [SEP] included)."}
+    max_seq_length: int | None = field(
+        default=None,
+        metadata={
+            "help": f"Inputs are truncated to this many tokens ([CLS] and [SEP] included), at most the checkpoint's "
+            f"max_position_embeddings. Default: {DEFAULT_MAX_SEQ_LENGTH}, or the checkpoint's "
+            "max_position_embeddings when it has fewer."
+        },
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training rows."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation rows."})
@@ -210,14 +218,15 @@ class ClassificationDataArguments:
                 f"give exactly one data source: --task (with --data_dir), --train_file (with --validation_file), "
                 f"--label_dir or --dataset_name; got {sources or 'none'}"
             )
+        if self.task is not None:
+            get_task(self.task)  # an unknown name is refused now, naming the allowed ones
         if (self.task is None) != (self.data_dir is None):
             raise ValueError(
                 f"--task and --data_dir go together; got --task {self.task!r}, --data_dir {self.data_dir!r}"
             )
         if self.train_file is not None and self.validation_file is None:
             raise ValueError("--validation_file is required with --train_file (the label set is checked against it)")
-        if self.max_seq_length <= 2:
-            raise ValueError(f"--max_seq_length must be > 2 ([CLS] and [SEP] take two), got {self.max_seq_length}")
+        check_numeric_options(self)  # again with the training options and the checkpoint's length by the run
 
 
 @dataclass
@@ -241,6 +250,118 @@ class MlmDataArguments:
             raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}")
         if self.max_seq_length <= 2:
             raise ValueError(f"--max_seq_length must be > 2, got {self.max_seq_length}")
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """The values a numeric option accepts: `minimum` ≤ value ≤ `maximum` (an end is excluded where `above` /
+    `below` is set; None: no bound), a whole number where `integer`, or one of `unset` (the values meaning "not
+    set", e.g. None, or `max_steps`' -1). `str()` says it in words for the error message."""
+
+    minimum: float | None = None
+    maximum: float | None = None
+    above: bool = False
+    below: bool = False
+    integer: bool = False
+    unset: tuple = (None,)
+    note: str = ""
+
+    def admits(self, value: Any) -> bool:
+        if value in self.unset and not isinstance(value, bool):
+            return True
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:  # nan
+            return False
+        if self.integer and float(value) != int(value):
+            return False
+        low = self.minimum is None or (value > self.minimum if self.above else value >= self.minimum)
+        high = self.maximum is None or (value < self.maximum if self.below else value <= self.maximum)
+        return low and high
+
+    def __str__(self) -> str:
+        kind = "an integer" if self.integer else "a number"
+        bounds = []
+        if self.minimum is not None:
+            bounds.append(f"{'>' if self.above else '>='} {_number(self.minimum)}")
+        if self.maximum is not None:
+            bounds.append(f"{'<' if self.below else '<='} {_number(self.maximum)}")
+        text = f"{kind} {' and '.join(bounds)}" if bounds else kind
+        return text + (f" {self.note}" if self.note else "")
+
+
+def _number(value: float) -> str:
+    """A bound as written: a whole number without a decimal point (4294967295, not 4.29497e+09)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+POSITIVE = Allowed(minimum=0, above=True)
+AT_LEAST_ONE = Allowed(minimum=1, integer=True)
+SEED = Allowed(minimum=0, maximum=2**32 - 1, integer=True)  # numpy's seed range (transformers.set_seed seeds it)
+# The numeric options of a fine-tuning run → what each accepts: our dataclasses' fields and the `TrainingArguments`
+# a user sets, checked in one place (`check_numeric_options`) before any data is read. What `TrainingArguments`
+# refuses itself is left to it: warmup_steps < 0 (transformers 5's only warm-up option; below 1 it is a fraction
+# of the steps, so no ratio field), logging_steps 0. A field the installed transformers lacks is skipped.
+# `max_seq_length`'s upper end is the checkpoint's `max_position_embeddings`, known only from the checkpoint.
+NUMERIC_OPTIONS: dict[str, Allowed] = {
+    "max_seq_length": Allowed(minimum=3, integer=True, note="([CLS] and [SEP] take two)"),
+    "max_train_samples": AT_LEAST_ONE,
+    "max_eval_samples": AT_LEAST_ONE,
+    "max_test_samples": AT_LEAST_ONE,
+    "split_seed": SEED,
+    "max_steps": Allowed(
+        minimum=1, integer=True, unset=(-1,), note="or -1 (Trainer's unset: --num_train_epochs decides)"
+    ),
+    "num_train_epochs": POSITIVE,
+    "learning_rate": POSITIVE,
+    "per_device_train_batch_size": AT_LEAST_ONE,
+    "per_device_eval_batch_size": AT_LEAST_ONE,
+    "gradient_accumulation_steps": AT_LEAST_ONE,
+    "eval_accumulation_steps": AT_LEAST_ONE,
+    "weight_decay": Allowed(minimum=0),
+    "max_grad_norm": Allowed(minimum=0, note="(0 turns clipping off)"),
+    "adam_beta1": Allowed(minimum=0, maximum=1, below=True),
+    "adam_beta2": Allowed(minimum=0, maximum=1, below=True),
+    "adam_epsilon": POSITIVE,
+    "label_smoothing_factor": Allowed(minimum=0, maximum=1, below=True),
+    "logging_steps": POSITIVE,
+    "eval_steps": POSITIVE,
+    "save_steps": POSITIVE,
+    "seed": SEED,
+    "dataloader_num_workers": Allowed(minimum=0, integer=True),
+}
+
+
+def check_numeric_options(*arguments: Any, max_positions: int | None = None) -> None:
+    """Refuse a numeric option outside what `NUMERIC_OPTIONS` allows, on any of `arguments` (dataclass instances:
+    `ClassificationDataArguments`, `TrainingArguments`, ...; a field they lack is skipped).
+
+    `max_positions`: the checkpoint's `max_position_embeddings`, the most tokens `--max_seq_length` may ask for.
+
+    Raises:
+        ValueError: "--max_steps has value 0; allowed: an integer >= 1 or -1 (...)", naming the option, the value
+            and what is allowed.
+    """
+    for args in arguments:
+        for name, allowed in NUMERIC_OPTIONS.items():
+            if not hasattr(args, name):
+                continue
+            value = getattr(args, name)
+            if name == "max_seq_length" and max_positions is not None:
+                allowed = dataclasses.replace(
+                    allowed,
+                    maximum=max_positions,
+                    note="([CLS] and [SEP] take two; the checkpoint's max_position_embeddings)",
+                )
+            if not allowed.admits(value):
+                raise ValueError(f"--{name} has value {value!r}; allowed: {allowed}")
+
+
+def resolve_max_seq_length(value: int | None, max_positions: int | None) -> int:
+    """`--max_seq_length` as the run uses it: the value given, else `DEFAULT_MAX_SEQ_LENGTH` or the checkpoint's
+    `max_position_embeddings` (`max_positions`) when it has fewer (so the default never exceeds the checkpoint; a
+    value given above it is refused by `check_numeric_options`)."""
+    if value is not None:
+        return value
+    return DEFAULT_MAX_SEQ_LENGTH if max_positions is None else min(DEFAULT_MAX_SEQ_LENGTH, max_positions)
 
 
 # Options of earlier releases → what replaces them: the one table both `hf-ffn finetune` and `hf-ffn heal` check
@@ -323,18 +444,22 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
 
 __all__ = [
     "CONVERSION_OPTIONS",
+    "DEFAULT_MAX_SEQ_LENGTH",
+    "NUMERIC_OPTIONS",
     "DEFAULT_SPLIT",
     "EXIT_BAD_INPUT",
     "RENAMED_OPTIONS",
     "RESUME_LAST",
-    "TASK_NAMES",
     "TRAINING_INITS",
+    "Allowed",
     "ClassificationDataArguments",
     "MlmDataArguments",
     "ModelArguments",
     "bad_input_exits",
+    "check_numeric_options",
     "check_renamed_options",
     "check_training_init",
     "parse_arguments",
+    "resolve_max_seq_length",
     "resume_checkpoint",
 ]

@@ -5,7 +5,10 @@ labels), `classification_metrics` / `regression_metrics` score it (scikit-learn 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +17,19 @@ import torch
 from transformers import EvalPrediction, Trainer, TrainingArguments
 
 from ..modeling_ffn_bert import FfnBertForSequenceClassification
-from .arguments import ClassificationDataArguments, ModelArguments, check_task_columns, resume_checkpoint
+from .arguments import (
+    ClassificationDataArguments,
+    ModelArguments,
+    check_numeric_options,
+    check_task_columns,
+    resolve_max_seq_length,
+    resume_checkpoint,
+)
 from .data import PaddingFreeCollator, check_columns_and_labels, load_classification_datasets, sort_by_length
 from .outputs import (
     check_checkpoint,
     check_output_dir,
+    checkpoint_max_positions,
     checkpoint_unpad_tokens,
     final_evaluation,
     load_model,
@@ -37,9 +48,10 @@ def _logits(prediction: EvalPrediction) -> np.ndarray:
 
 
 def classification_metrics(prediction: EvalPrediction) -> dict[str, float]:
-    """Accuracy, macro-averaged F1 (the unweighted mean of each class's F1), Matthews correlation (GLUE's CoLA
-    metric; Matthews 1975) and, for two classes, `f1_binary`: the F1 of class id 1 (GLUE's MRPC F1, of the
-    paraphrase class), all from scikit-learn, of the argmax of the logits.
+    """Accuracy, `f1_macro` (macro-averaged F1: the unweighted mean of each class's F1), Matthews correlation
+    (GLUE's CoLA metric; Matthews 1975) and, for two classes, `f1_binary`: the F1 of class id 1 alone (GLUE's MRPC
+    F1, of the paraphrase class), all from scikit-learn, of the argmax of the logits. In all_results.json they are
+    `eval_<name>` (validation) and `test_<name>`.
 
     `prediction.predictions`: logits (examples, num_labels); `prediction.label_ids`: (examples,) class ids.
     """
@@ -50,7 +62,7 @@ def classification_metrics(prediction: EvalPrediction) -> dict[str, float]:
     labels = np.asarray(prediction.label_ids)
     metrics = {
         "accuracy": float(accuracy_score(labels, predicted)),
-        "f1": float(f1_score(labels, predicted, average="macro")),
+        "f1_macro": float(f1_score(labels, predicted, average="macro")),
         "matthews_correlation": float(matthews_corrcoef(labels, predicted)),
     }
     if logits.shape[-1] == 2:
@@ -75,6 +87,32 @@ def regression_metrics(prediction: EvalPrediction) -> dict[str, float]:
         "spearman": float(spearmanr(predicted, labels).statistic),
         "mse": float(mean_squared_error(labels, predicted)),
     }
+
+
+def baseline_metrics(label_ids: Sequence[float], num_labels: int | None) -> dict[str, float]:
+    """The metrics of a predictor that ignores its input, scored on `label_ids` (one split's labels) by the same
+    functions as the model: the chance level a fine-tuned score must beat.
+
+    Classes (`num_labels` given): always the majority class of `label_ids` (the most frequent id; a tie goes to the
+    lowest), scored by `classification_metrics`: its accuracy is the majority share, its Matthews correlation 0,
+    its `f1_binary` that of always answering class 1 when 1 is the majority (else 0). Regression (`num_labels`
+    None): always the mean label, scored by `regression_metrics`; a constant has no correlation, so Pearson and
+    Spearman are their chance level 0 (scipy's nan replaced), and the MSE is the labels' variance.
+    """
+    labels = np.asarray(label_ids)
+    if num_labels is None:
+        constant = np.full(len(labels), labels.astype(np.float64).mean())
+        with warnings.catch_warnings():  # scipy's ConstantInputWarning: the nan is replaced below
+            warnings.simplefilter("ignore")
+            metrics = regression_metrics(EvalPrediction(predictions=constant, label_ids=labels))
+        return {name: 0.0 if math.isnan(value) else value for name, value in metrics.items()}
+    majority = int(np.bincount(labels.astype(np.int64), minlength=num_labels).argmax())
+    logits = np.zeros((len(labels), num_labels))
+    logits[:, majority] = 1.0
+    return classification_metrics(EvalPrediction(predictions=logits, label_ids=labels))
+
+
+BASELINE_PREFIX = "baseline_"  # all_results.json: eval_baseline_accuracy, test_baseline_pearson, ...
 
 
 def predict_in_order(trainer: Trainer, dataset, metric_key_prefix: str = "test"):
@@ -104,9 +142,11 @@ def run_classification(
     metrics `regression_metrics`), as in `run_glue.py`. `--task` reads a named task (`hf_ffn.training.tasks`) with
     its columns; its metric names lead the model card.
 
-    Order: every input check (data files, columns, labels, checkpoint, output folder), then loading, training,
-    evaluation, and last the finished save (see `hf_ffn.training.outputs`). Returns a dict with `results` (eval_* and
-    test_* metrics and loss, train metrics), `log_history` (Trainer's, for eval curves), `train_tokens`
+    Order: every input check (output folder, checkpoint, numeric options `check_numeric_options`, data files,
+    columns, labels), then loading, training, evaluation, and last the finished save (see
+    `hf_ffn.training.outputs`). Returns a dict with `results` (eval_* and
+    test_* metrics and loss; eval_baseline_* and test_baseline_*, the same metrics of a predictor that ignores its
+    input, `baseline_metrics`; train metrics), `log_history` (Trainer's, for eval curves), `train_tokens`
     (non-padding training tokens seen), `train_seconds` (training time without in-training evaluation),
     `wall_seconds`, `conversion` (what the variant load changed), `regression`, and, for a labelled test split,
     `test_predicted_ids` / `test_label_ids` (class ids per test example, in the test split's length-sorted order,
@@ -120,6 +160,12 @@ def run_classification(
     check_output_dir(training_args.output_dir)
     resume = resume_checkpoint(training_args)
     check_task_columns(data_args)
+    check_checkpoint(model_args.model_name_or_path, "--model_name_or_path")
+    max_positions = checkpoint_max_positions(model_args.model_name_or_path)
+    check_numeric_options(data_args, training_args, max_positions=max_positions)  # --max_steps 0, lr <= 0, ...
+    data_args = dataclasses.replace(
+        data_args, max_seq_length=resolve_max_seq_length(data_args.max_seq_length, max_positions)
+    )
     task = get_task(data_args.task) if data_args.task is not None else None
     if task is not None:  # the task's columns (its reader gives the hub copy's names)
         data_args = dataclasses.replace(
@@ -130,7 +176,6 @@ def run_classification(
         raw = load_classification_datasets(data_args)
     text_columns, labels = check_columns_and_labels(raw, data_args)
     regression = labels is None
-    check_checkpoint(model_args.model_name_or_path, "--model_name_or_path")
     tokenizer = load_tokenizer(model_args)
 
     label2id = {} if regression else {label: i for i, label in enumerate(labels)}
@@ -194,6 +239,10 @@ def run_classification(
             predictions = predicted if regression else [str(labels[i]) for i in predicted]
         else:  # per-example predictions for paired tests, in the length-sorted order (the same for every run)
             test_predicted_ids, test_label_ids = predicted, test_output.label_ids.tolist()
+    for split, prefix in (("validation", "eval_"), ("test", "test_")):  # the chance level beside each score
+        if split in splits and "labels" in splits[split].column_names:
+            baseline = baseline_metrics(splits[split]["labels"], None if regression else len(labels))
+            results.update({f"{prefix}{BASELINE_PREFIX}{name}": value for name, value in baseline.items()})
     train_seconds = training_seconds(trainer.state.log_history, train_output.metrics["train_runtime"])
     extra = {
         "conversion": conversion,
@@ -216,7 +265,7 @@ def run_classification(
             if data_args.label_dir
             else Path(data_args.train_file).name
         )
-    metric_names = task.metrics if task else ("pearson", "spearman") if regression else ("accuracy", "f1")
+    metric_names = task.metrics if task else ("pearson", "spearman") if regression else ("accuracy", "f1_macro")
     card = model_card(
         model_args, training_args, "text-classification", dataset_name, results, conversion, metric_names, model.config
     )
@@ -237,4 +286,11 @@ def run_classification(
     }
 
 
-__all__ = ["classification_metrics", "predict_in_order", "regression_metrics", "run_classification"]
+__all__ = [
+    "BASELINE_PREFIX",
+    "baseline_metrics",
+    "classification_metrics",
+    "predict_in_order",
+    "regression_metrics",
+    "run_classification",
+]

@@ -8,16 +8,20 @@ batch 32, 3 epochs, 10% warm-up) fills the training arguments the user did not s
 command line, a key of the .json file of arguments, a keyword of `finetune`) wins. Data given as files gets the same
 default recipe.
 
-The summary line: `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>`, where the score is the mean of the
-task's metrics ×100 (GLUE's rule; MRPC: F1 of the paraphrase class and accuracy). Data without a task is scored by
-accuracy (classes) or Pearson and Spearman correlation (regression), named after its file or folder, on the test
-split when it has labels, else on validation.
+The summary line: `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>; baseline=<x.xx> (majority class)`,
+where the score is the mean of the task's metrics ×100 (GLUE's rule; MRPC: F1 of the paraphrase class and
+accuracy) and the baseline the same score of a predictor that ignores its input (the split's majority class; the
+mean label of a regression, whose correlations are 0): a score at the baseline learnt nothing. Data without a task
+is scored by accuracy (classes) or Pearson and Spearman correlation (regression), named after its file or folder,
+on the test split when it has labels, else on validation. Before it, a line says where the run saved: `--output_dir`,
+else a fresh folder under `out/finetune/` (`default_output_dir`).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,12 +30,13 @@ from typing import Any
 from transformers import HfArgumentParser, TrainingArguments
 
 from .arguments import ClassificationDataArguments, ModelArguments, parse_arguments
-from .classification import run_classification
+from .classification import BASELINE_PREFIX, run_classification
 from .tasks import GLUE_RECIPE, Recipe, get_task
 
 ARGUMENT_CLASSES = (ModelArguments, ClassificationDataArguments, TrainingArguments)
 CLASS_METRICS = ("accuracy",)
 REGRESSION_METRICS = ("pearson", "spearman")
+DEFAULT_OUTPUT_ROOT = Path("out") / "finetune"  # --output_dir left out: `default_output_dir` under it
 
 
 def finetune_description(recipe: Recipe = GLUE_RECIPE) -> str:
@@ -44,15 +49,25 @@ def finetune_description(recipe: Recipe = GLUE_RECIPE) -> str:
         f"lr {recipe.learning_rate:g}, ".replace("e-0", "e-")
         + f"batch {recipe.per_device_train_batch_size}, "
         f"{recipe.num_train_epochs:g} epochs, {recipe.warmup_ratio:.0%} warm-up) replaces Trainer's defaults "
-        "for any option you do not give; without --task, the defaults shown below apply."
+        "for any option you do not give; without --task, the defaults shown below apply. The last line gives the "
+        "score beside its baseline (the majority class; a constant for a regression); all_results.json holds "
+        "eval_* and test_* metrics (f1_macro: the mean of the classes' F1; f1_binary: the F1 of class id 1) and "
+        "the baseline's as eval_baseline_*."
     )
 
 
 def finetune_parser() -> HfArgumentParser:
     """The `HfArgumentParser` of model, data and `TrainingArguments` (its --help shows every default)."""
-    return HfArgumentParser(
+    parser = HfArgumentParser(
         ARGUMENT_CLASSES, description=finetune_description(), formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
+    output_dir = parser._option_string_actions["--output_dir"]  # Trainer's help names its ./trainer_output
+    output_dir.help = (
+        f"Where the model, its card and all_results.json are saved. Default: {DEFAULT_OUTPUT_ROOT}/<task or data "
+        "name>-<checkpoint name>, or the same with -2, -3, ... when that folder holds a finished model. A folder "
+        "given here that holds a finished model is refused."
+    )
+    return parser
 
 
 def given_options(argv: Sequence[str]) -> set[str]:
@@ -98,9 +113,14 @@ def task_metrics(task: str | None, regression: bool) -> tuple[str, ...]:
     return REGRESSION_METRICS if regression else CLASS_METRICS
 
 
-def summarize(name: str, metrics: Sequence[str], results: Mapping[str, float], split: str) -> tuple[float, str]:
+def summarize(
+    name: str, metrics: Sequence[str], results: Mapping[str, float], split: str, regression: bool = False
+) -> tuple[float, str]:
     """`(score, line)`: the score (mean of `metrics` in `results` under `split`'s prefix, ×100; GLUE's rule) and
-    the summary line `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>`.
+    the summary line `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>`, followed by
+    `; baseline=<x.xx> (majority class)` (`(constant prediction)` for a `regression`) when `results` holds the
+    split's baseline metrics (`<prefix>baseline_<metric>`, `hf_ffn.training.classification.baseline_metrics`):
+    the same score of a predictor that ignores its input.
 
     Raises:
         KeyError: naming the missing metric and the split, when `results` lacks one.
@@ -112,7 +132,12 @@ def summarize(name: str, metrics: Sequence[str], results: Mapping[str, float], s
     values = [results[prefix + metric] for metric in metrics]
     score = 100 * sum(values) / len(values)
     shown = ", ".join(f"{metric}={value:.4f}" for metric, value in zip(metrics, values, strict=True))
-    return score, f"task={name} score={score:.2f} ({shown}) on {split}"
+    line = f"task={name} score={score:.2f} ({shown}) on {split}"
+    baseline = [results.get(f"{prefix}{BASELINE_PREFIX}{metric}") for metric in metrics]
+    if None not in baseline:
+        chance = 100 * sum(baseline) / len(baseline)
+        line += f"; baseline={chance:.2f} ({'constant prediction' if regression else 'majority class'})"
+    return score, line
 
 
 def _data_name(data_args: ClassificationDataArguments) -> str:
@@ -121,6 +146,20 @@ def _data_name(data_args: ClassificationDataArguments) -> str:
     if data_args.dataset_name is not None:
         return "/".join(filter(None, (data_args.dataset_name, data_args.dataset_config_name)))
     return Path(data_args.label_dir).name if data_args.label_dir else Path(data_args.train_file).stem
+
+
+def default_output_dir(
+    model_args: ModelArguments, data_args: ClassificationDataArguments, root: str | Path = DEFAULT_OUTPUT_ROOT
+) -> Path:
+    """Where a run without `--output_dir` saves: `root/<task or data name>-<checkpoint folder or hub name>`
+    (e.g. `out/finetune/mrpc-bert-base-uncased`), or, when that folder already holds a finished model
+    (`config.json`), the first of `...-2`, `...-3`, ... that does not: running the same command again trains a new
+    model beside the first. A folder without `config.json` (an interrupted run) is used again, so
+    `--resume_from_checkpoint last` finds its checkpoints."""
+    model = Path(model_args.model_name_or_path.rstrip("/\\")).name
+    base = Path(root) / f"{_data_name(data_args)}-{model}".replace("/", "_")
+    candidates = itertools.chain([base], (base.with_name(f"{base.name}-{n}") for n in itertools.count(2)))
+    return next(folder for folder in candidates if not (folder / "config.json").exists())
 
 
 def run_finetuning(
@@ -145,8 +184,9 @@ def run_finetuning(
         else ("test" if all(f"test_{metric}" in results for metric in metrics) else "validation")
     )  # a labelled test split
     name = _data_name(data_args)
-    score, line = summarize(name, metrics, results, split)
-    if not quiet and training_args.process_index == 0:  # one line, from the main process only
+    score, line = summarize(name, metrics, results, split, regression=outcome["regression"])
+    if not quiet and training_args.process_index == 0:  # from the main process only; the summary line last
+        print(f"saved to {training_args.output_dir} (model, tokenizer, model card README.md, all_results.json)")
         print(line, flush=True)
     return {**outcome, "task": name, "task_score": score, "score_split": split, "summary": line, "recipe": applied}
 
@@ -160,8 +200,8 @@ def finetune(
     quiet: bool = False,
     **arguments: Any,
 ) -> dict[str, Any]:
-    """Fine-tune `model_name_or_path` for sequence classification or regression and print one summary line,
-    `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>`.
+    """Fine-tune `model_name_or_path` for sequence classification or regression, print where it saved and one
+    summary line, `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>; baseline=<x.xx> (...)` (`summarize`).
 
     Data: `task` (a preset of `hf_ffn.training.tasks.TASKS`, with `data_dir=`), or your own: `train_file=` and
     `validation_file=` (csv / tsv / json / jsonl; `text_column=`, `text_pair_column=` for pairs, `label_column=`;
@@ -172,7 +212,8 @@ def finetune(
 
     Example:
         >>> finetune("bert-base-uncased", "out/mrpc", task="mrpc", data_dir="data/mrpc")  # doctest: +SKIP
-        task=mrpc score=84.51 (f1_binary=0.8812, accuracy=0.8090) on validation
+        saved to out/mrpc (model, tokenizer, model card README.md, all_results.json)
+        task=mrpc score=84.51 (f1_binary=0.8812, accuracy=0.8090) on validation; baseline=75.50 (majority class)
 
     Returns:
         `run_classification`'s outcome (results, log_history, ...) plus `task`, `task_score` (float, 0–100),
@@ -205,12 +246,16 @@ def finetune(
 
 def finetune_argv(argv: Sequence[str], prog: str = "hf-ffn finetune") -> dict[str, Any]:
     """`finetune` from a command line: `argv` (flags of `finetune_parser`, or one .json file of them) parsed by
-    `HfArgumentParser`, the preset filling the training flags not given. Prints the summary line (the model, its
-    card and all_results.json are in --output_dir) and returns `run_finetuning`'s outcome."""
+    `HfArgumentParser`, the preset filling the training flags not given, `--output_dir` defaulting to
+    `default_output_dir`. Prints where it saved and the summary line (the model, its card and all_results.json are
+    in --output_dir) and returns `run_finetuning`'s outcome."""
     parser = finetune_parser()
     parser.prog = prog
     model_args, data_args, training_args = parse_arguments(parser, argv)
-    return run_finetuning(model_args, data_args, training_args, given_options(argv))
+    given = given_options(argv)
+    if "output_dir" not in given:  # not Trainer's ./trainer_output: a fresh folder under out/finetune/
+        training_args.output_dir = str(default_output_dir(model_args, data_args))
+    return run_finetuning(model_args, data_args, training_args, given)
 
 
 def finetune_main(argv: Sequence[str], prog: str = "hf-ffn finetune") -> int:
@@ -221,7 +266,9 @@ def finetune_main(argv: Sequence[str], prog: str = "hf-ffn finetune") -> int:
 
 
 __all__ = [
+    "DEFAULT_OUTPUT_ROOT",
     "apply_recipe",
+    "default_output_dir",
     "finetune",
     "finetune_argv",
     "finetune_description",

@@ -37,10 +37,10 @@ from transformers import (
 
 from ..checkpoints import check_checkpoint
 from ..conversion import load_converted
+from ..conversion_warning import warn_if_not_function_preserving
 from ..files import give_ordinary_permissions
 from ..model_card import build_training_card
 from ..options import options_named
-from ..variants import warn_if_not_function_preserving
 from .arguments import CONVERSION_OPTIONS, ModelArguments
 
 STAGING_FOLDER = ".staging-final"
@@ -65,7 +65,7 @@ def load_model(
     GELU→SwiGLU, or fresh weights at a kept / parameter-matched / given width); otherwise the checkpoint loads as
     saved. `kwargs` (e.g. `num_labels`, `id2label`) go to `from_pretrained`. `report` is a JSON-able dict. A
     variant whose conversion is not function-preserving logs a warning once
-    (`hf_ffn.variants.warn_if_not_function_preserving`); so does a converted folder loaded as saved.
+    (`hf_ffn.conversion_warning.warn_if_not_function_preserving`); so does a converted folder loaded as saved.
     `config.unpad_tokens` is then set to `model_args.unpad_tokens` (after loading, so the conversion report lists
     only what the conversion changed; `save_outputs` saves the checkpoint's value, see the module docstring).
 
@@ -100,6 +100,13 @@ def checkpoint_unpad_tokens(name_or_path: str) -> bool:
     field, FfnBert's default is off)."""
     config_dict, _ = PretrainedConfig.get_config_dict(name_or_path)
     return bool(config_dict.get("unpad_tokens", False))
+
+
+def checkpoint_max_positions(name_or_path: str) -> int | None:
+    """The `max_position_embeddings` saved in the checkpoint's `config.json` (the most tokens one input may have),
+    None when absent."""
+    config_dict, _ = PretrainedConfig.get_config_dict(name_or_path)
+    return config_dict.get("max_position_embeddings")
 
 
 def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
@@ -244,6 +251,7 @@ def save_outputs(
 __all__ = [
     "STAGING_FOLDER",
     "check_checkpoint",
+    "checkpoint_max_positions",
     "checkpoint_unpad_tokens",
     "check_output_dir",
     "final_evaluation",

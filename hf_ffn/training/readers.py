@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from ..checkpoints import looks_local
-from .arguments import DEFAULT_SPLIT
+
+DEFAULT_SPLIT = "0.8,0.1,0.1"  # train / validation / test fractions of a --label_dir folder
 
 # file extension → (`datasets` builder, its options); .tsv is the csv builder with tabs
 DATA_FILE_EXTENSIONS = {

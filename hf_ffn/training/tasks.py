@@ -1,7 +1,7 @@
 """The named fine-tuning task presets (`--task NAME` with `--data_dir`), as data like `run_glue.py`'s
 `task_to_keys`: how each folder is read, its columns, the split its metric is reported on, the metric itself
 (GLUE's choice per task) and its training recipe (`Recipe`). `TASKS` is the one place in the package that names a
-task or a corpus and its file names; every reader it uses is generic (`hf_ffn.training.data`).
+task or a corpus and its file names; every reader it uses is generic (`hf_ffn.training.readers`).
 
 Every reader returns a `DatasetDict` with the columns of the `datasets` hub copy of the task (`nyu-mll/glue`):
 `sentence`/`label` (CoLA), `sentence1`/`sentence2`/`label` (STS-B with a float score 0–5, MRPC with 0/1), and
@@ -21,7 +21,7 @@ The folders (the public releases; see `../shared/README.md`):
   `msr-para-test.tsv` is held out (not read). Tab-separated with a header, CRLF line ends and a UTF-8 byte-order
   mark: `load_dataset("csv", ..., sep="\\t", quoting=3, encoding="utf-8-sig")`, columns renamed.
 - rt_polarity (Pang & Lee 2005): `rt-polarity.neg`, `rt-polarity.pos`, one snippet per line, read by the generic
-  `hf_ffn.training.data.load_label_files` (one file per label) with the seeded 8,000 / 1,000 / 1,662 split (seed 42;
+  `hf_ffn.training.readers.load_label_files` (one file per label) with the seeded 8,000 / 1,000 / 1,662 split (seed 42;
   the same split as every earlier run).
 
 Metrics (GLUE, Wang et al. 2018): CoLA Matthews correlation; STS-B Pearson and Spearman correlation; MRPC F1 of
@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .data import decode_text, load_label_files
+from .readers import decode_text, load_label_files
 
 STSB_COLUMNS = 7  # genre, file, year, id, score, sentence 1, sentence 2 (later columns ignored)
 

@@ -170,7 +170,12 @@ def run_one(
     outcome = run_classification(model_args, data_args, training_args)
     results = outcome["results"]
     curve = [
-        {key: entry[key] for key in ("step", "eval_loss", "eval_accuracy", "eval_f1")}
+        {
+            "step": entry["step"],
+            "eval_loss": entry["eval_loss"],
+            "eval_accuracy": entry["eval_accuracy"],
+            "eval_f1": entry["eval_f1_macro"],
+        }
         for entry in outcome["log_history"]
         if "eval_accuracy" in entry
     ]
@@ -182,9 +187,9 @@ def run_one(
         "switches": {k: v for k, v in vars(model_args).items() if k != "model_name_or_path" and v is not None},
         "settings": settings(args),
         "test_accuracy": results["test_accuracy"],
-        "test_f1": results["test_f1"],
+        "test_f1": results["test_f1_macro"],  # macro F1 (the records' key predates the library's f1_macro)
         "eval_accuracy": results["eval_accuracy"],
-        "eval_f1": results["eval_f1"],
+        "eval_f1": results["eval_f1_macro"],
         "test_predicted": encode_ids(outcome["test_predicted_ids"]),
         "test_labels": encode_ids(outcome["test_label_ids"]),
         "wall_seconds": outcome["wall_seconds"],

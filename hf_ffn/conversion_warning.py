@@ -1,0 +1,156 @@
+"""The one text for a conversion that does not compute its source's function (`not_function_preserving_message`),
+and where it is said: once per text when such a folder is converted, loaded or fine-tuned
+(`warn_if_not_function_preserving`; `FfnBertPreTrainedModel.from_pretrained`, `hf_ffn.conversion.convert_checkpoint`,
+the fine-tuning entry points) and on its model card (`hf_ffn.conversion.card`).
+
+It reads only the conversion report (`conversion_report.json`: `exact`, `config_changes`, `difference`, `healing`)
+and imports nothing of hf_ffn's above `checkpoints`, so the model, the conversion stack and the named variants
+(`hf_ffn.variants`, which converts through `hf_ffn.conversion`) all import it from below. The text names the guide
+and the study to read; what was measured lives there (it quotes no corpus and no score).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from transformers.utils import logging
+
+from .checkpoints import REPORT_FILE
+
+logger = logging.get_logger(__name__)
+
+HEALING_GUIDE = "docs/healing.md"
+COLLAPSE_STUDY = "studies/finetune_collapse/README.md"  # fine-tuning a (healed) Pre-LN conversion collapses
+
+
+def single_name(value: Any) -> Any:
+    """A config value as one name: a per-layer list with one value → that value; mixed lists stay lists."""
+    if isinstance(value, (list, tuple)) and len(set(value)) == 1:
+        return value[0]
+    return value
+
+
+def _moves_to_pre_ln(report: Mapping[str, Any]) -> bool:
+    before, after = (report.get("config_changes") or {}).get("layer_norm_position", [None, None])
+    return after is not None and "pre" in ([after] if isinstance(after, str) else after) and before != after
+
+
+def _difference(report: Mapping[str, Any]) -> str:
+    """The measured difference from the source, as one phrase: the last hidden state's, else the first output
+    compared (a checkpoint with heads, e.g. `BertForPreTraining`, is compared on its heads' outputs)."""
+    measured = {
+        name: d
+        for name, d in (report.get("difference") or {}).items()
+        if isinstance(d, Mapping) and "max_abs_diff" in d
+    }
+    if not measured:
+        return "its output difference from the source was not measured"
+    name = "last_hidden_state" if "last_hidden_state" in measured else next(iter(measured))
+    d = measured[name]
+    label = "last hidden state" if name == "last_hidden_state" else f"output {name}"
+    return (
+        f"measured on a fixed batch, its {label} differs from the source's by up to "
+        f"{d['max_abs_diff']:.3g} (mean {d['mean_abs_diff']:.3g})"
+    )
+
+
+def _what_changed(report: Mapping[str, Any]) -> str:
+    changes = report.get("config_changes") or {}
+    parts = [
+        f"{name} {single_name(a)!r} → {single_name(b)!r}"
+        for name, (a, b) in changes.items()
+        if name in ("ffn_type", "layer_norm_position", "intermediate_size")
+    ]
+    return f"init={report.get('init')}" + (f", {', '.join(parts)}" if parts else "")
+
+
+def not_function_preserving_message(
+    report: Mapping[str, Any], folder: str | os.PathLike | None = None, subject: str | None = None
+) -> str | None:
+    """The warning for a conversion that does not compute its source's function, or None where there is nothing
+    to warn about.
+
+    `report`: a `ConversionReport` as a dict (`conversion_report.json`); a healed folder's has a `healing` entry.
+    `folder`: where the converted model is (named in the next step; default `CONVERTED_FOLDER`); `subject`: what
+    the text calls the model (default: `folder`, else "this conversion"). Cases: an exact conversion → None; not exact
+    and not healed → the measured difference and the next step (`hf-ffn heal`); Post-LN → Pre-LN, healed or not →
+    also that healing does not make it fine-tune like the source (`COLLAPSE_STUDY`); other healed conversions →
+    None.
+    """
+    healed, pre_ln = "healing" in report, _moves_to_pre_ln(report)
+    if (report.get("exact", True) and not pre_ln) or (healed and not pre_ln):
+        return None
+    where = f"{subject or folder or 'this conversion'} ({_what_changed(report)})"
+    if healed:
+        text = (
+            f"{where} is a healed Post-LN → Pre-LN conversion of {report.get('source')}, which is not "
+            f"function-preserving."
+        )
+    else:
+        student = folder or "CONVERTED_FOLDER"
+        text = (
+            f"{where} is not function-preserving: it was converted from {report.get('source')} and "
+            f"{_difference(report)}. Next step: heal it, `hf-ffn heal --student {student} --train_files TEXT "
+            f"--output_dir OUTPUT` (distillation from the source on plain text; the healed model is written to "
+            f"OUTPUT/healed; {HEALING_GUIDE})."
+        )
+    if pre_ln:
+        text += (
+            f" Post-LN → Pre-LN of a pretrained checkpoint: in the project's studies, fine-tuning it collapsed on "
+            f"three of the four tasks tried, healed or not ({COLLAPSE_STUDY}). Healing does not make it fine-tune "
+            f"like the source; read {HEALING_GUIDE} before relying on it."
+        )
+    return text
+
+
+def read_conversion_report(folder: str | os.PathLike) -> dict[str, Any] | None:
+    """A local folder's `conversion_report.json` as a dict; None if it has none (or it is unreadable)."""
+    path = Path(folder) / REPORT_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def warn_if_not_function_preserving(
+    source: str | os.PathLike | Mapping[str, Any] | Any, folder: str | os.PathLike | None = None
+) -> str | None:
+    """Log `not_function_preserving_message` once (transformers' `logger.warning_once`) for a conversion that does
+    not compute its source's function; returns the message, or None when there is nothing to warn about.
+
+    `source`: a converted folder (its `conversion_report.json`; a folder without one, e.g. a model trained as it
+    is, never warns), a `ConversionReport`, or its dict (what `hf_ffn.training.load_model` returns for a variant).
+    `folder`: the converted folder to name in the next step (default: `source` when it is a folder).
+
+    Called by `FfnBertPreTrainedModel.from_pretrained` (loading), `hf_ffn.conversion.convert_checkpoint`
+    (converting) and the fine-tuning entry points.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        report = read_conversion_report(source) if os.path.isdir(source) else None
+        folder = folder if folder is not None else source
+    elif isinstance(source, Mapping):
+        report = source
+    elif hasattr(source, "to_dict"):  # a ConversionReport
+        report = source.to_dict()
+    else:
+        raise TypeError(f"source must be a folder, a ConversionReport or its dict, got {type(source).__name__}")
+    if report is None or "config_changes" not in report:
+        return None
+    message = not_function_preserving_message(report, folder)
+    if message is not None:
+        logger.warning_once(message)
+    return message
+
+
+__all__ = [
+    "COLLAPSE_STUDY",
+    "HEALING_GUIDE",
+    "not_function_preserving_message",
+    "read_conversion_report",
+    "single_name",
+    "warn_if_not_function_preserving",
+]
