@@ -23,7 +23,7 @@ from transformers.utils import logging as hf_logging
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training import mask_once, mlm_blocks
-from hf_ffn.training.mlm import held_out_split
+from hf_ffn.training.corpus import held_out_split, split_documents
 from hf_ffn.training.pretraining import (
     PretrainingArguments,
     PretrainingDataArguments,
@@ -32,7 +32,6 @@ from hf_ffn.training.pretraining import (
     pretraining_main,
     pretraining_parser,
     run_pretraining,
-    split_documents,
     train_tokenizer,
     use_bf16_where_available,
 )

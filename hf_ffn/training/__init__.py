@@ -12,14 +12,16 @@ Modules, one job each:
   csv/tsv/json file with named columns; a `datasets` dataset; `read_labelled_texts` picks one), the seeded split
   (`split_dataset`), data-file checks, plain-text documents (`read_text_documents`, a folder of text files, UTF-8
   else Latin-1).
-- `data`: the classification splits (`load_classification_datasets`), column and label checks, MLM blocks
-  (`mlm_blocks`), fixed masks (`mask_once`) and the MLM collators.
+- `corpus`: the MLM data path through `datasets`, corpus → documents → blocks → masks (`load_corpus`,
+  `documents_to_blocks`, `fixed_maskings`; compressed text, json or parquet files, cached tokenization).
+- `data`: the classification splits (`load_classification_datasets`), column and label checks, MLM blocks of a
+  list of texts (`mlm_blocks`), one fixed masking in memory (`mask_once`) and the MLM collators.
 - `outputs`: checkpoint and tokenizer loading, output-folder checks, the finished save (`save_finished`: nothing
   that loads as a model until every file is written), the final evaluation, the model card.
 - `classification`: `run_classification` (single sentences or pairs, classes or regression) and its metrics.
 - `tasks`: the task presets (`TASKS`, `--task NAME`): their readers, columns, splits, metrics and `Recipe`s.
 - `finetuning`: `finetune` / `finetune_main`, the preset rule (`apply_recipe`) and the summary line (`summarize`).
-- `mlm`: `mlm_trainer` (the one MLM training path, also used by the Pre-/Post-LN study), the held-out split.
+- `mlm`: `mlm_trainer` (the one MLM training path, also used by the Pre-/Post-LN study).
 - `pretraining`: `run_pretraining` (from scratch or continued; `hf-ffn mlm`), `run_mlm` (the same run from a
   checkpoint, `scripts/finetune_mlm.py`), `train_tokenizer`.
 
@@ -73,7 +75,8 @@ from .finetuning import (
     run_finetuning,
     summarize,
 )
-from .mlm import masked_eval_dataset, mlm_trainer
+from .corpus import documents_to_blocks, fixed_maskings, held_out_split, load_corpus, masking_collator
+from .mlm import mlm_trainer
 from .outputs import (
     STAGING_FOLDER,
     check_checkpoint,
@@ -151,7 +154,11 @@ __all__ = [
     "load_model",
     "load_tokenizer",
     "mask_once",
-    "masked_eval_dataset",
+    "masking_collator",
+    "fixed_maskings",
+    "documents_to_blocks",
+    "held_out_split",
+    "load_corpus",
     "mlm_blocks",
     "mlm_trainer",
     "model_card",
