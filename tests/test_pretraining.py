@@ -2,7 +2,9 @@
 packing, masking, the trained tokenizer, the parameter-matched width in the report, 3-step runs per placement,
 resume, continued pre-training of a converted checkpoint. Tiny models on a tiny corpus written here."""
 
+import gzip
 import json
+import lzma
 import math
 import random
 import shutil
@@ -12,6 +14,7 @@ import pytest
 import torch
 from transformers import (
     AutoModelForMaskedLM,
+    AutoTokenizer,
     BertConfig,
     BertForMaskedLM,
     BertModel,
@@ -346,6 +349,58 @@ def test_every_variant_of_a_seed_trains_on_the_same_blocks_and_masks(corpus, tok
             for (ids, labels), (other_ids, other_labels) in zip(seen["gelu"], seen[name], strict=True)
         ), name
     assert not torch.equal(seen["gelu"][0][1], seen["gelu seed 1"][0][1])
+
+
+class Forwards(TrainerCallback):
+    """Records the inputs of every forward, training and evaluation (a forward pre-hook set at `on_train_begin`, so
+    the "before" evaluation is not seen: it runs first)."""
+
+    def __init__(self):
+        self.inputs = []
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        def record(module, _args, inputs):
+            self.inputs.append((module.training, {key: value.clone() for key, value in inputs.items() if value is not None}))
+
+        model.register_forward_pre_hook(record, with_kwargs=True)
+
+
+def test_compressed_corpus_validation_file_per_document_attention_and_fixed_maskings(corpus, tmp_path):
+    """`hf-ffn mlm` on an .xz part of documents separated by empty lines, a .gz validation file, per-document
+    attention, two fixed maskings and only-[MASK] replacement: the report counts them, every forward gets
+    `position_ids` that restart at each document, every chosen training token shows [MASK], and the evaluation after
+    training scores both maskings of the held-out blocks, which differ."""
+    texts = [file.read_text().strip() for file in sorted(corpus.glob("*.txt"))]
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "part-0.txt.xz").write_bytes(lzma.compress("\n\n".join(texts[:5]).encode()))
+    (folder / "ignored.txt").write_text("not read: --file_pattern '*.txt.xz'")
+    (tmp_path / "held-out.txt.gz").write_bytes(gzip.compress(texts[5].encode()))
+    recorder = Forwards()
+    outcome = pretrain(
+        folder,
+        tmp_path / "run",
+        *("--file_pattern", "*.txt.xz", "--validation_files", str(tmp_path / "held-out.txt.gz")),
+        *("--attention_scope", "document", "--eval_maskings", "2", "--cache_dir", str(tmp_path / "cache")),
+        *("--mlm_probability", "0.3", "--mask_replace_prob", "1", "--random_replace_prob", "0"),
+        callbacks=[recorder],
+    )
+    assert outcome["documents"] == {"train": 5, "validation": 1}
+    blocks = outcome["blocks"]
+    assert (blocks["validation_maskings"], blocks["attention_scope"]) == (2, "document")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "run")
+    training = [inputs for is_training, inputs in recorder.inputs if is_training]
+    evaluation = [inputs for is_training, inputs in recorder.inputs if not is_training]
+    labels = torch.cat([inputs["labels"] for inputs in evaluation])
+    assert len(training) == 3 and len(labels) == 2 * blocks["validation"] > 0
+    for inputs in training + evaluation:
+        positions, ids = inputs["position_ids"], inputs["input_ids"]
+        starts = positions == 0
+        assert starts[:, 0].all() and torch.equal(positions[:, 1:][~starts[:, 1:]], positions[:, :-1][~starts[:, 1:]] + 1)
+        chosen = inputs["labels"] != -100
+        assert (ids[chosen] == tokenizer.mask_token_id).all()
+    assert any((inputs["position_ids"][:, 1:] == 0).any() for inputs in training)  # a document starts within a block
+    assert not torch.equal(labels[: blocks["validation"]], labels[blocks["validation"] :])  # two maskings
 
 
 def test_resumed_run_ends_with_the_uninterrupted_runs_weights(corpus, tmp_path):
