@@ -13,8 +13,9 @@ Example (State of the Union speeches, SwiGLU converted from the bundled all-Mini
 
 `--train_files` takes text, json or parquet files (compressed text too) and folders (their `--file_pattern`,
 `*.txt` by default); documents are separated by empty lines (`--document_boundary`); whole documents are held out
-for validation (`--validation_split_percentage`, default 10, or `--validation_files`). All arguments: `--help`. The run is `run_pretraining` with a
-checkpoint; `hf-ffn mlm` (`hf_ffn.training.pretraining_main`) is the same run and also pre-trains from scratch.
+for validation (`--validation_split_percentage`, default 10, or `--validation_files`). All arguments: `--help`.
+The run is `run_pretraining` with a checkpoint; `hf-ffn mlm` (`hf_ffn.training.pretraining_main`) is the same
+run and also pre-trains from scratch.
 """
 
 from __future__ import annotations

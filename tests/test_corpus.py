@@ -259,9 +259,13 @@ def test_masking_options_split_the_chosen_tokens(tokenizer):
     expected = {"mask": 0.8 + 0.1 / 60, "kept": 0.1 + 0.1 / 60, "random": 0.1 - 0.2 / 60}
     for kind, p in expected.items():
         assert abs(counts[kind] - p * chosen) < 4 * (chosen * p * (1 - p)) ** 0.5, (kind, counts)
-    only_mask = kinds(fixed_maskings(blocks, tokenizer, mask_replace_prob=1.0, random_replace_prob=0.0), blocks, tokenizer)
+    only_mask = kinds(
+        fixed_maskings(blocks, tokenizer, mask_replace_prob=1.0, random_replace_prob=0.0), blocks, tokenizer
+    )
     assert only_mask["mask"] == only_mask["chosen"] > 0
-    only_kept = kinds(fixed_maskings(blocks, tokenizer, mask_replace_prob=0.0, random_replace_prob=0.0), blocks, tokenizer)
+    only_kept = kinds(
+        fixed_maskings(blocks, tokenizer, mask_replace_prob=0.0, random_replace_prob=0.0), blocks, tokenizer
+    )
     assert only_kept["kept"] == only_kept["chosen"] > 0
 
 

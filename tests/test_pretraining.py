@@ -360,7 +360,9 @@ class Forwards(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         def record(module, _args, inputs):
-            self.inputs.append((module.training, {key: value.clone() for key, value in inputs.items() if value is not None}))
+            self.inputs.append(
+                (module.training, {key: value.clone() for key, value in inputs.items() if value is not None})
+            )
 
         model.register_forward_pre_hook(record, with_kwargs=True)
 
@@ -396,7 +398,9 @@ def test_compressed_corpus_validation_file_per_document_attention_and_fixed_mask
     for inputs in training + evaluation:
         positions, ids = inputs["position_ids"], inputs["input_ids"]
         starts = positions == 0
-        assert starts[:, 0].all() and torch.equal(positions[:, 1:][~starts[:, 1:]], positions[:, :-1][~starts[:, 1:]] + 1)
+        assert starts[:, 0].all() and torch.equal(
+            positions[:, 1:][~starts[:, 1:]], positions[:, :-1][~starts[:, 1:]] + 1
+        )
         chosen = inputs["labels"] != -100
         assert (ids[chosen] == tokenizer.mask_token_id).all()
     assert any((inputs["position_ids"][:, 1:] == 0).any() for inputs in training)  # a document starts within a block

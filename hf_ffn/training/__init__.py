@@ -42,6 +42,7 @@ from .arguments import (
     resume_checkpoint,
 )
 from .classification import classification_metrics, regression_metrics, run_classification
+from .corpus import documents_to_blocks, fixed_maskings, held_out_split, load_corpus, masking_collator
 from .data import (
     DATA_FILE_EXTENSIONS,
     DEFAULT_TEXT_COLUMNS,
@@ -75,7 +76,6 @@ from .finetuning import (
     run_finetuning,
     summarize,
 )
-from .corpus import documents_to_blocks, fixed_maskings, held_out_split, load_corpus, masking_collator
 from .mlm import mlm_trainer
 from .outputs import (
     STAGING_FOLDER,

@@ -85,7 +85,8 @@ def corpus_files(paths: Sequence[str | Path], pattern: str = "*.txt", argument: 
 
 
 def file_format(file: Path) -> str:
-    """"json", "parquet" or "text" (every other suffix), after a compression suffix (`COMPRESSIONS`)."""
+    """The format of `file`: "json", "parquet" or "text" (every other suffix), after a compression suffix
+    (`COMPRESSIONS`)."""
     suffixes = [s for s in file.suffixes if s not in COMPRESSIONS]
     return TABLE_FORMATS.get(suffixes[-1] if suffixes else "", "text")
 

@@ -1,6 +1,6 @@
 """Masked language modelling: `mlm_trainer` (a `Trainer` over MLM blocks, the one MLM training path of the
-package) and the note for a checkpoint without an MLM head. The runs (`run_pretraining`, `run_mlm`) are in `hf_ffn.training.pretraining`, their data path in
-`hf_ffn.training.corpus`."""
+package) and the note for a checkpoint without an MLM head. The runs (`run_pretraining`, `run_mlm`) are in
+`hf_ffn.training.pretraining`, their data path in `hf_ffn.training.corpus`."""
 
 from __future__ import annotations
 

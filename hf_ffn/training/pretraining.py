@@ -177,7 +177,9 @@ def use_bf16_where_available(training_args: TrainingArguments) -> bool:
     return bool(training_args.bf16)
 
 
-def _tokenizer(args: PretrainingArguments, train_docs, training_args: TrainingArguments, resume: str | None) -> tuple[PreTrainedTokenizerBase, str]:
+def _tokenizer(
+    args: PretrainingArguments, train_docs, training_args: TrainingArguments, resume: str | None
+) -> tuple[PreTrainedTokenizerBase, str]:
     """The run's tokenizer and where it came from. A resumed run takes the one Trainer saved with its checkpoint;
     a trained one is trained by process 0 (every other process waits, then loads it) and saved at once in
     `output_dir/tokenizer`, so every process of a `torchrun` job uses the same vocabulary."""
@@ -205,10 +207,11 @@ def run_pretraining(
     `validation_split_percentage` seeded by `split_seed`, or `validation_files`) → blocks (`documents_to_blocks`)
     → masks (`fixed_maskings` for the held-out blocks; training batches masked afresh). The tokenizer is trained on
     the training documents only. Held-out loss = mean cross-entropy (nats) over the masked tokens of the held-out
-    blocks masked `eval_maskings` times (seeds `split_seed`, +1, ...); perplexity = exp(loss). Evaluated before training (not when
-    resuming) and after. The finished model, tokenizer, model card, `all_results.json` and `run_info.json` (the
-    report: model sizes, FFN parameters and FLOPs per token, tokenizer, documents, blocks, tokens seen and epochs)
-    are written to `output_dir`; the model's `config.json` keeps `sparse_prediction` off (an execution choice).
+    blocks masked `eval_maskings` times (seeds `split_seed`, +1, ...); perplexity = exp(loss). Evaluated before
+    training (not when resuming) and after. The finished model, tokenizer, model card, `all_results.json` and
+    `run_info.json` (the report: model sizes, FFN parameters and FLOPs per token, tokenizer, documents, blocks,
+    tokens seen and epochs) are written to `output_dir`; the model's `config.json` keeps `sparse_prediction` off (an
+    execution choice).
 
     Resuming (`--resume_from_checkpoint`) restores weights, optimizer, scheduler, RNG states and the tokenizer. At
     an epoch boundary the resumed run repeats the uninterrupted one bit for bit; within an epoch the batch after
@@ -266,10 +269,13 @@ def run_pretraining(
         model.config,
     )
     model.config.sparse_prediction = False  # the saved config: upstream BertForMaskedLM's outputs
-    save_outputs(
-        trainer, tokenizer, card, results, report, training_args.output_dir, unpad_tokens=built["saved_unpad"]
-    )
-    return {"results": results, "log_history": trainer.state.log_history, "wall_seconds": time.perf_counter() - start, **report}
+    save_outputs(trainer, tokenizer, card, results, report, training_args.output_dir, unpad_tokens=built["saved_unpad"])
+    return {
+        "results": results,
+        "log_history": trainer.state.log_history,
+        "wall_seconds": time.perf_counter() - start,
+        **report,
+    }
 
 
 def _check_outputs_and_checkpoint(args: PretrainingArguments, training_args: TrainingArguments) -> str | None:
