@@ -39,6 +39,7 @@ TABLE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}  # an
 DOCUMENT_BOUNDARIES = ("empty_line", "file", "regex")
 ATTENTION_SCOPES = ("block", "document")
 SAMPLE_BY = {"empty_line": "paragraph", "file": "document", "regex": "document"}  # datasets' text builder
+TOKENIZE_DOCUMENTS = 100  # documents per `map` batch when tokenizing (a book is ~100k tokens)
 GROUP_DOCUMENTS = 1000  # documents per `map` batch when blocks are cut: the remainder is dropped once per batch
 MASK_BATCH = 1000  # blocks masked per call of the collator in `fixed_maskings`
 
@@ -265,9 +266,9 @@ def _blocks_batch(batch: dict, block: int, per_document: bool) -> dict:
     total = int(lengths.sum())
     count = total // block
 
-    def cut(column: str) -> list[list[int]]:
-        values = np.fromiter(itertools.chain.from_iterable(batch[column]), dtype=np.int64, count=total)
-        return values[: count * block].reshape(count, block).tolist()
+    def cut(column: str) -> list[np.ndarray]:
+        values = np.concatenate([np.asarray(row) for row in batch[column]]) if total else np.zeros(0, np.int64)
+        return list(values[: count * block].reshape(count, block))
 
     blocks = {"input_ids": cut("input_ids"), "special_tokens_mask": cut("special_tokens_mask")}
     if per_document:
@@ -277,7 +278,7 @@ def _blocks_batch(batch: dict, block: int, per_document: bool) -> dict:
         starts[document_starts[document_starts < count * block]] = True
         starts[::block] = True
         positions = index - np.maximum.accumulate(np.where(starts, index, 0))
-        blocks["position_ids"] = positions.reshape(count, block).tolist()
+        blocks["position_ids"] = list(positions.reshape(count, block))
     return blocks
 
 
@@ -321,6 +322,7 @@ def documents_to_blocks(
     tokens = documents.map(
         _tokens_batch,
         batched=True,
+        batch_size=TOKENIZE_DOCUMENTS,
         fn_kwargs={"tokenizer": tokenizer},
         remove_columns=documents.column_names,
         features=Features(input_ids=ids, special_tokens_mask=mask),
@@ -329,7 +331,7 @@ def documents_to_blocks(
     )
     per_document = attention_scope == "document"
     columns = {"input_ids": ids, "special_tokens_mask": mask} | ({"position_ids": ids} if per_document else {})
-    return tokens.map(
+    blocks = tokens.with_format("numpy").map(  # numpy rows: a batch of long documents is not a list of ints
         _blocks_batch,
         batched=True,
         batch_size=GROUP_DOCUMENTS,
@@ -338,6 +340,7 @@ def documents_to_blocks(
         num_proc=num_proc,
         desc=f"blocks of {max_seq_length}",
     )
+    return blocks.with_format(None)
 
 
 def masking_collator(
