@@ -72,7 +72,8 @@ def tokenizer(corpus):
 
 
 def pretrain(corpus: Path, output_dir: Path, *extra: str, steps: int = 3, callbacks=None) -> dict:
-    """`run_pretraining` from an argv, as `hf-ffn mlm` parses it: a tiny model, blocks of 32, batch 4."""
+    """`run_pretraining` from an argv, as `hf-ffn mlm` parses it: a tiny model, blocks of 32, batch 4, datasets'
+    cache beside `output_dir`."""
     argv = [
         "--train_files",
         str(corpus),
@@ -100,6 +101,8 @@ def pretrain(corpus: Path, output_dir: Path, *extra: str, steps: int = 3, callba
         "0",
         *extra,
     ]
+    if "--cache_dir" not in extra:  # datasets' cache beside the run, not in the user's HF_DATASETS_CACHE
+        argv += ["--cache_dir", str(Path(output_dir).parent / "datasets-cache")]
     if "--model_name_or_path" not in extra:
         argv += SMALL if "--tokenizer_name" in extra else ["--vocab_size", "100", *SMALL]
     args, data_args, training_args = pretraining_parser().parse_args_into_dataclasses(args=argv)
@@ -293,6 +296,10 @@ def test_three_step_run_from_scratch(corpus, tmp_path, placement, ffn_type):
     assert outcome["ffn"]["ffn_weights"] == weights and outcome["ffn"]["ffn_flops_per_token"] == 2 * weights
     assert ("standard" in outcome["ffn"]) == (ffn_type == "swiglu")
     assert outcome["tokens_seen"] == 3 * 4 * 32 and outcome["epochs"] == 12 / outcome["blocks"]["train"]
+    # no evaluation inside training: the training seconds are Trainer's train_runtime (the final evaluation, after
+    # training, was once subtracted from it)
+    assert outcome["train_seconds"] == results["train_runtime"] > 0
+    assert 0 < outcome["data_seconds"] < outcome["wall_seconds"]
     assert (
         f"FFN width {width}" in outcome["summary"]
         and f"{outcome['ffn']['ffn_params_all_layers']:,}" in outcome["summary"]
@@ -475,6 +482,14 @@ def test_bad_arguments_name_the_flag(corpus, tmp_path, capsys):
         )
     assert exit_info.value.code == 2
     assert "hidden_size (32) must be divisible by num_attention_heads (5)" in capsys.readouterr().err
+    # one file of one document: the message names the options that fix it, exit status 2
+    (tmp_path / "one.txt").write_text("one document\nof two paragraphs\n")
+    with pytest.raises(SystemExit) as exit_info:
+        pretraining_main(["--train_files", str(tmp_path / "one.txt"), "--output_dir", str(tmp_path / "one")])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "hf-ffn mlm: error: --train_files: need at least two documents" in error and "got 1" in error
+    assert all(option in error for option in ("--document_boundary", "--document_start_regex", "--validation_files"))
 
 
 def test_help_shows_defaults():

@@ -235,6 +235,7 @@ def run_pretraining(
     documents = load_corpus(**data_args.corpus_options())
     tokenizer, tokenizer_source = _tokenizer(args, documents["train"], training_args, resume)
     train, evaluation = _blocks_and_maskings(documents, tokenizer, data_args)
+    data_seconds = time.perf_counter() - start  # reading, the tokenizer, tokenizing, blocks, maskings (or the cache)
     model, built = _model(args, tokenizer, data_args, training_args)
     bf16 = use_bf16_where_available(training_args)
     trainer = mlm_trainer(
@@ -250,13 +251,16 @@ def run_pretraining(
     )
     before = {} if resume else trainer.evaluate(metric_key_prefix="before")
     train_output = trainer.train(resume_from_checkpoint=resume)
+    # before the final evaluation, whose runtime is not training (it joins the log history)
+    train_seconds = training_seconds(trainer.state.log_history, train_output.metrics["train_runtime"])
     after = final_evaluation(trainer)
     results = {**train_output.metrics, **before, **after}
     if before:
         results["before_perplexity"] = math.exp(before["before_loss"])
     results["eval_perplexity"] = math.exp(after["eval_loss"])
-    report = _report(args, data_args, training_args, trainer, built, documents, (train, evaluation), train_output)
+    report = _report(args, data_args, training_args, trainer, built, documents, (train, evaluation), train_seconds)
     report |= {"tokenizer": {"source": tokenizer_source, "vocab_size": len(tokenizer)}, "bf16": bf16}
+    report["data_seconds"] = data_seconds
     report["summary"] = _summary(report, model.config, built["standard_width"], after["eval_loss"], results)
     card = model_card(
         _card_arguments(args, model.config),
@@ -351,10 +355,11 @@ def _model(
     return model, built
 
 
-def _report(args, data_args, training_args, trainer, built, documents, blocks, train_output) -> dict:
+def _report(args, data_args, training_args, trainer, built, documents, blocks, train_seconds: float) -> dict:
     """`run_info.json`: the model's sizes and parameters, its FFN (`ffn_report`), the conversion, documents, blocks
     (training; held-out blocks and their maskings), tokens seen and epochs (passes over the training blocks: above
-    1, training text was repeated), execution switches, training seconds."""
+    1, training text was repeated), execution switches, `train_seconds` (training without the evaluations in it).
+    (`run_pretraining` adds the tokenizer, bf16, the seconds of the data path and the summary line.)"""
     model, state, block = trainer.model, trainer.state, data_args.max_seq_length
     train, evaluation = blocks
     sequences = (
@@ -391,7 +396,7 @@ def _report(args, data_args, training_args, trainer, built, documents, blocks, t
         "epochs": epochs,
         "sparse_prediction": args.sparse_prediction,  # how the run executed (neither is saved in config.json)
         "unpad_tokens": args.unpad_tokens,
-        "train_seconds": training_seconds(state.log_history, train_output.metrics["train_runtime"]),
+        "train_seconds": train_seconds,
     }
 
 
