@@ -7,6 +7,7 @@ alone, the masking options, fixed maskings, and the tokenization cache."""
 
 import bz2
 import gzip
+import importlib.util
 import json
 import lzma
 import random
@@ -69,6 +70,25 @@ def test_compressed_text_reads_as_the_plain_text(tmp_path, suffix, compress):
     (tmp_path / "plain.txt").write_text(TEXT)
     files = {"train_files": [str(tmp_path / f"part.txt{suffix}")], "validation_files": [str(tmp_path / "plain.txt")]}
     assert corpus(tmp_path, **files) == {"train": DOCUMENTS, "validation": DOCUMENTS}
+
+
+def test_damaged_empty_and_zstd_files_are_named(tmp_path):
+    (tmp_path / "damaged.txt.xz").write_bytes(b"not xz data at all")
+    with pytest.raises(ValueError, match=r"--train_files: .*damaged.txt.xz could not be read as text files: LZMAError"):
+        corpus(tmp_path, train_files=[str(tmp_path / "damaged.txt.xz")])
+    (tmp_path / "empty.txt").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"--validation_files: file .*empty.txt' is empty"):
+        corpus(tmp_path, train_files=[str(tmp_path / "damaged.txt.xz")], validation_files=[str(tmp_path / "empty.txt")])
+    (tmp_path / "blank.txt").write_text("\n \n\n")
+    with pytest.raises(ValueError, match=r"--train_files: no document in .*blank.txt \(the text is blank\)"):
+        corpus(tmp_path, train_files=[str(tmp_path / "blank.txt")])
+    zstd = tmp_path / "part.txt.zst"
+    zstd.write_bytes(b"(zstd frames)")
+    if importlib.util.find_spec("zstandard") is None:  # the pinned environment has no zstandard
+        with pytest.raises(ValueError, match=r"part.txt.zst' is zstd-compressed, .* pip install zstandard"):
+            corpus_files([zstd])
+    else:
+        assert corpus_files([zstd]) == [zstd]
 
 
 def test_empty_line_file_and_regex_documents(tmp_path):

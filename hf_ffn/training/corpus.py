@@ -26,6 +26,7 @@ again. Nothing holds the whole corpus in a Python list.
 from __future__ import annotations
 
 import codecs
+import importlib.util
 import itertools
 import re
 from collections.abc import Sequence
@@ -79,6 +80,11 @@ def corpus_files(paths: Sequence[str | Path], pattern: str = "*.txt", argument: 
     for file in files:
         if file.stat().st_size == 0:
             raise ValueError(f"{argument}: file {str(file)!r} is empty")
+        if file.suffix == ".zst" and importlib.util.find_spec("zstandard") is None:
+            raise ValueError(
+                f"{argument}: {str(file)!r} is zstd-compressed, which datasets reads with the zstandard package: "
+                f"pip install zstandard (or give the file decompressed, or compressed with xz, gzip or bzip2)"
+            )
     formats = {file_format(file) for file in files}
     if len(formats) > 1:
         raise ValueError(f"{argument}: the files mix formats ({', '.join(sorted(formats))}); give files of one format")
@@ -154,17 +160,23 @@ def load_documents(
             no document at all (naming `argument`).
     """
     from datasets import load_dataset
+    from datasets.exceptions import DatasetGenerationError
 
     kind, document_boundary = file_format(files[0]), resolve_boundary(document_boundary, document_start_regex)
     workers = min(num_proc, len(files)) if num_proc and num_proc > 1 else None
     options = {"data_files": {"train": [str(file) for file in files]}, "cache_dir": cache_dir, "num_proc": workers}
+    text = {"sample_by": SAMPLE_BY[document_boundary], "encoding_errors": LATIN1_FALLBACK} if kind == "text" else {}
+    try:
+        dataset = load_dataset(kind, **text, **options)["train"]
+    except DatasetGenerationError as error:  # e.g. a damaged compressed file, a json file that is not json
+        cause = error.__cause__ or error
+        raise ValueError(
+            f"{argument}: {', '.join(map(str, files))} could not be read as {kind} files: "
+            f"{type(cause).__name__}: {cause}"
+        ) from error
     if kind == "text":
-        dataset = load_dataset(
-            "text", sample_by=SAMPLE_BY[document_boundary], encoding_errors=LATIN1_FALLBACK, **options
-        )["train"]
         regex = document_start_regex if document_boundary == "regex" else None
     else:
-        dataset = load_dataset(kind, **options)["train"]
         if text_column not in dataset.column_names:
             raise ValueError(
                 f"--text_column {text_column!r}: no such column in {argument} ({', '.join(map(str, files))}); "
@@ -228,20 +240,14 @@ def load_corpus(
     """
     from datasets import DatasetDict
 
-    def documents(paths, argument):
-        return load_documents(
-            corpus_files(paths, file_pattern, argument),
-            document_boundary,
-            document_start_regex,
-            text_column,
-            cache_dir,
-            num_proc,
-            argument,
-        )
-
-    train = documents(train_files, "--train_files")
+    files = {"--train_files": corpus_files(train_files, file_pattern, "--train_files")}
+    if validation_files:  # every file checked before any is read
+        files["--validation_files"] = corpus_files(validation_files, file_pattern, "--validation_files")
+    options = (document_boundary, document_start_regex, text_column, cache_dir, num_proc)
+    documents = {argument: load_documents(paths, *options, argument) for argument, paths in files.items()}
+    train = documents["--train_files"]
     if validation_files:
-        return DatasetDict(train=train, validation=documents(validation_files, "--validation_files"))
+        return DatasetDict(train=train, validation=documents["--validation_files"])
     train, validation = held_out_split(train, validation_split_percentage, split_seed)
     return DatasetDict(train=train, validation=validation)
 
