@@ -41,6 +41,7 @@ from transformers import (
     BertTokenizer,
     HfArgumentParser,
     PreTrainedTokenizerBase,
+    Trainer,
     TrainerCallback,
     TrainingArguments,
     set_seed,
@@ -249,31 +250,12 @@ def run_pretraining(
         callbacks=callbacks,
         **data_args.masking_options(),
     )
-    before = {} if resume else trainer.evaluate(metric_key_prefix="before")
-    train_output = trainer.train(resume_from_checkpoint=resume)
-    # before the final evaluation, whose runtime is not training (it joins the log history)
-    train_seconds = training_seconds(trainer.state.log_history, train_output.metrics["train_runtime"])
-    after = final_evaluation(trainer)
-    results = {**train_output.metrics, **before, **after}
-    if before:
-        results["before_perplexity"] = math.exp(before["before_loss"])
-    results["eval_perplexity"] = math.exp(after["eval_loss"])
+    results, train_seconds = _train_and_evaluate(trainer, resume)
     report = _report(args, data_args, training_args, trainer, built, documents, (train, evaluation), train_seconds)
     report |= {"tokenizer": {"source": tokenizer_source, "vocab_size": len(tokenizer)}, "bf16": bf16}
     report["data_seconds"] = data_seconds
-    report["summary"] = _summary(report, model.config, built["standard_width"], after["eval_loss"], results)
-    card = model_card(
-        _card_arguments(args, model.config),
-        training_args,
-        "fill-mask",
-        ", ".join(data_args.train_files),
-        results,
-        built["conversion"],
-        ("perplexity",),
-        model.config,
-    )
-    model.config.sparse_prediction = False  # the saved config: upstream BertForMaskedLM's outputs
-    save_outputs(trainer, tokenizer, card, results, report, training_args.output_dir, unpad_tokens=built["saved_unpad"])
+    report["summary"] = _summary(report, model.config, built["standard_width"], results["eval_loss"], results)
+    _save(args, data_args, training_args, trainer, tokenizer, results, report, built)
     return {
         "results": results,
         "log_history": trainer.state.log_history,
@@ -353,6 +335,39 @@ def _model(
     model.config.sparse_prediction = args.sparse_prediction  # read at every forward, like unpad_tokens
     model.config.unpad_tokens = args.unpad_tokens
     return model, built
+
+
+def _train_and_evaluate(trainer: Trainer, resume: str | None) -> tuple[dict, float]:
+    """Evaluate (not when resuming: "before" metrics), train, evaluate again; returns the metrics with the
+    perplexities (exp of the losses) and the training seconds (without the evaluations)."""
+    before = {} if resume else trainer.evaluate(metric_key_prefix="before")
+    train_output = trainer.train(resume_from_checkpoint=resume)
+    # before the final evaluation, whose runtime is not training (it joins the log history)
+    train_seconds = training_seconds(trainer.state.log_history, train_output.metrics["train_runtime"])
+    after = final_evaluation(trainer)
+    results = {**train_output.metrics, **before, **after}
+    if before:
+        results["before_perplexity"] = math.exp(before["before_loss"])
+    results["eval_perplexity"] = math.exp(after["eval_loss"])
+    return results, train_seconds
+
+
+def _save(args, data_args, training_args, trainer, tokenizer, results: dict, report: dict, built: dict) -> None:
+    """The finished run in `output_dir` (`save_outputs`): model (its config with `sparse_prediction` off: upstream
+    `BertForMaskedLM`'s outputs), tokenizer, model card, `all_results.json`, `run_info.json`."""
+    model = trainer.model
+    card = model_card(
+        _card_arguments(args, model.config),
+        training_args,
+        "fill-mask",
+        ", ".join(data_args.train_files),
+        results,
+        built["conversion"],
+        ("perplexity",),
+        model.config,
+    )
+    model.config.sparse_prediction = False
+    save_outputs(trainer, tokenizer, card, results, report, training_args.output_dir, unpad_tokens=built["saved_unpad"])
 
 
 def _report(args, data_args, training_args, trainer, built, documents, blocks, train_seconds: float) -> dict:
