@@ -297,7 +297,8 @@ def documents_to_blocks(
 ):
     """Documents → blocks: each document tokenized as [CLS] text [SEP], the documents concatenated in order and cut
     into blocks of `max_seq_length` tokens (`run_mlm.py`'s `group_texts`: a block starts with [CLS] only where a
-    document starts; the remainder shorter than a block is dropped once per `GROUP_DOCUMENTS` documents).
+    document starts; the remainder shorter than a block is dropped once per `GROUP_DOCUMENTS` documents, and at the
+    end of each worker's share with `num_proc`: another `num_proc` can give a few other blocks).
 
     `documents`: a `Dataset` (column `text`) or a `DatasetDict` of them (each split cut alike). Returns the same kind,
     with columns `input_ids` and `special_tokens_mask` (int32 and int8 lists of `max_seq_length` per row), and with
