@@ -1,14 +1,15 @@
 """The data path of masked-language-model training, one step per function: corpus → documents → blocks → masks.
 
-    documents = load_corpus(data_args)                                    # DatasetDict: train, validation (text)
-    blocks = documents_to_blocks(documents, tokenizer, 128)               # DatasetDict of 128-token blocks
-    evaluation = fixed_maskings(blocks["validation"], tokenizer, count=3) # the held-out blocks masked 3 times
+    documents = load_corpus(["wiki-00.txt.xz"])                            # DatasetDict: train, validation (text)
+    blocks = documents_to_blocks(documents, tokenizer, 128)                # DatasetDict of 128-token blocks
+    evaluation = fixed_maskings(blocks["validation"], tokenizer, count=3)  # the held-out blocks masked 3 times
 
 Everything goes through `datasets`: the files are read by its `text`, `json` and `parquet` builders (compressed
 .xz, .gz, .bz2, .zst text is decompressed as it is read), every step is a `Dataset.map` written to memory-mapped
 Arrow cache files (under `--cache_dir`, else `HF_DATASETS_CACHE`), so a corpus larger than memory is read once and
 a second run with the same files, tokenizer and options loads its tokens from the cache instead of tokenizing
-again. Nothing holds the whole corpus in a Python list.
+again. Nothing holds the whole corpus in a Python list (with `document_boundary` "file" or "regex" a file is one
+row, so one file at a time is in memory).
 
 - Documents (`load_documents`): a text file is cut at empty lines (`document_boundary="empty_line"`: BERT's
   pre-training format, datasets' `sample_by="paragraph"`), is one document (`"file"`), or is cut where
