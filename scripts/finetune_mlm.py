@@ -11,9 +11,11 @@ Example (State of the Union speeches, SwiGLU converted from the bundled all-Mini
         --train_files ../shared/data/state_union --max_seq_length 128 \
         --per_device_train_batch_size 16 --max_steps 100 --learning_rate 1e-4 --output_dir out/mlm-swiglu
 
-`--train_files` takes text files and folders (their `*.txt`); whole documents are held out for validation
-(`--validation_split_percentage`, default 10). All arguments: `--help`. The run is `run_pretraining` with a
-checkpoint; `hf-ffn mlm` (`hf_ffn.training.pretraining_main`) is the same run and also pre-trains from scratch.
+`--train_files` takes text, json or parquet files (compressed text too) and folders (their `--file_pattern`,
+`*.txt` by default); documents are separated by empty lines (`--document_boundary`); whole documents are held out
+for validation (`--validation_split_percentage`, default 10, or `--validation_files`). All arguments: `--help`.
+The run is `run_pretraining` with a checkpoint; `hf-ffn mlm` (`hf_ffn.training.pretraining_main`) is the same
+run and also pre-trains from scratch.
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ import sys
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from hf_ffn.training import MlmDataArguments, ModelArguments, bad_input_exits, parse_arguments, run_mlm
+from hf_ffn.training import ModelArguments, PretrainingDataArguments, bad_input_exits, parse_arguments, run_mlm
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Parse `argv` (default: `sys.argv[1:]`; or one `.json` file of arguments), train, return the outcome."""
-    parser = HfArgumentParser((ModelArguments, MlmDataArguments, TrainingArguments))
+    parser = HfArgumentParser((ModelArguments, PretrainingDataArguments, TrainingArguments))
     model_args, data_args, training_args = parse_arguments(parser, sys.argv[1:] if argv is None else argv)
     outcome = run_mlm(model_args, data_args, training_args)
     results = outcome["results"]

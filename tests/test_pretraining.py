@@ -2,7 +2,9 @@
 packing, masking, the trained tokenizer, the parameter-matched width in the report, 3-step runs per placement,
 resume, continued pre-training of a converted checkpoint. Tiny models on a tiny corpus written here."""
 
+import gzip
 import json
+import lzma
 import math
 import random
 import shutil
@@ -12,6 +14,7 @@ import pytest
 import torch
 from transformers import (
     AutoModelForMaskedLM,
+    AutoTokenizer,
     BertConfig,
     BertForMaskedLM,
     BertModel,
@@ -23,7 +26,7 @@ from transformers.utils import logging as hf_logging
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training import mask_once, mlm_blocks
-from hf_ffn.training.mlm import held_out_split
+from hf_ffn.training.corpus import held_out_split, split_documents
 from hf_ffn.training.pretraining import (
     PretrainingArguments,
     PretrainingDataArguments,
@@ -32,7 +35,6 @@ from hf_ffn.training.pretraining import (
     pretraining_main,
     pretraining_parser,
     run_pretraining,
-    split_documents,
     train_tokenizer,
     use_bf16_where_available,
 )
@@ -70,7 +72,8 @@ def tokenizer(corpus):
 
 
 def pretrain(corpus: Path, output_dir: Path, *extra: str, steps: int = 3, callbacks=None) -> dict:
-    """`run_pretraining` from an argv, as `hf-ffn mlm` parses it: a tiny model, blocks of 32, batch 4."""
+    """`run_pretraining` from an argv, as `hf-ffn mlm` parses it: a tiny model, blocks of 32, batch 4, datasets'
+    cache beside `output_dir`."""
     argv = [
         "--train_files",
         str(corpus),
@@ -98,6 +101,8 @@ def pretrain(corpus: Path, output_dir: Path, *extra: str, steps: int = 3, callba
         "0",
         *extra,
     ]
+    if "--cache_dir" not in extra:  # datasets' cache beside the run, not in the user's HF_DATASETS_CACHE
+        argv += ["--cache_dir", str(Path(output_dir).parent / "datasets-cache")]
     if "--model_name_or_path" not in extra:
         argv += SMALL if "--tokenizer_name" in extra else ["--vocab_size", "100", *SMALL]
     args, data_args, training_args = pretraining_parser().parse_args_into_dataclasses(args=argv)
@@ -291,6 +296,10 @@ def test_three_step_run_from_scratch(corpus, tmp_path, placement, ffn_type):
     assert outcome["ffn"]["ffn_weights"] == weights and outcome["ffn"]["ffn_flops_per_token"] == 2 * weights
     assert ("standard" in outcome["ffn"]) == (ffn_type == "swiglu")
     assert outcome["tokens_seen"] == 3 * 4 * 32 and outcome["epochs"] == 12 / outcome["blocks"]["train"]
+    # no evaluation inside training: the training seconds are Trainer's train_runtime (the final evaluation, after
+    # training, was once subtracted from it)
+    assert outcome["train_seconds"] == results["train_runtime"] > 0
+    assert 0 < outcome["data_seconds"] < outcome["wall_seconds"]
     assert (
         f"FFN width {width}" in outcome["summary"]
         and f"{outcome['ffn']['ffn_params_all_layers']:,}" in outcome["summary"]
@@ -347,6 +356,62 @@ def test_every_variant_of_a_seed_trains_on_the_same_blocks_and_masks(corpus, tok
             for (ids, labels), (other_ids, other_labels) in zip(seen["gelu"], seen[name], strict=True)
         ), name
     assert not torch.equal(seen["gelu"][0][1], seen["gelu seed 1"][0][1])
+
+
+class Forwards(TrainerCallback):
+    """Records the inputs of every forward, training and evaluation (a forward pre-hook set at `on_train_begin`, so
+    the "before" evaluation is not seen: it runs first)."""
+
+    def __init__(self):
+        self.inputs = []
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        def record(module, _args, inputs):
+            self.inputs.append(
+                (module.training, {key: value.clone() for key, value in inputs.items() if value is not None})
+            )
+
+        model.register_forward_pre_hook(record, with_kwargs=True)
+
+
+def test_compressed_corpus_validation_file_per_document_attention_and_fixed_maskings(corpus, tmp_path):
+    """`hf-ffn mlm` on an .xz part of documents separated by empty lines, a .gz validation file, per-document
+    attention, two fixed maskings and only-[MASK] replacement: the report counts them, every forward gets
+    `position_ids` that restart at each document, every chosen training token shows [MASK], and the evaluation after
+    training scores both maskings of the held-out blocks, which differ."""
+    texts = [file.read_text().strip() for file in sorted(corpus.glob("*.txt"))]
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "part-0.txt.xz").write_bytes(lzma.compress("\n\n".join(texts[:5]).encode()))
+    (folder / "ignored.txt").write_text("not read: --file_pattern '*.txt.xz'")
+    (tmp_path / "held-out.txt.gz").write_bytes(gzip.compress(texts[5].encode()))
+    recorder = Forwards()
+    outcome = pretrain(
+        folder,
+        tmp_path / "run",
+        *("--file_pattern", "*.txt.xz", "--validation_files", str(tmp_path / "held-out.txt.gz")),
+        *("--attention_scope", "document", "--eval_maskings", "2", "--cache_dir", str(tmp_path / "cache")),
+        *("--mlm_probability", "0.3", "--mask_replace_prob", "1", "--random_replace_prob", "0"),
+        callbacks=[recorder],
+    )
+    assert outcome["documents"] == {"train": 5, "validation": 1}
+    blocks = outcome["blocks"]
+    assert (blocks["validation_maskings"], blocks["attention_scope"]) == (2, "document")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "run")
+    training = [inputs for is_training, inputs in recorder.inputs if is_training]
+    evaluation = [inputs for is_training, inputs in recorder.inputs if not is_training]
+    labels = torch.cat([inputs["labels"] for inputs in evaluation])
+    assert len(training) == 3 and len(labels) == 2 * blocks["validation"] > 0
+    for inputs in training + evaluation:
+        positions, ids = inputs["position_ids"], inputs["input_ids"]
+        starts = positions == 0
+        assert starts[:, 0].all() and torch.equal(
+            positions[:, 1:][~starts[:, 1:]], positions[:, :-1][~starts[:, 1:]] + 1
+        )
+        chosen = inputs["labels"] != -100
+        assert (ids[chosen] == tokenizer.mask_token_id).all()
+    assert any((inputs["position_ids"][:, 1:] == 0).any() for inputs in training)  # a document starts within a block
+    assert not torch.equal(labels[: blocks["validation"]], labels[blocks["validation"] :])  # two maskings
 
 
 def test_resumed_run_ends_with_the_uninterrupted_runs_weights(corpus, tmp_path):
@@ -417,6 +482,14 @@ def test_bad_arguments_name_the_flag(corpus, tmp_path, capsys):
         )
     assert exit_info.value.code == 2
     assert "hidden_size (32) must be divisible by num_attention_heads (5)" in capsys.readouterr().err
+    # one file of one document: the message names the options that fix it, exit status 2
+    (tmp_path / "one.txt").write_text("one document\nof two paragraphs\n")
+    with pytest.raises(SystemExit) as exit_info:
+        pretraining_main(["--train_files", str(tmp_path / "one.txt"), "--output_dir", str(tmp_path / "one")])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "hf-ffn mlm: error: --train_files: need at least two documents" in error and "got 1" in error
+    assert all(option in error for option in ("--document_boundary", "--document_start_regex", "--validation_files"))
 
 
 def test_help_shows_defaults():

@@ -13,8 +13,10 @@ Modules, one job each:
   csv/tsv/json file with named columns; a `datasets` dataset; `read_labelled_texts` picks one), the seeded split
   (`split_dataset`), data-file checks, plain-text documents (`read_text_documents`, a folder of text files, UTF-8
   else Latin-1).
-- `data`: the classification splits (`load_classification_datasets`), column and label checks, MLM blocks
-  (`mlm_blocks`), fixed masks (`mask_once`) and the MLM collators.
+- `corpus`: the MLM data path through `datasets`, corpus → documents → blocks → masks (`load_corpus`,
+  `documents_to_blocks`, `fixed_maskings`; compressed text, json or parquet files, cached tokenization).
+- `data`: the classification splits (`load_classification_datasets`), column and label checks, MLM blocks of a
+  list of texts (`mlm_blocks`), one fixed masking in memory (`mask_once`) and the MLM collators.
 - `outputs`: checkpoint and tokenizer loading, output-folder checks, the finished save (`save_finished`: nothing
   that loads as a model until every file is written), the final evaluation, the model card.
 - `classification`: `run_classification` (single sentences or pairs, classes or regression), its metrics and their
@@ -22,7 +24,7 @@ Modules, one job each:
 - `tasks`: the task presets (`TASKS`, `--task NAME`): their readers, columns, splits, metrics and `Recipe`s.
 - `finetuning`: `finetune` / `finetune_main`, the preset rule (`apply_recipe`), the default output folder
   (`default_output_dir`, under out/finetune/) and the summary line with its baseline (`summarize`).
-- `mlm`: `mlm_trainer` (the one MLM training path, also used by the Pre-/Post-LN study), the held-out split.
+- `mlm`: `mlm_trainer` (the one MLM training path, also used by the Pre-/Post-LN study).
 - `mlm_metrics`: the MLM evaluation metrics (loss on [MASK] positions, token loss, accuracy), O(tokens) memory.
 - `throughput`: `ThroughputCallback`, tokens per second and achieved GFLOP/s in the training log.
 - `config_overrides`: `--config_overrides` (`run_mlm.py`'s), checked against what a run may change.
@@ -48,6 +50,7 @@ from .arguments import (
     resume_checkpoint,
 )
 from .classification import baseline_metrics, classification_metrics, regression_metrics, run_classification
+from .corpus import documents_to_blocks, fixed_maskings, held_out_split, load_corpus, masking_collator
 from .data import (
     DATA_FILE_EXTENSIONS,
     DEFAULT_TEXT_COLUMNS,
@@ -82,7 +85,7 @@ from .finetuning import (
     run_finetuning,
     summarize,
 )
-from .mlm import masked_eval_dataset, mlm_trainer
+from .mlm import mlm_trainer
 from .outputs import (
     STAGING_FOLDER,
     check_checkpoint,
@@ -163,7 +166,11 @@ __all__ = [
     "load_model",
     "load_tokenizer",
     "mask_once",
-    "masked_eval_dataset",
+    "masking_collator",
+    "fixed_maskings",
+    "documents_to_blocks",
+    "held_out_split",
+    "load_corpus",
     "mlm_blocks",
     "mlm_trainer",
     "model_card",

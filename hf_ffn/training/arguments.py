@@ -231,13 +231,19 @@ class ClassificationDataArguments:
 
 @dataclass
 class MlmDataArguments:
-    """Plain-text files (or folders of `*.txt`) for masked-language-model training."""
+    """Text files or folders for masked-language-model training (`PretrainingDataArguments` adds the rest of the
+    data path's options: formats, document boundaries, a validation file, masking, the cache)."""
 
-    train_files: list[str] = field(metadata={"help": "text files or folders of *.txt files"})
+    train_files: list[str] = field(
+        metadata={
+            "help": "text files (plain, or .xz/.gz/.bz2/.zst-compressed), json or parquet files, or folders of "
+            "them (the files matching --file_pattern)"
+        }
+    )
     validation_split_percentage: int = field(
         default=10, metadata={"help": "percentage of the documents held out (whole documents, seeded)"}
     )
-    split_seed: int = field(default=42, metadata={"help": "seed of the document split and of the fixed eval masks"})
+    split_seed: int = field(default=42, metadata={"help": "seed of the document split and of the fixed eval maskings"})
     max_seq_length: int = field(default=128, metadata={"help": "tokens per training block"})
     mlm_probability: float = field(default=0.15, metadata={"help": "fraction of tokens masked (BERT: 0.15)"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training blocks"})

@@ -13,14 +13,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
-from transformers import (
-    DataCollatorForLanguageModeling,
-    DataCollatorWithFlattening,
-    PreTrainedTokenizerBase,
-    default_data_collator,
-)
+from transformers import DataCollatorWithFlattening, PreTrainedTokenizerBase, default_data_collator
 
 from .arguments import ClassificationDataArguments
+from .corpus import documents_to_blocks, masking_collator
 from .readers import (  # re-exported: hf_ffn.training.data was their home
     DATA_FILE_EXTENSIONS,
     DEFAULT_TEXT_COLUMNS,
@@ -212,10 +208,17 @@ def sort_by_length(dataset):
 class FixedOrRandomMaskCollator:
     """Masks training batches afresh each time (BERT's dynamic masking, `DataCollatorForLanguageModeling`) but
     passes batches that already carry `labels` through unchanged: the evaluation set is masked once, with a seed,
-    so perplexity before and after training is measured on the same masked tokens."""
+    so perplexity before and after training is measured on the same masked tokens. The masking rule:
+    `masking_collator`'s."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, mlm_probability: float):
-        self.mlm = DataCollatorForLanguageModeling(tokenizer, mlm_probability=mlm_probability)
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        mlm_probability: float,
+        mask_replace_prob: float = 0.8,
+        random_replace_prob: float = 0.1,
+    ):
+        self.mlm = masking_collator(tokenizer, mlm_probability, mask_replace_prob, random_replace_prob)
 
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
         if "labels" in features[0]:
@@ -233,7 +236,9 @@ class PaddingFreeCollator:
     per example: `token_type_ids`, `special_tokens_mask`, token `labels`, an all-ones `attention_mask`) is
     concatenated the same way, and a sequence-level column (one number per example, e.g. class `labels`) stays one
     per sequence, (num_sequences,): FfnBert's pooler gives one output per sequence of a padding-free batch.
-    `then`, if given (e.g. MLM masking), collates the one concatenated row instead of plain tensors.
+    `then`, if given (e.g. MLM masking), collates the one concatenated row instead of plain tensors. Features that
+    carry their own `position_ids` (blocks whose documents attend only to themselves, `documents_to_blocks`) keep
+    them: each starts at 0, so the concatenated row still restarts at every block, and at every document within.
     """
 
     def __init__(self, then: Callable[[list[dict]], dict] | None = None):
@@ -249,25 +254,18 @@ class PaddingFreeCollator:
             else:
                 per_sequence[key] = torch.tensor([feature[key] for feature in features])
         batch = self.then([row]) if self.then is not None else {key: torch.tensor([v]) for key, v in row.items()}
-        return {**batch, **per_sequence, "position_ids": flat["position_ids"]}
+        positions = torch.tensor([row["position_ids"]]) if "position_ids" in row else flat["position_ids"]
+        return {**batch, **per_sequence, "position_ids": positions}
 
 
 def mlm_blocks(documents: Sequence[str], tokenizer: PreTrainedTokenizerBase, block_size: int):
-    """A `Dataset` of `block_size`-token blocks with columns `input_ids` and `special_tokens_mask` (each a list of
-    `block_size` ints per row): the documents tokenized ([CLS] text [SEP] each), concatenated and cut
-    (`run_mlm.py`'s `group_texts`; the remainder shorter than a block is dropped, so a block starts with [CLS]
-    only where a document starts)."""
+    """`documents_to_blocks` of a list of texts (an in-memory `Dataset`): a `Dataset` of `block_size`-token blocks
+    with columns `input_ids` and `special_tokens_mask` (each a list of `block_size` ints per row): the documents
+    tokenized ([CLS] text [SEP] each), concatenated and cut (`run_mlm.py`'s `group_texts`; the remainder shorter
+    than a block is dropped, so a block starts with [CLS] only where a document starts)."""
     from datasets import Dataset
 
-    ids: list[int] = []
-    special: list[int] = []
-    for text in documents:
-        encoded = tokenizer(text, return_special_tokens_mask=True, verbose=False)
-        ids += encoded["input_ids"]
-        special += encoded["special_tokens_mask"]
-    count = len(ids) // block_size
-    cut = lambda values: [values[i * block_size : (i + 1) * block_size] for i in range(count)]  # noqa: E731
-    return Dataset.from_dict({"input_ids": cut(ids), "special_tokens_mask": cut(special)})
+    return documents_to_blocks(Dataset.from_dict({"text": list(documents)}), tokenizer, block_size)
 
 
 def calibration_ids(
@@ -288,14 +286,22 @@ def calibration_ids(
     return ids[torch.linspace(0, len(ids) - 1, count).round().long()]
 
 
-def mask_once(blocks, tokenizer: PreTrainedTokenizerBase, mlm_probability: float, seed: int) -> dict[str, torch.Tensor]:
-    """`blocks` (rows of `mlm_blocks`) masked once by `DataCollatorForLanguageModeling` with its own generator seeded
-    by `seed` (BERT's rule: `mlm_probability` of the non-special tokens chosen, 80% → [MASK], 10% → a random token,
-    10% kept): the same seed gives the same masks, whatever else used the global RNG.
+def mask_once(
+    blocks,
+    tokenizer: PreTrainedTokenizerBase,
+    mlm_probability: float,
+    seed: int,
+    mask_replace_prob: float = 0.8,
+    random_replace_prob: float = 0.1,
+) -> dict[str, torch.Tensor]:
+    """`blocks` (rows of `mlm_blocks`) masked once, in one call, by `masking_collator` with its own generator seeded
+    by `seed` (BERT's rule: `mlm_probability` of the non-special tokens chosen, `mask_replace_prob` of them →
+    [MASK], `random_replace_prob` → a random token, the rest kept): the same seed gives the same masks, whatever
+    else used the global RNG. (`fixed_maskings` masks a `Dataset` of any size the same way, 1,000 blocks a call.)
 
     Returns `input_ids`, `attention_mask` and `labels` (-100 where not masked), each (rows, block_size).
     """
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=mlm_probability, seed=seed)
+    collator = masking_collator(tokenizer, mlm_probability, mask_replace_prob, random_replace_prob, seed)
     return collator(
         [
             {"input_ids": ids, "special_tokens_mask": special}

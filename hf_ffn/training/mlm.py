@@ -1,6 +1,6 @@
 """Masked language modelling: `mlm_trainer` (a `Trainer` over MLM blocks, the one MLM training path of the
-package), the held-out split of documents and the fixed evaluation masks, and the note for a checkpoint without an
-MLM head. The runs (`run_pretraining`, `run_mlm`) are in `hf_ffn.training.pretraining`."""
+package) and the note for a checkpoint without an MLM head. The runs (`run_pretraining`, `run_mlm`) are in
+`hf_ffn.training.pretraining`, their data path in `hf_ffn.training.corpus`."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import contextlib
 import logging
 from collections.abc import Iterator
 
-import numpy as np
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainerCallback, TrainingArguments
 from transformers.utils import logging as hf_logging
 
-from .data import FixedOrRandomMaskCollator, PaddingFreeCollator, mask_once
+from .corpus import fixed_maskings
+from .data import FixedOrRandomMaskCollator, PaddingFreeCollator
 from .mlm_metrics import mlm_metrics_arguments
 
 logger = hf_logging.get_logger(__name__)
@@ -55,32 +55,6 @@ def new_mlm_head_note(new_weights: list[str], checkpoint: str, vocab_size: int) 
     )
 
 
-def held_out_split(documents: list[str], percentage: float, seed: int) -> tuple[list[str], list[str]]:
-    """`(train, held_out)`: whole documents, `percentage` of them (at least one, rounded) held out, chosen by a
-    permutation from `numpy.random.default_rng(seed)`: the same documents and seed always give the same split.
-
-    Raises:
-        ValueError: with fewer than two documents (naming --train_files).
-    """
-    if len(documents) < 2:
-        raise ValueError(
-            f"--train_files: need at least two documents (whole documents are held out for "
-            f"validation), got {len(documents)}"
-        )
-    order = np.random.default_rng(seed).permutation(len(documents))
-    held_out = min(len(documents) - 1, max(1, round(len(documents) * percentage / 100)))
-    return [documents[i] for i in order[held_out:]], [documents[i] for i in order[:held_out]]
-
-
-def masked_eval_dataset(blocks, tokenizer: PreTrainedTokenizerBase, mlm_probability: float, seed: int):
-    """`blocks` (rows of `mlm_blocks`) masked once with `seed` (`mask_once`), as a `Dataset` with columns
-    `input_ids` and `labels`: every evaluation of a run scores the same masked tokens."""
-    from datasets import Dataset
-
-    masked = mask_once(blocks, tokenizer, mlm_probability, seed)
-    return Dataset.from_dict({key: masked[key].tolist() for key in ("input_ids", "labels")})
-
-
 def mlm_trainer(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -91,25 +65,33 @@ def mlm_trainer(
     seed: int = 42,
     padding_free: bool = False,
     callbacks: list[TrainerCallback] | None = None,
+    mask_replace_prob: float = 0.8,
+    random_replace_prob: float = 0.1,
 ) -> Trainer:
-    """A `Trainer` for masked-language-model training of `model` on `train_blocks` (rows of `mlm_blocks`).
+    """A `Trainer` for masked-language-model training of `model` on `train_blocks` (rows of `documents_to_blocks`).
 
-    Training batches are masked afresh each time (BERT's dynamic masking); `eval_blocks` are masked once with
-    `seed` (`masked_eval_dataset`), so losses before, during and after training are measured on the same masked
-    tokens. `mlm_probability`: BERT's 0.15 (80% [MASK], 10% random token, 10% kept). `padding_free`: every batch
-    concatenated into one row (`PaddingFreeCollator`), each block computed as if alone. `callbacks`: extra
-    `TrainerCallback`s (e.g. a study's gradient recorder), added to the Trainer's defaults.
+    Training batches are masked afresh each time (BERT's dynamic masking, `masking_collator`: `mlm_probability` of
+    the tokens, BERT's 0.15; of those `mask_replace_prob` [MASK], `random_replace_prob` a random token, the rest
+    kept). `eval_blocks`: fixed maskings (`fixed_maskings`: rows with `labels`), evaluated as they are, or blocks
+    without `labels`, then masked once here with `seed`; either way losses before, during and after training are
+    measured on the same masked tokens. `padding_free`: every batch concatenated into one row
+    (`PaddingFreeCollator`), each block computed as if alone. `callbacks`: extra `TrainerCallback`s (e.g. a
+    study's gradient recorder), added to the Trainer's defaults.
 
     Every evaluation reports, besides Trainer's `eval_loss`, `hf_ffn.training.mlm_metrics.mlm_scores` (loss on
     [MASK] positions `eval_mask_loss`, `eval_token_loss`, accuracies): `"inputs"` is added to
     `training_args.include_for_metrics` (in place).
     """
-    collator = FixedOrRandomMaskCollator(tokenizer, mlm_probability)
+    masking = {"mlm_probability": mlm_probability, "mask_replace_prob": mask_replace_prob}
+    masking["random_replace_prob"] = random_replace_prob
+    collator = FixedOrRandomMaskCollator(tokenizer, **masking)
+    if "labels" not in eval_blocks.column_names:
+        eval_blocks = fixed_maskings(eval_blocks, tokenizer, 1, seed, **masking)
     return Trainer(
         model=model,
         args=training_args,
         train_dataset=train_blocks,
-        eval_dataset=masked_eval_dataset(eval_blocks, tokenizer, mlm_probability, seed),
+        eval_dataset=eval_blocks,
         processing_class=tokenizer,
         data_collator=PaddingFreeCollator(then=collator) if padding_free else collator,
         callbacks=callbacks,
@@ -117,4 +99,4 @@ def mlm_trainer(
     )
 
 
-__all__ = ["absent_head_warning_dropped", "held_out_split", "masked_eval_dataset", "mlm_trainer", "new_mlm_head_note"]
+__all__ = ["absent_head_warning_dropped", "mlm_trainer", "new_mlm_head_note"]

@@ -6,12 +6,14 @@ The recipe is BERT's (Devlin et al. 2019, sec. 3.1 and app. A.2), at a size one 
 - a WordPiece tokenizer trained on the training documents with `tokenizers` (`train_tokenizer`; its vocabulary
   size is an option: at small model sizes the decoder over a 30k vocabulary costs more than the encoder), or an
   existing tokenizer (`--tokenizer_name`, or the checkpoint's);
-- documents packed into fixed-length blocks (`mlm_blocks`: [CLS] text [SEP] per document, concatenated, cut);
+- the data path of `hf_ffn.training.corpus`, through `datasets` (text, json or parquet files, compressed or not,
+  tokenized once into a cache): corpus → documents (cut at empty lines, per file or by a regex) → blocks
+  ([CLS] text [SEP] per document, concatenated, cut; optionally each document attending only to itself) → masks;
 - BERT's masking, dynamic: 15% of the tokens, of which 80% [MASK], 10% a random token, 10% kept
-  (`DataCollatorForLanguageModeling`);
+  (`DataCollatorForLanguageModeling`; the three rates are options, e.g. ModernBERT's 30%);
 - the MLM decoder tied to the word embeddings (`tie_word_embeddings`, BERT's default);
-- a held-out split of whole documents (fixed by `--split_seed`), evaluated on one fixed masking (`mask_once`), so
-  every evaluation of every run scores the same masked tokens;
+- a held-out split of whole documents (fixed by `--split_seed`) or `--validation_files`, evaluated on fixed
+  maskings (`fixed_maskings`, `--eval_maskings` of them), so every evaluation of every run scores the same tokens;
 - sparse prediction (`FfnBertConfig.sparse_prediction`, on by default here): during training the MLM head decodes
   only the masked positions (MosaicBERT, ModernBERT); the loss is the same;
 - learning-rate schedule, warm-up, bf16, `--resume_from_checkpoint` and `torchrun`: `TrainingArguments`' own.
@@ -33,7 +35,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -44,6 +45,7 @@ from transformers import (
     BertTokenizer,
     HfArgumentParser,
     PreTrainedTokenizerBase,
+    Trainer,
     TrainerCallback,
     TrainingArguments,
     set_seed,
@@ -55,9 +57,9 @@ from ..conversion.recipes import parse_width
 from ..modeling_ffn_bert import FfnBertForMaskedLM
 from ..params import config_row, mlm_flops
 from .arguments import MlmDataArguments, ModelArguments, bad_input_exits, parse_arguments, resume_checkpoint
-from .data import mlm_blocks, read_text_documents
+from .corpus import documents_to_blocks, fixed_maskings, load_corpus
 from .early_stopping import early_stopping_callback
-from .mlm import absent_head_warning_dropped, held_out_split, mlm_trainer, new_mlm_head_note
+from .mlm import absent_head_warning_dropped, mlm_trainer, new_mlm_head_note
 from .outputs import (
     check_checkpoint,
     check_output_dir,
@@ -77,27 +79,18 @@ logger = hf_logging.get_logger(__name__)
 TOKENIZER_FOLDER = "tokenizer"  # where a trained tokenizer is saved in --output_dir as soon as it is trained
 
 
-def train_tokenizer(documents: list[str], vocab_size: int = 8192) -> PreTrainedTokenizerBase:
+def train_tokenizer(documents, vocab_size: int = 8192) -> PreTrainedTokenizerBase:
     """BERT's uncased WordPiece tokenizer (`BertTokenizer`: lower-casing, accent stripping, BERT's pre-tokenizer and
     special tokens [PAD] [UNK] [CLS] [SEP] [MASK]) trained from scratch on `documents` with `tokenizers`' WordPiece
-    trainer (`train_new_from_iterator`). The vocabulary has `vocab_size` entries, special tokens included, or fewer
-    when the text has fewer distinct pieces. Not deterministic: two trainings on the same text may number the
-    pieces differently (`run_pretraining` trains on process 0 only and every other process loads its result)."""
-    return BertTokenizer().train_new_from_iterator(documents, vocab_size=vocab_size)
-
-
-def split_documents(texts: list[str], start_regex: str | None) -> list[str]:
-    """Each text cut where `start_regex` (compiled with `re.MULTILINE`) matches: one document from each match to
-    the next (text before the first match is a document of its own); blank pieces dropped. `None`: `texts` as they
-    are. E.g. WikiText's articles start at a line ` = Title = `: `start_regex="^ = [^=]"`."""
-    if start_regex is None:
-        return list(texts)
-    pattern = re.compile(start_regex, re.MULTILINE)
-    documents = []
-    for text in texts:
-        bounds = sorted({0, len(text)} | {match.start() for match in pattern.finditer(text)})
-        documents += [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if text[a:b].strip()]
-    return documents
+    trainer (`train_new_from_iterator`). `documents`: a list of texts, or a `datasets.Dataset` with a `text` column
+    (read 1,000 documents at a time, never all in memory at once). The vocabulary has `vocab_size` entries, special
+    tokens included, or fewer when the text has fewer distinct pieces. Not deterministic: two trainings on the
+    same text may number the pieces differently (`run_pretraining` trains on process 0 only and every other
+    process loads its result)."""
+    texts = documents
+    if hasattr(documents, "iter"):  # a Dataset: batches of texts, which tokenizers' trainer takes as they are
+        texts = (batch["text"] for batch in documents.iter(batch_size=1000))
+    return BertTokenizer().train_new_from_iterator(texts, vocab_size=vocab_size, length=len(documents))
 
 
 def ffn_width(
@@ -194,7 +187,7 @@ def use_bf16_where_available(training_args: TrainingArguments) -> bool:
 
 
 def _tokenizer(
-    args: PretrainingArguments, train_docs: list[str], training_args: TrainingArguments, resume: str | None
+    args: PretrainingArguments, train_docs, training_args: TrainingArguments, resume: str | None
 ) -> tuple[PreTrainedTokenizerBase, str]:
     """The run's tokenizer and where it came from. A resumed run takes the one Trainer saved with its checkpoint;
     a trained one is trained by process 0 (every other process waits, then loads it) and saved at once in
@@ -219,12 +212,15 @@ def run_pretraining(
 ) -> dict:
     """Pre-train an `FfnBertForMaskedLM` (from scratch, or continued from `args.model_name_or_path`) on plain text.
 
-    Whole documents are held out (`validation_split_percentage`, seeded by `split_seed`); the tokenizer is trained
-    on the training documents only. Held-out loss = mean cross-entropy (nats) over the masked tokens of the
-    held-out blocks masked once with `split_seed`; perplexity = exp(loss). Evaluated before training (not when
-    resuming) and after. The finished model, tokenizer, model card, `all_results.json` and `run_info.json` (the
-    report: model sizes, FFN parameters and FLOPs per token, tokenizer, documents, blocks, tokens seen and epochs)
-    are written to `output_dir`; the model's `config.json` keeps `sparse_prediction` off (an execution choice).
+    The data path is `hf_ffn.training.corpus`'s: corpus → documents (`load_corpus`: whole documents held out,
+    `validation_split_percentage` seeded by `split_seed`, or `validation_files`) → blocks (`documents_to_blocks`)
+    → masks (`fixed_maskings` for the held-out blocks; training batches masked afresh). The tokenizer is trained on
+    the training documents only. Held-out loss = mean cross-entropy (nats) over the masked tokens of the held-out
+    blocks masked `eval_maskings` times (seeds `split_seed`, +1, ...); perplexity = exp(loss). Evaluated before
+    training (not when resuming) and after. The finished model, tokenizer, model card, `all_results.json` and
+    `run_info.json` (the report: model sizes, FFN parameters and FLOPs per token, tokenizer, documents, blocks,
+    tokens seen and epochs) are written to `output_dir`; the model's `config.json` keeps `sparse_prediction` off (an
+    execution choice).
 
     Resuming (`--resume_from_checkpoint`) restores weights, optimizer, scheduler, RNG states and the tokenizer. At
     an epoch boundary the resumed run repeats the uninterrupted one bit for bit; within an epoch the batch after
@@ -244,48 +240,12 @@ def run_pretraining(
         FileNotFoundError, FileExistsError, ValueError: on bad input, before training starts.
     """
     start = time.perf_counter()
-    check_output_dir(training_args.output_dir)
-    resume = resume_checkpoint(training_args)
-    stopping = early_stopping_callback(args.early_stopping_patience, args.early_stopping_threshold, training_args)
-    if args.model_name_or_path is not None:
-        check_checkpoint(args.model_name_or_path, "--model_name_or_path")
-    files = read_text_documents(data_args.train_files, data_args.file_pattern)
-    documents = split_documents([text for _, text in files], data_args.document_start_regex)
-    train_docs, eval_docs = held_out_split(documents, data_args.validation_split_percentage, data_args.split_seed)
-    tokenizer, tokenizer_source = _tokenizer(args, train_docs, training_args, resume)
-    train = mlm_blocks(train_docs, tokenizer, data_args.max_seq_length)
-    evaluation = mlm_blocks(eval_docs, tokenizer, data_args.max_seq_length)
-    if len(train) == 0 or len(evaluation) == 0:
-        raise ValueError(
-            f"--max_seq_length {data_args.max_seq_length}: the training or held-out text is shorter "
-            f"than one block ({len(train)} and {len(evaluation)} blocks)"
-        )
-    if data_args.max_train_samples:
-        train = train.select(range(min(data_args.max_train_samples, len(train))))
-    if data_args.max_eval_samples:
-        evaluation = evaluation.select(range(min(data_args.max_eval_samples, len(evaluation))))
-
-    set_seed(training_args.seed)  # the same initial weights for the same seed
-    if args.model_name_or_path is None:
-        model = FfnBertForMaskedLM(pretraining_config(args, tokenizer, data_args.max_seq_length))
-        conversion, saved_unpad, head_note = {"conversion": "from scratch", "new_weights": "all"}, False, None
-        standard_width = args.scratch("intermediate_size")
-    else:
-        with absent_head_warning_dropped():
-            model, conversion = load_model(args.model_arguments(), FfnBertForMaskedLM, **args.config_updates())
-        head_note = new_mlm_head_note(
-            conversion.get("new_weights", conversion.get("new", [])), args.model_name_or_path, model.config.vocab_size
-        )
-        if head_note:
-            logger.warning(head_note)
-        saved_unpad, standard_width = checkpoint_unpad_tokens(args.model_name_or_path), None
-        if len(tokenizer) > model.config.vocab_size:
-            raise ValueError(
-                f"--tokenizer_name {args.tokenizer_name!r} has {len(tokenizer)} tokens, more than the "
-                f"checkpoint's vocab_size {model.config.vocab_size}"
-            )
-    model.config.sparse_prediction = args.sparse_prediction  # read at every forward, like unpad_tokens
-    model.config.unpad_tokens = args.unpad_tokens
+    resume, stopping = _check_arguments(args, training_args)
+    documents = load_corpus(**data_args.corpus_options())
+    tokenizer, tokenizer_source = _tokenizer(args, documents["train"], training_args, resume)
+    train, evaluation = _blocks_and_maskings(documents, tokenizer, data_args)
+    data_seconds = time.perf_counter() - start  # reading, the tokenizer, tokenizing, blocks, maskings (or the cache)
+    model, built = _model(args, tokenizer, data_args, training_args)
     bf16 = use_bf16_where_available(training_args)
     throughput = ThroughputCallback(
         mlm_flops(model.config, data_args.max_seq_length), args.sparse_prediction, tokenizer.pad_token_id
@@ -296,100 +256,214 @@ def run_pretraining(
         train,
         evaluation,
         training_args,
-        data_args.mlm_probability,
-        data_args.split_seed,
+        seed=data_args.split_seed,
         padding_free=args.padding_free,
         callbacks=[*([throughput] if args.log_throughput else []), *(callbacks or [])],
+        **data_args.masking_options(),
     )
+    results, train_seconds = _train_and_evaluate(trainer, resume, stopping)
+    report = _report(args, data_args, training_args, trainer, built, documents, (train, evaluation), train_seconds)
+    report |= {"tokenizer": {"source": tokenizer_source, "vocab_size": len(tokenizer)}, "bf16": bf16}
+    report["data_seconds"] = data_seconds
+    report["summary"] = _summary(report, model.config, built["standard_width"], results["eval_loss"], results)
+    _save(args, data_args, training_args, trainer, tokenizer, results, report, built)
+    return {
+        "results": results,
+        "log_history": trainer.state.log_history,
+        "wall_seconds": time.perf_counter() - start,
+        **report,
+    }
+
+
+def _check_arguments(args: PretrainingArguments, training_args: TrainingArguments):
+    """Check the output folder, the early-stopping options and the checkpoint before anything is read; returns the
+    checkpoint to resume from and the `EarlyStoppingCallback` (None without `--early_stopping_patience`)."""
+    check_output_dir(training_args.output_dir)
+    resume = resume_checkpoint(training_args)
+    stopping = early_stopping_callback(args.early_stopping_patience, args.early_stopping_threshold, training_args)
+    if args.model_name_or_path is not None:
+        check_checkpoint(args.model_name_or_path, "--model_name_or_path")
+    return resume, stopping
+
+
+def _blocks_and_maskings(documents, tokenizer: PreTrainedTokenizerBase, data_args: PretrainingDataArguments):
+    """Documents → blocks → masks: `(training blocks, held-out blocks masked --eval_maskings times)`, each cut to
+    `--max_train_samples` / `--max_eval_samples` blocks (the held-out ones before masking).
+
+    Raises:
+        ValueError: when the training or held-out text is shorter than one block.
+    """
+    blocks = documents_to_blocks(
+        documents, tokenizer, data_args.max_seq_length, data_args.attention_scope, data_args.preprocessing_num_workers
+    )
+    train, evaluation = blocks["train"], blocks["validation"]
+    if len(train) == 0 or len(evaluation) == 0:
+        raise ValueError(
+            f"--max_seq_length {data_args.max_seq_length}: the training or held-out text is shorter "
+            f"than one block ({len(train)} and {len(evaluation)} blocks)"
+        )
+    if data_args.max_train_samples:
+        train = train.select(range(min(data_args.max_train_samples, len(train))))
+    if data_args.max_eval_samples:
+        evaluation = evaluation.select(range(min(data_args.max_eval_samples, len(evaluation))))
+    masked = fixed_maskings(
+        evaluation, tokenizer, data_args.eval_maskings, data_args.split_seed, **data_args.masking_options()
+    )
+    return train, masked
+
+
+def _model(
+    args: PretrainingArguments,
+    tokenizer: PreTrainedTokenizerBase,
+    data_args: PretrainingDataArguments,
+    training_args: TrainingArguments,
+) -> tuple[FfnBertForMaskedLM, dict]:
+    """The model to train, built from scratch or loaded from the checkpoint (after seeding the global RNG with
+    `training_args.seed`: the same initial weights for the same seed), and what was built: `conversion`,
+    `saved_unpad` (the `unpad_tokens` the saved config gets), `head_note`, `standard_width`.
+
+    Raises:
+        ValueError: a `--tokenizer_name` with more tokens than the checkpoint's vocabulary.
+    """
+    set_seed(training_args.seed)
+    if args.model_name_or_path is None:
+        model = FfnBertForMaskedLM(pretraining_config(args, tokenizer, data_args.max_seq_length))
+        built = {"conversion": {"conversion": "from scratch", "new_weights": "all"}, "saved_unpad": False}
+        built |= {"head_note": None, "standard_width": args.scratch("intermediate_size")}
+    else:
+        with absent_head_warning_dropped():
+            model, conversion = load_model(args.model_arguments(), FfnBertForMaskedLM, **args.config_updates())
+        head_note = new_mlm_head_note(
+            conversion.get("new_weights", conversion.get("new", [])), args.model_name_or_path, model.config.vocab_size
+        )
+        if head_note:
+            logger.warning(head_note)
+        built = {"conversion": conversion, "saved_unpad": checkpoint_unpad_tokens(args.model_name_or_path)}
+        built |= {"head_note": head_note, "standard_width": None}
+        if len(tokenizer) > model.config.vocab_size:
+            raise ValueError(
+                f"--tokenizer_name {args.tokenizer_name!r} has {len(tokenizer)} tokens, more than the "
+                f"checkpoint's vocab_size {model.config.vocab_size}"
+            )
+    model.config.sparse_prediction = args.sparse_prediction  # read at every forward, like unpad_tokens
+    model.config.unpad_tokens = args.unpad_tokens
+    return model, built
+
+
+def _train_and_evaluate(trainer: Trainer, resume: str | None, stopping: TrainerCallback | None) -> tuple[dict, float]:
+    """Evaluate (not when resuming: "before" metrics), train (with the early-stopping callback `stopping`, if any),
+    evaluate again; returns the metrics with the perplexities (exp of the losses) and the training seconds (without
+    the evaluations)."""
     before = {} if resume else trainer.evaluate(metric_key_prefix="before")
     if stopping is not None:  # after the "before" evaluation, which it would misread (no eval_ metrics)
         trainer.add_callback(stopping)
     train_output = trainer.train(resume_from_checkpoint=resume)
+    # before the final evaluation, whose runtime is not training (it joins the log history)
+    train_seconds = training_seconds(trainer.state.log_history, train_output.metrics["train_runtime"])
     after = final_evaluation(trainer)
     results = {**train_output.metrics, **before, **after}
     if before:
         results["before_perplexity"] = math.exp(before["before_loss"])
     results["eval_perplexity"] = math.exp(after["eval_loss"])
+    return results, train_seconds
 
-    state, block = trainer.state, data_args.max_seq_length
+
+def _save(args, data_args, training_args, trainer, tokenizer, results: dict, report: dict, built: dict) -> None:
+    """The finished run in `output_dir` (`save_outputs`): model (its config with `sparse_prediction` off: upstream
+    `BertForMaskedLM`'s outputs), tokenizer, model card, `all_results.json`, `run_info.json`."""
+    model = trainer.model
+    card = model_card(
+        _card_arguments(args, model.config),
+        training_args,
+        "fill-mask",
+        ", ".join(data_args.train_files),
+        results,
+        built["conversion"],
+        ("perplexity",),
+        model.config,
+    )
+    model.config.sparse_prediction = False
+    save_outputs(trainer, tokenizer, card, results, report, training_args.output_dir, unpad_tokens=built["saved_unpad"])
+
+
+def _report(args, data_args, training_args, trainer, built, documents, blocks, train_seconds: float) -> dict:
+    """`run_info.json`: the model's sizes and parameters, its FFN (`ffn_report`), the conversion, documents, blocks
+    (training; held-out blocks and their maskings), tokens seen and epochs (passes over the training blocks: above
+    1, training text was repeated), execution switches, `train_seconds` (training without the evaluations in it).
+    (`run_pretraining` adds the tokenizer, bf16, the seconds of the data path and the summary line.)"""
+    model, state, block = trainer.model, trainer.state, data_args.max_seq_length
+    train, evaluation = blocks
     sequences = (
         state.global_step
         * training_args.per_device_train_batch_size
         * training_args.world_size
         * training_args.gradient_accumulation_steps
     )
-    report = {
+    sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+    sizes += ("hidden_act", "ffn_type", "layer_norm_position")
+    new_head = built["head_note"] or args.model_name_or_path is None
+    epochs = sequences / len(train)
+    if epochs > 1:
+        logger.warning(f"the run saw its training blocks {epochs:.3g} times (epochs > 1): training text repeated")
+    return {
         "model": {
             "from": args.model_name_or_path or "scratch",
-            "sizes": {
-                key: getattr(model.config, key)
-                for key in (
-                    "vocab_size",
-                    "hidden_size",
-                    "num_hidden_layers",
-                    "num_attention_heads",
-                    "intermediate_size",
-                    "hidden_act",
-                    "ffn_type",
-                    "layer_norm_position",
-                )
-            },
+            "sizes": {key: getattr(model.config, key) for key in sizes},
             "parameters": model.num_parameters(),  # the MLM model, tied decoder counted once
         },
-        "mlm_head": "newly initialised" if head_note or args.model_name_or_path is None else "from the checkpoint",
-        "ffn": ffn_report(model.config, standard_width),
-        "conversion": conversion,
-        "tokenizer": {"source": tokenizer_source, "vocab_size": len(tokenizer)},
-        "documents": {"train": len(train_docs), "validation": len(eval_docs)},
-        "blocks": {"train": len(train), "validation": len(evaluation), "tokens_per_block": block},
+        "mlm_head": "newly initialised" if new_head else "from the checkpoint",
+        "ffn": ffn_report(model.config, built["standard_width"]),
+        "conversion": built["conversion"],
+        "documents": {split: len(docs) for split, docs in documents.items()},
+        "blocks": {
+            "train": len(train),
+            "validation": len(evaluation) // data_args.eval_maskings,
+            "validation_maskings": data_args.eval_maskings,
+            "tokens_per_block": block,
+            "attention_scope": data_args.attention_scope,
+        },
+        "steps": state.global_step,
         "tokens_seen": sequences * block,
-        "epochs": sequences / len(train),
+        "epochs": epochs,
         "sparse_prediction": args.sparse_prediction,  # how the run executed (neither is saved in config.json)
         "unpad_tokens": args.unpad_tokens,
-        "bf16": bf16,
-        "train_seconds": training_seconds(state.log_history, train_output.metrics["train_runtime"]),
+        "train_seconds": train_seconds,
     }
+
+
+def _summary(report: dict, config: FfnBertConfig, standard_width: int | None, loss: float, results: dict) -> str:
+    """The run's one printed line: the FFN, its parameters and FLOPs, the held-out loss, steps, tokens, epochs."""
     ffn = report["ffn"]
-    summary = (
+    matched = (
+        f"({ffn['ffn_params_vs_standard']:.3f}x the standard FFN at {standard_width}) "
+        if "ffn_params_vs_standard" in ffn
+        else ""
+    )
+    return (
         f"{report['model']['from']}: {ffn['ffn_type']} FFN width {ffn['intermediate_size']}, "
-        f"{model.config.layer_norm_position}-LN, {ffn['ffn_params_all_layers']:,} FFN parameters "
-        + (
-            f"({ffn['ffn_params_vs_standard']:.3f}x the standard FFN at {standard_width}) "
-            if "ffn_params_vs_standard" in ffn
-            else ""
-        )
-        + f"and {ffn['ffn_flops_per_token_all_layers']:,} FFN FLOPs per token over {model.config.num_hidden_layers} "
-        f"layers; held-out loss {after['eval_loss']:.4f} (perplexity {results['eval_perplexity']:.2f}), on [MASK] "
-        f"positions {after['eval_mask_loss']:.4f} (accuracy {after['eval_mask_accuracy']:.3f}) after "
-        f"{state.global_step} steps, {report['tokens_seen']:,} tokens ({report['epochs']:.3g} epochs)"
+        f"{config.layer_norm_position}-LN, {ffn['ffn_params_all_layers']:,} FFN parameters {matched}"
+        f"and {ffn['ffn_flops_per_token_all_layers']:,} FFN FLOPs per token over {config.num_hidden_layers} "
+        f"layers; held-out loss {loss:.4f} (perplexity {results['eval_perplexity']:.2f}), on [MASK] "
+        f"positions {results['eval_mask_loss']:.4f} (accuracy {results['eval_mask_accuracy']:.3f}) after "
+        f"{report['steps']} steps, {report['tokens_seen']:,} tokens ({report['epochs']:.3g} epochs)"
         + (
             f", {results['train_tokens_per_second']:,.0f} tokens/s ({results['train_gflops_per_second']:.3g} GFLOP/s)"
             if "train_gflops_per_second" in results
             else ""
         )
     )
-    report["summary"] = summary
-    model_args = args.model_arguments()
-    if args.model_name_or_path is None:  # the card names what was built
-        model_args = ModelArguments(
-            model_name_or_path="none (pre-trained from scratch)",
-            ffn_type=model.config.ffn_type,
-            layer_norm_position=model.config.layer_norm_position,
-            ffn_width=str(model.config.intermediate_size),
-        )
-    card = model_card(
-        model_args,
-        training_args,
-        "fill-mask",
-        ", ".join(data_args.train_files),
-        results,
-        conversion,
-        ("perplexity",),
-        model.config,
+
+
+def _card_arguments(args: PretrainingArguments, config: FfnBertConfig) -> ModelArguments:
+    """The model arguments the model card names: the checkpoint's, or (from scratch) what was built."""
+    if args.model_name_or_path is not None:
+        return args.model_arguments()
+    return ModelArguments(
+        model_name_or_path="none (pre-trained from scratch)",
+        ffn_type=config.ffn_type,
+        layer_norm_position=config.layer_norm_position,
+        ffn_width=str(config.intermediate_size),
     )
-    model.config.sparse_prediction = False  # the saved config: upstream BertForMaskedLM's outputs
-    save_outputs(trainer, tokenizer, card, results, report, training_args.output_dir, unpad_tokens=saved_unpad)
-    return {"results": results, "log_history": state.log_history, "wall_seconds": time.perf_counter() - start, **report}
 
 
 def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_args: TrainingArguments) -> dict:
@@ -414,7 +488,9 @@ def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_ar
         unpad_tokens=model_args.unpad_tokens,
         padding_free=model_args.padding_free,
     )
-    return run_pretraining(args, PretrainingDataArguments(**vars(data_args)), training_args)
+    if not isinstance(data_args, PretrainingDataArguments):  # the text options' defaults for the rest
+        data_args = PretrainingDataArguments(**vars(data_args))
+    return run_pretraining(args, data_args, training_args)
 
 
 def pretraining_parser(prog: str = "hf-ffn mlm") -> HfArgumentParser:
@@ -453,7 +529,6 @@ __all__ = [
     "pretraining_parser",
     "run_mlm",
     "run_pretraining",
-    "split_documents",
     "train_tokenizer",
     "use_bf16_where_available",
 ]

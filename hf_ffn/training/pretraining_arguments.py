@@ -13,6 +13,7 @@ from ..configuration_ffn_bert import FFN_TYPES, HIDDEN_ACTS, LAYER_NORM_POSITION
 from ..conversion.recipes import parse_width
 from .arguments import MlmDataArguments, ModelArguments, check_training_init
 from .config_overrides import CHECKPOINT_KEYS, SCRATCH_KEYS, parse_config_overrides
+from .corpus import ATTENTION_SCOPES, DOCUMENT_BOUNDARIES, resolve_boundary
 
 # The from-scratch model when no size is given: 4 layers × hidden 256, 4 heads, FFN 1024 (BERT's 4·hidden), GELU,
 # Post-LN (BERT-mini's shape, Turc et al. 2019), and an 8,192-token WordPiece vocabulary.
@@ -244,17 +245,71 @@ class PretrainingArguments:
 
 @dataclass
 class PretrainingDataArguments(MlmDataArguments):
-    """`MlmDataArguments` (text files or folders, held-out percentage, split seed, block length, masking rate),
-    which files of a folder are read, and where documents start inside a file (the held-out split is by document)."""
+    """`MlmDataArguments` (text files or folders, held-out percentage, split seed, block length, masking rate) and
+    the rest of the data path (`hf_ffn.training.corpus`): file formats and compression, where documents start,
+    a held-out file, the attention scope of a block, the masking split, the fixed maskings, the cache."""
 
+    validation_files: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "held-out text files or folders (as --train_files; run_mlm.py's --validation_file): then every "
+            "--train_files document trains and --validation_split_percentage is not used"
+        },
+    )
     file_pattern: str = field(
-        default="*.txt", metadata={"help": "the files of a --train_files folder that are read (a glob)"}
+        default="*.txt",
+        metadata={"help": "the files of a folder that are read (a glob, e.g. '*.txt.xz' or '*.parquet')"},
+    )
+    text_column: str = field(
+        default="text", metadata={"help": "json / parquet files: the column holding a document per row"}
+    )
+    document_boundary: str | None = field(
+        default=None,
+        metadata={
+            "help": "where documents start in a text file: empty_line (documents separated by an empty line, "
+            "BERT's format), file (one document per file) or regex (at each --document_start_regex match); not "
+            "given: regex with --document_start_regex, else empty_line",
+            "choices": DOCUMENT_BOUNDARIES,
+        },
     )
     document_start_regex: str | None = field(
         default=None,
         metadata={
             "help": "a regular expression (multi-line) matching where each document starts inside a file, "
-            "e.g. '^ = [^=]' for WikiText's article titles; not given: one document per file"
+            "e.g. '^ = [^=]' for WikiText's article titles (implies --document_boundary regex)"
+        },
+    )
+    attention_scope: str = field(
+        default="block",
+        metadata={
+            "help": "block: every token of a packed block attends to the whole block (BERT, run_mlm.py); "
+            "document: only to its own document (position_ids restart at each document; FfnBert computes each "
+            "document as if alone)",
+            "choices": ATTENTION_SCOPES,
+        },
+    )
+    mask_replace_prob: float = field(
+        default=0.8, metadata={"help": "of the chosen tokens, the fraction shown as [MASK] (BERT: 0.8)"}
+    )
+    random_replace_prob: float = field(
+        default=0.1,
+        metadata={"help": "of the chosen tokens, the fraction replaced by a random token (BERT: 0.1; the rest kept)"},
+    )
+    eval_maskings: int = field(
+        default=1,
+        metadata={
+            "help": "the held-out blocks are masked this many times (seeds --split_seed, +1, ...), concatenated: "
+            "every evaluation scores the same tokens"
+        },
+    )
+    preprocessing_num_workers: int | None = field(
+        default=None, metadata={"help": "processes reading and tokenizing the text (datasets' num_proc)"}
+    )
+    cache_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "where datasets keeps the documents, tokens and blocks (memory-mapped Arrow; a second run with "
+            "the same files, tokenizer and options reuses them); not given: HF_DATASETS_CACHE"
         },
     )
 
@@ -267,6 +322,36 @@ class PretrainingDataArguments(MlmDataArguments):
                 raise ValueError(
                     f"--document_start_regex {self.document_start_regex!r} is not a regular expression: {error}"
                 ) from None
+        self.document_boundary = resolve_boundary(self.document_boundary, self.document_start_regex)
+        if self.attention_scope not in ATTENTION_SCOPES:
+            raise ValueError(
+                f"--attention_scope has unknown value {self.attention_scope!r}; allowed: {', '.join(ATTENTION_SCOPES)}"
+            )
+        for name in ("mask_replace_prob", "random_replace_prob"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"--{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.mask_replace_prob + self.random_replace_prob > 1:
+            raise ValueError(
+                f"--mask_replace_prob {self.mask_replace_prob} + --random_replace_prob {self.random_replace_prob} "
+                f"must be at most 1 (the rest of the chosen tokens are kept)"
+            )
+        if self.eval_maskings < 1:
+            raise ValueError(f"--eval_maskings must be a positive integer, got {self.eval_maskings}")
+        if self.preprocessing_num_workers is not None and self.preprocessing_num_workers < 1:
+            raise ValueError(
+                f"--preprocessing_num_workers must be a positive integer, got {self.preprocessing_num_workers}"
+            )
+
+    def corpus_options(self) -> dict:
+        """The keyword arguments of `hf_ffn.training.corpus.load_corpus`."""
+        names = ("train_files", "validation_files", "validation_split_percentage", "split_seed", "file_pattern")
+        names += ("document_boundary", "document_start_regex", "text_column", "cache_dir")
+        return {name: getattr(self, name) for name in names} | {"num_proc": self.preprocessing_num_workers}
+
+    def masking_options(self) -> dict:
+        """The masking rule as `masking_collator` / `fixed_maskings` / `mlm_trainer` take it."""
+        names = ("mlm_probability", "mask_replace_prob", "random_replace_prob")
+        return {name: getattr(self, name) for name in names}
 
 
 __all__ = ["GLU_MULTIPLE_OF", "SCRATCH_DEFAULTS", "PretrainingArguments", "PretrainingDataArguments"]

@@ -33,15 +33,9 @@ import torch
 from transformers import TrainerCallback, TrainingArguments
 from transformers.utils import logging as hf_logging
 
+from hf_ffn.training.corpus import fixed_maskings, held_out_split, split_documents
 from hf_ffn.training.data import mlm_blocks
-from hf_ffn.training.mlm import held_out_split, masked_eval_dataset
-from hf_ffn.training.pretraining import (
-    PretrainingArguments,
-    PretrainingDataArguments,
-    run_pretraining,
-    split_documents,
-    train_tokenizer,
-)
+from hf_ffn.training.pretraining import PretrainingArguments, PretrainingDataArguments, run_pretraining, train_tokenizer
 from hf_ffn.training.readers import read_text_documents
 from studies.pretraining.records import read_records
 from studies.pretraining.settings import (
@@ -100,7 +94,7 @@ def prepare_corpus(data_dir: Path, output_dir: Path) -> dict:
     held_out = mlm_blocks(eval_docs, tokenizer, SIZES["max_seq_length"])
     counts = Counter(i for block in train["input_ids"] for i in block)
     total, vocab = sum(counts.values()), len(tokenizer)
-    labels = [label for row in masked_eval_dataset(held_out, tokenizer, 0.15, SPLIT_SEED)["labels"] for label in row]
+    labels = [label for row in fixed_maskings(held_out, tokenizer, 1, SPLIT_SEED)["labels"] for label in row]
     masked = [label for label in labels if label != -100]
     unigram = -sum(math.log((counts[i] + 1) / (total + vocab)) for i in masked) / len(masked)
     corpus = {
