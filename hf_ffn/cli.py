@@ -325,7 +325,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     if argv[:1] and argv[0] in PASSTHROUGH:  # their options are HfArgumentParser's dataclasses
-        passthrough_help(argv[0], argv[1:])
         args = argparse.Namespace(command=argv[0], func=getattr(commands, argv[0]), rest=argv[1:])
     else:
         args = parser.parse_args(argv)
@@ -339,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         # stdout must hold only the JSON document: send transformers' logs and progress bars elsewhere.
         hf_logging.disable_progress_bar()
     try:
+        if args.command in PASSTHROUGH:  # --help / --help_all: their parser imports Trainer (the train extra)
+            passthrough_help(args.command, args.rest)
         return args.func(args)
     except (ValueError, OSError) as error:  # bad input: a one-line message, not a traceback
         parser.exit(EXIT_BAD_INPUT, f"hf-ffn {args.command}: error: {user_message(error, args)}\n")
