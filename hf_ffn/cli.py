@@ -11,13 +11,16 @@
 
 `hf-ffn --help` is fast: torch, transformers and the rest are imported inside the subcommand that needs them.
 Errors name the option that set a value (`--ffn_type`, not the config field `ffn_type`; `user_message`). The
-help a user reads is `DESCRIPTION`, `SHORT_HELP` and `DESCRIPTIONS`; exit codes: `EXIT_CODES`.
+help a user reads is `DESCRIPTION`, `SHORT_HELP` and `DESCRIPTIONS`, and for heal, finetune and mlm `short_help` (their
+own options first; `--help_all`: every option); exit codes: `EXIT_CODES`. A missing optional package ends as bad
+input naming the extra that installs it (`commands.missing_package_message`), not as a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import sys
 import textwrap
 
@@ -39,7 +42,8 @@ from .commands import (
 EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_NOT_EXACT: "parity failed: some output differs from upstream BERT",
-    EXIT_BAD_INPUT: "bad input: no such folder, a folder without config.json, a bad option value, ...",
+    EXIT_BAD_INPUT: "bad input: no such folder, a folder without config.json, a bad option value, a missing "
+    "optional package (the message says what to install), ...",
     EXIT_NOT_PLAIN_BERT: "parity: the checkpoint is an FfnBert variant that upstream BertModel cannot represent "
     "(not a plain-BERT checkpoint); use the variant report (--ffn_type ...) on its BERT source",
 }
@@ -66,6 +70,17 @@ def epilog(command: str | None = None) -> str:
 
 # Subcommands whose options are HfArgumentParser dataclasses: the rest of the command line goes to their parser.
 PASSTHROUGH = ("heal", "finetune", "mlm")
+# Their `--help` shows their own dataclasses' options and these of TrainingArguments' (`short_help`); every option,
+# TrainingArguments' ~115 included, is listed by `--help_all`.
+COMMON_TRAINING_OPTIONS = (
+    "output_dir",
+    "num_train_epochs",
+    "max_steps",
+    "learning_rate",
+    "per_device_train_batch_size",
+    "seed",
+)
+HELP_ALL = ("--help_all", "--help-all")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -250,6 +265,62 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def short_help(parser: argparse.ArgumentParser, command: str) -> str:
+    """`hf-ffn heal|finetune|mlm --help`: the usage (the required options), the description, `EXAMPLES`, every
+    option of the command's own dataclasses (one section each, titled by the dataclass), the
+    `COMMON_TRAINING_OPTIONS` of transformers' `TrainingArguments`, and where the others are (`--help_all`).
+
+    Args:
+        parser: the command's `HfArgumentParser` (`commands.passthrough_parser`); its dataclasses say which option
+            belongs where, so an option added to one of them is shown with no change here.
+        command: heal, finetune or mlm.
+    """
+    actions: dict[str, list[argparse.Action]] = {}  # by field: a bool field with default True has --x and --no_x
+    for action in parser._actions:
+        shown = copy.copy(action)
+        shown.aliases_hidden = True  # `--train_files` shown, not its kebab-case twin (`HelpFormatter`)
+        actions.setdefault(action.dest, []).append(shown)
+    own = [kind for kind in parser.dataclass_types if not kind.__module__.startswith("transformers")]
+    training = [kind for kind in parser.dataclass_types if kind not in own]
+    usage = HelpFormatter(parser.prog)
+    usage.add_usage(None, [action for field in actions.values() for action in field if action.required], [])
+    formatter = HelpFormatter(parser.prog)
+    formatter.add_text(usage.format_help().strip() + " [OPTIONS]")
+    formatter.add_text(textwrap.fill(parser.description, 100))
+    formatter.add_text("examples:\n" + textwrap.indent(commands.EXAMPLES[command], "  "))
+    for kind in own:
+        formatter.start_section(f"{kind.__name__} options")
+        formatter.add_text(textwrap.fill(" ".join(kind.__doc__.split()).split(". ")[0].rstrip(".") + ".", 98))
+        formatter.add_arguments([a for field in dataclasses.fields(kind) for a in actions.get(field.name, [])])
+        formatter.end_section()
+    names = [field.name for kind in training for field in dataclasses.fields(kind)]
+    common = [name for name in COMMON_TRAINING_OPTIONS if name in names]
+    formatter.start_section("training options")
+    formatter.add_text(
+        textwrap.fill(
+            f"{len(common)} of the {len(names)} options of transformers' "
+            f"{', '.join(kind.__name__ for kind in training)}; `{parser.prog} --help_all` lists every option.",
+            98,
+        )
+    )
+    formatter.add_arguments([action for name in common for action in actions[name]])
+    formatter.end_section()
+    formatter.add_text(epilog(command))
+    return formatter.format_help()
+
+
+def passthrough_help(command: str, rest: list[str]) -> None:
+    """Answer `--help` (`short_help`) or `--help_all` (the parser's own help: every option) among `rest`, the
+    arguments of heal, finetune or mlm, and exit 0; return when neither is given."""
+    if any(arg in HELP_ALL for arg in rest):
+        commands.passthrough_parser(command).print_help()
+    elif any(arg in ("-h", "--help") for arg in rest):
+        print(short_help(commands.passthrough_parser(command), command), end="")
+    else:
+        return
+    raise SystemExit(EXIT_OK)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
@@ -267,9 +338,16 @@ def main(argv: list[str] | None = None) -> int:
         # stdout must hold only the JSON document: send transformers' logs and progress bars elsewhere.
         hf_logging.disable_progress_bar()
     try:
+        if args.command in PASSTHROUGH:  # --help / --help_all: their parser imports Trainer (the train extra)
+            passthrough_help(args.command, args.rest)
         return args.func(args)
     except (ValueError, OSError) as error:  # bad input: a one-line message, not a traceback
         parser.exit(EXIT_BAD_INPUT, f"hf-ffn {args.command}: error: {user_message(error, args)}\n")
+    except ImportError as error:  # a missing optional package: name it and its extra; any other: the traceback
+        message = commands.missing_package_message(error)
+        if message is None:
+            raise
+        parser.exit(EXIT_BAD_INPUT, f"hf-ffn {args.command}: error: {message}\n")
 
 
 def user_message(error: Exception, args: argparse.Namespace) -> str:

