@@ -132,7 +132,8 @@ class HealArguments:
         metadata={
             "help": "padding-free batches (DataCollatorWithFlattening): each batch's blocks "
             "concatenated into one row, position_ids restarting at 0 per block; the "
-            "teacher then runs as FfnBert (upstream BERT would mix the blocks)"
+            "teacher then runs as FfnBert (upstream BERT would mix the blocks: they carry an all-ones "
+            "attention_mask)"
         },
     )
 
@@ -234,7 +235,8 @@ def load_teacher(
     """The teacher (upstream `BertModel`/`BertForMaskedLM` for a BERT checkpoint, FfnBert for an FfnBert one),
     eval mode, frozen. With the KL term, every MLM-head weight must come from the checkpoint. `padding_free`:
     always FfnBert (`FfnBertModel`/`FfnBertForMaskedLM`, upstream BERT's function on a BERT checkpoint), which
-    keeps the sequences of a padding-free batch apart; upstream `BertModel` lets them attend to each other.
+    keeps the sequences of a padding-free batch apart; upstream `BertModel` lets them attend to each other (before
+    transformers 5.25 always; from 5.25 when an `attention_mask` is given, as the run's blocks carry one).
 
     Raises:
         ValueError: if the MLM head would be newly initialised.
