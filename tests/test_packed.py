@@ -40,7 +40,7 @@ from hf_ffn.parity import UPSTREAM_MASKS_PACKED_SEQUENCES
 from hf_ffn.training import PaddingFreeCollator
 from hf_ffn.unpadding import TokenPacking
 
-from .conftest import TINY, assert_close_to_scale, assert_equal_but_row_count, tiny_config
+from .conftest import TINY, assert_close_to_scale, assert_equal_but_row_count, packed_sequence_mask, tiny_config
 
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 VARIANTS = {
@@ -410,6 +410,28 @@ def test_time_flies_like_an_arrow(bundled_checkpoint, attn):
             assert torch.equal(ours(**with_mask).last_hidden_state, out)  # the all-ones mask changes nothing
             if UPSTREAM_MASKS_PACKED_SEQUENCES and not unpad:  # transformers >= 5.25: upstream, bit for bit
                 assert torch.equal(out, flat)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_flattened_batch_switch_on_within_rounding_of_upstream(bundled_checkpoint, attn):
+    """Switch on, a padding-free batch runs the packed path: each sequence's attention over its own keys, where
+    upstream (transformers >= 5.25, or any release given the mask 5.25 builds: `packed_sequence_mask`) runs one
+    call over the whole row with the other sequences' keys masked to zero. The same terms summed in another
+    grouping: fp32 rounding, within `SCALE_TOL` of each tensor's largest value, on every hidden state of the real
+    checkpoint (the switch off is upstream bit for bit there: tests/test_parity.py)."""
+    tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint)
+    texts = ["time flies like an arrow", "fruit flies like a banana", "a third and rather longer sentence", "x"]
+    batch = flattened([tokenizer(text)["input_ids"] for text in texts])
+    upstream = BertModel.from_pretrained(bundled_checkpoint, attn_implementation=attn).eval()
+    ours = FfnBertModel.from_pretrained(bundled_checkpoint, attn_implementation=attn, unpad_tokens=True).eval()
+    mask = None if UPSTREAM_MASKS_PACKED_SEQUENCES else packed_sequence_mask(upstream, batch)
+    with torch.no_grad():
+        expected = upstream(**batch, attention_mask=mask, output_hidden_states=True).hidden_states
+        actual = ours(**batch, output_hidden_states=True).hidden_states
+    assert len(actual) == len(expected) == 7
+    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        assert_close_to_scale(a, e, f"hidden_states[{i}]")
+    assert not all(torch.equal(a, e) for a, e in zip(actual, expected, strict=True))  # another path, not a copy
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -22,11 +22,6 @@ import pytest
 import torch
 from huggingface_hub import constants
 from transformers import BertModel, DataCollatorWithFlattening, GPT2Config
-from transformers.masking_utils import (
-    create_bidirectional_mask,
-    find_packed_sequence_indices,
-    packed_sequence_mask_function,
-)
 from transformers.utils import logging as hf_logging
 
 import hf_ffn
@@ -52,7 +47,7 @@ from hf_ffn.parity import (
     quiet_transformers,
 )
 
-from .conftest import assert_equal_but_row_count, tiny_batch
+from .conftest import assert_equal_but_row_count, packed_sequence_mask, tiny_batch
 
 ATTENTIONS = ("eager", "sdpa")
 HEAD_IDS = [head.ffn_bert.__name__ for head in HEAD_CLASSES]
@@ -165,18 +160,6 @@ def test_every_output_and_ffn_bit_exact(checkpoint, attn, head):
 # Padding-free batches (DataCollatorWithFlattening's layout) through the default path
 # ---------------------------------------------------------------------------------------------------------------
 FLATTENED_HEAD_CLASSES = [head for head in HEAD_CLASSES if head.bert in FLATTENED_HEADS]
-
-
-def packed_sequence_mask(model, flat: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The mask transformers ≥ 5.25 builds inside `BertModel.forward` for a padding-free batch, from its own
-    mask functions: (1, 1, n, n), bool (sdpa) or additive float (eager), each sequence attending to itself."""
-    positions = flat["position_ids"]
-    return create_bidirectional_mask(
-        config=model.config,
-        inputs_embeds=torch.zeros(*positions.shape, 1, dtype=model.dtype),
-        attention_mask=None,
-        and_mask_function=packed_sequence_mask_function(find_packed_sequence_indices(positions)),
-    )
 
 
 @pytest.mark.parametrize(
