@@ -64,7 +64,13 @@ from .activations import Swish, get_activation
 from .checkpoint_names import BERT_FFN_NAMES, CHECKPOINT_KEY_MAPPING, register_weight_renamings, rename_to_memory_keys
 from .configuration_ffn_bert import GATED_FFN_ACTIVATIONS, FfnBertConfig, is_gated
 from .sparse_prediction import SparsePredictionMixin
-from .unpadding import TokenPacking, block_diagonal_forward, packed_self_attention, unpadded_model_forward
+from .unpadding import (
+    TokenPacking,
+    block_diagonal_forward,
+    is_flash_attention,
+    packed_self_attention,
+    unpadded_model_forward,
+)
 
 try:  # the check of a converted folder on load; where this file runs as remote code without hf_ffn, there is none
     from hf_ffn.conversion_warning import warn_if_not_function_preserving
@@ -274,9 +280,14 @@ class FfnBertModel(FfnBertPreTrainedModel, BertModel):
     Inputs and outputs are `BertModel`'s: `last_hidden_state` (batch, seq, hidden_size), `pooler_output` (batch,
     hidden_size), `hidden_states` (num_hidden_layers + 1), `attentions` (num_hidden_layers × (batch, heads, seq, seq)).
     Packed (`hf_ffn.unpadding`, docs/unpadded.md; real tokens within fp32 rounding of the padded path, pads zero):
-    padded batches with `config.unpad_tokens=True`, and padding-free ones (`DataCollatorWithFlattening`) always,
-    with `pooler_output` (num_sequences, hidden_size); position ids that restart but do not describe separable
-    sequences raise `ValueError`. Otherwise it is upstream `BertModel.forward`, bit for bit.
+    padded and padding-free batches with `config.unpad_tokens=True`. A padding-free batch (`DataCollatorWithFlattening`:
+    `position_ids` restarting at 0 within a row) with the switch off, or with `output_attentions`, runs upstream's
+    padded path with transformers' block-diagonal mask (`block_diagonal_forward`), which upstream `BertModel` itself
+    builds from `position_ids` from transformers 5.25 on (without an `attention_mask`): each sequence attends to
+    itself only, on every release, bit for bit with upstream from 5.25. Either way a padding-free batch gives
+    `pooler_output` (num_sequences, hidden_size), one per sequence (upstream: one per row, the row's first sequence);
+    position ids that restart but do not describe separable sequences raise `ValueError`. Otherwise it is upstream
+    `BertModel.forward`, bit for bit.
     """
 
     def __init__(self, config: FfnBertConfig, add_pooling_layer: bool = True):
@@ -306,7 +317,10 @@ class FfnBertModel(FfnBertPreTrainedModel, BertModel):
         packing = TokenPacking.for_batch(self.config, *inputs, output_attentions=output_attentions)
         if packing is None:
             return super().forward(*inputs, **kwargs)
-        if output_attentions:  # a padding-free batch: the padded path, one attention block per sequence
+        # A padding-free batch with the switch off: upstream's padded path and mask (a flash kernel takes no mask,
+        # but the packed path gives it the sequence boundaries).
+        unpadded = self.config.unpad_tokens or is_flash_attention(self.config)
+        if packing.padding_free and (output_attentions or not unpadded):
             return block_diagonal_forward(self, super().forward, *inputs, packing=packing, **kwargs)
         return unpadded_model_forward(self, *inputs, packing=packing, **kwargs)
 

@@ -1,11 +1,14 @@
 """Packed execution: the real tokens of a batch packed by sequence, and self-attention within each sequence.
 
-Two kinds of batch hold several sequences whose pad positions need no compute:
+Two kinds of batch hold several sequences whose pad positions need no compute; with `config.unpad_tokens=True`
+both run packed:
 
-- a padded batch (batch, seq) with a plain padding mask, when `config.unpad_tokens=True`: one sequence per row;
+- a padded batch (batch, seq) with a plain padding mask: one sequence per row;
 - a padding-free batch as transformers defines it (`DataCollatorWithFlattening`): sequences concatenated along a
-  row, `position_ids` restarting at 0 for each, no padding mask; always (switch on or off), because BERT's
-  bidirectional attention would otherwise let the concatenated sequences attend to each other.
+  row, `position_ids` restarting at 0 for each, no padding mask. With the switch off it runs upstream's padded path
+  with a block-diagonal mask (`block_diagonal_forward`): before transformers 5.25 upstream `BertModel` builds no
+  such mask and lets the concatenated sequences attend to each other; from 5.25 it builds the same mask from
+  `position_ids` itself (when no `attention_mask` is given), and the switch-off path is upstream's, bit for bit.
 
 `TokenPacking` (built once per forward) orders the n_real real tokens into one tensor (n_real, ...): sequences
 grouped by length, each sequence's tokens consecutive and in order. Every token-wise op (linear layers, LayerNorm,
@@ -208,6 +211,12 @@ class TokenPacking:
         return packing
 
     @property
+    def padding_free(self) -> bool:
+        """Whether some row holds several sequences (`from_position_ids`), not one sequence per row
+        (`from_attention_mask`)."""
+        return self.first_tokens.numel() > self.batch_size
+
+    @property
     def num_real(self) -> int:
         """n_real, the number of real tokens."""
         return self.indices.numel()
@@ -255,6 +264,12 @@ class TokenPacking:
         return padded.reshape(-1, padded.shape[-1]).index_select(0, self.first_tokens)[:, None]
 
 
+def is_flash_attention(config) -> bool:
+    """Whether `config._attn_implementation` is a flash attention kernel (its name contains "flash"): one that takes
+    sequence boundaries (`cu_seq_lens_q/k`) and no mask."""
+    return "flash" in (config._attn_implementation or "")
+
+
 def block_diagonal_forward(
     model: BertModel,
     padded_forward: Callable,
@@ -266,11 +281,16 @@ def block_diagonal_forward(
     packing: TokenPacking,
     **kwargs,
 ) -> BaseModelOutputWithPoolingAndCrossAttentions:
-    """The padded path (`padded_forward`, upstream `BertModel.forward`) for a padding-free batch, used where
-    attention maps are recorded (`output_attentions`): every token attends to the tokens of its own sequence only,
-    through the mask of `config._attn_implementation` that transformers' `packed_sequence_mask_function` gives
-    `create_bidirectional_mask` (4-D (batch, 1, seq, seq) for eager and sdpa). `pooler_output` is
-    (num_sequences, hidden), the pooler at each sequence's first token, as on the packed path.
+    """The padded path (`padded_forward`, upstream `BertModel.forward`) for a padding-free batch, used with the
+    switch off and where attention maps are recorded (`output_attentions`): every token attends to the tokens of
+    its own sequence only, through the mask of `config._attn_implementation` that transformers'
+    `packed_sequence_mask_function` gives `create_bidirectional_mask` (4-D (batch, 1, seq, seq) for eager and sdpa):
+    the mask upstream `BertModel` builds from `position_ids` itself from transformers 5.25 on, so that every
+    per-token output is upstream's bit for bit there (tests/test_parity.py), and on older releases what upstream
+    would give with that mask. An all-ones
+    `attention_mask` is read as no mask (upstream, even from 5.25, then builds none and mixes the sequences).
+    `pooler_output` is (num_sequences, hidden), the pooler at each sequence's first token, as on the packed path
+    (upstream: one per row, (batch, hidden)).
     """
     batch_size, seq_len = packing.batch_size, packing.seq_len
     stand_in = model.embeddings.word_embeddings.weight.new_zeros(()).expand(batch_size, seq_len, 1)  # shape, dtype
@@ -345,7 +365,7 @@ def packed_self_attention(
     implementation = attention.config._attn_implementation or "eager"
     attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
     settings = dict(dropout=0.0 if not attention.training else attention.dropout.p, scaling=attention.scaling)
-    if "flash" in implementation:
+    if is_flash_attention(attention.config):
         longest = max(length for length, _ in packing.buckets)
         attn_output, _ = attention_interface(  # (1, heads, n_real, head_dim) in, (1, n_real, heads, head_dim) out
             attention,
@@ -422,6 +442,7 @@ __all__ = [
     "COLLATOR_BOUNDARY_KWARGS",
     "TokenPacking",
     "block_diagonal_forward",
+    "is_flash_attention",
     "packed_embeddings",
     "packed_self_attention",
     "unpadded_model_forward",

@@ -9,6 +9,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from transformers import BertConfig, BertForPreTraining  # noqa: E402
+from transformers.masking_utils import (  # noqa: E402
+    create_bidirectional_mask,
+    find_packed_sequence_indices,
+    packed_sequence_mask_function,
+)
 
 import hf_ffn  # noqa: E402,F401  (registers the Auto classes)
 from hf_ffn.configuration_ffn_bert import FfnBertConfig  # noqa: E402
@@ -52,6 +57,20 @@ def assert_close_to_scale(actual: torch.Tensor, expected: torch.Tensor, msg: str
     assert actual.shape == expected.shape, msg
     bound = max(SCALE_TOL * expected.abs().max().item(), floor)
     assert (actual - expected).abs().max().item() <= bound, f"{msg}: {(actual - expected).abs().max().item()} > {bound}"
+
+
+def packed_sequence_mask(model, flat: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The mask transformers ≥ 5.25 builds inside `BertModel.forward` for a padding-free batch `flat` (`input_ids`,
+    `position_ids` (1, n) restarting at 0 per sequence), from transformers' own mask functions: (1, 1, n, n), bool
+    (sdpa) or additive float (eager), each sequence attending to itself. Given to upstream `BertModel` on an older
+    release, it computes what 5.25 computes (`hf_ffn.parity.UPSTREAM_MASKS_PACKED_SEQUENCES`)."""
+    positions = flat["position_ids"]
+    return create_bidirectional_mask(
+        config=model.config,
+        inputs_embeds=torch.zeros(*positions.shape, 1, dtype=model.dtype),
+        attention_mask=None,
+        and_mask_function=packed_sequence_mask_function(find_packed_sequence_indices(positions)),
+    )
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from transformers import (
 )
 
 import hf_ffn
-from hf_ffn import FfnBertModel
+from hf_ffn import FfnBertModel, modeling_ffn_bert
 from hf_ffn.conversion import convert_checkpoint
 from hf_ffn.healing import (
     DistillationLoss,
@@ -34,7 +34,7 @@ from hf_ffn.healing import (
 )
 from hf_ffn.healing import run as run_module
 from hf_ffn.healing.run import healing_summary
-from hf_ffn.parity import bundled_checkpoint
+from hf_ffn.parity import UPSTREAM_MASKS_PACKED_SEQUENCES, bundled_checkpoint
 from hf_ffn.training import PaddingFreeCollator, read_label_files
 
 from .conftest import TINY
@@ -451,10 +451,22 @@ def _parse(argv):
     return HfArgumentParser((HealArguments, TrainingArguments)).parse_args_into_dataclasses(args=argv)
 
 
-def test_padding_free_batches_keep_an_exact_student_exact(setup, tmp_path):
+def test_padding_free_batches_keep_an_exact_student_exact(setup, tmp_path, monkeypatch):
     """--padding_free: each batch's blocks in one row (`PaddingFreeCollator`), the teacher loaded as FfnBert, which
     keeps the blocks apart. A default-config student is the teacher's function: loss exactly 0 at every step. An
-    upstream `BertModel` teacher would let the blocks attend to each other (the negative control)."""
+    upstream `BertModel` teacher would let the blocks of the run's batches attend to each other (the negative
+    control): they carry an all-ones `attention_mask` (the blocks' column), beside which upstream builds no
+    per-sequence mask on any release. Without that mask upstream keeps them apart from transformers 5.25 on
+    (`UPSTREAM_MASKS_PACKED_SEQUENCES`: then equal to the FfnBert teacher bit for bit) and mixes them before.
+    Teacher and student run packed during training (`unpadded`: each block's attention over its own keys), and the
+    saved student keeps its config's `unpad_tokens`."""
+    packed = []
+    forward = modeling_ffn_bert.unpadded_model_forward
+    monkeypatch.setattr(
+        modeling_ffn_bert,
+        "unpadded_model_forward",
+        lambda model, *a, **k: packed.append(model) or forward(model, *a, **k),
+    )
     student = tmp_path / "default"
     FfnBertModel.from_pretrained(setup / "teacher").save_pretrained(student)
     AutoTokenizer.from_pretrained(setup / "teacher").save_pretrained(student)
@@ -462,13 +474,22 @@ def test_padding_free_batches_keep_an_exact_student_exact(setup, tmp_path):
     args = heal_args(setup, student, eval_data=None, padding_free=True)
     healing = run_healing(args, training_args(tmp_path / "run", max_steps=2))
     assert [entry["loss"] for entry in healing["losses"]] == [0.0, 0.0]
-    batch = PaddingFreeCollator()([{"input_ids": list(range(5, 5 + BLOCK))}, {"input_ids": list(range(9, 9 + BLOCK))}])
+    assert len(packed) == 2 * 2  # teacher and student, 2 steps
+    assert json.loads((tmp_path / "run" / "healed" / "config.json").read_text()).get("unpad_tokens", False) is False
+    blocks = [{"input_ids": list(range(start, start + BLOCK)), "attention_mask": [1] * BLOCK} for start in (5, 9)]
+    batch = PaddingFreeCollator()(blocks)  # as the run collates its blocks
+    without_mask = {key: value for key, value in batch.items() if key != "attention_mask"}
+    upstream = BertModel.from_pretrained(setup / "teacher").eval()
+    teacher = run_module.load_teacher(str(setup / "teacher"), with_head=False, padding_free=True)
     with torch.no_grad():
-        mixed = BertModel.from_pretrained(setup / "teacher").eval()(**batch).last_hidden_state
-        kept = run_module.load_teacher(str(setup / "teacher"), with_head=False, padding_free=True)(
-            **batch
-        ).last_hidden_state
-    assert (mixed - kept).abs().max() > 1e-3
+        kept = teacher(**batch).last_hidden_state
+        assert torch.equal(teacher(**without_mask).last_hidden_state, kept)
+        assert (upstream(**batch).last_hidden_state - kept).abs().max() > 1e-3  # mixed, on every release
+        upstream_flat = upstream(**without_mask).last_hidden_state
+    if UPSTREAM_MASKS_PACKED_SEQUENCES:
+        assert torch.equal(upstream_flat, kept)
+    else:
+        assert (upstream_flat - kept).abs().max() > 1e-3
 
 
 def test_one_run_reads_the_student_config_and_tokenizer_and_loads_the_teacher_once(setup, tmp_path, monkeypatch):

@@ -36,10 +36,11 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBertModel, grouped_attention, unpadding
 from hf_ffn.grouped_attention import PackedRows, PaddedBlocks, attention_blocks, attention_groups
+from hf_ffn.parity import UPSTREAM_MASKS_PACKED_SEQUENCES
 from hf_ffn.training import PaddingFreeCollator
 from hf_ffn.unpadding import TokenPacking
 
-from .conftest import TINY, assert_close_to_scale, assert_equal_but_row_count, tiny_config
+from .conftest import TINY, assert_close_to_scale, assert_equal_but_row_count, packed_sequence_mask, tiny_config
 
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 VARIANTS = {
@@ -305,19 +306,30 @@ def test_flash_attention_gets_the_sequence_boundaries():
 @pytest.mark.parametrize("unpad", [False, True], ids=["switch-off", "switch-on"])
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("variant", ["post-standard", "pre-swiglu"])
-def test_flattened_batch_equals_each_sequence_alone(variant, attn, unpad):
+def test_flattened_batch_equals_each_sequence_alone(variant, attn, unpad, monkeypatch):
+    """Switch on: the packed path, each sequence's attention call of its own shape (`assert_equal_but_row_count`).
+    Switch off: upstream's padded path with the block-diagonal mask (one call per layer over the whole row), as
+    upstream BertModel from transformers 5.25 (tests/test_parity.py): the softmax runs over the row's keys with the
+    other sequences' masked to zero, so fp32 rounding (`assert_close_to_scale`)."""
     model = model_for(variant, attn, unpad).eval()
     seqs = sequences()
+    calls = spy_attention_calls(monkeypatch)
     with torch.no_grad():
         out = model(**flattened(seqs))
+        row_calls = calls[:]
         alone = [model(input_ids=torch.tensor([s])) for s in seqs]
-    assert out.last_hidden_state.shape == (1, sum(LENGTHS), TINY["hidden_size"])
+    n = sum(LENGTHS)
+    if unpad:  # one call per length, no mask
+        assert len(row_calls) == 5 * TINY["num_hidden_layers"] and {mask for _, mask in row_calls} == {None}
+    else:
+        assert row_calls == [((1, 4, n, 8), (1, 1, n, n))] * TINY["num_hidden_layers"]
+    assert out.last_hidden_state.shape == (1, n, TINY["hidden_size"])
     assert out.pooler_output.shape == (len(seqs), TINY["hidden_size"])  # one per sequence
     rows = out.last_hidden_state[0].split(LENGTHS)
     for i, single in enumerate(alone):
-        if LENGTHS[i] > 1:
+        if LENGTHS[i] > 1 and unpad:
             assert_equal_but_row_count(rows[i], single.last_hidden_state[0], f"sequence {i}")
-        else:  # one token alone: every linear layer gets a single row, for which BLAS picks another kernel
+        else:  # masked keys of the row (switch off); one token alone: BLAS picks another kernel for a single row
             assert_close_to_scale(rows[i], single.last_hidden_state[0], f"hidden {i}")
         assert_close_to_scale(out.pooler_output[i], single.pooler_output[0], f"pooler {i}")
 
@@ -370,22 +382,56 @@ def test_flattened_batch_heads_and_gradients_per_sequence():
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_time_flies_like_an_arrow(bundled_checkpoint, attn):
-    """The issue's example: upstream BertModel lets two flattened sentences attend to each other (a negative
-    control, about 1.0 off); FfnBertModel, switch on or off, gives the sentence's values as if alone."""
+    """The issue's example, "time flies like an arrow" flattened with "fruit flies like a banana". FfnBertModel,
+    switch on or off, gives the sentence's values as if alone. Upstream BertModel depends on the release
+    (`UPSTREAM_MASKS_PACKED_SEQUENCES`): before transformers 5.25 it lets the two sentences attend to each other (a
+    negative control, about 1.0 off); from 5.25 it builds the block-diagonal mask from `position_ids` and FfnBert's
+    default path gives its outputs bit for bit. Given an all-ones `attention_mask` beside the restarting
+    `position_ids` (as `PaddingFreeCollator` passes a tokenizer's mask on), upstream builds no such mask on any
+    release and mixes them; FfnBert reads the batch the same way with or without it."""
     tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint)
     first, second = (tokenizer(text)["input_ids"] for text in ("time flies like an arrow", "fruit flies like a banana"))
     batch = flattened([first, second])
+    with_mask = {**batch, "attention_mask": torch.ones_like(batch["input_ids"])}
     alone = {"input_ids": torch.tensor([first])}
     upstream = BertModel.from_pretrained(bundled_checkpoint, attn_implementation=attn).eval()
     with torch.no_grad():
-        mixed = upstream(**batch).last_hidden_state[0, : len(first)]
+        flat = upstream(**batch).last_hidden_state
         reference = upstream(**alone).last_hidden_state[0]
-        assert (mixed - reference).abs().max() > 0.5  # upstream: silently mixed
+        mixed = upstream(**with_mask).last_hidden_state[0, : len(first)]
+        assert (mixed - reference).abs().max() > 0.5  # an all-ones mask: upstream mixes, every release
+        if not UPSTREAM_MASKS_PACKED_SEQUENCES:  # transformers < 5.25: upstream mixes (negative control)
+            assert (flat[0, : len(first)] - reference).abs().max() > 0.5
         for unpad in (False, True):
             ours = FfnBertModel.from_pretrained(bundled_checkpoint, attn_implementation=attn, unpad_tokens=unpad)
-            out = ours.eval()(**batch).last_hidden_state[0, : len(first)]
+            out = ours.eval()(**batch).last_hidden_state
             assert torch.equal(ours(**alone).last_hidden_state[0], reference)  # alone: upstream, bit for bit
-            assert_close_to_scale(out, reference, "time flies")
+            assert_close_to_scale(out[0, : len(first)], reference, "time flies")
+            assert torch.equal(ours(**with_mask).last_hidden_state, out)  # the all-ones mask changes nothing
+            if UPSTREAM_MASKS_PACKED_SEQUENCES and not unpad:  # transformers >= 5.25: upstream, bit for bit
+                assert torch.equal(out, flat)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_flattened_batch_switch_on_within_rounding_of_upstream(bundled_checkpoint, attn):
+    """Switch on, a padding-free batch runs the packed path: each sequence's attention over its own keys, where
+    upstream (transformers >= 5.25, or any release given the mask 5.25 builds: `packed_sequence_mask`) runs one
+    call over the whole row with the other sequences' keys masked to zero. The same terms summed in another
+    grouping: fp32 rounding, within `SCALE_TOL` of each tensor's largest value, on every hidden state of the real
+    checkpoint (the switch off is upstream bit for bit there: tests/test_parity.py)."""
+    tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint)
+    texts = ["time flies like an arrow", "fruit flies like a banana", "a third and rather longer sentence", "x"]
+    batch = flattened([tokenizer(text)["input_ids"] for text in texts])
+    upstream = BertModel.from_pretrained(bundled_checkpoint, attn_implementation=attn).eval()
+    ours = FfnBertModel.from_pretrained(bundled_checkpoint, attn_implementation=attn, unpad_tokens=True).eval()
+    mask = None if UPSTREAM_MASKS_PACKED_SEQUENCES else packed_sequence_mask(upstream, batch)
+    with torch.no_grad():
+        expected = upstream(**batch, attention_mask=mask, output_hidden_states=True).hidden_states
+        actual = ours(**batch, output_hidden_states=True).hidden_states
+    assert len(actual) == len(expected) == 7
+    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        assert_close_to_scale(a, e, f"hidden_states[{i}]")
+    assert not all(torch.equal(a, e) for a, e in zip(actual, expected, strict=True))  # another path, not a copy
 
 
 # ---------------------------------------------------------------------------------------------------------------

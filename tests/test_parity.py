@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 from huggingface_hub import constants
-from transformers import BertModel, GPT2Config
+from transformers import BertModel, DataCollatorWithFlattening, GPT2Config
 from transformers.utils import logging as hf_logging
 
 import hf_ffn
@@ -29,19 +29,25 @@ from hf_ffn import FfnBertConfig, FfnBertModel
 from hf_ffn.cli import main
 from hf_ffn.modeling_ffn_bert import HEAD_CLASSES
 from hf_ffn.parity import (
+    FLATTENED,
+    FLATTENED_HEADS,
+    PER_SEQUENCE_OUTPUTS,
     TIME_FLIES_IDS,
+    UPSTREAM_MASKS_PACKED_SEQUENCES,
     cached_bert_base,
     choose_default_checkpoint,
     compare_outputs,
     example_batch,
     ffn_rows,
+    flattened_batch,
+    flattened_rows,
     head_folders,
     head_inputs,
     padded_batch,
     quiet_transformers,
 )
 
-from .conftest import tiny_batch
+from .conftest import assert_equal_but_row_count, packed_sequence_mask, tiny_batch
 
 ATTENTIONS = ("eager", "sdpa")
 HEAD_IDS = [head.ffn_bert.__name__ for head in HEAD_CLASSES]
@@ -150,6 +156,64 @@ def test_every_output_and_ffn_bit_exact(checkpoint, attn, head):
         assert time_flies.output == TIME_FLIES_ROW and time_flies.shape == [1, 5, checkpoint.hidden_size]
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Padding-free batches (DataCollatorWithFlattening's layout) through the default path
+# ---------------------------------------------------------------------------------------------------------------
+FLATTENED_HEAD_CLASSES = [head for head in HEAD_CLASSES if head.bert in FLATTENED_HEADS]
+
+
+@pytest.mark.parametrize(
+    "head", FLATTENED_HEAD_CLASSES, ids=[head.ffn_bert.__name__ for head in FLATTENED_HEAD_CLASSES]
+)
+@pytest.mark.parametrize("attn", ATTENTIONS)
+def test_flattened_batch_bit_exact(checkpoint, attn, head):
+    """The cell's batch as one padding-free row, FfnBert with the default settings. Against upstream given the mask
+    transformers ≥ 5.25 builds (`packed_sequence_mask`): `torch.equal` on every release. Against upstream itself:
+    `torch.equal` where it builds that mask (`UPSTREAM_MASKS_PACKED_SEQUENCES`, transformers ≥ 5.25); before 5.25
+    upstream lets the sequences attend to each other, and its outputs must differ (the negative control).
+    Sequence-level outputs are one per sequence in FfnBert (upstream: one per row): each row's first sequence is
+    upstream's row (`assert_equal_but_row_count`: the pooler's matmul gets another number of rows)."""
+    folder = checkpoint.folders[head.bert]
+    with quiet_transformers():
+        reference = head.bert.from_pretrained(folder, attn_implementation=attn).eval()
+        candidate = head.ffn_bert.from_pretrained(folder, attn_implementation=attn).eval()
+    rows = flattened_rows(reference, candidate, checkpoint.batch, output_attentions=attn == "eager")
+    outputs = {r.output.removesuffix(FLATTENED) for r in rows}
+    layers = checkpoint.num_layers
+    assert HEAD_OUTPUTS[head.ffn_bert.__name__] - PER_SEQUENCE_OUTPUTS <= outputs
+    assert {f"hidden_states[{i}]" for i in range(layers + 1)} <= outputs
+    assert ({f"attentions[{layers - 1}]"} <= outputs) == (attn == "eager")
+    last = next(r for r in rows if r.output == f"hidden_states[{layers}]{FLATTENED}")
+    if UPSTREAM_MASKS_PACKED_SEQUENCES:
+        assert all(r.equal for r in rows), [(r.output, r.max_abs_diff) for r in rows if not r.equal]
+    else:  # upstream mixes the sequences; the first layer's attention already reads the other sequences
+        assert not last.equal and last.max_abs_diff > 1e-3, last
+    flat = flattened_batch(checkpoint.batch)
+    kwargs = dict(output_hidden_states=True, output_attentions=attn == "eager")
+    with torch.no_grad():
+        masked = reference(**flat, attention_mask=packed_sequence_mask(reference, flat), **kwargs)
+        ours = candidate(**flat, **kwargs)
+    per_token = [r for r in compare_outputs("", masked, ours) if r.output not in PER_SEQUENCE_OUTPUTS]
+    assert len(per_token) == len(rows) and all(r.equal for r in per_token), [r for r in per_token if not r.equal]
+    for name in PER_SEQUENCE_OUTPUTS & set(masked.keys()):  # one per sequence; row 0 holds sequence 0 first
+        assert ours[name].shape[0] == len(checkpoint.batch["input_ids"])
+        assert_equal_but_row_count(ours[name][:1], masked[name], name)
+
+
+def test_flattened_batch_is_transformers_flattening():
+    """`flattened_batch` lays a padded batch out as `DataCollatorWithFlattening` does (ids and positions; token
+    types alongside, no attention mask)."""
+    batch = padded_batch(99, [4, 2, 3], [2, None, None])
+    flat = flattened_batch(batch)
+    real = batch["attention_mask"].bool()
+    features = [{"input_ids": row[m].tolist()} for row, m in zip(batch["input_ids"], real, strict=True)]
+    collated = DataCollatorWithFlattening(return_tensors="pt")(features)
+    assert torch.equal(flat["input_ids"], collated["input_ids"])
+    assert torch.equal(flat["position_ids"], collated["position_ids"])
+    assert flat["position_ids"].tolist() == [[0, 1, 2, 3, 0, 1, 0, 1, 2]]
+    assert flat["token_type_ids"].tolist() == [[0, 0, 1, 1, 0, 0, 0, 0, 0]] and "attention_mask" not in flat
+
+
 def test_example_batch_without_tokenizer_uses_real_ids(bert_base_checkpoint):
     # Regression: transformers builds an empty tokenizer for a folder without tokenizer files, which turned
     # every word into [UNK] (id 100) and weakened the bert-base parity proof.
@@ -216,6 +280,11 @@ def test_cli_parity_json_on_default_checkpoint(capsys):
     assert [row["output"] for row in rows if row["head"] == "FFN"] == [f"ffn[{i}]" for i in range(layers)] + [
         TIME_FLIES_ROW
     ]
+    # the padding-free batch, where upstream keeps its sequences apart (transformers >= 5.25; before, no such rows)
+    flattened = {row["head"] for row in rows if row["output"].endswith(FLATTENED)}
+    wanted = {head.ffn_bert.__name__ for head in FLATTENED_HEAD_CLASSES} if UPSTREAM_MASKS_PACKED_SEQUENCES else set()
+    assert flattened == wanted
+    assert (f"last_hidden_state{FLATTENED}" in {row["output"] for row in rows}) == UPSTREAM_MASKS_PACKED_SEQUENCES
 
 
 def test_cli_variant_report_other_width_and_standard_activation(bundled_checkpoint, capsys):

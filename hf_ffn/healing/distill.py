@@ -95,6 +95,21 @@ def dropout_off(model: nn.Module) -> Iterator[None]:
             module.p = p
 
 
+@contextlib.contextmanager
+def unpadded(*models: nn.Module) -> Iterator[None]:
+    """Set `config.unpad_tokens = True` on each model for the block (FfnBert reads it at every forward), then
+    restore each value: padding-free batches then run packed, each sequence's attention over its own keys (with the
+    switch off, over the whole row with the others masked; docs/unpadded.md)."""
+    saved = [(model.config, model.config.unpad_tokens) for model in models]
+    for config, _ in saved:
+        config.unpad_tokens = True
+    try:
+        yield
+    finally:
+        for config, value in saved:
+            config.unpad_tokens = value
+
+
 @dataclass(frozen=True)
 class DistillationLoss:
     """The distillation loss of the module docstring. `mlm_kl_weight` w ≥ 0, `temperature` T > 0.
@@ -201,4 +216,5 @@ __all__ = [
     "encoder_outputs",
     "is_trainable",
     "select_trainable",
+    "unpadded",
 ]

@@ -32,6 +32,7 @@ after, time, the healed folder); the whole record is in `output_dir/healing.json
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import sys
@@ -59,7 +60,7 @@ from ..files import check_new_folder
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertForMaskedLM, FfnBertModel, FfnBertPreTrainedModel
 from ..training import PaddingFreeCollator, mlm_blocks, read_labelled_texts, read_text_documents, resume_checkpoint
-from .distill import DistillationLoss, DistillationTrainer, dropout_off, select_trainable
+from .distill import DistillationLoss, DistillationTrainer, dropout_off, select_trainable, unpadded
 from .healed_folder import save_healed
 from .layerwise import METHODS, LayerwiseArguments, heal_layerwise, prepare_layerwise
 from .metrics import PROBE_FOLDS, AgreementCallback, measure_agreement, subset_indices
@@ -131,8 +132,10 @@ class HealArguments:
         default=False,
         metadata={
             "help": "padding-free batches (DataCollatorWithFlattening): each batch's blocks "
-            "concatenated into one row, position_ids restarting at 0 per block; the "
-            "teacher then runs as FfnBert (upstream BERT would mix the blocks)"
+            "concatenated into one row, position_ids restarting at 0 per block, run packed (unpad_tokens "
+            "during training: each block's attention over its own keys); the "
+            "teacher then runs as FfnBert (upstream BERT would mix the blocks: they carry an all-ones "
+            "attention_mask)"
         },
     )
 
@@ -234,7 +237,8 @@ def load_teacher(
     """The teacher (upstream `BertModel`/`BertForMaskedLM` for a BERT checkpoint, FfnBert for an FfnBert one),
     eval mode, frozen. With the KL term, every MLM-head weight must come from the checkpoint. `padding_free`:
     always FfnBert (`FfnBertModel`/`FfnBertForMaskedLM`, upstream BERT's function on a BERT checkpoint), which
-    keeps the sequences of a padding-free batch apart; upstream `BertModel` lets them attend to each other.
+    keeps the sequences of a padding-free batch apart; upstream `BertModel` lets them attend to each other (before
+    transformers 5.25 always; from 5.25 when an `attention_mask` is given, as the run's blocks carry one).
 
     Raises:
         ValueError: if the MLM head would be newly initialised.
@@ -386,7 +390,7 @@ def run_healing(
             distillation_loss=heal_args.loss,
             callbacks=callbacks,
         )
-        with dropout_off(student):
+        with dropout_off(student), unpadded(teacher, student) if heal_args.padding_free else contextlib.nullcontext():
             train_output = trainer.train(resume_from_checkpoint=resume)
         student = trainer.accelerator.unwrap_model(trainer.model).eval()  # under FSDP trainer.model is the wrapper
         history, steps = trainer.state.log_history, trainer.state.global_step

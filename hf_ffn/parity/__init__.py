@@ -5,7 +5,15 @@ Every public name of the parts is importable from `hf_ffn.parity`.
 """
 
 from ..logging_utils import quiet_transformers
-from .batches import SENTENCE_PAIRS, TIME_FLIES_IDS, example_batch, head_inputs, padded_batch
+from .batches import (
+    SENTENCE_PAIRS,
+    TIME_FLIES_IDS,
+    UPSTREAM_MASKS_PACKED_SEQUENCES,
+    example_batch,
+    flattened_batch,
+    head_inputs,
+    padded_batch,
+)
 from .checkpoints import BERT_BASE_NAMES, bundled_checkpoint, cached_bert_base, choose_default_checkpoint, hub_reachable
 from .compare import (
     COMPARED_OUTPUTS,
@@ -17,10 +25,14 @@ from .compare import (
     tensor_difference,
 )
 from .job import (
+    FLATTENED,
+    FLATTENED_HEADS,
     HEAD_PAIRS,
+    PER_SEQUENCE_OUTPUTS,
     NotPlainBertError,
     ffn_outputs,
     ffn_rows,
+    flattened_rows,
     format_table,
     head_folders,
     rows_as_dicts,
@@ -31,11 +43,15 @@ from .job import (
 __all__ = [
     "BERT_BASE_NAMES",
     "COMPARED_OUTPUTS",
+    "FLATTENED",
+    "FLATTENED_HEADS",
     "HEAD_PAIRS",
+    "PER_SEQUENCE_OUTPUTS",
     "NotPlainBertError",
     "ParityRow",
     "SENTENCE_PAIRS",
     "TIME_FLIES_IDS",
+    "UPSTREAM_MASKS_PACKED_SEQUENCES",
     "bundled_checkpoint",
     "cached_bert_base",
     "choose_default_checkpoint",
@@ -45,6 +61,8 @@ __all__ = [
     "ffn_outputs",
     "ffn_rows",
     "flatten_output",
+    "flattened_batch",
+    "flattened_rows",
     "format_table",
     "head_folders",
     "head_inputs",

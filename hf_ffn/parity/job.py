@@ -16,7 +16,13 @@ from dataclasses import asdict
 
 import torch
 from torch import nn
-from transformers import BertModel
+from transformers import (
+    BertForMaskedLM,
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForTokenClassification,
+    BertModel,
+)
 
 from ..checkpoints import (
     check_checkpoint,
@@ -27,11 +33,25 @@ from ..checkpoints import (
 from ..configuration_ffn_bert import FfnBertConfig
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import HEAD_CLASSES, FfnBertModel
-from .batches import TIME_FLIES_IDS, example_batch, head_inputs
+from .batches import TIME_FLIES_IDS, UPSTREAM_MASKS_PACKED_SEQUENCES, example_batch, flattened_batch, head_inputs
 from .compare import ParityRow, compare_outputs, compare_tensors, tensor_difference
 
 # upstream class → FfnBert class, in the order the table prints them (from `HEAD_CLASSES`).
 HEAD_PAIRS: dict[type, type] = {head.bert: head.ffn_bert for head in HEAD_CLASSES}
+# The heads compared on a padding-free batch (`flattened_batch`), and their outputs that are not compared there.
+# Their per-token outputs are upstream's bit for bit from transformers 5.25 on (`UPSTREAM_MASKS_PACKED_SEQUENCES`).
+# Sequence-level outputs differ by design: FfnBert pools each sequence of a padding-free batch, upstream each row
+# (the row's first sequence only); so the sequence-classification and next-sentence heads are left out, and the
+# multiple-choice head, which reshapes its input per choice, takes no padding-free batch.
+FLATTENED_HEADS: tuple[type, ...] = (
+    BertModel,
+    BertForPreTraining,
+    BertForMaskedLM,
+    BertForTokenClassification,
+    BertForQuestionAnswering,
+)
+PER_SEQUENCE_OUTPUTS = frozenset({"pooler_output", "seq_relationship_logits"})
+FLATTENED = " (flattened)"  # the suffix of a flattened-batch row's output name
 
 
 class NotPlainBertError(ValueError):
@@ -116,7 +136,9 @@ def run_parity(checkpoint: str, attn_implementation: str = "eager", seed: int = 
     Returns:
         Rows for every output of every head, then `ffn[i]` rows for each layer's FFN output on the padded batch,
         then `ffn[0] "time flies like an arrow"` (ids 2051 10029 2066 2019 8612, no special tokens) when the
-        vocabulary is bert-base-uncased's size or larger.
+        vocabulary is bert-base-uncased's size or larger. With transformers ≥ 5.25 (`UPSTREAM_MASKS_PACKED_SEQUENCES`)
+        each head of `FLATTENED_HEADS` also gives rows for the same batch as one padding-free row
+        (`flattened_rows`, outputs named `... (flattened)`).
 
     Raises:
         FileNotFoundError: `checkpoint` looks local and is not a checkpoint folder (`hf_ffn.checkpoints`).
@@ -145,7 +167,28 @@ def run_parity(checkpoint: str, attn_implementation: str = "eager", seed: int = 
             rows += compare_outputs(ffn_class.__name__, ref_out, cand_out)
             if upstream_class is BertModel:
                 rows += ffn_rows(reference, candidate, batch)
+            if UPSTREAM_MASKS_PACKED_SEQUENCES and upstream_class in FLATTENED_HEADS:
+                rows += flattened_rows(reference, candidate, batch, output_attentions=want_attentions)
     return rows
+
+
+def flattened_rows(
+    reference: nn.Module, candidate: nn.Module, batch: dict[str, torch.Tensor], output_attentions: bool = False
+) -> list[ParityRow]:
+    """Parity rows of one head on `batch` as one padding-free row (`flattened_batch`): every output but the
+    sequence-level ones (`PER_SEQUENCE_OUTPUTS`), named `... (flattened)`, with hidden states (and attention maps
+    when `output_attentions`). `reference` and `candidate` in eval mode. `torch.equal` is expected where upstream
+    masks packed sequences (transformers ≥ 5.25); before, upstream lets the sequences attend to each other."""
+    inputs = flattened_batch(batch)
+    with torch.no_grad():
+        ref_out = reference(**inputs, output_hidden_states=True, output_attentions=output_attentions)
+        cand_out = candidate(**inputs, output_hidden_states=True, output_attentions=output_attentions)
+    rows = compare_outputs(type(candidate).__name__, ref_out, cand_out)
+    return [
+        ParityRow(r.head, r.output + FLATTENED, r.shape, r.max_abs_diff, r.equal)
+        for r in rows
+        if r.output not in PER_SEQUENCE_OUTPUTS
+    ]
 
 
 def ffn_rows(reference: nn.Module, candidate: nn.Module, batch: dict[str, torch.Tensor]) -> list[ParityRow]:
@@ -231,10 +274,14 @@ def format_table(rows: list[ParityRow]) -> str:
 
 
 __all__ = [
+    "FLATTENED",
+    "FLATTENED_HEADS",
     "HEAD_PAIRS",
+    "PER_SEQUENCE_OUTPUTS",
     "NotPlainBertError",
     "ffn_outputs",
     "ffn_rows",
+    "flattened_rows",
     "format_table",
     "head_folders",
     "rows_as_dicts",
