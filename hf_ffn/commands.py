@@ -11,6 +11,7 @@ import json
 import re
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 EXIT_OK, EXIT_NOT_EXACT, EXIT_BAD_INPUT, EXIT_NOT_PLAIN_BERT = 0, 1, 2, 3  # 2: as hf_ffn.training.EXIT_BAD_INPUT
 
@@ -299,7 +300,13 @@ def passthrough_parser(command: str):
         from .healing import HealArguments, LayerwiseArguments
 
         classes = (HealArguments, LayerwiseArguments, TrainingArguments)
-        return HfArgumentParser(classes, prog="hf-ffn heal", description=DESCRIPTIONS["heal"])
+        parser = HfArgumentParser(classes, prog="hf-ffn heal", description=DESCRIPTIONS["heal"])
+        parser._option_string_actions["--output_dir"].help = (  # Trainer's help names its ./trainer_output
+            "Where checkpoints, healing.json and (unless --healed_dir) the healed folder healed/ are written. "
+            "Default: out/heal/<student folder name>, or the same with -2, -3, ... when that folder holds a "
+            "finished run (healing.json)."
+        )
+        return parser
     if command == "finetune":
         from .training.finetuning import finetune_parser
 
@@ -316,11 +323,17 @@ def heal(args: argparse.Namespace) -> int:
 
     from .comparing import warnings_once
     from .healing import run_healing
+    from .healing.run import HEALING_FILE
     from .training import parse_arguments
+    from .training.arguments import folder_name, fresh_output_dir, given_options
 
     logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("hf_ffn").setLevel(logging.INFO)  # the layer-wise stage logs each layer's errors
-    heal_args, layerwise_args, training_args = parse_arguments(passthrough_parser("heal"), args.rest)
+    parser = passthrough_parser("heal")
+    heal_args, layerwise_args, training_args = parse_arguments(parser, args.rest)
+    if "output_dir" not in given_options(parser, args.rest):  # not Trainer's ./trainer_output
+        base = Path("out") / "heal" / folder_name(heal_args.student)
+        training_args.output_dir = str(fresh_output_dir(base, finished=HEALING_FILE))
     # run_healing prints the one summary line (cosine before → after, probe Δ, time); healing.json holds the rest
     with warnings_once():  # the calibration-token warning is logged by the preparation and the fit: show it once
         run_healing(heal_args, training_args, command=" ".join(["hf-ffn", *args.argv]), layerwise_args=layerwise_args)

@@ -129,7 +129,7 @@ def test_parity_and_params(tiny_bert, capsys):
     )
 
 
-def test_convert_by_variant_name_and_heal(tiny_bert, data_root, tmp_path, capsys, caplog):
+def test_convert_by_variant_name_and_heal(tiny_bert, data_root, tmp_path, capsys, caplog, monkeypatch):
     out = tmp_path / "swiglu"
     code, printed = run(capsys, "convert", tiny_bert, str(out), "--variant", "swiglu-approx")
     config = json.loads((out / "config.json").read_text())
@@ -175,6 +175,16 @@ def test_convert_by_variant_name_and_heal(tiny_bert, data_root, tmp_path, capsys
         tmp_path / "heal" / "healed"
     )
     assert json.loads((tmp_path / "heal" / "healed" / "config.json").read_text())["ffn_type"] == "swiglu"
+    # without --output_dir: out/heal/<student folder>, not Trainer's ./trainer_output; run again: beside it
+    monkeypatch.chdir(tmp_path)
+    argv = ["heal", "--student", str(student), "--train_files", str(data_root / "text"), "--teacher", tiny_bert]
+    argv += ["--max_seq_length", "32", "--layerwise_steps", "0", "--layerwise_tokens", "256", "--max_steps", "0"]
+    for expected in ("student", "student-2"):
+        code, printed = run(capsys, *argv, "--report_to", "none")
+        healed = Path("out") / "heal" / expected / "healed"
+        assert code == 0 and f"saved to {healed} (record: healing.json)" in printed
+        assert (tmp_path / healed / "config.json").is_file()
+    assert not (tmp_path / "trainer_output").exists()
 
 
 def test_heal_usage_names_any_labelled_data(capsys):

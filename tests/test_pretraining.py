@@ -526,3 +526,17 @@ def test_documents_start_where_the_regex_matches():
     assert split_documents(["a", "b"], None) == ["a", "b"]
     with pytest.raises(ValueError, match=r"--document_start_regex '\(' is not a regular expression"):
         PretrainingDataArguments(train_files=["x"], document_start_regex="(")
+
+
+def test_mlm_without_output_dir_saves_under_out_mlm_and_runs_again(corpus, tmp_path, monkeypatch, capsys):
+    """Without --output_dir, `hf-ffn mlm` saves to out/mlm/scratch (not Trainer's ./trainer_output), says so, and
+    the same command run again saves beside it in out/mlm/scratch-2 instead of being refused."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["--train_files", str(corpus), "--max_seq_length", "32", "--max_steps", "1"]
+    argv += ["--per_device_train_batch_size", "4", "--report_to", "none", "--use_cpu", "true"]
+    argv += ["--disable_tqdm", "true", "--cache_dir", str(tmp_path / "cache"), "--vocab_size", "100", *SMALL]
+    for expected in ("scratch", "scratch-2"):
+        assert pretraining_main(argv) == 0
+        assert f"saved to {Path('out') / 'mlm' / expected} (report: run_info.json)" in capsys.readouterr().out
+        assert (tmp_path / "out" / "mlm" / expected / "config.json").is_file()
+    assert not (tmp_path / "trainer_output").exists()

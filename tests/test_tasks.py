@@ -27,7 +27,7 @@ from hf_ffn.training import (
     classification_metrics,
     regression_metrics,
 )
-from hf_ffn.training.finetuning import apply_recipe, finetune_parser, given_options, summarize
+from hf_ffn.training.finetuning import apply_recipe, finetune_given_options, finetune_parser, summarize
 from hf_ffn.training.tasks import (
     GLUE_RECIPE,
     TASKS,
@@ -326,7 +326,7 @@ def test_user_given_training_arguments_win_over_the_preset(tmp_path):
         "1e-4",
         "--per_device_train_batch_size=8",
     ]
-    given = given_options(argv)
+    given = finetune_given_options(argv)
     assert {"learning_rate", "per_device_train_batch_size", "task"} <= given
     assert "num_train_epochs" not in given and "warmup_steps" not in given
     args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, per_device_train_batch_size=8)
@@ -335,14 +335,14 @@ def test_user_given_training_arguments_win_over_the_preset(tmp_path):
     assert set(applied) == {"num_train_epochs", "warmup_steps"} and args.get_warmup_steps(100) == 10
     # nothing given: the whole recipe; a warm-up given in steps keeps the recipe's warm-up out
     bare = TrainingArguments(output_dir=str(tmp_path))
-    apply_recipe(bare, GLUE_RECIPE, given_options(["--model_name_or_path", "m"]))
+    apply_recipe(bare, GLUE_RECIPE, finetune_given_options(["--model_name_or_path", "m"]))
     assert (bare.learning_rate, bare.per_device_train_batch_size, bare.num_train_epochs) == (2e-5, 32, 3.0)
     steps = TrainingArguments(output_dir=str(tmp_path), warmup_steps=7)
-    apply_recipe(steps, GLUE_RECIPE, given_options(["--warmup_steps", "7"]))
+    apply_recipe(steps, GLUE_RECIPE, finetune_given_options(["--warmup_steps", "7"]))
     assert steps.get_warmup_steps(100) == 7
     # one .json file of arguments: its keys are the given ones
     (tmp_path / "args.json").write_text(json.dumps({"model_name_or_path": "m", "num_train_epochs": 1}))
-    assert given_options([str(tmp_path / "args.json")]) == {"model_name_or_path", "num_train_epochs"}
+    assert finetune_given_options([str(tmp_path / "args.json")]) == {"model_name_or_path", "num_train_epochs"}
 
 
 def write_mrpc(folder: Path, train: int = 16, validation: int = 10) -> Path:

@@ -779,3 +779,30 @@ def test_numeric_options_keep_trainers_unset_values():
         check_numeric_options(TrainingArguments(output_dir="unused", eval_steps=0))
     with pytest.raises(ValueError, match="warmup_steps >= 0"):
         TrainingArguments(output_dir="unused", warmup_steps=-1)
+
+
+def test_fresh_output_dir_and_given_options(tmp_path):
+    """The default output folder of finetune/mlm/heal: the base while it holds no finished run, then base-2,
+    base-3, ...; a folder without the finished file (an interrupted run) is used again. `given_options` tells an
+    --output_dir given from one left at Trainer's default, on the command line or in a .json file, and leaves the
+    parser's defaults as they were."""
+    from transformers import HfArgumentParser, TrainingArguments
+
+    from hf_ffn.training.arguments import fresh_output_dir, given_options
+
+    base = tmp_path / "out" / "mlm" / "scratch"
+    assert fresh_output_dir(base) == base
+    (base / "checkpoint-1").mkdir(parents=True)  # interrupted: used again
+    assert fresh_output_dir(base) == base
+    (base / "config.json").write_text("{}")
+    assert fresh_output_dir(base) == base.with_name("scratch-2")
+    (base.with_name("scratch-2")).mkdir()
+    (base.with_name("scratch-2") / "config.json").write_text("{}")
+    assert fresh_output_dir(base) == base.with_name("scratch-3")
+    assert fresh_output_dir(base, finished="healing.json") == base  # heal's finished file is another one
+    parser = HfArgumentParser(TrainingArguments)
+    assert given_options(parser, ["--output_dir", "x", "--seed", "3"]) == {"output_dir", "seed"}
+    assert given_options(parser, ["--seed", "3"]) == {"seed"}
+    (tmp_path / "args.json").write_text('{"output_dir": "y"}')
+    assert given_options(parser, [str(tmp_path / "args.json")]) == {"output_dir"}
+    assert parser.parse_args_into_dataclasses(args=[])[0].output_dir == "trainer_output"  # defaults restored

@@ -46,6 +46,8 @@ from .arguments import (
     ModelArguments,
     bad_input_exits,
     check_numeric_options,
+    fresh_output_dir,
+    given_options,
     parse_arguments,
     resume_checkpoint,
 )
@@ -79,9 +81,9 @@ from .finetuning import (
     default_output_dir,
     finetune,
     finetune_argv,
+    finetune_given_options,
     finetune_main,
     finetune_parser,
-    given_options,
     run_finetuning,
     summarize,
 )
@@ -125,6 +127,8 @@ __all__ = [
     "finetune_argv",
     "finetune_main",
     "finetune_parser",
+    "finetune_given_options",
+    "fresh_output_dir",
     "given_options",
     "load_label_files",
     "parse_split_sizes",

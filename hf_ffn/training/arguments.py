@@ -7,8 +7,10 @@ what is allowed, before anything is loaded.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
+import itertools
 import json
 import sys
 from collections.abc import Iterator, Sequence
@@ -411,6 +413,38 @@ def parse_arguments(parser: HfArgumentParser, argv: Sequence[str]) -> tuple:
     return parser.parse_args_into_dataclasses(args=list(argv))
 
 
+def given_options(parser: HfArgumentParser, argv: Sequence[str]) -> set[str]:
+    """The argument names `argv` sets explicitly (flags given on the command line, or the keys of its one .json
+    file), whatever their values: `parser` re-run with every default suppressed (on a copy of its actions)."""
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        return set(json.loads(Path(argv[0]).read_text()))
+    saved = [(action, action.default, action.required) for action in parser._actions if action.dest != "help"]
+    try:
+        for action, _, _ in saved:
+            action.default, action.required = argparse.SUPPRESS, False
+        namespace, _ = parser.parse_known_args(list(argv))
+    finally:
+        for action, default, required in saved:
+            action.default, action.required = default, required
+    return set(vars(namespace))
+
+
+def fresh_output_dir(base: str | Path, finished: str = "config.json") -> Path:
+    """Where a run given no `--output_dir` saves (instead of Trainer's `./trainer_output`): `base` (a folder under
+    `out/`), or, when that holds a finished run (its file `finished`: a model's `config.json`, healing's
+    `healing.json`), the first of `base-2`, `base-3`, ... that does not: running the same command again trains a new
+    model beside the first. A folder without it (an interrupted run) is used again, so `--resume_from_checkpoint
+    last` finds its checkpoints."""
+    base = Path(base)
+    candidates = itertools.chain([base], (base.with_name(f"{base.name}-{n}") for n in itertools.count(2)))
+    return next(folder for folder in candidates if not (folder / finished).exists())
+
+
+def folder_name(name_or_path: str) -> str:
+    """A checkpoint's folder name (or a hub name's last part), for a default output folder's name."""
+    return Path(name_or_path.rstrip("/\\")).name
+
+
 EXIT_BAD_INPUT = 2  # argparse's status for a bad command line, and `hf-ffn`'s for bad input
 
 
@@ -449,6 +483,9 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
 
 
 __all__ = [
+    "folder_name",
+    "fresh_output_dir",
+    "given_options",
     "CONVERSION_OPTIONS",
     "DEFAULT_MAX_SEQ_LENGTH",
     "NUMERIC_OPTIONS",

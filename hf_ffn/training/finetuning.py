@@ -21,15 +21,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import itertools
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from .arguments import ClassificationDataArguments, ModelArguments, parse_arguments
+from .arguments import (
+    ClassificationDataArguments,
+    ModelArguments,
+    folder_name,
+    fresh_output_dir,
+    given_options,
+    parse_arguments,
+)
 from .classification import BASELINE_PREFIX, run_classification
 from .tasks import GLUE_RECIPE, Recipe, get_task
 
@@ -69,17 +74,9 @@ def finetune_parser() -> HfArgumentParser:
     return parser
 
 
-def given_options(argv: Sequence[str]) -> set[str]:
-    """The argument names `argv` sets explicitly (flags given on the command line, or the keys of its one .json
-    file), whatever their values: the parser re-run with every default suppressed."""
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return set(json.loads(Path(argv[0]).read_text()))
-    parser = finetune_parser()
-    for action in parser._actions:
-        if action.dest != "help":
-            action.default, action.required = argparse.SUPPRESS, False
-    namespace, _ = parser.parse_known_args(list(argv))
-    return set(vars(namespace))
+def finetune_given_options(argv: Sequence[str]) -> set[str]:
+    """The argument names `argv` sets explicitly (`given_options` of `finetune_parser`)."""
+    return given_options(finetune_parser(), argv)
 
 
 def _warmup_field() -> str:
@@ -151,14 +148,9 @@ def default_output_dir(
     model_args: ModelArguments, data_args: ClassificationDataArguments, root: str | Path = DEFAULT_OUTPUT_ROOT
 ) -> Path:
     """Where a run without `--output_dir` saves: `root/<task or data name>-<checkpoint folder or hub name>`
-    (e.g. `out/finetune/mrpc-bert-base-uncased`), or, when that folder already holds a finished model
-    (`config.json`), the first of `...-2`, `...-3`, ... that does not: running the same command again trains a new
-    model beside the first. A folder without `config.json` (an interrupted run) is used again, so
-    `--resume_from_checkpoint last` finds its checkpoints."""
-    model = Path(model_args.model_name_or_path.rstrip("/\\")).name
-    base = Path(root) / f"{_data_name(data_args)}-{model}".replace("/", "_")
-    candidates = itertools.chain([base], (base.with_name(f"{base.name}-{n}") for n in itertools.count(2)))
-    return next(folder for folder in candidates if not (folder / "config.json").exists())
+    (e.g. `out/finetune/mrpc-bert-base-uncased`), or its first free `-2`, `-3`, ... (`fresh_output_dir`)."""
+    name = f"{_data_name(data_args)}-{folder_name(model_args.model_name_or_path)}".replace("/", "_")
+    return fresh_output_dir(Path(root) / name)
 
 
 def run_finetuning(
@@ -251,7 +243,7 @@ def finetune_argv(argv: Sequence[str], prog: str = "hf-ffn finetune") -> dict[st
     parser = finetune_parser()
     parser.prog = prog
     model_args, data_args, training_args = parse_arguments(parser, argv)
-    given = given_options(argv)
+    given = finetune_given_options(argv)
     if "output_dir" not in given:  # not Trainer's ./trainer_output: a fresh folder under out/finetune/
         training_args.output_dir = str(default_output_dir(model_args, data_args))
     return run_finetuning(model_args, data_args, training_args, given)
@@ -273,7 +265,7 @@ __all__ = [
     "finetune_description",
     "finetune_main",
     "finetune_parser",
-    "given_options",
+    "finetune_given_options",
     "run_finetuning",
     "summarize",
     "task_metrics",

@@ -56,7 +56,16 @@ from ..configuration_ffn_bert import FfnBertConfig, is_gated, parameter_matched_
 from ..conversion.recipes import parse_width
 from ..modeling_ffn_bert import FfnBertForMaskedLM
 from ..params import config_row, mlm_flops
-from .arguments import MlmDataArguments, ModelArguments, bad_input_exits, parse_arguments, resume_checkpoint
+from .arguments import (
+    MlmDataArguments,
+    ModelArguments,
+    bad_input_exits,
+    folder_name,
+    fresh_output_dir,
+    given_options,
+    parse_arguments,
+    resume_checkpoint,
+)
 from .corpus import documents_to_blocks, fixed_maskings, load_corpus
 from .early_stopping import early_stopping_callback
 from .mlm import absent_head_warning_dropped, mlm_trainer, new_mlm_head_note
@@ -76,6 +85,7 @@ from .throughput import ThroughputCallback
 
 logger = hf_logging.get_logger(__name__)
 
+DEFAULT_OUTPUT_ROOT = Path("out") / "mlm"  # --output_dir left out: a fresh folder under it (`fresh_output_dir`)
 TOKENIZER_FOLDER = "tokenizer"  # where a trained tokenizer is saved in --output_dir as soon as it is trained
 
 
@@ -496,19 +506,29 @@ def run_mlm(model_args: ModelArguments, data_args: MlmDataArguments, training_ar
 def pretraining_parser(prog: str = "hf-ffn mlm") -> HfArgumentParser:
     """The `HfArgumentParser` of `pretraining_main`: `PretrainingArguments`, `PretrainingDataArguments`,
     `TrainingArguments` (defaults shown in `--help`)."""
-    return HfArgumentParser(
+    parser = HfArgumentParser(
         (PretrainingArguments, PretrainingDataArguments, TrainingArguments),
         prog=prog,
         description="Masked-language-model pre-training of an FfnBert variant, from scratch or "
         "continued from a checkpoint, with transformers' Trainer.",
     )
+    parser._option_string_actions["--output_dir"].help = (  # Trainer's help names its ./trainer_output
+        f"Where the model, tokenizer, card, all_results.json and run_info.json are saved. Default: "
+        f"{DEFAULT_OUTPUT_ROOT}/<checkpoint name> (or {DEFAULT_OUTPUT_ROOT}/scratch), or the same with -2, -3, ... "
+        "when that folder holds a finished model. A folder given here that holds a finished model is refused."
+    )
+    return parser
 
 
 def pretraining_main(argv: list[str], prog: str = "hf-ffn mlm") -> int:
     """`hf-ffn mlm`: parse `argv` (or one `.json` file of arguments), pre-train (`run_pretraining`), print the
     report's line and where the model went. Returns 0; bad input ends as `prog: error: ...`, exit status 2."""
     with bad_input_exits(prog):
-        args, data_args, training_args = parse_arguments(pretraining_parser(prog), argv)
+        parser = pretraining_parser(prog)
+        args, data_args, training_args = parse_arguments(parser, argv)
+        if "output_dir" not in given_options(parser, argv):  # not Trainer's ./trainer_output
+            name = folder_name(args.model_name_or_path) if args.model_name_or_path else "scratch"
+            training_args.output_dir = str(fresh_output_dir(DEFAULT_OUTPUT_ROOT / name))
         outcome = run_pretraining(args, data_args, training_args)
     if training_args.process_index == 0:  # one report per torchrun job
         print(json.dumps(outcome["results"], indent=2))
