@@ -24,7 +24,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from ..configuration_ffn_bert import FFN_TYPES, LAYER_NORM_POSITIONS
 from ..conversion.recipes import INITS, parse_width
 from .readers import DEFAULT_SPLIT
-from .tasks import TASKS, get_task
+from .tasks import RENAMED_TASK_OPTIONS, TASKS, get_task
 
 DEFAULT_MAX_SEQ_LENGTH = 128  # tokens per fine-tuning input (run_glue.py's default), capped by the checkpoint
 
@@ -374,11 +374,7 @@ def resolve_max_seq_length(value: int | None, max_positions: int | None) -> int:
 
 # Options of earlier releases → what replaces them: the one table both `hf-ffn finetune` and `hf-ffn heal` check
 # (`parse_arguments`), so an old command line fails naming the new spelling instead of "arguments are not used".
-RENAMED_OPTIONS = {
-    "--rt_polarity_dir": "use --task rt_polarity --data_dir DIR (the same split) or --label_dir DIR",
-    "--rt_polarity_split": "use --split_sizes (with --label_dir)",
-    "--eval_dir": "--eval_data",
-}
+RENAMED_OPTIONS = {**RENAMED_TASK_OPTIONS, "--eval_dir": "--eval_data"}
 
 
 def check_renamed_options(parser: HfArgumentParser, names: Sequence[str]) -> None:
@@ -390,7 +386,7 @@ def check_renamed_options(parser: HfArgumentParser, names: Sequence[str]) -> Non
             of a .json file of arguments.
 
     Raises:
-        ValueError: "--rt_polarity_dir was renamed: use --task rt_polarity --data_dir DIR ...".
+        ValueError: "--OLD was renamed: use ..." for an option of `RENAMED_OPTIONS` the parser does not define.
     """
     for name in names:
         option = "--" + name.split("=", 1)[0].lstrip("-").replace("-", "_")

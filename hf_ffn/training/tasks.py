@@ -187,6 +187,14 @@ TASKS: dict[str, Task] = {
 }
 
 
+# A preset's options of earlier releases → what replaces them (in `arguments.RENAMED_OPTIONS`): the task table is the
+# one library module that names a data set.
+RENAMED_TASK_OPTIONS = {
+    "--rt_polarity_dir": "use --task rt_polarity --data_dir DIR (the same split) or --label_dir DIR",
+    "--rt_polarity_split": "use --split_sizes (with --label_dir)",
+}
+
+
 def get_task(name: str) -> Task:
     """`TASKS[name]`.
 
