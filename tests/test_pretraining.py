@@ -306,6 +306,12 @@ def test_three_step_run_from_scratch(corpus, tmp_path, placement, ffn_type):
     )
     saved = json.loads((tmp_path / "run" / "run_info.json").read_text())
     assert saved["ffn"] == outcome["ffn"] and saved["tokenizer"]["vocab_size"] == 100
+    # the context-free floors of the same maskings (hand-checked in tests/test_floors.py) in the report and line
+    floors = saved["floors"]
+    assert floors["copy_aware_mask"] == pytest.approx(floors["unigram_mask"]) and floors["smoothing"] == "add-one"
+    assert floors["training_tokens_counted"] > 0 and math.isfinite(floors["copy_aware"])
+    assert f"vs unigram floor {floors['unigram_mask']:.4f}" in outcome["summary"]
+    assert f"vs copy-aware context-free floor {floors['copy_aware']:.4f}" in outcome["summary"]
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert (config["layer_norm_position"], config["ffn_type"], config["intermediate_size"]) == (
         placement,

@@ -59,6 +59,7 @@ from ..params import config_row, mlm_flops
 from .arguments import MlmDataArguments, ModelArguments, bad_input_exits, parse_arguments, resume_checkpoint
 from .corpus import documents_to_blocks, fixed_maskings, load_corpus
 from .early_stopping import early_stopping_callback
+from .floors import mlm_floors
 from .mlm import absent_head_warning_dropped, mlm_trainer, new_mlm_head_note
 from .outputs import (
     check_checkpoint,
@@ -244,6 +245,7 @@ def run_pretraining(
     documents = load_corpus(**data_args.corpus_options())
     tokenizer, tokenizer_source = _tokenizer(args, documents["train"], training_args, resume)
     train, evaluation = _blocks_and_maskings(documents, tokenizer, data_args)
+    floors = _floors(train, evaluation, tokenizer, data_args)
     data_seconds = time.perf_counter() - start  # reading, the tokenizer, tokenizing, blocks, maskings (or the cache)
     model, built = _model(args, tokenizer, data_args, training_args)
     bf16 = use_bf16_where_available(training_args)
@@ -264,6 +266,7 @@ def run_pretraining(
     results, train_seconds = _train_and_evaluate(trainer, resume, stopping)
     report = _report(args, data_args, training_args, trainer, built, documents, (train, evaluation), train_seconds)
     report |= {"tokenizer": {"source": tokenizer_source, "vocab_size": len(tokenizer)}, "bf16": bf16}
+    report["floors"] = floors
     report["data_seconds"] = data_seconds
     report["summary"] = _summary(report, model.config, built["standard_width"], results["eval_loss"], results)
     _save(args, data_args, training_args, trainer, tokenizer, results, report, built)
@@ -310,6 +313,21 @@ def _blocks_and_maskings(documents, tokenizer: PreTrainedTokenizerBase, data_arg
         evaluation, tokenizer, data_args.eval_maskings, data_args.split_seed, **data_args.masking_options()
     )
     return train, masked
+
+
+def _floors(train, evaluation, tokenizer: PreTrainedTokenizerBase, data_args: PretrainingDataArguments) -> dict:
+    """The context-free floors of the evaluation (`hf_ffn.training.floors.mlm_floors`): the training blocks'
+    unigram, scored on the held-out maskings under the run's masking rule."""
+    masking = data_args.masking_options()
+    return mlm_floors(
+        train,
+        evaluation,
+        len(tokenizer),
+        tokenizer.mask_token_id,
+        tokenizer.all_special_ids,
+        masking["mask_replace_prob"],
+        masking["random_replace_prob"],
+    )
 
 
 def _model(
@@ -390,7 +408,8 @@ def _report(args, data_args, training_args, trainer, built, documents, blocks, t
     """`run_info.json`: the model's sizes and parameters, its FFN (`ffn_report`), the conversion, documents, blocks
     (training; held-out blocks and their maskings), tokens seen and epochs (passes over the training blocks: above
     1, training text was repeated), execution switches, `train_seconds` (training without the evaluations in it).
-    (`run_pretraining` adds the tokenizer, bf16, the seconds of the data path and the summary line.)"""
+    (`run_pretraining` adds the tokenizer, bf16, the context-free floors (`floors`, `mlm_floors`), the seconds of
+    the data path and the summary line.)"""
     model, state, block = trainer.model, trainer.state, data_args.max_seq_length
     train, evaluation = blocks
     sequences = (
@@ -444,7 +463,9 @@ def _summary(report: dict, config: FfnBertConfig, standard_width: int | None, lo
         f"{config.layer_norm_position}-LN, {ffn['ffn_params_all_layers']:,} FFN parameters {matched}"
         f"and {ffn['ffn_flops_per_token_all_layers']:,} FFN FLOPs per token over {config.num_hidden_layers} "
         f"layers; held-out loss {loss:.4f} (perplexity {results['eval_perplexity']:.2f}), on [MASK] "
-        f"positions {results['eval_mask_loss']:.4f} (accuracy {results['eval_mask_accuracy']:.3f}) after "
+        f"positions {results['eval_mask_loss']:.4f} vs unigram floor {report['floors']['unigram_mask']:.4f} "
+        f"(accuracy {results['eval_mask_accuracy']:.3f}), over all scored positions {results['eval_token_loss']:.4f} "
+        f"vs copy-aware context-free floor {report['floors']['copy_aware']:.4f}, after "
         f"{report['steps']} steps, {report['tokens_seen']:,} tokens ({report['epochs']:.3g} epochs)"
         + (
             f", {results['train_tokens_per_second']:,.0f} tokens/s ({results['train_gflops_per_second']:.3g} GFLOP/s)"
