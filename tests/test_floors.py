@@ -5,12 +5,20 @@ import math
 import numpy as np
 import pytest
 from datasets import Dataset
+from transformers import BertTokenizerFast
 
-from hf_ffn.training.floors import context_free_losses, mlm_floors, unigram_counts, unigram_distribution
+from hf_ffn.training.floors import (
+    context_free_losses,
+    mlm_floors,
+    never_chosen_ids,
+    unigram_counts,
+    unigram_distribution,
+)
 
 # ids: 0 [PAD], 1 [UNK], 2 [CLS], 3 [SEP], 4 [MASK] (special), 5 and 6 (words): V = 7
 SPECIAL, MASK, V = (0, 1, 2, 3, 4), 4, 7
 TRAIN = Dataset.from_dict({"input_ids": [[2, 5, 5, 3]], "special_tokens_mask": [[1, 0, 0, 1]]})
+TRAIN_UNK = Dataset.from_dict({"input_ids": [[2, 5, 1, 3]], "special_tokens_mask": [[1, 0, 0, 1]]})
 
 
 def test_unigram_counts_skip_special_tokens_and_smooth_add_one():
@@ -18,6 +26,20 @@ def test_unigram_counts_skip_special_tokens_and_smooth_add_one():
     assert counts.tolist() == [0, 0, 0, 0, 0, 2, 0]
     # add-one over the two word ids: q(5) = 3/4, q(6) = 1/4, specials 0
     assert unigram_distribution(counts, SPECIAL).tolist() == [0, 0, 0, 0, 0, 0.75, 0.25]
+
+
+@pytest.fixture
+def tokenizer(tmp_path):
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nb\n")
+    return BertTokenizerFast(str(tmp_path / "vocab.txt"))
+
+
+def test_unknown_token_in_the_text_is_smoothed_like_a_word(tokenizer):
+    # [UNK] (id 1) is special but stands in the text and can be masked: q ∝ (0, 1 + 1, 0, 0, 0, 1 + 1, 0 + 1)
+    q = unigram_distribution(unigram_counts(TRAIN_UNK, V), (0, 2, 3, 4))
+    assert q.tolist() == [0, 0.4, 0, 0, 0, 0.4, 0.2]
+    assert tokenizer.unk_token_id not in never_chosen_ids(tokenizer)
+    assert {tokenizer.mask_token_id, tokenizer.cls_token_id} <= set(never_chosen_ids(tokenizer))
 
 
 def test_unigram_counts_reject_ids_outside_the_vocabulary():

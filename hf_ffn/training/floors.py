@@ -8,8 +8,9 @@ probability `mlm_probability`; a chosen token is shown as [MASK] with probabilit
 included, as transformers' `DataCollatorForLanguageModeling` draws) with probability `p_random`
 (`random_replace_prob`), and kept with `p_keep = 1 − p_mask − p_random`. `q(y)`: the unigram distribution of the
 training tokens that can be chosen (non-special), estimated with add-one (Laplace) smoothing over the `V_n`
-non-special ids: `q(y) = (c(y) + 1) / (N + V_n)` for a non-special id with count `c(y)` among `N` training tokens,
-`q(y) = 0` for a special id (never a label).
+ids that can be chosen: `q(y) = (c(y) + 1) / (N + V_n)` for such an id with count `c(y)` among the `N` training
+tokens that can be chosen, `q(y) = 0` for the ids never chosen (`never_chosen`: the tokenizer's special ids but
+[UNK], which stands in the text and can be a label: `never_chosen_ids`).
 
 1. **The [MASK]-position unigram floor** (`unigram_mask`): mean over the [MASK] positions of −log q(label).
 2. **The copy-aware context-free floor** (`copy_aware`, over all scored positions). A predictor that sees only the
@@ -73,11 +74,17 @@ def unigram_counts(blocks, vocab_size: int) -> np.ndarray:
     return counts
 
 
-def unigram_distribution(counts: np.ndarray, special_ids) -> np.ndarray:
-    """q: `counts` (shape (V,)) with add-one smoothing over the non-special ids, 0 at `special_ids`; float64, sums
-    to 1."""
+def never_chosen_ids(tokenizer) -> list[int]:
+    """The ids masking never chooses: the tokenizer's special ids ([CLS], [SEP], [PAD], [MASK]) but [UNK], which
+    stands in the text like a word (the collator's `special_tokens_mask` marks only the added special tokens)."""
+    return [i for i in tokenizer.all_special_ids if i != tokenizer.unk_token_id]
+
+
+def unigram_distribution(counts: np.ndarray, never_chosen) -> np.ndarray:
+    """q: `counts` (shape (V,)) with add-one smoothing over the ids that can be chosen, 0 at `never_chosen`;
+    float64, sums to 1."""
     q = counts.astype(np.float64) + 1.0
-    q[list(special_ids)] = 0.0
+    q[list(never_chosen)] = 0.0
     return q / q.sum()
 
 
@@ -118,7 +125,7 @@ def mlm_floors(
     maskings,
     vocab_size: int,
     mask_token_id: int,
-    special_ids,
+    never_chosen,
     mask_replace_prob: float = 0.8,
     random_replace_prob: float = 0.1,
 ) -> dict:
@@ -128,7 +135,7 @@ def mlm_floors(
 
     Args:
         vocab_size: the ids random replacements are drawn from (`len(tokenizer)`).
-        special_ids: ids never chosen for masking (`tokenizer.all_special_ids`).
+        never_chosen: ids never chosen for masking (`never_chosen_ids(tokenizer)`).
 
     Returns:
         `unigram_mask` (mean −log q at [MASK] positions), `copy_aware` (mean copy-aware loss over all scored
@@ -137,7 +144,7 @@ def mlm_floors(
         (`"add-one"`) and the training tokens counted.
     """
     counts = unigram_counts(train_blocks, vocab_size)
-    q = unigram_distribution(counts, special_ids)
+    q = unigram_distribution(counts, never_chosen)
     sums = dict.fromkeys(("unigram_mask", "copy_aware", "copy_aware_mask", "copy_aware_kept", "copy_aware_random"), 0.0)
     totals = dict.fromkeys(("mask", "all", "kept", "random"), 0)
     for batch in maskings.select_columns(["input_ids", "labels"]).with_format("numpy").iter(COUNT_BATCH):
@@ -162,4 +169,4 @@ def mlm_floors(
     return floors | {"smoothing": "add-one", "training_tokens_counted": int(counts.sum())}
 
 
-__all__ = ["context_free_losses", "mlm_floors", "unigram_counts", "unigram_distribution"]
+__all__ = ["context_free_losses", "mlm_floors", "never_chosen_ids", "unigram_counts", "unigram_distribution"]

@@ -59,7 +59,7 @@ from ..params import config_row, mlm_flops
 from .arguments import MlmDataArguments, ModelArguments, bad_input_exits, parse_arguments, resume_checkpoint
 from .corpus import documents_to_blocks, fixed_maskings, load_corpus
 from .early_stopping import early_stopping_callback
-from .floors import mlm_floors
+from .floors import mlm_floors, never_chosen_ids
 from .mlm import absent_head_warning_dropped, mlm_trainer, new_mlm_head_note
 from .outputs import (
     check_checkpoint,
@@ -324,7 +324,7 @@ def _floors(train, evaluation, tokenizer: PreTrainedTokenizerBase, data_args: Pr
         evaluation,
         len(tokenizer),
         tokenizer.mask_token_id,
-        tokenizer.all_special_ids,
+        never_chosen_ids(tokenizer),
         masking["mask_replace_prob"],
         masking["random_replace_prob"],
     )
