@@ -60,6 +60,7 @@ from .arguments import MlmDataArguments, ModelArguments, bad_input_exits, parse_
 from .corpus import documents_to_blocks, fixed_maskings, load_corpus
 from .early_stopping import early_stopping_callback
 from .floors import mlm_floors, never_chosen_ids
+from .initialisation import ffn_output_rms, seed_by_name
 from .mlm import absent_head_warning_dropped, mlm_trainer, new_mlm_head_note
 from .outputs import (
     check_checkpoint,
@@ -77,6 +78,7 @@ from .throughput import ThroughputCallback
 
 logger = hf_logging.get_logger(__name__)
 
+INIT_RMS_BLOCKS = 8  # training blocks the FFN output rms at the start is measured on (`ffn_output_rms`)
 TOKENIZER_FOLDER = "tokenizer"  # where a trained tokenizer is saved in --output_dir as soon as it is trained
 
 
@@ -248,6 +250,7 @@ def run_pretraining(
     floors = _floors(train, evaluation, tokenizer, data_args)
     data_seconds = time.perf_counter() - start  # reading, the tokenizer, tokenizing, blocks, maskings (or the cache)
     model, built = _model(args, tokenizer, data_args, training_args)
+    init_rms = ffn_output_rms(model, torch.tensor(train[:INIT_RMS_BLOCKS]["input_ids"], dtype=torch.long))
     bf16 = use_bf16_where_available(training_args)
     throughput = ThroughputCallback(
         mlm_flops(model.config, data_args.max_seq_length), args.sparse_prediction, tokenizer.pad_token_id
@@ -267,6 +270,7 @@ def run_pretraining(
     report = _report(args, data_args, training_args, trainer, built, documents, (train, evaluation), train_seconds)
     report |= {"tokenizer": {"source": tokenizer_source, "vocab_size": len(tokenizer)}, "bf16": bf16}
     report["floors"] = floors
+    report["ffn_output_rms_at_start"] = init_rms
     report["data_seconds"] = data_seconds
     report["summary"] = _summary(report, model.config, built["standard_width"], results["eval_loss"], results)
     _save(args, data_args, training_args, trainer, tokenizer, results, report, built)
@@ -346,6 +350,8 @@ def _model(
     set_seed(training_args.seed)
     if args.model_name_or_path is None:
         model = FfnBertForMaskedLM(pretraining_config(args, tokenizer, data_args.max_seq_length))
+        if args.seed_modules_by_name:
+            seed_by_name(model, training_args.seed)
         built = {"conversion": {"conversion": "from scratch", "new_weights": "all"}, "saved_unpad": False}
         built |= {"head_note": None, "standard_width": args.scratch("intermediate_size")}
     else:
@@ -409,7 +415,8 @@ def _report(args, data_args, training_args, trainer, built, documents, blocks, t
     (training; held-out blocks and their maskings), tokens seen and epochs (passes over the training blocks: above
     1, training text was repeated), execution switches, `train_seconds` (training without the evaluations in it).
     (`run_pretraining` adds the tokenizer, bf16, the context-free floors (`floors`, `mlm_floors`), the seconds of
-    the data path and the summary line.)"""
+    the data path, each layer's FFN output rms before training (`ffn_output_rms_at_start`, on the first
+    `INIT_RMS_BLOCKS` training blocks: `hf_ffn.training.initialisation`) and the summary line.)"""
     model, state, block = trainer.model, trainer.state, data_args.max_seq_length
     train, evaluation = blocks
     sequences = (
