@@ -1,13 +1,14 @@
 """The pre-training study's report: Study A (the FFN variants at one recipe) and Study B (Post-LN vs Pre-LN over
 learning rate and warm-up), tables and figures from the runs' records.
 
-    python -m studies.pretraining.report                                      # reads and writes out/pretraining
-    python -m studies.pretraining.report --output_dir out/pretraining-smoke --write_to /tmp/smoke-report
+    python -m studies.pretraining.withdrawn_2m.report  # reads and writes out/pretraining
+    python -m studies.pretraining.withdrawn_2m.report --output_dir out/pretraining-smoke --write_to /tmp/smoke-report
 
-Reads OUTPUT_DIR/runs.jsonl and OUTPUT_DIR/corpus.json (`studies.pretraining.run`) and, if it exists, the step-cost
-file (`studies.pretraining.step_cost`; default OUTPUT_DIR/step_cost.json). Writes report.md, study_a_curves.png,
-study_b_lr.png and study_b_grad_norms.png into --write_to (default OUTPUT_DIR). Partial data (a study still running,
-missing seeds) is reported as such. Nothing depends on the time it runs: the same files give the same report.
+Reads OUTPUT_DIR/runs.jsonl and OUTPUT_DIR/corpus.json (`studies.pretraining.withdrawn_2m.run`) and, if it
+exists, the step-cost file (`studies.pretraining.withdrawn_2m.step_cost`; default OUTPUT_DIR/step_cost.json).
+Writes report.md, study_a_curves.png, study_b_lr.png and study_b_grad_norms.png into --write_to (default OUTPUT_DIR).
+Partial data (a study still running, missing seeds) is reported as such.
+Nothing depends on the time it runs: the same files give the same report.
 
 Statistics. Paired by seed: d_s = loss(variant, s) − loss(GELU, s); the 95% interval is mean(d) ± t_{0.975,n−1} ·
 sd(d)/√n (Student 1908; `hf_ffn.comparing.paired_t_interval`). Equal wall-clock time (ours): a variant whose step
@@ -31,12 +32,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hf_ffn.comparing import paired_t_interval  # noqa: E402
-from studies.pretraining.records import longer_records, read_records, study_records  # noqa: E402
-from studies.pretraining.settings import RUN_DEFAULTS, SIZES, STUDY_A_VARIANTS  # noqa: E402
+from studies.pretraining.withdrawn_2m.records import longer_records, read_records, study_records  # noqa: E402
+from studies.pretraining.withdrawn_2m.settings import RUN_DEFAULTS, SIZES, STUDY_A_VARIANTS  # noqa: E402
 
 NAMES = {"relu": "ReLU", "gelu": "GELU", "geglu": "GeGLU", "swiglu": "SwiGLU", "reglu": "ReGLU"}
 REFERENCE = "gelu"
-STEP_COST_COMMAND = "python -m studies.pretraining.step_cost --threads 2 --output {path}"
+STEP_COST_COMMAND = "python -m studies.pretraining.withdrawn_2m.step_cost --threads 2 --output {path}"
 FIGURES = ("study_a_curves.png", "study_b_lr.png", "study_b_grad_norms.png")
 
 
@@ -196,7 +197,7 @@ def equal_time_lines(groups: dict, step_cost: dict | None, step_cost_path: Path)
     study = {**SIZES, "seq_len": SIZES["max_seq_length"]}
     other = [f"{k} {v} (study: {study[k]})" for k, v in sizes.items() if k in study and v != study[k]]
     lines = [
-        f"Seconds per step measured side by side in one process (`studies.pretraining.step_cost`, "
+        f"Seconds per step measured side by side in one process (`studies.pretraining.withdrawn_2m.step_cost`, "
         f"{step_cost['machine']['threads']} threads)"
         + (f", at other sizes than the study's: {', '.join(other)}." if other else "")
         + ("" if other else ", at the study's sizes." if sizes else ", sizes not recorded.")
@@ -501,7 +502,9 @@ def write_report(output_dir: Path, step_cost_path: Path, write_to: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m studies.pretraining.report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m studies.pretraining.withdrawn_2m.report", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--output_dir", type=Path, default=Path("out/pretraining"), help="runs.jsonl, corpus.json")
     parser.add_argument("--step_cost", type=Path, default=None, help="default: OUTPUT_DIR/step_cost.json")
     parser.add_argument("--write_to", type=Path, default=None, help="default: OUTPUT_DIR")
