@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{unit.name}: [MASK] loss {record['mask_loss']:.3f} vs unigram floor "
             f"{record['floors']['unigram_mask']:.3f}"
-            f" ({record['below_unigram_floor']:+.3f} nats below; gate {GATE_NATS} nats: "
+            f" ({record['below_unigram_floor']:+.3f} nats below it; the gate asks ≥ {GATE_NATS}: "
             f"{'passed' if record['gate_passed'] else 'NOT passed'})"
         )
         return 0 if record["gate_passed"] else 1
