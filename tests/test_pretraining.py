@@ -306,6 +306,12 @@ def test_three_step_run_from_scratch(corpus, tmp_path, placement, ffn_type):
     )
     saved = json.loads((tmp_path / "run" / "run_info.json").read_text())
     assert saved["ffn"] == outcome["ffn"] and saved["tokenizer"]["vocab_size"] == 100
+    # the context-free floors of the same maskings (hand-checked in tests/test_floors.py) in the report and line
+    floors = saved["floors"]
+    assert floors["copy_aware_mask"] == pytest.approx(floors["unigram_mask"]) and floors["smoothing"] == "add-one"
+    assert floors["training_tokens_counted"] > 0 and math.isfinite(floors["copy_aware"])
+    assert f"vs unigram floor {floors['unigram_mask']:.4f}" in outcome["summary"]
+    assert f"vs copy-aware context-free floor {floors['copy_aware']:.4f}" in outcome["summary"]
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert (config["layer_norm_position"], config["ffn_type"], config["intermediate_size"]) == (
         placement,
@@ -356,6 +362,28 @@ def test_every_variant_of_a_seed_trains_on_the_same_blocks_and_masks(corpus, tok
             for (ids, labels), (other_ids, other_labels) in zip(seen["gelu"], seen[name], strict=True)
         ), name
     assert not torch.equal(seen["gelu"][0][1], seen["gelu seed 1"][0][1])
+
+
+class StartWeights(TrainerCallback):
+    """Records the model's weights as training begins."""
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.weights = {name: value.clone() for name, value in model.state_dict().items()}
+
+
+def test_seed_modules_by_name_shares_the_weights_outside_the_ffn(corpus, tokenizer, tmp_path):
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    shared = ("--tokenizer_name", str(tmp_path / "tokenizer"), "--seed_modules_by_name", "true")
+    start = {}
+    for name in ("gelu", "swiglu"):
+        recorder = StartWeights()
+        outcome = pretrain(corpus, tmp_path / name, *shared, "--ffn_type", name, steps=1, callbacks=[recorder])
+        start[name] = recorder.weights
+        assert len(outcome["ffn_output_rms_at_start"]) == outcome["model"]["sizes"]["num_hidden_layers"]
+    outside = [name for name in start["gelu"] if ".mlp." not in name]
+    assert outside and all(torch.equal(start["gelu"][name], start["swiglu"][name]) for name in outside)
+    with pytest.raises(ValueError, match="--seed_modules_by_name .* --model_name_or_path"):
+        PretrainingArguments(seed_modules_by_name=True, model_name_or_path="some/checkpoint")
 
 
 class Forwards(TrainerCallback):

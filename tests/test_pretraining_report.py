@@ -1,12 +1,13 @@
-"""The pre-training study's report (`studies.pretraining.report`) on hand-made records: the paired interval, the
-divergence marks, the equal-time reading of a curve, and a report regenerated identically from the same files."""
+"""The withdrawn pre-training study's report (`studies.pretraining.withdrawn_2m.report`) on hand-made records: the
+paired interval, the divergence marks, the equal-time reading of a curve, and a report regenerated identically
+from the same files."""
 
 import json
 import math
 
 import pytest
 
-from studies.pretraining import report
+from studies.pretraining.withdrawn_2m import report
 
 T_975_2 = 4.302653  # Student's t, 0.975 quantile, 2 degrees of freedom
 UNIGRAM = 6.4
@@ -14,7 +15,8 @@ FFN = {"intermediate_size": 512, "ffn_params_all_layers": 1000, "ffn_flops_per_t
 
 
 def record(study, ffn, seed, final, position="post", lr=1e-3, warmup=0.1, max_steps=500, middle=6.0):
-    """One runs.jsonl record as `studies.pretraining.run.train_one` writes it ("learning_rate" is the schedule)."""
+    """One runs.jsonl record as `studies.pretraining.withdrawn_2m.run.train_one` writes it ("learning_rate" is the
+    schedule)."""
     name = f"{study}-{ffn}-{position}-lr{lr:g}-warmup{warmup:g}-steps{max_steps}-seed{seed}"
     half = max_steps // 2
     return {

@@ -26,6 +26,10 @@ Modules, one job each:
   (`default_output_dir`, under out/finetune/) and the summary line with its baseline (`summarize`).
 - `mlm`: `mlm_trainer` (the one MLM training path, also used by the Pre-/Post-LN study).
 - `mlm_metrics`: the MLM evaluation metrics (loss on [MASK] positions, token loss, accuracy), O(tokens) memory.
+- `floors`: the context-free floors of an MLM evaluation (the [MASK]-position unigram floor, the copy-aware
+  context-free floor) on its fixed maskings.
+- `initialisation`: `seed_by_name` (each module's initial weights from seed and module name: the FFN variants of
+  a seed share every other weight) and `ffn_output_rms` (each layer's FFN output size at the start).
 - `throughput`: `ThroughputCallback`, tokens per second and achieved GFLOP/s in the training log.
 - `config_overrides`: `--config_overrides` (`run_mlm.py`'s), checked against what a run may change.
 - `early_stopping`: `--early_stopping_patience`, transformers' `EarlyStoppingCallback` and the arguments it needs.

@@ -68,6 +68,8 @@ from .arguments import (
 )
 from .corpus import documents_to_blocks, fixed_maskings, load_corpus
 from .early_stopping import early_stopping_callback
+from .floors import mlm_floors, never_chosen_ids
+from .initialisation import ffn_output_rms, seed_by_name
 from .mlm import absent_head_warning_dropped, mlm_trainer, new_mlm_head_note
 from .outputs import (
     check_checkpoint,
@@ -86,6 +88,7 @@ from .throughput import ThroughputCallback
 logger = hf_logging.get_logger(__name__)
 
 DEFAULT_OUTPUT_ROOT = Path("out") / "mlm"  # --output_dir left out: a fresh folder under it (`fresh_output_dir`)
+INIT_RMS_BLOCKS = 8  # training blocks the FFN output rms at the start is measured on (`ffn_output_rms`)
 TOKENIZER_FOLDER = "tokenizer"  # where a trained tokenizer is saved in --output_dir as soon as it is trained
 
 
@@ -254,8 +257,10 @@ def run_pretraining(
     documents = load_corpus(**data_args.corpus_options())
     tokenizer, tokenizer_source = _tokenizer(args, documents["train"], training_args, resume)
     train, evaluation = _blocks_and_maskings(documents, tokenizer, data_args)
+    floors = _floors(train, evaluation, tokenizer, data_args)
     data_seconds = time.perf_counter() - start  # reading, the tokenizer, tokenizing, blocks, maskings (or the cache)
     model, built = _model(args, tokenizer, data_args, training_args)
+    init_rms = ffn_output_rms(model, torch.tensor(train[:INIT_RMS_BLOCKS]["input_ids"], dtype=torch.long))
     bf16 = use_bf16_where_available(training_args)
     throughput = ThroughputCallback(
         mlm_flops(model.config, data_args.max_seq_length), args.sparse_prediction, tokenizer.pad_token_id
@@ -274,6 +279,8 @@ def run_pretraining(
     results, train_seconds = _train_and_evaluate(trainer, resume, stopping)
     report = _report(args, data_args, training_args, trainer, built, documents, (train, evaluation), train_seconds)
     report |= {"tokenizer": {"source": tokenizer_source, "vocab_size": len(tokenizer)}, "bf16": bf16}
+    report["floors"] = floors
+    report["ffn_output_rms_at_start"] = init_rms
     report["data_seconds"] = data_seconds
     report["summary"] = _summary(report, model.config, built["standard_width"], results["eval_loss"], results)
     _save(args, data_args, training_args, trainer, tokenizer, results, report, built)
@@ -322,6 +329,21 @@ def _blocks_and_maskings(documents, tokenizer: PreTrainedTokenizerBase, data_arg
     return train, masked
 
 
+def _floors(train, evaluation, tokenizer: PreTrainedTokenizerBase, data_args: PretrainingDataArguments) -> dict:
+    """The context-free floors of the evaluation (`hf_ffn.training.floors.mlm_floors`): the training blocks'
+    unigram, scored on the held-out maskings under the run's masking rule."""
+    masking = data_args.masking_options()
+    return mlm_floors(
+        train,
+        evaluation,
+        len(tokenizer),
+        tokenizer.mask_token_id,
+        never_chosen_ids(tokenizer),
+        masking["mask_replace_prob"],
+        masking["random_replace_prob"],
+    )
+
+
 def _model(
     args: PretrainingArguments,
     tokenizer: PreTrainedTokenizerBase,
@@ -338,6 +360,8 @@ def _model(
     set_seed(training_args.seed)
     if args.model_name_or_path is None:
         model = FfnBertForMaskedLM(pretraining_config(args, tokenizer, data_args.max_seq_length))
+        if args.seed_modules_by_name:
+            seed_by_name(model, training_args.seed)
         built = {"conversion": {"conversion": "from scratch", "new_weights": "all"}, "saved_unpad": False}
         built |= {"head_note": None, "standard_width": args.scratch("intermediate_size")}
     else:
@@ -400,7 +424,9 @@ def _report(args, data_args, training_args, trainer, built, documents, blocks, t
     """`run_info.json`: the model's sizes and parameters, its FFN (`ffn_report`), the conversion, documents, blocks
     (training; held-out blocks and their maskings), tokens seen and epochs (passes over the training blocks: above
     1, training text was repeated), execution switches, `train_seconds` (training without the evaluations in it).
-    (`run_pretraining` adds the tokenizer, bf16, the seconds of the data path and the summary line.)"""
+    (`run_pretraining` adds the tokenizer, bf16, the context-free floors (`floors`, `mlm_floors`), the seconds of
+    the data path, each layer's FFN output rms before training (`ffn_output_rms_at_start`, on the first
+    `INIT_RMS_BLOCKS` training blocks: `hf_ffn.training.initialisation`) and the summary line.)"""
     model, state, block = trainer.model, trainer.state, data_args.max_seq_length
     train, evaluation = blocks
     sequences = (
@@ -454,7 +480,9 @@ def _summary(report: dict, config: FfnBertConfig, standard_width: int | None, lo
         f"{config.layer_norm_position}-LN, {ffn['ffn_params_all_layers']:,} FFN parameters {matched}"
         f"and {ffn['ffn_flops_per_token_all_layers']:,} FFN FLOPs per token over {config.num_hidden_layers} "
         f"layers; held-out loss {loss:.4f} (perplexity {results['eval_perplexity']:.2f}), on [MASK] "
-        f"positions {results['eval_mask_loss']:.4f} (accuracy {results['eval_mask_accuracy']:.3f}) after "
+        f"positions {results['eval_mask_loss']:.4f} vs unigram floor {report['floors']['unigram_mask']:.4f} "
+        f"(accuracy {results['eval_mask_accuracy']:.3f}), over all scored positions {results['eval_token_loss']:.4f} "
+        f"vs copy-aware context-free floor {report['floors']['copy_aware']:.4f}, after "
         f"{report['steps']} steps, {report['tokens_seen']:,} tokens ({report['epochs']:.3g} epochs)"
         + (
             f", {results['train_tokens_per_second']:,.0f} tokens/s ({results['train_gflops_per_second']:.3g} GFLOP/s)"

@@ -100,6 +100,13 @@ class PretrainingArguments:
         default="preserving",
         metadata={"help": "checkpoint only: how a BERT FFN becomes a gated one, 'preserving' or 'fresh'"},
     )
+    seed_modules_by_name: bool = field(
+        default=False,
+        metadata={
+            "help": "from scratch: initialise each module from (--seed, its name) (hf_ffn.training.initialisation."
+            "seed_by_name), so the variants of one seed share every weight outside the FFN"
+        },
+    )
     sparse_prediction: bool = field(
         default=True,
         metadata={
@@ -167,6 +174,11 @@ class PretrainingArguments:
             if value is not None and value not in allowed:
                 raise ValueError(f"--{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
         check_training_init(self.ffn_init)
+        if self.seed_modules_by_name and self.model_name_or_path is not None:
+            raise ValueError(
+                f"--seed_modules_by_name initialises a model built from scratch; --model_name_or_path "
+                f"{self.model_name_or_path!r} loads one: give one of the two"
+            )
         if self.ffn_width is not None:
             parse_width(self.ffn_width, "--ffn_width")
         for name in (

@@ -1,222 +1,274 @@
-"""Pre-training from scratch, every variant the same way: the runs of Study A (the FFN table) and Study B (Post-LN
-vs Pre-LN over learning rate and warm-up), each one `hf_ffn.training.run_pretraining` (what `hf-ffn mlm` runs).
+"""The from-scratch study's runner (issue 37): one self-contained, resumable unit per run.
 
-    python -m studies.pretraining.run --study a --data_dir ../shared/data     # 15 runs, about 55 minutes here
-    python -m studies.pretraining.run --study b --data_dir ../shared/data     # 24 runs, about 27 minutes here
-    python -m studies.pretraining.run --study a --seeds 0 --max_steps 20 --output_dir out/pretraining-smoke  # 2 min
+    python -m studies.pretraining.run --pilot --data_dir ../shared/data/pretraining             # the gate first
+    python -m studies.pretraining.run --stage sweep --data_dir ../shared/data/pretraining --commit
+    python -m studies.pretraining.run --stage ffn --data_dir ../shared/data/pretraining --commit
+    python -m studies.pretraining.run --stage placement --data_dir ../shared/data/pretraining --commit
+    python -m studies.pretraining.run --stage finetune --data_dir ../shared/data/pretraining \\
+        --tasks_dir ../shared/data --commit
+    python -m studies.pretraining.report                                 # summary.json and report.md
 
-Writes to `--output_dir` (default out/pretraining): `tokenizer/` (one WordPiece vocabulary, trained once on the
-training documents, shared by every run so that all runs see the same token ids), `corpus.json` (documents,
-blocks, tokens, the unigram and uniform baselines of the held-out loss), `runs/<run>/` (each trained model) and
-`runs.jsonl` (one record per finished run: settings, held-out loss curve, training loss and gradient-norm curves,
-per-layer gradient norms, the `run_info.json` report). Resumable: a run whose record is in runs.jsonl is skipped;
-an interrupted run starts again from its beginning. `python -m studies.pretraining.report` makes the tables and
-figures from runs.jsonl (`studies.pretraining.records` reads it).
+A unit pre-trains one model through `hf_ffn.training.pretraining.run_pretraining` (the study's corpus, held-out
+documents, shared tokenizer and recipe: settings.py; every module seeded by name, so the variants of a seed share
+all weights outside the FFN), evaluates it on the fixed maskings (loss on [MASK] positions beside the context-free
+floors, `hf_ffn.training.floors`), and appends one line to `studies/pretraining/runs.jsonl` (`--commit`: committed
+at once). Rerun the same command after an interruption: recorded units are skipped, and an interrupted one
+resumes from its last checkpoint (every `SAVE_STEPS`) under `--output_dir`/runs/NAME. A fine-tuning unit
+(checkpoint × task × seed, `hf_ffn.comparing.finetune_run`) appends to finetune.jsonl the same way.
 
-Every run of a seed sees the same blocks in the same order with the same masks (the library's guarantee, tested in
-tests/test_pretraining.py); the held-out split (10% of the documents, `split_seed` 42) and its masks are the same
-for all runs.
+`--pilot` trains one GELU model of the main recipe (`PILOT`, `--max_steps` to shorten it) and checks the gate: its
+loss on [MASK] positions must end ≥ `GATE_NATS` below the [MASK]-position unigram floor; the record goes to
+pilots.jsonl and the exit status is 1 when the gate is not passed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import shutil
-import time
-from collections import Counter
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
-from transformers import TrainerCallback, TrainingArguments
+from transformers import AutoTokenizer, TrainingArguments, set_seed
 from transformers.utils import logging as hf_logging
 
-from hf_ffn.training.corpus import fixed_maskings, held_out_split, split_documents
-from hf_ffn.training.data import mlm_blocks
-from hf_ffn.training.pretraining import PretrainingArguments, PretrainingDataArguments, run_pretraining, train_tokenizer
-from hf_ffn.training.readers import read_text_documents
-from studies.pretraining.records import read_records
+from hf_ffn.comparing import finetune_run, read_runs
+from hf_ffn.configuration_ffn_bert import FfnBertConfig
+from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
+from hf_ffn.training.corpus import load_corpus
+from hf_ffn.training.initialisation import seed_by_name
+from hf_ffn.training.pretraining import (
+    PretrainingArguments,
+    PretrainingDataArguments,
+    run_pretraining,
+    train_tokenizer,
+)
 from studies.pretraining.settings import (
-    CORPUS,
-    DOCUMENT_START,
-    RUN_DEFAULTS,
+    DATA_FILES,
+    EVAL_MASKINGS,
+    EVAL_STEPS,
+    FINETUNE_LEARNING_RATE,
+    FINETUNE_SEEDS,
+    FINETUNE_TASKS,
+    GATE_NATS,
+    HELD_OUT_PERCENT,
+    LOGGING_STEPS,
+    RECIPE,
+    SAVE_STEPS,
     SIZES,
     SPLIT_SEED,
-    VALIDATION_PERCENT,
-    Run,
-    study_runs,
+    UNTRAINED,
+    Unit,
+    ffn_units,
+    pilot_units,
+    placement_units,
+    sweep_units,
 )
 
-
-class LayerGradientNorms(TrainerCallback):
-    """Records, every `every` optimizer steps, the L2 norm of each encoder layer's gradient (all its parameters)
-    and of the whole model's, as the optimizer receives them (after Trainer's clipping to `max_grad_norm`; the
-    Trainer's own log has the norm before clipping, `grad_norm`, at the same steps)."""
-
-    def __init__(self, every: int):
-        self.every, self.trace = every, []
-
-    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
-        step = state.global_step + 1  # the step this update completes
-        if step % self.every:
-            return
-        with torch.no_grad():
-            layers = [
-                math.sqrt(sum(p.grad.pow(2).sum().item() for p in layer.parameters() if p.grad is not None))
-                for layer in model.bert.encoder.layer
-            ]
-            total = math.sqrt(sum(p.grad.pow(2).sum().item() for p in model.parameters() if p.grad is not None))
-        self.trace.append({"step": step, "layers": layers, "total_clipped": total})
+STUDY = Path(__file__).parent  # the records: runs.jsonl, finetune.jsonl, pilots.jsonl, tokenizer/ (--records_dir)
+RUNS, FINETUNE, PILOTS, TOKENIZER = "runs.jsonl", "finetune.jsonl", "pilots.jsonl", "tokenizer"
 
 
-def corpus_documents(data_dir: Path) -> tuple[list[str], list[str]]:
-    """The study's training and held-out documents: `CORPUS` under `data_dir`, WikiText cut into articles at
-    `DOCUMENT_START`, `VALIDATION_PERCENT` of the documents held out with `SPLIT_SEED` (as `run_pretraining`)."""
-    files = read_text_documents([str(data_dir / path) for path in CORPUS], "*.txt")
-    documents = split_documents([text for _, text in files], DOCUMENT_START)
-    return held_out_split(documents, VALIDATION_PERCENT, SPLIT_SEED)
+def shared_tokenizer(data_dir: Path, cache_dir: Path, records: Path) -> Path:
+    """`records`/tokenizer: WordPiece of `SIZES["vocab_size"]` trained on the training documents (the held-out ones
+    excluded), trained once and committed; every unit loads it (and so reads the same cached tokens)."""
+    folder = records / TOKENIZER
+    if not (folder / "tokenizer.json").is_file():
+        documents = load_corpus(**corpus_options(data_dir, cache_dir))
+        train_tokenizer(documents["train"], SIZES["vocab_size"]).save_pretrained(folder)
+    return folder
 
 
-def prepare_corpus(data_dir: Path, output_dir: Path) -> dict:
-    """Train the shared tokenizer once (saved in `output_dir/tokenizer`) and describe the corpus in
-    `output_dir/corpus.json`: documents, blocks and tokens of each split; the held-out loss of two context-free
-    predictors on the fixed held-out masks (`uniform`: ln V; `unigram`: the training tokens' frequencies, add-one
-    smoothed), the floor a run must beat to have learnt anything from context."""
-    path = output_dir / "corpus.json"
-    if path.is_file():
-        return json.loads(path.read_text())
-    train_docs, eval_docs = corpus_documents(data_dir)
-    tokenizer = train_tokenizer(train_docs, SIZES["vocab_size"])
-    tokenizer.save_pretrained(output_dir / "tokenizer")
-    train = mlm_blocks(train_docs, tokenizer, SIZES["max_seq_length"])
-    held_out = mlm_blocks(eval_docs, tokenizer, SIZES["max_seq_length"])
-    counts = Counter(i for block in train["input_ids"] for i in block)
-    total, vocab = sum(counts.values()), len(tokenizer)
-    labels = [label for row in fixed_maskings(held_out, tokenizer, 1, SPLIT_SEED)["labels"] for label in row]
-    masked = [label for label in labels if label != -100]
-    unigram = -sum(math.log((counts[i] + 1) / (total + vocab)) for i in masked) / len(masked)
-    corpus = {
-        "files": list(CORPUS),
-        "document_start_regex": DOCUMENT_START,
-        "documents": {"train": len(train_docs), "held_out": len(eval_docs)},
-        "blocks": {"train": len(train), "held_out": len(held_out), "tokens_per_block": SIZES["max_seq_length"]},
-        "tokens": {"train": len(train) * SIZES["max_seq_length"], "held_out": len(held_out) * SIZES["max_seq_length"]},
-        "held_out_masked_tokens": len(masked),
-        "vocab_size": vocab,
-        "baselines_nats": {"uniform": math.log(vocab), "unigram": unigram},
+def corpus_options(data_dir: Path, cache_dir: Path) -> dict:
+    return {
+        "train_files": [str(data_dir / name) for name in DATA_FILES],
+        "validation_split_percentage": HELD_OUT_PERCENT,
+        "split_seed": SPLIT_SEED,
+        "cache_dir": str(cache_dir),
     }
-    path.write_text(json.dumps(corpus, indent=2) + "\n")
-    return corpus
 
 
-def train_one(run: Run, data_dir: Path, output_dir: Path) -> dict:
-    """Pre-train `run` through `run_pretraining` and return its record for runs.jsonl."""
-    folder = output_dir / "runs" / run.name
-    if folder.exists():  # an interrupted run starts again
-        shutil.rmtree(folder)
+def unit_arguments(unit: Unit, data_dir: Path, output_dir: Path, records: Path):
+    """The three argument objects of `run_pretraining` for `unit` (resuming from the folder's last checkpoint)."""
+    folder = output_dir / "runs" / unit.name
+    checkpoints = sorted(folder.glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
     args = PretrainingArguments(
-        tokenizer_name=str(output_dir / "tokenizer"),
-        hidden_size=SIZES["hidden_size"],
-        num_hidden_layers=SIZES["num_hidden_layers"],
-        num_attention_heads=SIZES["num_attention_heads"],
-        intermediate_size=SIZES["intermediate_size"],
+        tokenizer_name=str(records / TOKENIZER),
         hidden_act="gelu",
-        ffn_type=run.ffn_type,
-        layer_norm_position=run.layer_norm_position,
+        ffn_type=unit.ffn_type,
+        layer_norm_position=unit.placement,
+        config_overrides=RECIPE["config_overrides"],
+        seed_modules_by_name=True,
+        **{key: SIZES[key] for key in ("hidden_size", "num_hidden_layers", "num_attention_heads")},
+        intermediate_size=SIZES["intermediate_size"],
     )
     data_args = PretrainingDataArguments(
-        train_files=[str(data_dir / path) for path in CORPUS],
-        document_start_regex=DOCUMENT_START,
-        validation_split_percentage=VALIDATION_PERCENT,
+        train_files=corpus_options(data_dir, output_dir / "cache")["train_files"],
+        validation_split_percentage=HELD_OUT_PERCENT,
         split_seed=SPLIT_SEED,
         max_seq_length=SIZES["max_seq_length"],
+        eval_maskings=EVAL_MASKINGS,
+        cache_dir=str(output_dir / "cache"),
     )
     training_args = TrainingArguments(
         output_dir=str(folder),
-        max_steps=run.max_steps,
+        max_steps=unit.max_steps,
         per_device_train_batch_size=SIZES["batch_size"],
-        per_device_eval_batch_size=64,
-        learning_rate=run.learning_rate,
-        warmup_steps=round(run.warmup_ratio * run.max_steps),
-        lr_scheduler_type="linear",
+        per_device_eval_batch_size=128,
+        learning_rate=unit.learning_rate,
+        warmup_steps=unit.warmup_steps,
         eval_strategy="steps",
-        eval_steps=run.eval_steps,
-        logging_steps=RUN_DEFAULTS["logging_steps"],
-        save_strategy="no",
+        eval_steps=EVAL_STEPS,
+        logging_steps=LOGGING_STEPS,
+        save_strategy="steps",
+        save_steps=SAVE_STEPS,
+        save_total_limit=1,
         report_to=[],
-        seed=run.seed,
+        seed=unit.seed,
         use_cpu=True,
         disable_tqdm=True,
         dataloader_num_workers=0,
-        **{key: RUN_DEFAULTS[key] for key in ("weight_decay", "adam_epsilon", "max_grad_norm")},
+        resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None,
+        **{key: value for key, value in RECIPE.items() if key != "config_overrides"},
     )
-    gradients = LayerGradientNorms(RUN_DEFAULTS["logging_steps"])
-    outcome = run_pretraining(args, data_args, training_args, callbacks=[gradients])
-    history = outcome["log_history"]
-    before = outcome["results"]["before_loss"]
-    evals = [(0, before)] + [(h["step"], h["eval_loss"]) for h in history if "eval_loss" in h]
+    return args, data_args, training_args
+
+
+def train_unit(unit: Unit, data_dir: Path, output_dir: Path, records: Path) -> dict:
+    """Pre-train and evaluate `unit`; its record (one line of runs.jsonl)."""
+    args, data_args, training_args = unit_arguments(unit, data_dir, output_dir, records)
+    outcome = run_pretraining(args, data_args, training_args)
+    results, history, floors = outcome["results"], outcome["log_history"], outcome["floors"]
     return {
-        "name": run.name,
-        **run.settings(),
-        "final_loss": outcome["results"]["eval_loss"],
-        "perplexity": outcome["results"]["eval_perplexity"],
-        "eval": evals,
-        "train": [(h["step"], h["loss"]) for h in history if "loss" in h],
-        "grad_norm": [(h["step"], h["grad_norm"]) for h in history if "grad_norm" in h],
-        "learning_rate_schedule": [(h["step"], h["learning_rate"]) for h in history if "learning_rate" in h],
-        "layer_grad_norms": gradients.trace,
-        "train_seconds": outcome["train_seconds"],
-        "wall_seconds": outcome["wall_seconds"],
+        "name": unit.name,
+        **unit.settings(),
+        "mask_loss": results["eval_mask_loss"],
+        "token_loss": results["eval_token_loss"],
+        "mask_accuracy": results["eval_mask_accuracy"],
+        "below_unigram_floor": floors["unigram_mask"] - results["eval_mask_loss"],
+        "floors": floors,
+        "curve": [
+            [entry["step"], entry["eval_mask_loss"], entry["eval_token_loss"]]
+            for entry in history
+            if "eval_mask_loss" in entry
+        ],
+        "before_mask_loss": results.get("before_mask_loss"),
         "tokens_seen": outcome["tokens_seen"],
         "epochs": outcome["epochs"],
-        "parameters": outcome["model"]["parameters"],
+        "heldout_tokens": outcome["blocks"]["validation"] * outcome["blocks"]["tokens_per_block"],
+        "heldout_maskings": outcome["blocks"]["validation_maskings"],
+        "ffn_output_rms_at_start": outcome["ffn_output_rms_at_start"],
         "ffn": outcome["ffn"],
+        "parameters": outcome["model"]["parameters"],
+        "train_seconds": outcome["train_seconds"],
+        "seconds_per_step": outcome["train_seconds"] / max(outcome["steps"], 1),
         "threads": torch.get_num_threads(),
         "load_average": os.getloadavg(),
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m studies.pretraining.run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--study", choices=("a", "b"), required=True)
-    parser.add_argument("--data_dir", type=Path, required=True, help="the folder holding state_union/ and wikitext2/")
-    parser.add_argument("--output_dir", type=Path, default=Path("out/pretraining"))
-    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: the study's (settings.py)")
-    parser.add_argument("--max_steps", type=int, default=None, help="default: the study's (settings.py)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--only", nargs="+", default=None, help="run only these run names")
-    args = parser.parse_args(argv)
-    missing = [path for path in CORPUS if not (args.data_dir / path).exists()]
-    if missing:
-        parser.error(f"--data_dir {str(args.data_dir)!r} lacks {', '.join(missing)}: it must hold {', '.join(CORPUS)}")
-    runs = study_runs(args.study, seeds=args.seeds, max_steps=args.max_steps)
-    if args.only:
-        unknown = sorted(set(args.only) - {run.name for run in runs})
-        if unknown:
-            parser.error(f"--only: no run of study {args.study} is named {', '.join(unknown)} (e.g. {runs[0].name})")
-        runs = [run for run in runs if run.name in args.only]
-    torch.set_num_threads(args.threads)
-    hf_logging.set_verbosity_error()
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    corpus = prepare_corpus(args.data_dir, args.output_dir)
-    print(f"corpus: {json.dumps(corpus)}", flush=True)
-    runs_file = args.output_dir / "runs.jsonl"
-    done = {record["name"] for record in read_records(runs_file)}
-    todo = [run for run in runs if run.name not in done]
-    print(f"study {args.study}: {len(runs)} runs, {len(runs) - len(todo)} already in {runs_file}", flush=True)
-    for k, run in enumerate(todo, 1):
-        start = time.perf_counter()
-        record = train_one(run, args.data_dir, args.output_dir)
-        with runs_file.open("a") as handle:
-            handle.write(json.dumps(record) + "\n")
-        print(
-            f"[{k}/{len(todo)}] {run.name}: held-out loss {record['final_loss']:.4f} "
-            f"({time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.2f})",
-            flush=True,
+def untrained_checkpoint(output_dir: Path, records: Path) -> Path:
+    """The control: the seed-0 GELU model of the FFN table as initialised (`seed_by_name`), never trained."""
+    folder = output_dir / "runs" / UNTRAINED
+    if not (folder / "config.json").is_file():
+        runs = read_runs(records / RUNS)
+        reference = next(r for r in runs if r["kind"] == "ffn" and r["ffn_type"] == "gelu" and r["seed"] == 0)
+        config = FfnBertConfig.from_pretrained(output_dir / "runs" / reference["name"])
+        set_seed(0)
+        seed_by_name(FfnBertForMaskedLM(config), 0).save_pretrained(folder)
+        AutoTokenizer.from_pretrained(records / TOKENIZER).save_pretrained(folder)
+    return folder
+
+
+def finetune_units(records: list[dict]) -> list[tuple[str, str, int]]:
+    """(checkpoint, task, seed): the FFN table's seed-0..2 checkpoints of each variant and the untrained control,
+    every task of `FINETUNE_TASKS`, every seed of `FINETUNE_SEEDS`, the control first."""
+    checkpoints = [UNTRAINED] + [r["name"] for r in records if r["kind"] == "ffn" and r["seed"] in (0, 1, 2)]
+    return [(name, task, seed) for name in checkpoints for task in FINETUNE_TASKS for seed in FINETUNE_SEEDS]
+
+
+def append(path: Path, record: dict, commit: bool) -> None:
+    with path.open("a") as file:
+        file.write(json.dumps(record) + "\n")
+    if commit:
+        subprocess.run(["git", "add", str(path)], check=True)
+        subprocess.run(
+            ["git", "commit", "-q", "-m", f"pretraining study: {record['name']}", "--", str(path)], check=True
         )
 
 
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m studies.pretraining.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data_dir", type=Path, required=True, help="../shared/data/pretraining (the corpus)")
+    parser.add_argument("--stage", choices=("sweep", "ffn", "placement", "finetune"))
+    parser.add_argument("--pilot", action="store_true", help="train the pilot and check the gate")
+    parser.add_argument("--max_steps", type=int, default=None, help="--pilot only: a shorter pilot")
+    parser.add_argument("--tasks_dir", type=Path, default=Path("../shared/data"), help="the task folders")
+    parser.add_argument("--output_dir", type=Path, default=Path("out/pretraining"), help="models, checkpoints, cache")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="only these seeds")
+    parser.add_argument("--only", nargs="+", default=None, help="only these unit names")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--records_dir", type=Path, default=STUDY, help="where the records go (a smoke run: out/)")
+    parser.add_argument("--commit", action="store_true", help="commit each record as it is appended")
+    args = parser.parse_args(argv)
+    if args.pilot == (args.stage is not None):
+        parser.error("give --pilot or --stage (one of the two)")
+    missing = [name for name in DATA_FILES if not (args.data_dir / name).is_file()]
+    if missing:
+        parser.error(f"--data_dir {str(args.data_dir)!r} lacks {', '.join(missing)} (the study's corpus)")
+    torch.set_num_threads(args.threads)
+    hf_logging.set_verbosity_warning()
+    where = args.records_dir
+    where.mkdir(parents=True, exist_ok=True)
+    shared_tokenizer(args.data_dir, args.output_dir / "cache", where)
+    records = read_runs(where / RUNS) if (where / RUNS).is_file() else []
+    if args.pilot:
+        unit = pilot_units(args.max_steps or pilot_units()[0].max_steps)[0]
+        record = train_unit(unit, args.data_dir, args.output_dir, where)
+        record["gate_passed"] = record["below_unigram_floor"] >= GATE_NATS
+        append(where / PILOTS, record, args.commit)
+        print(
+            f"{unit.name}: [MASK] loss {record['mask_loss']:.3f} vs unigram floor "
+            f"{record['floors']['unigram_mask']:.3f}"
+            f" ({record['below_unigram_floor']:+.3f} nats below it; the gate asks ≥ {GATE_NATS}: "
+            f"{'passed' if record['gate_passed'] else 'NOT passed'})"
+        )
+        return 0 if record["gate_passed"] else 1
+    if args.stage == "finetune":
+        finetuned = read_runs(where / FINETUNE) if (where / FINETUNE).is_file() else []
+        done = {(r["checkpoint"], r["task"], r["seed"]) for r in finetuned}
+        for checkpoint, task, seed in finetune_units(records):
+            if (checkpoint, task, seed) in done or (args.seeds and seed not in args.seeds):
+                continue
+            start = args.output_dir / "runs" / checkpoint
+            if checkpoint == UNTRAINED:
+                start = untrained_checkpoint(args.output_dir, where)
+            run_dir = args.output_dir / "finetune" / checkpoint / task / f"seed{seed}"
+            recipe = {"learning_rate": FINETUNE_LEARNING_RATE}
+            outcome = finetune_run(str(start), task, args.tasks_dir, seed, run_dir, recipe)
+            name = f"finetune-{checkpoint}-{task}-seed{seed}"
+            append(
+                where / FINETUNE,
+                {"name": name, "checkpoint": checkpoint, "task": task, "seed": seed, **outcome},
+                args.commit,
+            )
+        return 0
+    units = {
+        "sweep": sweep_units,
+        "ffn": lambda: ffn_units(records, tuple(args.seeds) if args.seeds else None),
+        "placement": lambda: placement_units(tuple(args.seeds) if args.seeds else None),
+    }[args.stage]()
+    if not units:
+        parser.error(f"--stage {args.stage}: no unit to run yet (the FFN table needs the sweep's records first)")
+    done = {r["name"] for r in records}
+    for unit in units:
+        if unit.name in done or (args.only and unit.name not in args.only):
+            continue
+        append(where / RUNS, train_unit(unit, args.data_dir, args.output_dir, where), args.commit)
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,20 +1,25 @@
-"""The pre-training study's fixed choices: model size, corpus, optimiser, and the runs of each study.
+"""The from-scratch study's fixed choices (issue 37): corpus, held-out set, model size, recipe, and its units.
 
-Size. 4 layers × hidden 128, 2 heads, standard FFN 512 (BERT's 4 × hidden), vocabulary 4,096, blocks of 128
-tokens, batch 32. Chosen from a measured cost per step (2 threads, one process, side by side): BERT-mini's shape
-(4 × 256, FFN 1024, vocabulary 8,192) takes 0.88 s a step, this size 0.33 s (0.37 s inside Trainer). The session
-that ran the study had about two hours of one process for both studies and the fine-tuning; at this size that
-is 15 Study A runs of 500 steps (about 3.6 minutes each) and 24 Study B runs of 150 steps (about 1.2 minutes each).
-The full plan of issue 31 (about 8 hours) would give each Study A run 5× the steps: the runners take
-`--max_steps` and `--seeds` (a run's name carries its steps and seed, so a longer budget adds new runs).
+Corpus: ../shared/data/pretraining (20M words of Wikipedia, 20M of Project Gutenberg books, about 52M WordPiece
+tokens), read through `hf_ffn.training.corpus`: documents cut at empty lines, `HELD_OUT_PERCENT` of the documents
+held out whole (seeded by `SPLIT_SEED`; about 0.5M tokens, ≥ 300k as the issue asks) and masked `EVAL_MASKINGS`
+times. One WordPiece tokenizer (`SIZES["vocab_size"]`) trained once on the training documents and shared by every
+run (the tokens are cached once). A main run of `MAIN_STEPS` × 32 × 128 = 16.4M tokens reads about a third of the
+training text once: no text repeats within a run.
+
+Size: 4 layers × hidden 128, 2 heads, standard FFN 512, vocabulary 4,096, blocks of 128, batch 32 — the size whose
+step cost was measured here (README.md gives the pilot's measured seconds per step and the load during it).
+
+Recipe: `RECIPE`, chosen by the pilot (README.md, pilots.jsonl). The learning rate of each (FFN, placement) comes
+from the sweep (`SWEEP_RATES`); the FFN table runs every variant at its best rate.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from hf_ffn.configuration_ffn_bert import FfnBertConfig
-
+DATA_FILES = tuple(f"{kind}-{part:02d}.txt.xz" for kind in ("wiki", "books") for part in range(4))
+HELD_OUT_PERCENT, SPLIT_SEED, EVAL_MASKINGS = 1, 42, 3
 SIZES = {
     "hidden_size": 128,
     "num_hidden_layers": 4,
@@ -24,73 +29,115 @@ SIZES = {
     "max_seq_length": 128,
     "batch_size": 32,
 }
-# ../shared/data: 65 State of the Union addresses and WikiText-2's validation and test splits cut into articles.
-CORPUS = ("state_union", "wikitext2/wiki.valid.tokens", "wikitext2/wiki.test.tokens")
-DOCUMENT_START = r"^ = [^=]"
-VALIDATION_PERCENT, SPLIT_SEED = 10, 42
-# BERT's optimiser (Devlin et al. 2019, app. A.2): AdamW, weight decay 0.01, ε 1e-6, linear decay, clipping at 1.
-RUN_DEFAULTS = {"weight_decay": 0.01, "adam_epsilon": 1e-6, "max_grad_norm": 1.0, "logging_steps": 10}
-
-STUDY_A_VARIANTS = ("relu", "gelu", "geglu", "swiglu", "reglu")
-STUDY_A = {"seeds": (0, 1, 2), "max_steps": 500, "learning_rate": 1e-3, "warmup_ratio": 0.1, "eval_steps": 50}
-STUDY_B_FFNS = ("gelu", "swiglu")
-STUDY_B = {
-    "seeds": (0,),
-    "max_steps": 150,
-    "learning_rates": (1e-3, 3e-3, 1e-2),
-    "warmup_ratios": (0.0, 0.1),
-    "eval_steps": 50,
+# The optimiser and regularisation of every run (Cramming, Geiping & Goldstein 2022: no dropout, gradient clipping
+# 0.5, Adam β2 0.98; BERT: weight decay 0.01, linear decay after warm-up). Masking: BERT's 15%, 80/10/10.
+RECIPE = {
+    "weight_decay": 0.01,
+    "adam_beta2": 0.98,
+    "adam_epsilon": 1e-6,
+    "max_grad_norm": 0.5,
+    "lr_scheduler_type": "linear",
+    "config_overrides": "hidden_dropout_prob=0.0,attention_probs_dropout_prob=0.0",
 }
+MAIN_STEPS = 4000  # 4,000 × 4,096 = 16.4M tokens (issue: ≥ 16M fresh tokens per main run)
+SWEEP_STEPS = 1000  # 4.1M tokens
+EVAL_STEPS, SAVE_STEPS, LOGGING_STEPS = 500, 500, 50
+WARMUP_STEPS = 300  # the sweep's and the FFN table's warm-up
+
+# Priority (issue 37): sweep → GELU vs SwiGLU → Post vs Pre → GeGLU → fine-tuning.
+SWEEP_CELLS = (("gelu", "pre"), ("swiglu", "pre"), ("gelu", "post"), ("swiglu", "post"), ("geglu", "pre"))
+SWEEP_CELLS += (("relu", "pre"),)
+SWEEP_RATES = {"post": (5e-4, 1e-3, 2e-3), "pre": (1e-3, 2e-3, 4e-3)}
+FFN_PLACEMENT = "pre"  # the FFN table's placement: the pilot's (README.md)
+FFN_SEEDS = {"gelu": (0, 1, 2, 3, 4), "swiglu": (0, 1, 2, 3, 4), "geglu": (0, 1, 2), "relu": (0, 1, 2)}
+PLACEMENT_FFNS = ("gelu", "swiglu")
+PLACEMENT_WARMUPS = (300, 1000)  # Xiong et al. (2020) warm up for thousands of steps; hundreds at this budget
+PLACEMENT_SEEDS = (0,)  # a second and third seed where the reading is decided: --seeds 1 2 --only ...
+PLACEMENT_STEPS = 2000
+FINETUNE_TASKS = ("rt_polarity", "cola", "stsb", "mrpc")
+FINETUNE_SEEDS = (0, 1, 2)
+FINETUNE_LEARNING_RATE = 1e-4  # BERT's small models (Turc et al. 2019 searched 1e-4, 5e-5, 3e-5)
+UNTRAINED = "untrained"  # the control: the GELU model of seed 0 as initialised (seed_by_name), never pre-trained
+
+# The pilot and the gate: one GELU model of the main recipe; it must end ≥ GATE_NATS below the [MASK]-position
+# unigram floor before the grid is spent.
+PILOT = {"ffn_type": "gelu", "placement": "pre", "learning_rate": 2e-3, "warmup_steps": WARMUP_STEPS}
+GATE_NATS = 1.0
 
 
 @dataclass(frozen=True)
-class Run:
-    """One pre-training run of a study."""
+class Unit:
+    """One self-contained pre-training run of the study (`studies.pretraining.run.train_unit`)."""
 
-    study: str
+    kind: str  # "pilot", "sweep", "ffn" or "placement"
     ffn_type: str
-    layer_norm_position: str
+    placement: str
     learning_rate: float
-    warmup_ratio: float
+    warmup_steps: int
     seed: int
     max_steps: int
-    eval_steps: int
 
     @property
     def name(self) -> str:
         return (
-            f"{self.study}-{self.ffn_type}-{self.layer_norm_position}-lr{self.learning_rate:g}"
-            f"-warmup{self.warmup_ratio:g}-steps{self.max_steps}-seed{self.seed}"
+            f"{self.kind}-{self.ffn_type}-{self.placement}-lr{self.learning_rate:g}-warmup{self.warmup_steps}"
+            f"-steps{self.max_steps}-seed{self.seed}"
         )
 
     def settings(self) -> dict:
         return asdict(self)
 
 
-def study_runs(study: str, seeds: tuple[int, ...] | None = None, max_steps: int | None = None) -> list[Run]:
-    """The runs of study "a" (every FFN of `STUDY_A_VARIANTS`, Post-LN, one recipe, seeds) or "b" (GELU and
-    SwiGLU × Post/Pre × learning rate × warm-up), seed-major: the first seed of every cell first."""
-    if study == "a":
-        cells = [("a", ffn, "post", STUDY_A["learning_rate"], STUDY_A["warmup_ratio"]) for ffn in STUDY_A_VARIANTS]
-        plan = STUDY_A
-    elif study == "b":
-        cells = [
-            ("b", ffn, position, lr, warmup)
-            for ffn in STUDY_B_FFNS
-            for position in ("post", "pre")
-            for warmup in STUDY_B["warmup_ratios"]
-            for lr in STUDY_B["learning_rates"]
-        ]
-        plan = STUDY_B
-    else:
-        raise ValueError(f"study must be 'a' or 'b', got {study!r}")
+def pilot_units(max_steps: int = MAIN_STEPS) -> list[Unit]:
     return [
-        Run(*cell, seed=seed, max_steps=max_steps or plan["max_steps"], eval_steps=plan["eval_steps"])
-        for seed in (seeds or plan["seeds"])
-        for cell in cells
+        Unit(
+            "pilot", PILOT["ffn_type"], PILOT["placement"], PILOT["learning_rate"], PILOT["warmup_steps"], 0, max_steps
+        )
     ]
 
 
-def model_config(ffn_type: str, layer_norm_position: str, **sizes) -> FfnBertConfig:
-    """The FfnBertConfig of one variant: BERT's GELU as hidden_act (the MLM head's), `ffn_type` for the FFN."""
-    return FfnBertConfig(ffn_type=ffn_type, hidden_act="gelu", layer_norm_position=layer_norm_position, **sizes)
+def sweep_units() -> list[Unit]:
+    """Each (FFN, placement) of `SWEEP_CELLS` at each rate of `SWEEP_RATES`, seed 0, `SWEEP_STEPS`."""
+    return [
+        Unit("sweep", ffn, placement, rate, WARMUP_STEPS, 0, SWEEP_STEPS)
+        for ffn, placement in SWEEP_CELLS
+        for rate in SWEEP_RATES[placement]
+    ]
+
+
+def best_rates(records: list[dict]) -> dict[tuple[str, str], float]:
+    """{(ffn_type, placement): the sweep's learning rate with the lowest final [MASK]-position loss}."""
+    best: dict[tuple[str, str], dict] = {}
+    for record in records:
+        if record["kind"] != "sweep":
+            continue
+        key = (record["ffn_type"], record["placement"])
+        if key not in best or record["mask_loss"] < best[key]["mask_loss"]:
+            best[key] = record
+    return {key: record["learning_rate"] for key, record in best.items()}
+
+
+def ffn_units(records: list[dict], seeds: tuple[int, ...] | None = None) -> list[Unit]:
+    """Each FFN of `FFN_SEEDS` at `FFN_PLACEMENT` and its best swept rate, `MAIN_STEPS`, seed-major (every
+    variant's seed 0 first); a variant without a sweep yet is left out."""
+    rates = best_rates(records)
+    units = []
+    for seed in range(max(len(s) for s in FFN_SEEDS.values())):
+        for ffn, ffn_seeds in FFN_SEEDS.items():
+            if (ffn, FFN_PLACEMENT) in rates and seed in ffn_seeds and (seeds is None or seed in seeds):
+                units.append(
+                    Unit("ffn", ffn, FFN_PLACEMENT, rates[(ffn, FFN_PLACEMENT)], WARMUP_STEPS, seed, MAIN_STEPS)
+                )
+    return units
+
+
+def placement_units(seeds: tuple[int, ...] | None = None) -> list[Unit]:
+    """GELU and SwiGLU × Post/Pre-LN × the placement's swept rates × `PLACEMENT_WARMUPS`, `PLACEMENT_STEPS`."""
+    return [
+        Unit("placement", ffn, placement, rate, warmup, seed, PLACEMENT_STEPS)
+        for seed in (seeds or PLACEMENT_SEEDS)
+        for ffn in PLACEMENT_FFNS
+        for placement in ("post", "pre")
+        for rate in SWEEP_RATES[placement]
+        for warmup in PLACEMENT_WARMUPS
+    ]

@@ -1,7 +1,7 @@
 """Seconds per training step of each pre-training variant, measured side by side (interleaved rounds, one process):
 the exchange rate from steps to wall-clock time for the study's equal-time comparison.
 
-    python -m studies.pretraining.step_cost --threads 2        # about a minute; writes out/pretraining/step_cost.json
+    python -m studies.pretraining.withdrawn_2m.step_cost --threads 2  # a minute; out/pretraining/step_cost.json
 
 One step = what `hf-ffn mlm` does per batch: forward with sparse prediction (the MLM head decodes the masked
 positions only), backward, AdamW step, zero_grad, on one batch of random token ids with BERT's 15% masked. Rounds
@@ -23,7 +23,7 @@ import torch
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.pretraining import ffn_width
 from studies.benchmark.timing import time_interleaved
-from studies.pretraining.settings import SIZES, STUDY_A_VARIANTS, model_config
+from studies.pretraining.withdrawn_2m.settings import SIZES, STUDY_A_VARIANTS, model_config
 
 
 def one_step(model: FfnBertForMaskedLM, optimizer: torch.optim.Optimizer, batch: dict) -> None:

@@ -1,6 +1,6 @@
 """The pre-training study's run records (runs.jsonl, one JSON object per finished run, written by
-`studies.pretraining.run`): read by the runner (what is done), the fine-tuning runner (which checkpoints) and the
-report."""
+`studies.pretraining.withdrawn_2m.run`): read by the runner (what is done), the fine-tuning runner (which
+checkpoints) and the report."""
 
 from __future__ import annotations
 

@@ -3,9 +3,9 @@ best Pre-LN GELU checkpoints and, as the control, Study A's GELU model untrained
 task preset with three fine-tuning seeds (`hf_ffn.comparing.finetune_run`: `hf_ffn.training.finetune`, the task's
 recipe with this study's learning rate).
 
-    python -m studies.pretraining.finetune --data_dir ../shared/data      # 24 runs, about 42 minutes here
+    python -m studies.pretraining.withdrawn_2m.finetune --data_dir ../shared/data      # 24 runs, about 42 minutes here
 
-Reads `--output_dir`/runs.jsonl and the models in runs/ (from `studies.pretraining.run`); appends to
+Reads `--output_dir`/runs.jsonl and the models in runs/ (from `studies.pretraining.withdrawn_2m.run`); appends to
 `finetune.jsonl` (resumable: a recorded run is skipped) and writes `finetune.md`: per model the score (mean ± sd
 over seeds), the paired difference from the GELU checkpoint with a 95% Student-t interval
 (`hf_ffn.comparing.format_table`), and the chance level of the task (the majority class of its scored split).
@@ -30,8 +30,8 @@ from hf_ffn.comparing import finetune_run, format_table, paired_score_difference
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.tasks import get_task
-from studies.pretraining.records import read_records, study_records
-from studies.pretraining.settings import STUDY_A_VARIANTS
+from studies.pretraining.withdrawn_2m.records import read_records, study_records
+from studies.pretraining.withdrawn_2m.settings import STUDY_A_VARIANTS
 
 LEARNING_RATE = 1e-4
 UNTRAINED = "untrained"  # the control: Study A's GELU model as initialised, never pre-trained
@@ -85,7 +85,7 @@ def majority_share(task: str, data_dir: Path) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m studies.pretraining.finetune", description=__doc__.split("\n\n")[0]
+        prog="python -m studies.pretraining.withdrawn_2m.finetune", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--data_dir", type=Path, required=True, help="the folder holding the task folders")
     parser.add_argument("--output_dir", type=Path, default=Path("out/pretraining"))
