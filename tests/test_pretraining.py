@@ -568,3 +568,21 @@ def test_mlm_without_output_dir_saves_under_out_mlm_and_runs_again(corpus, tmp_p
         assert f"saved to {Path('out') / 'mlm' / expected} (report: run_info.json)" in capsys.readouterr().out
         assert (tmp_path / "out" / "mlm" / expected / "config.json").is_file()
     assert not (tmp_path / "trainer_output").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "allowed"),
+    [
+        ("--max_steps", "0", "an integer >= 1 or -1"),
+        ("--learning_rate", "-1", "a number > 0"),
+        ("--num_train_epochs", "0", "a number > 0"),
+    ],
+)
+def test_mlm_refuses_numeric_options_before_reading_data(option, value, allowed, tmp_path, capsys):
+    """`hf-ffn mlm --max_steps 0` (and lr <= 0, 0 epochs) is refused before any data is read (the train file does
+    not even exist), naming the option, the value and what is allowed, exit status 2."""
+    argv = ["--train_files", str(tmp_path / "missing.txt"), "--output_dir", str(tmp_path / "run"), option, value]
+    with pytest.raises(SystemExit) as exit_info:
+        pretraining_main(argv)
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and f"{option} has value " in error and f"allowed: {allowed}" in error

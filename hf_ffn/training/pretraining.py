@@ -60,6 +60,7 @@ from .arguments import (
     MlmDataArguments,
     ModelArguments,
     bad_input_exits,
+    check_numeric_options,
     folder_name,
     fresh_output_dir,
     given_options,
@@ -293,9 +294,11 @@ def run_pretraining(
 
 
 def _check_arguments(args: PretrainingArguments, training_args: TrainingArguments):
-    """Check the output folder, the early-stopping options and the checkpoint before anything is read; returns the
-    checkpoint to resume from and the `EarlyStoppingCallback` (None without `--early_stopping_patience`)."""
+    """Check the output folder, the numeric training options (`check_numeric_options`), the early-stopping options
+    and the checkpoint before anything is read; returns the checkpoint to resume from and the
+    `EarlyStoppingCallback` (None without `--early_stopping_patience`)."""
     check_output_dir(training_args.output_dir)
+    check_numeric_options(training_args)  # --max_steps 0, --learning_rate <= 0, --num_train_epochs 0, ...
     resume = resume_checkpoint(training_args)
     stopping = early_stopping_callback(args.early_stopping_patience, args.early_stopping_threshold, training_args)
     if args.model_name_or_path is not None:
