@@ -1,7 +1,9 @@
 """Shared fixtures. The whole suite runs offline: the HF hub is never contacted."""
 
 import os
+import random
 import shutil
+from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # before huggingface_hub is imported anywhere
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -119,3 +121,20 @@ def tiny_bert_checkpoint(tmp_path_factory) -> str:
     torch.manual_seed(0)
     BertForPreTraining(BertConfig(**TINY)).save_pretrained(folder)
     return str(folder)
+
+
+# A tiny text corpus for the MLM tests (test_pretraining.py, test_mlm_monitoring.py) and a tiny model's sizes.
+WORDS = (
+    "the of and to in is that for it as was with be by on not he this are or his from at which but have an they "
+    "you were her she there been one all we their has would when if so no more year nation people world "
+    "government congress america peace work budget"
+).split()
+SMALL = ["--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "4", "--intermediate_size", "64"]
+
+
+def word_corpus(folder: Path) -> Path:
+    """Six documents of 300 words drawn (seeded) from `WORDS`, one file each, in `folder`."""
+    rng = random.Random(0)
+    for i in range(6):
+        (folder / f"doc{i}.txt").write_text(" ".join(rng.choice(WORDS) for _ in range(300)) + "\n")
+    return folder

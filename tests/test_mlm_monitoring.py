@@ -4,7 +4,6 @@
 
 import json
 import math
-import random
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -33,8 +32,7 @@ from hf_ffn.training.throughput import ThroughputCallback
 from studies.benchmark.mlm_throughput import OURS, UPSTREAM
 from studies.benchmark.mlm_throughput import main as throughput_main
 
-WORDS = "the of and to in is that for it as was with be by on not he this are or his from at which but have".split()
-SMALL = ["--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "4", "--intermediate_size", "64"]
+from .conftest import SMALL, word_corpus
 
 
 @pytest.fixture(autouse=True)
@@ -46,12 +44,7 @@ def quiet_transformers():
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    """Six documents of 300 words drawn (seeded) from `WORDS`."""
-    folder = tmp_path_factory.mktemp("corpus")
-    rng = random.Random(0)
-    for i in range(6):
-        (folder / f"doc{i}.txt").write_text(" ".join(rng.choice(WORDS) for _ in range(300)) + "\n")
-    return folder
+    return word_corpus(tmp_path_factory.mktemp("corpus"))
 
 
 @pytest.fixture(scope="module")
@@ -327,18 +320,21 @@ def test_config_overrides_of_a_checkpoint_change_its_dropout_only(corpus, tokeni
 # Early stopping
 # ---------------------------------------------------------------------------------------------------------------
 def test_early_stopping_stops_when_the_loss_stops_improving(corpus, tmp_path):
-    """Learning rate 0: the held-out loss never changes, so the first evaluation is the best and training stops at
-    the (patience + 1)-th evaluation: step 3 with patience 2, evaluating every step."""
+    """Learning rate 1e-12 (0 is refused: `check_numeric_options`): the held-out loss moves by far less than the
+    threshold 0.01, so no evaluation improves on the first and training stops at the (patience + 1)-th
+    evaluation: step 3 with patience 2, evaluating every step."""
     outcome = pretrain(
         corpus,
         tmp_path / "run",
-        *("--learning_rate", "0", "--eval_strategy", "steps", "--eval_steps", "1"),
+        *("--learning_rate", "1e-12", "--eval_strategy", "steps", "--eval_steps", "1"),
         *("--save_strategy", "steps", "--save_steps", "1", "--early_stopping_patience", "2"),
+        *("--early_stopping_threshold", "0.01"),
         steps=20,
     )
     evaluations = [entry for entry in outcome["log_history"] if "eval_mask_loss" in entry]
     assert [entry["step"] for entry in evaluations[:3]] == [1, 2, 3]
-    assert len({entry["eval_mask_loss"] for entry in evaluations}) == 1  # never improved
+    losses = [entry["eval_mask_loss"] for entry in evaluations]
+    assert max(losses) - min(losses) < 1e-4  # never improved by the threshold
     assert outcome["results"]["train_tokens"] == 3 * 4 * 32  # stopped after 3 of 20 steps
 
 

@@ -6,7 +6,6 @@ import gzip
 import json
 import lzma
 import math
-import random
 import shutil
 from pathlib import Path
 
@@ -39,14 +38,7 @@ from hf_ffn.training.pretraining import (
     use_bf16_where_available,
 )
 
-from .conftest import TINY, assert_equal_but_row_count, tiny_config
-
-WORDS = (
-    "the of and to in is that for it as was with be by on not he this are or his from at which but have an they "
-    "you were her she there been one all we their has would when if so no more year nation people world "
-    "government congress america peace work budget"
-).split()
-SMALL = ["--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "4", "--intermediate_size", "64"]
+from .conftest import SMALL, TINY, assert_equal_but_row_count, tiny_config, word_corpus
 
 
 @pytest.fixture(autouse=True)
@@ -58,12 +50,7 @@ def quiet_transformers():
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    """Six documents of 300 words drawn (seeded) from `WORDS`."""
-    folder = tmp_path_factory.mktemp("corpus")
-    rng = random.Random(0)
-    for i in range(6):
-        (folder / f"doc{i}.txt").write_text(" ".join(rng.choice(WORDS) for _ in range(300)) + "\n")
-    return folder
+    return word_corpus(tmp_path_factory.mktemp("corpus"))
 
 
 @pytest.fixture(scope="module")

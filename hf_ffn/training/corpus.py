@@ -36,6 +36,8 @@ from pathlib import Path
 import numpy as np
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
+from .readers import expand_paths
+
 COMPRESSIONS = (".xz", ".gz", ".bz2", ".zst")
 TABLE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}  # anything else is read as text
 DOCUMENT_BOUNDARIES = ("empty_line", "file", "regex")
@@ -67,17 +69,7 @@ def corpus_files(paths: Sequence[str | Path], pattern: str = "*.txt", argument: 
             `argument`).
         ValueError: an empty file; files of more than one format.
     """
-    files: list[Path] = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            found = sorted(file for file in path.glob(pattern) if file.is_file())
-            if not found:
-                raise FileNotFoundError(f"{argument}: folder {str(path)!r} holds no file matching {pattern!r}")
-            files += found
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise FileNotFoundError(f"{argument}: {str(path)!r} does not exist")
+    files = expand_paths(paths, pattern, argument)
     for file in files:
         if file.stat().st_size == 0:
             raise ValueError(f"{argument}: file {str(file)!r} is empty")

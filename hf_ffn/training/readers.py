@@ -269,6 +269,27 @@ def decode_text(data: bytes) -> str:
         return data.decode("latin-1")
 
 
+def expand_paths(paths: Sequence[str | Path], pattern: str, argument: str) -> list[Path]:
+    """The files of `paths` in order, each folder expanded to its files matching `pattern` (sorted by name).
+
+    Raises:
+        FileNotFoundError: a path that does not exist, a folder without a file matching `pattern` (naming
+            `argument`, the option the paths came from).
+    """
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = sorted(file for file in path.glob(pattern) if file.is_file())
+            if not found:
+                raise FileNotFoundError(f"{argument}: folder {str(path)!r} holds no file matching {pattern!r}")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise FileNotFoundError(f"{argument}: {str(path)!r} does not exist")
+    return files
+
+
 def read_text_documents(
     paths: Sequence[str | Path], pattern: str = "*.txt", argument: str = "--train_files"
 ) -> list[tuple[str, str]]:
@@ -282,17 +303,7 @@ def read_text_documents(
         FileNotFoundError: if a path does not exist or a folder holds no file matching `pattern`.
         ValueError: if a file is empty (or whitespace only).
     """
-    files: list[Path] = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            found = sorted(file for file in path.glob(pattern) if file.is_file())
-            if not found:
-                raise FileNotFoundError(f"{argument}: folder {str(path)!r} holds no file matching {pattern!r}")
-            files += found
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise FileNotFoundError(f"{argument}: {str(path)!r} does not exist")
+    files = expand_paths(paths, pattern, argument)
     documents = []
     for file in files:
         text = decode_text(file.read_bytes())
