@@ -138,3 +138,18 @@ def word_corpus(folder: Path) -> Path:
     for i in range(6):
         (folder / f"doc{i}.txt").write_text(" ".join(rng.choice(WORDS) for _ in range(300)) + "\n")
     return folder
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """`word_corpus` in a folder of its own, for a test module (test files with a `corpus` of their own keep it)."""
+    return word_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(corpus):
+    """A WordPiece tokenizer of 100 entries trained on `corpus` (imported here: the floor environment's core tests
+    run without the training extra)."""
+    from hf_ffn.training.pretraining import train_tokenizer
+
+    return train_tokenizer([file.read_text() for file in sorted(corpus.glob("*.txt"))], vocab_size=100)

@@ -26,13 +26,12 @@ from hf_ffn.training.pretraining import (
     pretraining_main,
     pretraining_parser,
     run_pretraining,
-    train_tokenizer,
 )
 from hf_ffn.training.throughput import ThroughputCallback
 from studies.benchmark.mlm_throughput import OURS, UPSTREAM
 from studies.benchmark.mlm_throughput import main as throughput_main
 
-from .conftest import SMALL, word_corpus
+from .conftest import SMALL
 
 
 @pytest.fixture(autouse=True)
@@ -40,16 +39,6 @@ def quiet_transformers():
     hf_logging.set_verbosity_error()
     yield
     hf_logging.set_verbosity_warning()
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    return word_corpus(tmp_path_factory.mktemp("corpus"))
-
-
-@pytest.fixture(scope="module")
-def tokenizer(corpus):
-    return train_tokenizer([file.read_text() for file in sorted(corpus.glob("*.txt"))], vocab_size=100)
 
 
 def pretrain(corpus: Path, output_dir: Path, *extra: str, steps: int = 3) -> dict:

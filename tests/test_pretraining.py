@@ -34,11 +34,10 @@ from hf_ffn.training.pretraining import (
     pretraining_main,
     pretraining_parser,
     run_pretraining,
-    train_tokenizer,
     use_bf16_where_available,
 )
 
-from .conftest import SMALL, TINY, assert_equal_but_row_count, tiny_config, word_corpus
+from .conftest import SMALL, TINY, assert_equal_but_row_count, tiny_config
 
 
 @pytest.fixture(autouse=True)
@@ -46,16 +45,6 @@ def quiet_transformers():
     hf_logging.set_verbosity_error()
     yield
     hf_logging.set_verbosity_warning()
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    return word_corpus(tmp_path_factory.mktemp("corpus"))
-
-
-@pytest.fixture(scope="module")
-def tokenizer(corpus):
-    return train_tokenizer([file.read_text() for file in sorted(corpus.glob("*.txt"))], vocab_size=100)
 
 
 def pretrain(corpus: Path, output_dir: Path, *extra: str, steps: int = 3, callbacks=None) -> dict:

@@ -100,6 +100,17 @@ class Settings:
     learning_rate: float = 1e-4
     seed: int = 0
 
+    def config_sizes(self) -> dict[str, int]:
+        """The model's sizes as config fields (`BertConfig` and `FfnBertConfig` alike)."""
+        return dict(
+            vocab_size=self.vocab,
+            hidden_size=self.hidden,
+            num_hidden_layers=self.layers,
+            num_attention_heads=self.heads,
+            intermediate_size=self.ffn,
+            max_position_embeddings=max(512, self.seq),
+        )
+
 
 QUICK = Settings(layers=1, hidden=32, heads=2, ffn=64, vocab=256, batch=4, seq=32, rounds=2, warmup=1, compile=False)
 
@@ -158,14 +169,7 @@ def training_step(trainer: Trainer, model: torch.nn.Module, blocks: Dataset, bat
 
 def candidates(settings: Settings, tokenizer, blocks: Dataset, folder: str) -> dict[str, Callable[[], int]]:
     """name → one training step (see the module docstring)."""
-    sizes = dict(
-        vocab_size=settings.vocab,
-        hidden_size=settings.hidden,
-        num_hidden_layers=settings.layers,
-        num_attention_heads=settings.heads,
-        intermediate_size=settings.ffn,
-        max_position_embeddings=max(512, settings.seq),
-    )
+    sizes = settings.config_sizes()
     args = TrainingArguments(
         output_dir=folder,
         per_device_train_batch_size=settings.batch,
@@ -272,13 +276,7 @@ def run(settings: Settings, output_dir: str | None, command: str) -> dict:
     after = uptime()
     log(f"after: {after}")
     tokens = settings.batch * settings.seq
-    config = FfnBertConfig(
-        vocab_size=settings.vocab,
-        hidden_size=settings.hidden,
-        num_hidden_layers=settings.layers,
-        num_attention_heads=settings.heads,
-        intermediate_size=settings.ffn,
-    )
+    config = FfnBertConfig(**settings.config_sizes())
     flops = mlm_flops(config, settings.seq)
     rows = []
     for name, seconds in times.items():
