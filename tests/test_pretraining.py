@@ -110,6 +110,32 @@ def test_train_tokenizer_vocab_size_special_tokens_and_round_trip(corpus, tokeni
     assert tokenizer.convert_tokens_to_string(pieces) == "worldpeace"
 
 
+def test_train_tokenizer_keeps_its_vocabulary_for_pieces_in_a_text_of_many_characters():
+    """A real corpus holds thousands of rare characters (CJK, symbols): WordPiece's trainer puts every character it
+    sees into the vocabulary before any piece, so a 4,096 vocabulary trained on the study's 40M words was 3,760
+    single characters and read "next" as ne ##x ##t. `train_tokenizer` keeps the `alphabet_limit` most frequent."""
+    from transformers import BertTokenizer
+
+    from hf_ffn.training.pretraining import alphabet_limit, train_tokenizer
+
+    assert [alphabet_limit(size) for size in (100, 4096, 8192, 30522, 50000)] == [100, 256, 512, 1000, 1000]
+    english = "the next year the new bridge would open to traffic in the spring of the year . " * 40
+    rare = [" ".join(chr(0x4E00 + i) * 3) for i in range(1500)]  # 1,500 characters, each 3 times
+    documents = [english] * 5 + rare
+
+    def single_characters(tokenizer) -> int:
+        return sum(len(token.removeprefix("##")) == 1 for token in tokenizer.get_vocab())
+
+    trained = train_tokenizer(documents, vocab_size=1540)
+    assert single_characters(trained) <= 2 * alphabet_limit(1540)
+    assert trained.tokenize("the next year") == ["the", "next", "year"]
+    assert trained.tokenize(chr(0x4E00 + 1499)) == ["[UNK]"]  # a character outside the kept alphabet
+    # negative control: the trainer without the limit fills the vocabulary with the characters
+    unlimited = BertTokenizer().train_new_from_iterator(documents, vocab_size=1540)
+    assert single_characters(unlimited) > 1500
+    assert unlimited.tokenize("the next year") != ["the", "next", "year"]
+
+
 def test_packing_counts_hand_checked(tokenizer):
     # single letters are in every WordPiece alphabet, so each word is one token: a document of n words is n + 2
     # tokens ([CLS] ... [SEP]); 5 + 2 and 8 + 2 = 17 tokens → 4 blocks of 4, the last token dropped
