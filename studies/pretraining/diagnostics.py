@@ -1,0 +1,172 @@
+"""Why a run sits on the plateau (issue 37's gate): where its attention looks, and what the neighbours alone give.
+
+    python -m studies.pretraining.diagnostics attention out/pretraining/runs/NAME --data_dir ../shared/data/pretraining
+    python -m studies.pretraining.diagnostics neighbours --data_dir ../shared/data/pretraining
+
+`attention`: on held-out blocks of the study's corpus (unmasked), per layer, the attention's mean entropy against
+the uniform distribution's log n, and the mean weight a token gives to the token before it, after it and itself,
+against a uniform 1/n (n = the block's tokens). A model that has not learned to look at its neighbours gives them
+1/n: its prediction at a [MASK] is a bag of the block's words.
+
+`neighbours`: a count-based reference on the study's own held-out maskings: the loss on [MASK] positions of
+P(w | l, r) = 0.6 · c(l, w, r)/c(l, ·, r) + 0.3 · ½ (c(l, w)/c(l, ·) + c(w, r)/c(·, r)) + 0.1 · q(w), where l and r are
+the tokens shown left and right of the [MASK] (themselves masked 15% of the time: then their terms drop out and
+the weights of the rest are renormalised), c are counts over the training blocks and q the add-one unigram of the
+floors (`hf_ffn.training.floors`). The weights are fixed, not fitted on the held-out set. It is the loss a
+model reaches that uses nothing but the two neighbours, each in one direction: what looking next door is worth.
+Both print one line per measure (a few minutes: counting the training tokens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hf_ffn.training.corpus import documents_to_blocks, fixed_maskings, load_corpus
+from hf_ffn.training.floors import never_chosen_ids, unigram_counts, unigram_distribution
+from studies.pretraining.run import STUDY, TOKENIZER, corpus_options
+from studies.pretraining.settings import EVAL_MASKINGS, SIZES, SPLIT_SEED
+
+WEIGHTS = (0.6, 0.3, 0.1)  # trigram, the two bigrams, unigram (fixed; see the module docstring)
+
+
+def study_blocks(data_dir: Path, cache_dir: Path):
+    """(tokenizer, training blocks, held-out blocks) exactly as a study unit reads them (the same cache)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(STUDY / TOKENIZER)
+    documents = load_corpus(**corpus_options(data_dir, cache_dir))
+    blocks = documents_to_blocks(documents, tokenizer, SIZES["max_seq_length"])
+    return tokenizer, blocks["train"], blocks["validation"]
+
+
+def attention_locality(model_dir: Path, blocks, count: int = 64) -> list[dict]:
+    """Per layer: mean attention entropy (nats), log n, and the mean weight on the previous, next and same token."""
+    from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
+
+    model = FfnBertForMaskedLM.from_pretrained(model_dir, attn_implementation="eager").eval()
+    input_ids = torch.tensor(blocks.select(range(min(count, len(blocks))))["input_ids"], dtype=torch.long)
+    with torch.no_grad():
+        attentions = model(input_ids=input_ids, output_attentions=True).attentions
+    n = input_ids.shape[1]
+    index = torch.arange(n)
+    rows = []
+    for layer, weights in enumerate(attentions):  # (batch, heads, query, key)
+        entropy = -(weights * weights.clamp_min(1e-30).log()).sum(-1).mean().item()
+        rows.append(
+            {
+                "layer": layer,
+                "entropy": entropy,
+                "uniform_entropy": math.log(n),
+                "previous": weights[..., index[1:], index[:-1]].mean().item(),
+                "next": weights[..., index[:-1], index[1:]].mean().item(),
+                "same": weights[..., index, index].mean().item(),
+                "uniform": 1 / n,
+            }
+        )
+    return rows
+
+
+def _counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    values, counts = np.unique(keys, return_counts=True)
+    return values, counts
+
+
+def _lookup(table: tuple[np.ndarray, np.ndarray], keys: np.ndarray) -> np.ndarray:
+    values, counts = table
+    where = np.clip(np.searchsorted(values, keys), 0, len(values) - 1)
+    return np.where(values[where] == keys, counts[where], 0).astype(np.float64)
+
+
+def neighbour_reference(tokenizer, train, validation) -> dict:
+    """The count-based left/right-neighbour model's mean loss on the [MASK] positions of the study's held-out
+    maskings (module docstring), beside the unigram floor on the same positions."""
+    vocab = len(tokenizer)
+    tokens = np.asarray(train.with_format("numpy")["input_ids"], dtype=np.int64)  # (blocks, 128)
+    left, middle, right = tokens[:, :-2].ravel(), tokens[:, 1:-1].ravel(), tokens[:, 2:].ravel()
+    pairs = tokens[:, :-1].ravel() * vocab + tokens[:, 1:].ravel()
+    trigrams = _counts((left * vocab + middle) * vocab + right)
+    outer = _counts(left * vocab + right)
+    bigrams = _counts(pairs)
+    as_left = np.bincount(tokens[:, :-1].ravel(), minlength=vocab).astype(np.float64)
+    as_right = np.bincount(tokens[:, 1:].ravel(), minlength=vocab).astype(np.float64)
+    q = unigram_distribution(unigram_counts(train, vocab), never_chosen_ids(tokenizer))
+    maskings = fixed_maskings(validation, tokenizer, EVAL_MASKINGS, SPLIT_SEED)
+    mask, losses, unigram = tokenizer.mask_token_id, [], []
+    for batch in maskings.select_columns(["input_ids", "labels"]).with_format("numpy").iter(1024):
+        shown, labels = np.asarray(batch["input_ids"], np.int64), np.asarray(batch["labels"], np.int64)
+        rows, columns = np.nonzero((shown == mask) & (labels >= 0))
+        inside = (columns > 0) & (columns < shown.shape[1] - 1)
+        rows, columns = rows[inside], columns[inside]
+        word, shown_left, shown_right = labels[rows, columns], shown[rows, columns - 1], shown[rows, columns + 1]
+        has_l, has_r = shown_left != mask, shown_right != mask
+        c_lr = _lookup(outer, shown_left * vocab + shown_right)
+        p_tri = np.where(
+            has_l & has_r & (c_lr > 0),
+            _lookup(trigrams, (shown_left * vocab + word) * vocab + shown_right) / np.maximum(c_lr, 1),
+            0,
+        )
+        p_left = np.where(
+            has_l & (as_left[shown_left] > 0),
+            _lookup(bigrams, shown_left * vocab + word) / np.maximum(as_left[shown_left], 1),
+            0,
+        )
+        p_right = np.where(
+            has_r & (as_right[shown_right] > 0),
+            _lookup(bigrams, word * vocab + shown_right) / np.maximum(as_right[shown_right], 1),
+            0,
+        )
+        w_tri = WEIGHTS[0] * (has_l & has_r & (c_lr > 0))
+        sides = has_l.astype(float) + has_r.astype(float)
+        w_bi = WEIGHTS[1] * (sides > 0)
+        p_bi = np.where(sides > 0, (p_left + p_right) / np.maximum(sides, 1), 0)
+        mixture = (w_tri * p_tri + w_bi * p_bi + WEIGHTS[2] * q[word]) / (w_tri + w_bi + WEIGHTS[2])
+        losses.append(-np.log(mixture))
+        unigram.append(-np.log(q[word]))
+    losses, unigram = np.concatenate(losses), np.concatenate(unigram)
+    return {
+        "neighbour_mask_loss": float(losses.mean()),
+        "unigram_mask": float(unigram.mean()),
+        "mask_positions": int(losses.size),
+        "training_tokens": int(tokens.size),
+        "weights": WEIGHTS,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m studies.pretraining.diagnostics", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("measure", choices=("attention", "neighbours"))
+    parser.add_argument("model_dir", type=Path, nargs="?", help="attention: a run's folder (config.json)")
+    parser.add_argument("--data_dir", type=Path, required=True, help="../shared/data/pretraining (the corpus)")
+    parser.add_argument("--output_dir", type=Path, default=Path("out/pretraining"), help="where the cache is")
+    args = parser.parse_args(argv)
+    tokenizer, train, validation = study_blocks(args.data_dir, args.output_dir / "cache")
+    if args.measure == "attention":
+        if args.model_dir is None:
+            parser.error("attention needs a run's folder")
+        for row in attention_locality(args.model_dir, validation):
+            print(
+                f"layer {row['layer']}: entropy {row['entropy']:.3f} (uniform {row['uniform_entropy']:.3f}); weight on "
+                f"previous {row['previous']:.4f}, next {row['next']:.4f}, same {row['same']:.4f} "
+                f"(uniform {row['uniform']:.4f})"
+            )
+        return 0
+    result = neighbour_reference(tokenizer, train, validation)
+    print(
+        f"neighbour counts: [MASK] loss {result['neighbour_mask_loss']:.3f} vs unigram floor "
+        f"{result['unigram_mask']:.3f} "
+        f"({result['unigram_mask'] - result['neighbour_mask_loss']:.3f} below it) over {result['mask_positions']:,} "
+        f"[MASK] positions; counts from {result['training_tokens']:,} training tokens"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
