@@ -116,7 +116,7 @@ def test_train_tokenizer_keeps_its_vocabulary_for_pieces_in_a_text_of_many_chara
     single characters and read "next" as ne ##x ##t. `train_tokenizer` keeps the `alphabet_limit` most frequent."""
     from transformers import BertTokenizer
 
-    from hf_ffn.training.pretraining import alphabet_limit, train_tokenizer
+    from hf_ffn.training.tokenizer import alphabet_limit, train_tokenizer
 
     assert [alphabet_limit(size) for size in (100, 4096, 8192, 30522, 50000)] == [100, 256, 512, 1000, 1000]
     english = "the next year the new bridge would open to traffic in the spring of the year . " * 40

@@ -57,11 +57,13 @@ def test_summary_schema_and_hand_computed_intervals():
         "training_tokens_per_main_run",
         "heldout_tokens",
         "floors",
+        "gate",
         "ffn_table",
         "placement_table",
         "finetune",
     }
     assert result["floors"] == {"unigram_mask": 6.6, "copy_aware": 6.0}
+    assert result["gate"] is None  # no pilot given
     assert (result["training_tokens_per_main_run"], result["heldout_tokens"]) == (16_384_000, 500_000)
     rows = {row["variant"]: row for row in result["ffn_table"]}
     assert [row["variant"] for row in result["ffn_table"]] == ["gelu", "swiglu", "relu"]
@@ -86,6 +88,27 @@ def test_summary_schema_and_hand_computed_intervals():
     assert finetune["gelu"]["score"] == pytest.approx(23.0) and finetune["gelu"]["delta_vs_untrained"] == 12.0
     assert finetune["gelu"]["interval"] == pytest.approx([12 - 12.706205, 12 + 12.706205], abs=1e-5)
     assert finetune["untrained"]["delta_vs_untrained"] is None
+
+
+def test_summary_before_the_grid_reports_the_gate_from_the_last_full_pilot():
+    slice_pilot = record("pilot-slice", "gelu", 0, 5.0) | {"tokens_seen": 4_096_000}
+    failed = record("pilot", "gelu", 0, 6.45) | {"floors": {"unigram_mask": 6.616, "copy_aware": 6.045}}
+    failed["below_unigram_floor"] = 6.616 - 6.45
+    result = report.summary([], [], [slice_pilot, failed])
+    assert result["gate"] == {
+        "unit": failed["name"],
+        "tokens_seen": 16_384_000,
+        "mask_loss": 6.45,
+        "unigram_mask": 6.616,
+        "below_unigram_floor": pytest.approx(0.166),
+        "required": 1.0,
+        "passed": False,
+    }
+    assert result["floors"] == {"unigram_mask": 6.616, "copy_aware": 6.045}  # the pilot's: no main run yet
+    assert (result["training_tokens_per_main_run"], result["heldout_tokens"]) == (16_384_000, 500_000)
+    assert result["ffn_table"] == result["placement_table"] == result["finetune"] == []
+    passed = failed | {"mask_loss": 5.5, "below_unigram_floor": 1.116}
+    assert report.summary([], [], [failed, passed])["gate"]["passed"] is True  # the last full pilot counts
 
 
 def test_bonferroni_uses_the_comparisons_that_have_intervals():

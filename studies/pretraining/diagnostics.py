@@ -26,7 +26,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from transformers import AutoTokenizer
 
+from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.corpus import documents_to_blocks, fixed_maskings, load_corpus
 from hf_ffn.training.floors import never_chosen_ids, unigram_counts, unigram_distribution
 from studies.pretraining.run import STUDY, TOKENIZER, corpus_options
@@ -37,8 +39,6 @@ WEIGHTS = (0.6, 0.3, 0.1)  # trigram, the two bigrams, unigram (fixed; see the m
 
 def study_blocks(data_dir: Path, cache_dir: Path):
     """(tokenizer, training blocks, held-out blocks) exactly as a study unit reads them (the same cache)."""
-    from transformers import AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(STUDY / TOKENIZER)
     documents = load_corpus(**corpus_options(data_dir, cache_dir))
     blocks = documents_to_blocks(documents, tokenizer, SIZES["max_seq_length"])
@@ -47,8 +47,6 @@ def study_blocks(data_dir: Path, cache_dir: Path):
 
 def attention_locality(model_dir: Path, blocks, count: int = 64) -> list[dict]:
     """Per layer: mean attention entropy (nats), log n, and the mean weight on the previous, next and same token."""
-    from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
-
     model = FfnBertForMaskedLM.from_pretrained(model_dir, attn_implementation="eager").eval()
     input_ids = torch.tensor(blocks.select(range(min(count, len(blocks))))["input_ids"], dtype=torch.long)
     with torch.no_grad():

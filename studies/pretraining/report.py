@@ -11,6 +11,10 @@
   differences variant − GELU, by seed), `interval` ([low, high] of that difference);
 - `placement_table`: one row per Post/Pre-LN cell (`kind` "placement"; the same fields, `warmup_steps` added since
   a cell is also a warm-up): `delta_vs_gelu` against GELU of the same placement, rate and warm-up;
+- `gate` (beside the issue's fields): the last full pilot (`kind` "pilot" in pilots.jsonl): `unit`, `tokens_seen`,
+  `mask_loss`, `unigram_mask`, `below_unigram_floor`, `required` (`GATE_NATS`), `passed`; `null` without one. With
+  no main run yet, `training_tokens_per_main_run`, `heldout_tokens` and `floors` are the pilot's (the main budget,
+  the same held-out maskings);
 - `finetune`: one row per checkpoint variant and task: `checkpoint` (the variant, or "untrained"), `task`, `score`
   (mean over checkpoint seeds × fine-tuning seeds), `delta_vs_untrained` (paired by fine-tuning seed, the checkpoint
   seeds averaged first), `interval`.
@@ -30,6 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from hf_ffn.comparing import paired_t_interval, read_runs
+from studies.pretraining.settings import GATE_NATS
 
 STUDY = Path(__file__).parent
 FAMILY_CONFIDENCE = 0.95
@@ -110,13 +115,31 @@ def finetune_table(finetuned: list[dict], records: list[dict]) -> list[dict]:
     ]
 
 
-def summary(records: list[dict], finetuned: list[dict]) -> dict:
-    main = [r for r in records if r["kind"] == "ffn"] or records
+def gate(pilots: list[dict]) -> dict | None:
+    """The gate's reading: the last full pilot (`kind` "pilot"; the slice pilots are "pilot-slice")."""
+    full = [p for p in pilots if p["kind"] == "pilot"]
+    if not full:
+        return None
+    pilot = full[-1]
+    return {
+        "unit": pilot["name"],
+        "tokens_seen": pilot["tokens_seen"],
+        "mask_loss": pilot["mask_loss"],
+        "unigram_mask": pilot["floors"]["unigram_mask"],
+        "below_unigram_floor": pilot["below_unigram_floor"],
+        "required": GATE_NATS,
+        "passed": pilot["below_unigram_floor"] >= GATE_NATS,
+    }
+
+
+def summary(records: list[dict], finetuned: list[dict], pilots: list[dict] = ()) -> dict:
+    main = [r for r in records if r["kind"] == "ffn"] or records or [p for p in pilots if p["kind"] == "pilot"][-1:]
     first = main[0] if main else {}
     return {
         "training_tokens_per_main_run": max((r["tokens_seen"] for r in main), default=None),
         "heldout_tokens": first.get("heldout_tokens"),
         "floors": {key: first["floors"][key] for key in ("unigram_mask", "copy_aware")} if first else None,
+        "gate": gate(list(pilots)),
         "ffn_table": loss_table(records, "ffn"),
         "placement_table": loss_table(records, "placement"),
         "finetune": finetune_table(finetuned, records),
@@ -206,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
         return read_runs(path) if path.is_file() else []
 
     records, finetuned, pilots = read("runs.jsonl"), read("finetune.jsonl"), read("pilots.jsonl")
-    result = summary(records, finetuned)
+    result = summary(records, finetuned, pilots)
     out = args.write_to or args.records_dir
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(result, indent=1) + "\n")

@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data_dir", type=Path, required=True, help="../shared/data/pretraining (the corpus)")
     parser.add_argument("--stage", choices=("sweep", "ffn", "placement", "finetune"))
     parser.add_argument("--pilot", action="store_true", help="train the pilot and check the gate")
-    parser.add_argument("--max_steps", type=int, default=None, help="--pilot only: a shorter pilot")
+    parser.add_argument("--max_steps", type=int, default=None, help="--pilot only: a pilot of another length")
     parser.add_argument("--tasks_dir", type=Path, default=Path("../shared/data"), help="the task folders")
     parser.add_argument("--output_dir", type=Path, default=Path("out/pretraining"), help="models, checkpoints, cache")
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="only these seeds")

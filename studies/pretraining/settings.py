@@ -1,11 +1,11 @@
 """The from-scratch study's fixed choices (issue 37): corpus, held-out set, model size, recipe, and its units.
 
-Corpus: ../shared/data/pretraining (20M words of Wikipedia, 20M of Project Gutenberg books, about 52M WordPiece
-tokens), read through `hf_ffn.training.corpus`: documents cut at empty lines, `HELD_OUT_PERCENT` of the documents
-held out whole (seeded by `SPLIT_SEED`; about 0.5M tokens, ≥ 300k as the issue asks) and masked `EVAL_MASKINGS`
-times. One WordPiece tokenizer (`SIZES["vocab_size"]`) trained once on the training documents and shared by every
-run (the tokens are cached once). A main run of `MAIN_STEPS` × 32 × 128 = 16.4M tokens reads about a third of the
-training text once: no text repeats within a run.
+Corpus: ../shared/data/pretraining (20M words of Wikipedia, 20M of Project Gutenberg books), read through
+`hf_ffn.training.corpus`: documents cut at empty lines, `HELD_OUT_PERCENT` of the documents held out whole (seeded
+by `SPLIT_SEED`: 85 documents, 1.06M tokens, ≥ 300k as the issue asks) and masked `EVAL_MASKINGS` times. One
+WordPiece tokenizer (`SIZES["vocab_size"]`) trained once on the training documents (65.6M tokens) and shared by
+every run (the tokens are cached once). A main run of `MAIN_STEPS` × 32 × 128 = 16.4M tokens reads a quarter of
+the training text once: no text repeats within a run.
 
 Size: 4 layers × hidden 128, 2 heads, standard FFN 512, vocabulary 4,096, blocks of 128, batch 32 — the size whose
 step cost was measured here (README.md gives the pilot's measured seconds per step and the load during it).
