@@ -110,30 +110,54 @@ def test_train_tokenizer_vocab_size_special_tokens_and_round_trip(corpus, tokeni
     assert tokenizer.convert_tokens_to_string(pieces) == "worldpeace"
 
 
+def test_alphabet_limit_covers_the_text_hand_checked():
+    from collections import Counter
+
+    from hf_ffn.training.tokenizer import alphabet_limit, character_counts
+
+    counts = Counter({"a": 9000, "b": 900, "c": 99, "d": 1})  # cumulative shares 0.9, 0.99, 0.9999, 1
+    assert alphabet_limit(counts, 4096) == 3  # 99.95% needs a, b and c; d (0.01%) reads as [UNK]
+    assert alphabet_limit(counts, 4096, coverage=0.9) == 1 and alphabet_limit(counts, 4096, coverage=1.0) == 4
+    assert alphabet_limit(counts, 10) == 2  # (10 - 5 special tokens) // 2: each character and its ## form
+    with pytest.raises(ValueError, match=r"coverage has value 1.5; allowed: a share in \(0, 1\]"):
+        alphabet_limit(counts, 4096, coverage=1.5)
+    # BERT's normalisation first: case and accents folded, whitespace not counted
+    assert character_counts(["Ab é\n", "a"]) == Counter({"a": 2, "b": 1, "e": 1})
+
+
 def test_train_tokenizer_keeps_its_vocabulary_for_pieces_in_a_text_of_many_characters():
     """A real corpus holds thousands of rare characters (CJK, symbols): WordPiece's trainer puts every character it
     sees into the vocabulary before any piece, so a 4,096 vocabulary trained on the study's 40M words was 3,760
-    single characters and read "next" as ne ##x ##t. `train_tokenizer` keeps the `alphabet_limit` most frequent."""
+    single characters and read "next" as ne ##x ##t. `train_tokenizer` keeps the characters covering 99.95%."""
     from transformers import BertTokenizer
 
-    from hf_ffn.training.tokenizer import alphabet_limit, train_tokenizer
+    from hf_ffn.training.tokenizer import train_tokenizer
 
-    assert [alphabet_limit(size) for size in (100, 4096, 8192, 30522, 50000)] == [100, 256, 512, 1000, 1000]
-    english = "the next year the new bridge would open to traffic in the spring of the year . " * 40
-    rare = [" ".join(chr(0x4E00 + i) * 3) for i in range(1500)]  # 1,500 characters, each 3 times
+    english = "the next year the new bridge would open to traffic in the spring of the year . " * 1000
+    rare = [chr(0x4E00 + i) for i in range(150)]  # each once: 150 of 400k characters, 0.04% together
     documents = [english] * 5 + rare
 
     def single_characters(tokenizer) -> int:
         return sum(len(token.removeprefix("##")) == 1 for token in tokenizer.get_vocab())
 
-    trained = train_tokenizer(documents, vocab_size=1540)
-    assert single_characters(trained) <= 2 * alphabet_limit(1540)
+    trained = train_tokenizer(documents, vocab_size=200)
+    assert len(trained) <= 200 and single_characters(trained) <= 2 * 21  # the sentence's 21 distinct characters
     assert trained.tokenize("the next year") == ["the", "next", "year"]
-    assert trained.tokenize(chr(0x4E00 + 1499)) == ["[UNK]"]  # a character outside the kept alphabet
+    assert trained.tokenize(chr(0x4E00)) == ["[UNK]"]
     # negative control: the trainer without the limit fills the vocabulary with the characters
-    unlimited = BertTokenizer().train_new_from_iterator(documents, vocab_size=1540)
-    assert single_characters(unlimited) > 1500
+    unlimited = BertTokenizer().train_new_from_iterator(documents, vocab_size=200)
+    assert single_characters(unlimited) >= 150
     assert unlimited.tokenize("the next year") != ["the", "next", "year"]
+
+
+def test_train_tokenizer_keeps_every_character_a_text_needs_and_its_vocab_size():
+    from hf_ffn.training.tokenizer import train_tokenizer
+
+    chinese = ["".join(chr(0x4E00 + (7 * i + j) % 300) for j in range(600)) for i in range(20)]  # 300, evenly
+    trained = train_tokenizer(chinese, vocab_size=1024)
+    assert trained.tokenize(chr(0x4E00) + chr(0x4E00 + 299)) == [chr(0x4E00), chr(0x4E00 + 299)]  # no [UNK]
+    small = train_tokenizer(["the next year, the new bridge would open to traffic in the spring."] * 50, 30)
+    assert len(small) <= 30  # 12 characters fit: (30 - 5) // 2
 
 
 def test_packing_counts_hand_checked(tokenizer):
