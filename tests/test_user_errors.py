@@ -215,7 +215,7 @@ def test_parity_on_a_variant_folder_explains_and_exits_3(swiglu_pre_folder, tiny
 def test_parity_exit_code_1_is_a_real_difference(monkeypatch, capsys):
     # A plain-BERT checkpoint whose outputs differ would be an hf_ffn bug; stand one in to check the exit code.
     rows = [ParityRow("FfnBertModel", "last_hidden_state", (3, 7, 32), 0.5, False)]
-    monkeypatch.setattr(hf_ffn.parity, "run_parity", lambda checkpoint, attn_implementation: rows)
+    monkeypatch.setattr(hf_ffn.parity, "run_parity", lambda checkpoint, attn_implementation, **kwargs: rows)
     monkeypatch.setattr(hf_ffn.parity, "choose_default_checkpoint", lambda: ("some/bert", "stand-in"))
     assert main(["parity"]) == EXIT_NOT_EXACT == 1
     assert "0/1 outputs equal (torch.equal). NOT EXACT" in capsys.readouterr().out

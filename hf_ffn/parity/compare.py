@@ -14,13 +14,22 @@ from ..conversion.measure import COMPARED_OUTPUTS, output_difference, tensor_dif
 
 @dataclass
 class ParityRow:
-    """One compared tensor: which head and output, its shape, max |upstream − hf_ffn| and `torch.equal`."""
+    """One compared tensor: which head and output, its shape, max |upstream − hf_ffn| and `torch.equal`.
+
+    `tolerance` None: the row holds when the tensors are equal bit for bit (the same ops). A number (the unpadded
+    rows, `hf_ffn.parity.unpadded_rows`, whose ops differ): the row holds when `max_abs_diff` ≤ `tolerance`."""
 
     head: str
     output: str
     shape: list[int]
     max_abs_diff: float
     equal: bool
+    tolerance: float | None = None
+
+    @property
+    def holds(self) -> bool:
+        """Whether the row meets its bar: `equal`, or within `tolerance` when it has one."""
+        return self.equal if self.tolerance is None else self.max_abs_diff <= self.tolerance
 
 
 def compare_tensors(head: str, output: str, reference: torch.Tensor, candidate: torch.Tensor) -> ParityRow:

@@ -124,13 +124,62 @@ def head_folders(checkpoint: str, root: str | os.PathLike, seed: int = 0) -> dic
     return folders
 
 
-def run_parity(checkpoint: str, attn_implementation: str = "eager", seed: int = 0, **overrides) -> list[ParityRow]:
+# The dtypes the parity job runs in (`--dtype`): the name a user types → torch's.
+PARITY_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+# The unpadded rows' bar in float32: 1e-5 of the reference tensor's largest |value| (fp32 rounding: packed
+# attention sums each sequence's own keys, the padded batch its row's; docs/unpadded.md, "How close, and why not
+# bitwise", measured about 5e-7 of the scale on the real checkpoint).
+UNPADDED_FP32_TOLERANCE = 1e-5
+
+
+def parity_device(device: str | torch.device) -> torch.device:
+    """`device` as a `torch.device` the job can run on.
+
+    Raises:
+        ValueError: a string torch does not read as a device, or a CUDA device where none is available (naming
+            `device`, the value and what is allowed).
+    """
+    try:
+        resolved = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device={device!r} is not one torch knows: use cpu, cuda or cuda:N") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r}: CUDA is not available here (torch.cuda.is_available() is False)")
+    return resolved
+
+
+def parity_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """`dtype` (a name of `PARITY_DTYPES` or a torch dtype among them) as a torch dtype.
+
+    Raises:
+        ValueError: any other value (naming `dtype` and the allowed names).
+    """
+    resolved = PARITY_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype
+    if resolved not in PARITY_DTYPES.values():
+        raise ValueError(f"dtype={dtype!r} is not allowed: use one of {', '.join(PARITY_DTYPES)}")
+    return resolved
+
+
+def run_parity(
+    checkpoint: str,
+    attn_implementation: str = "eager",
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = "float32",
+    **overrides,
+) -> list[ParityRow]:
     """Load `checkpoint` into each upstream Bert head class and the matching FfnBert class; compare all outputs.
 
     Args:
         checkpoint: a BERT (or default FfnBert) folder or hub name.
         attn_implementation: "eager" (attention maps are compared too) or "sdpa".
         seed: seeds the heads that the checkpoint lacks (created once by upstream, saved, loaded by both).
+        device: where both models run ("cpu", "cuda", "cuda:1", ...).
+        dtype: both models' weights and activations ("float32", "bfloat16", "float16": `PARITY_DTYPES`).
         **overrides: config overrides for the FfnBert side (e.g. `layer_norm_eps=1e-5` as a negative control).
 
     Returns:
@@ -138,28 +187,37 @@ def run_parity(checkpoint: str, attn_implementation: str = "eager", seed: int = 
         then `ffn[0] "time flies like an arrow"` (ids 2051 10029 2066 2019 8612, no special tokens) when the
         vocabulary is bert-base-uncased's size or larger. With transformers ≥ 5.25 (`UPSTREAM_MASKS_PACKED_SEQUENCES`)
         each head of `FLATTENED_HEADS` also gives rows for the same batch as one padding-free row
-        (`flattened_rows`, outputs named `... (flattened)`).
+        (`flattened_rows`, outputs named `... (flattened)`). Then the unpadded rows (`unpadded_rows`:
+        `unpad_tokens=True` on the padded batch, real tokens, each within its tolerance). Every row but the
+        unpadded ones asks for `torch.equal`.
 
     Raises:
         FileNotFoundError: `checkpoint` looks local and is not a checkpoint folder (`hf_ffn.checkpoints`).
         NotPlainBertError: an FfnBert checkpoint whose config is not plain BERT (`is_default_bert` false).
-        ValueError: a checkpoint that is not BERT-shaped (from `FfnBertConfig`).
+        ValueError: a checkpoint that is not BERT-shaped (from `FfnBertConfig`); a `device` that is not one or has
+            no CUDA here; a `dtype` outside `PARITY_DTYPES`.
     """
+    device, dtype = parity_device(device), parity_dtype(dtype)
     check_checkpoint(checkpoint)
     rows: list[ParityRow] = []
     with quiet_transformers(), tempfile.TemporaryDirectory() as tmp:
         config = FfnBertConfig.from_pretrained(checkpoint)  # fails early, clearly, on a non-BERT checkpoint
         if not config.is_default_bert:
             raise NotPlainBertError(str(checkpoint), config)
-        batch = example_batch(checkpoint, config)
+        batch = {key: value.to(device) for key, value in example_batch(checkpoint, config).items()}
         want_attentions = attn_implementation == "eager"
         folders = head_folders(checkpoint, tmp, seed)
+        load = dict(attn_implementation=attn_implementation, dtype=dtype)
         for upstream_class, ffn_class in HEAD_PAIRS.items():
             folder = folders[upstream_class]
-            reference = upstream_class.from_pretrained(folder, attn_implementation=attn_implementation).eval()
-            candidate = ffn_class.from_pretrained(  # `overrides` are deliberate (negative controls)
-                folder, attn_implementation=attn_implementation, warn_reused_weights=False, **overrides
-            ).eval()
+            reference = upstream_class.from_pretrained(folder, **load).to(device).eval()
+            candidate = (
+                ffn_class.from_pretrained(  # `overrides` are deliberate (negative controls)
+                    folder, warn_reused_weights=False, **load, **overrides
+                )
+                .to(device)
+                .eval()
+            )
             inputs = head_inputs(upstream_class, batch)
             with torch.no_grad():
                 ref_out = reference(**inputs, output_hidden_states=True, output_attentions=want_attentions)
@@ -169,6 +227,67 @@ def run_parity(checkpoint: str, attn_implementation: str = "eager", seed: int = 
                 rows += ffn_rows(reference, candidate, batch)
             if UPSTREAM_MASKS_PACKED_SEQUENCES and upstream_class in FLATTENED_HEADS:
                 rows += flattened_rows(reference, candidate, batch, output_attentions=want_attentions)
+        rows += unpadded_rows(folders[BertModel], batch, attn_implementation, device, dtype, **overrides)
+    return rows
+
+
+def unpadded_rows(
+    checkpoint: str,
+    batch: dict[str, torch.Tensor],
+    attn_implementation: str = "sdpa",
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = "float32",
+    **overrides,
+) -> list[ParityRow]:
+    """Unpadded execution against upstream: `FfnBertModel` with `unpad_tokens=True` and upstream `BertModel`, both
+    from `checkpoint`, on the padded `batch` (`input_ids`, `attention_mask` (batch, seq) with padding, on `device`),
+    compared on the real tokens: `last_hidden_state`, every hidden state and `pooler_output`, head
+    "FfnBertModel (unpad_tokens)". Each row carries its tolerance (`ParityRow.tolerance`); `equal` is `torch.equal`
+    over the real tokens.
+
+    - float32: |unpadded − upstream| ≤ `UNPADDED_FP32_TOLERANCE` · max |upstream| of that tensor (fp32 rounding).
+    - bfloat16/float16: measured against upstream in float32 (the reference): |unpadded − upstream float32| ≤
+      |upstream in `dtype` − upstream float32|, the largest over the same tensor's real tokens: the unpadded path
+      no further from the float32 answer than upstream's own reduced-precision run is.
+
+    The packed attention kernel is the device's (`hf_ffn.unpadding.packed_attention_kernel`); where the device has
+    none (e.g. CUDA with eager attention) the switch runs the padded path and these rows are upstream's own values.
+
+    Raises:
+        ValueError: as `parity_device` / `parity_dtype`.
+    """
+    device, dtype = parity_device(device), parity_dtype(dtype)
+    real = batch["attention_mask"].bool()
+    load = dict(attn_implementation=attn_implementation)
+
+    def outputs(model_class, run_dtype: torch.dtype, **config) -> dict[str, torch.Tensor]:
+        model = model_class.from_pretrained(checkpoint, dtype=run_dtype, **load, **config).to(device).eval()
+        with torch.no_grad():
+            out = model(**batch, output_hidden_states=True)
+        tensors = {"last_hidden_state": out.last_hidden_state[real], "pooler_output": out.pooler_output}
+        tensors |= {f"hidden_states[{i}]": h[real] for i, h in enumerate(out.hidden_states)}
+        return {name: t.float() for name, t in tensors.items()}
+
+    with quiet_transformers():
+        upstream = outputs(BertModel, dtype)
+        unpadded = outputs(FfnBertModel, dtype, unpad_tokens=True, warn_reused_weights=False, **overrides)
+        reference = upstream if dtype == torch.float32 else outputs(BertModel, torch.float32)
+    rows = []
+    for name, want in reference.items():
+        if dtype == torch.float32:
+            tolerance = UNPADDED_FP32_TOLERANCE * want.abs().max().item()
+        else:
+            tolerance = (upstream[name] - want).abs().max().item()
+        rows.append(
+            ParityRow(
+                "FfnBertModel (unpad_tokens)",
+                name,
+                list(want.shape),
+                (unpadded[name] - want).abs().max().item(),
+                torch.equal(unpadded[name], want),
+                tolerance,
+            )
+        )
     return rows
 
 
@@ -259,17 +378,21 @@ def variant_report(checkpoint: str, attn_implementation: str = "eager", **overri
 
 
 def rows_as_dicts(rows: list[ParityRow]) -> list[dict]:
-    """The rows as JSON-ready dicts (`head`, `output`, `shape`, `max_abs_diff`, `equal`)."""
-    return [asdict(row) for row in rows]
+    """The rows as JSON-ready dicts (`head`, `output`, `shape`, `max_abs_diff`, `equal`, `tolerance`, `holds`)."""
+    return [asdict(row) | {"holds": row.holds} for row in rows]
 
 
 def format_table(rows: list[ParityRow]) -> str:
-    """A fixed-width text table of the rows."""
+    """A fixed-width text table of the rows: "yes"/"NO" for the rows that ask for `torch.equal`, "≤ tolerance"
+    or "NO (> tolerance)" for the unpadded rows."""
     header = f"{'head':<34} {'output':<34} {'shape':<18} {'max |Δ|':>10}  equal"
     lines = [header, "-" * len(header)]
     for r in rows:
         shape = "×".join(map(str, r.shape))
-        lines.append(f"{r.head:<34} {r.output:<34} {shape:<18} {r.max_abs_diff:>10.3g}  {'yes' if r.equal else 'NO'}")
+        verdict = "yes" if r.equal else "NO"
+        if r.tolerance is not None and not r.equal:
+            verdict = f"≤ {r.tolerance:.3g}" if r.holds else f"NO (> {r.tolerance:.3g})"
+        lines.append(f"{r.head:<34} {r.output:<34} {shape:<18} {r.max_abs_diff:>10.3g}  {verdict}")
     return "\n".join(lines)
 
 
@@ -278,6 +401,8 @@ __all__ = [
     "FLATTENED_HEADS",
     "HEAD_PAIRS",
     "PER_SEQUENCE_OUTPUTS",
+    "PARITY_DTYPES",
+    "UNPADDED_FP32_TOLERANCE",
     "NotPlainBertError",
     "ffn_outputs",
     "ffn_rows",
@@ -286,5 +411,8 @@ __all__ = [
     "head_folders",
     "rows_as_dicts",
     "run_parity",
+    "parity_device",
+    "parity_dtype",
+    "unpadded_rows",
     "variant_report",
 ]
