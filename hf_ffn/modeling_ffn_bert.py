@@ -67,7 +67,6 @@ from .sparse_prediction import SparsePredictionMixin
 from .unpadding import (
     TokenPacking,
     block_diagonal_forward,
-    is_flash_attention,
     packed_self_attention,
     unpadded_model_forward,
 )
@@ -319,8 +318,7 @@ class FfnBertModel(FfnBertPreTrainedModel, BertModel):
             return super().forward(*inputs, **kwargs)
         # A padding-free batch with the switch off, or on a device without a packed attention kernel: upstream's
         # padded path and mask (a flash kernel takes no mask, but the packed path gives it the sequence boundaries).
-        unpadded = (self.config.unpad_tokens or is_flash_attention(self.config)) and packing.kernel is not None
-        if packing.padding_free and (output_attentions or not unpadded):
+        if packing.padding_free and (output_attentions or packing.kernel is None):
             return block_diagonal_forward(self, super().forward, *inputs, packing=packing, **kwargs)
         return unpadded_model_forward(self, *inputs, packing=packing, **kwargs)
 

@@ -287,13 +287,15 @@ class TokenPacking:
         inputs = input_ids if input_ids is not None else inputs_embeds
         shape = inputs.shape[:2]
         packing = cls.from_position_ids(position_ids, attention_mask, *shape)
-        wanted = packing is not None or (config.unpad_tokens and not output_attentions)
-        kernel = packed_attention_kernel(config, inputs.device) if wanted else None
-        if packing is None and kernel is not None and config.unpad_tokens and not output_attentions:
+        unpad = config.unpad_tokens and not output_attentions
+        # the kernel where the batch may run packed: the switch on, or a flash kernel (which takes no mask)
+        kernel = packed_attention_kernel(config, inputs.device) if unpad or is_flash_attention(config) else None
+        if packing is None and kernel is not None and unpad:
             packing = cls.from_attention_mask(attention_mask)
         if packing is None:
             return None
-        # a padding-free batch on a device without a kernel: the block-diagonal padded path (`packing.kernel` None)
+        # `kernel` None (the switch off, or no kernel on this device): a padding-free batch runs the block-diagonal
+        # padded path (`FfnBertModel.forward`)
         return replace(packing, kernel=kernel)
 
     @property

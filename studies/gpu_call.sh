@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (../shared/device.md): set-up, the GPU check (issue 41), then the from-scratch study's
+# units on the GPU (issue 42) in the time left. Run by the device tool from the repository root, with $OUT set:
+#
+#   mkdir -p device_payload/wheels device_payload/corpus              # ignored by git (.git/info/exclude)
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 datasets==5.2.0 dill==0.4.1 \
+#       multiprocess==0.70.19 -d device_payload/wheels
+#   cp ../shared/data/pretraining/{wiki-00,wiki-01,books-00,books-01}.txt.xz device_payload/corpus/
+#   device run: bash studies/gpu_call.sh   (carry: device_payload; timeout 600)
+#
+# What comes back under $OUT: gpu.json and gpu.log (studies/benchmark/gpu.py), parity.log (hf-ffn parity --device
+# cuda on a small BERT), the units' records and log (studies/pretraining/gpu_units.py). Each part runs under its own
+# timeout and prints as it goes; a part that fails leaves the others' results.
+set -u
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+OUT=${OUT:-out/device}
+mkdir -p "$OUT"
+BUDGET=${BUDGET:-570}  # seconds for this whole script (the call's limit is 600)
+start=$(date +%s)
+left() { echo $((BUDGET - ($(date +%s) - start))); }
+
+# A smoke run on the CPU of a developer machine: SMOKE=1 (no installs, its own python, tiny sizes).
+SMOKE=${SMOKE:-0}
+if [ "$SMOKE" = 1 ]; then
+    CHECK_ARGS="--quick --sections parity unpadded"; UNIT_ARGS="--smoke"; DEVICE=cpu
+else
+    CHECK_ARGS=""; UNIT_ARGS=""; DEVICE=cuda
+    nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv || true
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site device_payload/wheels/*.whl
+    export PYTHONPATH=/tmp/site
+    python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null
+fi
+python3 -c 'import torch, transformers, datasets, hf_ffn; print("torch", torch.__version__, "transformers",
+transformers.__version__, "datasets", datasets.__version__, "cuda", torch.cuda.is_available())'
+
+# 1. The GPU check (issue 41): parity, unpadded execution, pre-training speed -> gpu.json (written per section).
+timeout $(( $(left) < 330 ? $(left) : 330 )) python3 -m studies.benchmark.gpu --output_dir "$OUT" $CHECK_ARGS \
+    --data_files device_payload/corpus/wiki-00.txt.xz 2>&1 | tee "$OUT/gpu.log" | grep -v "it/s\]" | tail -n 60
+echo "gpu check done at $(( $(date +%s) - start )) s"
+
+# 2. hf-ffn parity --device cuda, as a user runs it, on a small seeded BERT (exit status: 0 = every row holds).
+python3 - <<'EOF'
+import torch
+from transformers import BertConfig, BertForPreTraining
+torch.manual_seed(0)
+BertForPreTraining(BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                              intermediate_size=1024)).save_pretrained("/tmp/small_bert")
+EOF
+for dtype in float32 bfloat16; do
+    timeout 60 python3 -m hf_ffn.cli parity --model /tmp/small_bert --device $DEVICE --dtype "$dtype" --attn sdpa \
+        >>"$OUT/parity.log" 2>&1
+    echo "hf-ffn parity --device $DEVICE --dtype $dtype --attn sdpa: exit $?" | tee -a "$OUT/parity.log"
+done
+tail -n 4 "$OUT/parity.log"
+
+# 3. The from-scratch study's units on the GPU (issue 42), in the time left.
+if [ -f studies/pretraining/gpu_units.py ] && [ "$(left)" -gt 90 ]; then
+    timeout $(( $(left) - 10 )) python3 -m studies.pretraining.gpu_units --data_dir device_payload/corpus \
+        --out "$OUT" --time_limit $(( $(left) - 25 )) $UNIT_ARGS 2>&1 | tee "$OUT/units.log" | grep -v "it/s\]" | tail -n 40
+fi
+echo "all done at $(( $(date +%s) - start )) s"
