@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 from transformers import TrainingArguments
-from transformers.training_args import OptimizerNames
 
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.arguments import given_options
@@ -27,7 +26,6 @@ from .conftest import TINY, assert_equal_but_row_count, tiny_config
 
 CUDA_DEFAULTS = {
     "torch_compile": True,
-    "optim": "adamw_torch_fused",
     "logging_nan_inf_filter": False,
     "dataloader_num_workers": 4,
     "dataloader_persistent_workers": True,
@@ -43,8 +41,10 @@ def test_speed_defaults_on_cuda_only_and_only_where_not_given():
     assert device_speed_defaults("cpu", set(), cpu_count=16) == {}
     assert device_speed_defaults("mps", set(), cpu_count=16) == {}
     assert device_speed_defaults("cuda", set(), cpu_count=16) == CUDA_DEFAULTS
-    left = device_speed_defaults("cuda", {"torch_compile", "optim", "unpad_tokens"}, cpu_count=16)
-    assert set(left) == set(CUDA_DEFAULTS) - {"torch_compile", "optim", "unpad_tokens"}
+    left = device_speed_defaults("cuda", {"torch_compile", "unpad_tokens"}, cpu_count=16)
+    assert set(left) == set(CUDA_DEFAULTS) - {"torch_compile", "unpad_tokens"}
+    workers_given = device_speed_defaults("cuda", {"dataloader_num_workers"}, cpu_count=16)
+    assert "dataloader_persistent_workers" not in workers_given  # --dataloader_num_workers 0 must stay valid
     two_cores = device_speed_defaults("cuda", set(), cpu_count=2)
     assert (two_cores["dataloader_num_workers"], two_cores["dataloader_persistent_workers"]) == (1, True)
     one_core = device_speed_defaults("cuda", set(), cpu_count=1)
@@ -60,15 +60,17 @@ def test_speed_defaults_applied_to_the_arguments_that_have_them(tmp_path):
     assert (training_args.torch_compile, args.unpad_tokens, args.fixed_prediction_rows) == (False, True, False)
     chosen = apply_speed_defaults((args,), training_args, {"dataloader_num_workers"}, device_type="cuda")
     assert "dataloader_num_workers" not in chosen and training_args.dataloader_num_workers == 0
+    assert training_args.dataloader_persistent_workers is False
     assert training_args.torch_compile is True and training_args.torch_compile_backend == "inductor"
-    assert training_args.optim == OptimizerNames.ADAMW_TORCH_FUSED and training_args.logging_nan_inf_filter is False
+    assert training_args.logging_nan_inf_filter is False
     assert (args.unpad_tokens, args.fixed_prediction_rows) == (False, True)
 
 
 def test_options_given_by_value_and_on_the_command_line(tmp_path):
     training_args = TrainingArguments(output_dir=str(tmp_path), report_to="none", dataloader_num_workers=0, seed=3)
     given = options_given_by_value(PretrainingArguments(unpad_tokens=False), training_args)
-    assert {"unpad_tokens", "seed", "output_dir"} <= given and "dataloader_num_workers" not in given  # 0: default
+    assert {"unpad_tokens", "seed", "output_dir"} <= given
+    assert not {"dataloader_num_workers", "optim", "torch_compile", "bf16"} & given  # defaults, given or not
     argv = ["--train_files", "x.txt", "--bf16", "false", "--torch_compile", "false"]
     assert {"bf16", "torch_compile", "train_files"} == given_options(pretraining_parser(), argv)
 

@@ -139,7 +139,7 @@ class PretrainingArguments:
         default=True,
         metadata={
             "help": "on a CUDA device, set the speed options not given (hf_ffn.training.speed."
-            "device_speed_defaults: --torch_compile, --optim adamw_torch_fused, --logging_nan_inf_filter false, "
+            "device_speed_defaults: --torch_compile, --logging_nan_inf_filter false, "
             "data loader workers, --unpad_tokens false, --fixed_prediction_rows), printed at the start; "
             "false: none of them (CPU runs get none either way)"
         },

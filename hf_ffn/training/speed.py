@@ -15,7 +15,6 @@ import os
 
 import torch
 from transformers import TrainingArguments
-from transformers.training_args import OptimizerNames
 from transformers.utils import logging as hf_logging
 
 logger = hf_logging.get_logger(__name__)
@@ -32,14 +31,16 @@ def device_speed_defaults(device_type: str, given: set[str], cpu_count: int | No
 
     On CUDA (`TrainingArguments` options, then `PretrainingArguments` ones):
     - `torch_compile=True` (Trainer's own: the model is compiled by inductor, fewer and fused kernels);
-    - `optim="adamw_torch_fused"` (one fused kernel for the AdamW update instead of a foreach loop);
     - `logging_nan_inf_filter=False` (Trainer otherwise reads every step's loss back to test it for nan/inf: a
       host-device synchronisation per step);
     - `dataloader_num_workers` (min(4, cpu_count // 2)) and `dataloader_persistent_workers=True`: batches are
-      collated and masked in worker processes while the GPU computes (pinned memory is Trainer's default);
+      collated and masked in worker processes while the GPU computes (pinned memory is Trainer's default); a
+      given `dataloader_num_workers` leaves both to the user;
     - `unpad_tokens=False`: the packed blocks have no padding, and looking for it reads the mask back every step;
     - `fixed_prediction_rows=True`: sparse prediction decodes a fixed number of positions per batch
       (`prediction_rows`), so shapes are static for the compiled graph and no masked count is read back.
+
+    The fused AdamW (`optim="adamw_torch_fused"`) is already `TrainingArguments`' default on torch >= 2.8.
 
     Raises:
         ValueError: on a `cpu_count` below 1.
@@ -52,13 +53,14 @@ def device_speed_defaults(device_type: str, given: set[str], cpu_count: int | No
     workers = min(MAX_LOADER_WORKERS, cpu_count // 2)
     defaults = {
         "torch_compile": True,
-        "optim": OptimizerNames.ADAMW_TORCH_FUSED.value,
         "logging_nan_inf_filter": False,
         "dataloader_num_workers": workers,
         "dataloader_persistent_workers": workers > 0,
         "unpad_tokens": False,
         "fixed_prediction_rows": True,
     }
+    if "dataloader_num_workers" in given:  # persistent workers need workers: the user's choice decides both
+        given = given | {"dataloader_persistent_workers"}
     return {name: value for name, value in defaults.items() if name not in given}
 
 
@@ -75,7 +77,7 @@ def apply_speed_defaults(
     chosen = device_speed_defaults(device_type, given)
     for name, value in chosen.items():
         target = training_args if hasattr(training_args, name) else next(a for a in arguments if hasattr(a, name))
-        setattr(target, name, OptimizerNames(value) if name == "optim" else value)
+        setattr(target, name, value)
     if chosen.get("torch_compile") and training_args.torch_compile_backend is None:
         training_args.torch_compile_backend = "inductor"
     if chosen and training_args.process_index == 0:
