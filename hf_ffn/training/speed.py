@@ -81,7 +81,7 @@ def apply_speed_defaults(
     if chosen.get("torch_compile") and training_args.torch_compile_backend is None:
         training_args.torch_compile_backend = "inductor"
     if chosen and training_args.process_index == 0:
-        listed = ", ".join(f"--{name} {value}" for name, value in chosen.items())
+        listed = ", ".join(f"--{name} {str(value).lower()}" for name, value in chosen.items())
         logger.warning(f"speed defaults on {device_type} (--speed_defaults false: none of them): {listed}")
     return chosen
 
