@@ -32,6 +32,7 @@ from .readers import (  # re-exported: hf_ffn.training.data was their home
     read_text_documents,
     split_dataset,
 )
+from .speed import prediction_positions, prediction_rows
 
 
 def load_classification_datasets(args: ClassificationDataArguments):
@@ -209,7 +210,9 @@ class FixedOrRandomMaskCollator:
     """Masks training batches afresh each time (BERT's dynamic masking, `DataCollatorForLanguageModeling`) but
     passes batches that already carry `labels` through unchanged: the evaluation set is masked once, with a seed,
     so perplexity before and after training is measured on the same masked tokens. The masking rule:
-    `masking_collator`'s."""
+    `masking_collator`'s. With `fixed_prediction_rows`, a batch it masks also gets `prediction_positions`
+    (`hf_ffn.training.speed.prediction_positions`: a fixed number of positions per batch shape for sparse
+    prediction to decode)."""
 
     def __init__(
         self,
@@ -217,13 +220,20 @@ class FixedOrRandomMaskCollator:
         mlm_probability: float,
         mask_replace_prob: float = 0.8,
         random_replace_prob: float = 0.1,
+        fixed_prediction_rows: bool = False,
     ):
         self.mlm = masking_collator(tokenizer, mlm_probability, mask_replace_prob, random_replace_prob)
+        self.mlm_probability, self.fixed_prediction_rows = mlm_probability, fixed_prediction_rows
 
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
         if "labels" in features[0]:
             return default_data_collator(features)
-        return self.mlm(features)
+        batch = self.mlm(features)
+        if self.fixed_prediction_rows:
+            labels = batch["labels"]
+            rows = prediction_rows(labels.numel(), self.mlm_probability)
+            batch["prediction_positions"] = prediction_positions(labels, rows)
+        return batch
 
 
 class PaddingFreeCollator:

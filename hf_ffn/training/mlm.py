@@ -67,6 +67,7 @@ def mlm_trainer(
     callbacks: list[TrainerCallback] | None = None,
     mask_replace_prob: float = 0.8,
     random_replace_prob: float = 0.1,
+    fixed_prediction_rows: bool = False,
 ) -> Trainer:
     """A `Trainer` for masked-language-model training of `model` on `train_blocks` (rows of `documents_to_blocks`).
 
@@ -76,7 +77,9 @@ def mlm_trainer(
     without `labels`, then masked once here with `seed`; either way losses before, during and after training are
     measured on the same masked tokens. `padding_free`: every batch concatenated into one row
     (`PaddingFreeCollator`), each block computed as if alone. `callbacks`: extra `TrainerCallback`s (e.g. a
-    study's gradient recorder), added to the Trainer's defaults.
+    study's gradient recorder), added to the Trainer's defaults. `fixed_prediction_rows`: training batches carry
+    `prediction_positions`, a fixed number of positions per batch for sparse prediction to decode
+    (`hf_ffn.training.speed.prediction_positions`).
 
     Every evaluation reports, besides Trainer's `eval_loss`, `hf_ffn.training.mlm_metrics.mlm_scores` (loss on
     [MASK] positions `eval_mask_loss`, `eval_token_loss`, accuracies): `"inputs"` is added to
@@ -84,7 +87,7 @@ def mlm_trainer(
     """
     masking = {"mlm_probability": mlm_probability, "mask_replace_prob": mask_replace_prob}
     masking["random_replace_prob"] = random_replace_prob
-    collator = FixedOrRandomMaskCollator(tokenizer, **masking)
+    collator = FixedOrRandomMaskCollator(tokenizer, **masking, fixed_prediction_rows=fixed_prediction_rows)
     if "labels" not in eval_blocks.column_names:
         eval_blocks = fixed_maskings(eval_blocks, tokenizer, 1, seed, **masking)
     return Trainer(

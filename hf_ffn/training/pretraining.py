@@ -83,6 +83,7 @@ from .outputs import (
     training_seconds,
 )
 from .pretraining_arguments import GLU_MULTIPLE_OF, SCRATCH_DEFAULTS, PretrainingArguments, PretrainingDataArguments
+from .speed import apply_speed_defaults, options_given_by_value
 from .throughput import ThroughputCallback
 from .tokenizer import train_tokenizer
 
@@ -172,12 +173,13 @@ def ffn_report(config: FfnBertConfig, standard_width: int | None = None) -> dict
     return row
 
 
-def use_bf16_where_available(training_args: TrainingArguments) -> bool:
+def use_bf16_where_available(training_args: TrainingArguments, given: set[str] = frozenset()) -> bool:
     """Switch `training_args` to bf16 mixed precision (`bf16`, and `mixed_precision`, which `TrainingArguments`
     derives from it at construction) when neither `bf16` nor `fp16` was asked for and a CUDA device supports bf16.
-    Returns whether the run trains in bf16."""
+    `given`: the options the user gave; an explicit `--bf16 false` ("bf16" in `given`) keeps fp32. Returns whether
+    the run trains in bf16."""
     if (
-        not (training_args.bf16 or training_args.fp16 or training_args.use_cpu)
+        not (training_args.bf16 or training_args.fp16 or training_args.use_cpu or "bf16" in given)
         and torch.cuda.is_available()
         and torch.cuda.is_bf16_supported()
     ):
@@ -209,6 +211,7 @@ def run_pretraining(
     data_args: PretrainingDataArguments,
     training_args: TrainingArguments,
     callbacks: list[TrainerCallback] | None = None,
+    given: set[str] | None = None,
 ) -> dict:
     """Pre-train an `FfnBertForMaskedLM` (from scratch, or continued from `args.model_name_or_path`) on plain text.
 
@@ -233,6 +236,11 @@ def run_pretraining(
     (Trainer's `set_seed`), and every variant draws the same random numbers per step (dropout shapes do not depend
     on the FFN). `callbacks`: extra `TrainerCallback`s for the run's Trainer.
 
+    `given`: the option names the user gave (`given_options` of the command line); None: those whose values
+    differ from their defaults. On a CUDA device, with `args.speed_defaults`, the options of
+    `hf_ffn.training.speed.device_speed_defaults` that are not given are set (and logged once); bf16 where the
+    device supports it (`args.bf16_where_available`) unless `--bf16` was given (`--bf16 false`: fp32).
+
     Returns:
         `{"results": metrics, "log_history": [...], "summary": one line, **report}`.
 
@@ -241,6 +249,8 @@ def run_pretraining(
     """
     start = time.perf_counter()
     resume, stopping = _check_arguments(args, training_args)
+    given = options_given_by_value(args, data_args, training_args) if given is None else given
+    speed = apply_speed_defaults((args,), training_args, given) if args.speed_defaults else {}
     documents = load_corpus(**data_args.corpus_options())
     tokenizer, tokenizer_source = _tokenizer(args, documents["train"], training_args, resume)
     train, evaluation = _blocks_and_maskings(documents, tokenizer, data_args)
@@ -248,7 +258,7 @@ def run_pretraining(
     data_seconds = time.perf_counter() - start  # reading, the tokenizer, tokenizing, blocks, maskings (or the cache)
     model, built = _model(args, tokenizer, data_args, training_args)
     init_rms = ffn_output_rms(model, torch.tensor(train[:INIT_RMS_BLOCKS]["input_ids"], dtype=torch.long))
-    bf16 = use_bf16_where_available(training_args)
+    bf16 = use_bf16_where_available(training_args, given) if args.bf16_where_available else training_args.bf16
     throughput = ThroughputCallback(
         mlm_flops(model.config, data_args.max_seq_length), args.sparse_prediction, tokenizer.pad_token_id
     )
@@ -262,10 +272,12 @@ def run_pretraining(
         padding_free=args.padding_free,
         callbacks=[*([throughput] if args.log_throughput else []), *(callbacks or [])],
         **data_args.masking_options(),
+        fixed_prediction_rows=args.sparse_prediction and args.fixed_prediction_rows,
     )
     results, train_seconds = _train_and_evaluate(trainer, resume, stopping)
     report = _report(args, data_args, training_args, trainer, built, documents, (train, evaluation), train_seconds)
-    report |= {"tokenizer": {"source": tokenizer_source, "vocab_size": len(tokenizer)}, "bf16": bf16}
+    report |= {"tokenizer": {"source": tokenizer_source, "vocab_size": len(tokenizer)}, "bf16": bool(bf16)}
+    report["speed_defaults"] = speed
     report["floors"] = floors
     report["ffn_output_rms_at_start"] = init_rms
     report["data_seconds"] = data_seconds
@@ -546,7 +558,7 @@ def pretraining_main(argv: list[str], prog: str = "hf-ffn mlm") -> int:
         if "output_dir" not in given_options(parser, argv):  # not Trainer's ./trainer_output
             name = folder_name(args.model_name_or_path) if args.model_name_or_path else "scratch"
             training_args.output_dir = str(fresh_output_dir(DEFAULT_OUTPUT_ROOT / name))
-        outcome = run_pretraining(args, data_args, training_args)
+        outcome = run_pretraining(args, data_args, training_args, given=given_options(parser, argv))
     if training_args.process_index == 0:  # one report per torchrun job
         print(json.dumps(outcome["results"], indent=2))
         print(outcome["summary"])

@@ -132,7 +132,24 @@ class PretrainingArguments:
         default=True,
         metadata={
             "help": "train in bf16 mixed precision on a CUDA device that supports it, unless --bf16 or --fp16 "
-            "is given (CPU runs stay fp32)"
+            "is given (CPU runs stay fp32); fp32 on a GPU: --bf16 false (or --bf16_where_available false)"
+        },
+    )
+    speed_defaults: bool = field(
+        default=True,
+        metadata={
+            "help": "on a CUDA device, set the speed options not given (hf_ffn.training.speed."
+            "device_speed_defaults: --torch_compile, --logging_nan_inf_filter false, "
+            "data loader workers, --unpad_tokens false, --fixed_prediction_rows), printed at the start; "
+            "false: none of them (CPU runs get none either way)"
+        },
+    )
+    fixed_prediction_rows: bool = field(
+        default=False,
+        metadata={
+            "help": "with --sparse_prediction: decode a fixed number of positions per batch (the masked ones, "
+            "then unmasked ones the loss ignores; hf_ffn.training.speed.prediction_rows), so shapes are static "
+            "for --torch_compile and the masked count is never read back from the GPU; the loss is the same"
         },
     )
 

@@ -57,20 +57,23 @@ class ThroughputCallback(TrainerCallback):
 
     # Counting -------------------------------------------------------------------------------------------------
     def count(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        """Forward pre-hook (`register_forward_pre_hook(..., with_kwargs=True)`): count a training batch."""
+        """Forward pre-hook (`register_forward_pre_hook(..., with_kwargs=True)`): count a training batch. The
+        counts stay on the batch's device (`tokens`, `decoded`: tensors, or ints for a batch without tensors to
+        count) and are read back once per training log line (`on_log`), not once per step: reading a CUDA tensor
+        waits for the GPU."""
         if not module.training:
             return
         input_ids = kwargs.get("input_ids", args[0] if args else None)
         attention_mask, labels = kwargs.get("attention_mask"), kwargs.get("labels")
         if attention_mask is not None and attention_mask.dim() == 2:
-            tokens = int((attention_mask != 0).sum())  # also for masks that number the documents of a row
+            tokens = (attention_mask != 0).sum()  # also for masks that number the documents of a row
         elif input_ids is not None and self.pad_token_id is not None:
-            tokens = int((input_ids != self.pad_token_id).sum())
+            tokens = (input_ids != self.pad_token_id).sum()
         else:
-            tokens = int(input_ids.numel()) if input_ids is not None else 0
-        decoded = int((labels != IGNORE_INDEX).sum()) if labels is not None and self.sparse_prediction else tokens
-        self.tokens += tokens
-        self.decoded += decoded
+            tokens = input_ids.numel() if input_ids is not None else 0
+        decoded = (labels != IGNORE_INDEX).sum() if labels is not None and self.sparse_prediction else tokens
+        self.tokens = self.tokens + tokens
+        self.decoded = self.decoded + decoded
 
     def rates(self, tokens: int, decoded: int, seconds: float) -> dict[str, float]:
         """Tokens per second and achieved GFLOP/s of `tokens` (and `decoded` head rows) in `seconds`."""
@@ -84,7 +87,7 @@ class ThroughputCallback(TrainerCallback):
     # Trainer events -------------------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if model is not None and self.hook is None:
-            # run eagerly under torch.compile: counting reads tensors back (`int(...)`)
+            # run eagerly under torch.compile (a hook outside the compiled graph)
             self.hook = model.register_forward_pre_hook(torch.compiler.disable(self.count), with_kwargs=True)
         self.mark = self.clock()
 
@@ -106,6 +109,7 @@ class ThroughputCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs is None:
             return
+        self.tokens, self.decoded = int(self.tokens), int(self.decoded)  # the one read-back per log line
         if "loss" in logs:  # a training log line
             added = self.rates(self.tokens, self.decoded, self.seconds)
             self.total_tokens += self.tokens
