@@ -280,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
         default=["parity", "unpadded", "pretraining"],
     )
     parser.add_argument("--data_files", nargs="*", default=[], help="corpus files for the pre-training section")
+    parser.add_argument(
+        "--bert_tokenizer", default=None, help="a bert-base-uncased tokenizer folder (default: the bundled BERT's)"
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
@@ -311,7 +314,12 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     from studies.benchmark.gpu_pretraining import measure
 
-                    measured = measure(Path(tmp) / "pretraining", [Path(f) for f in args.data_files], quick=args.quick)
+                    measured = measure(
+                        Path(tmp) / "pretraining",
+                        [Path(f) for f in args.data_files],
+                        quick=args.quick,
+                        bert_tokenizer=args.bert_tokenizer,
+                    )
                     keys = ("study_model_speedup", "bert_base_vs_run_mlm", "study_model_tokens_per_second")
                     results["pretraining"] = {k: measured[k] for k in keys if k in measured}
                     if "mask_loss_difference" in measured:
