@@ -67,6 +67,7 @@ from .sparse_prediction import SparsePredictionMixin
 from .unpadding import (
     TokenPacking,
     block_diagonal_forward,
+    compute_dtype,
     packed_self_attention,
     unpadded_model_forward,
 )
@@ -313,7 +314,9 @@ class FfnBertModel(FfnBertPreTrainedModel, BertModel):
         """`BertModel.forward` (the same arguments and outputs), packed where the class docstring says."""
         inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
         output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
-        packing = TokenPacking.for_batch(self.config, *inputs, output_attentions=output_attentions)
+        # which packed kernel applies depends on the dtype the matmuls run in (a flash kernel needs half precision)
+        dtype = compute_dtype(self.dtype, self.device) if self.config.unpad_tokens else self.dtype
+        packing = TokenPacking.for_batch(self.config, *inputs, output_attentions=output_attentions, dtype=dtype)
         if packing is None:
             return super().forward(*inputs, **kwargs)
         # A padding-free batch with the switch off, or on a device without a packed attention kernel: upstream's

@@ -16,11 +16,11 @@ activations, dropout, residual adds) gives each row the same value in any arrang
 which mixes tokens, needs the sequences: `packed_self_attention` runs transformers' attention function once per
 length (a (sequences, heads, length, head_dim) block, no mask: each sequence attends to itself only), in training
 mode once per group of lengths (`grouped_attention`: a few blocks padded to the group's longest length, with a key
-mask), or once for all sequences with a variable-length kernel: torch's SDPA over nested jagged tensors (CUDA with
-sdpa) or flash attention's (`cu_seq_lens_q/k`). Which one runs is chosen per device (`packed_attention_kernel`);
-where none computes fewer pairs than the padded batch (CUDA with eager attention, other devices), padded batches
-run the padded path, so the switch never makes a model slower there. Only the buckets' groups are padded; every
-other op runs on the n_real rows.
+mask), or once for all sequences with a variable-length kernel: torch's flash attention (CUDA, sdpa, half
+precision) or transformers' flash implementation (`cu_seq_lens_q/k`). Which one runs is chosen per device and
+dtype (`packed_attention_kernel`); where none computes fewer pairs than the padded batch (CUDA in float32 or with
+eager attention, other devices), padded batches run the padded path, so the switch never makes a model slower
+there. Only the buckets' groups are padded; every other op runs on the n_real rows.
 
 Reads bottom-up: `TokenPacking` (where the real tokens are, which sequence each belongs to) → `packed_embeddings`
 → `packed_self_attention` (the one step of `FfnBertLayer.forward` that differs on packed tokens) →
@@ -32,6 +32,7 @@ transformers (and `grouped_attention`, which imports only torch), so it can be s
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -64,44 +65,64 @@ COLLATOR_BOUNDARY_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "m
 
 logger = logging.getLogger(__name__)
 
-try:  # torch's variable-length flash attention (torch >= 2.10): CUDA, half precision, no dropout
-    from torch.nn.attention.varlen import varlen_attn
-except ImportError:
-    varlen_attn = None
-
-# How packed attention runs (`packed_attention_kernel`), chosen per device: one name per kernel.
+# How packed attention runs (`packed_attention_kernel`), chosen per device and dtype: one name per kernel.
 #   "buckets": transformers' attention function once per length (eval) or per group of lengths (training): the CPU's.
-#   "varlen": torch's variable-length attention, one call for all sequences: `varlen_attn` (flash) where it applies
-#       (CUDA, bfloat16/float16, no attention dropout drawn), else SDPA over nested jagged tensors ("jagged"):
-#       CUDA with sdpa.
-#   "jagged": always SDPA over nested jagged tensors (flash or memory-efficient kernel on CUDA, dropout included;
-#       the math kernel on the CPU).
+#   "varlen": torch's flash attention over all packed rows at once (`flash_varlen_attention`): CUDA, sdpa,
+#       bfloat16/float16.
 #   "flash": transformers' flash attention function with the sequence boundaries (`cu_seq_lens_q/k`).
-PACKED_ATTENTION_KERNELS = ("buckets", "varlen", "jagged", "flash")
-# A fixed choice instead of the per-device one (None): for tests and benchmarks (e.g. "jagged" on the CPU).
+PACKED_ATTENTION_KERNELS = ("buckets", "varlen", "flash")
+HALF_DTYPES = (torch.bfloat16, torch.float16)  # the dtypes flash kernels compute in
+# A fixed choice instead of the per-device one (None): for tests and benchmarks.
 FORCE_PACKED_ATTENTION_KERNEL: str | None = None
-_announced: set[tuple[str, str, str | None]] = set()  # (device type, implementation, kernel) already logged
+_announced: set[tuple[str, str, torch.dtype, str | None]] = set()  # choices already logged
 
 
-def varlen_applies(query: torch.Tensor, dropout: float) -> bool:
-    """Whether torch's `varlen_attn` can run the "varlen" kernel's call: installed (torch >= 2.10), `query` on
-    CUDA in bfloat16/float16 (a flash kernel), and no attention dropout to draw (it has none)."""
-    half = query.dtype in (torch.bfloat16, torch.float16)
-    return varlen_attn is not None and query.is_cuda and half and not dropout
+def flash_varlen_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int,
+    dropout: float,
+    scale: float,
+) -> torch.Tensor:
+    """Self-attention of every packed sequence in one call of torch's flash attention kernel
+    (`torch.ops.aten._flash_attention_forward`: the op behind `torch.nn.attention.varlen.varlen_attn` and behind SDPA
+    on nested tensors; called directly because `varlen_attn` takes no dropout): query, key, value (n_real, heads,
+    head_dim) in bfloat16/float16 on CUDA, `cu_seqlens` (num_sequences + 1,) int32, the longest length
+    `max_seqlen`, attention dropout probability `dropout`, `scale` (BERT's 1/sqrt(head_dim)) → (n_real, heads,
+    head_dim). Differentiable (its backward is torch's flash backward)."""
+    return torch.ops.aten._flash_attention_forward(
+        query, key, value, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout, False, False, scale=scale
+    )[0]
 
 
-def packed_attention_kernel(config, device: torch.device) -> str | None:
-    """The kernel that runs packed attention for `config._attn_implementation` on `device`
-    (`PACKED_ATTENTION_KERNELS`), or `None` where no kernel computes fewer pairs than the padded batch, so that
-    `unpad_tokens=True` runs the padded path there (never slower than the switch off):
+def compute_dtype(parameter_dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The dtype a model's matmuls run in: autocast's on `device` where it is on, else the parameters' (also on a
+    device autocast does not know, e.g. "meta")."""
+    try:
+        if torch.is_autocast_enabled(device.type):
+            return torch.get_autocast_dtype(device.type)
+    except RuntimeError:  # no autocast for this device type
+        pass
+    return parameter_dtype
+
+
+def packed_attention_kernel(config, device: torch.device, dtype: torch.dtype = torch.float32) -> str | None:
+    """The kernel that runs packed attention for `config._attn_implementation` on `device` computing in `dtype`
+    (`compute_dtype`) (`PACKED_ATTENTION_KERNELS`), or `None` where no kernel computes fewer pairs than the padded
+    batch at no more overhead, so that `unpad_tokens=True` runs the padded path there (never slower than off):
 
     - a flash implementation (name containing "flash"), any device: "flash" (its variable-length kernel);
     - CPU, any other implementation: "buckets" (measured fastest there: docs/unpadded.md, "Why length buckets");
-    - CUDA with "sdpa": "varlen" (one variable-length kernel call for the whole batch; the buckets' ~20 calls
-      per layer, each with its own launches, made the switch 2.7-2.9x slower than upstream on an H200);
-    - anything else (CUDA with eager or flex, other devices): `None`.
+    - CUDA with "sdpa" in bfloat16/float16: "varlen" (one flash call for the whole batch; the buckets' ~20 calls
+      per layer made the switch 2.7-2.9x slower than upstream on an H200, SDPA over nested jagged tensors 5-6x:
+      their Python dispatch);
+    - anything else (CUDA in float32, where torch has no variable-length kernel without nested tensors; CUDA with
+      eager or flex; other devices): `None`.
 
-    `FORCE_PACKED_ATTENTION_KERNEL`, when set, is returned instead. Logged once per (device type, implementation).
+    `FORCE_PACKED_ATTENTION_KERNEL`, when set, is returned instead. Logged once per (device type, implementation,
+    dtype) at INFO level.
 
     Raises:
         ValueError: `FORCE_PACKED_ATTENTION_KERNEL` is not one of `PACKED_ATTENTION_KERNELS` or None.
@@ -118,13 +139,13 @@ def packed_attention_kernel(config, device: torch.device) -> str | None:
         kernel = "flash"
     elif device.type == "cpu":
         kernel = "buckets"
-    elif device.type == "cuda" and implementation == "sdpa":
+    elif device.type == "cuda" and implementation == "sdpa" and dtype in HALF_DTYPES:
         kernel = "varlen"
     else:
         kernel = None
-    if (device.type, implementation, kernel) not in _announced:
-        _announced.add((device.type, implementation, kernel))
-        where = f"{device.type}, attn_implementation={implementation!r}"
+    if (device.type, implementation, dtype, kernel) not in _announced:
+        _announced.add((device.type, implementation, dtype, kernel))
+        where = f"{device.type}, attn_implementation={implementation!r}, {str(dtype).removeprefix('torch.')}"
         logger.info(
             f"unpad_tokens: packed attention by {kernel!r} ({where})"
             if kernel
@@ -198,14 +219,31 @@ class TokenPacking:
         if attention_mask is None or attention_mask.dim() != 2:
             return None
         real = attention_mask == 1
-        plain, no_padding = torch.stack(  # one transfer to the host, not three
-            (((real | (attention_mask == 0)).all() & real[:, 0].all()), real.all())
-        ).tolist()
-        if not plain or no_padding:
-            return None
+        plain = (real | (attention_mask == 0)).all() & real[:, 0].all()
+        # the one read-back from the device: whether the mask is plain, and each row's length
+        plain, *lengths = torch.cat((plain[None].long(), real.sum(1))).tolist()
         batch_size, seq_len = attention_mask.shape
-        positions = real.flatten().nonzero().squeeze(1)
-        return cls.from_sequence_ids(positions, positions // seq_len, batch_size, seq_len)
+        if not plain or sum(lengths) == batch_size * seq_len:
+            return None
+        device = attention_mask.device
+        rows = sorted(range(batch_size), key=lengths.__getitem__)  # by length, ties in input order (stable)
+        rank = torch.empty(batch_size, dtype=torch.long)
+        rank[rows] = torch.arange(batch_size)
+        # real tokens by (row's rank, position), pads after them: the first n_real of the order are the packing
+        position = torch.arange(batch_size * seq_len, device=device)
+        # host → device copies without waiting for the device (non_blocking: the host values are staged at once)
+        key = rank.to(device, non_blocking=True).repeat_interleave(seq_len) * (batch_size * seq_len) + position
+        key = key.masked_fill(~real.flatten(), 2 * (batch_size * seq_len) ** 2)
+        sorted_lengths = [lengths[row] for row in rows]
+        cu_seqlens = torch.tensor([0, *itertools.accumulate(sorted_lengths)], dtype=torch.int32)
+        return cls(
+            indices=key.argsort()[: sum(lengths)],
+            batch_size=batch_size,
+            seq_len=seq_len,
+            buckets=tuple((length, len(list(group))) for length, group in itertools.groupby(sorted_lengths)),
+            first_tokens=torch.arange(batch_size, device=device) * seq_len,
+            cu_seqlens=cu_seqlens.to(device, non_blocking=True),
+        )
 
     @classmethod
     def from_position_ids(
@@ -273,11 +311,13 @@ class TokenPacking:
         position_ids: torch.Tensor | None,
         inputs_embeds: torch.Tensor | None,
         output_attentions: bool = False,
+        dtype: torch.dtype = torch.float32,
     ) -> TokenPacking | None:
         """The packing `FfnBertModel.forward` runs for these inputs (`BertModel.forward`'s): a padding-free batch's
         (`from_position_ids`, whatever the config), else, with `config.unpad_tokens`, without `output_attentions`
-        and where the device has a packed attention kernel (`packed_attention_kernel`), a padded batch's
-        (`from_attention_mask`); `None` for the padded path. The packing's `kernel` is the device's choice.
+        and where the device has a packed attention kernel for `dtype` (`packed_attention_kernel`; the model's
+        `compute_dtype`), a padded batch's (`from_attention_mask`); `None` for the padded path. The packing's
+        `kernel` is that choice.
 
         Raises:
             ValueError: as `from_position_ids`.
@@ -289,7 +329,8 @@ class TokenPacking:
         packing = cls.from_position_ids(position_ids, attention_mask, *shape)
         unpad = config.unpad_tokens and not output_attentions
         # the kernel where the batch may run packed: the switch on, or a flash kernel (which takes no mask)
-        kernel = packed_attention_kernel(config, inputs.device) if unpad or is_flash_attention(config) else None
+        wanted = unpad or is_flash_attention(config)
+        kernel = packed_attention_kernel(config, inputs.device, dtype) if wanted else None
         if packing is None and kernel is not None and unpad:
             packing = cls.from_attention_mask(attention_mask)
         if packing is None:
@@ -345,20 +386,6 @@ class TokenPacking:
             )
             self.mask_cache[key] = AttentionLayout(groups, masks)
         return self.mask_cache[key]
-
-    def jagged(self, rows: torch.Tensor) -> torch.Tensor:
-        """(n_real, heads, head_dim) → a nested jagged tensor (num_sequences, heads, j, head_dim), a view of `rows`
-        split at `cu_seqlens` (SDPA's layout); its shortest and longest lengths are given, so building it reads
-        nothing back from the device."""
-        if "jagged_offsets" not in self.mask_cache:  # once per forward, for every layer
-            self.mask_cache["jagged_offsets"] = self.cu_seqlens.long()
-        nested = torch.nested.nested_tensor_from_jagged(
-            rows,
-            self.mask_cache["jagged_offsets"],
-            min_seqlen=self.buckets[0][0],
-            max_seqlen=self.buckets[-1][0],
-        )
-        return nested.transpose(1, 2)
 
     def first_token_states(self, padded: torch.Tensor) -> torch.Tensor:
         """(batch, seq, hidden) → (num_sequences, 1, hidden): each sequence's first token, as a batch of one-token
@@ -455,11 +482,9 @@ def packed_self_attention(
     padded to the group's longest length (`PaddedBlocks`, zeros at pads) with the key mask upstream would build
     for that block, the real rows copied back (`PackedRows`). Flash attention (a name containing "flash") is called
     once on all rows with the sequence boundaries (`cu_seq_lens_q/k`, `max_length_q/k`), which its variable-length
-    kernel takes. With `packing.kernel` "varlen" (CUDA, sdpa: `packed_attention_kernel`) torch's own
-    variable-length attention runs once on all rows, nothing copied or padded: `varlen_attn` (flash) in
-    bfloat16/float16 without attention dropout, else (and always with "jagged") `scaled_dot_product_attention` on
-    nested jagged views of the rows (its variable-length flash or memory-efficient kernel; dropout as upstream's
-    sdpa call). Compared with the padded
+    kernel takes. With `packing.kernel` "varlen" (CUDA, sdpa, half precision: `packed_attention_kernel`) torch's
+    flash attention kernel runs once on all rows (`flash_varlen_attention`, dropout as upstream's sdpa call),
+    nothing copied or padded. Compared with the padded
     batch the keys are the same, with fewer or no masked pads, so the
     softmax sums run over fewer (zero) terms: equal within fp32 rounding, not bit for bit (docs/unpadded.md).
     """
@@ -472,19 +497,12 @@ def packed_self_attention(
     implementation = attention.config._attn_implementation or "eager"
     attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
     settings = dict(dropout=0.0 if not attention.training else attention.dropout.p, scaling=attention.scaling)
-    if packing.kernel in ("varlen", "jagged"):
-        if packing.kernel == "varlen" and varlen_applies(query, settings["dropout"]):
-            longest = packing.buckets[-1][0]
-            # (n_real, heads, head_dim) in and out; its default scale is BERT's, 1/sqrt(head_dim)
-            attn_output = varlen_attn(query, key, value, packing.cu_seqlens, packing.cu_seqlens, longest, longest)
-            return attn_output.reshape(num_real, -1)
-        # torch's SDPA over nested jagged views: (num_sequences, heads, j, head_dim)
-        attn_output = nn.functional.scaled_dot_product_attention(
-            *(packing.jagged(x) for x in (query, key, value)),
-            dropout_p=settings["dropout"],
-            scale=settings["scaling"],
+    if packing.kernel == "varlen":  # torch's flash kernel, all sequences in one call: (n_real, heads, head_dim)
+        longest = packing.buckets[-1][0]
+        attn_output = flash_varlen_attention(
+            query, key, value, packing.cu_seqlens, longest, settings["dropout"], settings["scaling"]
         )
-        return attn_output.transpose(1, 2).values().reshape(num_real, -1)  # (n_real, heads · head_dim)
+        return attn_output.reshape(num_real, -1)
     if packing.kernel == "flash":
         longest = max(length for length, _ in packing.buckets)
         attn_output, _ = attention_interface(  # (1, heads, n_real, head_dim) in, (1, n_real, heads, head_dim) out
@@ -563,11 +581,13 @@ __all__ = [
     "TokenPacking",
     "block_diagonal_forward",
     "FORCE_PACKED_ATTENTION_KERNEL",
+    "HALF_DTYPES",
     "PACKED_ATTENTION_KERNELS",
+    "compute_dtype",
+    "flash_varlen_attention",
     "is_flash_attention",
     "packed_attention_kernel",
     "packed_embeddings",
     "packed_self_attention",
     "unpadded_model_forward",
-    "varlen_applies",
 ]

@@ -52,7 +52,7 @@ def test_quick_run_writes_the_document(tmp_path, capsys):
     assert all(ratio > 0 for ratio in document["unpadded"].values())
     assert document["errors"] == {} and document["device"].startswith("cpu") and document["quick"] is True
     infer = document["details"]["unpadded"]["infer_32x128"]
-    assert set(infer["ms"]) == {"upstream", "switch_off", "unpadded", "unpadded_jagged"}
+    assert set(infer["ms"]) == {"upstream", "switch_off", "unpadded"}
     assert 0.3 < infer["real_token_fraction"] < 0.7
 
 

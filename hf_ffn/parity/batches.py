@@ -37,7 +37,8 @@ def flattened_batch(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     flat = {"input_ids": batch["input_ids"][real][None]}
     if "token_type_ids" in batch:
         flat["token_type_ids"] = batch["token_type_ids"][real][None]
-    flat["position_ids"] = torch.cat([torch.arange(n) for n in real.sum(1).tolist()])[None]
+    device = batch["input_ids"].device
+    flat["position_ids"] = torch.cat([torch.arange(n, device=device) for n in real.sum(1).tolist()])[None]
     return flat
 
 

@@ -319,7 +319,7 @@ def ffn_rows(reference: nn.Module, candidate: nn.Module, batch: dict[str, torch.
     ]
     if reference.config.vocab_size <= max(TIME_FLIES_IDS):  # not the bert-base-uncased vocabulary
         return rows
-    ids = {"input_ids": torch.tensor([TIME_FLIES_IDS])}
+    ids = {"input_ids": torch.tensor([TIME_FLIES_IDS], device=batch["input_ids"].device)}
     rows.append(
         compare_tensors(
             "FFN", 'ffn[0] "time flies like an arrow"', ffn_outputs(reference, ids)[0], ffn_outputs(candidate, ids)[0]

@@ -23,9 +23,9 @@ Sections:
 - unpadded: time ratio of `FfnBertModel(unpad_tokens=True)` to upstream `BertModel` (sdpa, the same weights,
   bert-base shapes, bf16 autocast), interleaved rounds, the median of per-round ratios, for an inference forward
   and a training step (forward, backward of mean(h²) over real tokens, no optimizer) on batches 32 × 512 and 32 × 128
-  with about half the tokens real and 32 × 128 all real; the switch off beside them, and in inference the "jagged"
-  kernel forced (SDPA over nested jagged tensors instead of `varlen_attn`); one CUDA profile of a 32 × 128 training
-  step of each (top kernels, CPU and device time).
+  with about half the tokens real and 32 × 128 all real; the switch off beside them; one CUDA profile of an
+  inference and a training step of each at 32 × 512 and 32 × 128 (top kernels and CPU ops, CPU and device time,
+  host-device synchronisations).
 - pretraining: `studies.benchmark.gpu_pretraining.measure` (the study model's tokens/s, today's path against the
   GPU defaults, and bert-base against transformers' run_mlm.py way).
 
@@ -51,10 +51,10 @@ import torch
 import transformers
 from transformers import BertConfig, BertForPreTraining, BertModel
 
-import hf_ffn.unpadding as unpadding
 from hf_ffn import FfnBertConfig, FfnBertModel
 from hf_ffn.parity import padded_batch, run_parity, unpadded_rows
 from hf_ffn.parity.compare import ParityRow
+from studies.benchmark.gpu_pretraining import measure
 from studies.benchmark.timing import log, paired_ratio, time_interleaved
 
 BERT_BASE = dict(
@@ -151,23 +151,19 @@ def row_summary(rows: list[ParityRow]) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------------------
 # Unpadded execution: time ratios against upstream
 # ---------------------------------------------------------------------------------------------------------------
-def step(model: torch.nn.Module, batch: dict, training: bool, device: torch.device, kernel: str | None = None):
-    """One inference forward or training step (forward, backward of mean(h²) over real tokens) under bf16
-    autocast, synchronised; `kernel` forces `unpadding.FORCE_PACKED_ATTENTION_KERNEL` for the call."""
-    real = batch["attention_mask"].bool()
+def step(model: torch.nn.Module, batch: dict, training: bool, device: torch.device):
+    """One inference forward or training step (forward, backward of the mean of h² over real tokens) under bf16
+    autocast, synchronised at its end."""
+    real = batch["attention_mask"][..., None]  # (batch, seq, 1): the loss reads real tokens, without a read-back
     model.train(training)
 
     def run():
-        unpadding.FORCE_PACKED_ATTENTION_KERNEL = kernel
-        try:
-            with autocast(device), nullcontext() if training else torch.no_grad():
-                hidden = model(**batch).last_hidden_state
-                if training:
-                    model.zero_grad(set_to_none=True)
-                    hidden[real].float().square().mean().backward()
-            synchronize(device)
-        finally:
-            unpadding.FORCE_PACKED_ATTENTION_KERNEL = None
+        with autocast(device), nullcontext() if training else torch.no_grad():
+            hidden = model(**batch).last_hidden_state
+            if training:
+                model.zero_grad(set_to_none=True)
+                (hidden.float().square() * real).mean().backward()
+        synchronize(device)
 
     return run
 
@@ -195,8 +191,6 @@ def unpadded_section(device: torch.device, quick: bool, rounds: int) -> tuple[di
                 "switch_off": step(ours[False], batch, training, device),
                 "unpadded": step(ours[True], batch, training, device),
             }
-            if not training:
-                fns["unpadded_jagged"] = step(ours[True], batch, training, device, kernel="jagged")
             times = time_interleaved(fns, repeats=rounds, warmup=3)
             row = {
                 "real_token_fraction": real,
@@ -209,13 +203,14 @@ def unpadded_section(device: torch.device, quick: bool, rounds: int) -> tuple[di
                 f"{mode} {name} ({batch_size}x{seq}, real {real:.2f}): unpadded/upstream "
                 f"{ratios[f'{mode}_{name}']:.3f}; ms {json.dumps({k: round(v, 2) for k, v in row['ms'].items()})}"
             )
-    if device.type == "cuda":
-        _, batch_size, seq, _ = SHAPES[1]
-        batch = benchmark_batch(batch_size, seq, False, device)
-        details["profile_train_32x128"] = {
-            "upstream": profile(step(upstream, batch, True, device)),
-            "unpadded": profile(step(ours[True], batch, True, device)),
-        }
+    if device.type == "cuda":  # where the time goes: one step of each, profiled
+        for name, batch_size, seq, _ in SHAPES[:2]:
+            batch = benchmark_batch(batch_size, seq, False, device)
+            for mode in ("train", "infer"):
+                details[f"profile_{mode}_{name}"] = {
+                    label: profile(step(model, batch, mode == "train", device))
+                    for label, model in (("upstream", upstream), ("unpadded", ours[True]))
+                }
     return ratios, details
 
 
@@ -231,11 +226,17 @@ def profile(fn: Callable[[], object], top: int = 12) -> dict:
     events = prof.key_averages()
     device_time = [getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) for e in events]
     ranked = sorted(zip(events, device_time, strict=True), key=lambda pair: -pair[1])[:top]
+    syncs = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "aten::_local_scalar_dense")
     return {
         "wall_ms_profiled": 1000 * wall,
         "self_cpu_ms": sum(e.self_cpu_time_total for e in events) / 1000,
         "self_device_ms": sum(device_time) / 1000,
-        "top": [{"op": e.key, "count": e.count, "device_ms": t / 1000} for e, t in ranked],
+        "syncs": {e.key: e.count for e in events if e.key in syncs},
+        "top_device": [{"op": e.key[:80], "count": e.count, "device_ms": t / 1000} for e, t in ranked],
+        "top_cpu": [
+            {"op": e.key[:80], "count": e.count, "self_cpu_ms": e.self_cpu_time_total / 1000}
+            for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:top]
+        ],
     }
 
 
@@ -312,8 +313,6 @@ def main(argv: list[str] | None = None) -> int:
                         device, args.quick, 3 if args.quick else args.rounds
                     )
                 else:
-                    from studies.benchmark.gpu_pretraining import measure
-
                     measured = measure(
                         Path(tmp) / "pretraining",
                         [Path(f) for f in args.data_files],

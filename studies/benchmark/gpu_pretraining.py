@@ -56,9 +56,16 @@ STUDY_TOKENIZER = Path(__file__).resolve().parents[1] / "pretraining" / "tokeniz
 STUDY_STEPS, STUDY_WARMUP = 1000, 50  # 1,000 × 4,096 = 4.1M tokens; the steady-state window is steps 51-1,000
 BERT_STEPS, BERT_WARMUP = 30, 10
 BATCH, BLOCK, EVAL_BLOCKS = SIZES["batch_size"], SIZES["max_seq_length"], 512
-FULL = {"study_steps": STUDY_STEPS, "study_warmup": STUDY_WARMUP, "eval": EVAL_BLOCKS}
+FULL = {
+    "study_steps": STUDY_STEPS,
+    "study_warmup": STUDY_WARMUP,
+    "eval": EVAL_BLOCKS,
+    "candidate_steps": 400,
+    "profile_at": 300,
+}
 FULL |= {"bert_steps": BERT_STEPS, "bert_warmup": BERT_WARMUP, "bert_batch": BATCH}
 QUICK = {"study_steps": 10, "study_warmup": 3, "eval": 32, "bert_steps": 2, "bert_warmup": 1, "bert_batch": 4}
+QUICK |= {"candidate_steps": 6, "profile_at": 3}
 BERT_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072}
 GOALS = {"study_model_speedup": 4.0, "mask_loss_difference": 0.02, "bert_base_vs_run_mlm": 1.3}
 
@@ -99,6 +106,59 @@ class SteadyClock(TrainerCallback):
         }
 
 
+class ProfileWindow(TrainerCallback):
+    """torch.profiler (CPU and CUDA) over training steps `start` + 1 .. `start` + `steps`: where a step's time goes
+    (`summary`: wall ms per step, the top ops by self CPU time, the labelled ranges torch records for the data
+    loader, the optimizer and compiled regions, and how often the host waited for the device)."""
+
+    SYNC_EVENTS = (
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "aten::_local_scalar_dense",
+    )
+
+    def __init__(self, start: int, steps: int = 20):
+        self.start, self.steps, self.profiler, self.summary = start, steps, None, None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.start:
+            synchronize()
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            self.profiler = torch.profiler.profile(activities=activities)
+            self.profiler.__enter__()
+            self.began = time.perf_counter()
+        elif self.profiler is not None and state.global_step == self.start + self.steps:
+            synchronize()
+            wall = time.perf_counter() - self.began
+            self.profiler.__exit__(None, None, None)
+            events = self.profiler.key_averages()
+            per_step = 1000 / self.steps
+
+            def device_ms(e):
+                return getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) / 1000
+
+            labelled = [e for e in events if "#" in e.key or "ompiled" in e.key or e.key.startswith("Optimizer")]
+            self.summary = {
+                "steps": self.steps,
+                "wall_ms_per_step": wall * per_step,
+                "self_cpu_ms_per_step": sum(e.self_cpu_time_total for e in events) / 1000 / self.steps,
+                "device_ms_per_step": sum(device_ms(e) for e in events) / self.steps,
+                "syncs_per_step": {e.key: e.count / self.steps for e in events if e.key in self.SYNC_EVENTS},
+                "labelled_cpu_ms_per_step": {
+                    e.key[:80]: e.cpu_time_total / 1000 / self.steps
+                    for e in sorted(labelled, key=lambda e: -e.cpu_time_total)[:12]
+                },
+                "top_self_cpu_ms_per_step": {
+                    e.key[:80]: e.self_cpu_time_total / 1000 / self.steps
+                    for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:15]
+                },
+            }
+            self.profiler = None
+
+
 def _training_arguments(output_dir: Path, steps: int, batch: int, **options) -> TrainingArguments:
     return TrainingArguments(
         output_dir=str(output_dir),
@@ -131,8 +191,19 @@ def _data_arguments(data_files: list[Path], work_dir: Path, eval_blocks: int) ->
     )
 
 
-def study_run(work_dir: Path, data_files: list[Path], speed_defaults: bool, steps: int, warmup: int, eval_blocks: int):
-    """One run of the study's model through `run_pretraining` (fp32), timed by `SteadyClock`."""
+def study_run(
+    work_dir: Path,
+    data_files: list[Path],
+    speed_defaults: bool,
+    steps: int,
+    warmup: int,
+    eval_blocks: int,
+    profile_at: int | None = None,
+    name: str | None = None,
+    **extra,
+):
+    """One run of the study's model through `run_pretraining` (fp32), timed by `SteadyClock`; `profile_at`: a
+    `ProfileWindow` of 20 steps after that step; `extra`: more `TrainingArguments` options (a candidate)."""
     args = PretrainingArguments(
         tokenizer_name=str(STUDY_TOKENIZER),
         hidden_act="gelu",
@@ -146,16 +217,21 @@ def study_run(work_dir: Path, data_files: list[Path], speed_defaults: bool, step
         intermediate_size=SIZES["intermediate_size"],
     )
     training_args = _training_arguments(
-        _fresh(work_dir / ("study-new" if speed_defaults else "study-today")),
+        _fresh(work_dir / (name or ("study-new" if speed_defaults else "study-today"))),
         steps,
         BATCH,
         learning_rate=PILOT["learning_rate"],
         warmup_steps=min(PILOT["warmup_steps"], steps // 2),
         **{key: value for key, value in RECIPE.items() if key != "config_overrides"},
+        **extra,
     )
     clock = SteadyClock(warmup)
-    outcome = run_pretraining(args, _data_arguments(data_files, work_dir, eval_blocks), training_args, [clock])
+    window = ProfileWindow(profile_at, steps=min(20, steps - profile_at)) if profile_at else None
+    callbacks = [clock] + ([window] if window else [])
+    outcome = run_pretraining(args, _data_arguments(data_files, work_dir, eval_blocks), training_args, callbacks)
     return {
+        **({"profile": window.summary} if window else {}),
+        **({"extra": {k: str(v) for k, v in extra.items()}} if extra else {}),
         **clock.timing(steps, BATCH * BLOCK),
         "eval_mask_loss": outcome["results"]["eval_mask_loss"],
         "before_mask_loss": outcome["results"]["before_mask_loss"],
@@ -203,9 +279,9 @@ def bert_run_mlm(
     return {**clock.timing(steps, batch * BLOCK), "bf16": on_gpu}
 
 
-def _guarded(part, *arguments) -> dict:
+def _guarded(part, *arguments, **options) -> dict:
     try:
-        return part(*arguments)
+        return part(*arguments, **options)
     except Exception as error:  # one part's failure must not lose the others' numbers
         return {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()[-2000:]}
 
@@ -232,7 +308,22 @@ def measure(work_dir: Path, data_files: list[Path], quick: bool = False, bert_to
     study = (plan["study_steps"], plan["study_warmup"], plan["eval"])
     bert = (plan["bert_warmup"] + plan["bert_steps"], plan["bert_warmup"], plan["bert_batch"])
     today = _guarded(study_run, work_dir, data_files, False, *study)
-    new = _guarded(study_run, work_dir, data_files, True, *study)
+    new = _guarded(study_run, work_dir, data_files, True, *study, plan["profile_at"])
+    # candidates beside the defaults (tokens/s only, shorter): host-to-device copies that do not wait, and CUDA
+    # graphs on top of that (torch.compile's "reduce-overhead")
+    short = (plan["candidate_steps"], plan["study_warmup"], plan["eval"])
+    candidates = {
+        "non_blocking": {"accelerator_config": {"non_blocking": True}},
+        "non_blocking_cudagraphs": {
+            "accelerator_config": {"non_blocking": True},
+            "torch_compile_mode": "reduce-overhead",
+        },
+    }
+    tried = {
+        label: _guarded(study_run, work_dir, data_files, True, *short, None, f"study-{label}", **extra)
+        for label, extra in candidates.items()
+        if torch.cuda.is_available() or (quick and label == "non_blocking")  # CUDA graphs need CUDA
+    }
     ours = _guarded(bert_ours, work_dir, data_files, bert_tokenizer, *bert)
     run_mlm = _guarded(bert_run_mlm, work_dir, data_files, bert_tokenizer, *bert)
 
@@ -249,7 +340,7 @@ def measure(work_dir: Path, data_files: list[Path], quick: bool = False, bert_to
         "bert_base_vs_run_mlm": ratio(ours, run_mlm),
         "study_model_tokens_per_second": new.get("tokens_per_second"),
         "mask_loss_difference": loss_difference,
-        "study_model": {"today": today, "new": new},
+        "study_model": {"today": today, "new": new, "candidates": tried},
         "bert_base": {"ours": ours, "run_mlm": run_mlm},
         "goals": GOALS,
         "settings": {
