@@ -20,7 +20,6 @@ Both print one line per measure (a few minutes: counting the training tokens).
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -28,12 +27,13 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
-from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.corpus import documents_to_blocks, fixed_maskings, load_corpus
 from hf_ffn.training.floors import never_chosen_ids, unigram_counts, unigram_distribution
+from studies.pretraining.plateau import attention_locality
 from studies.pretraining.run import STUDY, TOKENIZER, corpus_options
-from studies.pretraining.settings import EVAL_MASKINGS, SIZES, SPLIT_SEED
+from studies.pretraining.settings import EVAL_MASKINGS, PREPROCESSING_WORKERS, SIZES, SPLIT_SEED
 
+ATTENTION_BLOCKS = 64  # held-out blocks `attention` measures on
 WEIGHTS = (0.6, 0.3, 0.1)  # trigram, the two bigrams, unigram (fixed; see the module docstring)
 
 
@@ -41,33 +41,8 @@ def study_blocks(data_dir: Path, cache_dir: Path):
     """(tokenizer, training blocks, held-out blocks) exactly as a study unit reads them (the same cache)."""
     tokenizer = AutoTokenizer.from_pretrained(STUDY / TOKENIZER)
     documents = load_corpus(**corpus_options(data_dir, cache_dir))
-    blocks = documents_to_blocks(documents, tokenizer, SIZES["max_seq_length"])
+    blocks = documents_to_blocks(documents, tokenizer, SIZES["max_seq_length"], num_proc=PREPROCESSING_WORKERS)
     return tokenizer, blocks["train"], blocks["validation"]
-
-
-def attention_locality(model_dir: Path, blocks, count: int = 64) -> list[dict]:
-    """Per layer: mean attention entropy (nats), log n, and the mean weight on the previous, next and same token."""
-    model = FfnBertForMaskedLM.from_pretrained(model_dir, attn_implementation="eager").eval()
-    input_ids = torch.tensor(blocks.select(range(min(count, len(blocks))))["input_ids"], dtype=torch.long)
-    with torch.no_grad():
-        attentions = model(input_ids=input_ids, output_attentions=True).attentions
-    n = input_ids.shape[1]
-    index = torch.arange(n)
-    rows = []
-    for layer, weights in enumerate(attentions):  # (batch, heads, query, key)
-        entropy = -(weights * weights.clamp_min(1e-30).log()).sum(-1).mean().item()
-        rows.append(
-            {
-                "layer": layer,
-                "entropy": entropy,
-                "uniform_entropy": math.log(n),
-                "previous": weights[..., index[1:], index[:-1]].mean().item(),
-                "next": weights[..., index[:-1], index[1:]].mean().item(),
-                "same": weights[..., index, index].mean().item(),
-                "uniform": 1 / n,
-            }
-        )
-    return rows
 
 
 def _counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -149,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.measure == "attention":
         if args.model_dir is None:
             parser.error("attention needs a run's folder")
-        for row in attention_locality(args.model_dir, validation):
+        blocks = validation.select(range(min(ATTENTION_BLOCKS, len(validation))))["input_ids"]
+        for row in attention_locality(args.model_dir, torch.tensor(blocks, dtype=torch.long)):
             print(
                 f"layer {row['layer']}: entropy {row['entropy']:.3f} (uniform {row['uniform_entropy']:.3f}); weight on "
                 f"previous {row['previous']:.4f}, next {row['next']:.4f}, same {row['same']:.4f} "
