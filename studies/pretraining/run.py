@@ -170,15 +170,15 @@ def train_unit(
     Trainer evaluates every `EVAL_STEPS` (a recipe unit: at its end only, the probe evaluating in between). A unit
     whose folder already holds its finished model (saved, then interrupted before its record was written) is
     recorded from the folder."""
-    folder = output_dir / "runs" / unit.name
-    tokenizer = AutoTokenizer.from_pretrained(records / TOKENIZER)
-    corpus = corpus_options(data_dir, output_dir / "cache", parts)
-    probe_folder = (
-        output_dir / "probes" / f"{'+'.join(part.split('.')[0] for part in parts)}-block{unit.max_seq_length}"
-    )
-    sets, info = probe_sets(corpus, tokenizer, unit.max_seq_length, probe_folder)
+    folder, probes = output_dir / "runs" / unit.name, probe_folder(output_dir, parts, unit.max_seq_length)
     if (folder / "config.json").is_file():
+        info = json.loads((probes / "probe.json").read_text()) if (probes / "probe.json").is_file() else None
         return unit_record(unit, saved_outcome(folder), device, parts, info)
+    tokenizer, corpus = (
+        AutoTokenizer.from_pretrained(records / TOKENIZER),
+        corpus_options(data_dir, output_dir / "cache", parts),
+    )
+    sets, info = probe_sets(corpus, tokenizer, unit.max_seq_length, probes)
     every = None if unit.kind == "recipe" else EVAL_STEPS
     arguments = unit_arguments(unit, data_dir, output_dir, records, device, parts, every)
     probe = PlateauProbe(sets, info, tokenizer.mask_token_id, unit.max_seq_length * unit.batch_size)
