@@ -294,12 +294,16 @@ def test_summary_plateau_exit_rows_per_arm():
         unit = next(u for u in recipe_units() if (u.ffn_type, u.seed) == (ffn, seed))
         row = record("recipe", ffn, seed, 5.0, lr=unit.learning_rate) | unit.settings()
         tokens = 9_000_000 if cut else 10_240_000
-        return row | {"plateau_curve": [{}], "plateau_exit_tokens": exit_tokens, "tokens_seen": tokens}
+        curve = [{"tokens": 0, "neighbour_weight_vs_uniform": 1.0}]
+        curve += [{"tokens": exit_tokens, "neighbour_weight_vs_uniform": 3.5}] if exit_tokens else []
+        return row | {"plateau_curve": curve, "plateau_exit_tokens": exit_tokens, "tokens_seen": tokens}
 
     runs = [recipe("swiglu", 1, None, cut=True), recipe("gelu", 0, 6_291_456), recipe("swiglu", 0, 4_194_304)]
     runs[0]["cut_by_time_limit"] = True
     rows = report.summary(runs, [])["plateau_exit"]
     label = "recipe: blocks 32x128, lr 0.004, warm-up 300, 16000-step schedule stopped at 2500"
+    text = report.report_markdown(report.summary(runs, []), runs, [])
+    assert f"| swiglu | pre | {label} | 0,1 | 4.2M, – | 3.5, – | 10.2M, 9.0M | 1 |" in text
     assert rows == [
         {
             "variant": "gelu",
@@ -307,6 +311,7 @@ def test_summary_plateau_exit_rows_per_arm():
             "recipe": label,
             "seeds": [0],
             "tokens_to_exit": [6_291_456],
+            "neighbour_weight_at_exit": [3.5],
             "tokens_seen": [10_240_000],
             "never_left": 0,
             "cut_by_time_limit": 0,
@@ -317,6 +322,7 @@ def test_summary_plateau_exit_rows_per_arm():
             "recipe": label,
             "seeds": [0, 1],
             "tokens_to_exit": [4_194_304, None],
+            "neighbour_weight_at_exit": [3.5, None],
             "tokens_seen": [10_240_000, 9_000_000],
             "never_left": 1,
             "cut_by_time_limit": 1,

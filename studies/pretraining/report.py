@@ -155,10 +155,18 @@ def recipe_label(record: dict) -> str:
     )
 
 
+def _neighbour_weight_at_exit(record: dict) -> float | None:
+    """The cross-check at a run's exit: the probe's `neighbour_weight_vs_uniform` at the exit's evaluation."""
+    at = [e for e in record["plateau_curve"] if e.get("tokens") == record["plateau_exit_tokens"]]
+    return at[0].get("neighbour_weight_vs_uniform") if at and record["plateau_exit_tokens"] is not None else None
+
+
 def plateau_exits(records: list[dict]) -> list[dict]:
     """`plateau_exit`: per (variant, placement, recipe) of the records with a plateau probe (`plateau_curve`), the
     seeds, the tokens at each seed's exit (`tokens_to_exit`, in the seeds' order; `null`: never left within its
-    run), the tokens each run reached (`tokens_seen`) and `never_left`, the runs without an exit."""
+    run), the cross-check there (`neighbour_weight_at_exit`: the largest weight on the previous or next token over
+    the layers ÷ the uniform 1/n), the tokens each run reached (`tokens_seen`), `never_left` (the runs without an
+    exit) and `cut_by_time_limit` (the runs a time limit cut)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for record in records:
         if record.get("plateau_curve"):
@@ -174,6 +182,7 @@ def plateau_exits(records: list[dict]) -> list[dict]:
                 "seeds": [r["seed"] for r in runs],
                 "tokens_to_exit": [r["plateau_exit_tokens"] for r in runs],
                 "tokens_seen": [r["tokens_seen"] for r in runs],
+                "neighbour_weight_at_exit": [_neighbour_weight_at_exit(r) for r in runs],
                 "never_left": sum(r["plateau_exit_tokens"] is None for r in runs),
                 "cut_by_time_limit": sum(bool(r.get("cut_by_time_limit")) for r in runs),
             }
@@ -287,14 +296,18 @@ def report_markdown(result: dict, records: list[dict], pilots: list[dict]) -> st
             f"{'passed' if pilot.get('gate_passed') else 'not passed'} |"
         )
     lines += ["", "## Plateau exit (README.md: the first evaluation ≥ 0.3 nats below the floor)", ""]
-    lines += ["| variant | placement | recipe | seeds | tokens to exit | tokens reached | never left |"]
-    lines.append("|---|---|---|---|---|---|---:|")
+    lines += [
+        "| variant | placement | recipe | seeds | tokens to exit | neighbour weight ÷ uniform there | tokens reached |"
+    ]
+    lines[-1] += " never left |"
+    lines.append("|---|---|---|---|---|---|---|---:|")
     for row in result["plateau_exit"]:
         exits = ", ".join("–" if t is None else f"{t / 1e6:.1f}M" for t in row["tokens_to_exit"])
         reached = ", ".join(f"{t / 1e6:.1f}M" for t in row["tokens_seen"])
+        weights = ", ".join(_number(w, 1) for w in row["neighbour_weight_at_exit"])
         lines.append(
             f"| {row['variant']} | {row['placement']} | {row['recipe']} | {','.join(map(str, row['seeds']))} | "
-            f"{exits} | {reached} | {row['never_left']} |"
+            f"{exits} | {weights} | {reached} | {row['never_left']} |"
         )
     lines += [
         "",
