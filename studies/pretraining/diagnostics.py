@@ -14,12 +14,14 @@ the tokens shown left and right of the [MASK] (themselves masked 15% of the time
 the weights of the rest are renormalised), c are counts over the training blocks and q the add-one unigram of the
 floors (`hf_ffn.training.floors`). The weights are fixed, not fitted on the held-out set. It is the loss a
 model reaches that uses nothing but the two neighbours, each in one direction: what looking next door is worth.
-Both print one line per measure (a few minutes: counting the training tokens).
+Both print one line per measure (a few minutes: counting the training tokens); `--record FILE` appends it to FILE
+as one JSON line (the study's: diagnostics.jsonl).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -111,6 +113,13 @@ def neighbour_reference(tokenizer, train, validation) -> dict:
     }
 
 
+def record(path: Path | None, measure: dict) -> None:
+    """Append `measure` to `path` as one JSON line (nothing without a path): the figures go into a record."""
+    if path is not None:
+        with path.open("a") as file:
+            file.write(json.dumps(measure) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m studies.pretraining.diagnostics", description=__doc__.split("\n\n")[0]
@@ -119,13 +128,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("model_dir", type=Path, nargs="?", help="attention: a run's folder (config.json)")
     parser.add_argument("--data_dir", type=Path, required=True, help="../shared/data/pretraining (the corpus)")
     parser.add_argument("--output_dir", type=Path, default=Path("out/pretraining"), help="where the cache is")
+    parser.add_argument(
+        "--record", type=Path, default=None, help="append the measure as one JSON line here (e.g. diagnostics.jsonl)"
+    )
     args = parser.parse_args(argv)
     tokenizer, train, validation = study_blocks(args.data_dir, args.output_dir / "cache")
     if args.measure == "attention":
         if args.model_dir is None:
             parser.error("attention needs a run's folder")
         blocks = validation.select(range(min(ATTENTION_BLOCKS, len(validation))))["input_ids"]
-        for row in attention_locality(args.model_dir, torch.tensor(blocks, dtype=torch.long)):
+        rows = attention_locality(args.model_dir, torch.tensor(blocks, dtype=torch.long))
+        record(
+            args.record, {"measure": "attention", "model": args.model_dir.name, "blocks": len(blocks), "layers": rows}
+        )
+        for row in rows:
             print(
                 f"layer {row['layer']}: entropy {row['entropy']:.3f} (uniform {row['uniform_entropy']:.3f}); weight on "
                 f"previous {row['previous']:.4f}, next {row['next']:.4f}, same {row['same']:.4f} "
@@ -133,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         return 0
     result = neighbour_reference(tokenizer, train, validation)
+    record(args.record, {"measure": "neighbours", **result})
     print(
         f"neighbour counts: [MASK] loss {result['neighbour_mask_loss']:.3f} vs unigram floor "
         f"{result['unigram_mask']:.3f} "
