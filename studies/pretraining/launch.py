@@ -43,6 +43,7 @@ import os
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -164,7 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         f"device {args.device}, parts {', '.join(parts)}, {len(todo)} units to run ({len(done)} recorded), "
         f"{args.parallel} at once, {threads} threads each, time limit {args.time_limit} s"
     )
-    prepare(args.data_dir, args.work_dir, parts, {u.max_seq_length for u in todo})
+    try:
+        prepare(args.data_dir, args.work_dir, parts, {u.max_seq_length for u in todo})
+    except Exception:
+        note(f"preparing the data failed:\n{traceback.format_exc()[-LOG_TAIL:]}")
+        raise
     note("data prepared (tokens, blocks, probe sets)")
     limit = None if args.time_limit is None else started + args.time_limit
     running: dict[str, tuple[subprocess.Popen, Path, float]] = {}

@@ -58,8 +58,8 @@ def held_out_sources(corpus: dict) -> list[str]:
     """The source of each held-out document of `load_corpus(**corpus)`, in its order: the documents are those of
     the files in order, so each file's count (read alone, the same way) gives each document's file, and
     `held_out_split` on the indices gives the held-out ones."""
-    options = {"cache_dir": corpus["cache_dir"], "num_proc": corpus.get("num_proc")}
-    owners = [source_of(f) for f in corpus["train_files"] for _ in range(len(load_documents([Path(f)], **options)))]
+    counts = [len(load_documents([Path(f)], cache_dir=corpus["cache_dir"])) for f in corpus["train_files"]]  # 1 process
+    owners = [source_of(f) for f, count in zip(corpus["train_files"], counts, strict=True) for _ in range(count)]
     _, held_out = held_out_split(list(range(len(owners))), corpus["validation_split_percentage"], corpus["split_seed"])
     return [owners[i] for i in held_out]
 
