@@ -150,6 +150,12 @@ def test_summary_before_the_grid_reports_the_gate_from_the_last_full_pilot():
     # issue 42: no main run yet, so no main run's tokens (it was the last pilot's count); the plan is settings.py's
     assert (result["training_tokens_per_main_run"], result["heldout_tokens"]) == (None, 500_000)
     assert result["planned_tokens_per_main_run"] == 16_384_000 and result["epochs_per_main_run"] is None
+    # records before issue 42 name no device or parts: the study's units ran on the CPU over every part
+    assert result["device"] == [] and result["corpus_parts"] == [list(DATA_FILES)]
+    on_gpu = record("recipe", "gelu", 0, 5.0) | {"device": "NVIDIA H200", "corpus_parts": ["wiki-00.txt.xz"]}
+    both = report.summary([on_gpu], [], [failed | {"threads": 2}])
+    assert both["device"] == ["NVIDIA H200", "cpu (2 threads)"]
+    assert both["corpus_parts"] == [list(DATA_FILES), ["wiki-00.txt.xz"]]
     assert result["ffn_table"] == result["placement_table"] == result["finetune"] == []
     passed = failed | {"mask_loss": 5.5, "below_unigram_floor": 1.116}
     assert report.summary([], [], [failed, passed])["gate"]["passed"] is True  # the last full pilot counts

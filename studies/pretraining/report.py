@@ -39,7 +39,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from hf_ffn.comparing import paired_t_interval, read_runs
-from studies.pretraining.settings import GATE_NATS, MAIN_STEPS, SIZES
+from studies.pretraining.settings import DATA_FILES, GATE_NATS, MAIN_STEPS, SIZES
 
 STUDY = Path(__file__).parent
 FAMILY_CONFIDENCE = 0.95
@@ -237,6 +237,20 @@ def gate(pilots: list[dict], records: list[dict] = ()) -> dict | None:
     }
 
 
+def _device(record: dict) -> str | None:
+    """A record's device; before issue 42 every study unit ran on the CPU (`threads` recorded), slice pilots aside."""
+    if "device" in record:
+        return record["device"]
+    return f"cpu ({record['threads']} threads)" if record.get("threads") else None
+
+
+def _parts(record: dict) -> tuple[str, ...] | None:
+    """A record's corpus parts; before issue 42 every study unit read all of `DATA_FILES` (slice pilots aside)."""
+    if "corpus_parts" in record:
+        return tuple(record["corpus_parts"])
+    return DATA_FILES if record["kind"] in ("pilot", "sweep", "ffn", "placement") else None
+
+
 def summary(records: list[dict], finetuned: list[dict], pilots: list[dict] = ()) -> dict:
     """summary.json (the module docstring)."""
     main = [r for r in records if r["kind"] == "ffn"]
@@ -249,8 +263,8 @@ def summary(records: list[dict], finetuned: list[dict], pilots: list[dict] = ())
         "epochs_per_main_run": max((r["epochs"] for r in main), default=None),
         "heldout_tokens": first.get("heldout_tokens"),
         "floors": {key: first["floors"][key] for key in ("unigram_mask", "copy_aware")} if first else None,
-        "device": sorted({r["device"] for r in every if "device" in r}),
-        "corpus_parts": sorted({tuple(r["corpus_parts"]) for r in every if "corpus_parts" in r}),
+        "device": sorted({_device(r) for r in every} - {None}),
+        "corpus_parts": [list(parts) for parts in sorted({_parts(r) for r in every} - {None})],
         "gate": gate(list(pilots), records),
         "plateau_exit": plateau_exits(records),
         "ffn_table": loss_table(records),
