@@ -155,7 +155,7 @@ def test_summary_before_the_grid_reports_the_gate_from_the_last_full_pilot():
     on_gpu = record("recipe", "gelu", 0, 5.0) | {"device": "NVIDIA H200", "corpus_parts": ["wiki-00.txt.xz"]}
     both = report.summary([on_gpu], [], [failed | {"threads": 2}])
     assert both["device"] == ["NVIDIA H200", "cpu (2 threads)"]
-    assert both["corpus_parts"] == [list(DATA_FILES), ["wiki-00.txt.xz"]]
+    assert both["corpus_parts"] == [["wiki-00.txt.xz"], list(DATA_FILES)]
     assert result["ffn_table"] == result["placement_table"] == result["finetune"] == []
     passed = failed | {"mask_loss": 5.5, "below_unigram_floor": 1.116}
     assert report.summary([], [], [failed, passed])["gate"]["passed"] is True  # the last full pilot counts
