@@ -51,7 +51,7 @@ from transformers import AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from hf_ffn.comparing import read_runs
-from hf_ffn.training.corpus import documents_to_blocks, load_corpus
+from hf_ffn.training.corpus import documents_to_blocks, fixed_maskings, load_corpus
 from studies.pretraining.plateau import probe_sets
 from studies.pretraining.run import (
     DEVICES,
@@ -63,7 +63,7 @@ from studies.pretraining.run import (
     probe_folder,
     train_unit,
 )
-from studies.pretraining.settings import DATA_FILES, PREPROCESSING_WORKERS, recipe_units
+from studies.pretraining.settings import DATA_FILES, EVAL_MASKINGS, PREPROCESSING_WORKERS, SPLIT_SEED, recipe_units
 
 LAUNCH_PARTS = ("wiki-00.txt.xz", "wiki-01.txt.xz", "books-00.txt.xz", "books-01.txt.xz")
 KILL_MARGIN = 5  # seconds before --time_limit at which a unit still running is killed
@@ -90,13 +90,14 @@ def part_names(values: list[str]) -> tuple[str, ...]:
 
 
 def prepare(data_dir: Path, work_dir: Path, parts: tuple[str, ...], blocks: set[int]) -> None:
-    """Tokenize `parts` once into `work_dir`/cache (the cache every unit then reads) and build the probe's held-out
-    sets for each block length in `blocks`."""
+    """Tokenize `parts` once into `work_dir`/cache (the cache every unit then reads: tokens, blocks, the held-out
+    maskings) and build the probe's held-out sets for each block length in `blocks`."""
     tokenizer = AutoTokenizer.from_pretrained(STUDY / TOKENIZER)
     corpus = corpus_options(data_dir, work_dir / "cache", parts)
     documents = load_corpus(**corpus)
     for block in sorted(blocks):
-        documents_to_blocks(documents, tokenizer, block, num_proc=PREPROCESSING_WORKERS)
+        held_out = documents_to_blocks(documents, tokenizer, block, num_proc=PREPROCESSING_WORKERS)["validation"]
+        fixed_maskings(held_out, tokenizer, EVAL_MASKINGS, SPLIT_SEED)  # the Trainer's evaluation set, cached once
         probe_sets(corpus, tokenizer, block, probe_folder(work_dir, parts, block))
 
 
