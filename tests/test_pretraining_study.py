@@ -23,7 +23,7 @@ from studies.pretraining.plateau import (
     plateau_exit_tokens,
     source_of,
 )
-from studies.pretraining.run import train_unit
+from studies.pretraining.run import STUDY, train_unit, unit_arguments
 from studies.pretraining.settings import DATA_FILES, best_rates, ffn_units, pilot_units, recipe_units, sweep_units
 
 # Student-t quantiles (tables): t_{1 − 0.025/2, 2} = 6.205347 and t_{1 − 0.025/2, 1} = 25.451700 (two comparisons:
@@ -357,3 +357,15 @@ def test_the_launcher_refuses_bad_options_naming_them(tmp_path, capsys):
             launch.main([*common, option, value])
         assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
+def test_unit_arguments_of_a_recipe_unit_on_cuda(tmp_path):
+    unit = recipe_units()[1]  # SwiGLU, seed 0
+    args, data_args, training_args = unit_arguments(unit, tmp_path, tmp_path, STUDY, "cuda", launch.LAUNCH_PARTS, None)
+    assert (args.ffn_type, args.speed_defaults, args.bf16_where_available) == ("swiglu", False, False)  # fp32
+    assert (data_args.max_seq_length, training_args.per_device_train_batch_size) == (32, 128)
+    assert (training_args.max_steps, training_args.eval_strategy, training_args.use_cpu) == (16000, "no", False)
+    assert data_args.preprocessing_num_workers == 16
+    assert [name.split("/")[-1] for name in data_args.train_files] == list(launch.LAUNCH_PARTS)
+    with pytest.raises(ValueError, match=r"--device 'tpu' is not one of cpu, cuda"):
+        unit_arguments(unit, tmp_path, tmp_path, STUDY, "tpu")

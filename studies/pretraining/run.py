@@ -60,6 +60,7 @@ from studies.pretraining.settings import (
     RECIPE,
     SAVE_STEPS,
     SIZES,
+    SPEED_DEFAULTS,
     SPLIT_SEED,
     UNTRAINED,
     Unit,
@@ -105,8 +106,9 @@ def unit_arguments(
     evaluate_every: int | None = EVAL_STEPS,
 ):
     """The three argument objects of `run_pretraining` for `unit` (resuming from the folder's last checkpoint):
-    on `device` ("cpu" or "cuda", fp32 on both), reading `parts` of `data_dir` with `PREPROCESSING_WORKERS`
-    processes, the Trainer evaluating every `evaluate_every` steps (None: at the end only)."""
+    on `device` ("cpu" or "cuda", fp32 on both; `SPEED_DEFAULTS`: the CUDA speed defaults or today's path),
+    reading `parts` of `data_dir` with `PREPROCESSING_WORKERS` processes, the Trainer evaluating every
+    `evaluate_every` steps (None: at the end only)."""
     if device not in DEVICES:
         raise ValueError(f"--device {device!r} is not one of {', '.join(DEVICES)}")
     folder = output_dir / "runs" / unit.name
@@ -121,6 +123,7 @@ def unit_arguments(
         **{key: SIZES[key] for key in ("hidden_size", "num_hidden_layers", "num_attention_heads")},
         intermediate_size=SIZES["intermediate_size"],
         bf16_where_available=False,  # fp32 on every device, as the CPU runs
+        speed_defaults=SPEED_DEFAULTS,
     )
     data_args = PretrainingDataArguments(
         train_files=corpus_options(data_dir, output_dir / "cache", parts)["train_files"],

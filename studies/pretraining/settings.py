@@ -77,6 +77,12 @@ PROBE_TOKENS_PER_SOURCE = 65_536  # held-out tokens scored per source at each ev
 PROBE_ATTENTION_BLOCKS = 64  # of those, the blocks the attention weights are measured on (eager attention)
 PROBE_TOKENS = 1_048_576  # an evaluation every ~1M training tokens (256 steps of 4,096 tokens)
 PREPROCESSING_WORKERS = 16  # tokenizing processes, fixed on every device: the blocks depend on it (issue 42)
+# `hf-ffn mlm`'s CUDA speed defaults (issue 41: torch.compile, loader workers, fixed prediction rows) stay off for
+# the study's units for now: in a call of ~200 s with six units at once, each would compile its model (tens of
+# seconds, not measured with six at once) and the plateau probe's eager attention would make it compile again;
+# the issue's own measurements (131-142k tokens/s a unit, four at once) are of this path. Switch on with a call
+# long enough to pay for the compile, after checking the probe with it.
+SPEED_DEFAULTS = False
 
 # The recipe units (issue 42, item 3), first arm: blocks of 32 (batch 128: the same 4,096 tokens a step as 32 × 128),
 # Pre-LN, lr 4e-3, warm-up 300, GELU and SwiGLU, seeds 0, 1, 2 (`recipe_units`), trained as the issue's runs that
