@@ -30,6 +30,9 @@ the 10.2M a unit asks; four units at 135k would reach 15M. Six is the fewest tha
 SwiGLU, so the launch runs all six at once (`--parallel 6`) and leaves the sequence-length warm-up arm for the
 next call; a unit the limit cuts still ends with a record of the tokens it reached.
 
+`--smoke` checks the path in a few minutes on a CPU: the first two units, stopped at step `SMOKE_STEPS`, on the
+start of each part (`smoke_corpus`, under `--work_dir`).
+
 Resuming (CPU): `--work_dir` keeps the cache, checkpoints (every `SAVE_STEPS`) and finished models; rerun the same
 command after an interruption: units recorded in `--out`/runs.jsonl are skipped and an interrupted one resumes
 from its last checkpoint. A unit at blocks of 32 is ~10-15 minutes on 2 cores.
@@ -38,7 +41,9 @@ from its last checkpoint. A unit at blocks of 32 is ~10-15 minutes on 2 cores.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import lzma
 import os
 import subprocess
 import sys
@@ -70,9 +75,39 @@ KILL_MARGIN = 5  # seconds before --time_limit at which a unit still running is 
 LOG_TAIL = 1500  # characters of each unit's log kept in launch.log
 
 
-def units():
-    """The units this launcher runs, in order: `recipe_units()`."""
+SMOKE_STEPS, SMOKE_DOCUMENTS, SMOKE_CHARACTERS = 8, 200, 2_000_000  # --smoke: steps a unit, text kept a part
+
+
+def units(smoke: bool = False):
+    """The units this launcher runs, in order: `recipe_units()`; with `smoke`, the first two stopped at
+    `SMOKE_STEPS`."""
+    if smoke:
+        return [dataclasses.replace(unit, stop_step=SMOKE_STEPS) for unit in recipe_units()[:2]]
     return recipe_units()
+
+
+def smoke_corpus(data_dir: Path, parts: tuple[str, ...], folder: Path) -> Path:
+    """`folder` holding the start of each part of `data_dir` (its first `SMOKE_DOCUMENTS` documents, at most
+    `SMOKE_CHARACTERS` characters once two are kept), xz-compressed as the parts are: --smoke's corpus."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for part in parts:
+        if (folder / part).is_file():
+            continue
+        kept, lines = [], []
+        with lzma.open(data_dir / part, "rt", encoding="utf-8", errors="replace") as file:
+            for line in file:
+                if line.strip():
+                    lines.append(line)
+                elif lines:
+                    kept.append("".join(lines))
+                    lines = []
+                    size = sum(map(len, kept))
+                    if len(kept) >= SMOKE_DOCUMENTS or (len(kept) >= 2 and size >= SMOKE_CHARACTERS):
+                        break
+        kept += ["".join(lines)] if lines else []
+        with lzma.open(folder / part, "wt", encoding="utf-8") as file:
+            file.write("\n".join(kept))
+    return folder
 
 
 def part_names(values: list[str]) -> tuple[str, ...]:
@@ -103,7 +138,7 @@ def prepare(data_dir: Path, work_dir: Path, parts: tuple[str, ...], blocks: set[
 
 def run_one(args: argparse.Namespace) -> int:
     """The child: train the unit `args.one` and write its record to `work_dir`/records/NAME.json."""
-    unit = next(u for u in units() if u.name == args.one)
+    unit = next(u for u in units(args.smoke) if u.name == args.one)
     parts = part_names(args.parts)
     record = train_unit(unit, args.data_dir, args.work_dir, STUDY, args.device, parts, args.stop_training_at)
     folder = args.work_dir / "records"
@@ -126,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch threads a unit (CPU; default: cores/units)")
     parser.add_argument("--only", nargs="+", default=None, help="only these unit names")
     parser.add_argument("--commit", action="store_true", help="commit each record as it is appended (CPU sessions)")
+    parser.add_argument("--smoke", action="store_true", help="two units of a few steps on the parts' first text")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child: one unit
     parser.add_argument("--stop_training_at", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -142,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name} {value:g}: must be a positive number of seconds")
     if args.parallel < 1:
         parser.error(f"--parallel {args.parallel}: must be a positive number of units")
-    known = {u.name for u in units()}
+    known = {u.name for u in units(args.smoke)}
     unknown = sorted(set(args.only or ()) - known)
     if unknown:
         parser.error(f"--only {' '.join(unknown)}: no such unit; the units: {', '.join(sorted(known))}")
@@ -161,7 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         print(text, flush=True)
 
     done = {r["name"] for r in read_runs(args.out / RUNS)} if (args.out / RUNS).is_file() else set()
-    todo = [u for u in units() if u.name not in done and (args.only is None or u.name in args.only)]
+    todo = [u for u in units(args.smoke) if u.name not in done and (args.only is None or u.name in args.only)]
+    if args.smoke:
+        args.data_dir = smoke_corpus(args.data_dir, parts, args.work_dir / "smoke-corpus")
     note(
         f"device {args.device}, parts {', '.join(parts)}, {len(todo)} units to run ({len(done)} recorded), "
         f"{args.parallel} at once, {threads} threads each, time limit {args.time_limit} s"
@@ -189,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             command += ["--work_dir", str(args.work_dir), "--threads", str(threads), "--parts", *args.parts]
             if limit is not None:
                 command += ["--stop_training_at", str(limit - args.reserve)]
+            command += ["--smoke"] if args.smoke else []
             with log_path.open("w") as output:
                 process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
             running[unit.name] = (process, log_path, time.time())
