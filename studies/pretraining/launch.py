@@ -22,13 +22,16 @@ and named in launch.log. Records are appended to `--out`/runs.jsonl as units end
 timings and the tail of each unit's log (two files, both small).
 
 The arithmetic for one H200 and 200 s (measured there: four units at once, blocks of 128, 131-142k tokens/s each;
-tokenizing four parts with 16 workers 20 s). Start-up and data ≈ 15 s imports + 20 s tokenizing + 10 s probe sets;
-each unit then ≈ 15 s of its own start (imports, the cached data, the floors) and the before-training evaluation;
-reserve 25 s for the final evaluation and save: ≈ 200 − 45 − 15 − 25 = 115 s of training. Six units at once at
-~100k tokens/s each (more processes than the four measured, blocks of 32: a guess) reach ≈ 11.5M tokens, about
-the 10.2M a unit asks; four units at 135k would reach 15M. Six is the fewest that gives 3 seeds each of GELU and
-SwiGLU, so the launch runs all six at once (`--parallel 6`) and leaves the sequence-length warm-up arm for the
-next call; a unit the limit cuts still ends with a record of the tokens it reached.
+tokenizing four parts with 16 workers 20 s). Start-up and data ≈ 10 s imports + 20 s tokenizing + 8 s counting each
+part's documents (2 s a part here) + 7 s maskings and probe sets (the floors count the training tokens); each unit
+then ≈ 15 s of its own start (imports, the cached data, the floors) and the before-training evaluation; reserve 25 s
+for the final evaluation and save: ≈ 200 − 45 − 15 − 25 = 115 s of training. Six units at once at ~100k tokens/s
+each (more processes than the four measured, blocks of 32: a guess) reach ≈ 11.5M tokens, about the 10.2M a unit
+asks; four units at 135k would reach 15M. Six is the fewest that gives 3 seeds each of GELU and SwiGLU, so the
+launch runs all six at once (`--parallel 6`) and leaves the sequence-length warm-up arm for the next call; a unit
+the limit cuts still ends with a record of the tokens it reached. Fp32 and without `hf-ffn mlm`'s CUDA speed
+defaults (`settings.SPEED_DEFAULTS`: no compile in this budget), as the measurements above. Run as
+`studies/gpu_call.sh`'s step 3 the limit is what its first two steps leave (less than 200 s: units cut sooner).
 
 `--smoke` checks the path in a few minutes on a CPU: the first two units, stopped at step `SMOKE_STEPS`, on the
 start of each part (`smoke_corpus`, under `--work_dir`).
