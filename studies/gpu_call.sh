@@ -11,8 +11,8 @@
 #   device run: bash studies/gpu_call.sh   (carry: device_payload; timeout 600)
 #
 # What comes back under $OUT: gpu.json and gpu.log (studies/benchmark/gpu.py), parity.log (hf-ffn parity --device
-# cuda on a small BERT), the units' records and log (studies/pretraining/gpu_units.py). Each part runs under its own
-# timeout and prints as it goes; a part that fails leaves the others' results.
+# cuda on a small BERT), the units' records and logs (runs.jsonl, launch.log, units.log: studies/pretraining/launch.py).
+# Each part runs under its own timeout and prints as it goes; a part that fails leaves the others' results.
 set -u
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-out/device}
@@ -56,9 +56,11 @@ for dtype in float32 bfloat16; do
 done
 tail -n 4 "$OUT/parity.log"
 
-# 3. The from-scratch study's units on the GPU (issue 42), in the time left.
-if [ -f studies/pretraining/gpu_units.py ] && [ "$(left)" -gt 90 ]; then
-    timeout $(( $(left) - 10 )) python3 -m studies.pretraining.gpu_units --data_dir device_payload/corpus \
-        --out "$OUT" --time_limit $(( $(left) - 25 )) $UNIT_ARGS 2>&1 | tee "$OUT/units.log" | grep -v "it/s\]" | tail -n 40
+# 3. The from-scratch study's units on the GPU (issue 42), in the time left: the recipe's six units at once
+#    (studies/pretraining/launch.py; records in $OUT/runs.jsonl, timings and log tails in $OUT/launch.log).
+if [ "$(left)" -gt 90 ]; then
+    timeout $(( $(left) - 10 )) python3 -m studies.pretraining.launch --data_dir device_payload/corpus \
+        --out "$OUT" --time_limit $(( $(left) - 25 )) --device $DEVICE --parallel 6 --work_dir out/launch $UNIT_ARGS \
+        2>&1 | tee "$OUT/units.log" | grep -v "it/s\]" | tail -n 40
 fi
 echo "all done at $(( $(date +%s) - start )) s"

@@ -26,6 +26,7 @@ from hf_ffn.configuration_ffn_bert import FfnBertConfig
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training import mask_once, mlm_blocks
 from hf_ffn.training.corpus import held_out_split, split_documents
+from hf_ffn.training.outputs import training_seconds
 from hf_ffn.training.pretraining import (
     PretrainingArguments,
     PretrainingDataArguments,
@@ -490,6 +491,13 @@ def test_resumed_run_ends_with_the_uninterrupted_runs_weights(corpus, tmp_path):
 
     assert losses(resumed) == losses(straight) and [step for step, _ in losses(resumed)] == [1, 2, 3, 4]
     assert "before_loss" not in resumed["results"]  # a resumed run does not score its fresh initial weights
+    # issue 42: the resumed run's time is its own 2 steps' (a checkpoint's evaluations are not subtracted again), and
+    # the finished folder keeps the whole log history (the study records a saved run from it)
+    assert (straight["resumed_from_step"], resumed["resumed_from_step"]) == (0, 2)
+    saved_state = json.loads((interrupted / "trainer_state.json").read_text())
+    assert saved_state["global_step"] == 4 and saved_state["log_history"] == json.loads(
+        json.dumps(resumed["log_history"])
+    )
     assert resumed["results"]["eval_loss"] == straight["results"]["eval_loss"]
     a = FfnBertForMaskedLM.from_pretrained(tmp_path / "straight").state_dict()
     b = FfnBertForMaskedLM.from_pretrained(interrupted).state_dict()
@@ -567,6 +575,12 @@ def test_bf16_where_a_cuda_device_supports_it(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
     assert use_bf16_where_available(on_cpu) is False and on_cpu.mixed_precision == "no"  # --use_cpu wins
     assert use_bf16_where_available(plain) is True and (plain.bf16, plain.mixed_precision) == (True, "bf16")
+
+
+def test_training_seconds_after_a_resume_subtract_only_this_processs_evaluations():
+    history = [{"step": 2, "eval_runtime": 5.0}, {"step": 2, "loss": 1.0}, {"step": 4, "eval_runtime": 1.5}]
+    assert training_seconds(history, 10.0) == 3.5  # a run from step 0: both evaluations ran inside its train()
+    assert training_seconds(history, 10.0, resumed_from_step=2) == 8.5  # the step-2 one ran before the resume
 
 
 def test_documents_start_where_the_regex_matches():

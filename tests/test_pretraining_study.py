@@ -1,17 +1,34 @@
 """The from-scratch study's report (`studies.pretraining.report`) on a synthetic runs file: the summary's schema,
-the paired intervals with their Bonferroni correction (hand-computed), and the one-command regeneration."""
+the paired intervals with their Bonferroni correction (hand-computed), and the one-command regeneration; issue 42's
+pieces: recipe units, the plateau probe and exit, the stop at a step or deadline, a saved unit's record, the
+launcher's options."""
 
 import json
 import math
+import time
 
 import pytest
+import torch
+from transformers import TrainerControl, TrainerState
 
-from studies.pretraining import report
-from studies.pretraining.settings import best_rates, ffn_units, sweep_units
+from hf_ffn.configuration_ffn_bert import FfnBertConfig
+from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
+from hf_ffn.training.corpus import load_corpus
+from studies.pretraining import launch, report
+from studies.pretraining.plateau import (
+    StopAt,
+    attention_locality,
+    held_out_sources,
+    plateau_curve,
+    plateau_exit_tokens,
+    source_of,
+)
+from studies.pretraining.run import STUDY, train_unit, unit_arguments
+from studies.pretraining.settings import DATA_FILES, best_rates, ffn_units, pilot_units, recipe_units, sweep_units
 
 # Student-t quantiles (tables): t_{1 − 0.025/2, 2} = 6.205347 and t_{1 − 0.025/2, 1} = 25.451700 (two comparisons:
 # Bonferroni 1 − 0.05/2 intervals); t_{0.975, 2} = 4.302653 (one comparison).
-T_2, T_1, T_2_SINGLE = 6.205347, 25.451700, 4.302653
+T_2, T_1, T_2_SINGLE, T_1_SINGLE = 6.205347, 25.451700, 4.302653, 12.706205
 FLOORS = {"unigram_mask": 6.6, "copy_aware": 6.0, "copy_aware_kept": 0.4}
 
 
@@ -28,6 +45,7 @@ def record(kind, ffn, seed, loss, placement="pre", lr=2e-3, warmup=300):
         "below_unigram_floor": 6.6 - loss,
         "floors": FLOORS,
         "tokens_seen": 16_384_000,
+        "epochs": 0.25,
         "heldout_tokens": 500_000,
     }
 
@@ -37,6 +55,11 @@ RECORDS = [
     *(record("ffn", "swiglu", s, loss) for s, loss in enumerate((4.9, 5.1, 5.0))),  # − GELU: −0.1, 0.0, −0.2
     *(record("ffn", "relu", s, loss) for s, loss in enumerate((5.3, 5.1))),
     record("placement", "gelu", 0, 5.5, "post", 1e-3, 1000),
+    record("placement", "gelu", 1, 5.7, "post", 1e-3, 1000),
+    record("placement", "gelu", 0, 5.9, "post", 5e-4, 1000),
+    record("placement", "gelu", 0, 5.2, "pre", 4e-3, 300),
+    record("placement", "gelu", 1, 5.0, "pre", 4e-3, 300),
+    record("placement", "gelu", 0, 5.3, "pre", 2e-3, 300),
     record("placement", "swiglu", 0, 5.4, "post", 1e-3, 1000),
     record("sweep", "gelu", 0, 5.6, "pre", 1e-3),
     record("sweep", "gelu", 0, 5.4, "pre", 4e-3),
@@ -55,19 +78,27 @@ def test_summary_schema_and_hand_computed_intervals():
     result = report.summary(RECORDS, FINETUNED)
     assert set(result) == {
         "training_tokens_per_main_run",
+        "planned_tokens_per_main_run",
+        "epochs_per_main_run",
         "heldout_tokens",
         "floors",
+        "device",
+        "corpus_parts",
         "gate",
+        "plateau_exit",
         "ffn_table",
         "placement_table",
         "finetune",
     }
+    assert result["planned_tokens_per_main_run"] == 4000 * 32 * 128 and result["epochs_per_main_run"] == 0.25
     assert result["floors"] == {"unigram_mask": 6.6, "copy_aware": 6.0}
-    assert result["gate"] is None  # no pilot given
+    gate = result["gate"]  # the best main run: SwiGLU seed 0, 6.6 − 4.9 = 1.7 nats below the floor
+    assert (gate["from"], gate["unit"], gate["passed"]) == ("best main run", RECORDS[3]["name"], True)
+    assert gate["below_unigram_floor"] == pytest.approx(1.7)
     assert (result["training_tokens_per_main_run"], result["heldout_tokens"]) == (16_384_000, 500_000)
     rows = {row["variant"]: row for row in result["ffn_table"]}
     assert [row["variant"] for row in result["ffn_table"]] == ["gelu", "swiglu", "relu"]
-    fields = {"variant", "placement", "learning_rate", "seeds", "mask_loss", "delta_vs_gelu", "interval"}
+    fields = {"variant", "placement", "learning_rate", "seeds", "mask_loss", "delta_vs_gelu", "interval", "confidence"}
     assert all(set(row) == fields for row in result["ffn_table"])
     assert rows["gelu"]["delta_vs_gelu"] is None and rows["gelu"]["interval"] is None
     assert rows["gelu"]["mask_loss"] == pytest.approx(5.1) and rows["gelu"]["seeds"] == [0, 1, 2]
@@ -75,16 +106,26 @@ def test_summary_schema_and_hand_computed_intervals():
     half = T_2 * 0.1 / math.sqrt(3)
     assert rows["swiglu"]["delta_vs_gelu"] == pytest.approx(-0.1)
     assert rows["swiglu"]["interval"] == pytest.approx([-0.1 - half, -0.1 + half], abs=1e-5)
+    assert rows["swiglu"]["confidence"] == pytest.approx(0.975) and rows["gelu"]["confidence"] is None
     # ReLU − GELU: 0.3, 0.0: mean 0.15, sd 0.3/√2, n 2
     half = T_1 * (0.3 / math.sqrt(2)) / math.sqrt(2)
     assert rows["relu"]["interval"] == pytest.approx([0.15 - half, 0.15 + half], abs=1e-5)
-    placement = result["placement_table"]
-    assert [(r["variant"], r["warmup_steps"]) for r in placement] == [("gelu", 1000), ("swiglu", 1000)]
-    assert placement[1]["delta_vs_gelu"] == pytest.approx(-0.1) and placement[1]["interval"] is None  # one seed
+    # Post-LN vs Pre-LN for one FFN (issue 42: it compared SwiGLU with GELU): GELU's best Pre-LN cell (lr 4e-3,
+    # seeds 0, 1: 5.2, 5.0) against its best Post-LN cell (lr 1e-3: 5.5, 5.7; lr 5e-4 is worse): −0.3, −0.7
+    gelu_pre, gelu_post = result["placement_table"][0]["pre"], result["placement_table"][0]["post"]
+    assert [row["variant"] for row in result["placement_table"]] == ["gelu", "swiglu"]
+    assert gelu_pre == {"learning_rate": 4e-3, "warmup_steps": 300, "seeds": [0, 1], "mask_loss": pytest.approx(5.1)}
+    assert (gelu_post["learning_rate"], gelu_post["warmup_steps"], gelu_post["mask_loss"]) == (1e-3, 1000, 5.6)
+    gelu = result["placement_table"][0]
+    half = T_1_SINGLE * (0.4 / math.sqrt(2)) / math.sqrt(2)  # differences −0.3, −0.7: sd 0.4/√2; one comparison
+    assert gelu["delta_pre_minus_post"] == pytest.approx(-0.5)
+    assert gelu["interval"] == pytest.approx([-0.5 - half, -0.5 + half], abs=1e-5) and gelu["confidence"] == 0.95
+    swiglu = result["placement_table"][1]  # Post-LN only: nothing to pair
+    assert swiglu["pre"] is None and swiglu["delta_pre_minus_post"] is None and swiglu["interval"] is None
     # fine-tuning: the GELU checkpoints' seeds averaged per fine-tuning seed (21, 25) − untrained (10, 12): 11, 13;
     # one comparison → a 95% interval: 12 ± t_{0.975,1}·√2/√2 = 12 ± 12.7062
     finetune = {row["checkpoint"]: row for row in result["finetune"]}
-    assert set(result["finetune"][0]) == {"checkpoint", "task", "score", "delta_vs_untrained", "interval"}
+    assert set(result["finetune"][0]) == {"checkpoint", "task", "score", "delta_vs_untrained", "interval", "confidence"}
     assert finetune["gelu"]["score"] == pytest.approx(23.0) and finetune["gelu"]["delta_vs_untrained"] == 12.0
     assert finetune["gelu"]["interval"] == pytest.approx([12 - 12.706205, 12 + 12.706205], abs=1e-5)
     assert finetune["untrained"]["delta_vs_untrained"] is None
@@ -96,6 +137,7 @@ def test_summary_before_the_grid_reports_the_gate_from_the_last_full_pilot():
     failed["below_unigram_floor"] = 6.616 - 6.45
     result = report.summary([], [], [slice_pilot, failed])
     assert result["gate"] == {
+        "from": "last pilot",
         "unit": failed["name"],
         "tokens_seen": 16_384_000,
         "mask_loss": 6.45,
@@ -105,7 +147,15 @@ def test_summary_before_the_grid_reports_the_gate_from_the_last_full_pilot():
         "passed": False,
     }
     assert result["floors"] == {"unigram_mask": 6.616, "copy_aware": 6.045}  # the pilot's: no main run yet
-    assert (result["training_tokens_per_main_run"], result["heldout_tokens"]) == (16_384_000, 500_000)
+    # issue 42: no main run yet, so no main run's tokens (it was the last pilot's count); the plan is settings.py's
+    assert (result["training_tokens_per_main_run"], result["heldout_tokens"]) == (None, 500_000)
+    assert result["planned_tokens_per_main_run"] == 16_384_000 and result["epochs_per_main_run"] is None
+    # records before issue 42 name no device or parts: the study's units ran on the CPU over every part
+    assert result["device"] == [] and result["corpus_parts"] == [list(DATA_FILES)]
+    on_gpu = record("recipe", "gelu", 0, 5.0) | {"device": "NVIDIA H200", "corpus_parts": ["wiki-00.txt.xz"]}
+    both = report.summary([on_gpu], [], [failed | {"threads": 2}])
+    assert both["device"] == ["NVIDIA H200", "cpu (2 threads)"]
+    assert both["corpus_parts"] == [["wiki-00.txt.xz"], list(DATA_FILES)]
     assert result["ffn_table"] == result["placement_table"] == result["finetune"] == []
     passed = failed | {"mask_loss": 5.5, "below_unigram_floor": 1.116}
     assert report.summary([], [], [failed, passed])["gate"]["passed"] is True  # the last full pilot counts
@@ -126,7 +176,8 @@ def test_report_regenerates_from_the_runs_file_with_one_command(tmp_path):
     report.main(["--records_dir", str(tmp_path)])
     assert ((tmp_path / "summary.json").read_text(), (tmp_path / "report.md").read_text()) == first
     assert json.loads(first[0]) == json.loads(json.dumps(report.summary(RECORDS, FINETUNED)))
-    assert "| swiglu | pre | 0.002 | – | 0,1,2 | 5.000 | -0.100 |" in first[1]
+    assert "| swiglu | pre | 0.002 | 0,1,2 | 5.000 | -0.100 |" in first[1]
+    assert "| gelu | 0.004, 300, 5.100 | 0.001, 1000, 5.600 | -0.500 |" in first[1]
 
 
 def test_the_ffn_table_runs_each_variant_at_its_best_swept_rate():
@@ -134,3 +185,187 @@ def test_the_ffn_table_runs_each_variant_at_its_best_swept_rate():
     units = ffn_units(RECORDS)
     assert [(u.ffn_type, u.learning_rate, u.seed) for u in units][:2] == [("gelu", 4e-3, 0), ("gelu", 4e-3, 1)]
     assert len(sweep_units()) == 18 and len({u.name for u in sweep_units()}) == 18
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Issue 42: the recipe units, the plateau exit, the stop at a step or deadline, a saved unit's record, the launcher
+# ---------------------------------------------------------------------------------------------------------------
+def test_unit_names_keep_the_recorded_ones_and_name_the_recipe_shape():
+    assert pilot_units(10000)[0].name == "pilot-gelu-pre-lr0.004-warmup300-steps10000-seed0"  # pilots.jsonl's
+    units = recipe_units()
+    assert [(u.ffn_type, u.seed) for u in units] == [(f, s) for s in (0, 1, 2) for f in ("gelu", "swiglu")]
+    assert units[0].name == "recipe-gelu-pre-lr0.004-warmup300-block32x128-steps16000-stop2500-seed0"
+    assert units[0].stop_step * units[0].max_seq_length * units[0].batch_size == 10_240_000
+
+
+def probe_entry(step: int, below: float) -> dict:
+    return {"step": step, "plateau_probe": {"tokens": step * 4096, "below_unigram_floor": below}}
+
+
+def test_the_plateau_exit_is_the_first_evaluation_0_3_nats_below_the_floor():
+    history = [probe_entry(s, b) for s, b in ((768, 0.31), (0, -1.6), (256, 0.1), (512, 0.299), (1024, 0.2))]
+    history.append({"step": 3, "loss": 7.0})
+    curve = plateau_curve(history)
+    assert [entry["step"] for entry in curve] == [0, 256, 512, 768, 1024]  # in step order, probe entries only
+    assert plateau_exit_tokens(curve) == 768 * 4096  # 0.299 is not 0.3; the dip after does not undo the exit
+    assert plateau_exit_tokens(curve[:3]) is None
+
+
+def test_stop_at_the_units_step_or_at_the_deadline_marking_the_cut():
+    def step(callback, global_step):
+        state, control = TrainerState(), TrainerControl()
+        state.global_step = global_step
+        callback.on_step_end(None, state, control)
+        return control.should_training_stop, state.log_history
+
+    assert step(StopAt(2500), 2499) == (False, []) and step(StopAt(2500), 2500) == (True, [])
+    assert step(StopAt(2500, time.time() + 60), 1000) == (False, [])
+    assert step(StopAt(2500, time.time() - 1), 1000) == (True, [{"step": 1000, "cut_by_time_limit": True}])
+    assert step(StopAt(None, None), 10**6) == (False, [])
+
+
+def test_attention_locality_of_a_model_that_attends_uniformly():
+    config = FfnBertConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32
+    )
+    model = FfnBertForMaskedLM(config).eval()
+    with torch.no_grad():  # query and key at zero: every score 0, every weight 1/8
+        for name, parameter in model.named_parameters():
+            if ".query." in name or ".key." in name:
+                parameter.zero_()
+    rows = attention_locality(model, torch.randint(5, 50, (3, 8)))
+    assert len(rows) == 2 and model.config._attn_implementation == "sdpa"  # switched back after the call
+    for row in rows:
+        assert [row["previous"], row["next"], row["same"]] == pytest.approx([1 / 8] * 3, abs=1e-6)
+        assert row["entropy"] == pytest.approx(math.log(8), abs=1e-5) and row["uniform"] == 1 / 8
+
+
+def test_held_out_sources_name_each_held_out_documents_file(tmp_path):
+    (tmp_path / "wiki-00.txt").write_text("\n\n".join(f"wiki article {i}" for i in range(6)) + "\n")
+    (tmp_path / "books-00.txt").write_text("\n\n".join(f"book text {i}" for i in range(4)) + "\n")
+    corpus = {
+        "train_files": [str(tmp_path / "wiki-00.txt"), str(tmp_path / "books-00.txt")],
+        "validation_split_percentage": 50,
+        "split_seed": 42,
+        "cache_dir": str(tmp_path / "cache"),
+    }
+    held_out = load_corpus(**corpus)["validation"]["text"]
+    sources = held_out_sources(corpus)
+    assert len(sources) == len(held_out) == 5
+    assert sources == ["wiki" if text.startswith("wiki") else "books" for text in held_out]
+    assert set(sources) == {"wiki", "books"}
+    with pytest.raises(ValueError, match=r"corpus part 'news-00.txt.xz' is of no known source; allowed: wiki, books"):
+        source_of("news-00.txt.xz")
+
+
+def test_a_saved_unit_is_recorded_from_its_folder_with_its_own_seconds_per_step(tmp_path):
+    """A unit saved but not recorded (interrupted between the two) stopped with FileExistsError (issue 42); its
+    record now comes from the folder, and its seconds per step count only the steps after its resume."""
+    unit = recipe_units()[0]
+    folder = tmp_path / "runs" / unit.name
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    report_fields = {
+        "floors": {"unigram_mask": 6.72, "copy_aware": 6.1},
+        "steps": 2500,
+        "resumed_from_step": 2000,
+        "train_seconds": 100.0,
+        "tokens_seen": 2500 * 4096,
+        "epochs": 0.26,
+        "blocks": {"validation": 1000, "tokens_per_block": 32, "validation_maskings": 3},
+        "ffn_output_rms_at_start": [0.1],
+        "ffn": {"ffn_type": "gelu"},
+        "model": {"parameters": 1404544},
+    }
+    (folder / "run_info.json").write_text(json.dumps(report_fields))
+    (folder / "all_results.json").write_text(
+        json.dumps({"eval_mask_loss": 5.2, "eval_token_loss": 5.0, "eval_mask_accuracy": 0.12})
+    )
+    history = [
+        probe_entry(0, -1.6),
+        probe_entry(1024, 0.45),
+        {"step": 2500, "eval_mask_loss": 5.2, "eval_token_loss": 5.0},
+    ]
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 2500, "log_history": history}))
+    record = train_unit(unit, tmp_path / "no-corpus-read", tmp_path, tmp_path / "no-tokenizer-read")
+    assert record["seconds_per_step"] == 100.0 / 500  # not 100 / 2500
+    assert record["below_unigram_floor"] == pytest.approx(1.52) and record["curve"] == [[2500, 5.2, 5.0]]
+    assert record["plateau_exit_tokens"] == 1024 * 4096 and record["stopped_at_step"] == 2500
+    assert record["cut_by_time_limit"] is False and record["corpus_parts"] == list(DATA_FILES)
+    assert record["device"].startswith("cpu") and record["preprocessing_workers"] == 16
+
+
+def test_summary_plateau_exit_rows_per_arm():
+    def recipe(ffn, seed, exit_tokens, cut=False):
+        unit = next(u for u in recipe_units() if (u.ffn_type, u.seed) == (ffn, seed))
+        row = record("recipe", ffn, seed, 5.0, lr=unit.learning_rate) | unit.settings()
+        tokens = 9_000_000 if cut else 10_240_000
+        curve = [{"tokens": 0, "neighbour_weight_vs_uniform": 1.0}]
+        curve += [{"tokens": exit_tokens, "neighbour_weight_vs_uniform": 3.5}] if exit_tokens else []
+        return row | {"plateau_curve": curve, "plateau_exit_tokens": exit_tokens, "tokens_seen": tokens}
+
+    runs = [recipe("swiglu", 1, None, cut=True), recipe("gelu", 0, 6_291_456), recipe("swiglu", 0, 4_194_304)]
+    runs[0]["cut_by_time_limit"] = True
+    rows = report.summary(runs, [])["plateau_exit"]
+    label = "recipe: blocks 32x128, lr 0.004, warm-up 300, 16000-step schedule stopped at 2500"
+    text = report.report_markdown(report.summary(runs, []), runs, [])
+    assert f"| swiglu | pre | {label} | 0,1 | 4.2M, – | 3.5, – | 10.2M, 9.0M | 1 |" in text
+    assert rows == [
+        {
+            "variant": "gelu",
+            "placement": "pre",
+            "recipe": label,
+            "seeds": [0],
+            "tokens_to_exit": [6_291_456],
+            "neighbour_weight_at_exit": [3.5],
+            "tokens_seen": [10_240_000],
+            "never_left": 0,
+            "cut_by_time_limit": 0,
+        },
+        {
+            "variant": "swiglu",
+            "placement": "pre",
+            "recipe": label,
+            "seeds": [0, 1],
+            "tokens_to_exit": [4_194_304, None],
+            "neighbour_weight_at_exit": [3.5, None],
+            "tokens_seen": [10_240_000, 9_000_000],
+            "never_left": 1,
+            "cut_by_time_limit": 1,
+        },
+    ]
+
+
+def test_the_launcher_refuses_bad_options_naming_them(tmp_path, capsys):
+    assert launch.part_names(["wiki-00", "books-01.txt.xz"]) == ("wiki-00.txt.xz", "books-01.txt.xz")
+    with pytest.raises(ValueError, match=r"--parts: 'wiki-09' is not a part of the study's corpus; allowed: wiki-00,"):
+        launch.part_names(["wiki-09"])
+    common = ["--data_dir", str(tmp_path), "--out", str(tmp_path / "out"), "--device", "cpu"]
+    with pytest.raises(SystemExit) as exit_:
+        launch.main(common)
+    assert exit_.value.code == 2 and "lacks wiki-00.txt.xz, wiki-01.txt.xz, books-00.txt.xz, books-01.txt.xz" in (
+        capsys.readouterr().err
+    )
+    for part in launch.LAUNCH_PARTS:
+        (tmp_path / part).write_bytes(b"x")
+    for option, value, message in (
+        ("--time_limit", "0", "--time_limit 0: must be a positive number of seconds"),
+        ("--parallel", "0", "--parallel 0: must be a positive number of units"),
+        ("--only", "recipe-relu", "--only recipe-relu: no such unit; the units: recipe-gelu-"),
+    ):
+        with pytest.raises(SystemExit):
+            launch.main([*common, option, value])
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
+def test_unit_arguments_of_a_recipe_unit_on_cuda(tmp_path):
+    unit = recipe_units()[1]  # SwiGLU, seed 0
+    args, data_args, training_args = unit_arguments(unit, tmp_path, tmp_path, STUDY, "cuda", launch.LAUNCH_PARTS, None)
+    assert (args.ffn_type, args.speed_defaults, args.bf16_where_available) == ("swiglu", False, False)  # fp32
+    assert (data_args.max_seq_length, training_args.per_device_train_batch_size) == (32, 128)
+    assert (training_args.max_steps, training_args.eval_strategy, training_args.use_cpu) == (16000, "no", False)
+    assert data_args.preprocessing_num_workers == 16
+    assert [name.split("/")[-1] for name in data_args.train_files] == list(launch.LAUNCH_PARTS)
+    with pytest.raises(ValueError, match=r"--device 'tpu' is not one of cpu, cuda"):
+        unit_arguments(unit, tmp_path, tmp_path, STUDY, "tpu")

@@ -179,9 +179,20 @@ def final_evaluation(trainer: Trainer) -> dict[str, float]:
     return trainer.evaluate()
 
 
-def training_seconds(log_history: list[dict], train_runtime: float) -> float:
-    """Seconds spent training: `train_runtime` minus the evaluations run inside `Trainer.train`."""
-    return train_runtime - sum(entry.get("eval_runtime", 0.0) for entry in log_history)
+def training_seconds(log_history: list[dict], train_runtime: float, resumed_from_step: int = 0) -> float:
+    """Seconds spent training: `train_runtime` (this process's `Trainer.train`) minus the evaluations run inside it.
+    A run resumed from the checkpoint of step `resumed_from_step` inherits the log history before it: those
+    evaluations (at steps ≤ `resumed_from_step`) ran in an earlier process and are not subtracted."""
+    return train_runtime - sum(
+        entry.get("eval_runtime", 0.0) for entry in log_history if entry.get("step", 0) > resumed_from_step
+    )
+
+
+def checkpoint_step(checkpoint: str | Path | None) -> int:
+    """The step a `Trainer` checkpoint was saved at (its `trainer_state.json`'s `global_step`); 0 for None."""
+    if checkpoint is None:
+        return 0
+    return int(json.loads((Path(checkpoint) / TRAINER_STATE).read_text())["global_step"])
 
 
 def model_card(
@@ -218,6 +229,9 @@ def model_card(
     )
 
 
+TRAINER_STATE = "trainer_state.json"  # Trainer's name, in each checkpoint and (save_outputs) in the finished folder
+
+
 def save_outputs(
     trainer: Trainer,
     tokenizer: PreTrainedTokenizerBase,
@@ -228,7 +242,8 @@ def save_outputs(
     unpad_tokens: bool,
 ) -> None:
     """The finished save of a run (`save_finished`): model (`trainer.save_model`, every process), tokenizer, model
-    card `README.md`, `all_results.json` (`results`) and `run_info.json` (`extra`), written on process 0.
+    card `README.md`, `all_results.json` (`results`), `run_info.json` (`extra`) and `trainer_state.json` (the
+    Trainer's state with its log history, as in a checkpoint), written on process 0.
 
     `unpad_tokens`: the value the saved `config.json` gets (the checkpoint's, `checkpoint_unpad_tokens`; the run's
     own switch is an execution choice, see the module docstring); it is set on the model's config before saving.
@@ -244,6 +259,7 @@ def save_outputs(
         card.save(folder / "README.md")
         (folder / "all_results.json").write_text(json.dumps(results, indent=2) + "\n")
         (folder / "run_info.json").write_text(json.dumps(extra, indent=2, default=str) + "\n")
+        trainer.state.save_to_json(str(folder / TRAINER_STATE))  # the log history: every evaluation of the run
 
     save_finished(output_dir, save, main=main, barrier=trainer.accelerator.wait_for_everyone)
 
@@ -254,6 +270,7 @@ __all__ = [
     "checkpoint_max_positions",
     "checkpoint_unpad_tokens",
     "check_output_dir",
+    "checkpoint_step",
     "final_evaluation",
     "load_model",
     "load_tokenizer",

@@ -74,6 +74,7 @@ from .mlm import absent_head_warning_dropped, mlm_trainer, new_mlm_head_note
 from .outputs import (
     check_checkpoint,
     check_output_dir,
+    checkpoint_step,
     checkpoint_unpad_tokens,
     final_evaluation,
     load_model,
@@ -275,7 +276,9 @@ def run_pretraining(
         fixed_prediction_rows=args.sparse_prediction and args.fixed_prediction_rows,
     )
     results, train_seconds = _train_and_evaluate(trainer, resume, stopping)
-    report = _report(args, data_args, training_args, trainer, built, documents, (train, evaluation), train_seconds)
+    report = _report(
+        args, data_args, training_args, trainer, built, documents, (train, evaluation), train_seconds, resume
+    )
     report |= {"tokenizer": {"source": tokenizer_source, "vocab_size": len(tokenizer)}, "bf16": bool(bf16)}
     report["speed_defaults"] = speed
     report["floors"] = floors
@@ -393,8 +396,11 @@ def _train_and_evaluate(trainer: Trainer, resume: str | None, stopping: TrainerC
     if stopping is not None:  # after the "before" evaluation, which it would misread (no eval_ metrics)
         trainer.add_callback(stopping)
     train_output = trainer.train(resume_from_checkpoint=resume)
-    # before the final evaluation, whose runtime is not training (it joins the log history)
-    train_seconds = training_seconds(trainer.state.log_history, train_output.metrics["train_runtime"])
+    # before the final evaluation, whose runtime is not training (it joins the log history); a resumed run's time is
+    # this process's only, over its steps after the checkpoint (`resumed_from_step` in the report)
+    train_seconds = training_seconds(
+        trainer.state.log_history, train_output.metrics["train_runtime"], checkpoint_step(resume)
+    )
     after = final_evaluation(trainer)
     results = {**train_output.metrics, **before, **after}
     if before:
@@ -421,10 +427,13 @@ def _save(args, data_args, training_args, trainer, tokenizer, results: dict, rep
     save_outputs(trainer, tokenizer, card, results, report, training_args.output_dir, unpad_tokens=built["saved_unpad"])
 
 
-def _report(args, data_args, training_args, trainer, built, documents, blocks, train_seconds: float) -> dict:
+def _report(
+    args, data_args, training_args, trainer, built, documents, blocks, train_seconds: float, resume: str | None
+) -> dict:
     """`run_info.json`: the model's sizes and parameters, its FFN (`ffn_report`), the conversion, documents, blocks
     (training; held-out blocks and their maskings), tokens seen and epochs (passes over the training blocks: above
-    1, training text was repeated), execution switches, `train_seconds` (training without the evaluations in it).
+    1, training text was repeated), execution switches, `train_seconds` (training without the evaluations in it, in
+    this process: after a resume, over the steps after `resumed_from_step`).
     (`run_pretraining` adds the tokenizer, bf16, the context-free floors (`floors`, `mlm_floors`), the seconds of
     the data path, each layer's FFN output rms before training (`ffn_output_rms_at_start`, on the first
     `INIT_RMS_BLOCKS` training blocks: `hf_ffn.training.initialisation`) and the summary line.)"""
@@ -460,6 +469,7 @@ def _report(args, data_args, training_args, trainer, built, documents, blocks, t
             "attention_scope": data_args.attention_scope,
         },
         "steps": state.global_step,
+        "resumed_from_step": checkpoint_step(resume),  # train_seconds covers the steps after it
         "tokens_seen": sequences * block,
         "epochs": epochs,
         "sparse_prediction": args.sparse_prediction,  # how the run executed (neither is saved in config.json)

@@ -14,13 +14,14 @@ the tokens shown left and right of the [MASK] (themselves masked 15% of the time
 the weights of the rest are renormalised), c are counts over the training blocks and q the add-one unigram of the
 floors (`hf_ffn.training.floors`). The weights are fixed, not fitted on the held-out set. It is the loss a
 model reaches that uses nothing but the two neighbours, each in one direction: what looking next door is worth.
-Both print one line per measure (a few minutes: counting the training tokens).
+Both print one line per measure (a few minutes: counting the training tokens); `--record FILE` appends it to FILE
+as one JSON line (the study's: diagnostics.jsonl).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import json
 import sys
 from pathlib import Path
 
@@ -28,12 +29,13 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
-from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.corpus import documents_to_blocks, fixed_maskings, load_corpus
 from hf_ffn.training.floors import never_chosen_ids, unigram_counts, unigram_distribution
+from studies.pretraining.plateau import attention_locality
 from studies.pretraining.run import STUDY, TOKENIZER, corpus_options
-from studies.pretraining.settings import EVAL_MASKINGS, SIZES, SPLIT_SEED
+from studies.pretraining.settings import EVAL_MASKINGS, PREPROCESSING_WORKERS, SIZES, SPLIT_SEED
 
+ATTENTION_BLOCKS = 64  # held-out blocks `attention` measures on
 WEIGHTS = (0.6, 0.3, 0.1)  # trigram, the two bigrams, unigram (fixed; see the module docstring)
 
 
@@ -41,33 +43,8 @@ def study_blocks(data_dir: Path, cache_dir: Path):
     """(tokenizer, training blocks, held-out blocks) exactly as a study unit reads them (the same cache)."""
     tokenizer = AutoTokenizer.from_pretrained(STUDY / TOKENIZER)
     documents = load_corpus(**corpus_options(data_dir, cache_dir))
-    blocks = documents_to_blocks(documents, tokenizer, SIZES["max_seq_length"])
+    blocks = documents_to_blocks(documents, tokenizer, SIZES["max_seq_length"], num_proc=PREPROCESSING_WORKERS)
     return tokenizer, blocks["train"], blocks["validation"]
-
-
-def attention_locality(model_dir: Path, blocks, count: int = 64) -> list[dict]:
-    """Per layer: mean attention entropy (nats), log n, and the mean weight on the previous, next and same token."""
-    model = FfnBertForMaskedLM.from_pretrained(model_dir, attn_implementation="eager").eval()
-    input_ids = torch.tensor(blocks.select(range(min(count, len(blocks))))["input_ids"], dtype=torch.long)
-    with torch.no_grad():
-        attentions = model(input_ids=input_ids, output_attentions=True).attentions
-    n = input_ids.shape[1]
-    index = torch.arange(n)
-    rows = []
-    for layer, weights in enumerate(attentions):  # (batch, heads, query, key)
-        entropy = -(weights * weights.clamp_min(1e-30).log()).sum(-1).mean().item()
-        rows.append(
-            {
-                "layer": layer,
-                "entropy": entropy,
-                "uniform_entropy": math.log(n),
-                "previous": weights[..., index[1:], index[:-1]].mean().item(),
-                "next": weights[..., index[:-1], index[1:]].mean().item(),
-                "same": weights[..., index, index].mean().item(),
-                "uniform": 1 / n,
-            }
-        )
-    return rows
 
 
 def _counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -136,6 +113,13 @@ def neighbour_reference(tokenizer, train, validation) -> dict:
     }
 
 
+def record(path: Path | None, measure: dict) -> None:
+    """Append `measure` to `path` as one JSON line (nothing without a path): the figures go into a record."""
+    if path is not None:
+        with path.open("a") as file:
+            file.write(json.dumps(measure) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m studies.pretraining.diagnostics", description=__doc__.split("\n\n")[0]
@@ -144,12 +128,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("model_dir", type=Path, nargs="?", help="attention: a run's folder (config.json)")
     parser.add_argument("--data_dir", type=Path, required=True, help="../shared/data/pretraining (the corpus)")
     parser.add_argument("--output_dir", type=Path, default=Path("out/pretraining"), help="where the cache is")
+    parser.add_argument(
+        "--record", type=Path, default=None, help="append the measure as one JSON line here (e.g. diagnostics.jsonl)"
+    )
     args = parser.parse_args(argv)
     tokenizer, train, validation = study_blocks(args.data_dir, args.output_dir / "cache")
     if args.measure == "attention":
         if args.model_dir is None:
             parser.error("attention needs a run's folder")
-        for row in attention_locality(args.model_dir, validation):
+        blocks = validation.select(range(min(ATTENTION_BLOCKS, len(validation))))["input_ids"]
+        rows = attention_locality(args.model_dir, torch.tensor(blocks, dtype=torch.long))
+        record(
+            args.record, {"measure": "attention", "model": args.model_dir.name, "blocks": len(blocks), "layers": rows}
+        )
+        for row in rows:
             print(
                 f"layer {row['layer']}: entropy {row['entropy']:.3f} (uniform {row['uniform_entropy']:.3f}); weight on "
                 f"previous {row['previous']:.4f}, next {row['next']:.4f}, same {row['same']:.4f} "
@@ -157,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         return 0
     result = neighbour_reference(tokenizer, train, validation)
+    record(args.record, {"measure": "neighbours", **result})
     print(
         f"neighbour counts: [MASK] loss {result['neighbour_mask_loss']:.3f} vs unigram floor "
         f"{result['unigram_mask']:.3f} "

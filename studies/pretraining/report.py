@@ -2,22 +2,27 @@
 
     python -m studies.pretraining.report   # studies/pretraining/{runs,finetune}.jsonl → summary.json, report.md
 
-`summary.json` (issue 37's schema):
-- `training_tokens_per_main_run`, `heldout_tokens` (held-out tokens, one masking; the evaluation masks them
-  `EVAL_MASKINGS` times), `floors` {`unigram_mask`, `copy_aware`} (`hf_ffn.training.floors`, on the evaluation's
-  maskings);
+`summary.json` (issue 37's schema, with issue 42's fields):
+- `training_tokens_per_main_run` (the main runs' (kind "ffn") tokens; `null` before any), `planned_tokens_per_main_run`
+  (settings.py's `MAIN_STEPS` × 4,096), `epochs_per_main_run`, `heldout_tokens` (held-out tokens, one masking; the
+  evaluation masks them `EVAL_MASKINGS` times), `floors` {`unigram_mask`, `copy_aware`} (`hf_ffn.training.floors`,
+  on the evaluation's maskings; before any main run, those of the first record or the last pilot), `device` and
+  `corpus_parts` (those the records name);
+- `plateau_exit`: per (variant, placement, recipe) of the runs with a plateau probe: `seeds`, `tokens_to_exit`
+  (`null`: never left within the run), `tokens_seen`, `never_left`, `cut_by_time_limit` (README.md, "The plateau
+  exit");
 - `ffn_table`: one row per FFN variant of the FFN table (`kind` "ffn"): `variant`, `placement`, `learning_rate`,
   `seeds`, `mask_loss` (mean over seeds of the final loss on [MASK] positions), `delta_vs_gelu` (mean of the paired
-  differences variant − GELU, by seed), `interval` ([low, high] of that difference);
-- `placement_table`: one row per Post/Pre-LN cell (`kind` "placement"; the same fields, `warmup_steps` added since
-  a cell is also a warm-up): `delta_vs_gelu` against GELU of the same placement, rate and warm-up;
-- `gate` (beside the issue's fields): the last full pilot (`kind` "pilot" in pilots.jsonl): `unit`, `tokens_seen`,
-  `mask_loss`, `unigram_mask`, `below_unigram_floor`, `required` (`GATE_NATS`), `passed`; `null` without one. With
-  no main run yet, `training_tokens_per_main_run`, `heldout_tokens` and `floors` are the pilot's (the main budget,
-  the same held-out maskings);
+  differences variant − GELU, by seed), `interval` ([low, high] of that difference), `confidence` (its level);
+- `placement_table`: per FFN (`kind` "placement"), Pre-LN and Post-LN each at its best rate and warm-up (`pre`,
+  `post`: `learning_rate`, `warmup_steps`, `seeds`, `mask_loss`), `delta_pre_minus_post` paired by seed,
+  `interval`, `confidence`;
+- `gate` (beside the issue's fields): the best main run once there is one, else the last full pilot (`kind`
+  "pilot" in pilots.jsonl): `from`, `unit`, `tokens_seen`, `mask_loss`, `unigram_mask`, `below_unigram_floor`,
+  `required` (`GATE_NATS`), `passed`; `null` without either;
 - `finetune`: one row per checkpoint variant and task: `checkpoint` (the variant, or "untrained"), `task`, `score`
   (mean over checkpoint seeds × fine-tuning seeds), `delta_vs_untrained` (paired by fine-tuning seed, the checkpoint
-  seeds averaged first), `interval`.
+  seeds averaged first), `interval`, `confidence`.
 
 Intervals: paired Student-t (`hf_ffn.comparing.paired_t_interval`) at family-wise 95% with a **Bonferroni**
 correction: each interval of a table of m comparisons is a 1 − 0.05/m interval (m = the table's rows with an
@@ -34,18 +39,23 @@ from collections import defaultdict
 from pathlib import Path
 
 from hf_ffn.comparing import paired_t_interval, read_runs
-from studies.pretraining.settings import GATE_NATS
+from studies.pretraining.settings import DATA_FILES, GATE_NATS, MAIN_STEPS, SIZES
 
 STUDY = Path(__file__).parent
 FAMILY_CONFIDENCE = 0.95
 FFN_ORDER = ("gelu", "swiglu", "geglu", "relu")
 
 
+def family_confidence(differences: list[list[float]]) -> float:
+    """The level of each interval of a table (Bonferroni): 1 − (1 − FAMILY_CONFIDENCE)/m, m = the comparisons
+    with ≥ 2 pairs."""
+    return 1 - (1 - FAMILY_CONFIDENCE) / max(sum(len(d) >= 2 for d in differences), 1)
+
+
 def bonferroni_intervals(differences: list[list[float]]) -> list[list[float] | None]:
     """The paired intervals of a table's comparisons (each a list of paired differences) at family-wise
     `FAMILY_CONFIDENCE`: each at 1 − (1 − FAMILY_CONFIDENCE)/m, m = the comparisons with ≥ 2 pairs."""
-    m = sum(len(d) >= 2 for d in differences)
-    confidence = 1 - (1 - FAMILY_CONFIDENCE) / max(m, 1)
+    confidence = family_confidence(differences)
     return [list(paired_t_interval(d, confidence)[1:]) if len(d) >= 2 else None for d in differences]
 
 
@@ -53,28 +63,30 @@ def _paired(rows: dict[int, float], reference: dict[int, float]) -> list[float]:
     return [rows[seed] - reference[seed] for seed in sorted(rows) if seed in reference]
 
 
-def loss_table(records: list[dict], kind: str) -> list[dict]:
-    """The rows of `ffn_table` (kind "ffn") or `placement_table` (kind "placement")."""
+def _cells(records: list[dict], kind: str) -> dict[tuple, dict[int, float]]:
+    """{(ffn_type, placement, learning_rate, warmup_steps): {seed: final [MASK] loss}} of the records of `kind`."""
     cells: dict[tuple, dict[int, float]] = defaultdict(dict)
     for record in records:
         if record["kind"] == kind:
             key = (record["ffn_type"], record["placement"], record["learning_rate"], record["warmup_steps"])
             cells[key][record["seed"]] = record["mask_loss"]
-    order = sorted(cells, key=lambda k: (k[1], k[2], k[3], FFN_ORDER.index(k[0]) if k[0] in FFN_ORDER else 9))
-    if kind == "ffn":
-        gelu = {(k[1],): cells[k] for k in cells if k[0] == "gelu"}
-        reference = [gelu.get((k[1],)) for k in order]
-    else:
-        reference = [cells.get(("gelu", *k[1:])) for k in order]
-    differences = [
-        _paired(cells[k], ref) if ref is not None and k[0] != "gelu" else []
-        for k, ref in zip(order, reference, strict=True)
-    ]
-    intervals = bonferroni_intervals(differences)
-    rows = []
-    for key, diffs, interval in zip(order, differences, intervals, strict=True):
-        ffn, placement, rate, warmup = key
-        row = {
+    return cells
+
+
+def _ffn_rank(ffn: str) -> int:
+    return FFN_ORDER.index(ffn) if ffn in FFN_ORDER else len(FFN_ORDER)
+
+
+def loss_table(records: list[dict]) -> list[dict]:
+    """The rows of `ffn_table` (records of kind "ffn"): each variant's cell, `delta_vs_gelu` paired by seed with
+    GELU of the same placement, its Bonferroni interval (`confidence`: each interval's level)."""
+    cells = _cells(records, "ffn")
+    order = sorted(cells, key=lambda k: (k[1], k[2], k[3], _ffn_rank(k[0])))
+    gelu = {k[1]: cells[k] for k in cells if k[0] == "gelu"}
+    differences = [_paired(cells[k], gelu[k[1]]) if k[1] in gelu and k[0] != "gelu" else [] for k in order]
+    intervals, confidence = bonferroni_intervals(differences), family_confidence(differences)
+    return [
+        {
             "variant": ffn,
             "placement": placement,
             "learning_rate": rate,
@@ -82,10 +94,99 @@ def loss_table(records: list[dict], kind: str) -> list[dict]:
             "mask_loss": statistics.mean(cells[key].values()),
             "delta_vs_gelu": statistics.mean(diffs) if diffs else None,
             "interval": interval,
+            "confidence": confidence if interval is not None else None,
         }
-        if kind == "placement":
-            row["warmup_steps"] = warmup
-        rows.append(row)
+        for key, diffs, interval in zip(order, differences, intervals, strict=True)
+        for ffn, placement, rate, _ in [key]
+    ]
+
+
+def placement_table(records: list[dict]) -> list[dict]:
+    """The rows of `placement_table` (records of kind "placement"): per FFN, Pre-LN at its best (rate, warm-up)
+    against Post-LN at its best (the lowest mean final [MASK] loss of each placement's cells), `delta_pre_minus_post`
+    paired by seed, its Bonferroni interval; `null` for an FFN without both placements."""
+    cells = _cells(records, "placement")
+    best = {}
+    for key, losses in cells.items():
+        ffn, placement = key[:2]
+        if (ffn, placement) not in best or statistics.mean(losses.values()) < statistics.mean(
+            cells[best[(ffn, placement)]].values()
+        ):
+            best[(ffn, placement)] = key
+    ffns = sorted({ffn for ffn, _ in best}, key=_ffn_rank)
+    differences = [
+        _paired(cells[best[(f, "pre")]], cells[best[(f, "post")]]) if {(f, "pre"), (f, "post")} <= set(best) else []
+        for f in ffns
+    ]
+    intervals, confidence = bonferroni_intervals(differences), family_confidence(differences)
+
+    def cell(ffn: str, placement: str) -> dict | None:
+        if (ffn, placement) not in best:
+            return None
+        key = best[(ffn, placement)]
+        losses = cells[key]
+        return {
+            "learning_rate": key[2],
+            "warmup_steps": key[3],
+            "seeds": sorted(losses),
+            "mask_loss": statistics.mean(losses.values()),
+        }
+
+    return [
+        {
+            "variant": ffn,
+            "pre": cell(ffn, "pre"),
+            "post": cell(ffn, "post"),
+            "delta_pre_minus_post": statistics.mean(diffs) if diffs else None,
+            "interval": interval,
+            "confidence": confidence if interval is not None else None,
+        }
+        for ffn, diffs, interval in zip(ffns, differences, intervals, strict=True)
+    ]
+
+
+def recipe_label(record: dict) -> str:
+    """What a record's training recipe was, beside its FFN and placement: kind, blocks, rate, warm-up, schedule."""
+    shape = f"{record.get('max_seq_length', 128)}x{record.get('batch_size', 32)}"
+    stop = f" stopped at {record['stop_step']}" if record.get("stop_step") else ""
+    return (
+        f"{record['kind']}: blocks {shape}, lr {record['learning_rate']:g}, warm-up {record['warmup_steps']}, "
+        f"{record['max_steps']}-step schedule{stop}"
+    )
+
+
+def _neighbour_weight_at_exit(record: dict) -> float | None:
+    """The cross-check at a run's exit: the probe's `neighbour_weight_vs_uniform` at the exit's evaluation."""
+    at = [e for e in record["plateau_curve"] if e.get("tokens") == record["plateau_exit_tokens"]]
+    return at[0].get("neighbour_weight_vs_uniform") if at and record["plateau_exit_tokens"] is not None else None
+
+
+def plateau_exits(records: list[dict]) -> list[dict]:
+    """`plateau_exit`: per (variant, placement, recipe) of the records with a plateau probe (`plateau_curve`), the
+    seeds, the tokens at each seed's exit (`tokens_to_exit`, in the seeds' order; `null`: never left within its
+    run), the cross-check there (`neighbour_weight_at_exit`: the largest weight on the previous or next token over
+    the layers ÷ the uniform 1/n), the tokens each run reached (`tokens_seen`), `never_left` (the runs without an
+    exit) and `cut_by_time_limit` (the runs a time limit cut)."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for record in records:
+        if record.get("plateau_curve"):
+            groups[(record["ffn_type"], record["placement"], recipe_label(record))].append(record)
+    rows = []
+    for (ffn, placement, recipe), runs in sorted(groups.items(), key=lambda g: (g[0][2], g[0][1], _ffn_rank(g[0][0]))):
+        runs = sorted(runs, key=lambda r: r["seed"])
+        rows.append(
+            {
+                "variant": ffn,
+                "placement": placement,
+                "recipe": recipe,
+                "seeds": [r["seed"] for r in runs],
+                "tokens_to_exit": [r["plateau_exit_tokens"] for r in runs],
+                "tokens_seen": [r["tokens_seen"] for r in runs],
+                "neighbour_weight_at_exit": [_neighbour_weight_at_exit(r) for r in runs],
+                "never_left": sum(r["plateau_exit_tokens"] is None for r in runs),
+                "cut_by_time_limit": sum(bool(r.get("cut_by_time_limit")) for r in runs),
+            }
+        )
     return rows
 
 
@@ -102,7 +203,7 @@ def finetune_table(finetuned: list[dict], records: list[dict]) -> list[dict]:
         _paired(means[k], means[("untrained", k[1])]) if k[0] != "untrained" and ("untrained", k[1]) in means else []
         for k in order
     ]
-    intervals = bonferroni_intervals(differences)
+    intervals, confidence = bonferroni_intervals(differences), family_confidence(differences)
     return [
         {
             "checkpoint": label,
@@ -110,38 +211,64 @@ def finetune_table(finetuned: list[dict], records: list[dict]) -> list[dict]:
             "score": statistics.mean(s for v in scores[(label, task)].values() for s in v),
             "delta_vs_untrained": statistics.mean(d) if d else None,
             "interval": interval,
+            "confidence": confidence if interval is not None else None,
         }
         for (label, task), d, interval in zip(order, differences, intervals, strict=True)
     ]
 
 
-def gate(pilots: list[dict]) -> dict | None:
-    """The gate's reading: the last full pilot (`kind` "pilot"; the slice pilots are "pilot-slice")."""
+def gate(pilots: list[dict], records: list[dict] = ()) -> dict | None:
+    """The gate's reading: the best main run (`kind` "ffn": the most nats below its [MASK]-position unigram floor)
+    once there is one, else the last full pilot (`kind` "pilot"; the slice pilots are "pilot-slice")."""
+    main = [r for r in records if r["kind"] == "ffn"]
     full = [p for p in pilots if p["kind"] == "pilot"]
-    if not full:
+    if not main and not full:
         return None
-    pilot = full[-1]
+    run = max(main, key=lambda r: r["below_unigram_floor"]) if main else full[-1]
     return {
-        "unit": pilot["name"],
-        "tokens_seen": pilot["tokens_seen"],
-        "mask_loss": pilot["mask_loss"],
-        "unigram_mask": pilot["floors"]["unigram_mask"],
-        "below_unigram_floor": pilot["below_unigram_floor"],
+        "from": "best main run" if main else "last pilot",
+        "unit": run["name"],
+        "tokens_seen": run["tokens_seen"],
+        "mask_loss": run["mask_loss"],
+        "unigram_mask": run["floors"]["unigram_mask"],
+        "below_unigram_floor": run["below_unigram_floor"],
         "required": GATE_NATS,
-        "passed": pilot["below_unigram_floor"] >= GATE_NATS,
+        "passed": run["below_unigram_floor"] >= GATE_NATS,
     }
 
 
+def _device(record: dict) -> str | None:
+    """A record's device; before issue 42 every study unit ran on the CPU (`threads` recorded), slice pilots aside."""
+    if "device" in record:
+        return record["device"]
+    return f"cpu ({record['threads']} threads)" if record.get("threads") else None
+
+
+def _parts(record: dict) -> tuple[str, ...] | None:
+    """A record's corpus parts; before issue 42 every study unit read all of `DATA_FILES` (slice pilots aside)."""
+    if "corpus_parts" in record:
+        return tuple(record["corpus_parts"])
+    return DATA_FILES if record["kind"] in ("pilot", "sweep", "ffn", "placement") else None
+
+
 def summary(records: list[dict], finetuned: list[dict], pilots: list[dict] = ()) -> dict:
-    main = [r for r in records if r["kind"] == "ffn"] or records or [p for p in pilots if p["kind"] == "pilot"][-1:]
-    first = main[0] if main else {}
+    """summary.json (the module docstring)."""
+    main = [r for r in records if r["kind"] == "ffn"]
+    reference = main or records or [p for p in pilots if p["kind"] == "pilot"][-1:]
+    first = reference[0] if reference else {}
+    every = [*pilots, *records]
     return {
         "training_tokens_per_main_run": max((r["tokens_seen"] for r in main), default=None),
+        "planned_tokens_per_main_run": MAIN_STEPS * SIZES["batch_size"] * SIZES["max_seq_length"],
+        "epochs_per_main_run": max((r["epochs"] for r in main), default=None),
         "heldout_tokens": first.get("heldout_tokens"),
         "floors": {key: first["floors"][key] for key in ("unigram_mask", "copy_aware")} if first else None,
-        "gate": gate(list(pilots)),
-        "ffn_table": loss_table(records, "ffn"),
-        "placement_table": loss_table(records, "placement"),
+        "device": sorted({_device(r) for r in every} - {None}),
+        "corpus_parts": [list(parts) for parts in sorted({_parts(r) for r in every} - {None})],
+        "gate": gate(list(pilots), records),
+        "plateau_exit": plateau_exits(records),
+        "ffn_table": loss_table(records),
+        "placement_table": placement_table(records),
         "finetune": finetune_table(finetuned, records),
     }
 
@@ -166,7 +293,8 @@ def report_markdown(result: dict, records: list[dict], pilots: list[dict]) -> st
         "Generated by `python -m studies.pretraining.report` from runs.jsonl, finetune.jsonl and pilots.jsonl.",
         "Intervals: paired 95% family-wise per table (Bonferroni; `null`: fewer than two paired seeds).",
         "",
-        f"Training tokens per main run: {result['training_tokens_per_main_run']}; held-out tokens: "
+        f"Training tokens per main run: {result['training_tokens_per_main_run']} (planned: "
+        f"{result['planned_tokens_per_main_run']:,}); held-out tokens: "
         f"{result['heldout_tokens']}; floors: [MASK]-position unigram {_number(floors.get('unigram_mask'))}, "
         f"copy-aware context-free {_number(floors.get('copy_aware'))} nats.",
         "",
@@ -181,24 +309,49 @@ def report_markdown(result: dict, records: list[dict], pilots: list[dict]) -> st
             f"{pilot['floors']['unigram_mask']:.3f} | {pilot['below_unigram_floor']:.3f} | "
             f"{'passed' if pilot.get('gate_passed') else 'not passed'} |"
         )
-    for title, table, extra in (
-        ("FFN table", result["ffn_table"], False),
-        ("Post-LN vs Pre-LN", result["placement_table"], True),
-    ):
-        lines += [
-            "",
-            f"## {title}",
-            "",
-            "| variant | placement | lr | warm-up | seeds | [MASK] loss | Δ vs GELU | interval |",
-        ]
-        lines.append("|---|---|---:|---:|---|---:|---:|---|")
-        for row in table:
-            warmup = row.get("warmup_steps", "–") if extra else "–"
-            lines.append(
-                f"| {row['variant']} | {row['placement']} | {row['learning_rate']:g} | {warmup} | "
-                f"{','.join(map(str, row['seeds']))} | {row['mask_loss']:.3f} | {_signed(row['delta_vs_gelu'])} | "
-                f"{_interval(row['interval'])} |"
-            )
+    lines += ["", "## Plateau exit (README.md: the first evaluation ≥ 0.3 nats below the floor)", ""]
+    lines += [
+        "| variant | placement | recipe | seeds | tokens to exit | neighbour weight ÷ uniform there | tokens reached |"
+    ]
+    lines[-1] += " never left |"
+    lines.append("|---|---|---|---|---|---|---|---:|")
+    for row in result["plateau_exit"]:
+        exits = ", ".join("–" if t is None else f"{t / 1e6:.1f}M" for t in row["tokens_to_exit"])
+        reached = ", ".join(f"{t / 1e6:.1f}M" for t in row["tokens_seen"])
+        weights = ", ".join(_number(w, 1) for w in row["neighbour_weight_at_exit"])
+        lines.append(
+            f"| {row['variant']} | {row['placement']} | {row['recipe']} | {','.join(map(str, row['seeds']))} | "
+            f"{exits} | {weights} | {reached} | {row['never_left']} |"
+        )
+    lines += [
+        "",
+        "## FFN table",
+        "",
+        "| variant | placement | lr | seeds | [MASK] loss | Δ vs GELU | interval |",
+        "|---|---|---:|---|---:|---:|---|",
+    ]
+    for row in result["ffn_table"]:
+        lines.append(
+            f"| {row['variant']} | {row['placement']} | {row['learning_rate']:g} | "
+            f"{','.join(map(str, row['seeds']))} | {row['mask_loss']:.3f} | {_signed(row['delta_vs_gelu'])} | "
+            f"{_interval(row['interval'])} |"
+        )
+    lines += [
+        "",
+        "## Post-LN vs Pre-LN (one FFN at a time, each placement at its best rate and warm-up)",
+        "",
+        "| variant | Pre-LN: lr, warm-up, [MASK] loss | Post-LN: lr, warm-up, [MASK] loss | Pre − Post | interval |",
+        "|---|---|---|---:|---|",
+    ]
+
+    def cell(c) -> str:
+        return "–" if c is None else f"{c['learning_rate']:g}, {c['warmup_steps']}, {c['mask_loss']:.3f}"
+
+    for row in result["placement_table"]:
+        lines.append(
+            f"| {row['variant']} | {cell(row['pre'])} | {cell(row['post'])} | "
+            f"{_signed(row['delta_pre_minus_post'])} | {_interval(row['interval'])} |"
+        )
     lines += [
         "",
         "## Fine-tuning",

@@ -45,6 +45,7 @@ from hf_ffn.training.pretraining import (
     run_pretraining,
     train_tokenizer,
 )
+from studies.pretraining.plateau import PlateauProbe, StopAt, plateau_curve, plateau_exit_tokens, probe_sets
 from studies.pretraining.settings import (
     DATA_FILES,
     EVAL_MASKINGS,
@@ -55,9 +56,11 @@ from studies.pretraining.settings import (
     GATE_NATS,
     HELD_OUT_PERCENT,
     LOGGING_STEPS,
+    PREPROCESSING_WORKERS,
     RECIPE,
     SAVE_STEPS,
     SIZES,
+    SPEED_DEFAULTS,
     SPLIT_SEED,
     UNTRAINED,
     Unit,
@@ -69,6 +72,7 @@ from studies.pretraining.settings import (
 
 STUDY = Path(__file__).parent  # the records: runs.jsonl, finetune.jsonl, pilots.jsonl, tokenizer/ (--records_dir)
 RUNS, FINETUNE, PILOTS, TOKENIZER = "runs.jsonl", "finetune.jsonl", "pilots.jsonl", "tokenizer"
+DEVICES = ("cpu", "cuda")
 
 
 def shared_tokenizer(data_dir: Path, cache_dir: Path, records: Path) -> Path:
@@ -81,17 +85,32 @@ def shared_tokenizer(data_dir: Path, cache_dir: Path, records: Path) -> Path:
     return folder
 
 
-def corpus_options(data_dir: Path, cache_dir: Path) -> dict:
+def corpus_options(data_dir: Path, cache_dir: Path, parts: tuple[str, ...] = DATA_FILES) -> dict:
+    """`load_corpus`'s options for the study's corpus (`parts`: the files of `data_dir` read, by default all)."""
     return {
-        "train_files": [str(data_dir / name) for name in DATA_FILES],
+        "train_files": [str(data_dir / name) for name in parts],
         "validation_split_percentage": HELD_OUT_PERCENT,
         "split_seed": SPLIT_SEED,
         "cache_dir": str(cache_dir),
+        "num_proc": PREPROCESSING_WORKERS,
     }
 
 
-def unit_arguments(unit: Unit, data_dir: Path, output_dir: Path, records: Path):
-    """The three argument objects of `run_pretraining` for `unit` (resuming from the folder's last checkpoint)."""
+def unit_arguments(
+    unit: Unit,
+    data_dir: Path,
+    output_dir: Path,
+    records: Path,
+    device: str = "cpu",
+    parts: tuple[str, ...] = DATA_FILES,
+    evaluate_every: int | None = EVAL_STEPS,
+):
+    """The three argument objects of `run_pretraining` for `unit` (resuming from the folder's last checkpoint):
+    on `device` ("cpu" or "cuda", fp32 on both; `SPEED_DEFAULTS`: the CUDA speed defaults or today's path),
+    reading `parts` of `data_dir` with `PREPROCESSING_WORKERS` processes, the Trainer evaluating every
+    `evaluate_every` steps (None: at the end only)."""
+    if device not in DEVICES:
+        raise ValueError(f"--device {device!r} is not one of {', '.join(DEVICES)}")
     folder = output_dir / "runs" / unit.name
     checkpoints = sorted(folder.glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
     args = PretrainingArguments(
@@ -103,31 +122,34 @@ def unit_arguments(unit: Unit, data_dir: Path, output_dir: Path, records: Path):
         seed_modules_by_name=True,
         **{key: SIZES[key] for key in ("hidden_size", "num_hidden_layers", "num_attention_heads")},
         intermediate_size=SIZES["intermediate_size"],
+        bf16_where_available=False,  # fp32 on every device, as the CPU runs
+        speed_defaults=SPEED_DEFAULTS,
     )
     data_args = PretrainingDataArguments(
-        train_files=corpus_options(data_dir, output_dir / "cache")["train_files"],
+        train_files=corpus_options(data_dir, output_dir / "cache", parts)["train_files"],
         validation_split_percentage=HELD_OUT_PERCENT,
         split_seed=SPLIT_SEED,
-        max_seq_length=SIZES["max_seq_length"],
+        max_seq_length=unit.max_seq_length,
         eval_maskings=EVAL_MASKINGS,
+        preprocessing_num_workers=PREPROCESSING_WORKERS,
         cache_dir=str(output_dir / "cache"),
     )
     training_args = TrainingArguments(
         output_dir=str(folder),
         max_steps=unit.max_steps,
-        per_device_train_batch_size=SIZES["batch_size"],
+        per_device_train_batch_size=unit.batch_size,
         per_device_eval_batch_size=128,
         learning_rate=unit.learning_rate,
         warmup_steps=unit.warmup_steps,
-        eval_strategy="steps",
-        eval_steps=EVAL_STEPS,
+        eval_strategy="steps" if evaluate_every else "no",
+        eval_steps=evaluate_every,
         logging_steps=LOGGING_STEPS,
         save_strategy="steps",
         save_steps=SAVE_STEPS,
         save_total_limit=1,
         report_to=[],
         seed=unit.seed,
-        use_cpu=True,
+        use_cpu=device == "cpu",
         disable_tqdm=True,
         dataloader_num_workers=0,
         resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None,
@@ -136,11 +158,76 @@ def unit_arguments(unit: Unit, data_dir: Path, output_dir: Path, records: Path):
     return args, data_args, training_args
 
 
-def train_unit(unit: Unit, data_dir: Path, output_dir: Path, records: Path) -> dict:
-    """Pre-train and evaluate `unit`; its record (one line of runs.jsonl)."""
-    args, data_args, training_args = unit_arguments(unit, data_dir, output_dir, records)
-    outcome = run_pretraining(args, data_args, training_args)
+def train_unit(
+    unit: Unit,
+    data_dir: Path,
+    output_dir: Path,
+    records: Path,
+    device: str = "cpu",
+    parts: tuple[str, ...] = DATA_FILES,
+    deadline: float | None = None,
+) -> dict:
+    """Pre-train and evaluate `unit` on `device` from `parts` of the corpus; its record (one line of runs.jsonl).
+    Every unit carries the plateau probe (`studies.pretraining.plateau`) and stops at its `stop_step` or once
+    `time.time()` passes `deadline` (then evaluated and saved as at its end, its record `cut_by_time_limit`); the
+    Trainer evaluates every `EVAL_STEPS` (a recipe unit: at its end only, the probe evaluating in between). A unit
+    whose folder already holds its finished model (saved, then interrupted before its record was written) is
+    recorded from the folder."""
+    folder, probes = output_dir / "runs" / unit.name, probe_folder(output_dir, parts, unit.max_seq_length)
+    if (folder / "config.json").is_file():
+        info = json.loads((probes / "probe.json").read_text()) if (probes / "probe.json").is_file() else None
+        return unit_record(unit, saved_outcome(folder), device, parts, info)
+    tokenizer, corpus = (
+        AutoTokenizer.from_pretrained(records / TOKENIZER),
+        corpus_options(data_dir, output_dir / "cache", parts),
+    )
+    sets, info = probe_sets(corpus, tokenizer, unit.max_seq_length, probes)
+    every = None if unit.kind == "recipe" else EVAL_STEPS
+    arguments = unit_arguments(unit, data_dir, output_dir, records, device, parts, every)
+    probe = PlateauProbe(sets, info, tokenizer.mask_token_id, unit.max_seq_length * unit.batch_size)
+    outcome = run_pretraining(*arguments, callbacks=[probe, StopAt(unit.stop_step, deadline)])
+    return unit_record(unit, outcome, device, parts, info)
+
+
+def probe_folder(output_dir: Path, parts: tuple[str, ...], block: int) -> Path:
+    """Where the plateau probe's held-out sets of `parts` at blocks of `block` are kept (`probe_sets`)."""
+    return output_dir / "probes" / f"{'+'.join(part.split('.')[0] for part in parts)}-block{block}"
+
+
+def saved_outcome(folder: Path) -> dict:
+    """What `run_pretraining` returned for the finished run saved in `folder`: its `run_info.json` (the report),
+    `all_results.json` (`results`) and the log history of its `trainer_state.json` (a folder saved before that file
+    was written: of its last checkpoint, which lacks only what came after it)."""
+    state = folder / "trainer_state.json"
+    if not state.is_file():
+        checkpoints = sorted(folder.glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
+        if not checkpoints:
+            raise FileNotFoundError(f"{folder}: a finished model without trainer_state.json or a checkpoint")
+        state = checkpoints[-1] / "trainer_state.json"
+    return {
+        **json.loads((folder / "run_info.json").read_text()),
+        "results": json.loads((folder / "all_results.json").read_text()),
+        "log_history": json.loads(state.read_text())["log_history"],
+    }
+
+
+def device_name(device: str) -> str:
+    """The device a record names: the CUDA device's name, or "cpu" with its threads."""
+    return torch.cuda.get_device_name() if device == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
+
+
+def unit_record(
+    unit: Unit, outcome: dict, device: str = "cpu", parts: tuple[str, ...] = DATA_FILES, probe: dict | None = None
+) -> dict:
+    """`unit`'s record from `run_pretraining`'s outcome (or `saved_outcome`'s): the final held-out scores beside the
+    floors, the Trainer's evaluations (`curve`: step, [MASK] loss, token loss), the plateau probe's evaluations
+    (`plateau_curve`, `plateau_exit_tokens`: `studies.pretraining.plateau`), the budget reached (`tokens_seen`,
+    `epochs`, `stopped_at_step`, `cut_by_time_limit`), what it ran on (`device`, `corpus_parts`,
+    `preprocessing_workers`), the probe's held-out sets (`probe_sets`: per source, documents, blocks, [MASK]
+    positions and unigram floor) and its speed (`seconds_per_step` over the steps this process trained)."""
     results, history, floors = outcome["results"], outcome["log_history"], outcome["floors"]
+    curve = plateau_curve(history)
+    steps_here = outcome["steps"] - outcome.get("resumed_from_step", 0)
     return {
         "name": unit.name,
         **unit.settings(),
@@ -154,16 +241,25 @@ def train_unit(unit: Unit, data_dir: Path, output_dir: Path, records: Path) -> d
             for entry in history
             if "eval_mask_loss" in entry
         ],
+        "probe_sets": probe,
+        "plateau_curve": curve,
+        "plateau_exit_tokens": plateau_exit_tokens(curve),
         "before_mask_loss": results.get("before_mask_loss"),
         "tokens_seen": outcome["tokens_seen"],
         "epochs": outcome["epochs"],
+        "stopped_at_step": outcome["steps"] if outcome["steps"] < unit.max_steps else None,
+        "cut_by_time_limit": any(entry.get("cut_by_time_limit") for entry in history),
         "heldout_tokens": outcome["blocks"]["validation"] * outcome["blocks"]["tokens_per_block"],
         "heldout_maskings": outcome["blocks"]["validation_maskings"],
         "ffn_output_rms_at_start": outcome["ffn_output_rms_at_start"],
         "ffn": outcome["ffn"],
         "parameters": outcome["model"]["parameters"],
+        "device": device_name(device),
+        "corpus_parts": list(parts),
+        "preprocessing_workers": PREPROCESSING_WORKERS,
         "train_seconds": outcome["train_seconds"],
-        "seconds_per_step": outcome["train_seconds"] / max(outcome["steps"], 1),
+        "resumed_from_step": outcome.get("resumed_from_step", 0),
+        "seconds_per_step": outcome["train_seconds"] / max(steps_here, 1),
         "threads": torch.get_num_threads(),
         "load_average": os.getloadavg(),
     }

@@ -66,28 +66,81 @@ UNTRAINED = "untrained"  # the control: the GELU model of seed 0 as initialised 
 PILOT = {"ffn_type": "gelu", "placement": "pre", "learning_rate": 4e-3, "warmup_steps": WARMUP_STEPS}
 GATE_NATS = 1.0
 
+# Issue 42: the plateau exit, a measured outcome (README.md, "The plateau exit"; defined before any run of it). At
+# every evaluation a unit scores its held-out Wikipedia and book blocks apart (each against its own [MASK]-position
+# unigram floor) and records the attention weight given to the neighbouring tokens. It has left the plateau at the
+# first evaluation where the mean over the two sources of (floor − [MASK] loss) is ≥ PLATEAU_EXIT_NATS.
+PLATEAU_EXIT_NATS = 0.3
+SOURCES = ("wiki", "books")  # a corpus part's source: the start of its file name (wiki-00.txt.xz → wiki)
+PROBE_TOKENS_PER_SOURCE = 65_536  # held-out tokens scored per source at each evaluation (2,048 blocks of 32, 512 of
+# 128; about 7,900 [MASK] positions: a standard error near 0.03 nats), blocks spread evenly over the source's
+PROBE_ATTENTION_BLOCKS = 64  # of those, the blocks the attention weights are measured on (eager attention)
+PROBE_TOKENS = 1_048_576  # an evaluation every ~1M training tokens (256 steps of 4,096 tokens)
+PREPROCESSING_WORKERS = 16  # tokenizing processes, fixed on every device: the blocks depend on it (issue 42)
+# `hf-ffn mlm`'s CUDA speed defaults (issue 41: torch.compile, loader workers, fixed prediction rows) stay off for
+# the study's units for now: in a call of ~200 s with six units at once, each would compile its model (tens of
+# seconds, not measured with six at once) and the plateau probe's eager attention would make it compile again;
+# the issue's own measurements (131-142k tokens/s a unit, four at once) are of this path. Switch on with a call
+# long enough to pay for the compile, after checking the probe with it.
+SPEED_DEFAULTS = False
+
+# The recipe units (issue 42, item 3), first arm: blocks of 32 (batch 128: the same 4,096 tokens a step as 32 × 128),
+# Pre-LN, lr 4e-3, warm-up 300, GELU and SwiGLU, seeds 0, 1, 2 (`recipe_units`), trained as the issue's runs that
+# left the plateau after 4-6M tokens: a 16,000-step linear schedule stopped early, here at step 2,500 (10.2M tokens:
+# past every exit seen at blocks of 32, and what six units at once can reach on one GPU in about 200 s: launch.py).
+# A run cut earlier by a time limit is a record of its own (`cut_by_time_limit`, the tokens it reached).
+RECIPE_SHAPE = {"max_seq_length": 32, "batch_size": 128}
+RECIPE_FFNS, RECIPE_SEEDS, RECIPE_STEPS, RECIPE_STOP = ("gelu", "swiglu"), (0, 1, 2), 16000, 2500
+
 
 @dataclass(frozen=True)
 class Unit:
     """One self-contained pre-training run of the study (`studies.pretraining.run.train_unit`)."""
 
-    kind: str  # "pilot", "sweep", "ffn" or "placement"
+    kind: str  # "pilot", "sweep", "ffn", "placement" or "recipe"
     ffn_type: str
     placement: str
     learning_rate: float
     warmup_steps: int
     seed: int
     max_steps: int
+    max_seq_length: int = SIZES["max_seq_length"]  # tokens a block
+    batch_size: int = SIZES["batch_size"]  # blocks a step
+    stop_step: int | None = None  # stop here, before the end of the `max_steps` schedule (None: train it all)
 
     @property
     def name(self) -> str:
+        shape = (self.max_seq_length, self.batch_size)  # named only where it is not the study's 128 × 32
+        blocks = "" if shape == (SIZES["max_seq_length"], SIZES["batch_size"]) else f"-block{shape[0]}x{shape[1]}"
+        stop = "" if self.stop_step is None else f"-stop{self.stop_step}"
         return (
             f"{self.kind}-{self.ffn_type}-{self.placement}-lr{self.learning_rate:g}-warmup{self.warmup_steps}"
-            f"-steps{self.max_steps}-seed{self.seed}"
+            f"{blocks}-steps{self.max_steps}{stop}-seed{self.seed}"
         )
 
     def settings(self) -> dict:
         return asdict(self)
+
+
+def recipe_units(seeds: tuple[int, ...] = RECIPE_SEEDS) -> list[Unit]:
+    """Item 3's first arm: each FFN of `RECIPE_FFNS` at the pilot's placement, rate and warm-up, blocks of 32
+    (`RECIPE_SHAPE`), a `RECIPE_STEPS` schedule stopped at `RECIPE_STOP`; seed-major (GELU and SwiGLU of seed 0
+    first)."""
+    return [
+        Unit(
+            "recipe",
+            ffn,
+            PILOT["placement"],
+            PILOT["learning_rate"],
+            WARMUP_STEPS,
+            seed,
+            RECIPE_STEPS,
+            **RECIPE_SHAPE,
+            stop_step=RECIPE_STOP,
+        )
+        for seed in seeds
+        for ffn in RECIPE_FFNS
+    ]
 
 
 def pilot_units(max_steps: int = MAIN_STEPS) -> list[Unit]:
