@@ -26,6 +26,8 @@ from .conftest import TINY, assert_equal_but_row_count, tiny_config
 
 CUDA_DEFAULTS = {
     "torch_compile": True,
+    "torch_compile_mode": "reduce-overhead",
+    "accelerator_config": {"non_blocking": True},
     "logging_nan_inf_filter": False,
     "dataloader_num_workers": 4,
     "dataloader_persistent_workers": True,
@@ -42,7 +44,8 @@ def test_speed_defaults_on_cuda_only_and_only_where_not_given():
     assert device_speed_defaults("mps", set(), cpu_count=16) == {}
     assert device_speed_defaults("cuda", set(), cpu_count=16) == CUDA_DEFAULTS
     left = device_speed_defaults("cuda", {"torch_compile", "unpad_tokens"}, cpu_count=16)
-    assert set(left) == set(CUDA_DEFAULTS) - {"torch_compile", "unpad_tokens"}
+    # a given --torch_compile also leaves the compile mode (CUDA graphs) to the user
+    assert set(left) == set(CUDA_DEFAULTS) - {"torch_compile", "torch_compile_mode", "unpad_tokens"}
     workers_given = device_speed_defaults("cuda", {"dataloader_num_workers"}, cpu_count=16)
     assert "dataloader_persistent_workers" not in workers_given  # --dataloader_num_workers 0 must stay valid
     two_cores = device_speed_defaults("cuda", set(), cpu_count=2)
@@ -62,6 +65,8 @@ def test_speed_defaults_applied_to_the_arguments_that_have_them(tmp_path):
     assert "dataloader_num_workers" not in chosen and training_args.dataloader_num_workers == 0
     assert training_args.dataloader_persistent_workers is False
     assert training_args.torch_compile is True and training_args.torch_compile_backend == "inductor"
+    assert training_args.torch_compile_mode == "reduce-overhead"
+    assert training_args.accelerator_config.non_blocking is True  # the AcceleratorConfig Trainer reads
     assert training_args.logging_nan_inf_filter is False
     assert (args.unpad_tokens, args.fixed_prediction_rows) == (False, True)
 

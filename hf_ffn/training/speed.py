@@ -10,6 +10,7 @@ false` turns them all off (today's path), giving an option turns that one off (e
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 
@@ -30,7 +31,11 @@ def device_speed_defaults(device_type: str, given: set[str], cpu_count: int | No
     options the user gave, by name). `{}` off CUDA.
 
     On CUDA (`TrainingArguments` options, then `PretrainingArguments` ones):
-    - `torch_compile=True` (Trainer's own: the model is compiled by inductor, fewer and fused kernels);
+    - `torch_compile=True` (Trainer's own: the model is compiled by inductor, fewer and fused kernels) with
+      `torch_compile_mode="reduce-overhead"` (CUDA graphs: a step's kernels replayed in one launch; the training
+      shapes are static with `fixed_prediction_rows`); a given `torch_compile` leaves the mode to the user;
+    - `accelerator_config={"non_blocking": True}`: the batch's host-to-device copies do not wait for the GPU (from
+      the loader's pinned memory; without it each step waited once per tensor in the batch);
     - `logging_nan_inf_filter=False` (Trainer otherwise reads every step's loss back to test it for nan/inf: a
       host-device synchronisation per step);
     - `dataloader_num_workers` (min(4, cpu_count // 2)) and `dataloader_persistent_workers=True`: batches are
@@ -53,6 +58,8 @@ def device_speed_defaults(device_type: str, given: set[str], cpu_count: int | No
     workers = min(MAX_LOADER_WORKERS, cpu_count // 2)
     defaults = {
         "torch_compile": True,
+        "torch_compile_mode": "reduce-overhead",
+        "accelerator_config": {"non_blocking": True},
         "logging_nan_inf_filter": False,
         "dataloader_num_workers": workers,
         "dataloader_persistent_workers": workers > 0,
@@ -61,6 +68,8 @@ def device_speed_defaults(device_type: str, given: set[str], cpu_count: int | No
     }
     if "dataloader_num_workers" in given:  # persistent workers need workers: the user's choice decides both
         given = given | {"dataloader_persistent_workers"}
+    if "torch_compile" in given:  # compiling or not is the user's choice, and so how
+        given = given | {"torch_compile_mode"}
     return {name: value for name, value in defaults.items() if name not in given}
 
 
@@ -76,12 +85,19 @@ def apply_speed_defaults(
     device_type = training_args.device.type if device_type is None else device_type
     chosen = device_speed_defaults(device_type, given)
     for name, value in chosen.items():
+        if name == "accelerator_config":  # fields of the `AcceleratorConfig` that `TrainingArguments` built
+            for field, setting in value.items():
+                setattr(training_args.accelerator_config, field, setting)
+            continue
         target = training_args if hasattr(training_args, name) else next(a for a in arguments if hasattr(a, name))
         setattr(target, name, value)
     if chosen.get("torch_compile") and training_args.torch_compile_backend is None:
         training_args.torch_compile_backend = "inductor"
     if chosen and training_args.process_index == 0:
-        listed = ", ".join(f"--{name} {str(value).lower()}" for name, value in chosen.items())
+        listed = ", ".join(
+            f"--{name} {json.dumps(value) if isinstance(value, dict) else str(value).lower()}"
+            for name, value in chosen.items()
+        )
         logger.warning(f"speed defaults on {device_type} (--speed_defaults false: none of them): {listed}")
     return chosen
 
