@@ -169,4 +169,46 @@ def mlm_floors(
     return floors | {"smoothing": "add-one", "training_tokens_counted": int(counts.sum())}
 
 
-__all__ = ["context_free_losses", "mlm_floors", "never_chosen_ids", "unigram_counts", "unigram_distribution"]
+# A from-scratch model whose held-out [MASK] loss is less than this many nats below the unigram floor has not
+# learned to use context yet (issue 43): it still predicts the frequent tokens (docs/pretraining.md, "The plateau").
+PLATEAU_MARGIN = 0.3
+PLATEAU_DOCS = "docs/pretraining.md#the-plateau-a-model-that-has-not-learned-to-use-context"
+
+
+def plateau_verdict(mask_loss: float, unigram_mask: float, margin: float = PLATEAU_MARGIN) -> dict:
+    """Whether a model has learned to use context: its held-out [MASK] loss (nats) at least `margin` nats below the
+    [MASK]-position unigram floor (`mlm_floors`' `unigram_mask`).
+
+    Returns:
+        `{"learned": bool, "mask_loss", "unigram_mask", "below_floor" (unigram_mask − mask_loss, nats), "margin",
+        "message"}`; `message` is the one plain line a run prints when it has not learned, else "".
+    """
+    below = unigram_mask - mask_loss
+    learned = bool(below >= margin)
+    message = (
+        ""
+        if learned
+        else f"NOT LEARNED YET: held-out [MASK] loss {mask_loss:.4f} is {abs(below):.2f} nats "
+        f"{'below' if below >= 0 else 'above'} the unigram floor {unigram_mask:.4f} (learned: {margin:g} or more "
+        f"below): the model has not learned to use context yet and predicts "
+        f"frequent tokens; train longer or raise the learning rate ({PLATEAU_DOCS})"
+    )
+    return {
+        "learned": learned,
+        "mask_loss": mask_loss,
+        "unigram_mask": unigram_mask,
+        "below_floor": below,
+        "margin": margin,
+        "message": message,
+    }
+
+
+__all__ = [
+    "PLATEAU_MARGIN",
+    "plateau_verdict",
+    "context_free_losses",
+    "mlm_floors",
+    "never_chosen_ids",
+    "unigram_counts",
+    "unigram_distribution",
+]

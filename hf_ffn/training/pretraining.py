@@ -39,6 +39,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import pyarrow.compute as pc
 import torch
 from transformers import (
     AutoTokenizer,
@@ -66,9 +67,9 @@ from .arguments import (
     parse_arguments,
     resume_checkpoint,
 )
-from .corpus import documents_to_blocks, fixed_maskings, load_corpus
+from .corpus import fixed_maskings, load_corpus, load_hub_corpus, tokenize_documents, tokens_to_blocks
 from .early_stopping import early_stopping_callback
-from .floors import mlm_floors, never_chosen_ids
+from .floors import mlm_floors, never_chosen_ids, plateau_verdict
 from .initialisation import ffn_output_rms, seed_by_name
 from .mlm import absent_head_warning_dropped, mlm_trainer, new_mlm_head_note
 from .outputs import (
@@ -82,7 +83,13 @@ from .outputs import (
     save_outputs,
     training_seconds,
 )
-from .pretraining_arguments import GLU_MULTIPLE_OF, SCRATCH_DEFAULTS, PretrainingArguments, PretrainingDataArguments
+from .pretraining_arguments import (
+    GLU_MULTIPLE_OF,
+    SCRATCH_DEFAULTS,
+    PretrainingArguments,
+    PretrainingDataArguments,
+    scratch_recipe,
+)
 from .throughput import ThroughputCallback
 from .tokenizer import train_tokenizer
 
@@ -91,6 +98,41 @@ logger = hf_logging.get_logger(__name__)
 DEFAULT_OUTPUT_ROOT = Path("out") / "mlm"  # --output_dir left out: a fresh folder under it (`fresh_output_dir`)
 INIT_RMS_BLOCKS = 8  # training blocks the FFN output rms at the start is measured on (`ffn_output_rms`)
 TOKENIZER_FOLDER = "tokenizer"  # where a trained tokenizer is saved in --output_dir as soon as it is trained
+STREAM_SHUFFLE_BLOCKS = 1000  # --streaming: training blocks are shuffled in a buffer of this many (datasets' shuffle)
+STREAM_FLOOR_BLOCKS = 10_000  # --streaming: the unigram of the floors is counted on the first this many blocks
+
+
+class Phases:
+    """One printed line per phase of the data path, with its seconds (`done`); silent when `show` is false (every
+    process of a torchrun job but the first). `seconds` keeps them by name for `run_info.json`."""
+
+    def __init__(self, show: bool = True, prog: str = "hf-ffn mlm") -> None:
+        self.show, self.prog, self.seconds = show, prog, {}
+        self._last = time.perf_counter()
+
+    def done(self, name: str, what: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = now - self._last
+        self._last = now
+        if self.show:
+            print(f"{self.prog}: {what} ({self.seconds[name]:.1f} s)", flush=True)
+
+
+def _streamed(dataset) -> bool:
+    """Whether `dataset` is streamed (`datasets.IterableDataset`: no length, read as training reads it)."""
+    from datasets import IterableDataset
+
+    return isinstance(dataset, IterableDataset)
+
+
+def _materialise(dataset, count: int | None):
+    """The first `count` rows (all when None) of a streamed `dataset` as an in-memory `Dataset`; a `Dataset` cut to
+    `count` rows."""
+    from datasets import Dataset
+
+    if not _streamed(dataset):
+        return dataset if count is None else dataset.select(range(min(count, len(dataset))))
+    return Dataset.from_list(list(dataset if count is None else dataset.take(count)))
 
 
 def ffn_width(
@@ -209,6 +251,7 @@ def run_pretraining(
     data_args: PretrainingDataArguments,
     training_args: TrainingArguments,
     callbacks: list[TrainerCallback] | None = None,
+    recipe: dict | None = None,
 ) -> dict:
     """Pre-train an `FfnBertForMaskedLM` (from scratch, or continued from `args.model_name_or_path`) on plain text.
 
@@ -231,7 +274,15 @@ def run_pretraining(
     Two runs with the same seed and data see the same blocks in the same order with the same training masks,
     whatever their FFN type or LayerNorm placement: the global RNG is seeded again after the model is built
     (Trainer's `set_seed`), and every variant draws the same random numbers per step (dropout shapes do not depend
-    on the FFN). `callbacks`: extra `TrainerCallback`s for the run's Trainer.
+    on the FFN). `callbacks`: extra `TrainerCallback`s for the run's Trainer. `recipe`: the options
+    `scratch_recipe` set, recorded in `run_info.json`. Each phase of the data path prints one line with its seconds
+    (`Phases`; `phase_seconds` in the report). A run from scratch whose held-out [MASK] loss ends less than
+    `PLATEAU_MARGIN` nats below the unigram floor says so on its summary line (`plateau` in the report).
+
+    With `data_args.dataset_name` the corpus is a `datasets` data set (`load_hub_corpus`); with `streaming` it is
+    read as training reads it: training blocks tokenized and cut on the fly, shuffled in a buffer of
+    `STREAM_SHUFFLE_BLOCKS`, the held-out blocks and the floors' first `STREAM_FLOOR_BLOCKS` training blocks kept
+    in memory.
 
     Returns:
         `{"results": metrics, "log_history": [...], "summary": one line, **report}`.
@@ -240,14 +291,21 @@ def run_pretraining(
         FileNotFoundError, FileExistsError, ValueError: on bad input, before training starts.
     """
     start = time.perf_counter()
-    resume, stopping = _check_arguments(args, training_args)
-    documents = load_corpus(**data_args.corpus_options())
+    resume, stopping = _check_arguments(args, data_args, training_args)
+    phases = Phases(show=training_args.process_index == 0)
+    documents = _documents(data_args, phases)
     tokenizer, tokenizer_source = _tokenizer(args, documents["train"], training_args, resume)
-    train, evaluation = _blocks_and_maskings(documents, tokenizer, data_args)
+    if args.tokenizer_name is None and args.model_name_or_path is None and resume is None:
+        phases.done("tokenizer", f"trained a WordPiece tokenizer of {len(tokenizer):,} tokens")
+    train, evaluation = _blocks_and_maskings(documents, tokenizer, data_args, phases)
     floors = _floors(train, evaluation, tokenizer, data_args)
+    phases.done("floors", f"context-free floors: unigram at [MASK] {floors['unigram_mask']:.4f} nats")
     data_seconds = time.perf_counter() - start  # reading, the tokenizer, tokenizing, blocks, maskings (or the cache)
     model, built = _model(args, tokenizer, data_args, training_args)
-    init_rms = ffn_output_rms(model, torch.tensor(train[:INIT_RMS_BLOCKS]["input_ids"], dtype=torch.long))
+    first = _materialise(train, INIT_RMS_BLOCKS)
+    init_rms = ffn_output_rms(model, torch.tensor(first[:INIT_RMS_BLOCKS]["input_ids"], dtype=torch.long))
+    if _streamed(train):  # Trainer does not shuffle a stream: a seeded buffer of blocks does
+        train = train.shuffle(seed=training_args.seed, buffer_size=STREAM_SHUFFLE_BLOCKS)
     bf16 = use_bf16_where_available(training_args)
     throughput = ThroughputCallback(
         mlm_flops(model.config, data_args.max_seq_length), args.sparse_prediction, tokenizer.pad_token_id
@@ -269,6 +327,10 @@ def run_pretraining(
     report["floors"] = floors
     report["ffn_output_rms_at_start"] = init_rms
     report["data_seconds"] = data_seconds
+    report["phase_seconds"] = phases.seconds
+    report["recipe"] = recipe or {}
+    from_scratch = args.model_name_or_path is None
+    report["plateau"] = plateau_verdict(results["eval_mask_loss"], floors["unigram_mask"]) if from_scratch else None
     report["summary"] = _summary(report, model.config, built["standard_width"], results["eval_loss"], results)
     _save(args, data_args, training_args, trainer, tokenizer, results, report, built)
     return {
@@ -279,12 +341,23 @@ def run_pretraining(
     }
 
 
-def _check_arguments(args: PretrainingArguments, training_args: TrainingArguments):
+def _check_arguments(args: PretrainingArguments, data_args: PretrainingDataArguments, training_args: TrainingArguments):
     """Check the output folder, the numeric training options (`check_numeric_options`), the early-stopping options
     and the checkpoint before anything is read; returns the checkpoint to resume from and the
     `EarlyStoppingCallback` (None without `--early_stopping_patience`)."""
     check_output_dir(training_args.output_dir)
     check_numeric_options(training_args)  # --max_steps 0, --learning_rate <= 0, --num_train_epochs 0, ...
+    if data_args.streaming:
+        if training_args.max_steps <= 0:
+            raise ValueError(
+                "--streaming needs --max_steps: a stream has no length, so Trainer cannot count the steps of "
+                "--num_train_epochs (a count of passes needs the whole data set)"
+            )
+        if args.tokenizer_name is None and args.model_name_or_path is None:
+            raise ValueError(
+                "--streaming: training a tokenizer reads every training document (twice) before training, which "
+                "needs the whole data set; give --tokenizer_name (or --model_name_or_path), or drop --streaming"
+            )
     resume = resume_checkpoint(training_args)
     stopping = early_stopping_callback(args.early_stopping_patience, args.early_stopping_threshold, training_args)
     if args.model_name_or_path is not None:
@@ -292,29 +365,57 @@ def _check_arguments(args: PretrainingArguments, training_args: TrainingArgument
     return resume, stopping
 
 
-def _blocks_and_maskings(documents, tokenizer: PreTrainedTokenizerBase, data_args: PretrainingDataArguments):
+def _documents(data_args: PretrainingDataArguments, phases: Phases):
+    """Corpus → documents (`load_corpus`, or `load_hub_corpus` with --dataset_name), its line printed."""
+    options = data_args.corpus_options()
+    if data_args.dataset_name is None:
+        documents = load_corpus(**options)
+    else:
+        documents = load_hub_corpus(**options)
+    if data_args.streaming:
+        phases.done("reading", f"opened {data_args.dataset_name} as a stream (read as training reads it)")
+    else:
+        counts = {split: len(docs) for split, docs in documents.items()}
+        phases.done(
+            "reading",
+            f"read {sum(counts.values()):,} documents: {counts['train']:,} train, {counts['validation']:,} held out",
+        )
+    return documents
+
+
+def _blocks_and_maskings(
+    documents, tokenizer: PreTrainedTokenizerBase, data_args: PretrainingDataArguments, phases: Phases | None = None
+):
     """Documents → blocks → masks: `(training blocks, held-out blocks masked --eval_maskings times)`, each cut to
-    `--max_train_samples` / `--max_eval_samples` blocks (the held-out ones before masking).
+    `--max_train_samples` / `--max_eval_samples` blocks (the held-out ones before masking). Streamed documents give
+    streamed training blocks and held-out blocks read into memory.
 
     Raises:
         ValueError: when the training or held-out text is shorter than one block.
     """
-    blocks = documents_to_blocks(
-        documents, tokenizer, data_args.max_seq_length, data_args.attention_scope, data_args.preprocessing_num_workers
-    )
-    train, evaluation = blocks["train"], blocks["validation"]
-    if len(train) == 0 or len(evaluation) == 0:
-        raise ValueError(
-            f"--max_seq_length {data_args.max_seq_length}: the training or held-out text is shorter "
-            f"than one block ({len(train)} and {len(evaluation)} blocks)"
-        )
-    if data_args.max_train_samples:
+    phases = phases or Phases(show=False)
+    workers, block = data_args.preprocessing_num_workers, data_args.max_seq_length
+    tokens = tokenize_documents(documents, tokenizer, workers)
+    if not data_args.streaming:
+        count = pc.sum(pc.list_value_length(tokens["train"].data.column("input_ids"))).as_py() or 0
+        phases.done("tokenizing", f"tokenized the documents: {count:,} training tokens")
+    blocks = tokens_to_blocks(tokens, block, data_args.attention_scope, workers)
+    train, evaluation = blocks["train"], _materialise(blocks["validation"], data_args.max_eval_samples)
+    if not _streamed(train) and data_args.max_train_samples:
         train = train.select(range(min(data_args.max_train_samples, len(train))))
-    if data_args.max_eval_samples:
-        evaluation = evaluation.select(range(min(data_args.max_eval_samples, len(evaluation))))
+    elif data_args.max_train_samples:
+        train = train.take(data_args.max_train_samples)
+    if len(evaluation) == 0 or (not _streamed(train) and len(train) == 0):
+        raise ValueError(
+            f"--max_seq_length {block}: the training or held-out text is shorter than one block "
+            f"({'streamed' if _streamed(train) else len(train)} and {len(evaluation)} blocks)"
+        )
+    trained = "streamed" if _streamed(train) else f"{len(train):,}"
+    phases.done("blocks", f"cut blocks of {block}: {trained} training, {len(evaluation):,} held out")
     masked = fixed_maskings(
         evaluation, tokenizer, data_args.eval_maskings, data_args.split_seed, **data_args.masking_options()
     )
+    phases.done("maskings", f"masked the held-out blocks {data_args.eval_maskings} time(s): {len(masked):,} rows")
     return train, masked
 
 
@@ -323,7 +424,7 @@ def _floors(train, evaluation, tokenizer: PreTrainedTokenizerBase, data_args: Pr
     unigram, scored on the held-out maskings under the run's masking rule."""
     masking = data_args.masking_options()
     return mlm_floors(
-        train,
+        _materialise(train, STREAM_FLOOR_BLOCKS) if _streamed(train) else train,
         evaluation,
         len(tokenizer),
         tokenizer.mask_token_id,
@@ -399,7 +500,7 @@ def _save(args, data_args, training_args, trainer, tokenizer, results: dict, rep
         _card_arguments(args, model.config),
         training_args,
         "fill-mask",
-        ", ".join(data_args.train_files),
+        data_args.dataset_name or ", ".join(data_args.train_files),
         results,
         built["conversion"],
         ("perplexity",),
@@ -427,8 +528,8 @@ def _report(args, data_args, training_args, trainer, built, documents, blocks, t
     sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
     sizes += ("hidden_act", "ffn_type", "layer_norm_position")
     new_head = built["head_note"] or args.model_name_or_path is None
-    epochs = sequences / len(train)
-    if epochs > 1:
+    epochs = None if _streamed(train) else sequences / len(train)  # a stream's length is not known
+    if epochs is not None and epochs > 1:
         logger.warning(f"the run saw its training blocks {epochs:.3g} times (epochs > 1): training text repeated")
     return {
         "model": {
@@ -441,7 +542,7 @@ def _report(args, data_args, training_args, trainer, built, documents, blocks, t
         "conversion": built["conversion"],
         "documents": {split: len(docs) for split, docs in documents.items()},
         "blocks": {
-            "train": len(train),
+            "train": "streamed" if _streamed(train) else len(train),
             "validation": len(evaluation) // data_args.eval_maskings,
             "validation_maskings": data_args.eval_maskings,
             "tokens_per_block": block,
@@ -472,12 +573,14 @@ def _summary(report: dict, config: FfnBertConfig, standard_width: int | None, lo
         f"positions {results['eval_mask_loss']:.4f} vs unigram floor {report['floors']['unigram_mask']:.4f} "
         f"(accuracy {results['eval_mask_accuracy']:.3f}), over all scored positions {results['eval_token_loss']:.4f} "
         f"vs copy-aware context-free floor {report['floors']['copy_aware']:.4f}, after "
-        f"{report['steps']} steps, {report['tokens_seen']:,} tokens ({report['epochs']:.3g} epochs)"
+        f"{report['steps']} steps, {report['tokens_seen']:,} tokens"
+        + (f" ({report['epochs']:.3g} epochs)" if report["epochs"] is not None else " (streamed)")
         + (
             f", {results['train_tokens_per_second']:,.0f} tokens/s ({results['train_gflops_per_second']:.3g} GFLOP/s)"
             if "train_gflops_per_second" in results
             else ""
         )
+        + (f"\n{report['plateau']['message']}" if report.get("plateau") and not report["plateau"]["learned"] else "")
     )
 
 
@@ -538,15 +641,21 @@ def pretraining_parser(prog: str = "hf-ffn mlm") -> HfArgumentParser:
 
 
 def pretraining_main(argv: list[str], prog: str = "hf-ffn mlm") -> int:
-    """`hf-ffn mlm`: parse `argv` (or one `.json` file of arguments), pre-train (`run_pretraining`), print the
-    report's line and where the model went. Returns 0; bad input ends as `prog: error: ...`, exit status 2."""
+    """`hf-ffn mlm`: parse `argv` (or one `.json` file of arguments), apply the from-scratch recipe to the options
+    not given (`scratch_recipe`, printed as one line), pre-train (`run_pretraining`), print the report's line and
+    where the model went. Returns 0; bad input ends as `prog: error: ...`, exit status 2."""
     with bad_input_exits(prog):
         parser = pretraining_parser(prog)
         args, data_args, training_args = parse_arguments(parser, argv)
-        if "output_dir" not in given_options(parser, argv):  # not Trainer's ./trainer_output
+        given = given_options(parser, argv)
+        if "output_dir" not in given:  # not Trainer's ./trainer_output
             name = folder_name(args.model_name_or_path) if args.model_name_or_path else "scratch"
             training_args.output_dir = str(fresh_output_dir(DEFAULT_OUTPUT_ROOT / name))
-        outcome = run_pretraining(args, data_args, training_args)
+        recipe = scratch_recipe(args, training_args, given)
+        if recipe and training_args.process_index == 0:
+            options = " ".join(f"--{name} {value}" for name, value in recipe.items())
+            print(f"{prog}: from scratch, the recipe of studies/pretraining (give an option to change it): {options}")
+        outcome = run_pretraining(args, data_args, training_args, recipe=recipe)
     if training_args.process_index == 0:  # one report per torchrun job
         print(json.dumps(outcome["results"], indent=2))
         print(outcome["summary"])

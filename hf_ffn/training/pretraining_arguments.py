@@ -29,6 +29,23 @@ SCRATCH_DEFAULTS = {
 }
 GLU_MULTIPLE_OF = 8
 
+# The recipe of a run from scratch (issue 43): the `TrainingArguments` and config fields a model built from a
+# config gets unless the command line gives them (`scratch_recipe`); continued pre-training keeps Trainer's and
+# the checkpoint's. Copied from the from-scratch study that chose them (studies/pretraining/settings.py: RECIPE,
+# WARMUP_STEPS, PILOT; README.md there): Cramming's optimiser (Geiping & Goldstein 2022: no dropout, clipping
+# 0.5, Adam beta2 0.98), BERT's weight decay, initializer_range 0.05. With Trainer's 5e-5 a model from scratch
+# stays on the frequent-token plateau. The learning rate depends on the LayerNorm placement: Pre-LN 4e-3 (the
+# study's pilot, which left the plateau after ~25M tokens), Post-LN 1e-3 (its W1 run, as far along at 4.1M tokens).
+SCRATCH_RECIPE = {
+    "warmup_steps": 300,
+    "weight_decay": 0.01,
+    "adam_beta2": 0.98,
+    "adam_epsilon": 1e-6,
+    "max_grad_norm": 0.5,
+}
+SCRATCH_LEARNING_RATE = {"pre": 4e-3, "post": 1e-3}
+SCRATCH_CONFIG = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "initializer_range": 0.05}
+
 
 @dataclass
 class PretrainingArguments:
@@ -261,6 +278,39 @@ class PretrainingDataArguments(MlmDataArguments):
     the rest of the data path (`hf_ffn.training.corpus`): file formats and compression, where documents start,
     a held-out file, the attention scope of a block, the masking split, the fixed maskings, the cache."""
 
+    train_files: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "text files (plain, or .xz/.gz/.bz2/.zst-compressed), json or parquet files, or folders of "
+            "them (the files matching --file_pattern); or give --dataset_name"
+        },
+    )
+    validation_split_percentage: int | None = field(
+        default=None,
+        metadata={
+            "help": "percentage of the documents held out (whole documents, seeded by --split_seed); not given: 10 "
+            "(not used with --validation_files or a --dataset_name with a validation split)"
+        },
+    )
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "a datasets data set instead of --train_files (run_mlm.py's): a hub name, a local loading "
+            "script or folder, or a folder written by save_to_disk; each row of its train split (--text_column) is "
+            "a document; held out: its validation split, else --validation_split_percentage of its rows"
+        },
+    )
+    dataset_config_name: str | None = field(
+        default=None, metadata={"help": "with --dataset_name: its configuration, e.g. wikitext-103-raw-v1"}
+    )
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "with --dataset_name: read the data set as training reads it (datasets' streaming), never "
+            "whole on disk or in memory; needs --max_steps, a held-out split of its own or --validation_files, "
+            "and --tokenizer_name or --model_name_or_path"
+        },
+    )
     validation_files: list[str] | None = field(
         default=None,
         metadata={
@@ -326,7 +376,11 @@ class PretrainingDataArguments(MlmDataArguments):
     )
 
     def __post_init__(self) -> None:
+        self._split_given = self.validation_split_percentage is not None
+        if self.validation_split_percentage is None:
+            self.validation_split_percentage = 10
         super().__post_init__()
+        self._check_source()
         if self.document_start_regex is not None:
             try:
                 re.compile(self.document_start_regex, re.MULTILINE)
@@ -354,10 +408,39 @@ class PretrainingDataArguments(MlmDataArguments):
                 f"--preprocessing_num_workers must be a positive integer, got {self.preprocessing_num_workers}"
             )
 
+    def _check_source(self) -> None:
+        """One corpus: --train_files or --dataset_name; --dataset_config_name and --streaming only with the
+        latter; under --streaming no option that needs the whole data set."""
+        if (self.train_files is None) == (self.dataset_name is None):
+            raise ValueError(
+                "give one corpus: --train_files (text, json or parquet files or folders) or --dataset_name (a "
+                f"datasets data set); got {'both' if self.train_files else 'neither'}"
+            )
+        for name in ("dataset_config_name", "streaming"):
+            if getattr(self, name) and self.dataset_name is None:
+                raise ValueError(f"--{name} {getattr(self, name)} applies to --dataset_name, which is not given")
+        if not self.streaming:
+            return
+        whole = {
+            "--validation_split_percentage": self._split_given,  # a seeded choice among all documents
+            "--preprocessing_num_workers": self.preprocessing_num_workers is not None,  # shards of a whole data set
+        }
+        if any(whole.values()):
+            named = ", ".join(option for option, given in whole.items() if given)
+            raise ValueError(
+                f"--streaming reads the data set as training reads it; {named} needs the whole data set "
+                f"(drop it, or drop --streaming)"
+            )
+
     def corpus_options(self) -> dict:
-        """The keyword arguments of `hf_ffn.training.corpus.load_corpus`."""
-        names = ("train_files", "validation_files", "validation_split_percentage", "split_seed", "file_pattern")
+        """The keyword arguments of `hf_ffn.training.corpus.load_corpus` (or, with --dataset_name, of
+        `load_hub_corpus`)."""
+        names = ("validation_files", "validation_split_percentage", "split_seed", "file_pattern")
         names += ("document_boundary", "document_start_regex", "text_column", "cache_dir")
+        if self.dataset_name is not None:
+            names += ("dataset_name", "dataset_config_name", "streaming")
+        else:
+            names += ("train_files",)
         return {name: getattr(self, name) for name in names} | {"num_proc": self.preprocessing_num_workers}
 
     def masking_options(self) -> dict:
@@ -366,4 +449,38 @@ class PretrainingDataArguments(MlmDataArguments):
         return {name: getattr(self, name) for name in names}
 
 
-__all__ = ["GLU_MULTIPLE_OF", "SCRATCH_DEFAULTS", "PretrainingArguments", "PretrainingDataArguments"]
+def scratch_recipe(args: PretrainingArguments, training_args, given: set[str]) -> dict:
+    """Apply the from-scratch recipe (`SCRATCH_RECIPE`, `SCRATCH_LEARNING_RATE` by the LayerNorm placement,
+    `SCRATCH_CONFIG` through `--config_overrides`) to the options `given` leaves out (`given_options`: the names
+    set on the command line), in place on `args` and `training_args`. A run from a checkpoint is left as it is.
+
+    Returns:
+        The options set, `{"learning_rate": 0.004, ..., "config_overrides": "hidden_dropout_prob=0.0,..."}` (empty
+        for a checkpoint or when every one was given), to print and report.
+    """
+    if args.model_name_or_path is not None:
+        return {}
+    options = {"learning_rate": SCRATCH_LEARNING_RATE[args.scratch("layer_norm_position")], **SCRATCH_RECIPE}
+    chosen = {name: value for name, value in options.items() if name not in given}
+    for name, value in chosen.items():
+        setattr(training_args, name, value)
+    overridden = args.config_updates()
+    config = {key: value for key, value in SCRATCH_CONFIG.items() if key not in overridden}
+    if config:
+        given_text = [args.config_overrides] if args.config_overrides else []
+        args.config_overrides = ",".join([*given_text, *(f"{key}={value}" for key, value in config.items())])
+        args.config_updates()  # checked again
+        chosen["config_overrides"] = ",".join(f"{key}={value}" for key, value in config.items())
+    return chosen
+
+
+__all__ = [
+    "GLU_MULTIPLE_OF",
+    "SCRATCH_CONFIG",
+    "SCRATCH_DEFAULTS",
+    "SCRATCH_LEARNING_RATE",
+    "SCRATCH_RECIPE",
+    "PretrainingArguments",
+    "PretrainingDataArguments",
+    "scratch_recipe",
+]
