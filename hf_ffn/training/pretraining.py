@@ -540,7 +540,7 @@ def _report(args, data_args, training_args, trainer, built, documents, blocks, t
         "mlm_head": "newly initialised" if new_head else "from the checkpoint",
         "ffn": ffn_report(model.config, built["standard_width"]),
         "conversion": built["conversion"],
-        "documents": {split: len(docs) for split, docs in documents.items()},
+        "documents": {split: "streamed" if _streamed(docs) else len(docs) for split, docs in documents.items()},
         "blocks": {
             "train": "streamed" if _streamed(train) else len(train),
             "validation": len(evaluation) // data_args.eval_maskings,
