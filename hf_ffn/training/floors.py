@@ -51,12 +51,14 @@ import numpy as np
 from .mlm_metrics import IGNORE_INDEX
 
 COUNT_BATCH = 10_000  # blocks read per batch (memory-mapped Arrow → numpy): the corpus is never in memory at once
+STREAM_COUNT_BATCH = 1_000  # blocks per batch from a stream (`IterableDataset`: rows decoded into memory)
 
 
 def unigram_counts(blocks, vocab_size: int) -> np.ndarray:
     """The count of each token id among the non-special tokens of `blocks` (rows of
     `hf_ffn.training.corpus.documents_to_blocks`: `input_ids` and `special_tokens_mask`, the tokens that can be
-    chosen for masking), read `COUNT_BATCH` blocks at a time (`Dataset.iter`, numpy format; `np.bincount` per
+    chosen for masking; a `Dataset` or a streamed `IterableDataset`), read `COUNT_BATCH` blocks at a time
+    (`STREAM_COUNT_BATCH` from a stream) (`Dataset.iter`, numpy format; `np.bincount` per
     batch).
 
     Returns:
@@ -66,7 +68,8 @@ def unigram_counts(blocks, vocab_size: int) -> np.ndarray:
         ValueError: a token id ≥ `vocab_size`.
     """
     counts = np.zeros(vocab_size, dtype=np.int64)
-    for batch in blocks.select_columns(["input_ids", "special_tokens_mask"]).with_format("numpy").iter(COUNT_BATCH):
+    size = COUNT_BATCH if hasattr(blocks, "__len__") else STREAM_COUNT_BATCH
+    for batch in blocks.select_columns(["input_ids", "special_tokens_mask"]).with_format("numpy").iter(size):
         ids = np.asarray(batch["input_ids"]).reshape(-1)[np.asarray(batch["special_tokens_mask"]).reshape(-1) == 0]
         if ids.size and int(ids.max()) >= vocab_size:
             raise ValueError(f"token id {int(ids.max())} in the blocks is outside the vocabulary of {vocab_size} ids")

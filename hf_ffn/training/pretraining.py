@@ -98,7 +98,6 @@ logger = hf_logging.get_logger(__name__)
 DEFAULT_OUTPUT_ROOT = Path("out") / "mlm"  # --output_dir left out: a fresh folder under it (`fresh_output_dir`)
 INIT_RMS_BLOCKS = 8  # training blocks the FFN output rms at the start is measured on (`ffn_output_rms`)
 TOKENIZER_FOLDER = "tokenizer"  # where a trained tokenizer is saved in --output_dir as soon as it is trained
-STREAM_SHUFFLE_BLOCKS = 1000  # --streaming: training blocks are shuffled in a buffer of this many (datasets' shuffle)
 STREAM_FLOOR_BLOCKS = 10_000  # --streaming: the unigram of the floors is counted on the first this many blocks
 
 
@@ -280,9 +279,10 @@ def run_pretraining(
     `PLATEAU_MARGIN` nats below the unigram floor says so on its summary line (`plateau` in the report).
 
     With `data_args.dataset_name` the corpus is a `datasets` data set (`load_hub_corpus`); with `streaming` it is
-    read as training reads it: training blocks tokenized and cut on the fly, shuffled in a buffer of
-    `STREAM_SHUFFLE_BLOCKS`, the held-out blocks and the floors' first `STREAM_FLOOR_BLOCKS` training blocks kept
-    in memory.
+    read as training reads it: training blocks tokenized and cut on the fly and trained on in the data set's order
+    (as `run_mlm.py`; datasets' `IterableDataset.shuffle` held about 6 MB more per file of the data set in
+    tests/test_pretraining_inputs.py's measurement, so a stream is not shuffled here: shuffle it beforehand), the
+    held-out blocks kept in memory, the floors' unigram counted on the first `STREAM_FLOOR_BLOCKS` training blocks.
 
     Returns:
         `{"results": metrics, "log_history": [...], "summary": one line, **report}`.
@@ -304,8 +304,6 @@ def run_pretraining(
     model, built = _model(args, tokenizer, data_args, training_args)
     first = _materialise(train, INIT_RMS_BLOCKS)
     init_rms = ffn_output_rms(model, torch.tensor(first[:INIT_RMS_BLOCKS]["input_ids"], dtype=torch.long))
-    if _streamed(train):  # Trainer does not shuffle a stream: a seeded buffer of blocks does
-        train = train.shuffle(seed=training_args.seed, buffer_size=STREAM_SHUFFLE_BLOCKS)
     bf16 = use_bf16_where_available(training_args)
     throughput = ThroughputCallback(
         mlm_flops(model.config, data_args.max_seq_length), args.sparse_prediction, tokenizer.pad_token_id
@@ -424,7 +422,7 @@ def _floors(train, evaluation, tokenizer: PreTrainedTokenizerBase, data_args: Pr
     unigram, scored on the held-out maskings under the run's masking rule."""
     masking = data_args.masking_options()
     return mlm_floors(
-        _materialise(train, STREAM_FLOOR_BLOCKS) if _streamed(train) else train,
+        train.take(STREAM_FLOOR_BLOCKS) if _streamed(train) else train,  # a stream counted as it is read
         evaluation,
         len(tokenizer),
         tokenizer.mask_token_id,
