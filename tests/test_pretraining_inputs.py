@@ -6,7 +6,6 @@ import json
 import random
 import subprocess
 import sys
-import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,6 @@ from hf_ffn.training.pretraining_arguments import (
     SCRATCH_LEARNING_RATE,
     SCRATCH_RECIPE,
     PretrainingArguments,
-    PretrainingDataArguments,
     scratch_recipe,
 )
 
