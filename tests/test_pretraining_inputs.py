@@ -307,3 +307,20 @@ def test_streaming_memory_and_disk_do_not_grow_with_the_corpus(tokenizer_folder,
     print("streaming peaks (bytes):", peaks)
     assert cached == {1: 0, 8: 0}
     assert abs(peaks[8] - peaks[1]) < 2**20, peaks
+
+
+def test_ffn_width_matched_has_one_meaning_from_scratch_and_for_a_checkpoint(tmp_path):
+    from transformers import BertConfig, BertModel
+
+    from hf_ffn.configuration_ffn_bert import parameter_matched_glu_width
+    from hf_ffn.training.pretraining_arguments import ffn_width
+
+    from .conftest import TINY
+
+    BertModel(BertConfig(**TINY)).save_pretrained(tmp_path / "bert")  # intermediate_size 37: 2/3 of it is 24.7
+    checkpoint = PretrainingArguments(model_name_or_path=str(tmp_path / "bert"), ffn_type="swiglu", ffn_width="matched")
+    assert checkpoint.model_arguments().ffn_width == "24" == str(ffn_width("swiglu", 37, "matched"))
+    assert parameter_matched_glu_width(37) == 256  # the conversion's rounding, no longer what mlm's 'matched' means
+    standard = PretrainingArguments(model_name_or_path=str(tmp_path / "bert"), ffn_width="matched")
+    assert standard.model_arguments().ffn_width == "37"  # a standard FFN keeps its width, as from scratch
+    assert PretrainingArguments(model_name_or_path=str(tmp_path / "bert")).model_arguments().ffn_width == "keep"

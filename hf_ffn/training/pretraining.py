@@ -52,8 +52,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from ..configuration_ffn_bert import FfnBertConfig, is_gated, parameter_matched_glu_width
-from ..conversion.recipes import parse_width
+from ..configuration_ffn_bert import FfnBertConfig
 from ..modeling_ffn_bert import FfnBertForMaskedLM
 from ..params import config_row, mlm_flops
 from .arguments import (
@@ -88,6 +87,7 @@ from .pretraining_arguments import (
     SCRATCH_DEFAULTS,
     PretrainingArguments,
     PretrainingDataArguments,
+    ffn_width,
     scratch_recipe,
 )
 from .throughput import ThroughputCallback
@@ -98,6 +98,13 @@ logger = hf_logging.get_logger(__name__)
 DEFAULT_OUTPUT_ROOT = Path("out") / "mlm"  # --output_dir left out: a fresh folder under it (`fresh_output_dir`)
 INIT_RMS_BLOCKS = 8  # training blocks the FFN output rms at the start is measured on (`ffn_output_rms`)
 TOKENIZER_FOLDER = "tokenizer"  # where a trained tokenizer is saved in --output_dir as soon as it is trained
+# How to load the saved folder. Its config.json has an `auto_map` (remote code: it loads without hf_ffn with
+# trust_remote_code=True), so transformers' AutoTokenizer, which resolves the folder's config first, asks about
+# remote code unless hf_ffn is imported or trust_remote_code is given (docs/conversion.md, "Without hf_ffn").
+LOAD_HINT = (
+    "load it: import hf_ffn, then AutoModelForMaskedLM.from_pretrained({folder!r}) and AutoTokenizer.from_pretrained"
+    "({folder!r}); without hf_ffn: AutoTokenizer.from_pretrained({folder!r}, trust_remote_code=False)"
+)
 STREAM_FLOOR_BLOCKS = 10_000  # --streaming: the unigram of the floors is counted on the first this many blocks
 
 
@@ -132,31 +139,6 @@ def _materialise(dataset, count: int | None):
     if not _streamed(dataset):
         return dataset if count is None else dataset.select(range(min(count, len(dataset))))
     return Dataset.from_list(list(dataset if count is None else dataset.take(count)))
-
-
-def ffn_width(
-    ffn_type: str, intermediate_size: int, width: str | int = "matched", multiple_of: int = GLU_MULTIPLE_OF
-) -> int:
-    """The FFN width (`intermediate_size` of the config: what enters `down_proj`) of a from-scratch `ffn_type`
-    compared with a standard FFN of width `intermediate_size`.
-
-    `width`: "matched" (a gated FFN gets the multiple of `multiple_of` nearest to 2/3 of `intermediate_size`, the
-    width with the standard FFN's weight count: 3·d·w = 2·d·I; a tie goes up, to
-    `parameter_matched_glu_width(intermediate_size, multiple_of)`; a standard FFN keeps `intermediate_size`),
-    "keep" (`intermediate_size` for every type) or an int (that width). Examples with `multiple_of=8`: 1024 → 680
-    (2/3 is 682.7; 688 would be +0.8% weights, 680 is −0.4%), 3072 → 2048, 4096 → 2728.
-
-    Raises:
-        ValueError: on a `width` that is not "keep", "matched" or a positive int (naming --ffn_width).
-    """
-    width = parse_width(width, "--ffn_width")
-    if isinstance(width, int):
-        return width
-    if width == "matched" and is_gated(ffn_type):
-        upper = parameter_matched_glu_width(intermediate_size, multiple_of)  # rounded up
-        lower, exact = upper - multiple_of, 2 * intermediate_size / 3
-        return lower if lower > 0 and exact - lower < upper - exact else upper
-    return intermediate_size
 
 
 def pretraining_config(
@@ -658,6 +640,7 @@ def pretraining_main(argv: list[str], prog: str = "hf-ffn mlm") -> int:
         print(json.dumps(outcome["results"], indent=2))
         print(outcome["summary"])
         print(f"saved to {training_args.output_dir} (report: run_info.json)")
+        print(LOAD_HINT.format(folder=training_args.output_dir))
     return 0
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..configuration_ffn_bert import FFN_TYPES, HIDDEN_ACTS, LAYER_NORM_POSITIONS
+from transformers import PretrainedConfig
+
+from ..configuration_ffn_bert import FFN_TYPES, HIDDEN_ACTS, LAYER_NORM_POSITIONS, is_gated, parameter_matched_glu_width
 from ..conversion.recipes import parse_width
 from .arguments import MlmDataArguments, ModelArguments, check_training_init
 from .config_overrides import CHECKPOINT_KEYS, SCRATCH_KEYS, parse_config_overrides
@@ -45,6 +47,32 @@ SCRATCH_RECIPE = {
 }
 SCRATCH_LEARNING_RATE = {"pre": 4e-3, "post": 1e-3}
 SCRATCH_CONFIG = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "initializer_range": 0.05}
+
+
+def ffn_width(
+    ffn_type: str, intermediate_size: int, width: str | int = "matched", multiple_of: int = GLU_MULTIPLE_OF
+) -> int:
+    """The FFN width (`intermediate_size` of the config: what enters `down_proj`) of `ffn_type` compared with a
+    standard FFN of width `intermediate_size`: from scratch, and (`PretrainingArguments.model_arguments`) for a
+    checkpoint converted by `hf-ffn mlm`, so `--ffn_width matched` means the same in both.
+
+    `width`: "matched" (a gated FFN gets the multiple of `multiple_of` nearest to 2/3 of `intermediate_size`, the
+    width with the standard FFN's weight count: 3·d·w = 2·d·I; a tie goes up, to
+    `parameter_matched_glu_width(intermediate_size, multiple_of)`; a standard FFN keeps `intermediate_size`),
+    "keep" (`intermediate_size` for every type) or an int (that width). Examples with `multiple_of=8`: 1024 → 680
+    (2/3 is 682.7; 688 would be +0.8% weights, 680 is −0.4%), 3072 → 2048, 4096 → 2728.
+
+    Raises:
+        ValueError: on a `width` that is not "keep", "matched" or a positive int (naming --ffn_width).
+    """
+    width = parse_width(width, "--ffn_width")
+    if isinstance(width, int):
+        return width
+    if width == "matched" and is_gated(ffn_type):
+        upper = parameter_matched_glu_width(intermediate_size, multiple_of)  # rounded up
+        lower, exact = upper - multiple_of, 2 * intermediate_size / 3
+        return lower if lower > 0 and exact - lower < upper - exact else upper
+    return intermediate_size
 
 
 @dataclass
@@ -99,17 +127,17 @@ class PretrainingArguments:
     ffn_width: str | None = field(
         default=None,
         metadata={
-            "help": "FFN width: 'matched' (a gated FFN at the standard FFN's weight count), 'keep' (the "
-            "standard width) or an integer; not given: 'matched' from scratch (the multiple of "
-            "--glu_multiple_of nearest to 2/3 of --intermediate_size), 'keep' for a checkpoint (a "
-            "checkpoint's 'matched' is the conversion's, rounded up to 256)"
+            "help": "FFN width: 'matched' (a gated FFN at the standard FFN's weight count: the multiple of "
+            "--glu_multiple_of nearest to 2/3 of --intermediate_size, or of a checkpoint's; a standard FFN keeps "
+            "its width), 'keep' (the standard width) or an integer; not given: 'matched' from scratch, 'keep' "
+            "for a checkpoint"
         },
     )
     glu_multiple_of: int = field(
         default=GLU_MULTIPLE_OF,
         metadata={
-            "help": "from scratch: a matched gated width is the multiple of this nearest to 2/3 of "
-            "--intermediate_size (8: 1024 -> 680, -0.4%% FFN weights; LLaMA's rounding up to 256 would "
+            "help": "a matched gated width is the multiple of this nearest to 2/3 of the standard width "
+            "(8: 1024 -> 680, -0.4%% FFN weights; LLaMA's rounding up to 256 would "
             "give 768, +12.5%%)"
         },
     )
@@ -259,13 +287,22 @@ class PretrainingArguments:
         return SCRATCH_DEFAULTS[name] if value is None else value
 
     def model_arguments(self) -> ModelArguments:
-        """The checkpoint, variant and tokenizer as `ModelArguments` (for `load_model` / `load_tokenizer`)."""
+        """The checkpoint, variant and tokenizer as `ModelArguments` (for `load_model` / `load_tokenizer`).
+        `--ffn_width matched` is resolved here to the width `ffn_width` gives (the multiple of `--glu_multiple_of`
+        nearest to 2/3 of the checkpoint's `intermediate_size` for a gated FFN, the same width for a standard one),
+        as from scratch, not the conversion's rounding up to 256 (`parameter_matched_glu_width`)."""
+        width = self.ffn_width or "keep"
+        if width == "matched" and self.model_name_or_path is not None:
+            config, _ = PretrainedConfig.get_config_dict(self.model_name_or_path)
+            target = self.ffn_type or config.get("ffn_type") or config.get("hidden_act", "gelu")
+            target = target[0] if isinstance(target, list) else target
+            width = str(ffn_width(target, config["intermediate_size"], "matched", self.glu_multiple_of))
         return ModelArguments(
             model_name_or_path=self.model_name_or_path,
             ffn_type=self.ffn_type,
             layer_norm_position=self.layer_norm_position,
             ffn_init=self.ffn_init,
-            ffn_width=self.ffn_width or "keep",
+            ffn_width=width,
             tokenizer_name=self.tokenizer_name,
             unpad_tokens=self.unpad_tokens,
             padding_free=self.padding_free,
@@ -476,6 +513,7 @@ def scratch_recipe(args: PretrainingArguments, training_args, given: set[str]) -
 
 __all__ = [
     "GLU_MULTIPLE_OF",
+    "ffn_width",
     "SCRATCH_CONFIG",
     "SCRATCH_DEFAULTS",
     "SCRATCH_LEARNING_RATE",
