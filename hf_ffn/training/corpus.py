@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
-from .readers import expand_paths
+from .readers import expand_paths, is_saved_dataset
 
 COMPRESSIONS = (".xz", ".gz", ".bz2", ".zst")
 TABLE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}  # anything else is read as text
@@ -301,8 +301,6 @@ def load_hub_corpus(
             `text_column`, streaming without a held-out split (naming the options that give one).
     """
     from datasets import DatasetDict, IterableDatasetDict, load_dataset, load_from_disk
-
-    from .readers import is_saved_dataset
 
     where = f"--dataset_name {dataset_name!r}"
     if dataset_config_name is not None:

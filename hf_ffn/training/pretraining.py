@@ -39,7 +39,6 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import pyarrow.compute as pc
 import torch
 from transformers import (
     AutoTokenizer,
@@ -66,9 +65,8 @@ from .arguments import (
     parse_arguments,
     resume_checkpoint,
 )
-from .corpus import fixed_maskings, load_corpus, load_hub_corpus, tokenize_documents, tokens_to_blocks
 from .early_stopping import early_stopping_callback
-from .floors import mlm_floors, never_chosen_ids, plateau_verdict
+from .floors import plateau_verdict
 from .initialisation import ffn_output_rms, seed_by_name
 from .mlm import absent_head_warning_dropped, mlm_trainer, new_mlm_head_note
 from .outputs import (
@@ -90,6 +88,14 @@ from .pretraining_arguments import (
     ffn_width,
     scratch_recipe,
 )
+from .pretraining_data import (
+    Phases,
+    blocks_and_maskings,
+    context_free_floors,
+    corpus_documents,
+    is_streamed,
+    materialise,
+)
 from .throughput import ThroughputCallback
 from .tokenizer import train_tokenizer
 
@@ -105,40 +111,6 @@ LOAD_HINT = (
     "load it: import hf_ffn, then AutoModelForMaskedLM.from_pretrained({folder!r}) and AutoTokenizer.from_pretrained"
     "({folder!r}); without hf_ffn: AutoTokenizer.from_pretrained({folder!r}, trust_remote_code=False)"
 )
-STREAM_FLOOR_BLOCKS = 10_000  # --streaming: the unigram of the floors is counted on the first this many blocks
-
-
-class Phases:
-    """One printed line per phase of the data path, with its seconds (`done`); silent when `show` is false (every
-    process of a torchrun job but the first). `seconds` keeps them by name for `run_info.json`."""
-
-    def __init__(self, show: bool = True, prog: str = "hf-ffn mlm") -> None:
-        self.show, self.prog, self.seconds = show, prog, {}
-        self._last = time.perf_counter()
-
-    def done(self, name: str, what: str) -> None:
-        now = time.perf_counter()
-        self.seconds[name] = now - self._last
-        self._last = now
-        if self.show:
-            print(f"{self.prog}: {what} ({self.seconds[name]:.1f} s)", flush=True)
-
-
-def _streamed(dataset) -> bool:
-    """Whether `dataset` is streamed (`datasets.IterableDataset`: no length, read as training reads it)."""
-    from datasets import IterableDataset
-
-    return isinstance(dataset, IterableDataset)
-
-
-def _materialise(dataset, count: int | None):
-    """The first `count` rows (all when None) of a streamed `dataset` as an in-memory `Dataset`; a `Dataset` cut to
-    `count` rows."""
-    from datasets import Dataset
-
-    if not _streamed(dataset):
-        return dataset if count is None else dataset.select(range(min(count, len(dataset))))
-    return Dataset.from_list(list(dataset if count is None else dataset.take(count)))
 
 
 def pretraining_config(
@@ -262,9 +234,10 @@ def run_pretraining(
 
     With `data_args.dataset_name` the corpus is a `datasets` data set (`load_hub_corpus`); with `streaming` it is
     read as training reads it: training blocks tokenized and cut on the fly and trained on in the data set's order
-    (as `run_mlm.py`; datasets' `IterableDataset.shuffle` held about 6 MB more per file of the data set in
-    tests/test_pretraining_inputs.py's measurement, so a stream is not shuffled here: shuffle it beforehand), the
-    held-out blocks kept in memory, the floors' unigram counted on the first `STREAM_FLOOR_BLOCKS` training blocks.
+    (as `run_mlm.py`; datasets' `IterableDataset.shuffle` grew with the files of the data set, 11 → 54 MB of traced
+    memory for 1 → 8 files measured here, so a stream is not shuffled: shuffle it beforehand), the
+    held-out blocks kept in memory, the floors' unigram counted on the first `STREAM_FLOOR_BLOCKS` training blocks
+    (`hf_ffn.training.pretraining_data`).
 
     Returns:
         `{"results": metrics, "log_history": [...], "summary": one line, **report}`.
@@ -275,16 +248,16 @@ def run_pretraining(
     start = time.perf_counter()
     resume, stopping = _check_arguments(args, data_args, training_args)
     phases = Phases(show=training_args.process_index == 0)
-    documents = _documents(data_args, phases)
+    documents = corpus_documents(data_args, phases)
     tokenizer, tokenizer_source = _tokenizer(args, documents["train"], training_args, resume)
     if args.tokenizer_name is None and args.model_name_or_path is None and resume is None:
         phases.done("tokenizer", f"trained a WordPiece tokenizer of {len(tokenizer):,} tokens")
-    train, evaluation = _blocks_and_maskings(documents, tokenizer, data_args, phases)
-    floors = _floors(train, evaluation, tokenizer, data_args)
+    train, evaluation = blocks_and_maskings(documents, tokenizer, data_args, phases)
+    floors = context_free_floors(train, evaluation, tokenizer, data_args)
     phases.done("floors", f"context-free floors: unigram at [MASK] {floors['unigram_mask']:.4f} nats")
     data_seconds = time.perf_counter() - start  # reading, the tokenizer, tokenizing, blocks, maskings (or the cache)
     model, built = _model(args, tokenizer, data_args, training_args)
-    first = _materialise(train, INIT_RMS_BLOCKS)
+    first = materialise(train, INIT_RMS_BLOCKS)
     init_rms = ffn_output_rms(model, torch.tensor(first[:INIT_RMS_BLOCKS]["input_ids"], dtype=torch.long))
     bf16 = use_bf16_where_available(training_args)
     throughput = ThroughputCallback(
@@ -343,75 +316,6 @@ def _check_arguments(args: PretrainingArguments, data_args: PretrainingDataArgum
     if args.model_name_or_path is not None:
         check_checkpoint(args.model_name_or_path, "--model_name_or_path")
     return resume, stopping
-
-
-def _documents(data_args: PretrainingDataArguments, phases: Phases):
-    """Corpus → documents (`load_corpus`, or `load_hub_corpus` with --dataset_name), its line printed."""
-    options = data_args.corpus_options()
-    if data_args.dataset_name is None:
-        documents = load_corpus(**options)
-    else:
-        documents = load_hub_corpus(**options)
-    if data_args.streaming:
-        phases.done("reading", f"opened {data_args.dataset_name} as a stream (read as training reads it)")
-    else:
-        counts = {split: len(docs) for split, docs in documents.items()}
-        phases.done(
-            "reading",
-            f"read {sum(counts.values()):,} documents: {counts['train']:,} train, {counts['validation']:,} held out",
-        )
-    return documents
-
-
-def _blocks_and_maskings(
-    documents, tokenizer: PreTrainedTokenizerBase, data_args: PretrainingDataArguments, phases: Phases | None = None
-):
-    """Documents → blocks → masks: `(training blocks, held-out blocks masked --eval_maskings times)`, each cut to
-    `--max_train_samples` / `--max_eval_samples` blocks (the held-out ones before masking). Streamed documents give
-    streamed training blocks and held-out blocks read into memory.
-
-    Raises:
-        ValueError: when the training or held-out text is shorter than one block.
-    """
-    phases = phases or Phases(show=False)
-    workers, block = data_args.preprocessing_num_workers, data_args.max_seq_length
-    tokens = tokenize_documents(documents, tokenizer, workers)
-    if not data_args.streaming:
-        count = pc.sum(pc.list_value_length(tokens["train"].data.column("input_ids"))).as_py() or 0
-        phases.done("tokenizing", f"tokenized the documents: {count:,} training tokens")
-    blocks = tokens_to_blocks(tokens, block, data_args.attention_scope, workers)
-    train, evaluation = blocks["train"], _materialise(blocks["validation"], data_args.max_eval_samples)
-    if not _streamed(train) and data_args.max_train_samples:
-        train = train.select(range(min(data_args.max_train_samples, len(train))))
-    elif data_args.max_train_samples:
-        train = train.take(data_args.max_train_samples)
-    if len(evaluation) == 0 or (not _streamed(train) and len(train) == 0):
-        raise ValueError(
-            f"--max_seq_length {block}: the training or held-out text is shorter than one block "
-            f"({'streamed' if _streamed(train) else len(train)} and {len(evaluation)} blocks)"
-        )
-    trained = "streamed" if _streamed(train) else f"{len(train):,}"
-    phases.done("blocks", f"cut blocks of {block}: {trained} training, {len(evaluation):,} held out")
-    masked = fixed_maskings(
-        evaluation, tokenizer, data_args.eval_maskings, data_args.split_seed, **data_args.masking_options()
-    )
-    phases.done("maskings", f"masked the held-out blocks {data_args.eval_maskings} time(s): {len(masked):,} rows")
-    return train, masked
-
-
-def _floors(train, evaluation, tokenizer: PreTrainedTokenizerBase, data_args: PretrainingDataArguments) -> dict:
-    """The context-free floors of the evaluation (`hf_ffn.training.floors.mlm_floors`): the training blocks'
-    unigram, scored on the held-out maskings under the run's masking rule."""
-    masking = data_args.masking_options()
-    return mlm_floors(
-        train.take(STREAM_FLOOR_BLOCKS) if _streamed(train) else train,  # a stream counted as it is read
-        evaluation,
-        len(tokenizer),
-        tokenizer.mask_token_id,
-        never_chosen_ids(tokenizer),
-        masking["mask_replace_prob"],
-        masking["random_replace_prob"],
-    )
 
 
 def _model(
@@ -508,7 +412,7 @@ def _report(args, data_args, training_args, trainer, built, documents, blocks, t
     sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
     sizes += ("hidden_act", "ffn_type", "layer_norm_position")
     new_head = built["head_note"] or args.model_name_or_path is None
-    epochs = None if _streamed(train) else sequences / len(train)  # a stream's length is not known
+    epochs = None if is_streamed(train) else sequences / len(train)  # a stream's length is not known
     if epochs is not None and epochs > 1:
         logger.warning(f"the run saw its training blocks {epochs:.3g} times (epochs > 1): training text repeated")
     return {
@@ -520,9 +424,9 @@ def _report(args, data_args, training_args, trainer, built, documents, blocks, t
         "mlm_head": "newly initialised" if new_head else "from the checkpoint",
         "ffn": ffn_report(model.config, built["standard_width"]),
         "conversion": built["conversion"],
-        "documents": {split: "streamed" if _streamed(docs) else len(docs) for split, docs in documents.items()},
+        "documents": {split: "streamed" if is_streamed(docs) else len(docs) for split, docs in documents.items()},
         "blocks": {
-            "train": "streamed" if _streamed(train) else len(train),
+            "train": "streamed" if is_streamed(train) else len(train),
             "validation": len(evaluation) // data_args.eval_maskings,
             "validation_maskings": data_args.eval_maskings,
             "tokens_per_block": block,
@@ -612,6 +516,7 @@ def pretraining_parser(prog: str = "hf-ffn mlm") -> HfArgumentParser:
         description="Masked-language-model pre-training of an FfnBert variant, from scratch or "
         "continued from a checkpoint, with transformers' Trainer.",
     )
+    parser.short_usage = f"{prog} --train_files FILES | --dataset_name NAME [OPTIONS]"  # `hf-ffn mlm --help`
     parser._option_string_actions["--output_dir"].help = (  # Trainer's help names its ./trainer_output
         f"Where the model, tokenizer, card, all_results.json and run_info.json are saved. Default: "
         f"{DEFAULT_OUTPUT_ROOT}/<checkpoint name> (or {DEFAULT_OUTPUT_ROOT}/scratch), or the same with -2, -3, ... "
