@@ -391,7 +391,7 @@ def _blocks_batch(batch: dict, block: int, per_document: bool) -> dict:
     return blocks
 
 
-def _is_stream(dataset) -> bool:
+def is_streamed(dataset) -> bool:
     """Whether `dataset` is a `datasets.IterableDataset` (streamed: no length, read as it is iterated)."""
     from datasets import IterableDataset
 
@@ -401,7 +401,7 @@ def _is_stream(dataset) -> bool:
 def _map(dataset, function, num_proc: int | None, desc: str, **options):
     """`dataset.map(function, batched=True, **options)`; a `Dataset` with `num_proc` and a progress `desc`, an
     `IterableDataset` lazily (applied as it is read; it takes neither)."""
-    if _is_stream(dataset):
+    if is_streamed(dataset):
         return dataset.map(function, batched=True, **options)
     return dataset.map(function, batched=True, num_proc=num_proc, desc=desc, **options)
 
@@ -582,6 +582,7 @@ __all__ = [
     "load_corpus",
     "load_documents",
     "load_hub_corpus",
+    "is_streamed",
     "tokenize_documents",
     "tokens_to_blocks",
     "masking_collator",

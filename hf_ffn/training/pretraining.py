@@ -65,6 +65,7 @@ from .arguments import (
     parse_arguments,
     resume_checkpoint,
 )
+from .corpus import is_streamed
 from .early_stopping import early_stopping_callback
 from .floors import plateau_verdict
 from .initialisation import ffn_output_rms, seed_by_name
@@ -93,7 +94,6 @@ from .pretraining_data import (
     blocks_and_maskings,
     context_free_floors,
     corpus_documents,
-    is_streamed,
     materialise,
 )
 from .throughput import ThroughputCallback

@@ -10,7 +10,14 @@ import time
 import pyarrow.compute as pc
 from transformers import PreTrainedTokenizerBase
 
-from .corpus import fixed_maskings, load_corpus, load_hub_corpus, tokenize_documents, tokens_to_blocks
+from .corpus import (
+    fixed_maskings,
+    is_streamed,
+    load_corpus,
+    load_hub_corpus,
+    tokenize_documents,
+    tokens_to_blocks,
+)
 from .floors import mlm_floors, never_chosen_ids
 from .pretraining_arguments import PretrainingDataArguments
 
@@ -31,13 +38,6 @@ class Phases:
         self._last = now
         if self.show:
             print(f"{self.prog}: {what} ({self.seconds[name]:.1f} s)", flush=True)
-
-
-def is_streamed(dataset) -> bool:
-    """Whether `dataset` is streamed (`datasets.IterableDataset`: no length, read as training reads it)."""
-    from datasets import IterableDataset
-
-    return isinstance(dataset, IterableDataset)
 
 
 def materialise(dataset, count: int | None):
@@ -127,6 +127,5 @@ __all__ = [
     "blocks_and_maskings",
     "context_free_floors",
     "corpus_documents",
-    "is_streamed",
     "materialise",
 ]
