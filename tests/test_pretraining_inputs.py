@@ -97,31 +97,20 @@ def test_dataset_without_validation_split_holds_out_seeded_whole_rows(tmp_path):
     assert sorted(list(documents["train"]["text"]) + list(documents["validation"]["text"])) == sorted(rows(20))
 
 
-def test_local_loading_script_with_a_configuration(tmp_path):
-    """A folder with a loading script of two configurations (`load_dataset(folder, config)`), offline."""
+def test_local_folder_of_files_and_a_configuration_it_lacks(tmp_path):
+    """A folder of text files (`load_dataset(folder)`: the train split from train.txt, a row per line) offline; a
+    configuration it does not have is named in the one-line error. (datasets >= 4 runs no loading scripts.)"""
     folder = tmp_path / "tiny_corpus"
     folder.mkdir()
-    (folder / "tiny_corpus.py").write_text(
-        "import datasets\n\n"
-        "class TinyCorpus(datasets.GeneratorBasedBuilder):\n"
-        "    BUILDER_CONFIGS = [datasets.BuilderConfig(name='short'), datasets.BuilderConfig(name='long')]\n"
-        "    def _info(self):\n"
-        "        return datasets.DatasetInfo(features=datasets.Features({'text': datasets.Value('string')}))\n"
-        "    def _split_generators(self, dl_manager):\n"
-        "        n = 10 if self.config.name == 'short' else 30\n"
-        "        return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={'n': n})]\n"
-        "    def _generate_examples(self, n):\n"
-        "        for i in range(n):\n"
-        "            yield i, {'text': f'document {i} ' * 5}\n"
-    )
-    try:
-        documents = load_hub_corpus(str(folder), "long", validation_split_percentage=10, cache_dir=str(tmp_path / "c"))
-    except ValueError as error:  # datasets >= 4 runs no loading scripts: then the folder-of-files form is the one
-        assert "--dataset_name" in str(error)
-        (folder / "tiny_corpus.py").unlink()
-        (folder / "train.txt").write_text("\n".join(f"document {i} " * 5 for i in range(30)) + "\n")
-        documents = load_hub_corpus(str(folder), validation_split_percentage=10, cache_dir=str(tmp_path / "c"))
+    (folder / "train.txt").write_text("\n".join(f"document {i} " * 5 for i in range(30)) + "\n")
+    documents = load_hub_corpus(str(folder), validation_split_percentage=10, cache_dir=str(tmp_path / "c"))
     assert (len(documents["train"]), len(documents["validation"])) == (27, 3)
+    with pytest.raises(ValueError) as error:
+        load_hub_corpus(str(folder), "long", cache_dir=str(tmp_path / "c"))
+    assert str(error.value).startswith(
+        f"--dataset_name {str(folder)!r} --dataset_config_name 'long' cannot be loaded: "
+    )
+    assert "BuilderConfig 'long' not found" in str(error.value) and "\n" not in str(error.value)
 
 
 def test_dataset_name_run_and_streaming_run(saved, tokenizer_folder, tmp_path):

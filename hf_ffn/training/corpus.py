@@ -323,9 +323,8 @@ def load_hub_corpus(
         offline = " (offline: only a local folder, a loading script or a data set already in the cache loads)"
         from datasets import config
 
-        raise ValueError(
-            f"{where} cannot be loaded{offline if config.HF_HUB_OFFLINE else ''}: {_first_line(error)}"
-        ) from error
+        unreachable = isinstance(error, (ConnectionError, FileNotFoundError)) and config.HF_HUB_OFFLINE
+        raise ValueError(f"{where} cannot be loaded{offline if unreachable else ''}: {_first_line(error)}") from error
     if not isinstance(splits, dict) or "train" not in splits:
         found = ", ".join(splits) if isinstance(splits, dict) else type(splits).__name__
         raise ValueError(f"{where}: no 'train' split to train on; splits: {found}")
