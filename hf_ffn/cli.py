@@ -298,7 +298,10 @@ def short_help(parser: argparse.ArgumentParser, command: str) -> str:
     usage = HelpFormatter(parser.prog)
     usage.add_usage(None, [action for field in actions.values() for action in field if action.required], [])
     formatter = HelpFormatter(parser.prog)
-    formatter.add_text(usage.format_help().strip() + " [OPTIONS]")
+    if getattr(parser, "short_usage", None):  # required: one of several options (mlm: files or a data set)
+        formatter.add_text("usage: " + parser.short_usage)
+    else:
+        formatter.add_text(usage.format_help().strip() + " [OPTIONS]")
     formatter.add_text(textwrap.fill(parser.description, 100))
     formatter.add_text("examples:\n" + textwrap.indent(commands.EXAMPLES[command], "  "))
     for kind in own:

@@ -486,5 +486,7 @@ EXAMPLES = {
     "hf-ffn finetune --model_name_or_path BERT_FOLDER --train_file train.csv --validation_file dev.csv "
     "--ffn_type geglu --output_dir out/finetune-geglu",
     "mlm": "hf-ffn mlm --train_files TEXT_FILES_OR_FOLDER --ffn_type swiglu --output_dir out/mlm  (from scratch)\n"
-    "hf-ffn mlm --model_name_or_path BERT_FOLDER --train_files TEXT_FILES_OR_FOLDER --output_dir out/mlm-more",
+    "hf-ffn mlm --model_name_or_path BERT_FOLDER --train_files TEXT_FILES_OR_FOLDER --output_dir out/mlm-more\n"
+    "hf-ffn mlm --dataset_name DATASET --dataset_config_name CONFIG --streaming true --tokenizer_name TOKENIZER "
+    "--max_steps 10000  (a datasets data set, streamed)",
 }

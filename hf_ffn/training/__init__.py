@@ -56,7 +56,14 @@ from .arguments import (
     resume_checkpoint,
 )
 from .classification import baseline_metrics, classification_metrics, regression_metrics, run_classification
-from .corpus import documents_to_blocks, fixed_maskings, held_out_split, load_corpus, masking_collator
+from .corpus import (
+    documents_to_blocks,
+    fixed_maskings,
+    held_out_split,
+    load_corpus,
+    load_hub_corpus,
+    masking_collator,
+)
 from .data import (
     DATA_FILE_EXTENSIONS,
     DEFAULT_TEXT_COLUMNS,
@@ -179,6 +186,7 @@ __all__ = [
     "documents_to_blocks",
     "held_out_split",
     "load_corpus",
+    "load_hub_corpus",
     "mlm_blocks",
     "mlm_trainer",
     "model_card",

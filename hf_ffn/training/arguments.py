@@ -10,13 +10,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import itertools
 import json
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
@@ -394,14 +396,36 @@ def check_renamed_options(parser: HfArgumentParser, names: Sequence[str]) -> Non
             raise ValueError(f"{option} was renamed: {RENAMED_OPTIONS[option]}")
 
 
+# argparse's message for a value its type refuses ("argument --x: invalid int value: 'abc'") → the type in words.
+_INVALID_VALUE = re.compile(r"argument (?P<option>[^:]+): invalid (?P<type>\w+) value: (?P<value>.*)")
+_ALIASES = re.compile(r"^(?:argument )?(--[\w]+)(/--[\w-]+)*( has value|:)")
+_TYPE_WORDS = {"int": "an integer", "float": "a number", "str": "a string"}
+
+
+def one_line_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+    """`parser.error` without the usage: one line `prog: error: message` on stderr and exit status
+    `EXIT_BAD_INPUT` (argparse prints the whole usage first: ~130 lines with `TrainingArguments`). A value of the
+    wrong type reads "--per_device_train_batch_size has value 'abc'; expected an integer"."""
+    match = _INVALID_VALUE.fullmatch(message)
+    if match:
+        expected = _TYPE_WORDS.get(match["type"], f"a value of type {match['type']}")
+        message = f"{match['option']} has value {match['value']}; expected {expected}"
+    message = _ALIASES.sub(r"\1\3", message)  # "argument --a_b/--a-b:" → "--a_b:"
+    print(f"{parser.prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_BAD_INPUT)
+
+
 def parse_arguments(parser: HfArgumentParser, argv: Sequence[str]) -> tuple:
     """`parser`'s dataclasses from `argv`, or from one `.json` file of arguments when `argv` is just its path (the
-    convention of transformers' example scripts: `parse_json_file`, else `parse_args_into_dataclasses`).
+    convention of transformers' example scripts: `parse_json_file`, else `parse_args_into_dataclasses`). A command
+    line argparse refuses (a value of the wrong type, a missing required option) ends in one line naming the
+    option and the value (`one_line_error`), exit status 2, instead of the usage.
 
     Raises:
         ValueError: an option of an earlier release (`RENAMED_OPTIONS`), naming what replaces it; the dataclasses'
             own checks (`__post_init__`).
     """
+    parser.error = functools.partial(one_line_error, parser)  # this parser only
     if len(argv) == 1 and argv[0].endswith(".json"):
         check_renamed_options(parser, list(json.loads(Path(argv[0]).read_text())))
         return parser.parse_json_file(argv[0])
@@ -498,6 +522,7 @@ __all__ = [
     "check_numeric_options",
     "check_renamed_options",
     "check_training_init",
+    "one_line_error",
     "parse_arguments",
     "resolve_max_seq_length",
     "resume_checkpoint",

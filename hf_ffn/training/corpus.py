@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
-from .readers import expand_paths
+from .readers import expand_paths, is_saved_dataset
 
 COMPRESSIONS = (".xz", ".gz", ".bz2", ".zst")
 TABLE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}  # anything else is read as text
@@ -105,9 +105,19 @@ def split_documents(texts: Sequence[str], start_regex: str | None) -> list[str]:
     return documents
 
 
-def _documents_batch(batch: dict, start_regex: str | None) -> dict:
-    """One `map` batch of rows → its documents: cut by `start_regex` (if given), stripped, blank ones dropped."""
-    return {"text": [text.strip() for text in split_documents(batch["text"], start_regex) if text.strip()]}
+# A line holding only whitespace (spaces, tabs, a carriage return): under `document_boundary="empty_line"` it
+# separates documents like an empty line (datasets' paragraph reader splits at "\n\n" only; WikiText's files
+# separate paragraphs with lines of one space).
+BLANK_LINE = re.compile(r"\n[^\S\n]*\n")
+
+
+def _documents_batch(batch: dict, start_regex: str | None, blank_lines: bool = False) -> dict:
+    """One `map` batch of rows → its documents: cut by `start_regex` (if given) and, with `blank_lines`, at every
+    whitespace-only line (`BLANK_LINE`), stripped, blank ones dropped."""
+    texts = split_documents(batch["text"], start_regex)
+    if blank_lines:
+        texts = [piece for text in texts for piece in BLANK_LINE.split(text)]
+    return {"text": [text.strip() for text in texts if text.strip()]}
 
 
 def resolve_boundary(document_boundary: str | None, document_start_regex: str | None) -> str:
@@ -169,19 +179,13 @@ def load_documents(
         ) from error
     if kind == "text":
         regex = document_start_regex if document_boundary == "regex" else None
+        fn_kwargs = {"start_regex": regex, "blank_lines": document_boundary == "empty_line"}
+        documents = dataset.map(
+            _documents_batch, batched=True, fn_kwargs=fn_kwargs, num_proc=num_proc, desc="documents"
+        )
     else:
-        if text_column not in dataset.column_names:
-            raise ValueError(
-                f"--text_column {text_column!r}: no such column in {argument} ({', '.join(map(str, files))}); "
-                f"columns: {', '.join(dataset.column_names)}"
-            )
-        dataset = dataset.select_columns([text_column])
-        if text_column != "text":
-            dataset = dataset.rename_column(text_column, "text")
-        regex = document_start_regex
-    documents = dataset.map(
-        _documents_batch, batched=True, fn_kwargs={"start_regex": regex}, num_proc=num_proc, desc="documents"
-    )
+        where = f"{argument} ({', '.join(map(str, files))})"
+        documents = _row_documents(dataset, text_column, document_start_regex, num_proc, where)
     if len(documents) == 0:
         raise ValueError(f"{argument}: no document in {', '.join(map(str, files))} (the text is blank)")
     return documents
@@ -245,6 +249,111 @@ def load_corpus(
     return DatasetDict(train=train, validation=validation)
 
 
+def _row_documents(dataset, text_column: str, start_regex: str | None, num_proc: int | None, where: str):
+    """The rows of a table (json / parquet files, a `datasets` data set) as documents: column `text_column` renamed
+    `text`, each row one document (cut further by `start_regex` if given), stripped, blank ones dropped. A
+    `Dataset` or an `IterableDataset` (whose columns may be unknown until read: then not checked).
+
+    Raises:
+        ValueError: `text_column` missing (naming --text_column, `where` and the columns found).
+    """
+    columns = dataset.column_names
+    if columns is not None and text_column not in columns:
+        raise ValueError(f"--text_column {text_column!r}: no such column in {where}; columns: {', '.join(columns)}")
+    dataset = dataset.select_columns([text_column])
+    if text_column != "text":
+        dataset = dataset.rename_column(text_column, "text")
+    return _map(dataset, _documents_batch, num_proc, "documents", fn_kwargs={"start_regex": start_regex})
+
+
+def _first_line(error: BaseException) -> str:
+    """`error` as one line: its type and message, the message's lines joined."""
+    return f"{type(error).__name__}: " + " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
+def load_hub_corpus(
+    dataset_name: str,
+    dataset_config_name: str | None = None,
+    streaming: bool = False,
+    validation_files: Sequence[str | Path] | None = None,
+    validation_split_percentage: float = 10,
+    split_seed: int = 42,
+    text_column: str = "text",
+    document_start_regex: str | None = None,
+    cache_dir: str | None = None,
+    num_proc: int | None = None,
+    file_pattern: str = "*.txt",
+    document_boundary: str | None = None,
+):
+    """Corpus → documents from a `datasets` data set, as `run_mlm.py`'s `--dataset_name`, `--dataset_config_name`
+    and `--streaming`: a hub name or a local loading script / folder (`load_dataset`), or a folder written by
+    `save_to_disk` (`load_from_disk`). Each row of its `train` split is one document (`text_column`; cut further by
+    `document_start_regex`; blank rows dropped): a `DatasetDict` (an `IterableDatasetDict` when `streaming`: rows
+    read as training reads them, nothing written to disk) with `train` and `validation` splits of documents.
+
+    The validation documents: those of `validation_files` (read as `load_corpus` reads them), else the data set's
+    own `validation` split, else (not streaming) `validation_split_percentage` of the train rows, whole, chosen
+    with `split_seed` (`held_out_split`).
+
+    Raises:
+        ValueError: a data set that cannot be loaded (e.g. offline and not in the cache; naming --dataset_name and
+            the cause), a configuration it lacks (naming --dataset_config_name), no `train` split, a missing
+            `text_column`, streaming without a held-out split (naming the options that give one).
+    """
+    from datasets import DatasetDict, IterableDatasetDict, load_dataset, load_from_disk
+
+    where = f"--dataset_name {dataset_name!r}"
+    if dataset_config_name is not None:
+        where += f" --dataset_config_name {dataset_config_name!r}"
+    try:
+        if is_saved_dataset(dataset_name):
+            if dataset_config_name is not None:
+                raise ValueError(
+                    f"{where}: a folder written by save_to_disk has no configurations (drop --dataset_config_name)"
+                )
+            splits = load_from_disk(dataset_name)
+            splits = splits if isinstance(splits, DatasetDict) else DatasetDict(train=splits)
+            if streaming:  # read from its Arrow files as training reads them
+                splits = IterableDatasetDict({name: split.to_iterable_dataset() for name, split in splits.items()})
+        else:
+            splits = load_dataset(dataset_name, dataset_config_name, cache_dir=cache_dir, streaming=streaming)
+    except Exception as error:  # datasets raises many kinds: not found, offline, a bad configuration, a bad script
+        if isinstance(error, ValueError) and str(error).startswith(where):
+            raise
+        offline = " (offline: only a local folder, a loading script or a data set already in the cache loads)"
+        from datasets import config
+
+        unreachable = isinstance(error, (ConnectionError, FileNotFoundError)) and config.HF_HUB_OFFLINE
+        raise ValueError(f"{where} cannot be loaded{offline if unreachable else ''}: {_first_line(error)}") from error
+    if not isinstance(splits, dict) or "train" not in splits:
+        found = ", ".join(splits) if isinstance(splits, dict) else type(splits).__name__
+        raise ValueError(f"{where}: no 'train' split to train on; splits: {found}")
+    documents = {
+        name: _row_documents(splits[name], text_column, document_start_regex, num_proc, where)
+        for name in ("train", "validation")
+        if name in splits
+    }
+    train = documents["train"]
+    if validation_files:
+        files = corpus_files(validation_files, file_pattern, "--validation_files")
+        options = (document_boundary, document_start_regex, text_column, cache_dir, num_proc, "--validation_files")
+        validation = load_documents(files, *options)
+        if streaming:
+            validation = validation.to_iterable_dataset()
+    elif "validation" in documents:
+        validation = documents["validation"]
+    elif streaming:
+        raise ValueError(
+            f"--streaming: {where} has no 'validation' split, and holding out --validation_split_percentage of its "
+            f"documents needs the whole data set (a seeded choice among all of them): give --validation_files, or "
+            f"a data set with a validation split, or drop --streaming"
+        )
+    else:
+        train, validation = held_out_split(train, validation_split_percentage, split_seed, "--dataset_name")
+    kind = IterableDatasetDict if streaming else DatasetDict
+    return kind(train=train, validation=validation)
+
+
 def _tokens_batch(batch: dict, tokenizer: PreTrainedTokenizerBase) -> dict:
     """One `map` batch of documents → [CLS] text [SEP] token ids and their special-token mask, per document."""
     encoded = tokenizer(
@@ -281,6 +390,84 @@ def _blocks_batch(batch: dict, block: int, per_document: bool) -> dict:
     return blocks
 
 
+def is_streamed(dataset) -> bool:
+    """Whether `dataset` is a `datasets.IterableDataset` (streamed: no length, read as it is iterated)."""
+    from datasets import IterableDataset
+
+    return isinstance(dataset, IterableDataset)
+
+
+def _map(dataset, function, num_proc: int | None, desc: str, **options):
+    """`dataset.map(function, batched=True, **options)`; a `Dataset` with `num_proc` and a progress `desc`, an
+    `IterableDataset` lazily (applied as it is read; it takes neither)."""
+    if is_streamed(dataset):
+        return dataset.map(function, batched=True, **options)
+    return dataset.map(function, batched=True, num_proc=num_proc, desc=desc, **options)
+
+
+def _per_split(documents, function, *args):
+    """`function(dataset, *args)` on a `Dataset`, or on each split of a `DatasetDict` / `IterableDatasetDict`
+    (returned as the same kind)."""
+    if isinstance(documents, dict):
+        return type(documents)({split: function(dataset, *args) for split, dataset in documents.items()})
+    return function(documents, *args)
+
+
+def tokenize_documents(documents, tokenizer: PreTrainedTokenizerBase, num_proc: int | None = None):
+    """Documents → tokens: each document (column `text`) tokenized as [CLS] text [SEP]; columns `input_ids` (int32)
+    and `special_tokens_mask` (int8), one row per document. `documents`: a `Dataset`, an `IterableDataset`
+    (tokenized as it is read) or a dict of them (each split alike). A `Dataset.map` cached by `datasets`."""
+    from datasets import Features, Sequence, Value
+
+    def tokenize(dataset):
+        return _map(
+            dataset,
+            _tokens_batch,
+            num_proc,
+            "tokenizing",
+            batch_size=TOKENIZE_DOCUMENTS,
+            fn_kwargs={"tokenizer": tokenizer},
+            remove_columns=["text"],
+            features=Features(input_ids=Sequence(Value("int32")), special_tokens_mask=Sequence(Value("int8"))),
+        )
+
+    return _per_split(documents, tokenize)
+
+
+def tokens_to_blocks(tokens, max_seq_length: int = 128, attention_scope: str = "block", num_proc: int | None = None):
+    """Tokens (rows of `tokenize_documents`) → blocks of `max_seq_length` tokens: the documents concatenated in
+    order and cut (`run_mlm.py`'s `group_texts`; the remainder shorter than a block is dropped once per
+    `GROUP_DOCUMENTS` documents, and per worker with `num_proc`); with `attention_scope="document"` also
+    `position_ids` (`documents_to_blocks`). A `Dataset`, `IterableDataset` (cut as it is read) or a dict of them.
+
+    Raises:
+        ValueError: an unknown `attention_scope` (naming --attention_scope).
+    """
+    from datasets import Features, Sequence, Value
+
+    if attention_scope not in ATTENTION_SCOPES:
+        raise ValueError(
+            f"--attention_scope has unknown value {attention_scope!r}; allowed: {', '.join(ATTENTION_SCOPES)}"
+        )
+    ids, mask = Sequence(Value("int32")), Sequence(Value("int8"))
+    per_document = attention_scope == "document"
+    columns = {"input_ids": ids, "special_tokens_mask": mask} | ({"position_ids": ids} if per_document else {})
+
+    def cut(dataset):
+        blocks = _map(
+            dataset.with_format("numpy"),  # numpy rows: a batch of long documents is not a list of ints
+            _blocks_batch,
+            num_proc,
+            f"blocks of {max_seq_length}",
+            batch_size=GROUP_DOCUMENTS,
+            fn_kwargs={"block": max_seq_length, "per_document": per_document},
+            features=Features(columns),
+        )
+        return blocks.with_format(None)
+
+    return _per_split(tokens, cut)
+
+
 def documents_to_blocks(
     documents,
     tokenizer: PreTrainedTokenizerBase,
@@ -293,54 +480,26 @@ def documents_to_blocks(
     document starts; the remainder shorter than a block is dropped once per `GROUP_DOCUMENTS` documents, and at the
     end of each worker's share with `num_proc`: another `num_proc` can give a few other blocks).
 
-    `documents`: a `Dataset` (column `text`) or a `DatasetDict` of them (each split cut alike). Returns the same kind,
-    with columns `input_ids` and `special_tokens_mask` (int32 and int8 lists of `max_seq_length` per row), and with
+    `documents`: a `Dataset` (column `text`), an `IterableDataset` (streamed: tokenized and cut as training reads
+    it) or a dict of them (each split cut alike). Returns the same kind, with columns `input_ids` and
+    `special_tokens_mask` (int32 and int8 lists of `max_seq_length` per row), and with
     `attention_scope="document"` also `position_ids` (0, 1, ... restarting where a document starts and at each
     block start): FfnBert then computes each document of a block as if it were alone (a padding-free batch,
     docs/unpadded.md); "block" (BERT, `run_mlm.py`): every token attends to the whole block.
 
-    Both steps are `Dataset.map` calls cached by `datasets` (tokenized documents, then blocks; `num_proc` workers):
-    the same documents and tokenizer are tokenized once.
+    The two steps are `tokenize_documents` and `tokens_to_blocks`, `Dataset.map` calls cached by `datasets`
+    (`num_proc` workers): the same documents and tokenizer are tokenized once.
 
     Raises:
         ValueError: an unknown `attention_scope` (naming --attention_scope).
     """
-    from datasets import DatasetDict, Features, Sequence, Value
-
     if attention_scope not in ATTENTION_SCOPES:
         raise ValueError(
             f"--attention_scope has unknown value {attention_scope!r}; allowed: {', '.join(ATTENTION_SCOPES)}"
         )
-    if isinstance(documents, DatasetDict):
-        return DatasetDict(
-            {
-                split: documents_to_blocks(dataset, tokenizer, max_seq_length, attention_scope, num_proc)
-                for split, dataset in documents.items()
-            }
-        )
-    ids, mask = Sequence(Value("int32")), Sequence(Value("int8"))
-    tokens = documents.map(
-        _tokens_batch,
-        batched=True,
-        batch_size=TOKENIZE_DOCUMENTS,
-        fn_kwargs={"tokenizer": tokenizer},
-        remove_columns=documents.column_names,
-        features=Features(input_ids=ids, special_tokens_mask=mask),
-        num_proc=num_proc,
-        desc="tokenizing",
+    return tokens_to_blocks(
+        tokenize_documents(documents, tokenizer, num_proc), max_seq_length, attention_scope, num_proc
     )
-    per_document = attention_scope == "document"
-    columns = {"input_ids": ids, "special_tokens_mask": mask} | ({"position_ids": ids} if per_document else {})
-    blocks = tokens.with_format("numpy").map(  # numpy rows: a batch of long documents is not a list of ints
-        _blocks_batch,
-        batched=True,
-        batch_size=GROUP_DOCUMENTS,
-        fn_kwargs={"block": max_seq_length, "per_document": per_document},
-        features=Features(columns),
-        num_proc=num_proc,
-        desc=f"blocks of {max_seq_length}",
-    )
-    return blocks.with_format(None)
 
 
 def masking_collator(
@@ -421,6 +580,10 @@ __all__ = [
     "held_out_split",
     "load_corpus",
     "load_documents",
+    "load_hub_corpus",
+    "is_streamed",
+    "tokenize_documents",
+    "tokens_to_blocks",
     "masking_collator",
     "resolve_boundary",
     "split_documents",

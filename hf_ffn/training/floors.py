@@ -51,12 +51,14 @@ import numpy as np
 from .mlm_metrics import IGNORE_INDEX
 
 COUNT_BATCH = 10_000  # blocks read per batch (memory-mapped Arrow → numpy): the corpus is never in memory at once
+STREAM_COUNT_BATCH = 1_000  # blocks per batch from a stream (`IterableDataset`: rows decoded into memory)
 
 
 def unigram_counts(blocks, vocab_size: int) -> np.ndarray:
     """The count of each token id among the non-special tokens of `blocks` (rows of
     `hf_ffn.training.corpus.documents_to_blocks`: `input_ids` and `special_tokens_mask`, the tokens that can be
-    chosen for masking), read `COUNT_BATCH` blocks at a time (`Dataset.iter`, numpy format; `np.bincount` per
+    chosen for masking; a `Dataset` or a streamed `IterableDataset`), read `COUNT_BATCH` blocks at a time
+    (`STREAM_COUNT_BATCH` from a stream) (`Dataset.iter`, numpy format; `np.bincount` per
     batch).
 
     Returns:
@@ -66,7 +68,8 @@ def unigram_counts(blocks, vocab_size: int) -> np.ndarray:
         ValueError: a token id ≥ `vocab_size`.
     """
     counts = np.zeros(vocab_size, dtype=np.int64)
-    for batch in blocks.select_columns(["input_ids", "special_tokens_mask"]).with_format("numpy").iter(COUNT_BATCH):
+    size = COUNT_BATCH if hasattr(blocks, "__len__") else STREAM_COUNT_BATCH
+    for batch in blocks.select_columns(["input_ids", "special_tokens_mask"]).with_format("numpy").iter(size):
         ids = np.asarray(batch["input_ids"]).reshape(-1)[np.asarray(batch["special_tokens_mask"]).reshape(-1) == 0]
         if ids.size and int(ids.max()) >= vocab_size:
             raise ValueError(f"token id {int(ids.max())} in the blocks is outside the vocabulary of {vocab_size} ids")
@@ -169,4 +172,46 @@ def mlm_floors(
     return floors | {"smoothing": "add-one", "training_tokens_counted": int(counts.sum())}
 
 
-__all__ = ["context_free_losses", "mlm_floors", "never_chosen_ids", "unigram_counts", "unigram_distribution"]
+# A from-scratch model whose held-out [MASK] loss is less than this many nats below the unigram floor has not
+# learned to use context yet (issue 43): it still predicts the frequent tokens (docs/pretraining.md, "The plateau").
+PLATEAU_MARGIN = 0.3
+PLATEAU_DOCS = "docs/pretraining.md#the-plateau-a-model-that-has-not-learned-to-use-context"
+
+
+def plateau_verdict(mask_loss: float, unigram_mask: float, margin: float = PLATEAU_MARGIN) -> dict:
+    """Whether a model has learned to use context: its held-out [MASK] loss (nats) at least `margin` nats below the
+    [MASK]-position unigram floor (`mlm_floors`' `unigram_mask`).
+
+    Returns:
+        `{"learned": bool, "mask_loss", "unigram_mask", "below_floor" (unigram_mask − mask_loss, nats), "margin",
+        "message"}`; `message` is the one plain line a run prints when it has not learned, else "".
+    """
+    below = unigram_mask - mask_loss
+    learned = bool(below >= margin)
+    message = (
+        ""
+        if learned
+        else f"NOT LEARNED YET: held-out [MASK] loss {mask_loss:.4f} is {abs(below):.2f} nats "
+        f"{'below' if below >= 0 else 'above'} the unigram floor {unigram_mask:.4f} (learned: {margin:g} or more "
+        f"below): the model has not learned to use context yet and predicts "
+        f"frequent tokens; train longer or raise the learning rate ({PLATEAU_DOCS})"
+    )
+    return {
+        "learned": learned,
+        "mask_loss": mask_loss,
+        "unigram_mask": unigram_mask,
+        "below_floor": below,
+        "margin": margin,
+        "message": message,
+    }
+
+
+__all__ = [
+    "PLATEAU_MARGIN",
+    "plateau_verdict",
+    "context_free_losses",
+    "mlm_floors",
+    "never_chosen_ids",
+    "unigram_counts",
+    "unigram_distribution",
+]

@@ -51,8 +51,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from ..configuration_ffn_bert import FfnBertConfig, is_gated, parameter_matched_glu_width
-from ..conversion.recipes import parse_width
+from ..configuration_ffn_bert import FfnBertConfig
 from ..modeling_ffn_bert import FfnBertForMaskedLM
 from ..params import config_row, mlm_flops
 from .arguments import (
@@ -66,9 +65,9 @@ from .arguments import (
     parse_arguments,
     resume_checkpoint,
 )
-from .corpus import documents_to_blocks, fixed_maskings, load_corpus
+from .corpus import is_streamed
 from .early_stopping import early_stopping_callback
-from .floors import mlm_floors, never_chosen_ids
+from .floors import plateau_verdict
 from .initialisation import ffn_output_rms, seed_by_name
 from .mlm import absent_head_warning_dropped, mlm_trainer, new_mlm_head_note
 from .outputs import (
@@ -83,7 +82,21 @@ from .outputs import (
     save_outputs,
     training_seconds,
 )
-from .pretraining_arguments import GLU_MULTIPLE_OF, SCRATCH_DEFAULTS, PretrainingArguments, PretrainingDataArguments
+from .pretraining_arguments import (
+    GLU_MULTIPLE_OF,
+    SCRATCH_DEFAULTS,
+    PretrainingArguments,
+    PretrainingDataArguments,
+    ffn_width,
+    scratch_recipe,
+)
+from .pretraining_data import (
+    Phases,
+    blocks_and_maskings,
+    context_free_floors,
+    corpus_documents,
+    materialise,
+)
 from .speed import apply_speed_defaults, options_given_by_value
 from .throughput import ThroughputCallback
 from .tokenizer import train_tokenizer
@@ -93,31 +106,13 @@ logger = hf_logging.get_logger(__name__)
 DEFAULT_OUTPUT_ROOT = Path("out") / "mlm"  # --output_dir left out: a fresh folder under it (`fresh_output_dir`)
 INIT_RMS_BLOCKS = 8  # training blocks the FFN output rms at the start is measured on (`ffn_output_rms`)
 TOKENIZER_FOLDER = "tokenizer"  # where a trained tokenizer is saved in --output_dir as soon as it is trained
-
-
-def ffn_width(
-    ffn_type: str, intermediate_size: int, width: str | int = "matched", multiple_of: int = GLU_MULTIPLE_OF
-) -> int:
-    """The FFN width (`intermediate_size` of the config: what enters `down_proj`) of a from-scratch `ffn_type`
-    compared with a standard FFN of width `intermediate_size`.
-
-    `width`: "matched" (a gated FFN gets the multiple of `multiple_of` nearest to 2/3 of `intermediate_size`, the
-    width with the standard FFN's weight count: 3·d·w = 2·d·I; a tie goes up, to
-    `parameter_matched_glu_width(intermediate_size, multiple_of)`; a standard FFN keeps `intermediate_size`),
-    "keep" (`intermediate_size` for every type) or an int (that width). Examples with `multiple_of=8`: 1024 → 680
-    (2/3 is 682.7; 688 would be +0.8% weights, 680 is −0.4%), 3072 → 2048, 4096 → 2728.
-
-    Raises:
-        ValueError: on a `width` that is not "keep", "matched" or a positive int (naming --ffn_width).
-    """
-    width = parse_width(width, "--ffn_width")
-    if isinstance(width, int):
-        return width
-    if width == "matched" and is_gated(ffn_type):
-        upper = parameter_matched_glu_width(intermediate_size, multiple_of)  # rounded up
-        lower, exact = upper - multiple_of, 2 * intermediate_size / 3
-        return lower if lower > 0 and exact - lower < upper - exact else upper
-    return intermediate_size
+# How to load the saved folder. Its config.json has an `auto_map` (remote code: it loads without hf_ffn with
+# trust_remote_code=True), so transformers' AutoTokenizer, which resolves the folder's config first, asks about
+# remote code unless hf_ffn is imported or trust_remote_code is given (docs/conversion.md, "Without hf_ffn").
+LOAD_HINT = (
+    "load it: import hf_ffn, then AutoModelForMaskedLM.from_pretrained({folder!r}) and AutoTokenizer.from_pretrained"
+    "({folder!r}); without hf_ffn: AutoTokenizer.from_pretrained({folder!r}, trust_remote_code=False)"
+)
 
 
 def pretraining_config(
@@ -213,6 +208,7 @@ def run_pretraining(
     training_args: TrainingArguments,
     callbacks: list[TrainerCallback] | None = None,
     given: set[str] | None = None,
+    recipe: dict | None = None,
 ) -> dict:
     """Pre-train an `FfnBertForMaskedLM` (from scratch, or continued from `args.model_name_or_path`) on plain text.
 
@@ -235,7 +231,17 @@ def run_pretraining(
     Two runs with the same seed and data see the same blocks in the same order with the same training masks,
     whatever their FFN type or LayerNorm placement: the global RNG is seeded again after the model is built
     (Trainer's `set_seed`), and every variant draws the same random numbers per step (dropout shapes do not depend
-    on the FFN). `callbacks`: extra `TrainerCallback`s for the run's Trainer.
+    on the FFN). `callbacks`: extra `TrainerCallback`s for the run's Trainer. `recipe`: the options
+    `scratch_recipe` set, recorded in `run_info.json`. Each phase of the data path prints one line with its seconds
+    (`Phases`; `phase_seconds` in the report). A run from scratch whose held-out [MASK] loss ends less than
+    `PLATEAU_MARGIN` nats below the unigram floor says so on its summary line (`plateau` in the report).
+
+    With `data_args.dataset_name` the corpus is a `datasets` data set (`load_hub_corpus`); with `streaming` it is
+    read as training reads it: training blocks tokenized and cut on the fly and trained on in the data set's order
+    (as `run_mlm.py`; datasets' `IterableDataset.shuffle` grew with the files of the data set, 11 → 54 MB of traced
+    memory for 1 → 8 files measured here, so a stream is not shuffled: shuffle it beforehand), the
+    held-out blocks kept in memory, the floors' unigram counted on the first `STREAM_FLOOR_BLOCKS` training blocks
+    (`hf_ffn.training.pretraining_data`).
 
     `given`: the option names the user gave (`given_options` of the command line); None: those whose values
     differ from their defaults. On a CUDA device, with `args.speed_defaults`, the options of
@@ -249,16 +255,21 @@ def run_pretraining(
         FileNotFoundError, FileExistsError, ValueError: on bad input, before training starts.
     """
     start = time.perf_counter()
-    resume, stopping = _check_arguments(args, training_args)
+    resume, stopping = _check_arguments(args, data_args, training_args)
     given = options_given_by_value(args, data_args, training_args) if given is None else given
     speed = apply_speed_defaults((args,), training_args, given) if args.speed_defaults else {}
-    documents = load_corpus(**data_args.corpus_options())
+    phases = Phases(show=training_args.process_index == 0)
+    documents = corpus_documents(data_args, phases)
     tokenizer, tokenizer_source = _tokenizer(args, documents["train"], training_args, resume)
-    train, evaluation = _blocks_and_maskings(documents, tokenizer, data_args)
-    floors = _floors(train, evaluation, tokenizer, data_args)
+    if args.tokenizer_name is None and args.model_name_or_path is None and resume is None:
+        phases.done("tokenizer", f"trained a WordPiece tokenizer of {len(tokenizer):,} tokens")
+    train, evaluation = blocks_and_maskings(documents, tokenizer, data_args, phases)
+    floors = context_free_floors(train, evaluation, tokenizer, data_args)
+    phases.done("floors", f"context-free floors: unigram at [MASK] {floors['unigram_mask']:.4f} nats")
     data_seconds = time.perf_counter() - start  # reading, the tokenizer, tokenizing, blocks, maskings (or the cache)
     model, built = _model(args, tokenizer, data_args, training_args)
-    init_rms = ffn_output_rms(model, torch.tensor(train[:INIT_RMS_BLOCKS]["input_ids"], dtype=torch.long))
+    first = materialise(train, INIT_RMS_BLOCKS)
+    init_rms = ffn_output_rms(model, torch.tensor(first[:INIT_RMS_BLOCKS]["input_ids"], dtype=torch.long))
     bf16 = use_bf16_where_available(training_args, given) if args.bf16_where_available else training_args.bf16
     throughput = ThroughputCallback(
         mlm_flops(model.config, data_args.max_seq_length), args.sparse_prediction, tokenizer.pad_token_id
@@ -284,6 +295,10 @@ def run_pretraining(
     report["floors"] = floors
     report["ffn_output_rms_at_start"] = init_rms
     report["data_seconds"] = data_seconds
+    report["phase_seconds"] = phases.seconds
+    report["recipe"] = recipe or {}
+    from_scratch = args.model_name_or_path is None
+    report["plateau"] = plateau_verdict(results["eval_mask_loss"], floors["unigram_mask"]) if from_scratch else None
     report["summary"] = _summary(report, model.config, built["standard_width"], results["eval_loss"], results)
     _save(args, data_args, training_args, trainer, tokenizer, results, report, built)
     return {
@@ -294,58 +309,28 @@ def run_pretraining(
     }
 
 
-def _check_arguments(args: PretrainingArguments, training_args: TrainingArguments):
+def _check_arguments(args: PretrainingArguments, data_args: PretrainingDataArguments, training_args: TrainingArguments):
     """Check the output folder, the numeric training options (`check_numeric_options`), the early-stopping options
     and the checkpoint before anything is read; returns the checkpoint to resume from and the
     `EarlyStoppingCallback` (None without `--early_stopping_patience`)."""
     check_output_dir(training_args.output_dir)
     check_numeric_options(training_args)  # --max_steps 0, --learning_rate <= 0, --num_train_epochs 0, ...
+    if data_args.streaming:
+        if training_args.max_steps <= 0:
+            raise ValueError(
+                "--streaming needs --max_steps: a stream has no length, so Trainer cannot count the steps of "
+                "--num_train_epochs (a count of passes needs the whole data set)"
+            )
+        if args.tokenizer_name is None and args.model_name_or_path is None:
+            raise ValueError(
+                "--streaming: training a tokenizer reads every training document (twice) before training, which "
+                "needs the whole data set; give --tokenizer_name (or --model_name_or_path), or drop --streaming"
+            )
     resume = resume_checkpoint(training_args)
     stopping = early_stopping_callback(args.early_stopping_patience, args.early_stopping_threshold, training_args)
     if args.model_name_or_path is not None:
         check_checkpoint(args.model_name_or_path, "--model_name_or_path")
     return resume, stopping
-
-
-def _blocks_and_maskings(documents, tokenizer: PreTrainedTokenizerBase, data_args: PretrainingDataArguments):
-    """Documents → blocks → masks: `(training blocks, held-out blocks masked --eval_maskings times)`, each cut to
-    `--max_train_samples` / `--max_eval_samples` blocks (the held-out ones before masking).
-
-    Raises:
-        ValueError: when the training or held-out text is shorter than one block.
-    """
-    blocks = documents_to_blocks(
-        documents, tokenizer, data_args.max_seq_length, data_args.attention_scope, data_args.preprocessing_num_workers
-    )
-    train, evaluation = blocks["train"], blocks["validation"]
-    if len(train) == 0 or len(evaluation) == 0:
-        raise ValueError(
-            f"--max_seq_length {data_args.max_seq_length}: the training or held-out text is shorter "
-            f"than one block ({len(train)} and {len(evaluation)} blocks)"
-        )
-    if data_args.max_train_samples:
-        train = train.select(range(min(data_args.max_train_samples, len(train))))
-    if data_args.max_eval_samples:
-        evaluation = evaluation.select(range(min(data_args.max_eval_samples, len(evaluation))))
-    masked = fixed_maskings(
-        evaluation, tokenizer, data_args.eval_maskings, data_args.split_seed, **data_args.masking_options()
-    )
-    return train, masked
-
-
-def _floors(train, evaluation, tokenizer: PreTrainedTokenizerBase, data_args: PretrainingDataArguments) -> dict:
-    """The context-free floors of the evaluation (`hf_ffn.training.floors.mlm_floors`): the training blocks'
-    unigram, scored on the held-out maskings under the run's masking rule."""
-    masking = data_args.masking_options()
-    return mlm_floors(
-        train,
-        evaluation,
-        len(tokenizer),
-        tokenizer.mask_token_id,
-        never_chosen_ids(tokenizer),
-        masking["mask_replace_prob"],
-        masking["random_replace_prob"],
-    )
 
 
 def _model(
@@ -417,7 +402,7 @@ def _save(args, data_args, training_args, trainer, tokenizer, results: dict, rep
         _card_arguments(args, model.config),
         training_args,
         "fill-mask",
-        ", ".join(data_args.train_files),
+        data_args.dataset_name or ", ".join(data_args.train_files),
         results,
         built["conversion"],
         ("perplexity",),
@@ -448,8 +433,8 @@ def _report(
     sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
     sizes += ("hidden_act", "ffn_type", "layer_norm_position")
     new_head = built["head_note"] or args.model_name_or_path is None
-    epochs = sequences / len(train)
-    if epochs > 1:
+    epochs = None if is_streamed(train) else sequences / len(train)  # a stream's length is not known
+    if epochs is not None and epochs > 1:
         logger.warning(f"the run saw its training blocks {epochs:.3g} times (epochs > 1): training text repeated")
     return {
         "model": {
@@ -460,9 +445,9 @@ def _report(
         "mlm_head": "newly initialised" if new_head else "from the checkpoint",
         "ffn": ffn_report(model.config, built["standard_width"]),
         "conversion": built["conversion"],
-        "documents": {split: len(docs) for split, docs in documents.items()},
+        "documents": {split: "streamed" if is_streamed(docs) else len(docs) for split, docs in documents.items()},
         "blocks": {
-            "train": len(train),
+            "train": "streamed" if is_streamed(train) else len(train),
             "validation": len(evaluation) // data_args.eval_maskings,
             "validation_maskings": data_args.eval_maskings,
             "tokens_per_block": block,
@@ -494,12 +479,14 @@ def _summary(report: dict, config: FfnBertConfig, standard_width: int | None, lo
         f"positions {results['eval_mask_loss']:.4f} vs unigram floor {report['floors']['unigram_mask']:.4f} "
         f"(accuracy {results['eval_mask_accuracy']:.3f}), over all scored positions {results['eval_token_loss']:.4f} "
         f"vs copy-aware context-free floor {report['floors']['copy_aware']:.4f}, after "
-        f"{report['steps']} steps, {report['tokens_seen']:,} tokens ({report['epochs']:.3g} epochs)"
+        f"{report['steps']} steps, {report['tokens_seen']:,} tokens"
+        + (f" ({report['epochs']:.3g} epochs)" if report["epochs"] is not None else " (streamed)")
         + (
             f", {results['train_tokens_per_second']:,.0f} tokens/s ({results['train_gflops_per_second']:.3g} GFLOP/s)"
             if "train_gflops_per_second" in results
             else ""
         )
+        + (f"\n{report['plateau']['message']}" if report.get("plateau") and not report["plateau"]["learned"] else "")
     )
 
 
@@ -551,6 +538,7 @@ def pretraining_parser(prog: str = "hf-ffn mlm") -> HfArgumentParser:
         description="Masked-language-model pre-training of an FfnBert variant, from scratch or "
         "continued from a checkpoint, with transformers' Trainer.",
     )
+    parser.short_usage = f"{prog} --train_files FILES | --dataset_name NAME [OPTIONS]"  # `hf-ffn mlm --help`
     parser._option_string_actions["--output_dir"].help = (  # Trainer's help names its ./trainer_output
         f"Where the model, tokenizer, card, all_results.json and run_info.json are saved. Default: "
         f"{DEFAULT_OUTPUT_ROOT}/<checkpoint name> (or {DEFAULT_OUTPUT_ROOT}/scratch), or the same with -2, -3, ... "
@@ -560,19 +548,26 @@ def pretraining_parser(prog: str = "hf-ffn mlm") -> HfArgumentParser:
 
 
 def pretraining_main(argv: list[str], prog: str = "hf-ffn mlm") -> int:
-    """`hf-ffn mlm`: parse `argv` (or one `.json` file of arguments), pre-train (`run_pretraining`), print the
-    report's line and where the model went. Returns 0; bad input ends as `prog: error: ...`, exit status 2."""
+    """`hf-ffn mlm`: parse `argv` (or one `.json` file of arguments), apply the from-scratch recipe to the options
+    not given (`scratch_recipe`, printed as one line), pre-train (`run_pretraining`), print the report's line and
+    where the model went. Returns 0; bad input ends as `prog: error: ...`, exit status 2."""
     with bad_input_exits(prog):
         parser = pretraining_parser(prog)
         args, data_args, training_args = parse_arguments(parser, argv)
-        if "output_dir" not in given_options(parser, argv):  # not Trainer's ./trainer_output
+        given = given_options(parser, argv)
+        if "output_dir" not in given:  # not Trainer's ./trainer_output
             name = folder_name(args.model_name_or_path) if args.model_name_or_path else "scratch"
             training_args.output_dir = str(fresh_output_dir(DEFAULT_OUTPUT_ROOT / name))
-        outcome = run_pretraining(args, data_args, training_args, given=given_options(parser, argv))
+        recipe = scratch_recipe(args, training_args, given)
+        if recipe and training_args.process_index == 0:
+            options = " ".join(f"--{name} {value}" for name, value in recipe.items())
+            print(f"{prog}: from scratch, the recipe of studies/pretraining (give an option to change it): {options}")
+        outcome = run_pretraining(args, data_args, training_args, given=given, recipe=recipe)
     if training_args.process_index == 0:  # one report per torchrun job
         print(json.dumps(outcome["results"], indent=2))
         print(outcome["summary"])
         print(f"saved to {training_args.output_dir} (report: run_info.json)")
+        print(LOAD_HINT.format(folder=training_args.output_dir))
     return 0
 
 

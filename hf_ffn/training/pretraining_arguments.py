@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..configuration_ffn_bert import FFN_TYPES, HIDDEN_ACTS, LAYER_NORM_POSITIONS
+from transformers import PretrainedConfig
+
+from ..configuration_ffn_bert import FFN_TYPES, HIDDEN_ACTS, LAYER_NORM_POSITIONS, is_gated, parameter_matched_glu_width
 from ..conversion.recipes import parse_width
 from .arguments import MlmDataArguments, ModelArguments, check_training_init
 from .config_overrides import CHECKPOINT_KEYS, SCRATCH_KEYS, parse_config_overrides
@@ -28,6 +30,49 @@ SCRATCH_DEFAULTS = {
     "vocab_size": 8192,
 }
 GLU_MULTIPLE_OF = 8
+
+# The recipe of a run from scratch (issue 43): the `TrainingArguments` and config fields a model built from a
+# config gets unless the command line gives them (`scratch_recipe`); continued pre-training keeps Trainer's and
+# the checkpoint's. Copied from the from-scratch study that chose them (studies/pretraining/settings.py: RECIPE,
+# WARMUP_STEPS, PILOT; README.md there): Cramming's optimiser (Geiping & Goldstein 2022: no dropout, clipping
+# 0.5, Adam beta2 0.98), BERT's weight decay, initializer_range 0.05. With Trainer's 5e-5 a model from scratch
+# stays on the frequent-token plateau. The learning rate depends on the LayerNorm placement: Pre-LN 4e-3 (the
+# study's pilot, which left the plateau after ~25M tokens), Post-LN 1e-3 (its W1 run, as far along at 4.1M tokens).
+SCRATCH_RECIPE = {
+    "warmup_steps": 300,
+    "weight_decay": 0.01,
+    "adam_beta2": 0.98,
+    "adam_epsilon": 1e-6,
+    "max_grad_norm": 0.5,
+}
+SCRATCH_LEARNING_RATE = {"pre": 4e-3, "post": 1e-3}
+SCRATCH_CONFIG = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "initializer_range": 0.05}
+
+
+def ffn_width(
+    ffn_type: str, intermediate_size: int, width: str | int = "matched", multiple_of: int = GLU_MULTIPLE_OF
+) -> int:
+    """The FFN width (`intermediate_size` of the config: what enters `down_proj`) of `ffn_type` compared with a
+    standard FFN of width `intermediate_size`: from scratch, and (`PretrainingArguments.model_arguments`) for a
+    checkpoint converted by `hf-ffn mlm`, so `--ffn_width matched` means the same in both.
+
+    `width`: "matched" (a gated FFN gets the multiple of `multiple_of` nearest to 2/3 of `intermediate_size`, the
+    width with the standard FFN's weight count: 3·d·w = 2·d·I; a tie goes up, to
+    `parameter_matched_glu_width(intermediate_size, multiple_of)`; a standard FFN keeps `intermediate_size`),
+    "keep" (`intermediate_size` for every type) or an int (that width). Examples with `multiple_of=8`: 1024 → 680
+    (2/3 is 682.7; 688 would be +0.8% weights, 680 is −0.4%), 3072 → 2048, 4096 → 2728.
+
+    Raises:
+        ValueError: on a `width` that is not "keep", "matched" or a positive int (naming --ffn_width).
+    """
+    width = parse_width(width, "--ffn_width")
+    if isinstance(width, int):
+        return width
+    if width == "matched" and is_gated(ffn_type):
+        upper = parameter_matched_glu_width(intermediate_size, multiple_of)  # rounded up
+        lower, exact = upper - multiple_of, 2 * intermediate_size / 3
+        return lower if lower > 0 and exact - lower < upper - exact else upper
+    return intermediate_size
 
 
 @dataclass
@@ -82,17 +127,17 @@ class PretrainingArguments:
     ffn_width: str | None = field(
         default=None,
         metadata={
-            "help": "FFN width: 'matched' (a gated FFN at the standard FFN's weight count), 'keep' (the "
-            "standard width) or an integer; not given: 'matched' from scratch (the multiple of "
-            "--glu_multiple_of nearest to 2/3 of --intermediate_size), 'keep' for a checkpoint (a "
-            "checkpoint's 'matched' is the conversion's, rounded up to 256)"
+            "help": "FFN width: 'matched' (a gated FFN at the standard FFN's weight count: the multiple of "
+            "--glu_multiple_of nearest to 2/3 of --intermediate_size, or of a checkpoint's; a standard FFN keeps "
+            "its width), 'keep' (the standard width) or an integer; not given: 'matched' from scratch, 'keep' "
+            "for a checkpoint"
         },
     )
     glu_multiple_of: int = field(
         default=GLU_MULTIPLE_OF,
         metadata={
-            "help": "from scratch: a matched gated width is the multiple of this nearest to 2/3 of "
-            "--intermediate_size (8: 1024 -> 680, -0.4%% FFN weights; LLaMA's rounding up to 256 would "
+            "help": "a matched gated width is the multiple of this nearest to 2/3 of the standard width "
+            "(8: 1024 -> 680, -0.4%% FFN weights; LLaMA's rounding up to 256 would "
             "give 768, +12.5%%)"
         },
     )
@@ -259,13 +304,22 @@ class PretrainingArguments:
         return SCRATCH_DEFAULTS[name] if value is None else value
 
     def model_arguments(self) -> ModelArguments:
-        """The checkpoint, variant and tokenizer as `ModelArguments` (for `load_model` / `load_tokenizer`)."""
+        """The checkpoint, variant and tokenizer as `ModelArguments` (for `load_model` / `load_tokenizer`).
+        `--ffn_width matched` is resolved here to the width `ffn_width` gives (the multiple of `--glu_multiple_of`
+        nearest to 2/3 of the checkpoint's `intermediate_size` for a gated FFN, the same width for a standard one),
+        as from scratch, not the conversion's rounding up to 256 (`parameter_matched_glu_width`)."""
+        width = self.ffn_width or "keep"
+        if width == "matched" and self.model_name_or_path is not None:
+            config, _ = PretrainedConfig.get_config_dict(self.model_name_or_path)
+            target = self.ffn_type or config.get("ffn_type") or config.get("hidden_act", "gelu")
+            target = target[0] if isinstance(target, list) else target
+            width = str(ffn_width(target, config["intermediate_size"], "matched", self.glu_multiple_of))
         return ModelArguments(
             model_name_or_path=self.model_name_or_path,
             ffn_type=self.ffn_type,
             layer_norm_position=self.layer_norm_position,
             ffn_init=self.ffn_init,
-            ffn_width=self.ffn_width or "keep",
+            ffn_width=width,
             tokenizer_name=self.tokenizer_name,
             unpad_tokens=self.unpad_tokens,
             padding_free=self.padding_free,
@@ -278,6 +332,39 @@ class PretrainingDataArguments(MlmDataArguments):
     the rest of the data path (`hf_ffn.training.corpus`): file formats and compression, where documents start,
     a held-out file, the attention scope of a block, the masking split, the fixed maskings, the cache."""
 
+    train_files: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "text files (plain, or .xz/.gz/.bz2/.zst-compressed), json or parquet files, or folders of "
+            "them (the files matching --file_pattern); or give --dataset_name"
+        },
+    )
+    validation_split_percentage: int | None = field(
+        default=None,
+        metadata={
+            "help": "percentage of the documents held out (whole documents, seeded by --split_seed); not given: 10 "
+            "(not used with --validation_files or a --dataset_name with a validation split)"
+        },
+    )
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "a datasets data set instead of --train_files (run_mlm.py's): a hub name, a local loading "
+            "script or folder, or a folder written by save_to_disk; each row of its train split (--text_column) is "
+            "a document; held out: its validation split, else --validation_split_percentage of its rows"
+        },
+    )
+    dataset_config_name: str | None = field(
+        default=None, metadata={"help": "with --dataset_name: its configuration, e.g. wikitext-103-raw-v1"}
+    )
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "with --dataset_name: read the data set as training reads it (datasets' streaming), never "
+            "whole on disk or in memory; needs --max_steps, a held-out split of its own or --validation_files, "
+            "and --tokenizer_name or --model_name_or_path"
+        },
+    )
     validation_files: list[str] | None = field(
         default=None,
         metadata={
@@ -343,7 +430,11 @@ class PretrainingDataArguments(MlmDataArguments):
     )
 
     def __post_init__(self) -> None:
+        self._split_given = self.validation_split_percentage is not None
+        if self.validation_split_percentage is None:
+            self.validation_split_percentage = 10
         super().__post_init__()
+        self._check_source()
         if self.document_start_regex is not None:
             try:
                 re.compile(self.document_start_regex, re.MULTILINE)
@@ -371,10 +462,39 @@ class PretrainingDataArguments(MlmDataArguments):
                 f"--preprocessing_num_workers must be a positive integer, got {self.preprocessing_num_workers}"
             )
 
+    def _check_source(self) -> None:
+        """One corpus: --train_files or --dataset_name; --dataset_config_name and --streaming only with the
+        latter; under --streaming no option that needs the whole data set."""
+        if (self.train_files is None) == (self.dataset_name is None):
+            raise ValueError(
+                "give one corpus: --train_files (text, json or parquet files or folders) or --dataset_name (a "
+                f"datasets data set); got {'both' if self.train_files else 'neither'}"
+            )
+        for name in ("dataset_config_name", "streaming"):
+            if getattr(self, name) and self.dataset_name is None:
+                raise ValueError(f"--{name} {getattr(self, name)} applies to --dataset_name, which is not given")
+        if not self.streaming:
+            return
+        whole = {
+            "--validation_split_percentage": self._split_given,  # a seeded choice among all documents
+            "--preprocessing_num_workers": self.preprocessing_num_workers is not None,  # shards of a whole data set
+        }
+        if any(whole.values()):
+            named = ", ".join(option for option, given in whole.items() if given)
+            raise ValueError(
+                f"--streaming reads the data set as training reads it; {named} needs the whole data set "
+                f"(drop it, or drop --streaming)"
+            )
+
     def corpus_options(self) -> dict:
-        """The keyword arguments of `hf_ffn.training.corpus.load_corpus`."""
-        names = ("train_files", "validation_files", "validation_split_percentage", "split_seed", "file_pattern")
+        """The keyword arguments of `hf_ffn.training.corpus.load_corpus` (or, with --dataset_name, of
+        `load_hub_corpus`)."""
+        names = ("validation_files", "validation_split_percentage", "split_seed", "file_pattern")
         names += ("document_boundary", "document_start_regex", "text_column", "cache_dir")
+        if self.dataset_name is not None:
+            names += ("dataset_name", "dataset_config_name", "streaming")
+        else:
+            names += ("train_files",)
         return {name: getattr(self, name) for name in names} | {"num_proc": self.preprocessing_num_workers}
 
     def masking_options(self) -> dict:
@@ -383,4 +503,39 @@ class PretrainingDataArguments(MlmDataArguments):
         return {name: getattr(self, name) for name in names}
 
 
-__all__ = ["GLU_MULTIPLE_OF", "SCRATCH_DEFAULTS", "PretrainingArguments", "PretrainingDataArguments"]
+def scratch_recipe(args: PretrainingArguments, training_args, given: set[str]) -> dict:
+    """Apply the from-scratch recipe (`SCRATCH_RECIPE`, `SCRATCH_LEARNING_RATE` by the LayerNorm placement,
+    `SCRATCH_CONFIG` through `--config_overrides`) to the options `given` leaves out (`given_options`: the names
+    set on the command line), in place on `args` and `training_args`. A run from a checkpoint is left as it is.
+
+    Returns:
+        The options set, `{"learning_rate": 0.004, ..., "config_overrides": "hidden_dropout_prob=0.0,..."}` (empty
+        for a checkpoint or when every one was given), to print and report.
+    """
+    if args.model_name_or_path is not None:
+        return {}
+    options = {"learning_rate": SCRATCH_LEARNING_RATE[args.scratch("layer_norm_position")], **SCRATCH_RECIPE}
+    chosen = {name: value for name, value in options.items() if name not in given}
+    for name, value in chosen.items():
+        setattr(training_args, name, value)
+    overridden = args.config_updates()
+    config = {key: value for key, value in SCRATCH_CONFIG.items() if key not in overridden}
+    if config:
+        given_text = [args.config_overrides] if args.config_overrides else []
+        args.config_overrides = ",".join([*given_text, *(f"{key}={value}" for key, value in config.items())])
+        args.config_updates()  # checked again
+        chosen["config_overrides"] = ",".join(f"{key}={value}" for key, value in config.items())
+    return chosen
+
+
+__all__ = [
+    "GLU_MULTIPLE_OF",
+    "ffn_width",
+    "SCRATCH_CONFIG",
+    "SCRATCH_DEFAULTS",
+    "SCRATCH_LEARNING_RATE",
+    "SCRATCH_RECIPE",
+    "PretrainingArguments",
+    "PretrainingDataArguments",
+    "scratch_recipe",
+]

@@ -238,7 +238,7 @@ def read_labelled_texts(
     if path.is_file():
         return read_table(path, text_column, label_column, argument)
     if path.is_dir():
-        if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+        if is_saved_dataset(path):
             from datasets import DatasetDict, load_from_disk
 
             dataset = load_from_disk(str(path))
@@ -255,6 +255,13 @@ def read_labelled_texts(
     return dataset_columns(
         load_dataset(str(source), split=split), text_column, label_column, f"{argument} {str(source)!r}"
     )
+
+
+def is_saved_dataset(path: str | Path) -> bool:
+    """Whether `path` is a folder written by `datasets`' `save_to_disk` (it holds `dataset_dict.json` or
+    `state.json`), which `load_from_disk` reads and `load_dataset` refuses."""
+    folder = Path(path)
+    return (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
 
 
 def decode_text(data: bytes) -> str:
@@ -320,6 +327,7 @@ __all__ = [
     "check_data_file",
     "dataset_columns",
     "decode_text",
+    "is_saved_dataset",
     "load_label_files",
     "parse_split_sizes",
     "read_label_files",
