@@ -60,3 +60,12 @@ def test_bad_rounds_name_the_option(capsys):
     with pytest.raises(SystemExit):
         gpu.main(["--rounds", "0"])
     assert "--rounds must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_published_text_holds_no_machine_path():
+    from pathlib import Path
+
+    text = f"File {Path.cwd() / 'hf_ffn' / 'unpadding.py'}, File {gpu.json.__file__}"
+    cleaned = gpu.public(text)
+    assert str(Path.cwd()) not in cleaned and "File hf_ffn/unpadding.py" in cleaned
+    assert cleaned.endswith("json/__init__.py")  # the standard library's folder left out too

@@ -269,6 +269,16 @@ def environment(device: torch.device) -> dict:
     }
 
 
+def public(text: str) -> str:
+    """`text` without this machine's paths (gpu.json is published): the working directory and Python's library
+    folders are left out, so a traceback names `hf_ffn/...` and `SITE_PACKAGES/torch/...`."""
+    for folder in sorted({*sys.path, str(Path.cwd())}, key=len, reverse=True):
+        if folder and Path(folder).is_absolute():
+            label = "SITE_PACKAGES/" if folder.endswith(("site-packages", "dist-packages")) else ""
+            text = text.replace(folder.rstrip("/") + "/", label)
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m studies.benchmark.gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--output_dir", default="out/benchmark", help="where gpu.json goes (default: out/benchmark)")
@@ -292,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     output.mkdir(parents=True, exist_ok=True)
     results: dict = {
         **environment(device),
-        "command": "python -m studies.benchmark.gpu " + " ".join(argv or sys.argv[1:]),
+        "command": public("python -m studies.benchmark.gpu " + " ".join(argv or sys.argv[1:])),
     }
     results["quick"] = args.quick
     results["details"], results["errors"], results["seconds"] = {}, {}, {}
@@ -325,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
                         results["pretraining"]["mask_loss_difference"] = measured["mask_loss_difference"]
                     results["details"]["pretraining"] = measured
             except Exception as error:  # one section's failure keeps the others' results
-                results["errors"][section] = "".join(traceback.format_exception(error))[-4000:]
+                results["errors"][section] = public("".join(traceback.format_exception(error)))[-4000:]
                 log(f"{section} failed: {error!r}")
             results["seconds"][section] = time.perf_counter() - start
             log(f"{section}: {results['seconds'][section]:.0f} s")
