@@ -164,12 +164,10 @@ def attention_per_sequence(query, key, value, cu_seqlens, max_seqlen, dropout, s
     )
 
 
-@pytest.mark.parametrize(
-    "variant", [{}, {"ffn_type": "swiglu", "layer_norm_position": "pre"}], ids=["bert", "swiglu-pre"]
-)
-def test_varlen_call_contract_with_a_stand_in(monkeypatch, variant):
-    """The "varlen" kernel's call: all packed rows (n_real, heads, head_dim) at once, `cu_seqlens` int32 in packed
-    order, the longest length, no dropout in eval, BERT's scale; outputs within fp32 rounding of the switch off."""
+@pytest.fixture
+def varlen_calls(monkeypatch) -> list[tuple]:
+    """The "varlen" kernel forced, its CUDA call replaced by `attention_per_sequence`; each call's arguments
+    (query shape, cu_seqlens, their dtype, max_seqlen, dropout, scale) recorded in the returned list."""
     calls = []
 
     def stand_in(query, key, value, cu_seqlens, max_seqlen, dropout, scale):
@@ -178,6 +176,16 @@ def test_varlen_call_contract_with_a_stand_in(monkeypatch, variant):
 
     monkeypatch.setattr(unpadding, "flash_varlen_attention", stand_in)
     monkeypatch.setattr(unpadding, "FORCE_PACKED_ATTENTION_KERNEL", "varlen")
+    return calls
+
+
+@pytest.mark.parametrize(
+    "variant", [{}, {"ffn_type": "swiglu", "layer_norm_position": "pre"}], ids=["bert", "swiglu-pre"]
+)
+def test_varlen_call_contract_with_a_stand_in(varlen_calls, variant):
+    """The "varlen" kernel's call: all packed rows (n_real, heads, head_dim) at once, `cu_seqlens` int32 in packed
+    order, the longest length, no dropout in eval, BERT's scale; outputs within fp32 rounding of the switch off."""
+    calls = varlen_calls
     torch.manual_seed(0)
     model = FfnBertModel(tiny_config(**variant)).eval()
     model.set_attn_implementation("sdpa")
@@ -195,17 +203,9 @@ def test_varlen_call_contract_with_a_stand_in(monkeypatch, variant):
     assert_close_to_scale(actual.pooler_output, expected.pooler_output, "pooler_output")
 
 
-def test_varlen_path_trains_like_the_switch_off(monkeypatch):
+def test_varlen_path_trains_like_the_switch_off(varlen_calls):
     """Loss and every gradient of a masked-LM step within fp32 rounding of the switch off (no dropout: the draws
     would differ by design), through the stand-in; in training the call carries the attention dropout."""
-    dropouts = []
-
-    def stand_in(query, key, value, cu_seqlens, max_seqlen, dropout, scale):
-        dropouts.append(dropout)
-        return attention_per_sequence(query, key, value, cu_seqlens, max_seqlen, dropout, scale)
-
-    monkeypatch.setattr(unpadding, "flash_varlen_attention", stand_in)
-    monkeypatch.setattr(unpadding, "FORCE_PACKED_ATTENTION_KERNEL", "varlen")
     torch.manual_seed(0)
     model = FfnBertForMaskedLM(tiny_config(**NO_DROPOUT)).train()
     model.set_attn_implementation("sdpa")
@@ -221,7 +221,7 @@ def test_varlen_path_trains_like_the_switch_off(monkeypatch):
     loss_off, grads_off = loss_and_grads()
     model.config.unpad_tokens = True
     loss_on, grads_on = loss_and_grads()
-    assert dropouts == [0.0] * model.config.num_hidden_layers
+    assert [call[4] for call in varlen_calls] == [0.0] * model.config.num_hidden_layers
     assert_close_to_scale(loss_on, loss_off, "loss")
     assert grads_on.keys() == grads_off.keys() and len(grads_off) > 10
     for name in grads_off:  # floor 1e-6: the key biases' gradients are 0 in exact arithmetic (tests/test_unpadded.py)
@@ -232,4 +232,4 @@ def test_varlen_path_trains_like_the_switch_off(monkeypatch):
     model.config.attention_probs_dropout_prob = 0.1
     model.bert.encoder.layer[0].attention.self.dropout.p = 0.1
     model(**batch)
-    assert dropouts[-model.config.num_hidden_layers] == 0.1  # training draws upstream's attention dropout
+    assert varlen_calls[-model.config.num_hidden_layers][4] == 0.1  # training draws upstream's attention dropout
