@@ -149,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["float32", "bfloat16", "float16"],
         default="float32",
         help="Both models' weights and activations. In bfloat16/float16 the unpadded rows are measured against "
-        "upstream in float32 and must be no further from it than upstream's own run in --dtype.",
+        "upstream in float32 and must be no further from it than upstream's own run in --dtype, up to half a "
+        "rounding of --dtype at the tensor's largest value.",
     )
     p.add_argument("--json", action="store_true", help="Print only a JSON document on stdout.")
     add_option(p, "ffn_type", help="Report what this FFN variant changes instead (e.g. swiglu).")

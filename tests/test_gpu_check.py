@@ -51,9 +51,10 @@ def test_quick_run_writes_the_document(tmp_path, capsys):
     assert set(document["unpadded"]) == {f"{m}_{s}" for m in ("train", "infer") for s in ("32x512", "32x128", "full")}
     assert all(ratio > 0 for ratio in document["unpadded"].values())
     assert document["errors"] == {} and document["device"].startswith("cpu") and document["quick"] is True
+    assert document["goals"] is None  # tiny sizes judge nothing
     infer = document["details"]["unpadded"]["infer_32x128"]
     assert set(infer["ms"]) == {"upstream", "switch_off", "unpadded"}
-    assert 0.3 < infer["real_token_fraction"] < 0.7
+    assert 0.3 < infer["real_token_fraction"] < 0.7 and infer["batch"] == [4, 32]
 
 
 def test_bad_rounds_name_the_option(capsys):

@@ -348,6 +348,13 @@ def test_three_step_run_from_scratch(corpus, tmp_path, placement, ffn_type):
     assert config["sparse_prediction"] is False  # an execution switch of the run, not saved
     model = AutoModelForMaskedLM.from_pretrained(tmp_path / "run")
     assert type(model).__name__ == "FfnBertForMaskedLM"
+    # the trained tokenizer truncates to the model's 512 positions (it once kept 1e30: a long text then crashed the
+    # model at its position embeddings)
+    trained = AutoTokenizer.from_pretrained(tmp_path / "run")
+    assert trained.model_max_length == config["max_position_embeddings"] == 512
+    long = trained(["the"] * 600, is_split_into_words=True, truncation=True, return_tensors="pt")
+    assert long["input_ids"].shape == (1, 512)
+    model(**long)  # fits the position embeddings
     # the MLM decoder is tied to the word embeddings
     assert model.cls.predictions.decoder.weight.data_ptr() == model.bert.embeddings.word_embeddings.weight.data_ptr()
 

@@ -134,6 +134,9 @@ PARITY_DTYPES: dict[str, torch.dtype] = {
 # attention sums each sequence's own keys, the padded batch its row's; docs/unpadded.md, "How close, and why not
 # bitwise", measured about 5e-7 of the scale on the real checkpoint).
 UNPADDED_FP32_TOLERANCE = 1e-5
+# The unpadded rows' allowance in bfloat16/float16 beyond upstream's own error there: half a rounding of the dtype
+# (eps/2) at the tensor's largest value (`unpadded_rows`).
+UNPADDED_HALF_ROUNDINGS = 0.5
 
 
 def parity_device(device: str | torch.device) -> torch.device:
@@ -149,6 +152,13 @@ def parity_device(device: str | torch.device) -> torch.device:
         raise ValueError(f"device={device!r} is not one torch knows: use cpu, cuda or cuda:N") from None
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r}: CUDA is not available here (torch.cuda.is_available() is False)")
+    if resolved.type == "meta":
+        raise ValueError(f"device={device!r} holds no values to compare: use cpu, cuda or cuda:N")
+    try:  # any other device this torch build or machine lacks (mps, xpu, ...)
+        torch.empty(0, device=resolved)
+    except (RuntimeError, AssertionError) as error:
+        reason = str(error).splitlines()[0][:100]
+        raise ValueError(f"device={device!r} is not available here ({reason})") from None
     return resolved
 
 
@@ -247,8 +257,12 @@ def unpadded_rows(
 
     - float32: |unpadded − upstream| ≤ `UNPADDED_FP32_TOLERANCE` · max |upstream| of that tensor (fp32 rounding).
     - bfloat16/float16: measured against upstream in float32 (the reference): |unpadded − upstream float32| ≤
-      |upstream in `dtype` − upstream float32|, the largest over the same tensor's real tokens: the unpadded path
-      no further from the float32 answer than upstream's own reduced-precision run is.
+      |upstream in `dtype` − upstream float32| (the largest over the same tensor's real tokens) + half a rounding
+      of `dtype` at the tensor's largest value (`UNPADDED_HALF_ROUNDINGS` · eps(`dtype`) · max |reference|): the
+      unpadded path no further from the float32 answer than upstream's own reduced-precision run, up to the one
+      rounding by which two equally exact computations in `dtype` can differ. (Without that allowance the bar is
+      a tie that either side may win: on the bundled checkpoint in float16, pooler 3.7e-4 against upstream's
+      own 3.0e-4 on a CPU; on an H200 in bf16, the last layer 0.0866 against 0.0831, the layers before it equal.)
 
     The packed attention kernel is the device's (`hf_ffn.unpadding.packed_attention_kernel`); where the device has
     none (e.g. CUDA with eager attention) the switch runs the padded path and these rows are upstream's own values.
@@ -274,10 +288,12 @@ def unpadded_rows(
         reference = upstream if dtype == torch.float32 else outputs(BertModel, torch.float32)
     rows = []
     for name, want in reference.items():
+        scale = want.abs().max().item()
         if dtype == torch.float32:
-            tolerance = UNPADDED_FP32_TOLERANCE * want.abs().max().item()
+            tolerance = UNPADDED_FP32_TOLERANCE * scale
         else:
-            tolerance = (upstream[name] - want).abs().max().item()
+            rounding = UNPADDED_HALF_ROUNDINGS * torch.finfo(dtype).eps * scale
+            tolerance = (upstream[name] - want).abs().max().item() + rounding
         rows.append(
             ParityRow(
                 "FfnBertModel (unpad_tokens)",
@@ -403,6 +419,7 @@ __all__ = [
     "PER_SEQUENCE_OUTPUTS",
     "PARITY_DTYPES",
     "UNPADDED_FP32_TOLERANCE",
+    "UNPADDED_HALF_ROUNDINGS",
     "NotPlainBertError",
     "ffn_outputs",
     "ffn_rows",

@@ -139,7 +139,7 @@ def pretraining_config(
         hidden_act=hidden_act,
         ffn_type=ffn_type,
         layer_norm_position=args.scratch("layer_norm_position"),
-        max_position_embeddings=max(512, max_seq_length),
+        max_position_embeddings=scratch_positions(max_seq_length),
         **args.config_updates(),
     )
     config.check_model_fields()
@@ -184,12 +184,23 @@ def use_bf16_where_available(training_args: TrainingArguments, given: set[str] =
     return bool(training_args.bf16)
 
 
+def scratch_positions(max_seq_length: int) -> int:
+    """A from-scratch model's `max_position_embeddings`: BERT's 512, or the block length when it is longer. The
+    tokenizer trained with it truncates to the same length (its `model_max_length`)."""
+    return max(512, max_seq_length)
+
+
 def _tokenizer(
-    args: PretrainingArguments, train_docs, training_args: TrainingArguments, resume: str | None
+    args: PretrainingArguments,
+    train_docs,
+    training_args: TrainingArguments,
+    resume: str | None,
+    max_seq_length: int,
 ) -> tuple[PreTrainedTokenizerBase, str]:
     """The run's tokenizer and where it came from. A resumed run takes the one Trainer saved with its checkpoint;
     a trained one is trained by process 0 (every other process waits, then loads it) and saved at once in
-    `output_dir/tokenizer`, so every process of a `torchrun` job uses the same vocabulary."""
+    `output_dir/tokenizer`, so every process of a `torchrun` job uses the same vocabulary; it truncates to the
+    model's positions (`scratch_positions(max_seq_length)`)."""
     if resume is not None and (Path(resume) / "tokenizer_config.json").is_file():
         return AutoTokenizer.from_pretrained(resume), f"from the checkpoint {resume}"
     if args.tokenizer_name is not None or args.model_name_or_path is not None:
@@ -197,7 +208,9 @@ def _tokenizer(
     folder = Path(training_args.output_dir) / TOKENIZER_FOLDER
     with training_args.main_process_first(local=False, desc="training the tokenizer"):
         if training_args.process_index == 0:
-            train_tokenizer(train_docs, args.scratch("vocab_size")).save_pretrained(folder)
+            trained = train_tokenizer(train_docs, args.scratch("vocab_size"))
+            trained.model_max_length = scratch_positions(max_seq_length)  # else 1e30: truncation=True never cuts
+            trained.save_pretrained(folder)
         tokenizer = AutoTokenizer.from_pretrained(folder)
     return tokenizer, f"WordPiece trained on the training documents ({args.scratch('vocab_size')} asked)"
 
@@ -260,7 +273,7 @@ def run_pretraining(
     speed = apply_speed_defaults((args,), training_args, given) if args.speed_defaults else {}
     phases = Phases(show=training_args.process_index == 0)
     documents = corpus_documents(data_args, phases)
-    tokenizer, tokenizer_source = _tokenizer(args, documents["train"], training_args, resume)
+    tokenizer, tokenizer_source = _tokenizer(args, documents["train"], training_args, resume, data_args.max_seq_length)
     if args.tokenizer_name is None and args.model_name_or_path is None and resume is None:
         phases.done("tokenizer", f"trained a WordPiece tokenizer of {len(tokenizer):,} tokens")
     train, evaluation = blocks_and_maskings(documents, tokenizer, data_args, phases)
