@@ -227,6 +227,8 @@ def test_cli_run_prints_the_recipe_phases_and_the_plateau_line(corpus, tmp_path,
     recipe = [line for line in out.splitlines() if "the recipe of studies/pretraining" in line]
     assert len(recipe) == 1 and "--learning_rate 0.001 --warmup_steps 300" in recipe[0]
     assert "initializer_range=0.05" in recipe[0]
+    steps = json.loads((tmp_path / "run" / "run_info.json").read_text())["steps"]  # far fewer than 300
+    assert f"hf-ffn mlm: note: --max_steps {steps} ends within the recipe's warm-up of 300 steps" in out
     for phase in (
         "read 30 documents: 27 train, 3 held out",
         "trained a WordPiece tokenizer",

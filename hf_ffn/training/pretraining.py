@@ -575,6 +575,12 @@ def pretraining_main(argv: list[str], prog: str = "hf-ffn mlm") -> int:
         if recipe and training_args.process_index == 0:
             options = " ".join(f"--{name} {value}" for name, value in recipe.items())
             print(f"{prog}: from scratch, the recipe of studies/pretraining (give an option to change it): {options}")
+            warmup, steps = training_args.warmup_steps, training_args.max_steps
+            if "warmup_steps" in recipe and 0 < steps <= warmup:
+                print(
+                    f"{prog}: note: --max_steps {steps} ends within the recipe's warm-up of {warmup} steps: the "
+                    f"learning rate never reaches its peak (give --warmup_steps to shorten it)"
+                )
         outcome = run_pretraining(args, data_args, training_args, given=given, recipe=recipe)
     if training_args.process_index == 0:  # one report per torchrun job
         print(json.dumps(outcome["results"], indent=2))
