@@ -97,7 +97,7 @@ from .pretraining_data import (
     corpus_documents,
     materialise,
 )
-from .speed import apply_speed_defaults, options_given_by_value
+from .speed import apply_speed_defaults, options_given_by_value, use_bf16_where_available
 from .throughput import ThroughputCallback
 from .tokenizer import train_tokenizer
 
@@ -167,21 +167,6 @@ def ffn_report(config: FfnBertConfig, standard_width: int | None = None) -> dict
         row["standard"] = {key: value for key, value in asdict(reference).items() if key != "model"}
         row["ffn_params_vs_standard"] = row["ffn_params_all_layers"] / reference.ffn_params_all_layers
     return row
-
-
-def use_bf16_where_available(training_args: TrainingArguments, given: set[str] = frozenset()) -> bool:
-    """Switch `training_args` to bf16 mixed precision (`bf16`, and `mixed_precision`, which `TrainingArguments`
-    derives from it at construction) when neither `bf16` nor `fp16` was asked for and a CUDA device supports bf16.
-    `given`: the options the user gave; an explicit `--bf16 false` ("bf16" in `given`) keeps fp32. Returns whether
-    the run trains in bf16."""
-    if (
-        not (training_args.bf16 or training_args.fp16 or training_args.use_cpu or "bf16" in given)
-        and torch.cuda.is_available()
-        and torch.cuda.is_bf16_supported()
-    ):
-        training_args.bf16 = True
-        training_args.mixed_precision = "bf16"
-    return bool(training_args.bf16)
 
 
 def scratch_positions(max_seq_length: int) -> int:

@@ -102,6 +102,21 @@ def apply_speed_defaults(
     return chosen
 
 
+def use_bf16_where_available(training_args: TrainingArguments, given: set[str] = frozenset()) -> bool:
+    """Switch `training_args` to bf16 mixed precision (`bf16`, and `mixed_precision`, which `TrainingArguments`
+    derives from it at construction) when neither `bf16` nor `fp16` was asked for and a CUDA device supports bf16.
+    `given`: the options the user gave; an explicit `--bf16 false` ("bf16" in `given`) keeps fp32. Returns whether
+    the run trains in bf16."""
+    if (
+        not (training_args.bf16 or training_args.fp16 or training_args.use_cpu or "bf16" in given)
+        and torch.cuda.is_available()
+        and torch.cuda.is_bf16_supported()
+    ):
+        training_args.bf16 = True
+        training_args.mixed_precision = "bf16"
+    return bool(training_args.bf16)
+
+
 def options_given_by_value(*arguments) -> set[str]:
     """The options of `arguments` (dataclass instances) whose values differ from their fields' defaults: what a
     caller of `run_pretraining` without a command line "gave"."""
@@ -157,4 +172,5 @@ __all__ = [
     "options_given_by_value",
     "prediction_positions",
     "prediction_rows",
+    "use_bf16_where_available",
 ]
