@@ -116,7 +116,7 @@ def packed_attention_kernel(config, device: torch.device, dtype: torch.dtype = t
     - a flash implementation (name containing "flash"), any device: "flash" (its variable-length kernel);
     - CPU, any other implementation: "buckets" (measured fastest there: docs/unpadded.md, "Why length buckets");
     - CUDA with "sdpa" in bfloat16/float16: "varlen" (one flash call for the whole batch; the buckets' ~20 calls
-      per layer made the switch 2.7-2.9x slower than upstream on an H200, SDPA over nested jagged tensors 5-6x:
+      per layer made the switch 2.7-2.9x slower than upstream on an H200, SDPA over nested jagged tensors 4-6x:
       their Python dispatch);
     - anything else (CUDA in float32, where torch has no variable-length kernel without nested tensors; CUDA with
       eager or flex; other devices): `None`.
