@@ -806,3 +806,15 @@ def test_fresh_output_dir_and_given_options(tmp_path):
     (tmp_path / "args.json").write_text('{"output_dir": "y"}')
     assert given_options(parser, [str(tmp_path / "args.json")]) == {"output_dir"}
     assert parser.parse_args_into_dataclasses(args=[])[0].output_dir == "trainer_output"  # defaults restored
+
+
+@pytest.mark.slow
+def test_the_training_package_imports_without_the_train_extra():
+    """`hf_ffn.training` (imported by the padding-free tests of CI's oldest-transformers environment, which has no
+    train extra) imports with neither datasets nor pyarrow installed: they are imported where they are used (a
+    top-level `import pyarrow.compute` once broke that environment's collection)."""
+    blocked = "import sys; sys.modules.update(dict.fromkeys(['pyarrow', 'pyarrow.compute', 'datasets'])); "
+    code = blocked + "import hf_ffn.training; print(hf_ffn.training.PaddingFreeCollator.__name__)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "PaddingFreeCollator"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 
-import pyarrow.compute as pc
 from transformers import PreTrainedTokenizerBase
 
 from .corpus import (
@@ -82,6 +81,8 @@ def blocks_and_maskings(
     workers, block = data_args.preprocessing_num_workers, data_args.max_seq_length
     tokens = tokenize_documents(documents, tokenizer, workers)
     if not data_args.streaming:
+        import pyarrow.compute as pc  # datasets' own dependency: the train extra, imported where it is needed
+
         count = pc.sum(pc.list_value_length(tokens["train"].data.column("input_ids"))).as_py() or 0
         phases.done("tokenizing", f"tokenized the documents: {count:,} training tokens")
     blocks = tokens_to_blocks(tokens, block, data_args.attention_scope, workers)
