@@ -54,7 +54,7 @@ from transformers import BertConfig, BertForPreTraining, BertModel
 from hf_ffn import FfnBertConfig, FfnBertModel
 from hf_ffn.parity import padded_batch, run_parity, unpadded_rows
 from hf_ffn.parity.compare import ParityRow
-from studies.benchmark.gpu_pretraining import measure
+from studies.benchmark.gpu_pretraining import ProfileWindow, measure
 from studies.benchmark.timing import log, paired_ratio, time_interleaved
 
 BERT_BASE = dict(
@@ -227,7 +227,7 @@ def profile(fn: Callable[[], object], top: int = 12) -> dict:
     events = prof.key_averages()
     device_time = [getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) for e in events]
     ranked = sorted(zip(events, device_time, strict=True), key=lambda pair: -pair[1])[:top]
-    syncs = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "aten::_local_scalar_dense")
+    syncs = ProfileWindow.SYNC_EVENTS  # the waits for the device, as the pre-training profile counts them
     return {
         "wall_ms_profiled": 1000 * wall,
         "self_cpu_ms": sum(e.self_cpu_time_total for e in events) / 1000,
