@@ -284,9 +284,11 @@ def run_pretraining(
         **data_args.masking_options(),
         fixed_prediction_rows=args.sparse_prediction and args.fixed_prediction_rows,
     )
-    results, train_seconds = _train_and_evaluate(trainer, resume, stopping)
+    # read before training: the Trainer may delete the checkpoint it resumed from (--save_total_limit)
+    resumed_from_step = checkpoint_step(resume)
+    results, train_seconds = _train_and_evaluate(trainer, resume, stopping, resumed_from_step)
     report = _report(
-        args, data_args, training_args, trainer, built, documents, (train, evaluation), train_seconds, resume
+        args, data_args, training_args, trainer, built, documents, (train, evaluation), train_seconds, resumed_from_step
     )
     report |= {"tokenizer": {"source": tokenizer_source, "vocab_size": len(tokenizer)}, "bf16": bool(bf16)}
     report["speed_defaults"] = speed
@@ -371,7 +373,9 @@ def _model(
     return model, built
 
 
-def _train_and_evaluate(trainer: Trainer, resume: str | None, stopping: TrainerCallback | None) -> tuple[dict, float]:
+def _train_and_evaluate(
+    trainer: Trainer, resume: str | None, stopping: TrainerCallback | None, resumed_from_step: int = 0
+) -> tuple[dict, float]:
     """Evaluate (not when resuming: "before" metrics), train (with the early-stopping callback `stopping`, if any),
     evaluate again; returns the metrics with the perplexities (exp of the losses) and the training seconds (without
     the evaluations)."""
@@ -382,7 +386,7 @@ def _train_and_evaluate(trainer: Trainer, resume: str | None, stopping: TrainerC
     # before the final evaluation, whose runtime is not training (it joins the log history); a resumed run's time is
     # this process's only, over its steps after the checkpoint (`resumed_from_step` in the report)
     train_seconds = training_seconds(
-        trainer.state.log_history, train_output.metrics["train_runtime"], checkpoint_step(resume)
+        trainer.state.log_history, train_output.metrics["train_runtime"], resumed_from_step
     )
     after = final_evaluation(trainer)
     results = {**train_output.metrics, **before, **after}
@@ -411,7 +415,7 @@ def _save(args, data_args, training_args, trainer, tokenizer, results: dict, rep
 
 
 def _report(
-    args, data_args, training_args, trainer, built, documents, blocks, train_seconds: float, resume: str | None
+    args, data_args, training_args, trainer, built, documents, blocks, train_seconds: float, resumed_from_step: int
 ) -> dict:
     """`run_info.json`: the model's sizes and parameters, its FFN (`ffn_report`), the conversion, documents, blocks
     (training; held-out blocks and their maskings), tokens seen and epochs (passes over the training blocks: above
@@ -452,7 +456,7 @@ def _report(
             "attention_scope": data_args.attention_scope,
         },
         "steps": state.global_step,
-        "resumed_from_step": checkpoint_step(resume),  # train_seconds covers the steps after it
+        "resumed_from_step": resumed_from_step,  # train_seconds covers the steps after it
         "tokens_seen": sequences * block,
         "epochs": epochs,
         "sparse_prediction": args.sparse_prediction,  # how the run executed (neither is saved in config.json)

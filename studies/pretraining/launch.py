@@ -82,10 +82,14 @@ SMOKE_STEPS, SMOKE_DOCUMENTS, SMOKE_CHARACTERS = 8, 200, 2_000_000  # --smoke: s
 
 
 def units(smoke: bool = False):
-    """The units this launcher runs, in order: `recipe_units()`; with `smoke`, the first two stopped at
-    `SMOKE_STEPS`."""
-    if smoke:
-        return [dataclasses.replace(unit, stop_step=SMOKE_STEPS) for unit in recipe_units()[:2]]
+    """The units this launcher runs, in order: `recipe_units()`; with `smoke`, seed 0's GELU units of the first two
+    arms stopped at `SMOKE_STEPS` (the sequence-length warm-up's long blocks from half way)."""
+    if smoke:  # the warm-up first: it trains its first phase itself, which the blocks-of-32 unit then continues
+        first, warmup = recipe_units()[:2]
+        return [
+            dataclasses.replace(warmup, stop_step=SMOKE_STEPS, short_block_steps=SMOKE_STEPS // 2),
+            dataclasses.replace(first, stop_step=SMOKE_STEPS),
+        ]
     return recipe_units()
 
 

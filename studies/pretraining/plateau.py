@@ -11,7 +11,7 @@ folder keep it; `plateau_curve` reads them back and `plateau_exit_tokens` finds 
 mean over the sources of (floor − [MASK] loss) is ≥ `PLATEAU_EXIT_NATS`.
 
 `StopAt` ends training at a unit's `stop_step` or at a wall-clock deadline (then the log history gets
-`{"step", "cut_by_time_limit": true}`); the run then evaluates and saves as at its end.
+`{"step", "cut_by_time_limit": true}`), saving a checkpoint there; the run then evaluates and saves as at its end.
 """
 
 from __future__ import annotations
@@ -140,17 +140,19 @@ def attention_locality(model, input_ids: torch.Tensor) -> list[dict]:
 
 
 class PlateauProbe(TrainerCallback):
-    """Scores the probe sets and the attention's locality at the start (a run not resumed), every `every` steps
-    and at the end; each evaluation joins `state.log_history` as `{"step", PROBE_KEY: {...}}`."""
+    """Scores the probe sets and the attention's locality at the start (a resumed run: where it resumes, unless its
+    log history has that step at the same block length), every `every` steps and at the end; each evaluation joins
+    `state.log_history` as `{"step", PROBE_KEY: {...}}`."""
 
     def __init__(self, sets: dict, info: dict, mask_token_id: int, tokens_per_step: int):
         self.sets, self.info, self.mask, self.tokens_per_step = sets, info, mask_token_id, tokens_per_step
         self.every = probe_every(tokens_per_step)
-        block = len(next(iter(sets.values()))[0]["input_ids"])
-        self.batch_size = max(1, PROBE_BATCH_TOKENS // block)
+        self.block = len(next(iter(sets.values()))[0]["input_ids"])
+        self.batch_size = max(1, PROBE_BATCH_TOKENS // self.block)
 
     def probe(self, model, state) -> None:
-        if any(e.get(PROBE_KEY) and e["step"] == state.global_step for e in state.log_history):
+        done = ((e["step"], e[PROBE_KEY].get("block", self.block)) for e in state.log_history if PROBE_KEY in e)
+        if (state.global_step, self.block) in set(done):
             return
         training = model.training
         model.eval()
@@ -185,6 +187,7 @@ class PlateauProbe(TrainerCallback):
             layers = attention_locality(model, torch.as_tensor(unmasked, dtype=torch.long))
         model.train(training)
         entry["tokens"] = state.global_step * self.tokens_per_step
+        entry["block"] = self.block  # tokens a probed block (a sequence-length warm-up changes it mid-run)
         entry["below_unigram_floor"] = float(np.mean(belows))
         entry["attention"] = [[r["previous"], r["next"], r["same"], r["entropy"]] for r in layers]
         entry["attention_uniform"] = layers[0]["uniform"]
@@ -192,8 +195,7 @@ class PlateauProbe(TrainerCallback):
         state.log_history.append({"step": state.global_step, PROBE_KEY: entry})
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        if state.global_step == 0:
-            self.probe(model, state)
+        self.probe(model, state)  # a resumed run too: its checkpoint's weights at this run's block length
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step % self.every == 0:
@@ -212,9 +214,9 @@ class StopAt(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.step is not None and state.global_step >= self.step:
-            control.should_training_stop = True
-        elif self.deadline is not None and time.time() >= self.deadline:
-            control.should_training_stop = True
+            control.should_training_stop = control.should_save = True  # a checkpoint where it stops: a later unit
+        elif self.deadline is not None and time.time() >= self.deadline:  # may continue from it (run.continue_earlier)
+            control.should_training_stop = control.should_save = True
             state.log_history.append({"step": state.global_step, CUT_KEY: True})
 
 

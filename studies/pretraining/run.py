@@ -26,8 +26,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -134,6 +136,12 @@ def unit_arguments(
         preprocessing_num_workers=PREPROCESSING_WORKERS,
         cache_dir=str(output_dir / "cache"),
     )
+    schedule = {}  # RECIPE's linear decay, or warm-up, constant, then linear decay to 0 (transformers' WSD schedule)
+    if unit.cooldown_steps is not None:
+        schedule = {
+            "lr_scheduler_type": "warmup_stable_decay",
+            "lr_scheduler_kwargs": {"num_decay_steps": unit.cooldown_steps, "decay_type": "linear"},
+        }
     training_args = TrainingArguments(
         output_dir=str(folder),
         max_steps=unit.max_steps,
@@ -153,8 +161,9 @@ def unit_arguments(
         disable_tqdm=True,
         dataloader_num_workers=0,
         resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None,
-        **{key: value for key, value in RECIPE.items() if key != "config_overrides"},
+        **{key: value for key, value in RECIPE.items() if key != "config_overrides"} | schedule,
     )
+
     return args, data_args, training_args
 
 
@@ -182,11 +191,57 @@ def train_unit(
         corpus_options(data_dir, output_dir / "cache", parts),
     )
     sets, info = probe_sets(corpus, tokenizer, unit.max_seq_length, probes)
+    continued_from = continue_earlier(unit, data_dir, output_dir, records, device, parts, deadline)
     every = None if unit.kind == "recipe" else EVAL_STEPS
     arguments = unit_arguments(unit, data_dir, output_dir, records, device, parts, every)
     probe = PlateauProbe(sets, info, tokenizer.mask_token_id, unit.max_seq_length * unit.batch_size)
     outcome = run_pretraining(*arguments, callbacks=[probe, StopAt(unit.stop_step, deadline)])
-    return unit_record(unit, outcome, device, parts, info)
+    return {**unit_record(unit, outcome, device, parts, info), "continued_from": continued_from}
+
+
+def continue_earlier(
+    unit: Unit,
+    data_dir: Path,
+    output_dir: Path,
+    records: Path,
+    device: str = "cpu",
+    parts: tuple[str, ...] = DATA_FILES,
+    deadline: float | None = None,
+) -> str | None:
+    """Start `unit` from the checkpoint of an earlier unit whose steps are the first steps of its own, copied into
+    `unit`'s folder (a resume then carries on from it: the weights, optimiser, schedule, random state and log
+    history, plateau probe included); the earlier unit's name, or None when `unit` starts from scratch or its
+    folder already has a checkpoint.
+
+    The earlier unit: a sequence-length warm-up's `first_phase()` (trained here first when it has no checkpoint at
+    its stop step), else the same unit stopped sooner (`stop_step` k < `unit`'s, the largest k whose folder keeps
+    `checkpoint-k`)."""
+    folder = output_dir / "runs" / unit.name
+    if any(folder.glob("checkpoint-*")):
+        return None
+    if unit.short_block is not None:
+        earlier = unit.first_phase()
+        if not (output_dir / "runs" / earlier.name / f"checkpoint-{earlier.stop_step}").is_dir():
+            train_unit(earlier, data_dir, output_dir, records, device, parts, deadline)
+    else:
+        stem = replace(unit, stop_step=None).name.removesuffix(f"-seed{unit.seed}")
+        found = []
+        for path in (output_dir / "runs").glob(f"{stem}-stop*-seed{unit.seed}"):
+            step = path.name.removeprefix(f"{stem}-stop").removesuffix(f"-seed{unit.seed}")
+            if (
+                step.isdigit()
+                and int(step) < (unit.stop_step or unit.max_steps)
+                and (path / f"checkpoint-{step}").is_dir()
+            ):
+                found.append(int(step))
+        if not found:
+            return None
+        earlier = replace(unit, stop_step=max(found))
+    source = output_dir / "runs" / earlier.name / f"checkpoint-{earlier.stop_step}"
+    if not source.is_dir():
+        raise FileNotFoundError(f"{source}: {unit.name} continues {earlier.name}, whose checkpoint is missing")
+    shutil.copytree(source, folder / source.name)
+    return earlier.name
 
 
 def probe_folder(output_dir: Path, parts: tuple[str, ...], block: int) -> Path:

@@ -16,7 +16,7 @@ from the sweep (`SWEEP_RATES`); the FFN table runs every variant at its best rat
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 DATA_FILES = tuple(f"{kind}-{part:02d}.txt.xz" for kind in ("wiki", "books") for part in range(4))
 HELD_OUT_PERCENT, SPLIT_SEED, EVAL_MASKINGS = 1, 42, 3
@@ -84,18 +84,33 @@ PREPROCESSING_WORKERS = 16  # tokenizing processes, fixed on every device: the b
 # long enough to pay for the compile, after checking the probe with it.
 SPEED_DEFAULTS = False
 
-# The recipe units (issue 42, item 3), first arm: blocks of 32 (batch 128: the same 4,096 tokens a step as 32 × 128),
-# Pre-LN, lr 4e-3, warm-up 300, GELU and SwiGLU, seeds 0, 1, 2 (`recipe_units`), trained as the issue's runs that
-# left the plateau after 4-6M tokens: a 16,000-step linear schedule stopped early, here at step 2,500 (10.2M tokens:
-# past every exit seen at blocks of 32, and what six units at once can reach on one GPU in about 200 s: launch.py).
+# The recipe units (issue 42, item 3): GELU and SwiGLU, seeds 0, 1, 2, Pre-LN, lr 4e-3, warm-up 300, 4,096 tokens a
+# step, three arms (`recipe_units`), each 5,000 steps = 20.5M tokens (0.52 of an epoch of `LAUNCH_PARTS`: no text
+# repeats), so that every seed can pass the gate (at 10.2M, 5 of 6 had left the plateau and 1 had passed it):
+#   "blocks of 32"  : batch 128 × 32, a 16,000-step linear schedule stopped early (the issue's runs that left the
+#                     plateau after 4-6M tokens); its first 2,500 steps were run first as units of their own
+#                     (`RECIPE_FIRST_STOP`, recorded), and the 5,000-step units continue their checkpoints;
+#   "32, then 128"  : the same, then blocks of 128 (batch 32) from step `RECIPE_LONG_FROM` on (a sequence-length
+#                     warm-up, as BERT moved from 128 to 512), continuing the blocks-of-32 unit's checkpoint at that
+#                     step, so the two arms share their first 10.2M tokens and differ only after;
+#   "constant, then cool-down": blocks of 32, warm-up, then a constant rate, decayed linearly to 0 over the last
+#                     `RECIPE_COOLDOWN` steps (transformers' "warmup_stable_decay"; 20% of the run, as Hägele et al.
+#                     2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations").
 # A run cut earlier by a time limit is a record of its own (`cut_by_time_limit`, the tokens it reached).
 RECIPE_SHAPE = {"max_seq_length": 32, "batch_size": 128}
-RECIPE_FFNS, RECIPE_SEEDS, RECIPE_STEPS, RECIPE_STOP = ("gelu", "swiglu"), (0, 1, 2), 16000, 2500
+RECIPE_FFNS, RECIPE_SEEDS, RECIPE_STEPS = ("gelu", "swiglu"), (0, 1, 2), 16000
+RECIPE_FIRST_STOP, RECIPE_STOP, RECIPE_LONG_FROM, RECIPE_COOLDOWN = 2500, 5000, 2500, 1000
+RECIPE_ARMS = ("blocks of 32", "32, then 128", "constant, then cool-down")
 
 
 @dataclass(frozen=True)
 class Unit:
-    """One self-contained pre-training run of the study (`studies.pretraining.run.train_unit`)."""
+    """One self-contained pre-training run of the study (`studies.pretraining.run.train_unit`).
+
+    `short_block`/`short_block_steps`: a sequence-length warm-up, the first `short_block_steps` steps at blocks of
+    `short_block` tokens (as many tokens a step: batch × `max_seq_length` / `short_block`), then `max_seq_length`.
+    `cooldown_steps`: the schedule is warm-up, constant, then linear decay to 0 over the last `cooldown_steps`
+    (None: `RECIPE`'s linear decay over `max_steps`)."""
 
     kind: str  # "pilot", "sweep", "ffn", "placement" or "recipe"
     ffn_type: str
@@ -107,40 +122,91 @@ class Unit:
     max_seq_length: int = SIZES["max_seq_length"]  # tokens a block
     batch_size: int = SIZES["batch_size"]  # blocks a step
     stop_step: int | None = None  # stop here, before the end of the `max_steps` schedule (None: train it all)
+    short_block: int | None = None
+    short_block_steps: int = 0
+    cooldown_steps: int | None = None
+
+    def __post_init__(self):
+        if self.short_block is not None and (self.max_seq_length * self.batch_size) % self.short_block:
+            raise ValueError(
+                f"short_block {self.short_block}: must divide the {self.max_seq_length * self.batch_size} "
+                "tokens of a step"
+            )
 
     @property
     def name(self) -> str:
         shape = (self.max_seq_length, self.batch_size)  # named only where it is not the study's 128 × 32
         blocks = "" if shape == (SIZES["max_seq_length"], SIZES["batch_size"]) else f"-block{shape[0]}x{shape[1]}"
+        if self.short_block is not None:
+            short = self.first_phase()
+            blocks = f"-block{short.max_seq_length}x{short.batch_size}to{shape[0]}x{shape[1]}at{self.short_block_steps}"
+        cooldown = "" if self.cooldown_steps is None else f"-constant-cooldown{self.cooldown_steps}"
         stop = "" if self.stop_step is None else f"-stop{self.stop_step}"
         return (
             f"{self.kind}-{self.ffn_type}-{self.placement}-lr{self.learning_rate:g}-warmup{self.warmup_steps}"
-            f"{blocks}-steps{self.max_steps}{stop}-seed{self.seed}"
+            f"{cooldown}{blocks}-steps{self.max_steps}{stop}-seed{self.seed}"
+        )
+
+    @property
+    def arm(self) -> str:
+        """The recipe arm of `RECIPE_ARMS` this unit belongs to."""
+        if self.short_block is not None:
+            return RECIPE_ARMS[1]
+        return RECIPE_ARMS[2] if self.cooldown_steps is not None else RECIPE_ARMS[0]
+
+    def first_phase(self) -> Unit:
+        """A sequence-length warm-up's first `short_block_steps` steps, as a unit of their own (the same schedule at
+        blocks of `short_block`, stopped where the long blocks start)."""
+        if self.short_block is None:
+            raise ValueError(f"{self.name}: no sequence-length warm-up")
+        tokens = self.max_seq_length * self.batch_size
+        return replace(
+            self,
+            max_seq_length=self.short_block,
+            batch_size=tokens // self.short_block,
+            short_block=None,
+            short_block_steps=0,
+            stop_step=self.short_block_steps,
         )
 
     def settings(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "arm": self.arm if self.kind == "recipe" else None}
 
 
 def recipe_units(seeds: tuple[int, ...] = RECIPE_SEEDS) -> list[Unit]:
-    """Item 3's first arm: each FFN of `RECIPE_FFNS` at the pilot's placement, rate and warm-up, blocks of 32
-    (`RECIPE_SHAPE`), a `RECIPE_STEPS` schedule stopped at `RECIPE_STOP`; seed-major (GELU and SwiGLU of seed 0
-    first)."""
-    return [
-        Unit(
-            "recipe",
-            ffn,
-            PILOT["placement"],
-            PILOT["learning_rate"],
-            WARMUP_STEPS,
-            seed,
-            RECIPE_STEPS,
-            **RECIPE_SHAPE,
-            stop_step=RECIPE_STOP,
-        )
-        for seed in seeds
-        for ffn in RECIPE_FFNS
-    ]
+    """Item 3's arms (`RECIPE_ARMS`), each FFN of `RECIPE_FFNS` at the pilot's placement, rate and warm-up: seed-major
+    and the two arms that share their first 10.2M tokens side by side (blocks of 32, then 32-then-128, for GELU and
+    SwiGLU of seed 0 first), then the constant-then-cool-down arm."""
+    common = ("recipe", PILOT["placement"], PILOT["learning_rate"], WARMUP_STEPS)
+    short = {"max_seq_length": RECIPE_SHAPE["max_seq_length"], "batch_size": RECIPE_SHAPE["batch_size"]}
+    long = {"max_seq_length": SIZES["max_seq_length"], "batch_size": SIZES["batch_size"]}
+    units = []
+    for seed in seeds:
+        for ffn in RECIPE_FFNS:
+            kind, placement, rate, warmup = common
+            units.append(Unit(kind, ffn, placement, rate, warmup, seed, RECIPE_STEPS, **short, stop_step=RECIPE_STOP))
+            units.append(
+                Unit(
+                    kind,
+                    ffn,
+                    placement,
+                    rate,
+                    warmup,
+                    seed,
+                    RECIPE_STEPS,
+                    **long,
+                    stop_step=RECIPE_STOP,
+                    short_block=RECIPE_SHAPE["max_seq_length"],
+                    short_block_steps=RECIPE_LONG_FROM,
+                )
+            )
+    for seed in seeds:
+        for ffn in RECIPE_FFNS:
+            kind, placement, rate, warmup = common
+            units.append(
+                Unit(kind, ffn, placement, rate, warmup, seed, RECIPE_STOP, **short, cooldown_steps=RECIPE_COOLDOWN)
+            )
+    return units
 
 
 def pilot_units(max_steps: int = MAIN_STEPS) -> list[Unit]:
