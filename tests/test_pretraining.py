@@ -584,6 +584,20 @@ def test_bf16_where_a_cuda_device_supports_it(tmp_path, monkeypatch):
     assert use_bf16_where_available(plain) is True and (plain.bf16, plain.mixed_precision) == (True, "bf16")
 
 
+def test_a_resume_from_a_checkpoint_that_save_total_limit_deletes_reports_its_step(corpus, tmp_path):
+    """Issue 42's continued units found it: with --save_total_limit 1 the Trainer deletes the checkpoint it resumed
+    from once it saves the next one, and the run read that checkpoint's step after training (FileNotFoundError).
+    Now the step is read before training."""
+    run = ("--save_steps", "2", "--max_train_samples", "8", "--save_total_limit", "1")
+    pretrain(corpus, tmp_path / "first", *run, steps=2)
+    folder = tmp_path / "continued"
+    folder.mkdir()
+    shutil.copytree(tmp_path / "first" / "checkpoint-2", folder / "checkpoint-2")
+    continued = pretrain(corpus, folder, *run, "--resume_from_checkpoint", "last", steps=4)
+    assert continued["resumed_from_step"] == 2 and continued["steps"] == 4
+    assert not (folder / "checkpoint-2").exists() and (folder / "checkpoint-4").is_dir()  # the Trainer's rotation
+
+
 def test_training_seconds_after_a_resume_subtract_only_this_processs_evaluations():
     history = [{"step": 2, "eval_runtime": 5.0}, {"step": 2, "loss": 1.0}, {"step": 4, "eval_runtime": 1.5}]
     assert training_seconds(history, 10.0) == 3.5  # a run from step 0: both evaluations ran inside its train()

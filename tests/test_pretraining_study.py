@@ -6,6 +6,7 @@ launcher's options."""
 import json
 import math
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -23,7 +24,7 @@ from studies.pretraining.plateau import (
     plateau_exit_tokens,
     source_of,
 )
-from studies.pretraining.run import STUDY, train_unit, unit_arguments
+from studies.pretraining.run import STUDY, continue_earlier, train_unit, unit_arguments
 from studies.pretraining.settings import DATA_FILES, best_rates, ffn_units, pilot_units, recipe_units, sweep_units
 
 # Student-t quantiles (tables): t_{1 − 0.025/2, 2} = 6.205347 and t_{1 − 0.025/2, 1} = 25.451700 (two comparisons:
@@ -193,9 +194,56 @@ def test_the_ffn_table_runs_each_variant_at_its_best_swept_rate():
 def test_unit_names_keep_the_recorded_ones_and_name_the_recipe_shape():
     assert pilot_units(10000)[0].name == "pilot-gelu-pre-lr0.004-warmup300-steps10000-seed0"  # pilots.jsonl's
     units = recipe_units()
-    assert [(u.ffn_type, u.seed) for u in units] == [(f, s) for s in (0, 1, 2) for f in ("gelu", "swiglu")]
-    assert units[0].name == "recipe-gelu-pre-lr0.004-warmup300-block32x128-steps16000-stop2500-seed0"
-    assert units[0].stop_step * units[0].max_seq_length * units[0].batch_size == 10_240_000
+    assert len(units) == 18 and len({u.name for u in units}) == 18
+    assert [(u.arm, u.ffn_type, u.seed) for u in units[:4]] == [
+        ("blocks of 32", "gelu", 0),
+        ("32, then 128", "gelu", 0),
+        ("blocks of 32", "swiglu", 0),
+        ("32, then 128", "swiglu", 0),
+    ]
+    first, warmup, cooldown = units[0], units[1], units[12]
+    assert first.name == "recipe-gelu-pre-lr0.004-warmup300-block32x128-steps16000-stop5000-seed0"
+    assert warmup.name == "recipe-gelu-pre-lr0.004-warmup300-block32x128to128x32at2500-steps16000-stop5000-seed0"
+    assert cooldown.name == "recipe-gelu-pre-lr0.004-warmup300-constant-cooldown1000-block32x128-steps5000-seed0"
+    assert cooldown.arm == "constant, then cool-down"
+    for unit in (first, warmup, cooldown):  # 20.5M tokens each, 4,096 a step
+        assert (unit.stop_step or unit.max_steps) * unit.max_seq_length * unit.batch_size == 20_480_000
+    # the warm-up's first 2,500 steps are the recorded blocks-of-32 unit (runs.jsonl), whose checkpoint it continues
+    recorded = {json.loads(line)["name"] for line in (STUDY / "runs.jsonl").read_text().splitlines()}
+    assert warmup.first_phase().name == replace(first, stop_step=2500).name in recorded
+    assert warmup.first_phase().settings()["arm"] == "blocks of 32"
+    with pytest.raises(ValueError, match=r"short_block 48: must divide the 4096 tokens of a step"):
+        replace(warmup, short_block=48)
+    with pytest.raises(ValueError, match=r"no sequence-length warm-up"):
+        first.first_phase()
+
+
+def test_a_unit_continues_the_checkpoint_of_its_earlier_steps(tmp_path):
+    """`continue_earlier` copies the checkpoint a unit's first steps ended at into its folder (no training here:
+    each earlier folder holds the checkpoint already)."""
+    first, warmup = recipe_units()[:2]
+    runs = tmp_path / "runs"
+    for stop in (1000, 2500, 6000):  # 6,000 is past the unit's 5,000: not a start for it
+        (runs / replace(first, stop_step=stop).name / f"checkpoint-{stop}").mkdir(parents=True)
+        (runs / replace(first, stop_step=stop).name / f"checkpoint-{stop}" / "trainer_state.json").write_text(str(stop))
+    (runs / replace(first, stop_step=3000).name).mkdir()  # a folder without its stop's checkpoint
+    arguments = (tmp_path / "no-corpus", tmp_path, tmp_path / "no-records")
+    assert continue_earlier(first, *arguments) == replace(first, stop_step=2500).name
+    assert (runs / first.name / "checkpoint-2500" / "trainer_state.json").read_text() == "2500"
+    assert continue_earlier(first, *arguments) is None  # it has a checkpoint now: a plain resume
+    assert continue_earlier(warmup, *arguments) == warmup.first_phase().name
+    assert (runs / warmup.name / "checkpoint-2500" / "trainer_state.json").read_text() == "2500"
+    assert continue_earlier(recipe_units()[12], *arguments) is None  # the cool-down arm starts from scratch
+
+
+def test_unit_arguments_of_each_arms_schedule(tmp_path):
+    first, warmup, cooldown = (recipe_units()[i] for i in (0, 1, 12))
+    arguments = [unit_arguments(u, tmp_path, tmp_path, STUDY)[1:] for u in (first, warmup, cooldown)]
+    shapes = [(d.max_seq_length, t.per_device_train_batch_size, t.max_steps) for d, t in arguments]
+    assert shapes == [(32, 128, 16000), (128, 32, 16000), (32, 128, 5000)]
+    schedules = [(t.lr_scheduler_type, t.lr_scheduler_kwargs) for _, t in arguments]
+    assert schedules[:2] == [("linear", None)] * 2  # RECIPE's linear decay over the 16,000 steps
+    assert schedules[2] == ("warmup_stable_decay", {"num_decay_steps": 1000, "decay_type": "linear"})
 
 
 def probe_entry(step: int, below: float) -> dict:
@@ -219,6 +267,9 @@ def test_stop_at_the_units_step_or_at_the_deadline_marking_the_cut():
         return control.should_training_stop, state.log_history
 
     assert step(StopAt(2500), 2499) == (False, []) and step(StopAt(2500), 2500) == (True, [])
+    control = TrainerControl()
+    StopAt(2500).on_step_end(None, TrainerState(global_step=2500), control)
+    assert control.should_save  # a checkpoint where it stops, for the unit that continues it
     assert step(StopAt(2500, time.time() + 60), 1000) == (False, [])
     assert step(StopAt(2500, time.time() - 1), 1000) == (True, [{"step": 1000, "cut_by_time_limit": True}])
     assert step(StopAt(None, None), 10**6) == (False, [])
@@ -296,21 +347,32 @@ def test_a_saved_unit_is_recorded_from_its_folder_with_its_own_seconds_per_step(
 
 
 def test_summary_plateau_exit_rows_per_arm():
-    def recipe(ffn, seed, exit_tokens, cut=False):
-        unit = next(u for u in recipe_units() if (u.ffn_type, u.seed) == (ffn, seed))
-        row = record("recipe", ffn, seed, 5.0, lr=unit.learning_rate) | unit.settings()
-        tokens = 9_000_000 if cut else 10_240_000
+    def recipe(ffn, seed, exit_tokens, cut=False, arm="blocks of 32", loss=5.0):
+        unit = next(u for u in recipe_units() if (u.ffn_type, u.seed, u.arm) == (ffn, seed, arm))
+        row = record("recipe", ffn, seed, loss, lr=unit.learning_rate) | unit.settings()
+        tokens = 9_000_000 if cut else 20_480_000
         curve = [{"tokens": 0, "neighbour_weight_vs_uniform": 1.0}]
         curve += [{"tokens": exit_tokens, "neighbour_weight_vs_uniform": 3.5}] if exit_tokens else []
-        return row | {"plateau_curve": curve, "plateau_exit_tokens": exit_tokens, "tokens_seen": tokens}
+        rms = [0.4, 0.2] if ffn == "gelu" else [0.1, 0.2]
+        return (
+            row
+            | {"plateau_curve": curve, "plateau_exit_tokens": exit_tokens, "tokens_seen": tokens}
+            | {"ffn_output_rms_at_start": rms}
+        )
 
     runs = [recipe("swiglu", 1, None, cut=True), recipe("gelu", 0, 6_291_456), recipe("swiglu", 0, 4_194_304)]
+    runs.append(recipe("gelu", 0, 6_291_456, arm="32, then 128", loss=5.4))
     runs[0]["cut_by_time_limit"] = True
     rows = report.summary(runs, [])["plateau_exit"]
-    label = "recipe: blocks 32x128, lr 0.004, warm-up 300, 16000-step schedule stopped at 2500"
+    label = "recipe: blocks 32x128, lr 0.004, warm-up 300, 16000-step schedule stopped at 5000"
+    warmup = (
+        "recipe: blocks 32x128, then 128x32 from step 2500, lr 0.004, warm-up 300, 16000-step schedule stopped at 5000"
+    )
     text = report.report_markdown(report.summary(runs, []), runs, [])
-    assert f"| swiglu | pre | {label} | 0,1 | 4.2M, – | 3.5, – | 10.2M, 9.0M | 1 |" in text
-    assert rows == [
+    assert f"| swiglu | pre | {label} | 0,1 | 4.2M, – | 3.5, – | 20.5M, 9.0M | 1 | 1.600, 1.600 (32) | 2 of 2 |" in text
+    assert f"| gelu | pre | {warmup} | 0 | 6.3M | 3.5 | 20.5M | 0 | 1.200 (128) | 1 of 1 | 0.30 |" in text
+    assert [row["recipe"] for row in rows] == [label, label, warmup]  # by recipe, then placement and FFN
+    assert rows[:2] == [
         {
             "variant": "gelu",
             "placement": "pre",
@@ -318,9 +380,13 @@ def test_summary_plateau_exit_rows_per_arm():
             "seeds": [0],
             "tokens_to_exit": [6_291_456],
             "neighbour_weight_at_exit": [3.5],
-            "tokens_seen": [10_240_000],
+            "tokens_seen": [20_480_000],
             "never_left": 0,
             "cut_by_time_limit": 0,
+            "final_block": 32,
+            "below_floor_at_end": [pytest.approx(1.6)],
+            "passed_gate": 1,
+            "ffn_output_rms_at_start": [pytest.approx(0.3)],
         },
         {
             "variant": "swiglu",
@@ -329,11 +395,19 @@ def test_summary_plateau_exit_rows_per_arm():
             "seeds": [0, 1],
             "tokens_to_exit": [4_194_304, None],
             "neighbour_weight_at_exit": [3.5, None],
-            "tokens_seen": [10_240_000, 9_000_000],
+            "tokens_seen": [20_480_000, 9_000_000],
             "never_left": 1,
             "cut_by_time_limit": 1,
+            "final_block": 32,
+            "below_floor_at_end": [pytest.approx(1.6)] * 2,
+            "passed_gate": 2,
+            "ffn_output_rms_at_start": [pytest.approx(0.15)] * 2,
         },
     ]
+    cooldown = next(u for u in recipe_units() if u.arm == "constant, then cool-down")
+    assert report.recipe_label(cooldown.settings() | {"kind": "recipe"}) == (
+        "recipe: blocks 32x128, lr 0.004, warm-up 300, constant, cool-down over the last 1000 of 5000 steps"
+    )
 
 
 def test_the_launcher_refuses_bad_options_naming_them(tmp_path, capsys):
@@ -360,7 +434,7 @@ def test_the_launcher_refuses_bad_options_naming_them(tmp_path, capsys):
 
 
 def test_unit_arguments_of_a_recipe_unit_on_cuda(tmp_path):
-    unit = recipe_units()[1]  # SwiGLU, seed 0
+    unit = recipe_units()[2]  # SwiGLU, seed 0, blocks of 32
     args, data_args, training_args = unit_arguments(unit, tmp_path, tmp_path, STUDY, "cuda", launch.LAUNCH_PARTS, None)
     assert (args.ffn_type, args.speed_defaults, args.bf16_where_available) == ("swiglu", False, False)  # fp32
     assert (data_args.max_seq_length, training_args.per_device_train_batch_size) == (32, 128)

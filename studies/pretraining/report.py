@@ -146,12 +146,20 @@ def placement_table(records: list[dict]) -> list[dict]:
 
 
 def recipe_label(record: dict) -> str:
-    """What a record's training recipe was, beside its FFN and placement: kind, blocks, rate, warm-up, schedule."""
+    """What a record's training recipe was, beside its FFN and placement: kind, blocks (a sequence-length warm-up's
+    two), rate, warm-up, schedule (linear decay, or constant then a linear cool-down), where it stopped."""
     shape = f"{record.get('max_seq_length', 128)}x{record.get('batch_size', 32)}"
+    if record.get("short_block"):
+        tokens = record["max_seq_length"] * record["batch_size"]
+        short = f"{record['short_block']}x{tokens // record['short_block']}"
+        shape = f"{short}, then {shape} from step {record['short_block_steps']}"
+    schedule = f"{record['max_steps']}-step schedule"
+    if record.get("cooldown_steps"):
+        schedule = f"constant, cool-down over the last {record['cooldown_steps']} of {record['max_steps']} steps"
     stop = f" stopped at {record['stop_step']}" if record.get("stop_step") else ""
     return (
         f"{record['kind']}: blocks {shape}, lr {record['learning_rate']:g}, warm-up {record['warmup_steps']}, "
-        f"{record['max_steps']}-step schedule{stop}"
+        f"{schedule}{stop}"
     )
 
 
@@ -161,12 +169,21 @@ def _neighbour_weight_at_exit(record: dict) -> float | None:
     return at[0].get("neighbour_weight_vs_uniform") if at and record["plateau_exit_tokens"] is not None else None
 
 
+def _mean_rms(record: dict) -> float | None:
+    """A record's FFN output rms before training, averaged over its layers (`ffn_output_rms_at_start`)."""
+    values = record.get("ffn_output_rms_at_start")
+    return statistics.mean(values) if values else None
+
+
 def plateau_exits(records: list[dict]) -> list[dict]:
     """`plateau_exit`: per (variant, placement, recipe) of the records with a plateau probe (`plateau_curve`), the
     seeds, the tokens at each seed's exit (`tokens_to_exit`, in the seeds' order; `null`: never left within its
     run), the cross-check there (`neighbour_weight_at_exit`: the largest weight on the previous or next token over
     the layers ÷ the uniform 1/n), the tokens each run reached (`tokens_seen`), `never_left` (the runs without an
-    exit) and `cut_by_time_limit` (the runs a time limit cut)."""
+    exit), `cut_by_time_limit` (the runs a time limit cut), and at the end: `final_block` (tokens a block of the
+    final evaluation), `below_floor_at_end` (its [MASK] loss below that block length's unigram floor, each seed),
+    `passed_gate` (the runs ≥ `GATE_NATS` below it); `ffn_output_rms_at_start` (each seed's FFN output rms before
+    training, mean over the layers: the gated FFNs' is smaller at one init, issue 42 item 3)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for record in records:
         if record.get("plateau_curve"):
@@ -185,6 +202,10 @@ def plateau_exits(records: list[dict]) -> list[dict]:
                 "neighbour_weight_at_exit": [_neighbour_weight_at_exit(r) for r in runs],
                 "never_left": sum(r["plateau_exit_tokens"] is None for r in runs),
                 "cut_by_time_limit": sum(bool(r.get("cut_by_time_limit")) for r in runs),
+                "final_block": runs[0].get("max_seq_length", SIZES["max_seq_length"]),
+                "below_floor_at_end": [r["below_unigram_floor"] for r in runs],
+                "passed_gate": sum(r["below_unigram_floor"] >= GATE_NATS for r in runs),
+                "ffn_output_rms_at_start": [_mean_rms(r) for r in runs],
             }
         )
     return rows
@@ -313,15 +334,18 @@ def report_markdown(result: dict, records: list[dict], pilots: list[dict]) -> st
     lines += [
         "| variant | placement | recipe | seeds | tokens to exit | neighbour weight ÷ uniform there | tokens reached |"
     ]
-    lines[-1] += " never left |"
-    lines.append("|---|---|---|---|---|---|---|---:|")
+    lines[-1] += " never left | below the floor at the end (blocks of) | past the gate | FFN output rms at start |"
+    lines.append("|---|---|---|---|---|---|---|---:|---|---:|---|")
     for row in result["plateau_exit"]:
         exits = ", ".join("–" if t is None else f"{t / 1e6:.1f}M" for t in row["tokens_to_exit"])
         reached = ", ".join(f"{t / 1e6:.1f}M" for t in row["tokens_seen"])
         weights = ", ".join(_number(w, 1) for w in row["neighbour_weight_at_exit"])
         lines.append(
             f"| {row['variant']} | {row['placement']} | {row['recipe']} | {','.join(map(str, row['seeds']))} | "
-            f"{exits} | {weights} | {reached} | {row['never_left']} |"
+            f"{exits} | {weights} | {reached} | {row['never_left']} | "
+            f"{', '.join(_number(b) for b in row['below_floor_at_end'])} ({row['final_block']}) | "
+            f"{row['passed_gate']} of {len(row['seeds'])} | "
+            f"{', '.join(_number(v, 2) for v in row['ffn_output_rms_at_start'])} |"
         )
     lines += [
         "",
