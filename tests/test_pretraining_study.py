@@ -17,6 +17,7 @@ from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.corpus import load_corpus
 from studies.pretraining import launch, report
 from studies.pretraining.plateau import (
+    PlateauProbe,
     StopAt,
     attention_locality,
     held_out_sources,
@@ -289,6 +290,43 @@ def test_attention_locality_of_a_model_that_attends_uniformly():
     for row in rows:
         assert [row["previous"], row["next"], row["same"]] == pytest.approx([1 / 8] * 3, abs=1e-6)
         assert row["entropy"] == pytest.approx(math.log(8), abs=1e-5) and row["uniform"] == 1 / 8
+
+
+def test_the_probe_scores_each_source_once_per_step_and_block_length():
+    """`PlateauProbe`: each source's [MASK] loss (checked against the model's logits directly) below its own floor,
+    their mean; a second call at the same step and block length adds nothing (a resumed run's start), a probe at
+    another block length at the same step (a sequence-length warm-up's switch) is kept beside it."""
+    import datasets
+
+    torch.manual_seed(0)
+    config = FfnBertConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32
+    )
+    model = FfnBertForMaskedLM(config).eval()
+
+    def masked_set(block, seed):
+        ids = torch.randint(5, 50, (6, block), generator=torch.Generator().manual_seed(seed))
+        labels = torch.full_like(ids, -100)
+        labels[:, 2], ids[:, 2] = ids[:, 2], 4  # one [MASK] (id 4) a block
+        return datasets.Dataset.from_dict({"input_ids": ids.tolist(), "labels": labels.tolist()}), ids, labels
+
+    (wiki, wiki_ids, wiki_labels), (books, *_) = masked_set(8, 1), masked_set(8, 2)
+    info = {"wiki": {"unigram_mask": 4.0}, "books": {"unigram_mask": 3.5}}
+    state = TrainerState(global_step=0)
+    probe = PlateauProbe({"wiki": wiki, "books": books}, info, 4, 4096)
+    probe.on_train_begin(None, state, None, model=model)
+    probe.on_train_begin(None, state, None, model=model)
+    [entry] = plateau_curve(state.log_history)
+    with torch.no_grad():
+        logits = model(input_ids=wiki_ids).logits
+    expected = torch.nn.functional.cross_entropy(logits[:, 2], wiki_labels[:, 2]).item()
+    assert entry["wiki"]["mask_loss"] == pytest.approx(expected, rel=1e-5)
+    assert entry["wiki"]["below_unigram_floor"] == pytest.approx(4.0 - expected, rel=1e-5)
+    mean = (entry["wiki"]["below_unigram_floor"] + entry["books"]["below_unigram_floor"]) / 2
+    assert entry["below_unigram_floor"] == pytest.approx(mean) and (entry["block"], entry["tokens"]) == (8, 0)
+    longer = PlateauProbe({"wiki": masked_set(16, 3)[0]}, {"wiki": {"unigram_mask": 4.0}}, 4, 4096)
+    longer.on_train_begin(None, state, None, model=model)
+    assert [(e["step"], e["block"]) for e in plateau_curve(state.log_history)] == [(0, 8), (0, 16)]
 
 
 def test_held_out_sources_name_each_held_out_documents_file(tmp_path):

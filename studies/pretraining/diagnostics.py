@@ -2,6 +2,7 @@
 
     python -m studies.pretraining.diagnostics attention out/pretraining/runs/NAME --data_dir ../shared/data/pretraining
     python -m studies.pretraining.diagnostics neighbours --data_dir ../shared/data/pretraining
+    python -m studies.pretraining.diagnostics context out/pretraining/runs/NAME --data_dir ../shared/data/pretraining
 
 `attention`: on held-out blocks of the study's corpus (unmasked), per layer, the attention's mean entropy against
 the uniform distribution's log n, and the mean weight a token gives to the token before it, after it and itself,
@@ -14,7 +15,12 @@ the tokens shown left and right of the [MASK] (themselves masked 15% of the time
 the weights of the rest are renormalised), c are counts over the training blocks and q the add-one unigram of the
 floors (`hf_ffn.training.floors`). The weights are fixed, not fitted on the held-out set. It is the loss a
 model reaches that uses nothing but the two neighbours, each in one direction: what looking next door is worth.
-Both print one line per measure (a few minutes: counting the training tokens); `--record FILE` appends it to FILE
+`context`: a finished recipe unit (issue 42) on the plateau probe's held-out sets at blocks of 32 and of 128 (its
+corpus parts: launch.py's `LAUNCH_PARTS`), each source's [MASK] loss below its floor and their mean
+(`plateau.score_sources`): the two recipe arms compared on the same blocks, and whether a model trained on blocks
+of 32 uses a context of 128 (its positions 32-127 never trained).
+
+Each prints one line per measure (a few minutes: counting the training tokens); `--record FILE` appends it to FILE
 as one JSON line (the study's: diagnostics.jsonl).
 """
 
@@ -29,10 +35,11 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
+from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.corpus import documents_to_blocks, fixed_maskings, load_corpus
 from hf_ffn.training.floors import never_chosen_ids, unigram_counts, unigram_distribution
-from studies.pretraining.plateau import attention_locality
-from studies.pretraining.run import STUDY, TOKENIZER, corpus_options
+from studies.pretraining.plateau import PROBE_BATCH_TOKENS, attention_locality, probe_sets, score_sources
+from studies.pretraining.run import STUDY, TOKENIZER, corpus_options, probe_folder
 from studies.pretraining.settings import EVAL_MASKINGS, PREPROCESSING_WORKERS, SIZES, SPLIT_SEED
 
 ATTENTION_BLOCKS = 64  # held-out blocks `attention` measures on
@@ -113,6 +120,22 @@ def neighbour_reference(tokenizer, train, validation) -> dict:
     }
 
 
+def context_scores(model_dir: Path, data_dir: Path, output_dir: Path, blocks: tuple[int, ...] = (32, 128)) -> dict:
+    """{"parts", "blocks": {block: `score_sources`' entry}}: the run in `model_dir` on the plateau probe's sets of
+    `LAUNCH_PARTS` at each block length of `blocks` (built under `output_dir` if missing)."""
+    from studies.pretraining.launch import LAUNCH_PARTS  # the recipe units' parts
+
+    tokenizer = AutoTokenizer.from_pretrained(STUDY / TOKENIZER)
+    corpus = corpus_options(data_dir, output_dir / "cache", LAUNCH_PARTS)
+    model = FfnBertForMaskedLM.from_pretrained(model_dir).eval()
+    scores = {}
+    for block in blocks:
+        sets, info = probe_sets(corpus, tokenizer, block, probe_folder(output_dir, LAUNCH_PARTS, block))
+        with torch.no_grad():
+            scores[block] = score_sources(model, sets, info, tokenizer.mask_token_id, PROBE_BATCH_TOKENS // block)
+    return {"parts": list(LAUNCH_PARTS), "blocks": scores}
+
+
 def record(path: Path | None, measure: dict) -> None:
     """Append `measure` to `path` as one JSON line (nothing without a path): the figures go into a record."""
     if path is not None:
@@ -124,14 +147,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m studies.pretraining.diagnostics", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("measure", choices=("attention", "neighbours"))
-    parser.add_argument("model_dir", type=Path, nargs="?", help="attention: a run's folder (config.json)")
+    parser.add_argument("measure", choices=("attention", "neighbours", "context"))
+    parser.add_argument("model_dir", type=Path, nargs="?", help="attention, context: a run's folder (config.json)")
     parser.add_argument("--data_dir", type=Path, required=True, help="../shared/data/pretraining (the corpus)")
     parser.add_argument("--output_dir", type=Path, default=Path("out/pretraining"), help="where the cache is")
     parser.add_argument(
         "--record", type=Path, default=None, help="append the measure as one JSON line here (e.g. diagnostics.jsonl)"
     )
     args = parser.parse_args(argv)
+    if args.measure == "context":
+        if args.model_dir is None:
+            parser.error("context needs a run's folder")
+        result = {"measure": "context", "model": args.model_dir.name}
+        result |= context_scores(args.model_dir, args.data_dir, args.output_dir)
+        record(args.record, result)
+        for block, entry in result["blocks"].items():
+            sources = ", ".join(
+                f"{s} {entry[s]['below_unigram_floor']:.3f}" for s in entry if isinstance(entry[s], dict)
+            )
+            print(f"blocks of {block}: {entry['below_unigram_floor']:.3f} nats below the floor ({sources})")
+        return 0
     tokenizer, train, validation = study_blocks(args.data_dir, args.output_dir / "cache")
     if args.measure == "attention":
         if args.model_dir is None:

@@ -139,6 +139,36 @@ def attention_locality(model, input_ids: torch.Tensor) -> list[dict]:
     return rows
 
 
+def score_sources(model, sets: dict, info: dict, mask_token_id: int, batch_size: int) -> dict:
+    """{source: {"mask_loss", "mask_accuracy", "unigram_mask", "below_unigram_floor"}, "below_unigram_floor": the
+    mean over the sources}: `model` (in eval mode, under no_grad) on each source's probe set of `probe_sets`
+    (`sets`, `info`), `batch_size` blocks a forward pass."""
+    entry, belows = {}, []
+    for source, masked in sets.items():
+        rows = masked.select_columns(["input_ids", "labels"]).with_format("numpy")
+        losses, predictions, labels, shown = [], [], [], []
+        for batch in rows.iter(batch_size):
+            ids = torch.as_tensor(np.asarray(batch["input_ids"]), dtype=torch.long, device=model.device)
+            gold = torch.as_tensor(np.asarray(batch["labels"]), dtype=torch.long, device=model.device)
+            logits = model(input_ids=ids).logits.float()
+            loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), gold.clamp_min(0), reduction="none")
+            losses.append(loss.cpu().numpy())
+            predictions.append(logits.argmax(-1).cpu().numpy())
+            labels.append(gold.cpu().numpy())
+            shown.append(ids.cpu().numpy())
+        scores = mlm_scores(*map(np.concatenate, (losses, predictions, labels, shown)), mask_token_id)
+        floor = info[source]["unigram_mask"]
+        entry[source] = {
+            "mask_loss": scores["mask_loss"],
+            "mask_accuracy": scores["mask_accuracy"],
+            "unigram_mask": floor,
+            "below_unigram_floor": floor - scores["mask_loss"],
+        }
+        belows.append(floor - scores["mask_loss"])
+    entry["below_unigram_floor"] = float(np.mean(belows))
+    return entry
+
+
 class PlateauProbe(TrainerCallback):
     """Scores the probe sets and the attention's locality at the start (a resumed run: where it resumes, unless its
     log history has that step at the same block length), every `every` steps and at the end; each evaluation joins
@@ -156,31 +186,8 @@ class PlateauProbe(TrainerCallback):
             return
         training = model.training
         model.eval()
-        entry, belows = {}, []
         with torch.no_grad():
-            for source, masked in self.sets.items():
-                rows = masked.select_columns(["input_ids", "labels"]).with_format("numpy")
-                losses, predictions, labels, shown = [], [], [], []
-                for batch in rows.iter(self.batch_size):
-                    ids = torch.as_tensor(np.asarray(batch["input_ids"]), dtype=torch.long, device=model.device)
-                    gold = torch.as_tensor(np.asarray(batch["labels"]), dtype=torch.long, device=model.device)
-                    logits = model(input_ids=ids).logits.float()
-                    loss = torch.nn.functional.cross_entropy(
-                        logits.transpose(1, 2), gold.clamp_min(0), reduction="none"
-                    )
-                    losses.append(loss.cpu().numpy())
-                    predictions.append(logits.argmax(-1).cpu().numpy())
-                    labels.append(gold.cpu().numpy())
-                    shown.append(ids.cpu().numpy())
-                scores = mlm_scores(*map(np.concatenate, (losses, predictions, labels, shown)), self.mask)
-                floor = self.info[source]["unigram_mask"]
-                entry[source] = {
-                    "mask_loss": scores["mask_loss"],
-                    "mask_accuracy": scores["mask_accuracy"],
-                    "unigram_mask": floor,
-                    "below_unigram_floor": floor - scores["mask_loss"],
-                }
-                belows.append(floor - scores["mask_loss"])
+            entry = score_sources(model, self.sets, self.info, self.mask, self.batch_size)
             first = next(iter(self.sets.values())).select_columns(["input_ids", "labels"]).with_format("numpy")
             first = first[:PROBE_ATTENTION_BLOCKS]  # {column: array}
             unmasked = np.where(first["labels"] >= 0, first["labels"], first["input_ids"])
@@ -188,7 +195,6 @@ class PlateauProbe(TrainerCallback):
         model.train(training)
         entry["tokens"] = state.global_step * self.tokens_per_step
         entry["block"] = self.block  # tokens a probed block (a sequence-length warm-up changes it mid-run)
-        entry["below_unigram_floor"] = float(np.mean(belows))
         entry["attention"] = [[r["previous"], r["next"], r["same"], r["entropy"]] for r in layers]
         entry["attention_uniform"] = layers[0]["uniform"]
         entry["neighbour_weight_vs_uniform"] = max(max(r["previous"], r["next"]) for r in layers) / layers[0]["uniform"]
