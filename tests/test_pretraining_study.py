@@ -10,12 +10,12 @@ from dataclasses import replace
 
 import pytest
 import torch
-from transformers import TrainerControl, TrainerState
+from transformers import AutoTokenizer, TrainerControl, TrainerState
 
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.corpus import load_corpus
-from studies.pretraining import launch, report
+from studies.pretraining import diagnostics, launch, report
 from studies.pretraining.plateau import (
     PlateauProbe,
     StopAt,
@@ -23,9 +23,10 @@ from studies.pretraining.plateau import (
     held_out_sources,
     plateau_curve,
     plateau_exit_tokens,
+    score_sources,
     source_of,
 )
-from studies.pretraining.run import STUDY, continue_earlier, train_unit, unit_arguments
+from studies.pretraining.run import STUDY, continue_earlier, probe_folder, train_unit, unit_arguments
 from studies.pretraining.settings import DATA_FILES, best_rates, ffn_units, pilot_units, recipe_units, sweep_units
 
 # Student-t quantiles (tables): t_{1 − 0.025/2, 2} = 6.205347 and t_{1 − 0.025/2, 1} = 25.451700 (two comparisons:
@@ -327,6 +328,39 @@ def test_the_probe_scores_each_source_once_per_step_and_block_length():
     longer = PlateauProbe({"wiki": masked_set(16, 3)[0]}, {"wiki": {"unigram_mask": 4.0}}, 4, 4096)
     longer.on_train_begin(None, state, None, model=model)
     assert [(e["step"], e["block"]) for e in plateau_curve(state.log_history)] == [(0, 8), (0, 16)]
+
+
+def test_context_scores_a_run_on_the_probe_sets_of_each_block_length(tmp_path):
+    """diagnostics `context`: the run's model on the probe sets of each block length, read from their folders (the
+    study's tokenizer; a tiny model of its vocabulary), each the same score the probe gives (`score_sources`)."""
+    import datasets
+
+    tokenizer = AutoTokenizer.from_pretrained(STUDY / "tokenizer")
+    config = FfnBertConfig(
+        vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
+    )
+    torch.manual_seed(0)
+    model = FfnBertForMaskedLM(config).eval()
+    model.save_pretrained(tmp_path / "run")
+    sets = {}
+    for block in (8, 16):
+        ids = torch.randint(10, len(tokenizer), (4, block), generator=torch.Generator().manual_seed(block))
+        labels = torch.full_like(ids, -100)
+        labels[:, 1], ids[:, 1] = ids[:, 1], tokenizer.mask_token_id
+        masked = datasets.Dataset.from_dict({"input_ids": ids.tolist(), "labels": labels.tolist()})
+        folder = probe_folder(tmp_path, launch.LAUNCH_PARTS, block)
+        masked.save_to_disk(str(folder / "wiki"))
+        (folder / "probe.json").write_text(json.dumps({"wiki": {"unigram_mask": 8.0}}))
+        sets[block] = masked
+    result = diagnostics.context_scores(tmp_path / "run", tmp_path / "no-corpus-read", tmp_path, blocks=(8, 16))
+    assert result["parts"] == list(launch.LAUNCH_PARTS) and list(result["blocks"]) == [8, 16]
+    for block, masked in sets.items():
+        with torch.no_grad():
+            expected = score_sources(
+                model, {"wiki": masked}, {"wiki": {"unigram_mask": 8.0}}, tokenizer.mask_token_id, 2
+            )
+        assert result["blocks"][block]["wiki"]["mask_loss"] == pytest.approx(expected["wiki"]["mask_loss"], rel=1e-6)
+        assert result["blocks"][block]["below_unigram_floor"] == pytest.approx(8.0 - expected["wiki"]["mask_loss"])
 
 
 def test_held_out_sources_name_each_held_out_documents_file(tmp_path):
