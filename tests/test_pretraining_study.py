@@ -27,7 +27,18 @@ from studies.pretraining.plateau import (
     source_of,
 )
 from studies.pretraining.run import STUDY, continue_earlier, probe_folder, train_unit, unit_arguments
-from studies.pretraining.settings import DATA_FILES, best_rates, ffn_units, pilot_units, recipe_units, sweep_units
+from studies.pretraining.settings import (
+    DATA_FILES,
+    best_rates,
+    ffn_units,
+    grid_best_rates,
+    grid_rate_units,
+    grid_unit,
+    grid_units,
+    pilot_units,
+    recipe_units,
+    sweep_units,
+)
 
 # Student-t quantiles (tables): t_{1 − 0.025/2, 2} = 6.205347 and t_{1 − 0.025/2, 1} = 25.451700 (two comparisons:
 # Bonferroni 1 − 0.05/2 intervals); t_{0.975, 2} = 4.302653 (one comparison).
@@ -236,6 +247,37 @@ def test_a_unit_continues_the_checkpoint_of_its_earlier_steps(tmp_path):
     assert continue_earlier(warmup, *arguments) == warmup.first_phase().name
     assert (runs / warmup.name / "checkpoint-2500" / "trainer_state.json").read_text() == "2500"
     assert continue_earlier(recipe_units()[12], *arguments) is None  # the cool-down arm starts from scratch
+
+
+def test_the_grid_reuses_the_recipe_units_and_runs_each_cell_at_its_rate_chosen_at_full_length(monkeypatch):
+    arm = "32, then 128"
+    rate_units = grid_rate_units(arm)
+    assert len(rate_units) == 12 and all(u.seed == 0 and u.arm == arm for u in rate_units)
+    recipe_names = {u.name for u in recipe_units()}
+    reused = [u.name for u in rate_units if u.name in recipe_names]  # GELU and SwiGLU at 4e-3: the recipe's own
+    assert reused == [recipe_units()[1].name, recipe_units()[3].name]
+    post = [u for u in rate_units if u.placement == "post"]
+    assert [(u.learning_rate, u.warmup_steps) for u in post] == [(5e-4, 1000), (1e-3, 1000), (2e-3, 1000)]
+    losses = {(u.ffn_type, u.placement, u.learning_rate): 5.0 for u in rate_units}
+    losses |= {("gelu", "pre", 8e-3): 4.9, ("swiglu", "pre", 2e-3): 4.8, ("gelu", "post", 1e-3): 4.7}
+    records = [{"name": u.name, "mask_loss": losses[(u.ffn_type, u.placement, u.learning_rate)]} for u in rate_units]
+    records = [r for r in records if "geglu" not in r["name"] or "lr0.008" not in r["name"]]  # GeGLU: one missing
+    assert grid_best_rates(arm, records) == {("gelu", "pre"): 8e-3, ("swiglu", "pre"): 2e-3, ("gelu", "post"): 1e-3}
+    main = grid_units(arm, records)
+    assert [(u.ffn_type, u.placement, u.seed) for u in main[:4]] == [
+        ("gelu", "pre", 0),
+        ("swiglu", "pre", 0),
+        ("gelu", "post", 0),
+        ("gelu", "pre", 1),
+    ]
+    assert len(main) == 5 + 5 + 3 and {u.learning_rate for u in main if u.ffn_type == "swiglu"} == {2e-3}
+    with pytest.raises(ValueError, match=r"arm 'blocks of 64' is not one of 'blocks of 32', '32, then 128'"):
+        grid_unit("blocks of 64", "gelu", "pre", 4e-3, 0)
+    monkeypatch.setattr(launch, "GRID_ARM", None)
+    with pytest.raises(ValueError, match=r"--stage rates: the grid's arm is not chosen yet \(settings.GRID_ARM"):
+        launch.units(stage="rates")
+    monkeypatch.setattr(launch, "GRID_ARM", arm)
+    assert launch.units(stage="rates") == rate_units and launch.units(stage="grid", records=records) == main
 
 
 def test_unit_arguments_of_each_arms_schedule(tmp_path):

@@ -71,7 +71,16 @@ from studies.pretraining.run import (
     probe_folder,
     train_unit,
 )
-from studies.pretraining.settings import DATA_FILES, EVAL_MASKINGS, PREPROCESSING_WORKERS, SPLIT_SEED, recipe_units
+from studies.pretraining.settings import (
+    DATA_FILES,
+    EVAL_MASKINGS,
+    GRID_ARM,
+    PREPROCESSING_WORKERS,
+    SPLIT_SEED,
+    grid_rate_units,
+    grid_units,
+    recipe_units,
+)
 
 LAUNCH_PARTS = ("wiki-00.txt.xz", "wiki-01.txt.xz", "books-00.txt.xz", "books-01.txt.xz")
 KILL_MARGIN = 5  # seconds before --time_limit at which a unit still running is killed
@@ -81,9 +90,23 @@ LOG_TAIL = 1500  # characters of each unit's log kept in launch.log
 SMOKE_STEPS, SMOKE_DOCUMENTS, SMOKE_CHARACTERS = 8, 200, 2_000_000  # --smoke: steps a unit, text kept a part
 
 
-def units(smoke: bool = False):
-    """The units this launcher runs, in order: `recipe_units()`; with `smoke`, seed 0's GELU units of the first two
-    arms stopped at `SMOKE_STEPS` (the sequence-length warm-up's long blocks from half way)."""
+STAGES = ("recipe", "rates", "grid")
+
+
+def units(smoke: bool = False, stage: str = "recipe", records: list[dict] = ()):
+    """The units this launcher runs, in order: the stage's (`recipe_units()`; at `GRID_ARM`, `grid_rate_units` or
+    `grid_units` of the rates chosen in `records`); with `smoke`, seed 0's GELU units of the recipe's first two arms
+    stopped at `SMOKE_STEPS` (the sequence-length warm-up's long blocks from half way).
+
+    Raises:
+        ValueError: a grid stage before `settings.GRID_ARM` is set, naming the stage."""
+    if stage != "recipe" and not smoke:
+        if GRID_ARM is None:
+            raise ValueError(
+                f"--stage {stage}: the grid's arm is not chosen yet (settings.GRID_ARM is None; README.md, "
+                '"The recipe\'s three arms")'
+            )
+        return grid_rate_units(GRID_ARM) if stage == "rates" else grid_units(GRID_ARM, list(records))
     if smoke:  # the warm-up first: it trains its first phase itself, which the blocks-of-32 unit then continues
         first, warmup = recipe_units()[:2]
         return [
@@ -143,9 +166,14 @@ def prepare(data_dir: Path, work_dir: Path, parts: tuple[str, ...], blocks: set[
         probe_sets(corpus, tokenizer, block, probe_folder(work_dir, parts, block))
 
 
+def recorded(out: Path) -> list[dict]:
+    """The records of `out`/runs.jsonl (none before the first)."""
+    return read_runs(out / RUNS) if (out / RUNS).is_file() else []
+
+
 def run_one(args: argparse.Namespace) -> int:
     """The child: train the unit `args.one` and write its record to `work_dir`/records/NAME.json."""
-    unit = next(u for u in units(args.smoke) if u.name == args.one)
+    unit = next(u for u in units(args.smoke, args.stage, recorded(args.out)) if u.name == args.one)
     parts = part_names(args.parts)
     record = train_unit(unit, args.data_dir, args.work_dir, STUDY, args.device, parts, args.stop_training_at)
     folder = args.work_dir / "records"
@@ -169,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", default=None, help="only these unit names")
     parser.add_argument("--commit", action="store_true", help="commit each record as it is appended (CPU sessions)")
     parser.add_argument("--smoke", action="store_true", help="two units of a few steps on the parts' first text")
+    parser.add_argument(
+        "--stage", choices=STAGES, default="recipe", help="the recipe's arms, the grid's rates, or the grid's seeds"
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child: one unit
     parser.add_argument("--stop_training_at", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -185,7 +216,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name} {value:g}: must be a positive number of seconds")
     if args.parallel < 1:
         parser.error(f"--parallel {args.parallel}: must be a positive number of units")
-    known = {u.name for u in units(args.smoke)}
+    try:
+        planned = units(args.smoke, args.stage, recorded(args.out))
+    except ValueError as error:
+        parser.error(str(error))
+    known = {u.name for u in planned}
     unknown = sorted(set(args.only or ()) - known)
     if unknown:
         parser.error(f"--only {' '.join(unknown)}: no such unit; the units: {', '.join(sorted(known))}")
@@ -203,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         log.flush()
         print(text, flush=True)
 
-    done = {r["name"] for r in read_runs(args.out / RUNS)} if (args.out / RUNS).is_file() else set()
-    todo = [u for u in units(args.smoke) if u.name not in done and (args.only is None or u.name in args.only)]
+    done = {r["name"] for r in recorded(args.out)}
+    todo = [u for u in planned if u.name not in done and (args.only is None or u.name in args.only)]
     if args.smoke:
         args.data_dir = smoke_corpus(args.data_dir, parts, args.work_dir / "smoke-corpus")
     note(
@@ -232,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             command = [sys.executable, "-m", "studies.pretraining.launch", "--one", unit.name]
             command += ["--data_dir", str(args.data_dir), "--out", str(args.out), "--device", args.device]
             command += ["--work_dir", str(args.work_dir), "--threads", str(threads), "--parts", *args.parts]
+            command += ["--stage", args.stage]
             if limit is not None:
                 command += ["--stop_training_at", str(limit - args.reserve)]
             command += ["--smoke"] if args.smoke else []

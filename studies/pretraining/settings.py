@@ -209,6 +209,59 @@ def recipe_units(seeds: tuple[int, ...] = RECIPE_SEEDS) -> list[Unit]:
     return units
 
 
+# The grid (issue 42, item 4) runs at the arm the rule picks (README.md, "The recipe's three arms"): `GRID_ARM`,
+# None until the recipe units have reported (the launcher then refuses the grid's stages). Its units are recipe units
+# of that arm with another FFN, placement, rate or seed, so the recipe's own units (GELU and SwiGLU at 4e-3, seeds
+# 0-2) are cells of the grid and are not run again. Rates are chosen at full length (issue 42: a rate picked on the
+# plateau picks noise): seed 0 of each (FFN, placement) at each rate of `GRID_RATES`, the lowest final [MASK] loss
+# wins (`grid_best_rates`); then `GRID_SEEDS` seeds at it. Post-LN is measured for GELU, at its own rates and with
+# the longer warm-up Post-LN needs (Xiong et al. 2020; `GRID_WARMUP`), against GELU's Pre-LN cells of the same seeds.
+GRID_ARM: str | None = None
+GRID_RATES = {"pre": (2e-3, 4e-3, 8e-3), "post": (5e-4, 1e-3, 2e-3)}
+GRID_WARMUP = {"pre": WARMUP_STEPS, "post": 1000}
+GRID_CELLS = (("gelu", "pre"), ("swiglu", "pre"), ("gelu", "post"), ("geglu", "pre"))  # the issue's priority
+GRID_SEEDS = {("gelu", "pre"): 5, ("swiglu", "pre"): 5, ("gelu", "post"): 3, ("geglu", "pre"): 3}
+
+
+def grid_unit(arm: str, ffn: str, placement: str, rate: float, seed: int) -> Unit:
+    """The recipe unit of `arm` (`RECIPE_ARMS`) for this FFN, placement, rate and seed (`GRID_WARMUP`)."""
+    if arm not in RECIPE_ARMS:
+        raise ValueError(f"arm {arm!r} is not one of {', '.join(map(repr, RECIPE_ARMS))}")
+    template = next(u for u in recipe_units((0,)) if u.arm == arm)
+    return replace(
+        template, ffn_type=ffn, placement=placement, learning_rate=rate, warmup_steps=GRID_WARMUP[placement], seed=seed
+    )
+
+
+def grid_rate_units(arm: str) -> list[Unit]:
+    """Seed 0 of each cell of `GRID_CELLS` at each rate of its placement's `GRID_RATES`, in the cells' order."""
+    return [grid_unit(arm, ffn, place, rate, 0) for ffn, place in GRID_CELLS for rate in GRID_RATES[place]]
+
+
+def grid_best_rates(arm: str, records: list[dict]) -> dict[tuple[str, str], float]:
+    """{(FFN, placement): the rate of `grid_rate_units(arm)` with the lowest final [MASK] loss}, for the cells whose
+    rate units have all reported (a cell with one missing is left out: its rate is not chosen yet)."""
+    losses = {r["name"]: r["mask_loss"] for r in records}
+    best = {}
+    for ffn, place in GRID_CELLS:
+        units = [grid_unit(arm, ffn, place, rate, 0) for rate in GRID_RATES[place]]
+        if all(u.name in losses for u in units):
+            best[(ffn, place)] = min(units, key=lambda u: losses[u.name]).learning_rate
+    return best
+
+
+def grid_units(arm: str, records: list[dict]) -> list[Unit]:
+    """The main units: `GRID_SEEDS` seeds of each cell at its chosen rate (`grid_best_rates`), seed-major in the
+    cells' order (stopping early leaves every cell with the same seeds); cells without a chosen rate are left out."""
+    rates = grid_best_rates(arm, records)
+    return [
+        grid_unit(arm, ffn, place, rates[(ffn, place)], seed)
+        for seed in range(max(GRID_SEEDS.values()))
+        for ffn, place in GRID_CELLS
+        if (ffn, place) in rates and seed < GRID_SEEDS[(ffn, place)]
+    ]
+
+
 def pilot_units(max_steps: int = MAIN_STEPS) -> list[Unit]:
     return [
         Unit(
