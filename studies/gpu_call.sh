@@ -56,11 +56,13 @@ for dtype in float32 bfloat16; do
 done
 tail -n 4 "$OUT/parity.log"
 
-# 3. The from-scratch study's units on the GPU (issue 42), in the time left: the recipe's six units at once
+# 3. The from-scratch study's units on the GPU (issue 42), in the time left, six at once: those of STAGE (recipe, by
+#    default; rates or grid once settings.GRID_ARM is set: launch.py --stage) not yet in $OUT/runs.jsonl
 #    (studies/pretraining/launch.py; records in $OUT/runs.jsonl, timings and log tails in $OUT/launch.log).
+STAGE=${STAGE:-recipe}
 if [ "$(left)" -gt 90 ]; then
     timeout $(( $(left) - 10 )) python3 -m studies.pretraining.launch --data_dir device_payload/corpus \
-        --out "$OUT" --time_limit $(( $(left) - 25 )) --device $DEVICE --parallel 6 --work_dir out/launch $UNIT_ARGS \
+        --out "$OUT" --time_limit $(( $(left) - 25 )) --device $DEVICE --parallel 6 --work_dir out/launch --stage "$STAGE" $UNIT_ARGS \
         2>&1 | tee "$OUT/units.log" | grep -v "it/s\]" | tail -n 40
 fi
 echo "all done at $(( $(date +%s) - start )) s"
