@@ -93,6 +93,7 @@ def test_summary_schema_and_hand_computed_intervals():
     assert set(result) == {
         "training_tokens_per_main_run",
         "planned_tokens_per_main_run",
+        "grid_arm",
         "epochs_per_main_run",
         "heldout_tokens",
         "floors",
@@ -278,6 +279,44 @@ def test_the_grid_reuses_the_recipe_units_and_runs_each_cell_at_its_rate_chosen_
         launch.units(stage="rates")
     monkeypatch.setattr(launch, "GRID_ARM", arm)
     assert launch.units(stage="rates") == rate_units and launch.units(stage="grid", records=records) == main
+
+
+def test_the_grids_main_cells_fill_the_ffn_and_placement_tables():
+    """`report.grid_cells`: each cell at its rate chosen at full length (seed 0 of its rate units), its seeds paired
+    with GELU's (FFN table) and GELU Pre-LN with Post-LN (placement table), by hand: SwiGLU − GELU over seeds 0-4 is
+    −0.1, −0.2, 0, −0.1, −0.1 (mean −0.1, standard deviation √(0.02/4)); Pre − Post over seeds 0-2 is −0.3, −0.25, −0.4."""
+    arm = "32, then 128"
+    rows = []
+    for unit in grid_rate_units(arm):
+        chosen = unit.learning_rate == {"pre": 4e-3, "post": 1e-3}[unit.placement]
+        loss = {"gelu": 5.0, "swiglu": 4.9, "geglu": 5.05}[unit.ffn_type] + (0.3 if unit.placement == "post" else 0)
+        rows.append((unit, loss if chosen else loss + 0.2))
+    for seed, swiglu in zip((1, 2, 3, 4), (4.8, 5.0, 4.9, 4.9), strict=True):
+        rows += [
+            (grid_unit(arm, "gelu", "pre", 4e-3, seed), 5.0),
+            (grid_unit(arm, "swiglu", "pre", 4e-3, seed), swiglu),
+        ]
+    rows += [(grid_unit(arm, "gelu", "post", 1e-3, seed), loss) for seed, loss in ((1, 5.25), (2, 5.4))]
+    records = [
+        record("recipe", u.ffn_type, u.seed, loss, u.placement, u.learning_rate, u.warmup_steps)
+        | u.settings()
+        | {"name": u.name}
+        for u, loss in rows
+    ]
+    result = report.summary(records, [], arm=arm)
+    assert result["grid_arm"] == arm and result["planned_tokens_per_main_run"] == 20_480_000
+    table = {row["variant"]: row for row in result["ffn_table"]}
+    assert [table[f]["seeds"] for f in ("gelu", "swiglu", "geglu")] == [[0, 1, 2, 3, 4]] * 2 + [[0]]
+    assert table["swiglu"]["delta_vs_gelu"] == pytest.approx(-0.1) and table["geglu"]["interval"] is None
+    half = (
+        2.776445 * math.sqrt(0.02 / 4) / math.sqrt(5)
+    )  # t_{0.975, 4}: one comparison with an interval (GeGLU: 1 seed)
+    assert table["swiglu"]["interval"] == pytest.approx([-0.1 - half, -0.1 + half])
+    [placement] = result["placement_table"]
+    assert (placement["pre"]["seeds"], placement["post"]["seeds"]) == ([0, 1, 2, 3, 4], [0, 1, 2])
+    assert (placement["pre"]["learning_rate"], placement["post"]["warmup_steps"]) == (4e-3, 1000)
+    assert placement["delta_pre_minus_post"] == pytest.approx((-0.3 - 0.25 - 0.4) / 3)
+    assert report.summary(records, [], arm=None)["ffn_table"] == []  # no grid before its arm is chosen
 
 
 def test_unit_arguments_of_each_arms_schedule(tmp_path):

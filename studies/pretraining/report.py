@@ -3,14 +3,16 @@
     python -m studies.pretraining.report   # studies/pretraining/{runs,finetune}.jsonl → summary.json, report.md
 
 `summary.json` (issue 37's schema, with issue 42's fields):
-- `training_tokens_per_main_run` (the main runs' (kind "ffn") tokens; `null` before any), `planned_tokens_per_main_run`
-  (settings.py's `MAIN_STEPS` × 4,096), `epochs_per_main_run`, `heldout_tokens` (held-out tokens, one masking; the
+- `grid_arm` (issue 42: the recipe arm the grid runs at, `settings.GRID_ARM`; its main cells fill the FFN and
+  placement tables, `grid_cells`), `training_tokens_per_main_run` (the main runs' (kind "ffn") tokens; `null` before
+  any), `planned_tokens_per_main_run` (`RECIPE_STOP` × 4,096 with a grid arm, else issue 37's `MAIN_STEPS` ×
+  4,096), `epochs_per_main_run`, `heldout_tokens` (held-out tokens, one masking; the
   evaluation masks them `EVAL_MASKINGS` times), `floors` {`unigram_mask`, `copy_aware`} (`hf_ffn.training.floors`,
   on the evaluation's maskings; before any main run, those of the first record or the last pilot), `device` and
   `corpus_parts` (those the records name);
 - `plateau_exit`: per (variant, placement, recipe) of the runs with a plateau probe: `seeds`, `tokens_to_exit`
   (`null`: never left within the run), `tokens_seen`, `never_left`, `cut_by_time_limit` (README.md, "The plateau
-  exit");
+  exit"), `final_block`, `below_floor_at_end`, `passed_gate`, `ffn_output_rms_at_start` (`plateau_exits`);
 - `ffn_table`: one row per FFN variant of the FFN table (`kind` "ffn"): `variant`, `placement`, `learning_rate`,
   `seeds`, `mask_loss` (mean over seeds of the final loss on [MASK] positions), `delta_vs_gelu` (mean of the paired
   differences variant − GELU, by seed), `interval` ([low, high] of that difference), `confidence` (its level);
@@ -39,7 +41,17 @@ from collections import defaultdict
 from pathlib import Path
 
 from hf_ffn.comparing import paired_t_interval, read_runs
-from studies.pretraining.settings import DATA_FILES, GATE_NATS, MAIN_STEPS, SIZES
+from studies.pretraining.settings import (
+    DATA_FILES,
+    GATE_NATS,
+    GRID_ARM,
+    GRID_SEEDS,
+    MAIN_STEPS,
+    RECIPE_STOP,
+    SIZES,
+    grid_best_rates,
+    grid_unit,
+)
 
 STUDY = Path(__file__).parent
 FAMILY_CONFIDENCE = 0.95
@@ -272,22 +284,44 @@ def _parts(record: dict) -> tuple[str, ...] | None:
     return DATA_FILES if record["kind"] in ("pilot", "sweep", "ffn", "placement") else None
 
 
-def summary(records: list[dict], finetuned: list[dict], pilots: list[dict] = ()) -> dict:
-    """summary.json (the module docstring)."""
+def grid_cells(records: list[dict], arm: str | None) -> list[dict]:
+    """The grid's main cells (issue 42, item 4: `settings.grid_units` at `arm`, each (FFN, placement) at its rate
+    chosen at full length) as the tables read them: every Pre-LN cell's records as kind "ffn" (the FFN table) and
+    GELU's Pre-LN and Post-LN cells' as kind "placement" (Pre − Post for one FFN); none before `arm` is chosen."""
+    if arm is None:
+        return []
+    by_name, cells = {r["name"]: r for r in records}, []
+    for (ffn, placement), rate in grid_best_rates(arm, records).items():
+        for seed in range(GRID_SEEDS[(ffn, placement)]):
+            record = by_name.get(grid_unit(arm, ffn, placement, rate, seed).name)
+            if record is not None and placement == "pre":
+                cells.append(record | {"kind": "ffn"})
+            if record is not None and ffn == "gelu":
+                cells.append(record | {"kind": "placement"})
+    return cells
+
+
+def summary(records: list[dict], finetuned: list[dict], pilots: list[dict] = (), arm: str | None = GRID_ARM) -> dict:
+    """summary.json (the module docstring); `arm`: the recipe arm the grid runs at (`settings.GRID_ARM`)."""
+    grid = grid_cells(records, arm)
+    records = [*records, *grid]
     main = [r for r in records if r["kind"] == "ffn"]
     reference = main or records or [p for p in pilots if p["kind"] == "pilot"][-1:]
     first = reference[0] if reference else {}
     every = [*pilots, *records]
     return {
         "training_tokens_per_main_run": max((r["tokens_seen"] for r in main), default=None),
-        "planned_tokens_per_main_run": MAIN_STEPS * SIZES["batch_size"] * SIZES["max_seq_length"],
+        "planned_tokens_per_main_run": (RECIPE_STOP if arm else MAIN_STEPS)
+        * SIZES["batch_size"]
+        * SIZES["max_seq_length"],
+        "grid_arm": arm,
         "epochs_per_main_run": max((r["epochs"] for r in main), default=None),
         "heldout_tokens": first.get("heldout_tokens"),
         "floors": {key: first["floors"][key] for key in ("unigram_mask", "copy_aware")} if first else None,
         "device": sorted({_device(r) for r in every} - {None}),
         "corpus_parts": [list(parts) for parts in sorted({_parts(r) for r in every} - {None})],
         "gate": gate(list(pilots), records),
-        "plateau_exit": plateau_exits(records),
+        "plateau_exit": plateau_exits([r for r in records if r["kind"] not in ("ffn", "placement") or r not in grid]),
         "ffn_table": loss_table(records),
         "placement_table": placement_table(records),
         "finetune": finetune_table(finetuned, records),
