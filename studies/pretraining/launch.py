@@ -291,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
                 append(args.out / RUNS, record, args.commit)
                 note(
                     f"recorded {name}: {time.time() - since:.0f} s, {record['tokens_seen']:,} tokens "
-                    f"({record['tokens_seen'] / max(record['train_seconds'], 1e-9):,.0f} a second), [MASK] loss "
+                    f"({record['max_seq_length'] * record['batch_size'] / record['seconds_per_step']:,.0f} a second "
+                    "over this process's steps), [MASK] loss "
                     f"{record['mask_loss']:.3f} ({record['below_unigram_floor']:+.3f} below the floor), plateau "
                     f"exit at {record['plateau_exit_tokens']} tokens"
                     + (", cut by the time limit" if record["cut_by_time_limit"] else "")
