@@ -289,9 +289,10 @@ def main(argv: list[str] | None = None) -> int:
             if record_path.is_file() and process.returncode == 0:
                 record = json.loads(record_path.read_text())
                 append(args.out / RUNS, record, args.commit)
+                rate = record["max_seq_length"] * record["batch_size"] / max(record["seconds_per_step"], 1e-9)
                 note(
                     f"recorded {name}: {time.time() - since:.0f} s, {record['tokens_seen']:,} tokens "
-                    f"({record['max_seq_length'] * record['batch_size'] / record['seconds_per_step']:,.0f} a second "
+                    f"({rate:,.0f} a second "
                     "over this process's steps), [MASK] loss "
                     f"{record['mask_loss']:.3f} ({record['below_unigram_floor']:+.3f} below the floor), plateau "
                     f"exit at {record['plateau_exit_tokens']} tokens"
