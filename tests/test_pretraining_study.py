@@ -283,8 +283,9 @@ def test_the_grid_reuses_the_recipe_units_and_runs_each_cell_at_its_rate_chosen_
 
 def test_the_grids_main_cells_fill_the_ffn_and_placement_tables():
     """`report.grid_cells`: each cell at its rate chosen at full length (seed 0 of its rate units), its seeds paired
-    with GELU's (FFN table) and GELU Pre-LN with Post-LN (placement table), by hand: SwiGLU − GELU over seeds 0-4 is
-    −0.1, −0.2, 0, −0.1, −0.1 (mean −0.1, standard deviation √(0.02/4)); Pre − Post over seeds 0-2 is −0.3, −0.25, −0.4."""
+    with GELU's (FFN table) and GELU Pre-LN with Post-LN (placement table), by hand: SwiGLU − GELU over seeds 0-4
+    is −0.1, −0.2, 0, −0.1, −0.1 (mean −0.1, standard deviation √(0.02/4)); Pre − Post over seeds 0-2 is −0.3,
+    −0.25, −0.4."""
     arm = "32, then 128"
     rows = []
     for unit in grid_rate_units(arm):

@@ -216,7 +216,10 @@ def recipe_units(seeds: tuple[int, ...] = RECIPE_SEEDS) -> list[Unit]:
 # plateau picks noise): seed 0 of each (FFN, placement) at each rate of `GRID_RATES`, the lowest final [MASK] loss
 # wins (`grid_best_rates`); then `GRID_SEEDS` seeds at it. Post-LN is measured for GELU, at its own rates and with
 # the longer warm-up Post-LN needs (Xiong et al. 2020; `GRID_WARMUP`), against GELU's Pre-LN cells of the same seeds.
-GRID_ARM: str | None = None
+# Chosen 2026-12-05 by the rule from the 17 recipe units then recorded (README.md, "The recipe's three arms"): all
+# six units of "32, then 128" left the plateau within 20.5M tokens and all six ended >= 1 nat below the floor at
+# blocks of 128 (1.39-1.97); the cool-down's exits were earlier than linear decay's in none of the five pairs.
+GRID_ARM: str | None = RECIPE_ARMS[1]
 GRID_RATES = {"pre": (2e-3, 4e-3, 8e-3), "post": (5e-4, 1e-3, 2e-3)}
 GRID_WARMUP = {"pre": WARMUP_STEPS, "post": 1000}
 GRID_CELLS = (("gelu", "pre"), ("swiglu", "pre"), ("gelu", "post"), ("geglu", "pre"))  # the priority
