@@ -89,7 +89,7 @@ FINETUNED = [
 
 
 def test_summary_schema_and_hand_computed_intervals():
-    result = report.summary(RECORDS, FINETUNED)
+    result = report.summary(RECORDS, FINETUNED, arm=None)  # issue 37's main runs (kind "ffn"), no grid arm
     assert set(result) == {
         "training_tokens_per_main_run",
         "planned_tokens_per_main_run",
@@ -150,7 +150,7 @@ def test_summary_before_the_grid_reports_the_gate_from_the_last_full_pilot():
     slice_pilot = record("pilot-slice", "gelu", 0, 5.0) | {"tokens_seen": 4_096_000}
     failed = record("pilot", "gelu", 0, 6.45) | {"floors": {"unigram_mask": 6.616, "copy_aware": 6.045}}
     failed["below_unigram_floor"] = 6.616 - 6.45
-    result = report.summary([], [], [slice_pilot, failed])
+    result = report.summary([], [], [slice_pilot, failed], arm=None)  # issue 37's plan: no grid arm
     assert result["gate"] == {
         "from": "last pilot",
         "unit": failed["name"],
@@ -165,6 +165,8 @@ def test_summary_before_the_grid_reports_the_gate_from_the_last_full_pilot():
     # issue 42: no main run yet, so no main run's tokens (it was the last pilot's count); the plan is settings.py's
     assert (result["training_tokens_per_main_run"], result["heldout_tokens"]) == (None, 500_000)
     assert result["planned_tokens_per_main_run"] == 16_384_000 and result["epochs_per_main_run"] is None
+    # with a grid arm the main runs are recipe units stopped at RECIPE_STOP (5,000 steps of 4,096 tokens)
+    assert report.summary([], [], [failed], arm="32, then 128")["planned_tokens_per_main_run"] == 20_480_000
     # records before issue 42 name no device or parts: the study's units ran on the CPU over every part
     assert result["device"] == [] and result["corpus_parts"] == [list(DATA_FILES)]
     on_gpu = record("recipe", "gelu", 0, 5.0) | {"device": "NVIDIA H200", "corpus_parts": ["wiki-00.txt.xz"]}
