@@ -9,6 +9,7 @@
 #   python -c 'from transformers import AutoTokenizer; from hf_ffn.parity import bundled_checkpoint as b;
 #       AutoTokenizer.from_pretrained(b()).save_pretrained("device_payload/bert_tokenizer")'  # bert-base-uncased's
 #   device run: bash studies/gpu_call.sh   (carry: device_payload; timeout 600)
+#   the study's grid alone, the whole call for its units: CHECK=0 STAGE=rates bash studies/gpu_call.sh (then grid)
 #
 # What comes back under $OUT: gpu.json and gpu.log (studies/benchmark/gpu.py), parity.log (hf-ffn parity --device
 # cuda on a small BERT), the units' records and logs (runs.jsonl, launch.log, units.log: studies/pretraining/launch.py).
@@ -36,7 +37,10 @@ python3 -c 'import torch, transformers, datasets, hf_ffn; print("torch", torch._
 transformers.__version__, "datasets", datasets.__version__, "cuda", torch.cuda.is_available())'
 
 # 1. The GPU check (issue 41): parity, unpadded execution, pre-training speed -> gpu.json (written per section).
+#    CHECK=0 skips it and step 2 (a call spent on the study's units).
+CHECK=${CHECK:-1}
 CHECK_LIMIT=${CHECK_LIMIT:-360}  # the GPU check's own limit (issue 41: <= 6 minutes with its set-up)
+if [ "$CHECK" = 1 ]; then
 timeout $(( $(left) < CHECK_LIMIT ? $(left) : CHECK_LIMIT )) python3 -m studies.benchmark.gpu --output_dir "$OUT" $CHECK_ARGS \
     --data_files device_payload/corpus/wiki-00.txt.xz --bert_tokenizer device_payload/bert_tokenizer 2>&1 | tee "$OUT/gpu.log" | grep -v "it/s\]" | tail -n 60
 echo "gpu check done at $(( $(date +%s) - start )) s"
@@ -55,11 +59,15 @@ for dtype in float32 bfloat16; do
     echo "hf-ffn parity --device $DEVICE --dtype $dtype --attn sdpa: exit $?" | tee -a "$OUT/parity.log"
 done
 tail -n 4 "$OUT/parity.log"
+fi
 
 # 3. The from-scratch study's units on the GPU (issue 42), in the time left, six at once: those of STAGE (recipe, by
 #    default; rates or grid once settings.GRID_ARM is set: launch.py --stage) not yet in $OUT/runs.jsonl
 #    (studies/pretraining/launch.py; records in $OUT/runs.jsonl, timings and log tails in $OUT/launch.log).
+#    $OUT/runs.jsonl starts as the study's committed runs.jsonl, so units recorded on the CPU are not run again and
+#    the grid stage sees the rate units' records: the new records are its lines after the study's own.
 STAGE=${STAGE:-recipe}
+[ -s "$OUT/runs.jsonl" ] || cp studies/pretraining/runs.jsonl "$OUT/runs.jsonl"
 if [ "$(left)" -gt 90 ]; then
     timeout $(( $(left) - 10 )) python3 -m studies.pretraining.launch --data_dir device_payload/corpus \
         --out "$OUT" --time_limit $(( $(left) - 25 )) --device $DEVICE --parallel 6 --work_dir out/launch --stage "$STAGE" $UNIT_ARGS \
