@@ -16,7 +16,7 @@ the weights of the rest are renormalised), c are counts over the training blocks
 floors (`hf_ffn.training.floors`). The weights are fixed, not fitted on the held-out set. It is the loss a
 model reaches that uses nothing but the two neighbours, each in one direction: what looking next door is worth.
 `context`: a finished recipe unit (issue 42) on the plateau probe's held-out sets at blocks of 32 and of 128 (its
-corpus parts: launch.py's `LAUNCH_PARTS`), each source's [MASK] loss below its floor and their mean
+corpus parts: settings.py's `LAUNCH_PARTS`), each source's [MASK] loss below its floor and their mean
 (`plateau.score_sources`): the two recipe arms compared on the same blocks, and whether a model trained on blocks
 of 32 uses a context of 128 (its positions 32-127 never trained).
 
@@ -40,7 +40,7 @@ from hf_ffn.training.corpus import documents_to_blocks, fixed_maskings, load_cor
 from hf_ffn.training.floors import never_chosen_ids, unigram_counts, unigram_distribution
 from studies.pretraining.plateau import PROBE_BATCH_TOKENS, attention_locality, probe_sets, score_sources
 from studies.pretraining.run import STUDY, TOKENIZER, corpus_options, probe_folder
-from studies.pretraining.settings import EVAL_MASKINGS, PREPROCESSING_WORKERS, SIZES, SPLIT_SEED
+from studies.pretraining.settings import EVAL_MASKINGS, LAUNCH_PARTS, PREPROCESSING_WORKERS, SIZES, SPLIT_SEED
 
 ATTENTION_BLOCKS = 64  # held-out blocks `attention` measures on
 WEIGHTS = (0.6, 0.3, 0.1)  # trigram, the two bigrams, unigram (fixed; see the module docstring)
@@ -123,7 +123,6 @@ def neighbour_reference(tokenizer, train, validation) -> dict:
 def context_scores(model_dir: Path, data_dir: Path, output_dir: Path, blocks: tuple[int, ...] = (32, 128)) -> dict:
     """{"parts", "blocks": {block: `score_sources`' entry}}: the run in `model_dir` on the plateau probe's sets of
     `LAUNCH_PARTS` at each block length of `blocks` (built under `output_dir` if missing)."""
-    from studies.pretraining.launch import LAUNCH_PARTS  # the recipe units' parts
 
     tokenizer = AutoTokenizer.from_pretrained(STUDY / TOKENIZER)
     corpus = corpus_options(data_dir, output_dir / "cache", LAUNCH_PARTS)

@@ -75,6 +75,7 @@ from studies.pretraining.settings import (
     DATA_FILES,
     EVAL_MASKINGS,
     GRID_ARM,
+    LAUNCH_PARTS,
     PREPROCESSING_WORKERS,
     SPLIT_SEED,
     grid_rate_units,
@@ -82,7 +83,6 @@ from studies.pretraining.settings import (
     recipe_units,
 )
 
-LAUNCH_PARTS = ("wiki-00.txt.xz", "wiki-01.txt.xz", "books-00.txt.xz", "books-01.txt.xz")
 KILL_MARGIN = 5  # seconds before --time_limit at which a unit still running is killed
 LOG_TAIL = 1500  # characters of each unit's log kept in launch.log
 

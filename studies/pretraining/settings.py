@@ -84,6 +84,9 @@ PREPROCESSING_WORKERS = 16  # tokenizing processes, fixed on every device: the b
 # long enough to pay for the compile, after checking the probe with it.
 SPEED_DEFAULTS = False
 
+# The corpus parts the recipe and grid units read (issue 42; 39.5M training tokens an epoch): launch.py's default.
+LAUNCH_PARTS = ("wiki-00.txt.xz", "wiki-01.txt.xz", "books-00.txt.xz", "books-01.txt.xz")
+
 # The recipe units (issue 42, item 3): GELU and SwiGLU, seeds 0, 1, 2, Pre-LN, lr 4e-3, warm-up 300, 4,096 tokens a
 # step, three arms (`recipe_units`), each 5,000 steps = 20.5M tokens (0.52 of an epoch of `LAUNCH_PARTS`: no text
 # repeats), so that every seed can pass the gate (at 10.2M, 5 of 6 had left the plateau and 1 had passed it):
@@ -216,9 +219,10 @@ def recipe_units(seeds: tuple[int, ...] = RECIPE_SEEDS) -> list[Unit]:
 # plateau picks noise): seed 0 of each (FFN, placement) at each rate of `GRID_RATES`, the lowest final [MASK] loss
 # wins (`grid_best_rates`); then `GRID_SEEDS` seeds at it. Post-LN is measured for GELU, at its own rates and with
 # the longer warm-up Post-LN needs (Xiong et al. 2020; `GRID_WARMUP`), against GELU's Pre-LN cells of the same seeds.
-# Chosen 2026-12-05 by the rule from the 17 recipe units then recorded (README.md, "The recipe's three arms"): all
-# six units of "32, then 128" left the plateau within 20.5M tokens and all six ended >= 1 nat below the floor at
-# blocks of 128 (1.39-1.97); the cool-down's exits were earlier than linear decay's in none of the five pairs.
+# Chosen 2026-12-05 by the rule from the recipe units (README.md, "The recipe's three arms"; the 17 recorded then,
+# the 18th since changes nothing): all six units of "32, then 128" left the plateau within 20.5M tokens and all six
+# ended >= 1 nat below the floor at blocks of 128 (1.39-1.97); the cool-down's exits were earlier than linear
+# decay's in none of the six pairs.
 GRID_ARM: str | None = RECIPE_ARMS[1]
 GRID_RATES = {"pre": (2e-3, 4e-3, 8e-3), "post": (5e-4, 1e-3, 2e-3)}
 GRID_WARMUP = {"pre": WARMUP_STEPS, "post": 1000}
