@@ -902,8 +902,9 @@ def test_fine_tuning_scripts_resume_from_the_last_checkpoint(script, tiny_checkp
     with pytest.raises(ValueError, match="--resume_from_checkpoint last: no checkpoint-N folder"):
         main([*data, "--resume_from_checkpoint", "last"])
     assert passed == []
-    (output_dir / "checkpoint-3").mkdir(parents=True)
-    (output_dir / "checkpoint-12").mkdir()
+    for step in (3, 12):  # as Trainer saves them: hf-ffn mlm reads the step it resumes from before training
+        (output_dir / f"checkpoint-{step}").mkdir(parents=True, exist_ok=True)
+        (output_dir / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     with pytest.raises(TrainCalled):
         main([*data, "--resume_from_checkpoint", "last"])
     assert passed == [str(output_dir / "checkpoint-12")]
