@@ -15,7 +15,7 @@ from transformers import AutoTokenizer, TrainerControl, TrainerState
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.corpus import load_corpus
-from studies.pretraining import diagnostics, launch, report
+from studies.pretraining import diagnostics, launch, report, settings
 from studies.pretraining.plateau import (
     PlateauProbe,
     StopAt,
@@ -26,9 +26,20 @@ from studies.pretraining.plateau import (
     score_sources,
     source_of,
 )
-from studies.pretraining.run import STUDY, continue_earlier, probe_folder, train_unit, unit_arguments
+from studies.pretraining.run import (
+    STUDY,
+    continue_earlier,
+    finetune_units,
+    main_records,
+    probe_folder,
+    train_unit,
+    unit_arguments,
+)
 from studies.pretraining.settings import (
     DATA_FILES,
+    FINETUNE_SEEDS,
+    FINETUNE_TASKS,
+    UNTRAINED,
     best_rates,
     ffn_units,
     grid_best_rates,
@@ -255,7 +266,8 @@ def test_a_unit_continues_the_checkpoint_of_its_earlier_steps(tmp_path):
 def test_the_grid_reuses_the_recipe_units_and_runs_each_cell_at_its_rate_chosen_at_full_length(monkeypatch):
     arm = "32, then 128"
     rate_units = grid_rate_units(arm)
-    assert len(rate_units) == 12 and all(u.seed == 0 and u.arm == arm for u in rate_units)
+    assert len(rate_units) == 4 + 4 + 3 + 4 and all(u.seed == 0 and u.arm == arm for u in rate_units)
+    assert [u.learning_rate for u in rate_units[:4]] == [1e-3, 2e-3, 4e-3, 8e-3]  # GELU Pre-LN
     recipe_names = {u.name for u in recipe_units()}
     reused = [u.name for u in rate_units if u.name in recipe_names]  # GELU and SwiGLU at 4e-3: the recipe's own
     assert reused == [recipe_units()[1].name, recipe_units()[3].name]
@@ -266,14 +278,25 @@ def test_the_grid_reuses_the_recipe_units_and_runs_each_cell_at_its_rate_chosen_
     records = [{"name": u.name, "mask_loss": losses[(u.ffn_type, u.placement, u.learning_rate)]} for u in rate_units]
     records = [r for r in records if "geglu" not in r["name"] or "lr0.008" not in r["name"]]  # GeGLU: one missing
     assert grid_best_rates(arm, records) == {("gelu", "pre"): 8e-3, ("swiglu", "pre"): 2e-3, ("gelu", "post"): 1e-3}
-    main = grid_units(arm, records)
+    main = grid_units(arm, records)  # Post-LN's rate is chosen, but its seeds wait for a recipe of its own
+    assert set(settings.GRID_DEFERRED) == {("gelu", "post")}
     assert [(u.ffn_type, u.placement, u.seed) for u in main[:4]] == [
+        ("gelu", "pre", 0),
+        ("swiglu", "pre", 0),
+        ("gelu", "pre", 1),
+        ("swiglu", "pre", 1),
+    ]
+    assert len(main) == 5 + 5 and {u.learning_rate for u in main if u.ffn_type == "swiglu"} == {2e-3}
+    monkeypatch.setattr(settings, "GRID_DEFERRED", {})
+    undeferred = grid_units(arm, records)
+    assert [(u.ffn_type, u.placement, u.seed) for u in undeferred[:4]] == [
         ("gelu", "pre", 0),
         ("swiglu", "pre", 0),
         ("gelu", "post", 0),
         ("gelu", "pre", 1),
     ]
-    assert len(main) == 5 + 5 + 3 and {u.learning_rate for u in main if u.ffn_type == "swiglu"} == {2e-3}
+    assert len(undeferred) == 5 + 5 + 3 and {u.learning_rate for u in undeferred if u.placement == "post"} == {1e-3}
+    monkeypatch.undo()
     with pytest.raises(ValueError, match=r"arm 'blocks of 64' is not one of 'blocks of 32', '32, then 128'"):
         grid_unit("blocks of 64", "gelu", "pre", 4e-3, 0)
     monkeypatch.setattr(launch, "GRID_ARM", None)
@@ -320,6 +343,27 @@ def test_the_grids_main_cells_fill_the_ffn_and_placement_tables():
     assert (placement["pre"]["learning_rate"], placement["post"]["warmup_steps"]) == (4e-3, 1000)
     assert placement["delta_pre_minus_post"] == pytest.approx((-0.3 - 0.25 - 0.4) / 3)
     assert report.summary(records, [], arm=None)["ffn_table"] == []  # no grid before its arm is chosen
+
+
+def test_fine_tuning_starts_from_the_grids_pre_ln_cells_at_their_chosen_rates_and_the_untrained_control():
+    """`run.finetune_units` on the grid (issue 42, item 4): seeds 0-2 of each Pre-LN cell whose rate is chosen, at
+    that rate (not the rate units it lost to), the control first; Post-LN and the recipe's other units are not
+    fine-tuned."""
+    arm = "32, then 128"
+    rows = [(u, 5.0 if u.learning_rate == 2e-3 else 5.2) for u in grid_rate_units(arm)]
+    rows += [(grid_unit(arm, ffn, "pre", 2e-3, seed), 5.0) for ffn in ("gelu", "swiglu") for seed in (1, 2, 3)]
+    rows += [(recipe_units()[0], 5.1)]  # blocks of 32: not a grid cell
+    records = [record("recipe", u.ffn_type, u.seed, loss) | u.settings() | {"name": u.name} for u, loss in rows]
+    units = finetune_units(main_records(records))
+    checkpoints = list(dict.fromkeys(name for name, _, _ in units))
+    expected = [
+        grid_unit(arm, ffn, "pre", 2e-3, seed).name for ffn in ("gelu", "swiglu", "geglu") for seed in (0, 1, 2)
+    ]
+    expected.remove(grid_unit(arm, "geglu", "pre", 2e-3, 1).name)
+    expected.remove(grid_unit(arm, "geglu", "pre", 2e-3, 2).name)
+    assert sorted(checkpoints[1:]) == sorted(expected) and checkpoints[0] == UNTRAINED
+    assert len(units) == len(checkpoints) * len(FINETUNE_TASKS) * len(FINETUNE_SEEDS)
+    assert units[:2] == [(UNTRAINED, FINETUNE_TASKS[0], 0), (UNTRAINED, FINETUNE_TASKS[0], 1)]
 
 
 def test_unit_arguments_of_each_arms_schedule(tmp_path):

@@ -4,10 +4,10 @@
 
 `summary.json` (issue 37's schema, with issue 42's fields):
 - `grid_arm` (issue 42: the recipe arm the grid runs at, `settings.GRID_ARM`; its main cells fill the FFN and
-  placement tables, `grid_cells`), `training_tokens_per_main_run` (the main runs' (kind "ffn") tokens; `null` before
-  any), `planned_tokens_per_main_run` (`RECIPE_STOP` × 4,096 with a grid arm, else issue 37's `MAIN_STEPS` ×
-  4,096), `epochs_per_main_run`, `heldout_tokens` (held-out tokens, one masking; the
-  evaluation masks them `EVAL_MASKINGS` times), `floors` {`unigram_mask`, `copy_aware`} (`hf_ffn.training.floors`,
+  placement tables, `settings.grid_cells`), `training_tokens_per_main_run` (the main runs' (kind "ffn") tokens;
+  `null` before any), `planned_tokens_per_main_run` (`RECIPE_STOP` × 4,096 with a grid arm, else issue 37's
+  `MAIN_STEPS` × 4,096), `epochs_per_main_run`, `heldout_tokens` (held-out tokens, one masking; the evaluation masks
+  them `EVAL_MASKINGS` times), `floors` {`unigram_mask`, `copy_aware`} (`hf_ffn.training.floors`,
   on the evaluation's maskings; before any main run, those of the first record or the last pilot), `device` and
   `corpus_parts` (those the records name);
 - `plateau_exit`: per (variant, placement, recipe) of the runs with a plateau probe: `seeds`, `tokens_to_exit`
@@ -45,12 +45,10 @@ from studies.pretraining.settings import (
     DATA_FILES,
     GATE_NATS,
     GRID_ARM,
-    GRID_SEEDS,
     MAIN_STEPS,
     RECIPE_STOP,
     SIZES,
-    grid_best_rates,
-    grid_unit,
+    grid_cells,
 )
 
 STUDY = Path(__file__).parent
@@ -284,26 +282,9 @@ def _parts(record: dict) -> tuple[str, ...] | None:
     return DATA_FILES if record["kind"] in ("pilot", "sweep", "ffn", "placement") else None
 
 
-def grid_cells(records: list[dict], arm: str | None) -> list[dict]:
-    """The grid's main cells (issue 42, item 4: `settings.grid_units` at `arm`, each (FFN, placement) at its rate
-    chosen at full length) as the tables read them: every Pre-LN cell's records as kind "ffn" (the FFN table) and
-    GELU's Pre-LN and Post-LN cells' as kind "placement" (Pre − Post for one FFN); none before `arm` is chosen."""
-    if arm is None:
-        return []
-    by_name, cells = {r["name"]: r for r in records}, []
-    for (ffn, placement), rate in grid_best_rates(arm, records).items():
-        for seed in range(GRID_SEEDS[(ffn, placement)]):
-            record = by_name.get(grid_unit(arm, ffn, placement, rate, seed).name)
-            if record is not None and placement == "pre":
-                cells.append(record | {"kind": "ffn"})
-            if record is not None and ffn == "gelu":
-                cells.append(record | {"kind": "placement"})
-    return cells
-
-
 def summary(records: list[dict], finetuned: list[dict], pilots: list[dict] = (), arm: str | None = GRID_ARM) -> dict:
     """summary.json (the module docstring); `arm`: the recipe arm the grid runs at (`settings.GRID_ARM`)."""
-    grid = grid_cells(records, arm)
+    grid = grid_cells(arm, records)
     records = [*records, *grid]
     main = [r for r in records if r["kind"] == "ffn"]
     reference = main or records or [p for p in pilots if p["kind"] == "pilot"][-1:]

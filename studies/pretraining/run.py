@@ -56,6 +56,7 @@ from studies.pretraining.settings import (
     FINETUNE_SEEDS,
     FINETUNE_TASKS,
     GATE_NATS,
+    GRID_ARM,
     HELD_OUT_PERCENT,
     LOGGING_STEPS,
     PREPROCESSING_WORKERS,
@@ -67,6 +68,7 @@ from studies.pretraining.settings import (
     UNTRAINED,
     Unit,
     ffn_units,
+    grid_cells,
     pilot_units,
     placement_units,
     sweep_units,
@@ -320,23 +322,29 @@ def unit_record(
     }
 
 
-def untrained_checkpoint(output_dir: Path, records: Path) -> Path:
-    """The control: the seed-0 GELU model of the FFN table as initialised (`seed_by_name`), never trained."""
+def untrained_checkpoint(output_dir: Path, main: list[dict], tokenizer: Path) -> Path:
+    """The control: the seed-0 GELU model of the FFN table (`main`: records of kind "ffn") as initialised
+    (`seed_by_name`), never trained; its config is that run's."""
     folder = output_dir / "runs" / UNTRAINED
     if not (folder / "config.json").is_file():
-        runs = read_runs(records / RUNS)
-        reference = next(r for r in runs if r["kind"] == "ffn" and r["ffn_type"] == "gelu" and r["seed"] == 0)
+        reference = next(r for r in main if r["kind"] == "ffn" and r["ffn_type"] == "gelu" and r["seed"] == 0)
         config = FfnBertConfig.from_pretrained(output_dir / "runs" / reference["name"])
         set_seed(0)
         seed_by_name(FfnBertForMaskedLM(config), 0).save_pretrained(folder)
-        AutoTokenizer.from_pretrained(records / TOKENIZER).save_pretrained(folder)
+        AutoTokenizer.from_pretrained(tokenizer).save_pretrained(folder)
     return folder
 
 
-def finetune_units(records: list[dict]) -> list[tuple[str, str, int]]:
-    """(checkpoint, task, seed): the FFN table's seed-0..2 checkpoints of each variant and the untrained control,
-    every task of `FINETUNE_TASKS`, every seed of `FINETUNE_SEEDS`, the control first."""
-    checkpoints = [UNTRAINED] + [r["name"] for r in records if r["kind"] == "ffn" and r["seed"] in (0, 1, 2)]
+def main_records(records: list[dict]) -> list[dict]:
+    """`records` and the grid's main cells among them (`grid_cells` at `GRID_ARM`: the Pre-LN cells as kind "ffn")."""
+    return [*records, *grid_cells(GRID_ARM, records)]
+
+
+def finetune_units(main: list[dict]) -> list[tuple[str, str, int]]:
+    """(checkpoint, task, seed): the FFN table's seed-0..2 checkpoints of each variant (`main`'s kind "ffn" records:
+    issue 37's main runs or the grid's Pre-LN cells, `main_records`) and the untrained control, every task of
+    `FINETUNE_TASKS`, every seed of `FINETUNE_SEEDS`, the control first."""
+    checkpoints = [UNTRAINED] + [r["name"] for r in main if r["kind"] == "ffn" and r["seed"] in (0, 1, 2)]
     return [(name, task, seed) for name in checkpoints for task in FINETUNE_TASKS for seed in FINETUNE_SEEDS]
 
 
@@ -390,12 +398,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage == "finetune":
         finetuned = read_runs(where / FINETUNE) if (where / FINETUNE).is_file() else []
         done = {(r["checkpoint"], r["task"], r["seed"]) for r in finetuned}
-        for checkpoint, task, seed in finetune_units(records):
+        main = main_records(records)
+        for checkpoint, task, seed in finetune_units(main):
             if (checkpoint, task, seed) in done or (args.seeds and seed not in args.seeds):
                 continue
             start = args.output_dir / "runs" / checkpoint
             if checkpoint == UNTRAINED:
-                start = untrained_checkpoint(args.output_dir, where)
+                start = untrained_checkpoint(args.output_dir, main, where / TOKENIZER)
             run_dir = args.output_dir / "finetune" / checkpoint / task / f"seed{seed}"
             recipe = {"learning_rate": FINETUNE_LEARNING_RATE}
             outcome = finetune_run(str(start), task, args.tasks_dir, seed, run_dir, recipe)
