@@ -366,6 +366,12 @@ def test_fine_tuning_starts_from_the_grids_pre_ln_cells_at_their_chosen_rates_an
     assert units[:2] == [(UNTRAINED, FINETUNE_TASKS[0], 0), (UNTRAINED, FINETUNE_TASKS[0], 1)]
 
 
+def test_launch_log_says_above_the_floor_for_a_run_that_did_not_reach_it():
+    # it printed "-0.120 below the floor" for a run 0.12 nats above it
+    assert launch.relative_to_floor(-0.12) == "0.120 nats above the floor"
+    assert launch.relative_to_floor(1.5) == "1.500 nats below the floor"
+
+
 def test_unit_arguments_of_each_arms_schedule(tmp_path):
     first, warmup, cooldown = (recipe_units()[i] for i in (0, 1, 12))
     arguments = [unit_arguments(u, tmp_path, tmp_path, STUDY)[1:] for u in (first, warmup, cooldown)]

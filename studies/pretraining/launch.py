@@ -116,6 +116,11 @@ def units(smoke: bool = False, stage: str = "recipe", records: list[dict] = ()):
     return recipe_units()
 
 
+def relative_to_floor(below: float) -> str:
+    """A record's `below_unigram_floor` (nats; negative: above the floor) in words, for launch.log."""
+    return f"{abs(below):.3f} nats {'below' if below >= 0 else 'above'} the floor"
+
+
 def smoke_corpus(data_dir: Path, parts: tuple[str, ...], folder: Path) -> Path:
     """`folder` holding the start of each part of `data_dir` (its first `SMOKE_DOCUMENTS` documents, at most
     `SMOKE_CHARACTERS` characters once two are kept), xz-compressed as the parts are: --smoke's corpus."""
@@ -294,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"recorded {name}: {time.time() - since:.0f} s, {record['tokens_seen']:,} tokens "
                     f"({rate:,.0f} a second "
                     "over this process's steps), [MASK] loss "
-                    f"{record['mask_loss']:.3f} ({record['below_unigram_floor']:+.3f} below the floor), plateau "
+                    f"{record['mask_loss']:.3f} ({relative_to_floor(record['below_unigram_floor'])}), plateau "
                     f"exit at {record['plateau_exit_tokens']} tokens"
                     + (", cut by the time limit" if record["cut_by_time_limit"] else "")
                 )
