@@ -5,6 +5,7 @@ launcher's options."""
 
 import json
 import math
+import statistics
 import time
 from dataclasses import replace
 
@@ -15,7 +16,7 @@ from transformers import AutoTokenizer, TrainerControl, TrainerState
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.corpus import load_corpus
-from studies.pretraining import diagnostics, launch, report, settings
+from studies.pretraining import diagnostics, launch, report
 from studies.pretraining.plateau import (
     PlateauProbe,
     StopAt,
@@ -47,6 +48,9 @@ from studies.pretraining.settings import (
     grid_unit,
     grid_units,
     pilot_units,
+    placement_rate_units,
+    placement_seed_units,
+    placement_stage_units,
     recipe_units,
     sweep_units,
 )
@@ -261,6 +265,13 @@ def test_a_unit_continues_the_checkpoint_of_its_earlier_steps(tmp_path):
     assert continue_earlier(warmup, *arguments) == warmup.first_phase().name
     assert (runs / warmup.name / "checkpoint-2500" / "trainer_state.json").read_text() == "2500"
     assert continue_earlier(recipe_units()[12], *arguments) is None  # the cool-down arm starts from scratch
+    # a warm-up unit run longer (the placement stage: step 10,000) continues the same unit's step-5,000 checkpoint,
+    # not its first phase
+    longer = replace(warmup, stop_step=10_000)
+    (runs / warmup.name / "checkpoint-5000").mkdir()
+    (runs / warmup.name / "checkpoint-5000" / "trainer_state.json").write_text("5000")
+    assert continue_earlier(longer, *arguments) == warmup.name
+    assert (runs / longer.name / "checkpoint-5000" / "trainer_state.json").read_text() == "5000"
 
 
 def test_the_grid_reuses_the_recipe_units_and_runs_each_cell_at_its_rate_chosen_at_full_length(monkeypatch):
@@ -278,8 +289,7 @@ def test_the_grid_reuses_the_recipe_units_and_runs_each_cell_at_its_rate_chosen_
     records = [{"name": u.name, "mask_loss": losses[(u.ffn_type, u.placement, u.learning_rate)]} for u in rate_units]
     records = [r for r in records if "geglu" not in r["name"] or "lr0.008" not in r["name"]]  # GeGLU: one missing
     assert grid_best_rates(arm, records) == {("gelu", "pre"): 8e-3, ("swiglu", "pre"): 2e-3, ("gelu", "post"): 1e-3}
-    main = grid_units(arm, records)  # Post-LN's rate is chosen, but its seeds wait for a recipe of its own
-    assert set(settings.GRID_DEFERRED) == {("gelu", "post")}
+    main = grid_units(arm, records)  # the Pre-LN cells: Post-LN's seeds run in the placement stage, longer
     assert [(u.ffn_type, u.placement, u.seed) for u in main[:4]] == [
         ("gelu", "pre", 0),
         ("swiglu", "pre", 0),
@@ -287,16 +297,23 @@ def test_the_grid_reuses_the_recipe_units_and_runs_each_cell_at_its_rate_chosen_
         ("swiglu", "pre", 1),
     ]
     assert len(main) == 5 + 5 and {u.learning_rate for u in main if u.ffn_type == "swiglu"} == {2e-3}
-    monkeypatch.setattr(settings, "GRID_DEFERRED", {})
-    undeferred = grid_units(arm, records)
-    assert [(u.ffn_type, u.placement, u.seed) for u in undeferred[:4]] == [
-        ("gelu", "pre", 0),
-        ("swiglu", "pre", 0),
-        ("gelu", "post", 0),
-        ("gelu", "pre", 1),
+    # the placement stage: Post-LN's rate units continued to step 10,000 (41.0M tokens), then 3 seeds of each
+    # placement there once Post-LN's rate is chosen at that length (not the 20.5M-token choice, 1e-3)
+    long_rates = placement_rate_units(arm)
+    assert [(u.placement, u.learning_rate, u.warmup_steps) for u in long_rates] == [
+        ("post", 5e-4, 1000),
+        ("post", 1e-3, 1000),
+        ("post", 2e-3, 1000),
     ]
-    assert len(undeferred) == 5 + 5 + 3 and {u.learning_rate for u in undeferred if u.placement == "post"} == {1e-3}
-    monkeypatch.undo()
+    assert {u.stop_step * u.max_seq_length * u.batch_size for u in long_rates} == {40_960_000}
+    assert [replace(u, stop_step=5000) for u in long_rates] == post  # the same units, run longer
+    assert placement_stage_units(arm, records) == long_rates and placement_seed_units(arm, records) == []
+    records += [{"name": u.name, "mask_loss": loss} for u, loss in zip(long_rates, (5.6, 5.7, 5.5), strict=True)]
+    seeds = placement_seed_units(arm, records)
+    assert [(u.placement, u.learning_rate, u.seed, u.stop_step) for u in seeds] == [
+        (place, rate, seed, 10_000) for seed in (0, 1, 2) for place, rate in (("post", 2e-3), ("pre", 8e-3))
+    ]
+    assert placement_stage_units(arm, records) == long_rates + seeds[1:]  # Post-LN seed 0 is the winning rate unit
     with pytest.raises(ValueError, match=r"arm 'blocks of 64' is not one of 'blocks of 32', '32, then 128'"):
         grid_unit("blocks of 64", "gelu", "pre", 4e-3, 0)
     monkeypatch.setattr(launch, "GRID_ARM", None)
@@ -304,6 +321,7 @@ def test_the_grid_reuses_the_recipe_units_and_runs_each_cell_at_its_rate_chosen_
         launch.units(stage="rates")
     monkeypatch.setattr(launch, "GRID_ARM", arm)
     assert launch.units(stage="rates") == rate_units and launch.units(stage="grid", records=records) == main
+    assert launch.units(stage="placement", records=records) == long_rates + seeds[1:]
 
 
 def test_the_grids_main_cells_fill_the_ffn_and_placement_tables():
@@ -322,7 +340,16 @@ def test_the_grids_main_cells_fill_the_ffn_and_placement_tables():
             (grid_unit(arm, "gelu", "pre", 4e-3, seed), 5.0),
             (grid_unit(arm, "swiglu", "pre", 4e-3, seed), swiglu),
         ]
-    rows += [(grid_unit(arm, "gelu", "post", 1e-3, seed), loss) for seed, loss in ((1, 5.25), (2, 5.4))]
+    # the placement table: at step 10,000, Post-LN's rate units (1e-3 wins), its seeds 1-2 there and GELU Pre-LN's
+    # seeds 0-2 at its grid rate; the 20.5M-token Post-LN units above are not in it
+    post_losses = {5e-4: 5.5, 1e-3: 5.2, 2e-3: 5.3}
+    rows += [(u, post_losses[u.learning_rate]) for u in placement_rate_units(arm)]
+    long = [
+        replace(grid_unit(arm, "gelu", place, rate, seed), stop_step=10_000)
+        for place, rate in (("post", 1e-3), ("pre", 4e-3))
+        for seed in (0, 1, 2)
+    ]
+    rows += [(u, loss) for u, loss in zip(long[1:], (5.25, 5.35, 4.9, 5.0, 4.95), strict=True)]
     records = [
         record("recipe", u.ffn_type, u.seed, loss, u.placement, u.learning_rate, u.warmup_steps)
         | u.settings()
@@ -339,9 +366,12 @@ def test_the_grids_main_cells_fill_the_ffn_and_placement_tables():
     )  # t_{0.975, 4}: one comparison with an interval (GeGLU: 1 seed)
     assert table["swiglu"]["interval"] == pytest.approx([-0.1 - half, -0.1 + half])
     [placement] = result["placement_table"]
-    assert (placement["pre"]["seeds"], placement["post"]["seeds"]) == ([0, 1, 2, 3, 4], [0, 1, 2])
-    assert (placement["pre"]["learning_rate"], placement["post"]["warmup_steps"]) == (4e-3, 1000)
+    assert (placement["pre"]["seeds"], placement["post"]["seeds"]) == ([0, 1, 2], [0, 1, 2])
+    assert (placement["pre"]["learning_rate"], placement["post"]["learning_rate"]) == (4e-3, 1e-3)
+    assert placement["post"]["warmup_steps"] == 1000
     assert placement["delta_pre_minus_post"] == pytest.approx((-0.3 - 0.25 - 0.4) / 3)
+    half = 4.302653 * statistics.stdev([-0.3, -0.25, -0.4]) / math.sqrt(3)  # t_{0.975, 2}: one comparison
+    assert placement["interval"] == pytest.approx([(-0.95 / 3) - half, (-0.95 / 3) + half])
     assert report.summary(records, [], arm=None)["ffn_table"] == []  # no grid before its arm is chosen
 
 

@@ -80,6 +80,7 @@ from studies.pretraining.settings import (
     SPLIT_SEED,
     grid_rate_units,
     grid_units,
+    placement_stage_units,
     recipe_units,
 )
 
@@ -90,13 +91,13 @@ LOG_TAIL = 1500  # characters of each unit's log kept in launch.log
 SMOKE_STEPS, SMOKE_DOCUMENTS, SMOKE_CHARACTERS = 8, 200, 2_000_000  # --smoke: steps a unit, text kept a part
 
 
-STAGES = ("recipe", "rates", "grid")
+STAGES = ("recipe", "rates", "grid", "placement")
 
 
 def units(smoke: bool = False, stage: str = "recipe", records: list[dict] = ()):
-    """The units this launcher runs, in order: the stage's (`recipe_units()`; at `GRID_ARM`, `grid_rate_units` or
-    `grid_units` of the rates chosen in `records`); with `smoke`, seed 0's GELU units of the recipe's first two arms
-    stopped at `SMOKE_STEPS` (the sequence-length warm-up's long blocks from half way).
+    """The units this launcher runs, in order: the stage's (`recipe_units()`; at `GRID_ARM`, `grid_rate_units`,
+    `grid_units` of the rates chosen in `records`, or `placement_stage_units`); with `smoke`, seed 0's GELU units of
+    the recipe's first two arms stopped at `SMOKE_STEPS` (the sequence-length warm-up's long blocks from half way).
 
     Raises:
         ValueError: a grid stage before `settings.GRID_ARM` is set, naming the stage."""
@@ -106,6 +107,8 @@ def units(smoke: bool = False, stage: str = "recipe", records: list[dict] = ()):
                 f"--stage {stage}: the grid's arm is not chosen yet (settings.GRID_ARM is None; README.md, "
                 '"The recipe\'s three arms")'
             )
+        if stage == "placement":
+            return placement_stage_units(GRID_ARM, list(records))
         return grid_rate_units(GRID_ARM) if stage == "rates" else grid_units(GRID_ARM, list(records))
     if smoke:  # the warm-up first: it trains its first phase itself, which the blocks-of-32 unit then continues
         first, warmup = recipe_units()[:2]
@@ -203,7 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit", action="store_true", help="commit each record as it is appended (CPU sessions)")
     parser.add_argument("--smoke", action="store_true", help="two units of a few steps on the parts' first text")
     parser.add_argument(
-        "--stage", choices=STAGES, default="recipe", help="the recipe's arms, the grid's rates, or the grid's seeds"
+        "--stage",
+        choices=STAGES,
+        default="recipe",
+        help="the recipe's arms, the grid's rates, its seeds (Pre-LN), or the placement table's units (41M tokens)",
     )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child: one unit
     parser.add_argument("--stop_training_at", type=float, default=None, help=argparse.SUPPRESS)

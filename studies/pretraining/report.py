@@ -16,9 +16,9 @@
 - `ffn_table`: one row per FFN variant of the FFN table (`kind` "ffn"): `variant`, `placement`, `learning_rate`,
   `seeds`, `mask_loss` (mean over seeds of the final loss on [MASK] positions), `delta_vs_gelu` (mean of the paired
   differences variant − GELU, by seed), `interval` ([low, high] of that difference), `confidence` (its level);
-- `placement_table`: per FFN (`kind` "placement"), Pre-LN and Post-LN each at its best rate and warm-up (`pre`,
-  `post`: `learning_rate`, `warmup_steps`, `seeds`, `mask_loss`), `delta_pre_minus_post` paired by seed,
-  `interval`, `confidence`;
+- `placement_table`: per FFN (`kind` "placement"; issue 42: the placement stage's units, 41.0M tokens), Pre-LN
+  and Post-LN each at its best rate and warm-up (`pre`, `post`: `learning_rate`, `warmup_steps`, `seeds`,
+  `mask_loss`), `delta_pre_minus_post` paired by seed, `interval`, `confidence`;
 - `gate` (beside the issue's fields): the best main run once there is one, else the last full pilot (`kind`
   "pilot" in pilots.jsonl): `from`, `unit`, `tokens_seen`, `mask_loss`, `unigram_mask`, `below_unigram_floor`,
   `required` (`GATE_NATS`), `passed`; `null` without either;

@@ -215,30 +215,26 @@ def continue_earlier(
     history, plateau probe included); the earlier unit's name, or None when `unit` starts from scratch or its
     folder already has a checkpoint.
 
-    The earlier unit: a sequence-length warm-up's `first_phase()` (trained here first when it has no checkpoint at
-    its stop step), else the same unit stopped sooner (`stop_step` k < `unit`'s, the largest k whose folder keeps
-    `checkpoint-k`)."""
+    The earlier unit: the same unit stopped sooner (`stop_step` k < `unit`'s, the largest k whose folder keeps
+    `checkpoint-k`), else a sequence-length warm-up's `first_phase()` (trained here first when it has no checkpoint
+    at its stop step)."""
     folder = output_dir / "runs" / unit.name
     if any(folder.glob("checkpoint-*")):
         return None
-    if unit.short_block is not None:
+    stem = replace(unit, stop_step=None).name.removesuffix(f"-seed{unit.seed}")
+    found = []
+    for path in (output_dir / "runs").glob(f"{stem}-stop*-seed{unit.seed}"):
+        step = path.name.removeprefix(f"{stem}-stop").removesuffix(f"-seed{unit.seed}")
+        if step.isdigit() and int(step) < (unit.stop_step or unit.max_steps) and (path / f"checkpoint-{step}").is_dir():
+            found.append(int(step))
+    if found:
+        earlier = replace(unit, stop_step=max(found))
+    elif unit.short_block is not None:
         earlier = unit.first_phase()
         if not (output_dir / "runs" / earlier.name / f"checkpoint-{earlier.stop_step}").is_dir():
             train_unit(earlier, data_dir, output_dir, records, device, parts, deadline)
     else:
-        stem = replace(unit, stop_step=None).name.removesuffix(f"-seed{unit.seed}")
-        found = []
-        for path in (output_dir / "runs").glob(f"{stem}-stop*-seed{unit.seed}"):
-            step = path.name.removeprefix(f"{stem}-stop").removesuffix(f"-seed{unit.seed}")
-            if (
-                step.isdigit()
-                and int(step) < (unit.stop_step or unit.max_steps)
-                and (path / f"checkpoint-{step}").is_dir()
-            ):
-                found.append(int(step))
-        if not found:
-            return None
-        earlier = replace(unit, stop_step=max(found))
+        return None
     source = output_dir / "runs" / earlier.name / f"checkpoint-{earlier.stop_step}"
     if not source.is_dir():
         raise FileNotFoundError(f"{source}: {unit.name} continues {earlier.name}, whose checkpoint is missing")

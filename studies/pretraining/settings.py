@@ -230,10 +230,15 @@ GRID_RATES = {"pre": (1e-3, 2e-3, 4e-3, 8e-3), "post": (5e-4, 1e-3, 2e-3)}
 GRID_WARMUP = {"pre": WARMUP_STEPS, "post": 1000}
 GRID_CELLS = (("gelu", "pre"), ("swiglu", "pre"), ("gelu", "post"), ("geglu", "pre"))  # the issue's priority
 GRID_SEEDS = {("gelu", "pre"): 5, ("swiglu", "pre"): 5, ("gelu", "post"): 3, ("geglu", "pre"): 3}
-# Cells whose seeds wait for a recipe of their own ({cell: why}): `grid_units` leaves them out. Post-LN's three rate
-# units (warm-up 1,000) never left the plateau within 20.5M tokens (0.19-0.22 nats below the floor at the end), so
-# its seeds at this recipe would compare a model that learned language with one that did not (README.md, "Post-LN").
-GRID_DEFERRED = {("gelu", "post"): "its rate units never left the plateau within 20.5M tokens"}
+# Post-LN vs Pre-LN (item 4, one FFN: `PLACEMENT_FFN`) runs longer than the FFN table. Post-LN's three rate units
+# (warm-up 1,000) never left the plateau within 20.5M tokens: 0.19-0.22 nats below the floor at the end, the
+# neighbour weight ÷ uniform 1.0-1.1 throughout (README.md, "Post-LN"), so at that length the table would compare a
+# model that learned language with one that did not. Every unit of the placement table continues its 20.5M-token
+# checkpoint to step `PLACEMENT_STOP` of the same 16,000-step schedule (41.0M tokens, 1.04 epochs of
+# `LAUNCH_PARTS`): Post-LN's rate is chosen there (its three rate units, continued), then `GRID_SEEDS` seeds of
+# Post-LN at it and of Pre-LN at the FFN's grid rate (`placement_stage_units`). Chosen 2026-12-05, before any unit
+# past 20.5M tokens had run; the grid's own stage (`grid_units`) runs the Pre-LN cells only.
+PLACEMENT_FFN, PLACEMENT_STOP = "gelu", 10_000
 
 
 def grid_unit(arm: str, ffn: str, placement: str, rate: float, seed: int) -> Unit:
@@ -251,47 +256,81 @@ def grid_rate_units(arm: str) -> list[Unit]:
     return [grid_unit(arm, ffn, place, rate, 0) for ffn, place in GRID_CELLS for rate in GRID_RATES[place]]
 
 
+def lowest_loss_rate(units: list[Unit], records: list[dict]) -> float | None:
+    """The learning rate of the unit of `units` with the lowest final [MASK] loss in `records`; None until every
+    one has reported (a rate is not chosen from some of its units)."""
+    losses = {r["name"]: r["mask_loss"] for r in records}
+    if not all(u.name in losses for u in units):
+        return None
+    return min(units, key=lambda u: losses[u.name]).learning_rate
+
+
 def grid_best_rates(arm: str, records: list[dict]) -> dict[tuple[str, str], float]:
     """{(FFN, placement): the rate of `grid_rate_units(arm)` with the lowest final [MASK] loss}, for the cells whose
     rate units have all reported (a cell with one missing is left out: its rate is not chosen yet)."""
-    losses = {r["name"]: r["mask_loss"] for r in records}
     best = {}
     for ffn, place in GRID_CELLS:
-        units = [grid_unit(arm, ffn, place, rate, 0) for rate in GRID_RATES[place]]
-        if all(u.name in losses for u in units):
-            best[(ffn, place)] = min(units, key=lambda u: losses[u.name]).learning_rate
+        rate = lowest_loss_rate([grid_unit(arm, ffn, place, rate, 0) for rate in GRID_RATES[place]], records)
+        if rate is not None:
+            best[(ffn, place)] = rate
     return best
 
 
 def grid_units(arm: str, records: list[dict]) -> list[Unit]:
-    """The main units: `GRID_SEEDS` seeds of each cell at its chosen rate (`grid_best_rates`), seed-major in the
-    cells' order (stopping early leaves every cell with the same seeds); cells without a chosen rate, and those of
-    `GRID_DEFERRED`, are left out."""
+    """The FFN table's units: `GRID_SEEDS` seeds of each Pre-LN cell at its chosen rate (`grid_best_rates`),
+    seed-major in the cells' order (stopping early leaves every cell with the same seeds); cells without a chosen
+    rate are left out. Post-LN's seeds run longer, in the placement stage (`placement_stage_units`)."""
     rates = grid_best_rates(arm, records)
     return [
         grid_unit(arm, ffn, place, rates[(ffn, place)], seed)
         for seed in range(max(GRID_SEEDS.values()))
         for ffn, place in GRID_CELLS
-        if (ffn, place) in rates and seed < GRID_SEEDS[(ffn, place)] and (ffn, place) not in GRID_DEFERRED
+        if place == "pre" and (ffn, place) in rates and seed < GRID_SEEDS[(ffn, place)]
     ]
 
 
+def placement_rate_units(arm: str) -> list[Unit]:
+    """Post-LN's rate units (`grid_rate_units`' `PLACEMENT_FFN` Post-LN ones) continued to `PLACEMENT_STOP`."""
+    units = [grid_unit(arm, PLACEMENT_FFN, "post", rate, 0) for rate in GRID_RATES["post"]]
+    return [replace(u, stop_step=PLACEMENT_STOP) for u in units]
+
+
+def placement_seed_units(arm: str, records: list[dict]) -> list[Unit]:
+    """The placement table's units, seed-major, Post-LN first: `GRID_SEEDS` seeds of `PLACEMENT_FFN` Post-LN at the
+    rate its `placement_rate_units` chose and of Pre-LN at the FFN's grid rate (`grid_best_rates`), each to
+    `PLACEMENT_STOP`; none until both rates are chosen."""
+    post = lowest_loss_rate(placement_rate_units(arm), records)
+    pre = grid_best_rates(arm, records).get((PLACEMENT_FFN, "pre"))
+    if post is None or pre is None:
+        return []
+    return [
+        replace(grid_unit(arm, PLACEMENT_FFN, place, rate, seed), stop_step=PLACEMENT_STOP)
+        for seed in range(GRID_SEEDS[(PLACEMENT_FFN, "post")])
+        for place, rate in (("post", post), ("pre", pre))
+    ]
+
+
+def placement_stage_units(arm: str, records: list[dict]) -> list[Unit]:
+    """The launcher's placement stage: `placement_rate_units`, then `placement_seed_units` (the rate unit that won
+    is its Post-LN seed 0). Each continues its 20.5M-token unit's checkpoint where one is kept
+    (`run.continue_earlier`)."""
+    rate_units = placement_rate_units(arm)
+    return rate_units + [u for u in placement_seed_units(arm, records) if u not in rate_units]
+
+
 def grid_cells(arm: str | None, records: list[dict]) -> list[dict]:
-    """The grid's main cells (issue 42, item 4: `grid_units` at `arm`, each (FFN, placement) at its rate
-    chosen at full length) as the tables read them: every Pre-LN cell's records as kind "ffn" (the FFN table) and
-    GELU's Pre-LN and Post-LN cells' as kind "placement" (Pre − Post for one FFN); none before `arm` is chosen.
-    The report's tables and the fine-tuning stage (`run.finetune_units`) read them."""
+    """The grid's main cells as the tables read them (issue 42, item 4): the records of `grid_units` at `arm` as kind
+    "ffn" (the FFN table) and those of `placement_seed_units` as kind "placement" (Pre − Post for one FFN, at
+    `PLACEMENT_STOP`); none before `arm` is chosen. The report's tables and the fine-tuning stage
+    (`run.finetune_units`) read them."""
     if arm is None:
         return []
-    by_name, cells = {r["name"]: r for r in records}, []
-    for (ffn, placement), rate in grid_best_rates(arm, records).items():
-        for seed in range(GRID_SEEDS[(ffn, placement)]):
-            record = by_name.get(grid_unit(arm, ffn, placement, rate, seed).name)
-            if record is not None and placement == "pre":
-                cells.append(record | {"kind": "ffn"})
-            if record is not None and ffn == "gelu":
-                cells.append(record | {"kind": "placement"})
-    return cells
+    by_name = {r["name"]: r for r in records}
+    ffn = [by_name[u.name] | {"kind": "ffn"} for u in grid_units(arm, records) if u.name in by_name]
+    placement = [
+        by_name[u.name] | {"kind": "placement"} for u in placement_seed_units(arm, records) if u.name in by_name
+    ]
+    return ffn + placement
 
 
 def pilot_units(max_steps: int = MAIN_STEPS) -> list[Unit]:
