@@ -16,6 +16,7 @@ from transformers import AutoTokenizer, TrainerControl, TrainerState
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.corpus import load_corpus
+from hf_ffn.training.initialisation import seed_by_name
 from studies.pretraining import diagnostics, launch, report
 from studies.pretraining.plateau import (
     PlateauProbe,
@@ -35,12 +36,12 @@ from studies.pretraining.run import (
     probe_folder,
     train_unit,
     unit_arguments,
+    untrained_checkpoint,
 )
 from studies.pretraining.settings import (
     DATA_FILES,
     FINETUNE_SEEDS,
     FINETUNE_TASKS,
-    UNTRAINED,
     best_rates,
     ffn_units,
     grid_best_rates,
@@ -53,6 +54,7 @@ from studies.pretraining.settings import (
     placement_stage_units,
     recipe_units,
     sweep_units,
+    untrained_seed,
 )
 
 # Student-t quantiles (tables): t_{1 − 0.025/2, 2} = 6.205347 and t_{1 − 0.025/2, 1} = 25.451700 (two comparisons:
@@ -93,12 +95,14 @@ RECORDS = [
     record("sweep", "gelu", 0, 5.6, "pre", 1e-3),
     record("sweep", "gelu", 0, 5.4, "pre", 4e-3),
 ]
-FINETUNED = [
-    {"checkpoint": "untrained", "task": "cola", "seed": 0, "score": 10.0},
-    {"checkpoint": "untrained", "task": "cola", "seed": 1, "score": 12.0},
-    {"checkpoint": RECORDS[0]["name"], "task": "cola", "seed": 0, "score": 20.0},
+FINETUNED = [  # "seed": the fine-tuning seed; the pre-training seed is the checkpoint's
+    {"checkpoint": "untrained-seed0", "task": "cola", "seed": 0, "score": 10.0},
+    {"checkpoint": "untrained-seed0", "task": "cola", "seed": 1, "score": 12.0},
+    {"checkpoint": "untrained-seed1", "task": "cola", "seed": 0, "score": 14.0},
+    {"checkpoint": "untrained-seed1", "task": "cola", "seed": 1, "score": 14.0},
+    {"checkpoint": RECORDS[0]["name"], "task": "cola", "seed": 0, "score": 20.0},  # GELU, pre-training seed 0
     {"checkpoint": RECORDS[0]["name"], "task": "cola", "seed": 1, "score": 26.0},
-    {"checkpoint": RECORDS[1]["name"], "task": "cola", "seed": 0, "score": 22.0},  # a second gelu checkpoint
+    {"checkpoint": RECORDS[1]["name"], "task": "cola", "seed": 0, "score": 22.0},  # GELU, pre-training seed 1
     {"checkpoint": RECORDS[1]["name"], "task": "cola", "seed": 1, "score": 24.0},
 ]
 
@@ -152,13 +156,22 @@ def test_summary_schema_and_hand_computed_intervals():
     assert gelu["interval"] == pytest.approx([-0.5 - half, -0.5 + half], abs=1e-5) and gelu["confidence"] == 0.95
     swiglu = result["placement_table"][1]  # Post-LN only: nothing to pair
     assert swiglu["pre"] is None and swiglu["delta_pre_minus_post"] is None and swiglu["interval"] is None
-    # fine-tuning: the GELU checkpoints' seeds averaged per fine-tuning seed (21, 25) − untrained (10, 12): 11, 13;
-    # one comparison → a 95% interval: 12 ± t_{0.975,1}·√2/√2 = 12 ± 12.7062
+    # fine-tuning, paired by pre-training seed (each side's fine-tuning seeds averaged): GELU seed 0 23 − its control
+    # 11 = 12, seed 1 23 − 14 = 9; mean 10.5, sd 3/√2; one comparison → 10.5 ± t_{0.975,1}·(3/√2)/√2 = ± 19.0593
     finetune = {row["checkpoint"]: row for row in result["finetune"]}
-    assert set(result["finetune"][0]) == {"checkpoint", "task", "score", "delta_vs_untrained", "interval", "confidence"}
-    assert finetune["gelu"]["score"] == pytest.approx(23.0) and finetune["gelu"]["delta_vs_untrained"] == 12.0
-    assert finetune["gelu"]["interval"] == pytest.approx([12 - 12.706205, 12 + 12.706205], abs=1e-5)
-    assert finetune["untrained"]["delta_vs_untrained"] is None
+    assert set(result["finetune"][0]) == {
+        "checkpoint",
+        "task",
+        "pretraining_seeds",
+        "score",
+        "delta_vs_untrained",
+        "interval",
+        "confidence",
+    }
+    assert finetune["gelu"]["score"] == pytest.approx(23.0) and finetune["gelu"]["delta_vs_untrained"] == 10.5
+    assert finetune["gelu"]["interval"] == pytest.approx([10.5 - 19.059308, 10.5 + 19.059308], abs=1e-5)
+    assert finetune["gelu"]["pretraining_seeds"] == finetune["untrained"]["pretraining_seeds"] == [0, 1]
+    assert finetune["untrained"]["score"] == 12.5 and finetune["untrained"]["delta_vs_untrained"] is None
 
 
 def test_summary_before_the_grid_reports_the_gate_from_the_last_full_pilot():
@@ -391,9 +404,27 @@ def test_fine_tuning_starts_from_the_grids_pre_ln_cells_at_their_chosen_rates_an
     ]
     expected.remove(grid_unit(arm, "geglu", "pre", 2e-3, 1).name)
     expected.remove(grid_unit(arm, "geglu", "pre", 2e-3, 2).name)
-    assert sorted(checkpoints[1:]) == sorted(expected) and checkpoints[0] == UNTRAINED
+    assert checkpoints[:3] == ["untrained-seed0", "untrained-seed1", "untrained-seed2"]  # a control per seed
+    assert sorted(checkpoints[3:]) == sorted(expected)
     assert len(units) == len(checkpoints) * len(FINETUNE_TASKS) * len(FINETUNE_SEEDS)
-    assert units[:2] == [(UNTRAINED, FINETUNE_TASKS[0], 0), (UNTRAINED, FINETUNE_TASKS[0], 1)]
+    assert units[:2] == [("untrained-seed0", FINETUNE_TASKS[0], 0), ("untrained-seed0", FINETUNE_TASKS[0], 1)]
+    assert [untrained_seed(name) for name in ("untrained", "untrained-seed2", expected[0])] == [0, 2, None]
+
+
+def test_each_pre_training_seed_has_its_own_untrained_control_holding_that_seeds_initial_weights(tmp_path):
+    """`run.untrained_checkpoint`: the control of seed s is the GELU model as `seed_by_name(model, s)` draws it, the
+    weights pre-training seed s started from; seed 1's differs from seed 0's."""
+    config = FfnBertConfig(vocab_size=4096, hidden_size=32, num_hidden_layers=1, num_attention_heads=2)
+    config.intermediate_size = 64
+    gelu = {"kind": "ffn", "ffn_type": "gelu", "seed": 0, "name": "gelu-seed0"}
+    config.save_pretrained(tmp_path / "runs" / gelu["name"])
+    controls = [untrained_checkpoint(tmp_path, [gelu], STUDY / "tokenizer", seed) for seed in (0, 1)]
+    assert [c.name for c in controls] == ["untrained-seed0", "untrained-seed1"]
+    loaded = [FfnBertForMaskedLM.from_pretrained(c).state_dict() for c in controls]
+    expected = seed_by_name(FfnBertForMaskedLM(config), 1).state_dict()
+    assert all(torch.equal(loaded[1][k], expected[k]) for k in expected)
+    word = "bert.embeddings.word_embeddings.weight"
+    assert not torch.equal(loaded[0][word], loaded[1][word])
 
 
 def test_launch_log_says_above_the_floor_for_a_run_that_did_not_reach_it():

@@ -22,9 +22,10 @@
 - `gate` (beside the issue's fields): the best main run once there is one, else the last full pilot (`kind`
   "pilot" in pilots.jsonl): `from`, `unit`, `tokens_seen`, `mask_loss`, `unigram_mask`, `below_unigram_floor`,
   `required` (`GATE_NATS`), `passed`; `null` without either;
-- `finetune`: one row per checkpoint variant and task: `checkpoint` (the variant, or "untrained"), `task`, `score`
-  (mean over checkpoint seeds × fine-tuning seeds), `delta_vs_untrained` (paired by fine-tuning seed, the checkpoint
-  seeds averaged first), `interval`, `confidence`.
+- `finetune`: one row per checkpoint variant and task: `checkpoint` (the variant, or "untrained"), `task`,
+  `pretraining_seeds`, `score` (mean over pre-training seeds × fine-tuning seeds), `delta_vs_untrained` (paired by
+  pre-training seed with the untrained control of that seed, each side's fine-tuning seeds averaged first: the
+  pre-training seeds' variance is inside the interval), `interval`, `confidence`.
 
 Intervals: paired Student-t (`hf_ffn.comparing.paired_t_interval`) at family-wise 95% with a **Bonferroni**
 correction: each interval of a table of m comparisons is a 1 − 0.05/m interval (m = the table's rows with an
@@ -48,7 +49,9 @@ from studies.pretraining.settings import (
     MAIN_STEPS,
     RECIPE_STOP,
     SIZES,
+    UNTRAINED,
     grid_cells,
+    untrained_seed,
 )
 
 STUDY = Path(__file__).parent
@@ -222,16 +225,20 @@ def plateau_exits(records: list[dict]) -> list[dict]:
 
 
 def finetune_table(finetuned: list[dict], records: list[dict]) -> list[dict]:
-    """The rows of `finetune`: per variant (the checkpoint's FFN; "untrained" the control) and task."""
-    variant = {r["name"]: r["ffn_type"] for r in records}
+    """The rows of `finetune`: per variant (the checkpoint's FFN; "untrained" the controls) and task. Each
+    checkpoint's scores are averaged over its fine-tuning seeds, then paired by pre-training seed with the control of
+    that seed (`settings.untrained_seed`): the interval's spread is the pre-training seeds' (their init and data
+    order), the fine-tuning seeds' noise averaged within each."""
+    checkpoint = {r["name"]: (r["ffn_type"], r["seed"]) for r in records}
     scores: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for run in finetuned:
-        label = run["checkpoint"] if run["checkpoint"] == "untrained" else variant.get(run["checkpoint"], "?")
-        scores[(label, run["task"])][run["seed"]].append(run["score"])
+        seed = untrained_seed(run["checkpoint"])
+        label, seed = (UNTRAINED, seed) if seed is not None else checkpoint.get(run["checkpoint"], ("?", None))
+        scores[(label, run["task"])][seed].append(run["score"])
     means = {key: {seed: statistics.mean(v) for seed, v in by_seed.items()} for key, by_seed in scores.items()}
-    order = sorted(means, key=lambda k: (k[1], k[0] != "untrained", FFN_ORDER.index(k[0]) if k[0] in FFN_ORDER else 9))
+    order = sorted(means, key=lambda k: (k[1], k[0] != UNTRAINED, _ffn_rank(k[0])))
     differences = [
-        _paired(means[k], means[("untrained", k[1])]) if k[0] != "untrained" and ("untrained", k[1]) in means else []
+        _paired(means[k], means[(UNTRAINED, k[1])]) if k[0] != UNTRAINED and (UNTRAINED, k[1]) in means else []
         for k in order
     ]
     intervals, confidence = bonferroni_intervals(differences), family_confidence(differences)
@@ -239,6 +246,7 @@ def finetune_table(finetuned: list[dict], records: list[dict]) -> list[dict]:
         {
             "checkpoint": label,
             "task": task,
+            "pretraining_seeds": sorted(means[(label, task)]),
             "score": statistics.mean(s for v in scores[(label, task)].values() for s in v),
             "delta_vs_untrained": statistics.mean(d) if d else None,
             "interval": interval,
@@ -395,13 +403,13 @@ def report_markdown(result: dict, records: list[dict], pilots: list[dict]) -> st
         "",
         "## Fine-tuning",
         "",
-        "| checkpoint | task | score | Δ vs untrained | interval |",
-        "|---|---|---:|---:|---|",
+        "| checkpoint | task | pre-training seeds | score | Δ vs untrained | interval |",
+        "|---|---|---|---:|---:|---|",
     ]
     for row in result["finetune"]:
         lines.append(
-            f"| {row['checkpoint']} | {row['task']} | {row['score']:.2f} | {_signed(row['delta_vs_untrained'], 2)} | "
-            f"{_interval(row['interval'])} |"
+            f"| {row['checkpoint']} | {row['task']} | {','.join(map(str, row['pretraining_seeds']))} | "
+            f"{row['score']:.2f} | {_signed(row['delta_vs_untrained'], 2)} | {_interval(row['interval'])} |"
         )
     sweep = [r for r in records if r["kind"] == "sweep"]
     if sweep:

@@ -52,6 +52,7 @@ from studies.pretraining.settings import (
     DATA_FILES,
     EVAL_MASKINGS,
     EVAL_STEPS,
+    FINETUNE_CHECKPOINT_SEEDS,
     FINETUNE_LEARNING_RATE,
     FINETUNE_SEEDS,
     FINETUNE_TASKS,
@@ -65,13 +66,14 @@ from studies.pretraining.settings import (
     SIZES,
     SPEED_DEFAULTS,
     SPLIT_SEED,
-    UNTRAINED,
     Unit,
     ffn_units,
     grid_cells,
     pilot_units,
     placement_units,
     sweep_units,
+    untrained_name,
+    untrained_seed,
 )
 
 STUDY = Path(__file__).parent  # the records: runs.jsonl, finetune.jsonl, pilots.jsonl, tokenizer/ (--records_dir)
@@ -318,15 +320,15 @@ def unit_record(
     }
 
 
-def untrained_checkpoint(output_dir: Path, main: list[dict], tokenizer: Path) -> Path:
-    """The control: the seed-0 GELU model of the FFN table (`main`: records of kind "ffn") as initialised
-    (`seed_by_name`), never trained; its config is that run's."""
-    folder = output_dir / "runs" / UNTRAINED
+def untrained_checkpoint(output_dir: Path, main: list[dict], tokenizer: Path, seed: int) -> Path:
+    """The control of pre-training seed `seed` (`untrained_name`): the FFN table's GELU model (`main`: records of kind
+    "ffn") as initialised with that seed (`seed_by_name`), never trained; its config is GELU seed 0's run's."""
+    folder = output_dir / "runs" / untrained_name(seed)
     if not (folder / "config.json").is_file():
         reference = next(r for r in main if r["kind"] == "ffn" and r["ffn_type"] == "gelu" and r["seed"] == 0)
         config = FfnBertConfig.from_pretrained(output_dir / "runs" / reference["name"])
-        set_seed(0)
-        seed_by_name(FfnBertForMaskedLM(config), 0).save_pretrained(folder)
+        set_seed(seed)
+        seed_by_name(FfnBertForMaskedLM(config), seed).save_pretrained(folder)
         AutoTokenizer.from_pretrained(tokenizer).save_pretrained(folder)
     return folder
 
@@ -337,10 +339,12 @@ def main_records(records: list[dict]) -> list[dict]:
 
 
 def finetune_units(main: list[dict]) -> list[tuple[str, str, int]]:
-    """(checkpoint, task, seed): the FFN table's seed-0..2 checkpoints of each variant (`main`'s kind "ffn" records:
-    issue 37's main runs or the grid's Pre-LN cells, `main_records`) and the untrained control, every task of
-    `FINETUNE_TASKS`, every seed of `FINETUNE_SEEDS`, the control first."""
-    checkpoints = [UNTRAINED] + [r["name"] for r in main if r["kind"] == "ffn" and r["seed"] in (0, 1, 2)]
+    """(checkpoint, task, seed): the FFN table's checkpoints of each variant for the pre-training seeds of
+    `FINETUNE_CHECKPOINT_SEEDS` (`main`'s kind "ffn" records: issue 37's main runs or the grid's Pre-LN cells,
+    `main_records`) and the untrained control of each of those seeds, every task of `FINETUNE_TASKS`, every seed of
+    `FINETUNE_SEEDS`, the controls first."""
+    controls = [untrained_name(seed) for seed in FINETUNE_CHECKPOINT_SEEDS]
+    checkpoints = controls + [r["name"] for r in main if r["kind"] == "ffn" and r["seed"] in FINETUNE_CHECKPOINT_SEEDS]
     return [(name, task, seed) for name in checkpoints for task in FINETUNE_TASKS for seed in FINETUNE_SEEDS]
 
 
@@ -399,8 +403,8 @@ def main(argv: list[str] | None = None) -> int:
             if (checkpoint, task, seed) in done or (args.seeds and seed not in args.seeds):
                 continue
             start = args.output_dir / "runs" / checkpoint
-            if checkpoint == UNTRAINED:
-                start = untrained_checkpoint(args.output_dir, main, where / TOKENIZER)
+            if untrained_seed(checkpoint) is not None:
+                start = untrained_checkpoint(args.output_dir, main, where / TOKENIZER, untrained_seed(checkpoint))
             run_dir = args.output_dir / "finetune" / checkpoint / task / f"seed{seed}"
             recipe = {"learning_rate": FINETUNE_LEARNING_RATE}
             outcome = finetune_run(str(start), task, args.tasks_dir, seed, run_dir, recipe)

@@ -59,7 +59,24 @@ PLACEMENT_STEPS = 2000
 FINETUNE_TASKS = ("rt_polarity", "cola", "stsb", "mrpc")
 FINETUNE_SEEDS = (0, 1, 2)
 FINETUNE_LEARNING_RATE = 1e-4  # BERT's small models (Turc et al. 2019 searched 1e-4, 5e-5, 3e-5)
-UNTRAINED = "untrained"  # the control: the GELU model of seed 0 as initialised (seed_by_name), never pre-trained
+# The control, one per pre-training seed of `FINETUNE_CHECKPOINT_SEEDS`: the GELU model of that seed as initialised
+# (seed_by_name), never pre-trained; named by `untrained_name`. The fine-tuning table pairs each checkpoint with the
+# control of its own seed, so the pre-training seeds' variance is inside its intervals (issue 42, item 4).
+UNTRAINED, FINETUNE_CHECKPOINT_SEEDS = "untrained", (0, 1, 2)
+
+
+def untrained_name(seed: int) -> str:
+    return f"{UNTRAINED}-seed{seed}"
+
+
+def untrained_seed(checkpoint: str) -> int | None:
+    """The pre-training seed of an untrained control's name (`untrained_name`; issue 37's single control
+    "untrained" was seed 0's); None for a pre-trained checkpoint."""
+    if checkpoint == UNTRAINED:
+        return 0
+    prefix = f"{UNTRAINED}-seed"
+    return int(checkpoint.removeprefix(prefix)) if checkpoint.startswith(prefix) else None
+
 
 # The pilot and the gate: one GELU model of the main recipe; it must end ≥ GATE_NATS below the [MASK]-position
 # unigram floor before the grid is spent.
