@@ -9,7 +9,9 @@
 #   python -c 'from transformers import AutoTokenizer; from hf_ffn.parity import bundled_checkpoint as b;
 #       AutoTokenizer.from_pretrained(b()).save_pretrained("device_payload/bert_tokenizer")'  # bert-base-uncased's
 #   device run: bash studies/gpu_call.sh   (carry: device_payload; timeout 600)
-#   the study's grid alone, the whole call for its units: CHECK=0 STAGE=rates bash studies/gpu_call.sh (then grid)
+#   the study's grid alone, the whole call for its units: CHECK=0 STAGE=rates bash studies/gpu_call.sh (then grid,
+#   not placement: its units are 41M tokens from scratch on a fresh machine, ~320 s each at the 130k tokens/s
+#   measured, more than a call leaves; they run on the CPU, continuing the 20.5M-token checkpoints)
 #
 # What comes back under $OUT: gpu.json and gpu.log (studies/benchmark/gpu.py), parity.log (hf-ffn parity --device
 # cuda on a small BERT), the units' records and logs (runs.jsonl, launch.log, units.log: studies/pretraining/launch.py).
@@ -62,7 +64,7 @@ tail -n 4 "$OUT/parity.log"
 fi
 
 # 3. The from-scratch study's units on the GPU (issue 42), in the time left, six at once: those of STAGE (recipe, by
-#    default; rates or grid once settings.GRID_ARM is set: launch.py --stage) not yet in $OUT/runs.jsonl
+#    default; rates, grid or placement once settings.GRID_ARM is set: launch.py --stage) not yet in $OUT/runs.jsonl
 #    (studies/pretraining/launch.py; records in $OUT/runs.jsonl, timings and log tails in $OUT/launch.log).
 #    $OUT/runs.jsonl starts as the study's committed runs.jsonl, so units recorded on the CPU are not run again and
 #    the grid stage sees the rate units' records: the new records are its lines after the study's own.
