@@ -43,6 +43,7 @@ from studies.pretraining.settings import (
     FINETUNE_SEEDS,
     FINETUNE_TASKS,
     best_rates,
+    bracketed_rate,
     ffn_units,
     grid_best_rates,
     grid_rate_units,
@@ -287,21 +288,44 @@ def test_a_unit_continues_the_checkpoint_of_its_earlier_steps(tmp_path):
     assert (runs / longer.name / "checkpoint-5000" / "trainer_state.json").read_text() == "5000"
 
 
+def test_a_rate_is_chosen_only_inside_the_rates_tried():
+    """`bracketed_rate`: a winner at the lowest (highest) rate tried adds half (twice) it; the rate is chosen once
+    every unit has reported and the winner lies inside."""
+    units = {rate: replace(recipe_units()[1], learning_rate=rate) for rate in (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)}
+
+    def choose(losses):
+        records = [{"name": units[rate].name, "mask_loss": loss} for rate, loss in losses.items()]
+        tried, rate = bracketed_rate((2e-3, 4e-3, 8e-3), units.__getitem__, records)
+        return [u.learning_rate for u in tried], rate
+
+    assert choose({2e-3: 5.0, 4e-3: 5.1}) == ([2e-3, 4e-3, 8e-3], None)  # 8e-3 has not reported
+    assert choose({2e-3: 5.2, 4e-3: 5.1, 8e-3: 5.3}) == ([2e-3, 4e-3, 8e-3], 4e-3)
+    assert choose({2e-3: 5.0, 4e-3: 5.1, 8e-3: 5.3}) == ([1e-3, 2e-3, 4e-3, 8e-3], None)  # the lowest won: try 1e-3
+    assert choose({1e-3: 5.05, 2e-3: 5.0, 4e-3: 5.1, 8e-3: 5.3}) == ([1e-3, 2e-3, 4e-3, 8e-3], 2e-3)
+    assert choose({2e-3: 5.3, 4e-3: 5.1, 8e-3: 5.0}) == ([2e-3, 4e-3, 8e-3, 1.6e-2], None)  # the highest: 1.6e-2
+
+
 def test_the_grid_reuses_the_recipe_units_and_runs_each_cell_at_its_rate_chosen_at_full_length(monkeypatch):
     arm = "32, then 128"
     rate_units = grid_rate_units(arm)
-    assert len(rate_units) == 4 + 4 + 3 + 4 and all(u.seed == 0 and u.arm == arm for u in rate_units)
-    assert [u.learning_rate for u in rate_units[:4]] == [1e-3, 2e-3, 4e-3, 8e-3]  # GELU Pre-LN
+    assert len(rate_units) == 3 * 4 and all(u.seed == 0 and u.arm == arm for u in rate_units)
+    assert [u.learning_rate for u in rate_units[:3]] == [2e-3, 4e-3, 8e-3]  # GELU Pre-LN
     recipe_names = {u.name for u in recipe_units()}
     reused = [u.name for u in rate_units if u.name in recipe_names]  # GELU and SwiGLU at 4e-3: the recipe's own
     assert reused == [recipe_units()[1].name, recipe_units()[3].name]
     post = [u for u in rate_units if u.placement == "post"]
     assert [(u.learning_rate, u.warmup_steps) for u in post] == [(5e-4, 1000), (1e-3, 1000), (2e-3, 1000)]
+    # GELU Pre-LN's lowest rate wins (so 1e-3 is tried next), SwiGLU's 4e-3 and Post-LN's 1e-3 win inside their
+    # rates; GeGLU has one rate unit missing
     losses = {(u.ffn_type, u.placement, u.learning_rate): 5.0 for u in rate_units}
-    losses |= {("gelu", "pre", 8e-3): 4.9, ("swiglu", "pre", 2e-3): 4.8, ("gelu", "post", 1e-3): 4.7}
+    losses |= {("gelu", "pre", 2e-3): 4.9, ("swiglu", "pre", 4e-3): 4.8, ("gelu", "post", 1e-3): 4.7}
     records = [{"name": u.name, "mask_loss": losses[(u.ffn_type, u.placement, u.learning_rate)]} for u in rate_units]
-    records = [r for r in records if "geglu" not in r["name"] or "lr0.008" not in r["name"]]  # GeGLU: one missing
-    assert grid_best_rates(arm, records) == {("gelu", "pre"): 8e-3, ("swiglu", "pre"): 2e-3, ("gelu", "post"): 1e-3}
+    records = [r for r in records if "geglu" not in r["name"] or "lr0.008" not in r["name"]]
+    assert grid_best_rates(arm, records) == {("swiglu", "pre"): 4e-3, ("gelu", "post"): 1e-3}
+    gelu_1e3 = grid_unit(arm, "gelu", "pre", 1e-3, 0)
+    assert grid_rate_units(arm, records) == [gelu_1e3, *rate_units]
+    records.append({"name": gelu_1e3.name, "mask_loss": 4.95})
+    assert grid_best_rates(arm, records) == {("gelu", "pre"): 2e-3, ("swiglu", "pre"): 4e-3, ("gelu", "post"): 1e-3}
     main = grid_units(arm, records)  # the Pre-LN cells: Post-LN's seeds run in the placement stage, longer
     assert [(u.ffn_type, u.placement, u.seed) for u in main[:4]] == [
         ("gelu", "pre", 0),
@@ -309,11 +333,11 @@ def test_the_grid_reuses_the_recipe_units_and_runs_each_cell_at_its_rate_chosen_
         ("gelu", "pre", 1),
         ("swiglu", "pre", 1),
     ]
-    assert len(main) == 5 + 5 and {u.learning_rate for u in main if u.ffn_type == "swiglu"} == {2e-3}
+    assert len(main) == 5 + 5 and {u.learning_rate for u in main if u.ffn_type == "swiglu"} == {4e-3}
     # the placement stage: Post-LN's rate units continued to step 10,000 (41.0M tokens), then 3 seeds of each
-    # placement there once Post-LN's rate is chosen at that length (not the 20.5M-token choice, 1e-3)
-    long_rates = placement_rate_units(arm)
-    assert [(u.placement, u.learning_rate, u.warmup_steps) for u in long_rates] == [
+    # placement there once Post-LN's rate is chosen at that length (not the 20.5M-token choice)
+    long_rates, chosen = placement_rate_units(arm, records)
+    assert chosen is None and [(u.placement, u.learning_rate, u.warmup_steps) for u in long_rates] == [
         ("post", 5e-4, 1000),
         ("post", 1e-3, 1000),
         ("post", 2e-3, 1000),
@@ -321,10 +345,10 @@ def test_the_grid_reuses_the_recipe_units_and_runs_each_cell_at_its_rate_chosen_
     assert {u.stop_step * u.max_seq_length * u.batch_size for u in long_rates} == {40_960_000}
     assert [replace(u, stop_step=5000) for u in long_rates] == post  # the same units, run longer
     assert placement_stage_units(arm, records) == long_rates and placement_seed_units(arm, records) == []
-    records += [{"name": u.name, "mask_loss": loss} for u, loss in zip(long_rates, (5.6, 5.7, 5.5), strict=True)]
+    records += [{"name": u.name, "mask_loss": loss} for u, loss in zip(long_rates, (5.6, 5.5, 5.7), strict=True)]
     seeds = placement_seed_units(arm, records)
     assert [(u.placement, u.learning_rate, u.seed, u.stop_step) for u in seeds] == [
-        (place, rate, seed, 10_000) for seed in (0, 1, 2) for place, rate in (("post", 2e-3), ("pre", 8e-3))
+        (place, rate, seed, 10_000) for seed in (0, 1, 2) for place, rate in (("post", 1e-3), ("pre", 2e-3))
     ]
     assert placement_stage_units(arm, records) == long_rates + seeds[1:]  # Post-LN seed 0 is the winning rate unit
     with pytest.raises(ValueError, match=r"arm 'blocks of 64' is not one of 'blocks of 32', '32, then 128'"):
@@ -334,6 +358,7 @@ def test_the_grid_reuses_the_recipe_units_and_runs_each_cell_at_its_rate_chosen_
         launch.units(stage="rates")
     monkeypatch.setattr(launch, "GRID_ARM", arm)
     assert launch.units(stage="rates") == rate_units and launch.units(stage="grid", records=records) == main
+    assert launch.units(stage="rates", records=records) == [gelu_1e3, *rate_units]
     assert launch.units(stage="placement", records=records) == long_rates + seeds[1:]
 
 
@@ -356,7 +381,7 @@ def test_the_grids_main_cells_fill_the_ffn_and_placement_tables():
     # the placement table: at step 10,000, Post-LN's rate units (1e-3 wins), its seeds 1-2 there and GELU Pre-LN's
     # seeds 0-2 at its grid rate; the 20.5M-token Post-LN units above are not in it
     post_losses = {5e-4: 5.5, 1e-3: 5.2, 2e-3: 5.3}
-    rows += [(u, post_losses[u.learning_rate]) for u in placement_rate_units(arm)]
+    rows += [(u, post_losses[u.learning_rate]) for u in placement_rate_units(arm)[0]]
     long = [
         replace(grid_unit(arm, "gelu", place, rate, seed), stop_step=10_000)
         for place, rate in (("post", 1e-3), ("pre", 4e-3))
@@ -393,17 +418,17 @@ def test_fine_tuning_starts_from_the_grids_pre_ln_cells_at_their_chosen_rates_an
     that rate (not the rate units it lost to), the control first; Post-LN and the recipe's other units are not
     fine-tuned."""
     arm = "32, then 128"
-    rows = [(u, 5.0 if u.learning_rate == 2e-3 else 5.2) for u in grid_rate_units(arm)]
-    rows += [(grid_unit(arm, ffn, "pre", 2e-3, seed), 5.0) for ffn in ("gelu", "swiglu") for seed in (1, 2, 3)]
+    rows = [(u, 5.0 if u.learning_rate == 4e-3 else 5.2) for u in grid_rate_units(arm)]
+    rows += [(grid_unit(arm, ffn, "pre", 4e-3, seed), 5.0) for ffn in ("gelu", "swiglu") for seed in (1, 2, 3)]
     rows += [(recipe_units()[0], 5.1)]  # blocks of 32: not a grid cell
     records = [record("recipe", u.ffn_type, u.seed, loss) | u.settings() | {"name": u.name} for u, loss in rows]
     units = finetune_units(main_records(records))
     checkpoints = list(dict.fromkeys(name for name, _, _ in units))
     expected = [
-        grid_unit(arm, ffn, "pre", 2e-3, seed).name for ffn in ("gelu", "swiglu", "geglu") for seed in (0, 1, 2)
+        grid_unit(arm, ffn, "pre", 4e-3, seed).name for ffn in ("gelu", "swiglu", "geglu") for seed in (0, 1, 2)
     ]
-    expected.remove(grid_unit(arm, "geglu", "pre", 2e-3, 1).name)
-    expected.remove(grid_unit(arm, "geglu", "pre", 2e-3, 2).name)
+    expected.remove(grid_unit(arm, "geglu", "pre", 4e-3, 1).name)
+    expected.remove(grid_unit(arm, "geglu", "pre", 4e-3, 2).name)
     assert checkpoints[:3] == ["untrained-seed0", "untrained-seed1", "untrained-seed2"]  # a control per seed
     assert sorted(checkpoints[3:]) == sorted(expected)
     assert len(units) == len(checkpoints) * len(FINETUNE_TASKS) * len(FINETUNE_SEEDS)

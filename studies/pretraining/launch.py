@@ -109,7 +109,9 @@ def units(smoke: bool = False, stage: str = "recipe", records: list[dict] = ()):
             )
         if stage == "placement":
             return placement_stage_units(GRID_ARM, list(records))
-        return grid_rate_units(GRID_ARM) if stage == "rates" else grid_units(GRID_ARM, list(records))
+        if stage == "rates":
+            return grid_rate_units(GRID_ARM, list(records))
+        return grid_units(GRID_ARM, list(records))
     if smoke:  # the warm-up first: it trains its first phase itself, which the blocks-of-32 unit then continues
         first, warmup = recipe_units()[:2]
         return [

@@ -16,6 +16,7 @@ from the sweep (`SWEEP_RATES`); the FFN table runs every variant at its best rat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 DATA_FILES = tuple(f"{kind}-{part:02d}.txt.xz" for kind in ("wiki", "books") for part in range(4))
@@ -234,16 +235,17 @@ def recipe_units(seeds: tuple[int, ...] = RECIPE_SEEDS) -> list[Unit]:
 # of that arm with another FFN, placement, rate or seed, so the recipe's own units (GELU and SwiGLU at 4e-3, seeds
 # 0-2) are cells of the grid and are not run again. Rates are chosen at full length (issue 42: a rate picked on the
 # plateau picks noise): seed 0 of each (FFN, placement) at each rate of `GRID_RATES`, the lowest final [MASK] loss
-# wins (`grid_best_rates`); then `GRID_SEEDS` seeds at it. Post-LN is measured for GELU, at its own rates and with
+# wins, bracketed: a winner at the edge of the rates tried adds the next factor of 2 beyond it (`bracketed_rate`);
+# then `GRID_SEEDS` seeds at it. Post-LN is measured for GELU, at its own rates and with
 # the longer warm-up Post-LN needs (Xiong et al. 2020; `GRID_WARMUP`), against GELU's Pre-LN cells of the same seeds.
 # Chosen 2026-12-05 by the rule from the recipe units (README.md, "The recipe's three arms"; the 17 recorded then,
 # the 18th since changes nothing): all six units of "32, then 128" left the plateau within 20.5M tokens and all six
 # ended >= 1 nat below the floor at blocks of 128 (1.39-1.97); the cool-down's exits were earlier than linear
 # decay's in none of the six pairs.
 GRID_ARM: str | None = RECIPE_ARMS[1]
-# Pre-LN's rates gained 1e-3 on 2026-12-05: at 2e-3, 4e-3 and 8e-3 the lowest won for GELU, SwiGLU and GeGLU
-# (README.md, "The grid's rates so far"), so the best rate was not bracketed.
-GRID_RATES = {"pre": (1e-3, 2e-3, 4e-3, 8e-3), "post": (5e-4, 1e-3, 2e-3)}
+# The rates each cell starts from. The bracketing rule was written on 2026-12-05, after the lowest of Pre-LN's three
+# had won for GELU and SwiGLU (README.md, "The grid's rates so far"); it adds 1e-3 for them, as was then done.
+GRID_RATES = {"pre": (2e-3, 4e-3, 8e-3), "post": (5e-4, 1e-3, 2e-3)}
 GRID_WARMUP = {"pre": WARMUP_STEPS, "post": 1000}
 GRID_CELLS = (("gelu", "pre"), ("swiglu", "pre"), ("gelu", "post"), ("geglu", "pre"))  # the issue's priority
 GRID_SEEDS = {("gelu", "pre"): 5, ("swiglu", "pre"): 5, ("gelu", "post"): 3, ("geglu", "pre"): 3}
@@ -268,9 +270,15 @@ def grid_unit(arm: str, ffn: str, placement: str, rate: float, seed: int) -> Uni
     )
 
 
-def grid_rate_units(arm: str) -> list[Unit]:
-    """Seed 0 of each cell of `GRID_CELLS` at each rate of its placement's `GRID_RATES`, in the cells' order."""
-    return [grid_unit(arm, ffn, place, rate, 0) for ffn, place in GRID_CELLS for rate in GRID_RATES[place]]
+def grid_rate_units(arm: str, records: list[dict] = ()) -> list[Unit]:
+    """Seed 0 of each cell of `GRID_CELLS` at each rate its bracketing has reached (`bracketed_rate` from its
+    placement's `GRID_RATES`, given the rate units in `records`), in the cells' order."""
+    return [unit for cell in GRID_CELLS for unit in _cell_rate(arm, cell, records)[0]]
+
+
+def _cell_rate(arm: str, cell: tuple[str, str], records: list[dict]) -> tuple[list[Unit], float | None]:
+    ffn, place = cell
+    return bracketed_rate(GRID_RATES[place], lambda rate: grid_unit(arm, ffn, place, rate, 0), records)
 
 
 def lowest_loss_rate(units: list[Unit], records: list[dict]) -> float | None:
@@ -282,15 +290,31 @@ def lowest_loss_rate(units: list[Unit], records: list[dict]) -> float | None:
     return min(units, key=lambda u: losses[u.name]).learning_rate
 
 
+def bracketed_rate(
+    rates: tuple[float, ...], unit_at: Callable[[float], Unit], records: list[dict]
+) -> tuple[list[Unit], float | None]:
+    """A learning rate chosen at full length, bracketed: the units of `rates` (`unit_at(rate)`), the lowest final
+    [MASK] loss in `records` wins; while the winner is the lowest (highest) rate tried, half (twice) it is tried too,
+    since a rate at the edge of those tried is not known to be the best. Returns the units of the rates tried so far
+    (ascending) and the chosen rate (None until all have reported and the winner lies inside)."""
+    rates = sorted(rates)
+    while True:
+        units = [unit_at(rate) for rate in rates]
+        rate = lowest_loss_rate(units, records)
+        if rate is None:
+            return units, None
+        if rate == rates[0]:
+            rates.insert(0, rate / 2)
+        elif rate == rates[-1]:
+            rates.append(rate * 2)
+        else:
+            return units, rate
+
+
 def grid_best_rates(arm: str, records: list[dict]) -> dict[tuple[str, str], float]:
-    """{(FFN, placement): the rate of `grid_rate_units(arm)` with the lowest final [MASK] loss}, for the cells whose
-    rate units have all reported (a cell with one missing is left out: its rate is not chosen yet)."""
-    best = {}
-    for ffn, place in GRID_CELLS:
-        rate = lowest_loss_rate([grid_unit(arm, ffn, place, rate, 0) for rate in GRID_RATES[place]], records)
-        if rate is not None:
-            best[(ffn, place)] = rate
-    return best
+    """{(FFN, placement): the rate its rate units chose (`bracketed_rate`)}, for the cells whose rate is chosen."""
+    chosen = {cell: _cell_rate(arm, cell, records)[1] for cell in GRID_CELLS}
+    return {cell: rate for cell, rate in chosen.items() if rate is not None}
 
 
 def grid_units(arm: str, records: list[dict]) -> list[Unit]:
@@ -306,17 +330,21 @@ def grid_units(arm: str, records: list[dict]) -> list[Unit]:
     ]
 
 
-def placement_rate_units(arm: str) -> list[Unit]:
-    """Post-LN's rate units (`grid_rate_units`' `PLACEMENT_FFN` Post-LN ones) continued to `PLACEMENT_STOP`."""
-    units = [grid_unit(arm, PLACEMENT_FFN, "post", rate, 0) for rate in GRID_RATES["post"]]
-    return [replace(u, stop_step=PLACEMENT_STOP) for u in units]
+def placement_rate_units(arm: str, records: list[dict] = ()) -> tuple[list[Unit], float | None]:
+    """Post-LN's rate units (`grid_rate_units`' `PLACEMENT_FFN` Post-LN ones) continued to `PLACEMENT_STOP`, bracketed
+    as the grid's (`bracketed_rate`): the units so far and the chosen rate."""
+
+    def unit_at(rate: float) -> Unit:
+        return replace(grid_unit(arm, PLACEMENT_FFN, "post", rate, 0), stop_step=PLACEMENT_STOP)
+
+    return bracketed_rate(GRID_RATES["post"], unit_at, records)
 
 
 def placement_seed_units(arm: str, records: list[dict]) -> list[Unit]:
     """The placement table's units, seed-major, Post-LN first: `GRID_SEEDS` seeds of `PLACEMENT_FFN` Post-LN at the
     rate its `placement_rate_units` chose and of Pre-LN at the FFN's grid rate (`grid_best_rates`), each to
     `PLACEMENT_STOP`; none until both rates are chosen."""
-    post = lowest_loss_rate(placement_rate_units(arm), records)
+    post = placement_rate_units(arm, records)[1]
     pre = grid_best_rates(arm, records).get((PLACEMENT_FFN, "pre"))
     if post is None or pre is None:
         return []
@@ -331,7 +359,7 @@ def placement_stage_units(arm: str, records: list[dict]) -> list[Unit]:
     """The launcher's placement stage: `placement_rate_units`, then `placement_seed_units` (the rate unit that won
     is its Post-LN seed 0). Each continues its 20.5M-token unit's checkpoint where one is kept
     (`run.continue_earlier`)."""
-    rate_units = placement_rate_units(arm)
+    rate_units = placement_rate_units(arm, records)[0]
     return rate_units + [u for u in placement_seed_units(arm, records) if u not in rate_units]
 
 
