@@ -32,6 +32,7 @@ from studies.pretraining.run import (
     STUDY,
     continue_earlier,
     finetune_units,
+    finished,
     main_records,
     probe_folder,
     train_unit,
@@ -173,6 +174,10 @@ def test_summary_schema_and_hand_computed_intervals():
     assert finetune["gelu"]["interval"] == pytest.approx([10.5 - 19.059308, 10.5 + 19.059308], abs=1e-5)
     assert finetune["gelu"]["pretraining_seeds"] == finetune["untrained"]["pretraining_seeds"] == [0, 1]
     assert finetune["untrained"]["score"] == 12.5 and finetune["untrained"]["delta_vs_untrained"] is None
+    # a fine-tuned GELU checkpoint outside the FFN table (Post-LN, kind "placement") is not pooled into GELU's row
+    post = next(r for r in RECORDS if r["kind"] == "placement" and r["placement"] == "post")
+    stray = {"checkpoint": post["name"], "task": "cola", "seed": 0, "score": 90.0}
+    assert report.summary(RECORDS, [*FINETUNED, stray], arm=None)["finetune"] == result["finetune"]
 
 
 def test_summary_before_the_grid_reports_the_gate_from_the_last_full_pilot():
@@ -205,6 +210,19 @@ def test_summary_before_the_grid_reports_the_gate_from_the_last_full_pilot():
     assert result["ffn_table"] == result["placement_table"] == result["finetune"] == []
     passed = failed | {"mask_loss": 5.5, "below_unigram_floor": 1.116}
     assert report.summary([], [], [failed, passed])["gate"]["passed"] is True  # the last full pilot counts
+    # issue 42, before any main run: the best unit of the grid's arm (said "passed: false" from the pilot while the
+    # recipe units were 1.4-2.2 nats below); units of another arm do not count
+    arm = "32, then 128"
+    units = [u for u in recipe_units() if u.seed == 0]
+    of_arm = [
+        record("recipe", u.ffn_type, 0, loss) | u.settings() | {"name": u.name}
+        for u, loss in zip(units, (4.0, 5.0, 5.2, 5.3, 4.1, 3.0), strict=True)
+    ]
+    gate = report.summary(of_arm, [], [failed], arm=arm)["gate"]
+    cooldown = "constant, then cool-down"
+    assert [u.arm for u in units] == ["blocks of 32", arm, "blocks of 32", arm, cooldown, cooldown]
+    assert gate["from"] == f"best unit of the grid's arm ({arm}); no main run yet" and gate["unit"] == units[1].name
+    assert gate["below_unigram_floor"] == pytest.approx(6.6 - 5.0) and gate["passed"] is True
 
 
 def test_bonferroni_uses_the_comparisons_that_have_intervals():
@@ -308,24 +326,26 @@ def test_a_rate_is_chosen_only_inside_the_rates_tried():
 def test_the_grid_reuses_the_recipe_units_and_runs_each_cell_at_its_rate_chosen_at_full_length(monkeypatch):
     arm = "32, then 128"
     rate_units = grid_rate_units(arm)
-    assert len(rate_units) == 3 * 4 and all(u.seed == 0 and u.arm == arm for u in rate_units)
+    assert len(rate_units) == 3 * 3 and all(u.seed == 0 and u.arm == arm for u in rate_units)  # Pre-LN cells
     assert [u.learning_rate for u in rate_units[:3]] == [2e-3, 4e-3, 8e-3]  # GELU Pre-LN
     recipe_names = {u.name for u in recipe_units()}
     reused = [u.name for u in rate_units if u.name in recipe_names]  # GELU and SwiGLU at 4e-3: the recipe's own
     assert reused == [recipe_units()[1].name, recipe_units()[3].name]
-    post = [u for u in rate_units if u.placement == "post"]
-    assert [(u.learning_rate, u.warmup_steps) for u in post] == [(5e-4, 1000), (1e-3, 1000), (2e-3, 1000)]
-    # GELU Pre-LN's lowest rate wins (so 1e-3 is tried next), SwiGLU's 4e-3 and Post-LN's 1e-3 win inside their
-    # rates; GeGLU has one rate unit missing
-    losses = {(u.ffn_type, u.placement, u.learning_rate): 5.0 for u in rate_units}
-    losses |= {("gelu", "pre", 2e-3): 4.9, ("swiglu", "pre", 4e-3): 4.8, ("gelu", "post", 1e-3): 4.7}
-    records = [{"name": u.name, "mask_loss": losses[(u.ffn_type, u.placement, u.learning_rate)]} for u in rate_units]
+    # Post-LN's 20.5M-token rate units, recorded as grid cells before its rate moved to the placement stage
+    post = [grid_unit(arm, "gelu", "post", rate, 0) for rate in (5e-4, 1e-3, 2e-3)]
+    assert post[0].name == "recipe-gelu-post-lr0.0005-warmup1000-block32x128to128x32at2500-steps16000-stop5000-seed0"
+    # GELU Pre-LN's lowest rate wins (so 1e-3 is tried next), SwiGLU's 4e-3 inside its rates; GeGLU has one rate unit
+    # missing; a NaN loss (a diverged run) never wins
+    losses = {(u.ffn_type, u.learning_rate): 5.0 for u in rate_units}
+    losses |= {("gelu", 2e-3): 4.9, ("swiglu", 2e-3): math.nan, ("swiglu", 4e-3): 4.8}
+    records = [{"name": u.name, "mask_loss": losses[(u.ffn_type, u.learning_rate)]} for u in rate_units]
     records = [r for r in records if "geglu" not in r["name"] or "lr0.008" not in r["name"]]
-    assert grid_best_rates(arm, records) == {("swiglu", "pre"): 4e-3, ("gelu", "post"): 1e-3}
+    records += [{"name": u.name, "mask_loss": 6.4} for u in post]
+    assert grid_best_rates(arm, records) == {("swiglu", "pre"): 4e-3}
     gelu_1e3 = grid_unit(arm, "gelu", "pre", 1e-3, 0)
     assert grid_rate_units(arm, records) == [gelu_1e3, *rate_units]
     records.append({"name": gelu_1e3.name, "mask_loss": 4.95})
-    assert grid_best_rates(arm, records) == {("gelu", "pre"): 2e-3, ("swiglu", "pre"): 4e-3, ("gelu", "post"): 1e-3}
+    assert grid_best_rates(arm, records) == {("gelu", "pre"): 2e-3, ("swiglu", "pre"): 4e-3}
     main = grid_units(arm, records)  # the Pre-LN cells: Post-LN's seeds run in the placement stage, longer
     assert [(u.ffn_type, u.placement, u.seed) for u in main[:4]] == [
         ("gelu", "pre", 0),
@@ -604,7 +624,7 @@ def test_held_out_sources_name_each_held_out_documents_file(tmp_path):
 def test_a_saved_unit_is_recorded_from_its_folder_with_its_own_seconds_per_step(tmp_path):
     """A unit saved but not recorded (interrupted between the two) stopped with FileExistsError (issue 42); its
     record now comes from the folder, and its seconds per step count only the steps after its resume."""
-    unit = recipe_units()[0]
+    unit = replace(recipe_units()[0], stop_step=2500)
     folder = tmp_path / "runs" / unit.name
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
@@ -636,6 +656,10 @@ def test_a_saved_unit_is_recorded_from_its_folder_with_its_own_seconds_per_step(
     assert record["plateau_exit_tokens"] == 1024 * 4096 and record["stopped_at_step"] == 2500
     assert record["cut_by_time_limit"] is False and record["corpus_parts"] == list(DATA_FILES)
     assert record["device"].startswith("cpu") and record["preprocessing_workers"] == 16
+    # a model saved at step 2,500 when the unit stops at 5,000 was cut by a time limit: not finished, so a rerun
+    # resumes it (a first phase cut so stopped every rerun with FileNotFoundError: no checkpoint-2500)
+    assert finished(unit, folder) and not finished(replace(unit, stop_step=5000), folder)
+    assert not finished(unit, tmp_path / "runs" / "no-such-unit")
 
 
 def test_summary_plateau_exit_rows_per_arm():

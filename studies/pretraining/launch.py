@@ -6,12 +6,14 @@
     python -m studies.pretraining.launch --data_dir ../shared/data/pretraining --out studies/pretraining \\
         --device cpu --parallel 1 --commit
 
-The units are `settings.recipe_units()` (item 3's first arm: GELU and SwiGLU, seeds 0-2, blocks of 32, batch 128,
-a 16,000-step schedule stopped at step 2,500 = 10.2M tokens), read from `--parts` of the corpus (default
-`LAUNCH_PARTS`: wiki-00, wiki-01, books-00, books-01, 39.5M training tokens an epoch, so a unit reads 0.26 of an
-epoch; the records name the parts and the epochs). Each unit is `run.train_unit` in a process of its own (the
-study's normal path: `unit_arguments` + `run_pretraining`, with the plateau probe), fp32, its preprocessing workers
-fixed (`PREPROCESSING_WORKERS`, on every device: the blocks depend on it).
+The units are those of `--stage` (`units`): "recipe", item 3's three arms (`settings.recipe_units()`: GELU and
+SwiGLU, seeds 0-2, 5,000 steps of 4,096 tokens = 20.5M); "rates", "grid" and "placement", item 4's grid at
+`settings.GRID_ARM` (`grid_rate_units`, `grid_units`, `placement_stage_units`: the rate units, the FFN table's
+seeds, Post-LN vs Pre-LN at 41.0M tokens). They read `--parts` of the corpus (default `LAUNCH_PARTS`: wiki-00,
+wiki-01, books-00, books-01, 39.5M training tokens an epoch; the records name the parts and the epochs). Each
+unit is `run.train_unit` in a process of its own (the study's normal path: `unit_arguments` + `run_pretraining`,
+with the plateau probe), fp32, its preprocessing workers fixed (`PREPROCESSING_WORKERS`, on every device: the
+blocks depend on it).
 
 Time. `--time_limit` seconds from this command's start bound everything: first the data is prepared once in this
 process (tokenizing the parts, blocks, the probe's held-out sets: ~20 s with 16 workers on the GPU machine; from the
@@ -253,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
 
     done = {r["name"] for r in recorded(args.out)}
     todo = [u for u in planned if u.name not in done and (args.only is None or u.name in args.only)]
+    if not todo:
+        note(f"--stage {args.stage}: nothing to run ({len(done)} recorded; a grid stage waits for its rates)")
+        return 0
     if args.smoke:
         args.data_dir = smoke_corpus(args.data_dir, parts, args.work_dir / "smoke-corpus")
     note(

@@ -19,9 +19,9 @@
 - `placement_table`: per FFN (`kind` "placement"; issue 42: the placement stage's units, 41.0M tokens), Pre-LN
   and Post-LN each at its best rate and warm-up (`pre`, `post`: `learning_rate`, `warmup_steps`, `seeds`,
   `mask_loss`), `delta_pre_minus_post` paired by seed, `interval`, `confidence`;
-- `gate` (beside the issue's fields): the best main run once there is one, else the last full pilot (`kind`
-  "pilot" in pilots.jsonl): `from`, `unit`, `tokens_seen`, `mask_loss`, `unigram_mask`, `below_unigram_floor`,
-  `required` (`GATE_NATS`), `passed`; `null` without either;
+- `gate` (beside the issue's fields): the best main run once there is one; before, the best unit of the grid's
+  recipe arm; else the last full pilot (`kind` "pilot" in pilots.jsonl): `from`, `unit`, `tokens_seen`,
+  `mask_loss`, `unigram_mask`, `below_unigram_floor`, `required` (`GATE_NATS`), `passed`; `null` without any;
 - `finetune`: one row per checkpoint variant and task: `checkpoint` (the variant, or "untrained"), `task`,
   `pretraining_seeds`, `score` (mean over pre-training seeds × fine-tuning seeds), `delta_vs_untrained` (paired by
   pre-training seed with the untrained control of that seed, each side's fine-tuning seeds averaged first: the
@@ -229,11 +229,13 @@ def finetune_table(finetuned: list[dict], records: list[dict]) -> list[dict]:
     checkpoint's scores are averaged over its fine-tuning seeds, then paired by pre-training seed with the control of
     that seed (`settings.untrained_seed`): the interval's spread is the pre-training seeds' (their init and data
     order), the fine-tuning seeds' noise averaged within each."""
-    checkpoint = {r["name"]: (r["ffn_type"], r["seed"]) for r in records}
+    checkpoint = {r["name"]: (r["ffn_type"], r["seed"]) for r in records if r["kind"] == "ffn"}  # the FFN table's
     scores: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for run in finetuned:
         seed = untrained_seed(run["checkpoint"])
-        label, seed = (UNTRAINED, seed) if seed is not None else checkpoint.get(run["checkpoint"], ("?", None))
+        if seed is None and run["checkpoint"] not in checkpoint:
+            continue  # not a checkpoint of the FFN table (another placement, an earlier study's)
+        label, seed = (UNTRAINED, seed) if seed is not None else checkpoint[run["checkpoint"]]
         scores[(label, run["task"])][seed].append(run["score"])
     means = {key: {seed: statistics.mean(v) for seed, v in by_seed.items()} for key, by_seed in scores.items()}
     order = sorted(means, key=lambda k: (k[1], k[0] != UNTRAINED, _ffn_rank(k[0])))
@@ -256,16 +258,24 @@ def finetune_table(finetuned: list[dict], records: list[dict]) -> list[dict]:
     ]
 
 
-def gate(pilots: list[dict], records: list[dict] = ()) -> dict | None:
+def gate(pilots: list[dict], records: list[dict] = (), arm: str | None = None) -> dict | None:
     """The gate's reading: the best main run (`kind` "ffn": the most nats below its [MASK]-position unigram floor)
-    once there is one, else the last full pilot (`kind` "pilot"; the slice pilots are "pilot-slice")."""
+    once there is one; before, the best unit of the grid's recipe arm `arm` (issue 42); else the last full pilot
+    (`kind` "pilot"; the slice pilots are "pilot-slice")."""
     main = [r for r in records if r["kind"] == "ffn"]
+    of_arm = [r for r in records if arm is not None and r["kind"] == "recipe" and r.get("arm") == arm]
     full = [p for p in pilots if p["kind"] == "pilot"]
-    if not main and not full:
+    if main or of_arm:
+        source, run = (
+            ("best main run", main) if main else (f"best unit of the grid's arm ({arm}); no main run yet", of_arm)
+        )
+        run = max(run, key=lambda r: r["below_unigram_floor"])
+    elif full:
+        source, run = "last pilot", full[-1]
+    else:
         return None
-    run = max(main, key=lambda r: r["below_unigram_floor"]) if main else full[-1]
     return {
-        "from": "best main run" if main else "last pilot",
+        "from": source,
         "unit": run["name"],
         "tokens_seen": run["tokens_seen"],
         "mask_loss": run["mask_loss"],
@@ -309,7 +319,7 @@ def summary(records: list[dict], finetuned: list[dict], pilots: list[dict] = (),
         "floors": {key: first["floors"][key] for key in ("unigram_mask", "copy_aware")} if first else None,
         "device": sorted({_device(r) for r in every} - {None}),
         "corpus_parts": [list(parts) for parts in sorted({_parts(r) for r in every} - {None})],
-        "gate": gate(list(pilots), records),
+        "gate": gate(list(pilots), records, arm),
         "plateau_exit": plateau_exits([r for r in records if r["kind"] not in ("ffn", "placement") or r not in grid]),
         "ffn_table": loss_table(records),
         "placement_table": placement_table(records),

@@ -1,4 +1,7 @@
-"""The from-scratch study's runner (issue 37): one self-contained, resumable unit per run.
+"""The from-scratch study's runner (issue 37): one self-contained, resumable unit per run. Issue 42's units (the
+recipe's arms and the grid, placement stage included) are launched by `studies.pretraining.launch`, which calls
+`train_unit` here; the stages below are issue 37's plan at blocks of 128, except `finetune`, which fine-tunes the
+FFN table of either.
 
     python -m studies.pretraining.run --pilot --data_dir ../shared/data/pretraining             # the gate first
     python -m studies.pretraining.run --stage sweep --data_dir ../shared/data/pretraining --commit
@@ -171,6 +174,18 @@ def unit_arguments(
     return args, data_args, training_args
 
 
+def finished(unit: Unit, folder: Path) -> bool:
+    """Whether `folder` holds `unit`'s model saved at its last step (`stop_step`, else `max_steps`): a model saved
+    when a time limit cut the unit (its `trainer_state.json` at an earlier step) is not finished. A folder saved
+    before `trainer_state.json` was written counts as finished."""
+    if not (folder / "config.json").is_file():
+        return False
+    state = folder / "trainer_state.json"
+    if not state.is_file():
+        return True
+    return json.loads(state.read_text())["global_step"] >= (unit.stop_step or unit.max_steps)
+
+
 def train_unit(
     unit: Unit,
     data_dir: Path,
@@ -185,9 +200,9 @@ def train_unit(
     `time.time()` passes `deadline` (then evaluated and saved as at its end, its record `cut_by_time_limit`); the
     Trainer evaluates every `EVAL_STEPS` (a recipe unit: at its end only, the probe evaluating in between). A unit
     whose folder already holds its finished model (saved, then interrupted before its record was written) is
-    recorded from the folder."""
+    recorded from the folder; one saved when a time limit cut it resumes from its last checkpoint (`finished`)."""
     folder, probes = output_dir / "runs" / unit.name, probe_folder(output_dir, parts, unit.max_seq_length)
-    if (folder / "config.json").is_file():
+    if finished(unit, folder):
         info = json.loads((probes / "probe.json").read_text()) if (probes / "probe.json").is_file() else None
         return unit_record(unit, saved_outcome(folder), device, parts, info)
     tokenizer, corpus = (
@@ -399,6 +414,11 @@ def main(argv: list[str] | None = None) -> int:
         finetuned = read_runs(where / FINETUNE) if (where / FINETUNE).is_file() else []
         done = {(r["checkpoint"], r["task"], r["seed"]) for r in finetuned}
         main = main_records(records)
+        if not any(r["kind"] == "ffn" and r["ffn_type"] == "gelu" and r["seed"] == 0 for r in main):
+            parser.error(
+                "--stage finetune: nothing to fine-tune yet: the FFN table's GELU seed 0 has not reported (its config "
+                "is the untrained controls'; runs.jsonl)"
+            )
         for checkpoint, task, seed in finetune_units(main):
             if (checkpoint, task, seed) in done or (args.seeds and seed not in args.seeds):
                 continue

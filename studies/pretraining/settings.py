@@ -16,6 +16,7 @@ from the sweep (`SWEEP_RATES`); the FFN table runs every variant at its best rat
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
@@ -247,16 +248,17 @@ GRID_ARM: str | None = RECIPE_ARMS[1]
 # had won for GELU and SwiGLU (README.md, "The grid's rates so far"); it adds 1e-3 for them, as was then done.
 GRID_RATES = {"pre": (2e-3, 4e-3, 8e-3), "post": (5e-4, 1e-3, 2e-3)}
 GRID_WARMUP = {"pre": WARMUP_STEPS, "post": 1000}
-GRID_CELLS = (("gelu", "pre"), ("swiglu", "pre"), ("gelu", "post"), ("geglu", "pre"))  # the issue's priority
+GRID_CELLS = (("gelu", "pre"), ("swiglu", "pre"), ("geglu", "pre"))  # the FFN table's, in the issue's priority
 GRID_SEEDS = {("gelu", "pre"): 5, ("swiglu", "pre"): 5, ("gelu", "post"): 3, ("geglu", "pre"): 3}
 # Post-LN vs Pre-LN (item 4, one FFN: `PLACEMENT_FFN`) runs longer than the FFN table. Post-LN's three rate units
-# (warm-up 1,000) never left the plateau within 20.5M tokens: 0.19-0.22 nats below the floor at the end, the
-# neighbour weight ÷ uniform 1.0-1.1 throughout (README.md, "Post-LN"), so at that length the table would compare a
-# model that learned language with one that did not. Every unit of the placement table continues its 20.5M-token
-# checkpoint to step `PLACEMENT_STOP` of the same 16,000-step schedule (41.0M tokens, 1.04 epochs of
-# `LAUNCH_PARTS`): Post-LN's rate is chosen there (its three rate units, continued), then `GRID_SEEDS` seeds of
-# Post-LN at it and of Pre-LN at the FFN's grid rate (`placement_stage_units`). Chosen 2026-12-05, before any unit
-# past 20.5M tokens had run; the grid's own stage (`grid_units`) runs the Pre-LN cells only.
+# at 20.5M tokens (warm-up 1,000; GELU Post-LN at `GRID_RATES["post"]`, recorded as the grid's cells were then)
+# never left the plateau: 0.19-0.22 nats below the floor at the end, the neighbour weight ÷ uniform 1.0-1.2
+# throughout (README.md, "Post-LN"), so at that length the table would compare a model that learned language with
+# one that did not. Every unit of the placement table continues its 20.5M-token checkpoint to step `PLACEMENT_STOP`
+# of the same 16,000-step schedule (41.0M tokens, 1.04 epochs of `LAUNCH_PARTS`): Post-LN's rate is chosen there
+# (its three rate units, continued, bracketed as the grid's), then `GRID_SEEDS` seeds of Post-LN at it and of
+# Pre-LN at the FFN's grid rate (`placement_stage_units`). Chosen 2026-12-05, before any unit past 20.5M tokens had
+# run.
 PLACEMENT_FFN, PLACEMENT_STOP = "gelu", 10_000
 
 
@@ -282,12 +284,13 @@ def _cell_rate(arm: str, cell: tuple[str, str], records: list[dict]) -> tuple[li
 
 
 def lowest_loss_rate(units: list[Unit], records: list[dict]) -> float | None:
-    """The learning rate of the unit of `units` with the lowest final [MASK] loss in `records`; None until every
-    one has reported (a rate is not chosen from some of its units)."""
+    """The learning rate of the unit of `units` with the lowest final [MASK] loss in `records` (a NaN loss, a run
+    that diverged, counts as the highest); None until every one has reported (a rate is not chosen from some of its
+    units)."""
     losses = {r["name"]: r["mask_loss"] for r in records}
     if not all(u.name in losses for u in units):
         return None
-    return min(units, key=lambda u: losses[u.name]).learning_rate
+    return min(units, key=lambda u: math.inf if math.isnan(losses[u.name]) else losses[u.name]).learning_rate
 
 
 def bracketed_rate(
@@ -318,15 +321,15 @@ def grid_best_rates(arm: str, records: list[dict]) -> dict[tuple[str, str], floa
 
 
 def grid_units(arm: str, records: list[dict]) -> list[Unit]:
-    """The FFN table's units: `GRID_SEEDS` seeds of each Pre-LN cell at its chosen rate (`grid_best_rates`),
-    seed-major in the cells' order (stopping early leaves every cell with the same seeds); cells without a chosen
-    rate are left out. Post-LN's seeds run longer, in the placement stage (`placement_stage_units`)."""
+    """The FFN table's units: `GRID_SEEDS` seeds of each cell at its chosen rate (`grid_best_rates`), seed-major in
+    the cells' order (stopping early leaves every cell with the same seeds); cells without a chosen rate are left
+    out. Post-LN's run longer, in the placement stage (`placement_stage_units`)."""
     rates = grid_best_rates(arm, records)
     return [
         grid_unit(arm, ffn, place, rates[(ffn, place)], seed)
         for seed in range(max(GRID_SEEDS.values()))
         for ffn, place in GRID_CELLS
-        if place == "pre" and (ffn, place) in rates and seed < GRID_SEEDS[(ffn, place)]
+        if (ffn, place) in rates and seed < GRID_SEEDS[(ffn, place)]
     ]
 
 
