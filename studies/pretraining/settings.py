@@ -235,10 +235,11 @@ def recipe_units(seeds: tuple[int, ...] = RECIPE_SEEDS) -> list[Unit]:
 # None until the recipe units have reported (the launcher then refuses the grid's stages). Its units are recipe units
 # of that arm with another FFN, placement, rate or seed, so the recipe's own units (GELU and SwiGLU at 4e-3, seeds
 # 0-2) are cells of the grid and are not run again. Rates are chosen at full length (issue 42: a rate picked on the
-# plateau picks noise): seed 0 of each (FFN, placement) at each rate of `GRID_RATES`, the lowest final [MASK] loss
-# wins, bracketed: a winner at the edge of the rates tried adds the next factor of 2 beyond it (`bracketed_rate`);
-# then `GRID_SEEDS` seeds at it. Post-LN is measured for GELU, at its own rates and with
-# the longer warm-up Post-LN needs (Xiong et al. 2020; `GRID_WARMUP`), against GELU's Pre-LN cells of the same seeds.
+# plateau picks noise): seed 0 of each cell of `GRID_CELLS` at each rate of `GRID_RATES`, the lowest final [MASK]
+# loss wins, bracketed: a winner at the edge of the rates tried adds the next factor of 2 beyond it
+# (`bracketed_rate`); then `GRID_SEEDS` seeds at it. Post-LN is measured for GELU, at its own rates and with the
+# longer warm-up Post-LN needs (Xiong et al. 2020; `GRID_WARMUP`), against GELU Pre-LN of the same seeds, in the
+# placement stage (below).
 # Chosen 2026-12-05 by the rule from the recipe units (README.md, "The recipe's three arms"; the 17 recorded then,
 # the 18th since changes nothing): all six units of "32, then 128" left the plateau within 20.5M tokens and all six
 # ended >= 1 nat below the floor at blocks of 128 (1.39-1.97); the cool-down's exits were earlier than linear
@@ -334,8 +335,8 @@ def grid_units(arm: str, records: list[dict]) -> list[Unit]:
 
 
 def placement_rate_units(arm: str, records: list[dict] = ()) -> tuple[list[Unit], float | None]:
-    """Post-LN's rate units (`grid_rate_units`' `PLACEMENT_FFN` Post-LN ones) continued to `PLACEMENT_STOP`, bracketed
-    as the grid's (`bracketed_rate`): the units so far and the chosen rate."""
+    """`PLACEMENT_FFN` Post-LN's rate units (seed 0 at `GRID_RATES["post"]`; their 20.5M-token units are recorded)
+    continued to `PLACEMENT_STOP`, bracketed as the grid's (`bracketed_rate`): the units so far and the chosen rate."""
 
     def unit_at(rate: float) -> Unit:
         return replace(grid_unit(arm, PLACEMENT_FFN, "post", rate, 0), stop_step=PLACEMENT_STOP)
