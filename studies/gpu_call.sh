@@ -74,5 +74,8 @@ if [ "$(left)" -gt 90 ]; then
     timeout $(( $(left) - 10 )) python3 -m studies.pretraining.launch --data_dir device_payload/corpus \
         --out "$OUT" --time_limit $(( $(left) - 25 )) --device $DEVICE --parallel 6 --work_dir out/launch --stage "$STAGE" $UNIT_ARGS \
         2>&1 | tee "$OUT/units.log" | grep -v "it/s\]" | tail -n 40
+    units_status=${PIPESTATUS[0]}  # the launcher's (timeout's) status, not the pipe's last command's
+    [ "$units_status" = 0 ] || echo "the units' launcher exited with status $units_status (units.log)"
 fi
 echo "all done at $(( $(date +%s) - start )) s"
+exit "${units_status:-0}"
