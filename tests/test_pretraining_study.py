@@ -7,6 +7,7 @@ import json
 import math
 import statistics
 import time
+from argparse import Namespace
 from dataclasses import replace
 
 import pytest
@@ -34,6 +35,7 @@ from studies.pretraining.run import (
     finetune_units,
     finished,
     main_records,
+    pretrained_checkpoint,
     probe_folder,
     train_unit,
     unit_arguments,
@@ -43,6 +45,7 @@ from studies.pretraining.settings import (
     DATA_FILES,
     FINETUNE_SEEDS,
     FINETUNE_TASKS,
+    GRID_ARM,
     best_rates,
     bracketed_rate,
     ffn_units,
@@ -621,19 +624,17 @@ def test_held_out_sources_name_each_held_out_documents_file(tmp_path):
         source_of("news-00.txt.xz")
 
 
-def test_a_saved_unit_is_recorded_from_its_folder_with_its_own_seconds_per_step(tmp_path):
-    """A unit saved but not recorded (interrupted between the two) stopped with FileExistsError (issue 42); its
-    record now comes from the folder, and its seconds per step count only the steps after its resume."""
-    unit = replace(recipe_units()[0], stop_step=2500)
-    folder = tmp_path / "runs" / unit.name
+def save_finished_unit(folder, steps: int = 2500, resumed_from: int = 2000, loss: float = 5.2) -> None:
+    """What `run_pretraining` leaves in a finished unit's folder: config, report, results and log history (a probe
+    exit at step 1,024; `resumed_from` steps before this process's own)."""
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
     report_fields = {
         "floors": {"unigram_mask": 6.72, "copy_aware": 6.1},
-        "steps": 2500,
-        "resumed_from_step": 2000,
+        "steps": steps,
+        "resumed_from_step": resumed_from,
         "train_seconds": 100.0,
-        "tokens_seen": 2500 * 4096,
+        "tokens_seen": steps * 4096,
         "epochs": 0.26,
         "blocks": {"validation": 1000, "tokens_per_block": 32, "validation_maskings": 3},
         "ffn_output_rms_at_start": [0.1],
@@ -642,14 +643,22 @@ def test_a_saved_unit_is_recorded_from_its_folder_with_its_own_seconds_per_step(
     }
     (folder / "run_info.json").write_text(json.dumps(report_fields))
     (folder / "all_results.json").write_text(
-        json.dumps({"eval_mask_loss": 5.2, "eval_token_loss": 5.0, "eval_mask_accuracy": 0.12})
+        json.dumps({"eval_mask_loss": loss, "eval_token_loss": 5.0, "eval_mask_accuracy": 0.12})
     )
     history = [
         probe_entry(0, -1.6),
         probe_entry(1024, 0.45),
-        {"step": 2500, "eval_mask_loss": 5.2, "eval_token_loss": 5.0},
+        {"step": steps, "eval_mask_loss": loss, "eval_token_loss": 5.0},
     ]
-    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 2500, "log_history": history}))
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": steps, "log_history": history}))
+
+
+def test_a_saved_unit_is_recorded_from_its_folder_with_its_own_seconds_per_step(tmp_path):
+    """A unit saved but not recorded (interrupted between the two) stopped with FileExistsError (issue 42); its
+    record now comes from the folder, and its seconds per step count only the steps after its resume."""
+    unit = replace(recipe_units()[0], stop_step=2500)
+    folder = tmp_path / "runs" / unit.name
+    save_finished_unit(folder)
     record = train_unit(unit, tmp_path / "no-corpus-read", tmp_path, tmp_path / "no-tokenizer-read")
     assert record["seconds_per_step"] == 100.0 / 500  # not 100 / 2500
     assert record["below_unigram_floor"] == pytest.approx(1.52) and record["curve"] == [[2500, 5.2, 5.0]]
@@ -660,6 +669,22 @@ def test_a_saved_unit_is_recorded_from_its_folder_with_its_own_seconds_per_step(
     # resumes it (a first phase cut so stopped every rerun with FileNotFoundError: no checkpoint-2500)
     assert finished(unit, folder) and not finished(replace(unit, stop_step=5000), folder)
     assert not finished(unit, tmp_path / "runs" / "no-such-unit")
+
+
+def test_fine_tuning_reads_a_kept_grid_model_and_trains_only_grid_units_again(tmp_path):
+    """`run.pretrained_checkpoint`: a session's machine keeps no model from an earlier one, so fine-tuning gets each
+    grid model from `train_unit` (a finished folder is read, not trained: its own [MASK] loss, which the fine-tuning
+    record carries); a name outside the grid, which nothing here could train, raises KeyError naming it."""
+    records = [
+        {"name": u.name, "mask_loss": 5.0 if u.learning_rate == 4e-3 else 5.2} for u in grid_rate_units(GRID_ARM)
+    ]
+    unit = grid_units(GRID_ARM, records)[0]
+    save_finished_unit(tmp_path / "runs" / unit.name, steps=unit.stop_step, loss=4.31)
+    args = Namespace(data_dir=tmp_path / "no-corpus-read", output_dir=tmp_path)
+    record = pretrained_checkpoint(unit.name, records, args, tmp_path / "no-tokenizer-read")
+    assert (record["name"], record["mask_loss"], record["stopped_at_step"]) == (unit.name, 4.31, unit.stop_step)
+    with pytest.raises(KeyError, match="untrained-seed0: not a unit of the grid"):
+        pretrained_checkpoint("untrained-seed0", records, args, tmp_path)
 
 
 def test_summary_plateau_exit_rows_per_arm():

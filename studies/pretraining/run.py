@@ -17,7 +17,9 @@ all weights outside the FFN), evaluates it on the fixed maskings (loss on [MASK]
 floors, `hf_ffn.training.floors`), and appends one line to `studies/pretraining/runs.jsonl` (`--commit`: committed
 at once). Rerun the same command after an interruption: recorded units are skipped, and an interrupted one
 resumes from its last checkpoint (every `SAVE_STEPS`) under `--output_dir`/runs/NAME. A fine-tuning unit
-(checkpoint × task × seed, `hf_ffn.comparing.finetune_run`) appends to finetune.jsonl the same way.
+(checkpoint × task × seed, `hf_ffn.comparing.finetune_run`) appends to finetune.jsonl the same way; a grid model
+that --output_dir lacks (a session's machine starts bare) is first trained again from its unit, and each record
+carries the [MASK] loss of the model it fine-tuned (`checkpoint_mask_loss`, beside runs.jsonl's).
 
 `--pilot` trains one GELU model of the main recipe (`PILOT`, `--max_steps` to shorten it) and checks the gate: its
 loss on [MASK] positions must end ≥ `GATE_NATS` below the [MASK]-position unigram floor; the record goes to
@@ -72,6 +74,7 @@ from studies.pretraining.settings import (
     Unit,
     ffn_units,
     grid_cells,
+    grid_units,
     pilot_units,
     placement_units,
     sweep_units,
@@ -348,6 +351,20 @@ def untrained_checkpoint(output_dir: Path, main: list[dict], tokenizer: Path, se
     return folder
 
 
+def pretrained_checkpoint(name: str, records: list[dict], args: argparse.Namespace, where: Path) -> dict:
+    """The record of the grid's model `name` (a unit of `grid_units` at `GRID_ARM`) as `args.output_dir`/runs/NAME
+    holds it: read from its finished folder, else trained there again (`train_unit`: the unit's own steps, seed and
+    data on the CPU; a session's machine keeps no models from an earlier session). Its `mask_loss` is the model's
+    own, which fine-tuning records beside the table's (runs.jsonl) as `checkpoint_mask_loss`.
+
+    Raises:
+        KeyError: `name` is not a grid unit (then nothing here can train it)."""
+    units = {unit.name: unit for unit in grid_units(GRID_ARM, records)} if GRID_ARM is not None else {}
+    if name not in units:
+        raise KeyError(f"{name}: not a unit of the grid at {GRID_ARM!r}, so its model cannot be trained again here")
+    return train_unit(units[name], args.data_dir, args.output_dir, where)
+
+
 def main_records(records: list[dict]) -> list[dict]:
     """`records` and the grid's main cells among them (`grid_cells` at `GRID_ARM`: the Pre-LN cells as kind "ffn")."""
     return [*records, *grid_cells(GRID_ARM, records)]
@@ -414,24 +431,29 @@ def main(argv: list[str] | None = None) -> int:
         finetuned = read_runs(where / FINETUNE) if (where / FINETUNE).is_file() else []
         done = {(r["checkpoint"], r["task"], r["seed"]) for r in finetuned}
         main = main_records(records)
-        if not any(r["kind"] == "ffn" and r["ffn_type"] == "gelu" and r["seed"] == 0 for r in main):
+        gelu = [r["name"] for r in main if r["kind"] == "ffn" and r["ffn_type"] == "gelu" and r["seed"] == 0]
+        if not gelu:
             parser.error(
                 "--stage finetune: nothing to fine-tune yet: the FFN table's GELU seed 0 has not reported (its config "
                 "is the untrained controls'; runs.jsonl)"
             )
+        reference = gelu[0]
         for checkpoint, task, seed in finetune_units(main):
             if (checkpoint, task, seed) in done or (args.seeds and seed not in args.seeds):
                 continue
-            start = args.output_dir / "runs" / checkpoint
-            if untrained_seed(checkpoint) is not None:
-                start = untrained_checkpoint(args.output_dir, main, where / TOKENIZER, untrained_seed(checkpoint))
+            control = untrained_seed(checkpoint)
+            # the machine keeps no model from an earlier session: each is trained again here where it is missing
+            trained = pretrained_checkpoint(reference if control is not None else checkpoint, records, args, where)
+            start, measured = args.output_dir / "runs" / checkpoint, {"checkpoint_mask_loss": trained["mask_loss"]}
+            if control is not None:  # the control's config is the reference's (GELU seed 0)
+                start, measured = untrained_checkpoint(args.output_dir, main, where / TOKENIZER, control), {}
             run_dir = args.output_dir / "finetune" / checkpoint / task / f"seed{seed}"
             recipe = {"learning_rate": FINETUNE_LEARNING_RATE}
             outcome = finetune_run(str(start), task, args.tasks_dir, seed, run_dir, recipe)
             name = f"finetune-{checkpoint}-{task}-seed{seed}"
             append(
                 where / FINETUNE,
-                {"name": name, "checkpoint": checkpoint, "task": task, "seed": seed, **outcome},
+                {"name": name, "checkpoint": checkpoint, "task": task, "seed": seed, **outcome, **measured},
                 args.commit,
             )
         return 0
