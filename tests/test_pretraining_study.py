@@ -105,8 +105,9 @@ FINETUNED = [  # "seed": the fine-tuning seed; the pre-training seed is the chec
     {"checkpoint": "untrained-seed0", "task": "cola", "seed": 1, "score": 12.0},
     {"checkpoint": "untrained-seed1", "task": "cola", "seed": 0, "score": 14.0},
     {"checkpoint": "untrained-seed1", "task": "cola", "seed": 1, "score": 14.0},
-    {"checkpoint": RECORDS[0]["name"], "task": "cola", "seed": 0, "score": 20.0},  # GELU, pre-training seed 0
-    {"checkpoint": RECORDS[0]["name"], "task": "cola", "seed": 1, "score": 26.0},
+    # GELU, pre-training seed 0 (its model trained again for the second run, 0.25 nats off runs.jsonl's 5.0)
+    {"checkpoint": RECORDS[0]["name"], "task": "cola", "seed": 0, "score": 20.0, "checkpoint_mask_loss": 5.0},
+    {"checkpoint": RECORDS[0]["name"], "task": "cola", "seed": 1, "score": 26.0, "checkpoint_mask_loss": 5.25},
     {"checkpoint": RECORDS[1]["name"], "task": "cola", "seed": 0, "score": 22.0},  # GELU, pre-training seed 1
     {"checkpoint": RECORDS[1]["name"], "task": "cola", "seed": 1, "score": 24.0},
 ]
@@ -172,7 +173,9 @@ def test_summary_schema_and_hand_computed_intervals():
         "delta_vs_untrained",
         "interval",
         "confidence",
+        "checkpoint_gap",
     }
+    assert finetune["gelu"]["checkpoint_gap"] == 0.25 and finetune["untrained"]["checkpoint_gap"] is None
     assert finetune["gelu"]["score"] == pytest.approx(23.0) and finetune["gelu"]["delta_vs_untrained"] == 10.5
     assert finetune["gelu"]["interval"] == pytest.approx([10.5 - 19.059308, 10.5 + 19.059308], abs=1e-5)
     assert finetune["gelu"]["pretraining_seeds"] == finetune["untrained"]["pretraining_seeds"] == [0, 1]

@@ -25,7 +25,9 @@
 - `finetune`: one row per checkpoint variant and task: `checkpoint` (the variant, or "untrained"), `task`,
   `pretraining_seeds`, `score` (mean over pre-training seeds × fine-tuning seeds), `delta_vs_untrained` (paired by
   pre-training seed with the untrained control of that seed, each side's fine-tuning seeds averaged first: the
-  pre-training seeds' variance is inside the interval), `interval`, `confidence`.
+  pre-training seeds' variance is inside the interval), `interval`, `confidence`, `checkpoint_gap` (nats: the
+  largest |[MASK] loss of the model fine-tuned − runs.jsonl's| over the row's runs, 0 when each model fine-tuned is
+  the table's, as a model trained again in a later session should be; `null` for the control or runs without it).
 
 Intervals: paired Student-t (`hf_ffn.comparing.paired_t_interval`) at family-wise 95% with a **Bonferroni**
 correction: each interval of a table of m comparisons is a 1 − 0.05/m interval (m = the table's rows with an
@@ -230,13 +232,17 @@ def finetune_table(finetuned: list[dict], records: list[dict]) -> list[dict]:
     that seed (`settings.untrained_seed`): the interval's spread is the pre-training seeds' (their init and data
     order), the fine-tuning seeds' noise averaged within each."""
     checkpoint = {r["name"]: (r["ffn_type"], r["seed"]) for r in records if r["kind"] == "ffn"}  # the FFN table's
+    table_loss = {r["name"]: r["mask_loss"] for r in records if r["kind"] == "ffn"}
     scores: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    gaps: dict[tuple[str, str], list[float]] = defaultdict(list)
     for run in finetuned:
         seed = untrained_seed(run["checkpoint"])
         if seed is None and run["checkpoint"] not in checkpoint:
             continue  # not a checkpoint of the FFN table (another placement, an earlier study's)
         label, seed = (UNTRAINED, seed) if seed is not None else checkpoint[run["checkpoint"]]
         scores[(label, run["task"])][seed].append(run["score"])
+        if "checkpoint_mask_loss" in run:
+            gaps[(label, run["task"])].append(abs(run["checkpoint_mask_loss"] - table_loss[run["checkpoint"]]))
     means = {key: {seed: statistics.mean(v) for seed, v in by_seed.items()} for key, by_seed in scores.items()}
     order = sorted(means, key=lambda k: (k[1], k[0] != UNTRAINED, _ffn_rank(k[0])))
     differences = [
@@ -253,6 +259,7 @@ def finetune_table(finetuned: list[dict], records: list[dict]) -> list[dict]:
             "delta_vs_untrained": statistics.mean(d) if d else None,
             "interval": interval,
             "confidence": confidence if interval is not None else None,
+            "checkpoint_gap": max(gaps[(label, task)]) if gaps[(label, task)] else None,
         }
         for (label, task), d, interval in zip(order, differences, intervals, strict=True)
     ]
@@ -413,13 +420,14 @@ def report_markdown(result: dict, records: list[dict], pilots: list[dict]) -> st
         "",
         "## Fine-tuning",
         "",
-        "| checkpoint | task | pre-training seeds | score | Δ vs untrained | interval |",
-        "|---|---|---|---:|---:|---|",
+        "| checkpoint | task | pre-training seeds | score | Δ vs untrained | interval | checkpoint gap (nats) |",
+        "|---|---|---|---:|---:|---|---:|",
     ]
     for row in result["finetune"]:
+        gap = "–" if row.get("checkpoint_gap") is None else f"{row['checkpoint_gap']:.4f}"
         lines.append(
             f"| {row['checkpoint']} | {row['task']} | {','.join(map(str, row['pretraining_seeds']))} | "
-            f"{row['score']:.2f} | {_signed(row['delta_vs_untrained'], 2)} | {_interval(row['interval'])} |"
+            f"{row['score']:.2f} | {_signed(row['delta_vs_untrained'], 2)} | {_interval(row['interval'])} | {gap} |"
         )
     sweep = [r for r in records if r["kind"] == "sweep"]
     if sweep:
