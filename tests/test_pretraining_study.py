@@ -441,8 +441,8 @@ def test_the_grids_main_cells_fill_the_ffn_and_placement_tables():
 
 def test_fine_tuning_starts_from_the_grids_pre_ln_cells_at_their_chosen_rates_and_the_untrained_control():
     """`run.finetune_units` on the grid (issue 42, item 4): seeds 0-2 of each Pre-LN cell whose rate is chosen, at
-    that rate (not the rate units it lost to), the control first; Post-LN and the recipe's other units are not
-    fine-tuned."""
+    that rate (not the rate units it lost to), seed-major with each seed's control first; Post-LN and the recipe's
+    other units are not fine-tuned."""
     arm = "32, then 128"
     rows = [(u, 5.0 if u.learning_rate == 4e-3 else 5.2) for u in grid_rate_units(arm)]
     rows += [(grid_unit(arm, ffn, "pre", 4e-3, seed), 5.0) for ffn in ("gelu", "swiglu") for seed in (1, 2, 3)]
@@ -455,8 +455,11 @@ def test_fine_tuning_starts_from_the_grids_pre_ln_cells_at_their_chosen_rates_an
     ]
     expected.remove(grid_unit(arm, "geglu", "pre", 4e-3, 1).name)
     expected.remove(grid_unit(arm, "geglu", "pre", 4e-3, 2).name)
-    assert checkpoints[:3] == ["untrained-seed0", "untrained-seed1", "untrained-seed2"]  # a control per seed
-    assert sorted(checkpoints[3:]) == sorted(expected)
+    controls = ["untrained-seed0", "untrained-seed1", "untrained-seed2"]  # a control per seed
+    assert sorted(checkpoints) == sorted(expected + controls)
+    seeds = [untrained_seed(name) if name in controls else int(name[-1]) for name in checkpoints]
+    assert seeds == sorted(seeds)  # seed-major: stopping early leaves whole pre-training seeds
+    assert [checkpoints[seeds.index(seed)] for seed in (0, 1, 2)] == controls  # each seed's control first
     assert len(units) == len(checkpoints) * len(FINETUNE_TASKS) * len(FINETUNE_SEEDS)
     assert units[:2] == [("untrained-seed0", FINETUNE_TASKS[0], 0), ("untrained-seed0", FINETUNE_TASKS[0], 1)]
     assert [untrained_seed(name) for name in ("untrained", "untrained-seed2", expected[0])] == [0, 2, None]

@@ -374,9 +374,13 @@ def finetune_units(main: list[dict]) -> list[tuple[str, str, int]]:
     """(checkpoint, task, seed): the FFN table's checkpoints of each variant for the pre-training seeds of
     `FINETUNE_CHECKPOINT_SEEDS` (`main`'s kind "ffn" records: issue 37's main runs or the grid's Pre-LN cells,
     `main_records`) and the untrained control of each of those seeds, every task of `FINETUNE_TASKS`, every seed of
-    `FINETUNE_SEEDS`, the controls first."""
-    controls = [untrained_name(seed) for seed in FINETUNE_CHECKPOINT_SEEDS]
-    checkpoints = controls + [r["name"] for r in main if r["kind"] == "ffn" and r["seed"] in FINETUNE_CHECKPOINT_SEEDS]
+    `FINETUNE_SEEDS`; pre-training seed-major, its control first (stopping early leaves whole seeds: each variant
+    and its control at the same pre-training seeds, which the paired intervals need)."""
+    checkpoints = [
+        name
+        for seed in FINETUNE_CHECKPOINT_SEEDS
+        for name in [untrained_name(seed)] + [r["name"] for r in main if r["kind"] == "ffn" and r["seed"] == seed]
+    ]
     return [(name, task, seed) for name in checkpoints for task in FINETUNE_TASKS for seed in FINETUNE_SEEDS]
 
 
