@@ -46,6 +46,7 @@ from studies.pretraining.settings import (
     FINETUNE_SEEDS,
     FINETUNE_TASKS,
     GRID_ARM,
+    LAUNCH_PARTS,
     best_rates,
     bracketed_rate,
     ffn_units,
@@ -680,15 +681,23 @@ def test_a_saved_unit_is_recorded_from_its_folder_with_its_own_seconds_per_step(
 def test_fine_tuning_reads_a_kept_grid_model_and_trains_only_grid_units_again(tmp_path):
     """`run.pretrained_checkpoint`: a session's machine keeps no model from an earlier one, so fine-tuning gets each
     grid model from `train_unit` (a finished folder is read, not trained: its own [MASK] loss, which the fine-tuning
-    record carries); a name outside the grid, which nothing here could train, raises KeyError naming it."""
+    record carries), from the corpus parts its record names: the study's other parts made another model (a
+    GELU seed 0 trained again on all eight parts ended 4.300 against the table's 4.318); a name outside the grid,
+    which nothing here could train, raises KeyError naming it."""
+    parts = ["wiki-00.txt.xz", "books-00.txt.xz"]
     records = [
-        {"name": u.name, "mask_loss": 5.0 if u.learning_rate == 4e-3 else 5.2} for u in grid_rate_units(GRID_ARM)
+        {"name": u.name, "mask_loss": 5.0 if u.learning_rate == 4e-3 else 5.2, "corpus_parts": parts}
+        for u in grid_rate_units(GRID_ARM)
     ]
     unit = grid_units(GRID_ARM, records)[0]
+    other = next(u for u in grid_units(GRID_ARM, records) if u.seed == 1)  # seed 1: no record yet
     save_finished_unit(tmp_path / "runs" / unit.name, steps=unit.stop_step, loss=4.31)
     args = Namespace(data_dir=tmp_path / "no-corpus-read", output_dir=tmp_path)
     record = pretrained_checkpoint(unit.name, records, args, tmp_path / "no-tokenizer-read")
     assert (record["name"], record["mask_loss"], record["stopped_at_step"]) == (unit.name, 4.31, unit.stop_step)
+    assert record["corpus_parts"] == parts  # the record's, not the study's eight (`DATA_FILES`)
+    save_finished_unit(tmp_path / "runs" / other.name, steps=other.stop_step)  # no record names its parts
+    assert pretrained_checkpoint(other.name, records, args, tmp_path)["corpus_parts"] == list(LAUNCH_PARTS)
     with pytest.raises(KeyError, match="untrained-seed0: not a unit of the grid"):
         pretrained_checkpoint("untrained-seed0", records, args, tmp_path)
 

@@ -64,6 +64,7 @@ from studies.pretraining.settings import (
     GATE_NATS,
     GRID_ARM,
     HELD_OUT_PERCENT,
+    LAUNCH_PARTS,
     LOGGING_STEPS,
     PREPROCESSING_WORKERS,
     RECIPE,
@@ -353,16 +354,18 @@ def untrained_checkpoint(output_dir: Path, main: list[dict], tokenizer: Path, se
 
 def pretrained_checkpoint(name: str, records: list[dict], args: argparse.Namespace, where: Path) -> dict:
     """The record of the grid's model `name` (a unit of `grid_units` at `GRID_ARM`) as `args.output_dir`/runs/NAME
-    holds it: read from its finished folder, else trained there again (`train_unit`: the unit's own steps, seed and
-    data on the CPU; a session's machine keeps no models from an earlier session). Its `mask_loss` is the model's
-    own, which fine-tuning records beside the table's (runs.jsonl) as `checkpoint_mask_loss`.
+    holds it: read from its finished folder, else trained there again (`train_unit`: the unit's own steps and seed on
+    the CPU, from the corpus parts its record names, `corpus_parts`, else the launcher's `LAUNCH_PARTS`; a session's
+    machine keeps no models from an earlier session). Its `mask_loss` is the model's own, which fine-tuning records
+    beside the table's (runs.jsonl) as `checkpoint_mask_loss`.
 
     Raises:
         KeyError: `name` is not a grid unit (then nothing here can train it)."""
     units = {unit.name: unit for unit in grid_units(GRID_ARM, records)} if GRID_ARM is not None else {}
     if name not in units:
         raise KeyError(f"{name}: not a unit of the grid at {GRID_ARM!r}, so its model cannot be trained again here")
-    return train_unit(units[name], args.data_dir, args.output_dir, where)
+    parts = next((tuple(r["corpus_parts"]) for r in records if r["name"] == name and "corpus_parts" in r), None)
+    return train_unit(units[name], args.data_dir, args.output_dir, where, "cpu", parts or LAUNCH_PARTS)
 
 
 def main_records(records: list[dict]) -> list[dict]:
