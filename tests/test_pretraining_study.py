@@ -253,6 +253,9 @@ def test_report_regenerates_from_the_runs_file_with_one_command(tmp_path):
 
 def test_the_ffn_table_runs_each_variant_at_its_best_swept_rate():
     assert best_rates(RECORDS) == {("gelu", "pre"): 4e-3}
+    # a diverged sweep run (NaN loss) never wins, even when it comes first (it once stayed best: x < NaN is False)
+    diverged = [record("sweep", "gelu", 0, float("nan"), "pre", 8e-3), *RECORDS]
+    assert best_rates(diverged) == {("gelu", "pre"): 4e-3}
     units = ffn_units(RECORDS)
     assert [(u.ffn_type, u.learning_rate, u.seed) for u in units][:2] == [("gelu", 4e-3, 0), ("gelu", 4e-3, 1)]
     assert len(sweep_units()) == 18 and len({u.name for u in sweep_units()}) == 18

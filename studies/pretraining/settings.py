@@ -284,14 +284,19 @@ def _cell_rate(arm: str, cell: tuple[str, str], records: list[dict]) -> tuple[li
     return bracketed_rate(GRID_RATES[place], lambda rate: grid_unit(arm, ffn, place, rate, 0), records)
 
 
+def ranked_loss(loss: float) -> float:
+    """A final [MASK] loss as the rate choices rank it (`lowest_loss_rate`, `best_rates`): a NaN loss, a run that
+    diverged, counts as the highest (`min` over raw losses would keep a NaN met first: x < NaN is False)."""
+    return math.inf if math.isnan(loss) else loss
+
+
 def lowest_loss_rate(units: list[Unit], records: list[dict]) -> float | None:
-    """The learning rate of the unit of `units` with the lowest final [MASK] loss in `records` (a NaN loss, a run
-    that diverged, counts as the highest); None until every one has reported (a rate is not chosen from some of its
-    units)."""
+    """The learning rate of the unit of `units` with the lowest final [MASK] loss in `records` (`ranked_loss`);
+    None until every one has reported (a rate is not chosen from some of its units)."""
     losses = {r["name"]: r["mask_loss"] for r in records}
     if not all(u.name in losses for u in units):
         return None
-    return min(units, key=lambda u: math.inf if math.isnan(losses[u.name]) else losses[u.name]).learning_rate
+    return min(units, key=lambda u: ranked_loss(losses[u.name])).learning_rate
 
 
 def bracketed_rate(
@@ -400,15 +405,14 @@ def sweep_units() -> list[Unit]:
 
 
 def best_rates(records: list[dict]) -> dict[tuple[str, str], float]:
-    """{(ffn_type, placement): the sweep's learning rate with the lowest final [MASK]-position loss}."""
-    best: dict[tuple[str, str], dict] = {}
+    """{(ffn_type, placement): the sweep's learning rate with the lowest final [MASK]-position loss (`ranked_loss`)}."""
+    cells: dict[tuple[str, str], list[dict]] = {}
     for record in records:
-        if record["kind"] != "sweep":
-            continue
-        key = (record["ffn_type"], record["placement"])
-        if key not in best or record["mask_loss"] < best[key]["mask_loss"]:
-            best[key] = record
-    return {key: record["learning_rate"] for key, record in best.items()}
+        if record["kind"] == "sweep":
+            cells.setdefault((record["ffn_type"], record["placement"]), []).append(record)
+    return {
+        cell: min(sweep, key=lambda r: ranked_loss(r["mask_loss"]))["learning_rate"] for cell, sweep in cells.items()
+    }
 
 
 def ffn_units(records: list[dict], seeds: tuple[int, ...] | None = None) -> list[Unit]:
