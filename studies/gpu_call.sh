@@ -12,6 +12,8 @@
 #   the study's grid alone, the whole call for its units: CHECK=0 STAGE=rates bash studies/gpu_call.sh (then grid,
 #   not placement: its units are 41M tokens from scratch on a fresh machine, ~320 s each at the 130k tokens/s
 #   measured, more than a call leaves; they run on the CPU, continuing the 20.5M-token checkpoints)
+#   the second size (issue 42, item 5; the grid and placement tables are complete on the CPU, so this is the next
+#   GPU use): CHECK=0 STAGE=rates HIDDEN=256 bash studies/gpu_call.sh, then STAGE=grid HIDDEN=256
 #
 # What comes back under $OUT: gpu.json and gpu.log (studies/benchmark/gpu.py), parity.log (hf-ffn parity --device
 # cuda on a small BERT), the units' records and logs (runs.jsonl, launch.log, units.log: studies/pretraining/launch.py).
@@ -68,11 +70,13 @@ fi
 #    (studies/pretraining/launch.py; records in $OUT/runs.jsonl, timings and log tails in $OUT/launch.log).
 #    $OUT/runs.jsonl starts as the study's committed runs.jsonl, so units recorded on the CPU are not run again and
 #    the grid stage sees the rate units' records: the new records are its lines after the study's own.
+#    HIDDEN=256 runs item 5's second size (4 x 256, GELU and SwiGLU): STAGE=rates first, then STAGE=grid.
 STAGE=${STAGE:-recipe}
+HIDDEN=${HIDDEN:-128}
 [ -s "$OUT/runs.jsonl" ] || cp studies/pretraining/runs.jsonl "$OUT/runs.jsonl"
 if [ "$(left)" -gt 90 ]; then
     timeout $(( $(left) - 10 )) python3 -m studies.pretraining.launch --data_dir device_payload/corpus \
-        --out "$OUT" --time_limit $(( $(left) - 25 )) --device $DEVICE --parallel 6 --work_dir out/launch --stage "$STAGE" $UNIT_ARGS \
+        --out "$OUT" --time_limit $(( $(left) - 25 )) --device $DEVICE --parallel 6 --work_dir out/launch --stage "$STAGE" --hidden_size "$HIDDEN" $UNIT_ARGS \
         2>&1 | tee "$OUT/units.log" | grep -v "it/s\]" | tail -n 40
     units_status=${PIPESTATUS[0]}  # the launcher's (timeout's) status, not the pipe's last command's
     [ "$units_status" = 0 ] || echo "the units' launcher exited with status $units_status (units.log)"

@@ -128,9 +128,11 @@ def test_summary_schema_and_hand_computed_intervals():
         "gate",
         "plateau_exit",
         "ffn_table",
+        "ffn_table_second_size",
         "placement_table",
         "finetune",
     }
+    assert result["ffn_table_second_size"] == []  # issue 37's records: one size
     assert result["planned_tokens_per_main_run"] == 4000 * 32 * 128 and result["epochs_per_main_run"] == 0.25
     assert result["floors"] == {"unigram_mask": 6.6, "copy_aware": 6.0}
     gate = result["gate"]  # the best main run: SwiGLU seed 0, 6.6 − 4.9 = 1.7 nats below the floor
@@ -441,6 +443,72 @@ def test_the_grids_main_cells_fill_the_ffn_and_placement_tables():
     half = 4.302653 * statistics.stdev([-0.3, -0.25, -0.4]) / math.sqrt(3)  # t_{0.975, 2}: one comparison
     assert placement["interval"] == pytest.approx([(-0.95 / 3) - half, (-0.95 / 3) + half])
     assert report.summary(records, [], arm=None)["ffn_table"] == []  # no grid before its arm is chosen
+
+
+def test_the_second_size_runs_gelu_and_swiglu_at_4x256_each_at_its_own_rate_and_fills_its_own_table(tmp_path):
+    """Item 5: the grid's arm at 4 × 256 (Turc et al. 2019: 4 heads, FFN 1,024), GELU and SwiGLU Pre-LN, rates
+    bracketed from 5e-4, 1e-3, 2e-3, then 3 seeds each; its records fill `ffn_table_second_size` and leave the first
+    size's tables as they were. By hand: SwiGLU − GELU over seeds 0-2 is −0.1, −0.3, −0.2 (mean −0.2, sd 0.1)."""
+    arm = "32, then 128"
+    first = grid_units(arm, [])  # nothing recorded: no rate chosen at either size
+    rate_units = grid_rate_units(arm, [], 256)
+    assert first == [] and [(u.ffn_type, u.learning_rate, u.seed) for u in rate_units] == [
+        (ffn, rate, 0) for ffn in ("gelu", "swiglu") for rate in (5e-4, 1e-3, 2e-3)
+    ]
+    assert rate_units[1].name == (
+        "recipe-gelu-pre-hidden256-lr0.001-warmup300-block32x128to128x32at2500-steps16000-stop5000-seed0"
+    )
+    # the first size's names are those of its records (no size in them)
+    assert grid_unit(arm, "gelu", "pre", 1e-3, 0).name == rate_units[1].name.replace("-hidden256", "")
+    assert rate_units[1].first_phase().hidden_size == 256  # its blocks-of-32 phase is the same model
+    args = unit_arguments(rate_units[1], tmp_path, tmp_path, STUDY)[0]
+    assert (args.hidden_size, args.num_hidden_layers, args.num_attention_heads, args.intermediate_size) == (
+        256,
+        4,
+        4,
+        1024,
+    )
+    args = unit_arguments(grid_unit(arm, "gelu", "pre", 1e-3, 0), tmp_path, tmp_path, STUDY)[0]
+    assert (args.hidden_size, args.num_attention_heads, args.intermediate_size) == (128, 2, 512)
+    with pytest.raises(ValueError, match=r"hidden_size 512: the study's sizes are 128, 256"):
+        replace(rate_units[0], hidden_size=512)
+    # GELU's 1e-3 and SwiGLU's 2e-3 win (SwiGLU's at the edge: 4e-3 is tried next, and loses)
+    losses = {(u.ffn_type, u.learning_rate): 5.0 for u in rate_units} | {("gelu", 1e-3): 4.5, ("swiglu", 2e-3): 4.4}
+    rows = [(u, losses[(u.ffn_type, u.learning_rate)]) for u in rate_units]
+    assert (
+        grid_rate_units(arm, [{"name": u.name, "mask_loss": loss} for u, loss in rows], 256)[-1].learning_rate == 4e-3
+    )
+    rows.append((grid_unit(arm, "swiglu", "pre", 4e-3, 0, 256), 4.6))
+    records = [{"name": u.name, "mask_loss": loss} for u, loss in rows]
+    assert grid_best_rates(arm, records, 256) == {("gelu", "pre"): 1e-3, ("swiglu", "pre"): 2e-3}
+    assert grid_best_rates(arm, records) == {}  # the first size's rates are its own units'
+    seeds = grid_units(arm, records, 256)
+    assert [(u.ffn_type, u.learning_rate, u.seed, u.hidden_size) for u in seeds] == [
+        (ffn, rate, seed, 256) for seed in (0, 1, 2) for ffn, rate in (("gelu", 1e-3), ("swiglu", 2e-3))
+    ]
+    rows += [(u, 4.5 if u.ffn_type == "gelu" else 4.4 - 0.2 * (u.seed == 1)) for u in seeds if u.seed > 0]
+    records = [
+        record("recipe", u.ffn_type, u.seed, loss, u.placement, u.learning_rate, u.warmup_steps)
+        | u.settings()
+        | {"name": u.name}
+        for u, loss in rows
+    ]
+    records[-1]["mask_loss"] = 4.3  # SwiGLU seed 2: −0.2 against GELU's 4.5
+    result = report.summary(records, [], arm=arm)
+    assert result["ffn_table"] == [] and result["placement_table"] == []
+    gelu, swiglu = result["ffn_table_second_size"]
+    assert (gelu["variant"], gelu["learning_rate"], gelu["seeds"]) == ("gelu", 1e-3, [0, 1, 2])
+    assert (swiglu["variant"], swiglu["learning_rate"]) == ("swiglu", 2e-3)
+    assert swiglu["delta_vs_gelu"] == pytest.approx(-0.2)
+    half = 4.302653 * 0.1 / math.sqrt(3)  # t_{0.975, 2}: one comparison
+    assert swiglu["interval"] == pytest.approx([-0.2 - half, -0.2 + half])
+    exits = {row["recipe"] for row in result["plateau_exit"]}
+    assert all(label.startswith("recipe: 4 × 256 model, blocks 32x128, then 128x32") for label in exits), exits
+    with pytest.raises(ValueError, match=r"--hidden_size 512: not one of the study's sizes \(128, 256\)"):
+        launch.units(stage="rates", hidden_size=512)
+    with pytest.raises(ValueError, match=r"--hidden_size 256 with --stage placement: the second size runs"):
+        launch.units(stage="placement", hidden_size=256)
+    assert launch.units(stage="rates", records=records, hidden_size=256) == grid_rate_units(GRID_ARM, records, 256)
 
 
 def test_fine_tuning_starts_from_the_grids_pre_ln_cells_at_their_chosen_rates_and_the_untrained_control():

@@ -9,7 +9,8 @@
 The units are those of `--stage` (`units`): "recipe", item 3's three arms (`settings.recipe_units()`: GELU and
 SwiGLU, seeds 0-2, 5,000 steps of 4,096 tokens = 20.5M); "rates", "grid" and "placement", item 4's grid at
 `settings.GRID_ARM` (`grid_rate_units`, `grid_units`, `placement_stage_units`: the rate units, the FFN table's
-seeds, Post-LN vs Pre-LN at 41.0M tokens). They read `--parts` of the corpus (default `LAUNCH_PARTS`: wiki-00,
+seeds, Post-LN vs Pre-LN at 41.0M tokens); with `--hidden_size 256`, "rates" then "grid" run item 5's second size
+(4 × 256: `settings.SECOND_SIZE`, GELU and SwiGLU). They read `--parts` of the corpus (default `LAUNCH_PARTS`: wiki-00,
 wiki-01, books-00, books-01, 39.5M training tokens an epoch; the records name the parts and the epochs). Each
 unit is `run.train_unit` in a process of its own (the study's normal path: `unit_arguments` + `run_pretraining`,
 with the plateau probe), fp32, its preprocessing workers fixed (`PREPROCESSING_WORKERS`, on every device: the
@@ -77,8 +78,10 @@ from studies.pretraining.settings import (
     DATA_FILES,
     EVAL_MASKINGS,
     GRID_ARM,
+    HIDDEN_SIZES,
     LAUNCH_PARTS,
     PREPROCESSING_WORKERS,
+    SIZES,
     SPLIT_SEED,
     grid_rate_units,
     grid_units,
@@ -86,6 +89,7 @@ from studies.pretraining.settings import (
     recipe_units,
 )
 
+DEFAULT_HIDDEN = SIZES["hidden_size"]
 KILL_MARGIN = 5  # seconds before --time_limit at which a unit still running is killed
 LOG_TAIL = 1500  # characters of each unit's log kept in launch.log
 
@@ -96,13 +100,23 @@ SMOKE_STEPS, SMOKE_DOCUMENTS, SMOKE_CHARACTERS = 8, 200, 2_000_000  # --smoke: s
 STAGES = ("recipe", "rates", "grid", "placement")
 
 
-def units(smoke: bool = False, stage: str = "recipe", records: list[dict] = ()):
+def units(smoke: bool = False, stage: str = "recipe", records: list[dict] = (), hidden_size: int = DEFAULT_HIDDEN):
     """The units this launcher runs, in order: the stage's (`recipe_units()`; at `GRID_ARM`, `grid_rate_units`,
-    `grid_units` of the rates chosen in `records`, or `placement_stage_units`); with `smoke`, seed 0's GELU units of
-    the recipe's first two arms stopped at `SMOKE_STEPS` (the sequence-length warm-up's long blocks from half way).
+    `grid_units` of the rates chosen in `records`, or `placement_stage_units`), the models `hidden_size` wide (the
+    grid's stages: `settings.HIDDEN_SIZES`; the second size runs "rates", then "grid"); with `smoke`, seed 0's GELU
+    units of the recipe's first two arms at `hidden_size`, stopped at `SMOKE_STEPS` (the sequence-length warm-up's
+    long blocks from half way).
 
     Raises:
-        ValueError: a grid stage before `settings.GRID_ARM` is set, naming the stage."""
+        ValueError: a grid stage before `settings.GRID_ARM` is set, naming the stage; `hidden_size` not one of the
+            study's sizes, or a size other than the first for a stage that runs only the first (recipe, placement)."""
+    if hidden_size not in HIDDEN_SIZES:
+        allowed = ", ".join(map(str, HIDDEN_SIZES))
+        raise ValueError(f"--hidden_size {hidden_size}: not one of the study's sizes ({allowed})")
+    if hidden_size != DEFAULT_HIDDEN and stage not in ("rates", "grid") and not smoke:
+        raise ValueError(
+            f"--hidden_size {hidden_size} with --stage {stage}: the second size runs --stage rates, then grid"
+        )
     if stage != "recipe" and not smoke:
         if GRID_ARM is None:
             raise ValueError(
@@ -112,13 +126,15 @@ def units(smoke: bool = False, stage: str = "recipe", records: list[dict] = ()):
         if stage == "placement":
             return placement_stage_units(GRID_ARM, list(records))
         if stage == "rates":
-            return grid_rate_units(GRID_ARM, list(records))
-        return grid_units(GRID_ARM, list(records))
+            return grid_rate_units(GRID_ARM, list(records), hidden_size)
+        return grid_units(GRID_ARM, list(records), hidden_size)
     if smoke:  # the warm-up first: it trains its first phase itself, which the blocks-of-32 unit then continues
         first, warmup = recipe_units()[:2]
         return [
-            dataclasses.replace(warmup, stop_step=SMOKE_STEPS, short_block_steps=SMOKE_STEPS // 2),
-            dataclasses.replace(first, stop_step=SMOKE_STEPS),
+            dataclasses.replace(
+                warmup, stop_step=SMOKE_STEPS, short_block_steps=SMOKE_STEPS // 2, hidden_size=hidden_size
+            ),
+            dataclasses.replace(first, stop_step=SMOKE_STEPS, hidden_size=hidden_size),
         ]
     return recipe_units()
 
@@ -185,7 +201,7 @@ def recorded(out: Path) -> list[dict]:
 
 def run_one(args: argparse.Namespace) -> int:
     """The child: train the unit `args.one` and write its record to `work_dir`/records/NAME.json."""
-    unit = next(u for u in units(args.smoke, args.stage, recorded(args.out)) if u.name == args.one)
+    unit = next(u for u in units(args.smoke, args.stage, recorded(args.out), args.hidden_size) if u.name == args.one)
     parts = part_names(args.parts)
     record = train_unit(unit, args.data_dir, args.work_dir, STUDY, args.device, parts, args.stop_training_at)
     folder = args.work_dir / "records"
@@ -215,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         default="recipe",
         help="the recipe's arms, the grid's rates, its seeds (Pre-LN), or the placement table's units (41M tokens)",
     )
+    parser.add_argument(
+        "--hidden_size",
+        type=int,
+        default=DEFAULT_HIDDEN,
+        help=f"the models' width: {DEFAULT_HIDDEN}, or {HIDDEN_SIZES[-1]} (the second size: --stage rates, then grid)",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child: one unit
     parser.add_argument("--stop_training_at", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -232,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.parallel < 1:
         parser.error(f"--parallel {args.parallel}: must be a positive number of units")
     try:
-        planned = units(args.smoke, args.stage, recorded(args.out))
+        planned = units(args.smoke, args.stage, recorded(args.out), args.hidden_size)
     except ValueError as error:
         parser.error(str(error))
     known = {u.name for u in planned}
@@ -285,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             command = [sys.executable, "-m", "studies.pretraining.launch", "--one", unit.name]
             command += ["--data_dir", str(args.data_dir), "--out", str(args.out), "--device", args.device]
             command += ["--work_dir", str(args.work_dir), "--threads", str(threads), "--parts", *args.parts]
-            command += ["--stage", args.stage]
+            command += ["--stage", args.stage, "--hidden_size", str(args.hidden_size)]
             if limit is not None:
                 command += ["--stop_training_at", str(limit - args.reserve)]
             command += ["--smoke"] if args.smoke else []

@@ -16,6 +16,9 @@
 - `ffn_table`: one row per FFN variant of the FFN table (`kind` "ffn"): `variant`, `placement`, `learning_rate`,
   `seeds`, `mask_loss` (mean over seeds of the final loss on [MASK] positions), `delta_vs_gelu` (mean of the paired
   differences variant − GELU, by seed), `interval` ([low, high] of that difference), `confidence` (its level);
+- `ffn_table_second_size` (issue 42, item 5): the same rows for the grid at `settings.SECOND_SIZE` (4 × 256: GELU
+  and SwiGLU, Pre-LN, each at its rate chosen at full length; `grid_cells`' kind `SECOND_SIZE_KIND`); `[]` before
+  its units have run;
 - `placement_table`: per FFN (`kind` "placement"; issue 42: the placement stage's units, 41.0M tokens), Pre-LN
   and Post-LN each at its best rate and warm-up (`pre`, `post`: `learning_rate`, `warmup_steps`, `seeds`,
   `mask_loss`), `delta_pre_minus_post` paired by seed, `interval`, `confidence`;
@@ -50,6 +53,8 @@ from studies.pretraining.settings import (
     GRID_ARM,
     MAIN_STEPS,
     RECIPE_STOP,
+    SECOND_SIZE,
+    SECOND_SIZE_KIND,
     SIZES,
     UNTRAINED,
     grid_cells,
@@ -92,10 +97,11 @@ def _ffn_rank(ffn: str) -> int:
     return FFN_ORDER.index(ffn) if ffn in FFN_ORDER else len(FFN_ORDER)
 
 
-def loss_table(records: list[dict]) -> list[dict]:
-    """The rows of `ffn_table` (records of kind "ffn"): each variant's cell, `delta_vs_gelu` paired by seed with
-    GELU of the same placement, its Bonferroni interval (`confidence`: each interval's level)."""
-    cells = _cells(records, "ffn")
+def loss_table(records: list[dict], kind: str = "ffn") -> list[dict]:
+    """The rows of `ffn_table` (records of `kind`: "ffn"; `SECOND_SIZE_KIND` for `ffn_table_second_size`): each
+    variant's cell, `delta_vs_gelu` paired by seed with GELU of the same placement, its Bonferroni interval
+    (`confidence`: each interval's level)."""
+    cells = _cells(records, kind)
     order = sorted(cells, key=lambda k: (k[1], k[2], k[3], _ffn_rank(k[0])))
     gelu = {k[1]: cells[k] for k in cells if k[0] == "gelu"}
     differences = [_paired(cells[k], gelu[k[1]]) if k[1] in gelu and k[0] != "gelu" else [] for k in order]
@@ -172,8 +178,10 @@ def recipe_label(record: dict) -> str:
     if record.get("cooldown_steps"):
         schedule = f"constant, cool-down over the last {record['cooldown_steps']} of {record['max_steps']} steps"
     stop = f" stopped at {record['stop_step']}" if record.get("stop_step") else ""
+    hidden = record.get("hidden_size", SIZES["hidden_size"])
+    size = "" if hidden == SIZES["hidden_size"] else f"{SIZES['num_hidden_layers']} × {hidden} model, "
     return (
-        f"{record['kind']}: blocks {shape}, lr {record['learning_rate']:g}, warm-up {record['warmup_steps']}, "
+        f"{record['kind']}: {size}blocks {shape}, lr {record['learning_rate']:g}, warm-up {record['warmup_steps']}, "
         f"{schedule}{stop}"
     )
 
@@ -327,8 +335,9 @@ def summary(records: list[dict], finetuned: list[dict], pilots: list[dict] = (),
         "device": sorted({_device(r) for r in every} - {None}),
         "corpus_parts": [list(parts) for parts in sorted({_parts(r) for r in every} - {None})],
         "gate": gate(list(pilots), records, arm),
-        "plateau_exit": plateau_exits([r for r in records if r["kind"] not in ("ffn", "placement") or r not in grid]),
+        "plateau_exit": plateau_exits([r for r in records if r not in grid]),
         "ffn_table": loss_table(records),
+        "ffn_table_second_size": loss_table(records, SECOND_SIZE_KIND),
         "placement_table": placement_table(records),
         "finetune": finetune_table(finetuned, records),
     }
@@ -395,6 +404,19 @@ def report_markdown(result: dict, records: list[dict], pilots: list[dict]) -> st
         "|---|---|---:|---|---:|---:|---|",
     ]
     for row in result["ffn_table"]:
+        lines.append(
+            f"| {row['variant']} | {row['placement']} | {row['learning_rate']:g} | "
+            f"{','.join(map(str, row['seeds']))} | {row['mask_loss']:.3f} | {_signed(row['delta_vs_gelu'])} | "
+            f"{_interval(row['interval'])} |"
+        )
+    lines += [
+        "",
+        f"## FFN table, second size ({SIZES['num_hidden_layers']} × {SECOND_SIZE}, issue 42 item 5)",
+        "",
+        "| variant | placement | lr | seeds | [MASK] loss | Δ vs GELU | interval |",
+        "|---|---|---:|---|---:|---:|---|",
+    ]
+    for row in result["ffn_table_second_size"]:
         lines.append(
             f"| {row['variant']} | {row['placement']} | {row['learning_rate']:g} | "
             f"{','.join(map(str, row['seeds']))} | {row['mask_loss']:.3f} | {_signed(row['delta_vs_gelu'])} | "

@@ -133,8 +133,7 @@ def unit_arguments(
         layer_norm_position=unit.placement,
         config_overrides=RECIPE["config_overrides"],
         seed_modules_by_name=True,
-        **{key: SIZES[key] for key in ("hidden_size", "num_hidden_layers", "num_attention_heads")},
-        intermediate_size=SIZES["intermediate_size"],
+        **unit.model_sizes(),
         bf16_where_available=False,  # fp32 on every device, as the CPU runs
         speed_defaults=SPEED_DEFAULTS,
     )

@@ -147,8 +147,13 @@ class Unit:
     short_block: int | None = None
     short_block_steps: int = 0
     cooldown_steps: int | None = None
+    hidden_size: int = SIZES["hidden_size"]  # the model's width (`model_sizes`); named only where it is not 128
 
     def __post_init__(self):
+        if self.hidden_size not in HIDDEN_SIZES:
+            raise ValueError(
+                f"hidden_size {self.hidden_size}: the study's sizes are {', '.join(map(str, HIDDEN_SIZES))}"
+            )
         if self.short_block is not None and (self.max_seq_length * self.batch_size) % self.short_block:
             raise ValueError(
                 f"short_block {self.short_block}: must divide the {self.max_seq_length * self.batch_size} "
@@ -164,8 +169,9 @@ class Unit:
             blocks = f"-block{short.max_seq_length}x{short.batch_size}to{shape[0]}x{shape[1]}at{self.short_block_steps}"
         cooldown = "" if self.cooldown_steps is None else f"-constant-cooldown{self.cooldown_steps}"
         stop = "" if self.stop_step is None else f"-stop{self.stop_step}"
+        hidden = "" if self.hidden_size == SIZES["hidden_size"] else f"-hidden{self.hidden_size}"
         return (
-            f"{self.kind}-{self.ffn_type}-{self.placement}-lr{self.learning_rate:g}-warmup{self.warmup_steps}"
+            f"{self.kind}-{self.ffn_type}-{self.placement}{hidden}-lr{self.learning_rate:g}-warmup{self.warmup_steps}"
             f"{cooldown}{blocks}-steps{self.max_steps}{stop}-seed{self.seed}"
         )
 
@@ -190,6 +196,16 @@ class Unit:
             short_block_steps=0,
             stop_step=self.short_block_steps,
         )
+
+    def model_sizes(self) -> dict[str, int]:
+        """The model's shape at `hidden_size`: `SIZES`' 4 layers, a head per 64 of width and the standard FFN 4 ×
+        wide, as BERT's sizes (Turc et al. 2019): 128 → 2 heads, FFN 512; 256 → 4 heads, FFN 1,024."""
+        return {
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": SIZES["num_hidden_layers"],
+            "num_attention_heads": self.hidden_size // 64,
+            "intermediate_size": 4 * self.hidden_size,
+        }
 
     def settings(self) -> dict:
         return {**asdict(self), "arm": self.arm if self.kind == "recipe" else None}
@@ -261,27 +277,66 @@ GRID_SEEDS = {("gelu", "pre"): 5, ("swiglu", "pre"): 5, ("gelu", "post"): 3, ("g
 # Pre-LN at the FFN's grid rate (`placement_stage_units`). Chosen 2026-12-05, before any unit past 20.5M tokens had
 # run.
 PLACEMENT_FFN, PLACEMENT_STOP = "gelu", 10_000
+# Item 5, a second size: is the FFN table's answer the same one size up? Turc et al. (2019)'s 4 layers × 256 (BERT-
+# mini: 4 heads, FFN 1,024; 3.2× the 4 × 128 model's training FLOPs a token), the grid's arm, Pre-LN, GELU against
+# SwiGLU only (the issue's first comparison), `SECOND_SIZE_SEEDS` seeds each, each FFN at its own rate chosen at full
+# length from `SECOND_SIZE_RATES`, bracketed as the grid's (`bracketed_rate`). The rates start one factor of 2 below
+# the first size's (a wider model takes a lower rate; at 4 × 128 GELU chose 1e-3 and SwiGLU 2e-3), so 1e-3 and 2e-3
+# are both inside. Run as the grid's stages with `--hidden_size 256` (launch.py); the records' tables are summary.json's
+# `ffn_table_second_size` and `plateau_exit`. Chosen 2026-12-06, before any unit of this size had run.
+SECOND_SIZE = 256
+HIDDEN_SIZES = (SIZES["hidden_size"], SECOND_SIZE)
+SECOND_SIZE_CELLS = (("gelu", "pre"), ("swiglu", "pre"))
+SECOND_SIZE_RATES, SECOND_SIZE_SEEDS = (5e-4, 1e-3, 2e-3), 3
+SECOND_SIZE_KIND = "ffn_second_size"  # the kind `grid_cells` gives its main cells
 
 
-def grid_unit(arm: str, ffn: str, placement: str, rate: float, seed: int) -> Unit:
-    """The recipe unit of `arm` (`RECIPE_ARMS`) for this FFN, placement, rate and seed (`GRID_WARMUP`)."""
+def size_cells(hidden_size: int) -> tuple[tuple[str, str], ...]:
+    """The grid's (FFN, placement) cells at `hidden_size`: `GRID_CELLS`, or `SECOND_SIZE_CELLS` one size up."""
+    return GRID_CELLS if hidden_size == SIZES["hidden_size"] else SECOND_SIZE_CELLS
+
+
+def size_rates(hidden_size: int, placement: str) -> tuple[float, ...]:
+    """The rates a cell's bracketing starts from at `hidden_size` (`GRID_RATES`, or `SECOND_SIZE_RATES`)."""
+    return GRID_RATES[placement] if hidden_size == SIZES["hidden_size"] else SECOND_SIZE_RATES
+
+
+def size_seeds(hidden_size: int, cell: tuple[str, str]) -> int:
+    """How many seeds the grid runs of `cell` at `hidden_size` (`GRID_SEEDS`, or `SECOND_SIZE_SEEDS`)."""
+    return GRID_SEEDS[cell] if hidden_size == SIZES["hidden_size"] else SECOND_SIZE_SEEDS
+
+
+def grid_unit(
+    arm: str, ffn: str, placement: str, rate: float, seed: int, hidden_size: int = SIZES["hidden_size"]
+) -> Unit:
+    """The recipe unit of `arm` (`RECIPE_ARMS`) for this FFN, placement, rate, seed (`GRID_WARMUP`) and size."""
     if arm not in RECIPE_ARMS:
         raise ValueError(f"arm {arm!r} is not one of {', '.join(map(repr, RECIPE_ARMS))}")
     template = next(u for u in recipe_units((0,)) if u.arm == arm)
     return replace(
-        template, ffn_type=ffn, placement=placement, learning_rate=rate, warmup_steps=GRID_WARMUP[placement], seed=seed
+        template,
+        ffn_type=ffn,
+        placement=placement,
+        learning_rate=rate,
+        warmup_steps=GRID_WARMUP[placement],
+        seed=seed,
+        hidden_size=hidden_size,
     )
 
 
-def grid_rate_units(arm: str, records: list[dict] = ()) -> list[Unit]:
-    """Seed 0 of each cell of `GRID_CELLS` at each rate its bracketing has reached (`bracketed_rate` from its
-    placement's `GRID_RATES`, given the rate units in `records`), in the cells' order."""
-    return [unit for cell in GRID_CELLS for unit in _cell_rate(arm, cell, records)[0]]
+def grid_rate_units(arm: str, records: list[dict] = (), hidden_size: int = SIZES["hidden_size"]) -> list[Unit]:
+    """Seed 0 of each cell of the grid at `hidden_size` (`size_cells`) at each rate its bracketing has reached
+    (`bracketed_rate` from `size_rates`, given the rate units in `records`), in the cells' order."""
+    return [unit for cell in size_cells(hidden_size) for unit in _cell_rate(arm, cell, records, hidden_size)[0]]
 
 
-def _cell_rate(arm: str, cell: tuple[str, str], records: list[dict]) -> tuple[list[Unit], float | None]:
+def _cell_rate(
+    arm: str, cell: tuple[str, str], records: list[dict], hidden_size: int = SIZES["hidden_size"]
+) -> tuple[list[Unit], float | None]:
     ffn, place = cell
-    return bracketed_rate(GRID_RATES[place], lambda rate: grid_unit(arm, ffn, place, rate, 0), records)
+    return bracketed_rate(
+        size_rates(hidden_size, place), lambda rate: grid_unit(arm, ffn, place, rate, 0, hidden_size), records
+    )
 
 
 def ranked_loss(loss: float) -> float:
@@ -320,22 +375,26 @@ def bracketed_rate(
             return units, rate
 
 
-def grid_best_rates(arm: str, records: list[dict]) -> dict[tuple[str, str], float]:
-    """{(FFN, placement): the rate its rate units chose (`bracketed_rate`)}, for the cells whose rate is chosen."""
-    chosen = {cell: _cell_rate(arm, cell, records)[1] for cell in GRID_CELLS}
+def grid_best_rates(
+    arm: str, records: list[dict], hidden_size: int = SIZES["hidden_size"]
+) -> dict[tuple[str, str], float]:
+    """{(FFN, placement): the rate its rate units chose (`bracketed_rate`)} at `hidden_size`, for the cells whose
+    rate is chosen."""
+    chosen = {cell: _cell_rate(arm, cell, records, hidden_size)[1] for cell in size_cells(hidden_size)}
     return {cell: rate for cell, rate in chosen.items() if rate is not None}
 
 
-def grid_units(arm: str, records: list[dict]) -> list[Unit]:
-    """The FFN table's units: `GRID_SEEDS` seeds of each cell at its chosen rate (`grid_best_rates`), seed-major in
-    the cells' order (stopping early leaves every cell with the same seeds); cells without a chosen rate are left
-    out. Post-LN's run longer, in the placement stage (`placement_stage_units`)."""
-    rates = grid_best_rates(arm, records)
+def grid_units(arm: str, records: list[dict], hidden_size: int = SIZES["hidden_size"]) -> list[Unit]:
+    """The FFN table's units at `hidden_size`: `size_seeds` seeds of each cell at its chosen rate
+    (`grid_best_rates`), seed-major in the cells' order (stopping early leaves every cell with the same seeds); cells
+    without a chosen rate are left out. Post-LN's run longer, in the placement stage (`placement_stage_units`)."""
+    rates = grid_best_rates(arm, records, hidden_size)
+    cells = size_cells(hidden_size)
     return [
-        grid_unit(arm, ffn, place, rates[(ffn, place)], seed)
-        for seed in range(max(GRID_SEEDS.values()))
-        for ffn, place in GRID_CELLS
-        if (ffn, place) in rates and seed < GRID_SEEDS[(ffn, place)]
+        grid_unit(arm, ffn, place, rates[(ffn, place)], seed, hidden_size)
+        for seed in range(max(size_seeds(hidden_size, cell) for cell in cells))
+        for ffn, place in cells
+        if (ffn, place) in rates and seed < size_seeds(hidden_size, (ffn, place))
     ]
 
 
@@ -373,9 +432,10 @@ def placement_stage_units(arm: str, records: list[dict]) -> list[Unit]:
 
 
 def grid_cells(arm: str | None, records: list[dict]) -> list[dict]:
-    """The grid's main cells as the tables read them (issue 42, item 4): the records of `grid_units` at `arm` as kind
-    "ffn" (the FFN table) and those of `placement_seed_units` as kind "placement" (Pre − Post for one FFN, at
-    `PLACEMENT_STOP`); none before `arm` is chosen. The report's tables and the fine-tuning stage
+    """The grid's main cells as the tables read them (issue 42, items 4 and 5): the records of `grid_units` at `arm` as
+    kind "ffn" (the FFN table), those of `placement_seed_units` as kind "placement" (Pre − Post for one FFN, at
+    `PLACEMENT_STOP`) and those of `grid_units` at `SECOND_SIZE` as kind `SECOND_SIZE_KIND` (the second size's FFN
+    table); none before `arm` is chosen. The report's tables and the fine-tuning stage
     (`run.finetune_units`) read them."""
     if arm is None:
         return []
@@ -384,7 +444,10 @@ def grid_cells(arm: str | None, records: list[dict]) -> list[dict]:
     placement = [
         by_name[u.name] | {"kind": "placement"} for u in placement_seed_units(arm, records) if u.name in by_name
     ]
-    return ffn + placement
+    second = [
+        by_name[u.name] | {"kind": SECOND_SIZE_KIND} for u in grid_units(arm, records, SECOND_SIZE) if u.name in by_name
+    ]
+    return ffn + placement + second
 
 
 def pilot_units(max_steps: int = MAIN_STEPS) -> list[Unit]:
