@@ -19,6 +19,7 @@ from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.corpus import load_corpus
 from hf_ffn.training.initialisation import seed_by_name
 from studies.pretraining import diagnostics, launch, report
+from studies.pretraining import run as run_module
 from studies.pretraining.plateau import (
     PlateauProbe,
     StopAt,
@@ -771,6 +772,35 @@ def test_fine_tuning_reads_a_kept_grid_model_and_trains_only_grid_units_again(tm
     assert pretrained_checkpoint(other.name, records, args, tmp_path)["corpus_parts"] == list(LAUNCH_PARTS)
     with pytest.raises(KeyError, match="untrained-seed0: not a unit of the grid"):
         pretrained_checkpoint("untrained-seed0", records, args, tmp_path)
+
+
+def test_a_grid_model_trained_again_for_fine_tuning_is_trained_whole_never_resumed(tmp_path, monkeypatch):
+    """A unit resumed from a checkpoint is not the same model (SwiGLU seed 0: its first phase cut at step 1,000 by a
+    session's end and resumed ended 0.042 nats from the table's model), so `pretrained_checkpoint` removes a model's
+    unfinished folder and its first phase (finished or not) before training it again from step 0."""
+    parts = ["wiki-00.txt.xz"]
+    records = [
+        {"name": u.name, "mask_loss": 5.0 if u.learning_rate == 4e-3 else 5.2, "corpus_parts": parts}
+        for u in grid_rate_units(GRID_ARM)
+    ]
+    unit = grid_units(GRID_ARM, records)[0]
+    folder, first = tmp_path / "runs" / unit.name, tmp_path / "runs" / unit.first_phase().name
+    (folder / "checkpoint-3000").mkdir(parents=True)  # cut at step 3,000 of 5,000
+    save_finished_unit(first, steps=unit.first_phase().stop_step)  # finished, but maybe resumed on the way
+    seen = []
+
+    def train(unit_, data_dir, output_dir, where, device, parts_):
+        seen.append((unit_.name, folder.exists(), first.exists(), parts_))
+        return {"name": unit_.name}
+
+    monkeypatch.setattr(run_module, "train_unit", train)
+    args = Namespace(data_dir=tmp_path, output_dir=tmp_path)
+    assert pretrained_checkpoint(unit.name, records, args, tmp_path) == {"name": unit.name}
+    assert seen == [(unit.name, False, False, tuple(parts))]
+    save_finished_unit(folder, steps=unit.stop_step, loss=4.3)  # a finished model is read as it is: nothing removed
+    save_finished_unit(first, steps=unit.first_phase().stop_step)
+    pretrained_checkpoint(unit.name, records, args, tmp_path)
+    assert seen[-1] == (unit.name, True, True, tuple(parts))
 
 
 def test_summary_plateau_exit_rows_per_arm():

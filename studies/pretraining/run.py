@@ -355,16 +355,23 @@ def pretrained_checkpoint(name: str, records: list[dict], args: argparse.Namespa
     """The record of the grid's model `name` (a unit of `grid_units` at `GRID_ARM`) as `args.output_dir`/runs/NAME
     holds it: read from its finished folder, else trained there again (`train_unit`: the unit's own steps and seed on
     the CPU, from the corpus parts its record names, `corpus_parts`, else the launcher's `LAUNCH_PARTS`; a session's
-    machine keeps no models from an earlier session). Its `mask_loss` is the model's own, which fine-tuning records
-    beside the table's (runs.jsonl) as `checkpoint_mask_loss`.
+    machine keeps no models from an earlier session). A model trained again is trained whole, from step 0: the
+    unit's unfinished folder and its first phase's folder are removed first, since a unit resumed from a checkpoint
+    is not the same model (README.md: SwiGLU seed 0, its first phase cut at step 1,000 and resumed, ended 0.042 nats
+    from the table's model; trained whole, GELU seed 0 ended equal to it bit for bit). Its `mask_loss` is the
+    model's own, which fine-tuning records beside the table's (runs.jsonl) as `checkpoint_mask_loss`.
 
     Raises:
         KeyError: `name` is not a grid unit (then nothing here can train it)."""
     units = {unit.name: unit for unit in grid_units(GRID_ARM, records)} if GRID_ARM is not None else {}
     if name not in units:
         raise KeyError(f"{name}: not a unit of the grid at {GRID_ARM!r}, so its model cannot be trained again here")
+    unit, runs = units[name], args.output_dir / "runs"
+    if not finished(unit, runs / name):  # trained again whole, from step 0: a resumed unit is another model
+        for stale in [runs / name] + ([runs / unit.first_phase().name] if unit.short_block is not None else []):
+            shutil.rmtree(stale, ignore_errors=True)
     parts = next((tuple(r["corpus_parts"]) for r in records if r["name"] == name and "corpus_parts" in r), None)
-    return train_unit(units[name], args.data_dir, args.output_dir, where, "cpu", parts or LAUNCH_PARTS)
+    return train_unit(unit, args.data_dir, args.output_dir, where, "cpu", parts or LAUNCH_PARTS)
 
 
 def main_records(records: list[dict]) -> list[dict]:
