@@ -775,9 +775,9 @@ def test_fine_tuning_reads_a_kept_grid_model_and_trains_only_grid_units_again(tm
 
 
 def test_a_grid_model_trained_again_for_fine_tuning_is_trained_whole_never_resumed(tmp_path, monkeypatch):
-    """A unit resumed from a checkpoint is not the same model (SwiGLU seed 0: its first phase cut at step 1,000 by a
-    session's end and resumed ended 0.042 nats from the table's model), so `pretrained_checkpoint` removes a model's
-    unfinished folder and its first phase (finished or not) before training it again from step 0."""
+    """A unit resumed at another step than its record's run is another model (SwiGLU seed 0: its first phase cut at
+    step 1,000 by a session's end and resumed ended 0.042 nats from the table's model), so `pretrained_checkpoint`
+    removes a model's unfinished folder and its first phase (finished or not) before training it again from step 0."""
     parts = ["wiki-00.txt.xz"]
     records = [
         {"name": u.name, "mask_loss": 5.0 if u.learning_rate == 4e-3 else 5.2, "corpus_parts": parts}

@@ -355,9 +355,11 @@ def pretrained_checkpoint(name: str, records: list[dict], args: argparse.Namespa
     """The record of the grid's model `name` (a unit of `grid_units` at `GRID_ARM`) as `args.output_dir`/runs/NAME
     holds it: read from its finished folder, else trained there again (`train_unit`: the unit's own steps and seed on
     the CPU, from the corpus parts its record names, `corpus_parts`, else the launcher's `LAUNCH_PARTS`; a session's
-    machine keeps no models from an earlier session). A model trained again is trained whole, from step 0: the
-    unit's unfinished folder and its first phase's folder are removed first, since a unit resumed from a checkpoint
-    is not the same model (README.md: SwiGLU seed 0, its first phase cut at step 1,000 and resumed, ended 0.042 nats
+    machine keeps no models from an earlier session). A model trained again is trained whole, from step 0, resumed
+    only where its record's run was (the warm-up's switch at its first phase's stop step): the unit's unfinished
+    folder and its first phase's folder are removed first, since a run resumed at another step is another model
+    (Trainer masks the first batch after a mid-epoch resume from an RNG state that is not the checkpoint's:
+    transformers#39215; README.md: SwiGLU seed 0, its first phase cut at step 1,000 and resumed, ended 0.042 nats
     from the table's model; trained whole, GELU seed 0 ended equal to it bit for bit). Its `mask_loss` is the
     model's own, which fine-tuning records beside the table's (runs.jsonl) as `checkpoint_mask_loss`.
 
