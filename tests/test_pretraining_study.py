@@ -503,8 +503,25 @@ def test_the_second_size_runs_gelu_and_swiglu_at_4x256_each_at_its_own_rate_and_
     assert swiglu["delta_vs_gelu"] == pytest.approx(-0.2)
     half = 4.302653 * 0.1 / math.sqrt(3)  # t_{0.975, 2}: one comparison
     assert swiglu["interval"] == pytest.approx([-0.2 - half, -0.2 + half])
-    exits = {row["recipe"] for row in result["plateau_exit"]}
-    assert all(label.startswith("recipe: 4 × 256 model, blocks 32x128, then 128x32") for label in exits), exits
+    # the plateau rows keep the sizes apart: GELU seed 0 at 1e-3 of each size, the 4 × 128 one exiting sooner
+    probed = {id(r) for r in records if r["seed"] == 0 and r["ffn_type"] == "gelu" and r["learning_rate"] == 1e-3}
+    small = grid_unit(arm, "gelu", "pre", 1e-3, 0)
+    records.append(record("recipe", "gelu", 0, 4.3, "pre", 1e-3) | small.settings() | {"name": small.name})
+    probed.add(id(records[-1]))
+    for r in records:
+        exit_at = 5_242_880 if r.get("hidden_size") == 128 else 8_388_608
+        curve = [
+            {"tokens": 0, "neighbour_weight_vs_uniform": 1.0},
+            {"tokens": exit_at, "neighbour_weight_vs_uniform": 5.0},
+        ]
+        r |= {"plateau_curve": curve, "plateau_exit_tokens": exit_at} if id(r) in probed else {}
+    rows = report.summary(records, [], arm=arm)["plateau_exit"]
+    assert [(row["variant"], row["seeds"], row["tokens_to_exit"]) for row in rows] == [
+        ("gelu", [0], [8_388_608]),
+        ("gelu", [0], [5_242_880]),
+    ]
+    assert rows[0]["recipe"].startswith("recipe: 4 × 256 model, blocks 32x128, then 128x32 from step 2500")
+    assert rows[1]["recipe"].startswith("recipe: blocks 32x128, then 128x32 from step 2500")  # the first size's
     with pytest.raises(ValueError, match=r"--hidden_size 512: not one of the study's sizes \(128, 256\)"):
         launch.units(stage="rates", hidden_size=512)
     with pytest.raises(ValueError, match=r"--hidden_size 256 with --stage placement: the second size runs"):

@@ -278,7 +278,14 @@ def gate(pilots: list[dict], records: list[dict] = (), arm: str | None = None) -
     once there is one; before, the best unit of the grid's recipe arm `arm` (issue 42); else the last full pilot
     (`kind` "pilot"; the slice pilots are "pilot-slice")."""
     main = [r for r in records if r["kind"] == "ffn"]
-    of_arm = [r for r in records if arm is not None and r["kind"] == "recipe" and r.get("arm") == arm]
+    of_arm = [  # the first size's (a second size's units are of the arm too)
+        r
+        for r in records
+        if arm is not None
+        and r["kind"] == "recipe"
+        and r.get("arm") == arm
+        and r.get("hidden_size", SIZES["hidden_size"]) == SIZES["hidden_size"]
+    ]
     full = [p for p in pilots if p["kind"] == "pilot"]
     if main or of_arm:
         source, run = (
@@ -319,6 +326,7 @@ def summary(records: list[dict], finetuned: list[dict], pilots: list[dict] = (),
     """summary.json (the module docstring); `arm`: the recipe arm the grid runs at (`settings.GRID_ARM`)."""
     grid = grid_cells(arm, records)
     records = [*records, *grid]
+    in_grid = {id(r) for r in grid}  # the grid's copies of records (another kind): each run in plateau_exit once
     main = [r for r in records if r["kind"] == "ffn"]
     reference = main or records or [p for p in pilots if p["kind"] == "pilot"][-1:]
     first = reference[0] if reference else {}
@@ -335,7 +343,7 @@ def summary(records: list[dict], finetuned: list[dict], pilots: list[dict] = (),
         "device": sorted({_device(r) for r in every} - {None}),
         "corpus_parts": [list(parts) for parts in sorted({_parts(r) for r in every} - {None})],
         "gate": gate(list(pilots), records, arm),
-        "plateau_exit": plateau_exits([r for r in records if r not in grid]),
+        "plateau_exit": plateau_exits([r for r in records if id(r) not in in_grid]),
         "ffn_table": loss_table(records),
         "ffn_table_second_size": loss_table(records, SECOND_SIZE_KIND),
         "placement_table": placement_table(records),
@@ -353,6 +361,24 @@ def _signed(value, digits: int = 3) -> str:
 
 def _interval(interval) -> str:
     return "–" if interval is None else f"[{interval[0]:+.3f}, {interval[1]:+.3f}]"
+
+
+def _ffn_table_lines(title: str, rows: list[dict]) -> list[str]:
+    """report.md's section of an FFN table (`loss_table`'s rows)."""
+    lines = [
+        "",
+        f"## {title}",
+        "",
+        "| variant | placement | lr | seeds | [MASK] loss | Δ vs GELU | interval |",
+        "|---|---|---:|---|---:|---:|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['variant']} | {row['placement']} | {row['learning_rate']:g} | "
+            f"{','.join(map(str, row['seeds']))} | {row['mask_loss']:.3f} | {_signed(row['delta_vs_gelu'])} | "
+            f"{_interval(row['interval'])} |"
+        )
+    return lines
 
 
 def report_markdown(result: dict, records: list[dict], pilots: list[dict]) -> str:
@@ -396,32 +422,9 @@ def report_markdown(result: dict, records: list[dict], pilots: list[dict]) -> st
             f"{row['passed_gate']} of {len(row['seeds'])} | "
             f"{', '.join(_number(v, 2) for v in row['ffn_output_rms_at_start'])} |"
         )
-    lines += [
-        "",
-        "## FFN table",
-        "",
-        "| variant | placement | lr | seeds | [MASK] loss | Δ vs GELU | interval |",
-        "|---|---|---:|---|---:|---:|---|",
-    ]
-    for row in result["ffn_table"]:
-        lines.append(
-            f"| {row['variant']} | {row['placement']} | {row['learning_rate']:g} | "
-            f"{','.join(map(str, row['seeds']))} | {row['mask_loss']:.3f} | {_signed(row['delta_vs_gelu'])} | "
-            f"{_interval(row['interval'])} |"
-        )
-    lines += [
-        "",
-        f"## FFN table, second size ({SIZES['num_hidden_layers']} × {SECOND_SIZE}, issue 42 item 5)",
-        "",
-        "| variant | placement | lr | seeds | [MASK] loss | Δ vs GELU | interval |",
-        "|---|---|---:|---|---:|---:|---|",
-    ]
-    for row in result["ffn_table_second_size"]:
-        lines.append(
-            f"| {row['variant']} | {row['placement']} | {row['learning_rate']:g} | "
-            f"{','.join(map(str, row['seeds']))} | {row['mask_loss']:.3f} | {_signed(row['delta_vs_gelu'])} | "
-            f"{_interval(row['interval'])} |"
-        )
+    lines += _ffn_table_lines("FFN table", result["ffn_table"])
+    second = f"FFN table, second size ({SIZES['num_hidden_layers']} × {SECOND_SIZE}, issue 42 item 5)"
+    lines += _ffn_table_lines(second, result["ffn_table_second_size"])
     lines += [
         "",
         "## Post-LN vs Pre-LN (one FFN at a time, each placement at its best rate and warm-up)",

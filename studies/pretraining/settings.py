@@ -31,6 +31,9 @@ SIZES = {
     "max_seq_length": 128,
     "batch_size": 32,
 }
+# Issue 42, item 5: a second size, 4 layers × 256 (Turc et al. 2019's BERT-mini); its grid is `SIZE_GRIDS[256]`.
+SECOND_SIZE = 256
+HIDDEN_SIZES = (SIZES["hidden_size"], SECOND_SIZE)  # the model widths a unit may have (`Unit.hidden_size`)
 # The optimiser and regularisation of every run (Cramming, Geiping & Goldstein 2022: no dropout, gradient clipping
 # 0.5, Adam β2 0.98; BERT: weight decay 0.01, linear decay after warm-up). Masking: BERT's 15%, 80/10/10.
 RECIPE = {
@@ -198,13 +201,15 @@ class Unit:
         )
 
     def model_sizes(self) -> dict[str, int]:
-        """The model's shape at `hidden_size`: `SIZES`' 4 layers, a head per 64 of width and the standard FFN 4 ×
-        wide, as BERT's sizes (Turc et al. 2019): 128 → 2 heads, FFN 512; 256 → 4 heads, FFN 1,024."""
+        """The model's shape at `hidden_size`: `SIZES`' layers, its heads and standard FFN width scaled with the width
+        (a head per 64, the FFN 4× wide, as BERT's sizes, Turc et al. 2019): 128 → `SIZES`' 2 heads and FFN 512;
+        256 → 4 heads, FFN 1,024."""
+        scale = self.hidden_size // SIZES["hidden_size"]
         return {
             "hidden_size": self.hidden_size,
             "num_hidden_layers": SIZES["num_hidden_layers"],
-            "num_attention_heads": self.hidden_size // 64,
-            "intermediate_size": 4 * self.hidden_size,
+            "num_attention_heads": SIZES["num_attention_heads"] * scale,
+            "intermediate_size": SIZES["intermediate_size"] * scale,
         }
 
     def settings(self) -> dict:
@@ -277,33 +282,32 @@ GRID_SEEDS = {("gelu", "pre"): 5, ("swiglu", "pre"): 5, ("gelu", "post"): 3, ("g
 # Pre-LN at the FFN's grid rate (`placement_stage_units`). Chosen 2026-12-05, before any unit past 20.5M tokens had
 # run.
 PLACEMENT_FFN, PLACEMENT_STOP = "gelu", 10_000
-# Item 5, a second size: is the FFN table's answer the same one size up? Turc et al. (2019)'s 4 layers × 256 (BERT-
-# mini: 4 heads, FFN 1,024; 3.2× the 4 × 128 model's training FLOPs a token), the grid's arm, Pre-LN, GELU against
-# SwiGLU only (the issue's first comparison), `SECOND_SIZE_SEEDS` seeds each, each FFN at its own rate chosen at full
-# length from `SECOND_SIZE_RATES`, bracketed as the grid's (`bracketed_rate`). The rates start one factor of 2 below
-# the first size's (a wider model takes a lower rate; at 4 × 128 GELU chose 1e-3 and SwiGLU 2e-3), so 1e-3 and 2e-3
-# are both inside. Run as the grid's stages with `--hidden_size 256` (launch.py); the records' tables are summary.json's
-# `ffn_table_second_size` and `plateau_exit`. Chosen 2026-12-06, before any unit of this size had run.
-SECOND_SIZE = 256
-HIDDEN_SIZES = (SIZES["hidden_size"], SECOND_SIZE)
+
+
+@dataclass(frozen=True)
+class SizeGrid:
+    """The grid at one model width: its (FFN, placement) `cells`, the `rates` each placement's bracketing starts from
+    (`bracketed_rate`), and how many `seeds` of each cell the FFN table runs."""
+
+    cells: tuple[tuple[str, str], ...]
+    rates: dict[str, tuple[float, ...]]
+    seeds: dict[tuple[str, str], int]
+
+
+# Item 5, the second size: is the FFN table's answer the same one size up? 4 × 256 (4 heads, FFN 1,024; about 3.1× the
+# 4 × 128 model's parameters, 4.41M against 1.40M, and its matmul FLOPs a token at blocks of 128), the grid's arm,
+# Pre-LN, GELU against SwiGLU only (the issue's first comparison), 3 seeds each, each FFN at its own rate chosen at
+# full length, bracketed as the grid's. The rates start from 5e-4, 1e-3, 2e-3: a wider model takes a lower rate, and
+# at 4 × 128 GELU chose 1e-3 and SwiGLU 2e-3 (5e-4 is half GELU's; a SwiGLU win at 2e-3, the top edge, tries 4e-3
+# next). Run as the grid's stages with `--hidden_size 256` (launch.py); its records fill summary.json's
+# `ffn_table_second_size` (`grid_cells`' kind `SECOND_SIZE_KIND`) and `plateau_exit`. Chosen 2026-12-06, before any
+# unit of this size had run.
 SECOND_SIZE_CELLS = (("gelu", "pre"), ("swiglu", "pre"))
-SECOND_SIZE_RATES, SECOND_SIZE_SEEDS = (5e-4, 1e-3, 2e-3), 3
-SECOND_SIZE_KIND = "ffn_second_size"  # the kind `grid_cells` gives its main cells
-
-
-def size_cells(hidden_size: int) -> tuple[tuple[str, str], ...]:
-    """The grid's (FFN, placement) cells at `hidden_size`: `GRID_CELLS`, or `SECOND_SIZE_CELLS` one size up."""
-    return GRID_CELLS if hidden_size == SIZES["hidden_size"] else SECOND_SIZE_CELLS
-
-
-def size_rates(hidden_size: int, placement: str) -> tuple[float, ...]:
-    """The rates a cell's bracketing starts from at `hidden_size` (`GRID_RATES`, or `SECOND_SIZE_RATES`)."""
-    return GRID_RATES[placement] if hidden_size == SIZES["hidden_size"] else SECOND_SIZE_RATES
-
-
-def size_seeds(hidden_size: int, cell: tuple[str, str]) -> int:
-    """How many seeds the grid runs of `cell` at `hidden_size` (`GRID_SEEDS`, or `SECOND_SIZE_SEEDS`)."""
-    return GRID_SEEDS[cell] if hidden_size == SIZES["hidden_size"] else SECOND_SIZE_SEEDS
+SIZE_GRIDS = {
+    SIZES["hidden_size"]: SizeGrid(GRID_CELLS, GRID_RATES, GRID_SEEDS),
+    SECOND_SIZE: SizeGrid(SECOND_SIZE_CELLS, {"pre": (5e-4, 1e-3, 2e-3)}, dict.fromkeys(SECOND_SIZE_CELLS, 3)),
+}
+SECOND_SIZE_KIND = "ffn_second_size"  # the kind `grid_cells` gives the second size's main cells
 
 
 def grid_unit(
@@ -325,9 +329,9 @@ def grid_unit(
 
 
 def grid_rate_units(arm: str, records: list[dict] = (), hidden_size: int = SIZES["hidden_size"]) -> list[Unit]:
-    """Seed 0 of each cell of the grid at `hidden_size` (`size_cells`) at each rate its bracketing has reached
-    (`bracketed_rate` from `size_rates`, given the rate units in `records`), in the cells' order."""
-    return [unit for cell in size_cells(hidden_size) for unit in _cell_rate(arm, cell, records, hidden_size)[0]]
+    """Seed 0 of each cell of the grid at `hidden_size` (`SIZE_GRIDS`) at each rate its bracketing has reached
+    (`bracketed_rate` from its `SIZE_GRIDS` rates, given the rate units in `records`), in the cells' order."""
+    return [unit for cell in SIZE_GRIDS[hidden_size].cells for unit in _cell_rate(arm, cell, records, hidden_size)[0]]
 
 
 def _cell_rate(
@@ -335,7 +339,7 @@ def _cell_rate(
 ) -> tuple[list[Unit], float | None]:
     ffn, place = cell
     return bracketed_rate(
-        size_rates(hidden_size, place), lambda rate: grid_unit(arm, ffn, place, rate, 0, hidden_size), records
+        SIZE_GRIDS[hidden_size].rates[place], lambda rate: grid_unit(arm, ffn, place, rate, 0, hidden_size), records
     )
 
 
@@ -380,21 +384,21 @@ def grid_best_rates(
 ) -> dict[tuple[str, str], float]:
     """{(FFN, placement): the rate its rate units chose (`bracketed_rate`)} at `hidden_size`, for the cells whose
     rate is chosen."""
-    chosen = {cell: _cell_rate(arm, cell, records, hidden_size)[1] for cell in size_cells(hidden_size)}
+    chosen = {cell: _cell_rate(arm, cell, records, hidden_size)[1] for cell in SIZE_GRIDS[hidden_size].cells}
     return {cell: rate for cell, rate in chosen.items() if rate is not None}
 
 
 def grid_units(arm: str, records: list[dict], hidden_size: int = SIZES["hidden_size"]) -> list[Unit]:
-    """The FFN table's units at `hidden_size`: `size_seeds` seeds of each cell at its chosen rate
+    """The FFN table's units at `hidden_size`: `SIZE_GRIDS`' seeds of each cell at its chosen rate
     (`grid_best_rates`), seed-major in the cells' order (stopping early leaves every cell with the same seeds); cells
     without a chosen rate are left out. Post-LN's run longer, in the placement stage (`placement_stage_units`)."""
     rates = grid_best_rates(arm, records, hidden_size)
-    cells = size_cells(hidden_size)
+    grid = SIZE_GRIDS[hidden_size]
     return [
         grid_unit(arm, ffn, place, rates[(ffn, place)], seed, hidden_size)
-        for seed in range(max(size_seeds(hidden_size, cell) for cell in cells))
-        for ffn, place in cells
-        if (ffn, place) in rates and seed < size_seeds(hidden_size, (ffn, place))
+        for seed in range(max(grid.seeds[cell] for cell in grid.cells))
+        for ffn, place in grid.cells
+        if (ffn, place) in rates and seed < grid.seeds[(ffn, place)]
     ]
 
 
