@@ -6,6 +6,7 @@ import gzip
 import json
 import lzma
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from hf_ffn.training.pretraining import (
     run_pretraining,
     use_bf16_where_available,
 )
+from hf_ffn.training.short_blocks import StopAtStep
 
 from .conftest import SMALL, TINY, assert_equal_but_row_count, tiny_config
 
@@ -511,6 +513,94 @@ def test_resumed_run_ends_with_the_uninterrupted_runs_weights(corpus, tmp_path):
     assert a.keys() == b.keys() and [key for key in a if not torch.equal(a[key], b[key])] == []
     c = FfnBertForMaskedLM.from_pretrained(interrupted / "checkpoint-2").state_dict()
     assert not torch.equal(a["bert.embeddings.word_embeddings.weight"], c["bert.embeddings.word_embeddings.weight"])
+
+
+def weights(folder: Path) -> dict:
+    return FfnBertForMaskedLM.from_pretrained(folder).state_dict()
+
+
+def test_short_blocks_first_is_two_trainer_runs_under_one_schedule(corpus, tokenizer, tmp_path):
+    """The sequence-length warm-up (`--short_block_length 8 --short_block_steps 2` of a 4-step run at blocks of 32,
+    batch 4): its first phase trains 2 steps on blocks of 8, 16 a batch (the same 128 tokens a step), in
+    output_dir/short_blocks; the run resumes from its checkpoint-2 at blocks of 32. Asserted against the two runs
+    written out by hand (a run at blocks of 8 stopped at step 2, then a run at blocks of 32 resumed from its
+    checkpoint): bit-identical final weights; the learning rate of each step is the plain 4-step run's (one linear
+    schedule over --max_steps, not one per phase); the batches' shapes; the report names the phases. One tokenizer
+    for all (WordPiece training can break ties between equally frequent pairs differently from run to run)."""
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    shared = ("--tokenizer_name", str(tmp_path / "tokenizer"))
+    recorder = TrainingBatches()
+    warm_options = ("--short_block_length", "8", "--short_block_steps", "2")
+    warm = pretrain(corpus, tmp_path / "warm", *shared, *warm_options, steps=4, callbacks=[recorder])
+    assert [tuple(ids.shape) for ids, _ in recorder.batches] == [(16, 8), (16, 8), (4, 32), (4, 32)]
+    first = tmp_path / "warm" / "short_blocks"
+    first_info = json.loads((first / "run_info.json").read_text())
+    first_results = json.loads((first / "all_results.json").read_text())
+    assert (first_info["steps"], first_info["blocks"]["tokens_per_block"], first_info["tokens_seen"]) == (2, 8, 256)
+    assert json.loads((first / "trainer_state.json").read_text())["train_batch_size"] == 16
+    assert (first / "checkpoint-2").is_dir()
+    assert (warm["steps"], warm["resumed_from_step"], warm["tokens_seen"]) == (4, 2, 4 * 4 * 32)
+    assert warm["blocks"]["tokens_per_block"] == 32
+    summary = warm["short_blocks"]
+    assert (summary["short_block_length"], summary["short_block_steps"], summary["batch_size"]) == (8, 2, 16)
+    assert summary["output_dir"] == str(first) and summary["eval_mask_loss"] == first_results["eval_mask_loss"] > 0
+    assert json.loads((tmp_path / "warm" / "run_info.json").read_text())["short_blocks"] == summary
+
+    by_hand = tmp_path / "by_hand"
+    short = ("--max_seq_length", "8", "--per_device_train_batch_size", "16")  # after pretrain()'s 32 and 4
+    pretrain(corpus, by_hand / "short", *shared, *short, steps=4, callbacks=[StopAtStep(2)])
+    pretrain(corpus, by_hand, *shared, "--resume_from_checkpoint", str(by_hand / "short" / "checkpoint-2"), steps=4)
+    a, b = weights(tmp_path / "warm"), weights(by_hand)
+    assert a.keys() == b.keys() and [key for key in a if not torch.equal(a[key], b[key])] == []
+
+    plain = pretrain(corpus, tmp_path / "plain", *shared, steps=4)
+
+    def rates(*outcomes):
+        return {e["step"]: e["learning_rate"] for o in outcomes for e in o["log_history"] if "learning_rate" in e}
+
+    first_log = {"log_history": json.loads((first / "trainer_state.json").read_text())["log_history"]}
+    assert rates(first_log, warm) == rates(plain) and sorted(rates(plain)) == [1, 2, 3, 4]
+    assert not torch.equal(
+        a["bert.embeddings.word_embeddings.weight"],
+        weights(tmp_path / "plain")["bert.embeddings.word_embeddings.weight"],
+    )  # the warm-up trained on other blocks
+
+
+def test_short_blocks_resumed_skips_the_finished_first_phase(corpus, tmp_path):
+    """A warm-up interrupted after its first phase (its folder copied into a fresh output folder) resumes with
+    --resume_from_checkpoint last: the first phase is not trained again and the run ends with the uninterrupted
+    run's weights, bit for bit."""
+    warm = ("--short_block_length", "8", "--short_block_steps", "2")
+    pretrain(corpus, tmp_path / "straight", *warm, steps=4)
+    (tmp_path / "resumed").mkdir()
+    shutil.copytree(tmp_path / "straight" / "short_blocks", tmp_path / "resumed" / "short_blocks")
+    stamp = (tmp_path / "resumed" / "short_blocks" / "model.safetensors").stat().st_mtime_ns
+    resumed = pretrain(corpus, tmp_path / "resumed", *warm, "--resume_from_checkpoint", "last", steps=4)
+    assert (tmp_path / "resumed" / "short_blocks" / "model.safetensors").stat().st_mtime_ns == stamp
+    assert resumed["resumed_from_step"] == 2 and resumed["short_blocks"]["short_block_length"] == 8
+    a, b = weights(tmp_path / "straight"), weights(tmp_path / "resumed")
+    assert [key for key in a if not torch.equal(a[key], b[key])] == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--short_block_length", "8"), "--short_block_length needs --short_block_steps"),
+        (("--short_block_steps", "2"), "--short_block_steps needs --short_block_length"),
+        (("--short_block_length", "32", "--short_block_steps", "2"), "below --max_seq_length 32, got 32"),
+        (("--short_block_length", "8", "--short_block_steps", "0"), "--short_block_steps must be a positive"),
+        (("--short_block_length", "8", "--short_block_steps", "4"), "--short_block_steps 4 must be below --max_s"),
+        (("--short_block_length", "7", "--short_block_steps", "2"), "--short_block_length 7 must divide"),
+        (
+            ("--short_block_length", "8", "--short_block_steps", "2", "--resume_from_checkpoint", "x/checkpoint-2"),
+            "give 'last'",
+        ),
+    ],
+)
+def test_short_blocks_bad_values_name_the_option(corpus, tmp_path, extra, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        pretrain(corpus, tmp_path / "run", *extra, steps=4)
+    assert not (tmp_path / "run" / "short_blocks").exists()  # refused before any work
 
 
 def test_continued_pretraining_of_a_converted_checkpoint_reports_the_new_head(corpus, tokenizer, tmp_path):

@@ -33,10 +33,10 @@ the FFN's parameter count and FLOPs per token (`hf_ffn.params.config_row`) besid
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -53,7 +53,7 @@ from transformers.utils import logging as hf_logging
 
 from ..configuration_ffn_bert import FfnBertConfig
 from ..modeling_ffn_bert import FfnBertForMaskedLM
-from ..params import config_row, mlm_flops
+from ..params import mlm_flops
 from .arguments import (
     MlmDataArguments,
     ModelArguments,
@@ -65,7 +65,6 @@ from .arguments import (
     parse_arguments,
     resume_checkpoint,
 )
-from .corpus import is_streamed
 from .early_stopping import early_stopping_callback
 from .floors import plateau_verdict
 from .initialisation import ffn_output_rms, seed_by_name
@@ -96,6 +95,14 @@ from .pretraining_data import (
     context_free_floors,
     corpus_documents,
     materialise,
+)
+from .pretraining_report import ffn_report, run_report, summary_line
+from .short_blocks import (
+    StopAtStep,
+    check_short_blocks,
+    first_phase_arguments,
+    first_phase_done,
+    second_phase_arguments,
 )
 from .speed import apply_speed_defaults, options_given_by_value, use_bf16_where_available
 from .throughput import ThroughputCallback
@@ -144,29 +151,6 @@ def pretraining_config(
     )
     config.check_model_fields()
     return config
-
-
-def ffn_report(config: FfnBertConfig, standard_width: int | None = None) -> dict:
-    """The FFN of `config` counted (`hf_ffn.params.config_row`): type, width, weights and biases per layer, all
-    layers' FFN parameters, forward FLOPs per token (matrix products, a multiply-add = 2) per layer and over all
-    layers, and the encoder model's parameters. With `standard_width`, the same for the standard FFN
-    (`config.hidden_act`) at that width under `"standard"`, and the ratio of FFN parameters."""
-    row = asdict(config_row(config, "this model"))
-    row.pop("model")
-    row["ffn_flops_per_token_all_layers"] = row["ffn_flops_per_token"] * config.num_hidden_layers
-    if standard_width is not None and (config.ffn_types[0], config.intermediate_size) != (
-        config.hidden_act,
-        standard_width,
-    ):
-        reference = config_row(
-            FfnBertConfig.from_dict(
-                {**config.to_dict(), "ffn_type": config.hidden_act, "intermediate_size": standard_width}
-            ),
-            "standard",
-        )
-        row["standard"] = {key: value for key, value in asdict(reference).items() if key != "model"}
-        row["ffn_params_vs_standard"] = row["ffn_params_all_layers"] / reference.ffn_params_all_layers
-    return row
 
 
 def scratch_positions(max_seq_length: int) -> int:
@@ -234,6 +218,10 @@ def run_pretraining(
     (`Phases`; `phase_seconds` in the report). A run from scratch whose held-out [MASK] loss ends less than
     `PLATEAU_MARGIN` nats below the unigram floor says so on its summary line (`plateau` in the report).
 
+    With `data_args.short_block_length` (a sequence-length warm-up, `hf_ffn.training.short_blocks`) the first
+    `short_block_steps` steps run first as a run of their own on blocks of that length in `output_dir/short_blocks`,
+    and this run resumes from its checkpoint at blocks of `max_seq_length`; the report's `short_blocks` says so.
+
     With `data_args.dataset_name` the corpus is a `datasets` data set (`load_hub_corpus`); with `streaming` it is
     read as training reads it: training blocks tokenized and cut on the fly and trained on in the data set's order
     (as `run_mlm.py`; datasets' `IterableDataset.shuffle` grew with the files of the data set, 11 → 54 MB of traced
@@ -253,6 +241,10 @@ def run_pretraining(
         FileNotFoundError, FileExistsError, ValueError: on bad input, before training starts.
     """
     start = time.perf_counter()
+    first_phase = None
+    if data_args.short_block_length is not None:  # a sequence-length warm-up: its first phase, then this run
+        first_phase = _first_phase(args, data_args, training_args, callbacks, given, recipe)
+        data_args, training_args = second_phase_arguments(data_args, training_args)
     resume, stopping = _check_arguments(args, data_args, training_args)
     given = options_given_by_value(args, data_args, training_args) if given is None else given
     speed = apply_speed_defaults((args,), training_args, given) if args.speed_defaults else {}
@@ -287,7 +279,7 @@ def run_pretraining(
     # read before training: the Trainer may delete the checkpoint it resumed from (--save_total_limit)
     resumed_from_step = checkpoint_step(resume)
     results, train_seconds = _train_and_evaluate(trainer, resume, stopping, resumed_from_step)
-    report = _report(
+    report = run_report(
         args, data_args, training_args, trainer, built, documents, (train, evaluation), train_seconds, resumed_from_step
     )
     report |= {"tokenizer": {"source": tokenizer_source, "vocab_size": len(tokenizer)}, "bf16": bool(bf16)}
@@ -297,15 +289,42 @@ def run_pretraining(
     report["data_seconds"] = data_seconds
     report["phase_seconds"] = phases.seconds
     report["recipe"] = recipe or {}
+    report["short_blocks"] = first_phase
     from_scratch = args.model_name_or_path is None
     report["plateau"] = plateau_verdict(results["eval_mask_loss"], floors["unigram_mask"]) if from_scratch else None
-    report["summary"] = _summary(report, model.config, built["standard_width"], results["eval_loss"], results)
+    report["summary"] = summary_line(report, model.config, built["standard_width"], results["eval_loss"], results)
     _save(args, data_args, training_args, trainer, tokenizer, results, report, built)
     return {
         "results": results,
         "log_history": trainer.state.log_history,
         "wall_seconds": time.perf_counter() - start,
         **report,
+    }
+
+
+def _first_phase(args, data_args, training_args, callbacks, given, recipe) -> dict:
+    """A sequence-length warm-up's first phase (`hf_ffn.training.short_blocks`): trained in
+    `output_dir/short_blocks` up to its `checkpoint-K` (skipped when a resumed run finds it there); what
+    `run_info.json` keeps of it (`short_blocks`: block length, steps, batch, folder, its held-out [MASK] loss on
+    blocks of that length and its summary line)."""
+    check_output_dir(training_args.output_dir)
+    check_short_blocks(data_args, training_args, from_scratch=args.model_name_or_path is None)
+    short_data, short_training = first_phase_arguments(data_args, training_args)
+    folder = Path(short_training.output_dir)
+    if not first_phase_done(data_args, training_args):
+        no_stopping = copy.deepcopy(args)
+        no_stopping.early_stopping_patience = None  # the phase ends at its step K, with the checkpoint it needs
+        stop = StopAtStep(data_args.short_block_steps)
+        run_pretraining(no_stopping, short_data, short_training, [*(callbacks or []), stop], given, recipe)
+    info = json.loads((folder / "run_info.json").read_text()) if (folder / "run_info.json").is_file() else {}
+    results = json.loads((folder / "all_results.json").read_text()) if (folder / "all_results.json").is_file() else {}
+    return {
+        "short_block_length": short_data.max_seq_length,
+        "short_block_steps": data_args.short_block_steps,
+        "batch_size": short_training.per_device_train_batch_size,
+        "output_dir": str(folder),
+        "eval_mask_loss": results.get("eval_mask_loss"),
+        "summary": info.get("summary"),
     }
 
 
@@ -414,84 +433,6 @@ def _save(args, data_args, training_args, trainer, tokenizer, results: dict, rep
     save_outputs(trainer, tokenizer, card, results, report, training_args.output_dir, unpad_tokens=built["saved_unpad"])
 
 
-def _report(
-    args, data_args, training_args, trainer, built, documents, blocks, train_seconds: float, resumed_from_step: int
-) -> dict:
-    """`run_info.json`: the model's sizes and parameters, its FFN (`ffn_report`), the conversion, documents, blocks
-    (training; held-out blocks and their maskings), tokens seen and epochs (passes over the training blocks: above
-    1, training text was repeated), execution switches, `train_seconds` (training without the evaluations in it, in
-    this process: after a resume, over the steps after `resumed_from_step`).
-    (`run_pretraining` adds the tokenizer, bf16, the context-free floors (`floors`, `mlm_floors`), the seconds of
-    the data path, each layer's FFN output rms before training (`ffn_output_rms_at_start`, on the first
-    `INIT_RMS_BLOCKS` training blocks: `hf_ffn.training.initialisation`) and the summary line.)"""
-    model, state, block = trainer.model, trainer.state, data_args.max_seq_length
-    train, evaluation = blocks
-    sequences = (
-        state.global_step
-        * training_args.per_device_train_batch_size
-        * training_args.world_size
-        * training_args.gradient_accumulation_steps
-    )
-    sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-    sizes += ("hidden_act", "ffn_type", "layer_norm_position")
-    new_head = built["head_note"] or args.model_name_or_path is None
-    epochs = None if is_streamed(train) else sequences / len(train)  # a stream's length is not known
-    if epochs is not None and epochs > 1:
-        logger.warning(f"the run saw its training blocks {epochs:.3g} times (epochs > 1): training text repeated")
-    return {
-        "model": {
-            "from": args.model_name_or_path or "scratch",
-            "sizes": {key: getattr(model.config, key) for key in sizes},
-            "parameters": model.num_parameters(),  # the MLM model, tied decoder counted once
-        },
-        "mlm_head": "newly initialised" if new_head else "from the checkpoint",
-        "ffn": ffn_report(model.config, built["standard_width"]),
-        "conversion": built["conversion"],
-        "documents": {split: "streamed" if is_streamed(docs) else len(docs) for split, docs in documents.items()},
-        "blocks": {
-            "train": "streamed" if is_streamed(train) else len(train),
-            "validation": len(evaluation) // data_args.eval_maskings,
-            "validation_maskings": data_args.eval_maskings,
-            "tokens_per_block": block,
-            "attention_scope": data_args.attention_scope,
-        },
-        "steps": state.global_step,
-        "resumed_from_step": resumed_from_step,  # train_seconds covers the steps after it
-        "tokens_seen": sequences * block,
-        "epochs": epochs,
-        "sparse_prediction": args.sparse_prediction,  # how the run executed (neither is saved in config.json)
-        "unpad_tokens": args.unpad_tokens,
-        "train_seconds": train_seconds,
-    }
-
-
-def _summary(report: dict, config: FfnBertConfig, standard_width: int | None, loss: float, results: dict) -> str:
-    """The run's one printed line: the FFN, its parameters and FLOPs, the held-out loss, steps, tokens, epochs."""
-    ffn = report["ffn"]
-    matched = (
-        f"({ffn['ffn_params_vs_standard']:.3f}x the standard FFN at {standard_width}) "
-        if "ffn_params_vs_standard" in ffn
-        else ""
-    )
-    return (
-        f"{report['model']['from']}: {ffn['ffn_type']} FFN width {ffn['intermediate_size']}, "
-        f"{config.layer_norm_position}-LN, {ffn['ffn_params_all_layers']:,} FFN parameters {matched}"
-        f"and {ffn['ffn_flops_per_token_all_layers']:,} FFN FLOPs per token over {config.num_hidden_layers} "
-        f"layers; held-out loss {loss:.4f} (perplexity {results['eval_perplexity']:.2f}), on [MASK] "
-        f"positions {results['eval_mask_loss']:.4f} vs unigram floor {report['floors']['unigram_mask']:.4f} "
-        f"(accuracy {results['eval_mask_accuracy']:.3f}), over all scored positions {results['eval_token_loss']:.4f} "
-        f"vs copy-aware context-free floor {report['floors']['copy_aware']:.4f}, after "
-        f"{report['steps']} steps, {report['tokens_seen']:,} tokens"
-        + (f" ({report['epochs']:.3g} epochs)" if report["epochs"] is not None else " (streamed)")
-        + (
-            f", {results['train_tokens_per_second']:,.0f} tokens/s ({results['train_gflops_per_second']:.3g} GFLOP/s)"
-            if "train_gflops_per_second" in results
-            else ""
-        )
-        + (f"\n{report['plateau']['message']}" if report.get("plateau") and not report["plateau"]["learned"] else "")
-    )
-
-
 def _card_arguments(args: PretrainingArguments, config: FfnBertConfig) -> ModelArguments:
     """The model arguments the model card names: the checkpoint's, or (from scratch) what was built."""
     if args.model_name_or_path is not None:
@@ -573,6 +514,9 @@ def pretraining_main(argv: list[str], prog: str = "hf-ffn mlm") -> int:
         outcome = run_pretraining(args, data_args, training_args, given=given, recipe=recipe)
     if training_args.process_index == 0:  # one report per torchrun job
         print(json.dumps(outcome["results"], indent=2))
+        if outcome["short_blocks"] is not None:
+            first = outcome["short_blocks"]
+            print(f"first phase, in {first['output_dir']}: {first['summary']}")
         print(outcome["summary"])
         print(f"saved to {training_args.output_dir} (report: run_info.json)")
         print(LOAD_HINT.format(folder=training_args.output_dir))

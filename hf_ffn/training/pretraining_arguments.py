@@ -404,6 +404,18 @@ class PretrainingDataArguments(MlmDataArguments):
             "choices": ATTENTION_SCOPES,
         },
     )
+    short_block_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "a sequence-length warm-up: the first --short_block_steps steps train on blocks of this many "
+            "tokens (per_device_train_batch_size x max_seq_length / this many blocks a step: as many tokens), "
+            "then on blocks of --max_seq_length, one learning-rate schedule over --max_steps (the first phase is "
+            "saved in OUTPUT_DIR/short_blocks; hf_ffn.training.short_blocks)"
+        },
+    )
+    short_block_steps: int | None = field(
+        default=None, metadata={"help": "with --short_block_length: the steps on the short blocks"}
+    )
     mask_replace_prob: float = field(
         default=0.8, metadata={"help": "of the chosen tokens, the fraction shown as [MASK] (BERT: 0.8)"}
     )
@@ -447,6 +459,7 @@ class PretrainingDataArguments(MlmDataArguments):
             raise ValueError(
                 f"--attention_scope has unknown value {self.attention_scope!r}; allowed: {', '.join(ATTENTION_SCOPES)}"
             )
+        self._check_short_blocks()
         for name in ("mask_replace_prob", "random_replace_prob"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"--{name} must be in [0, 1], got {getattr(self, name)}")
@@ -461,6 +474,23 @@ class PretrainingDataArguments(MlmDataArguments):
             raise ValueError(
                 f"--preprocessing_num_workers must be a positive integer, got {self.preprocessing_num_workers}"
             )
+
+    def _check_short_blocks(self) -> None:
+        """--short_block_length and --short_block_steps: both or neither, 3 <= length < --max_seq_length, steps >= 1
+        (what needs the training options: `short_blocks.check_short_blocks`)."""
+        length, steps = self.short_block_length, self.short_block_steps
+        if (length is None) != (steps is None):
+            given, missing = ("length", "steps") if steps is None else ("steps", "length")
+            raise ValueError(f"--short_block_{given} needs --short_block_{missing} (the sequence-length warm-up)")
+        if length is None:
+            return
+        if not 3 <= length < self.max_seq_length:
+            raise ValueError(
+                f"--short_block_length must be at least 3 ([CLS] and [SEP] take two) and below --max_seq_length "
+                f"{self.max_seq_length}, got {length}"
+            )
+        if steps < 1:
+            raise ValueError(f"--short_block_steps must be a positive integer, got {steps}")
 
     def _check_source(self) -> None:
         """One corpus: --train_files or --dataset_name; --dataset_config_name and --streaming only with the

@@ -1,0 +1,119 @@
+"""What a pre-training run reports (`hf_ffn.training.pretraining.run_pretraining`): `run_info.json` (`run_report`),
+its FFN counted beside the standard FFN (`ffn_report`) and the one printed line (`summary_line`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from transformers.utils import logging as hf_logging
+
+from ..configuration_ffn_bert import FfnBertConfig
+from ..params import config_row
+from .corpus import is_streamed
+
+logger = hf_logging.get_logger(__name__)
+
+
+def ffn_report(config: FfnBertConfig, standard_width: int | None = None) -> dict:
+    """The FFN of `config` counted (`hf_ffn.params.config_row`): type, width, weights and biases per layer, all
+    layers' FFN parameters, forward FLOPs per token (matrix products, a multiply-add = 2) per layer and over all
+    layers, and the encoder model's parameters. With `standard_width`, the same for the standard FFN
+    (`config.hidden_act`) at that width under `"standard"`, and the ratio of FFN parameters."""
+    row = asdict(config_row(config, "this model"))
+    row.pop("model")
+    row["ffn_flops_per_token_all_layers"] = row["ffn_flops_per_token"] * config.num_hidden_layers
+    if standard_width is not None and (config.ffn_types[0], config.intermediate_size) != (
+        config.hidden_act,
+        standard_width,
+    ):
+        reference = config_row(
+            FfnBertConfig.from_dict(
+                {**config.to_dict(), "ffn_type": config.hidden_act, "intermediate_size": standard_width}
+            ),
+            "standard",
+        )
+        row["standard"] = {key: value for key, value in asdict(reference).items() if key != "model"}
+        row["ffn_params_vs_standard"] = row["ffn_params_all_layers"] / reference.ffn_params_all_layers
+    return row
+
+
+def run_report(
+    args, data_args, training_args, trainer, built, documents, blocks, train_seconds: float, resumed_from_step: int
+) -> dict:
+    """`run_info.json`: the model's sizes and parameters, its FFN (`ffn_report`), the conversion, documents, blocks
+    (training; held-out blocks and their maskings), tokens seen and epochs (passes over the training blocks: above
+    1, training text was repeated), execution switches, `train_seconds` (training without the evaluations in it, in
+    this process: after a resume, over the steps after `resumed_from_step`).
+    (`run_pretraining` adds the tokenizer, bf16, the context-free floors (`floors`, `mlm_floors`), the seconds of
+    the data path, each layer's FFN output rms before training (`ffn_output_rms_at_start`, on the first
+    `INIT_RMS_BLOCKS` training blocks: `hf_ffn.training.initialisation`), a sequence-length warm-up's first phase
+    (`short_blocks`) and the summary line.)"""
+    model, state, block = trainer.model, trainer.state, data_args.max_seq_length
+    train, evaluation = blocks
+    sequences = (
+        state.global_step
+        * training_args.per_device_train_batch_size
+        * training_args.world_size
+        * training_args.gradient_accumulation_steps
+    )
+    sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+    sizes += ("hidden_act", "ffn_type", "layer_norm_position")
+    new_head = built["head_note"] or args.model_name_or_path is None
+    epochs = None if is_streamed(train) else sequences / len(train)  # a stream's length is not known
+    if epochs is not None and epochs > 1:
+        logger.warning(f"the run saw its training blocks {epochs:.3g} times (epochs > 1): training text repeated")
+    return {
+        "model": {
+            "from": args.model_name_or_path or "scratch",
+            "sizes": {key: getattr(model.config, key) for key in sizes},
+            "parameters": model.num_parameters(),  # the MLM model, tied decoder counted once
+        },
+        "mlm_head": "newly initialised" if new_head else "from the checkpoint",
+        "ffn": ffn_report(model.config, built["standard_width"]),
+        "conversion": built["conversion"],
+        "documents": {split: "streamed" if is_streamed(docs) else len(docs) for split, docs in documents.items()},
+        "blocks": {
+            "train": "streamed" if is_streamed(train) else len(train),
+            "validation": len(evaluation) // data_args.eval_maskings,
+            "validation_maskings": data_args.eval_maskings,
+            "tokens_per_block": block,
+            "attention_scope": data_args.attention_scope,
+        },
+        "steps": state.global_step,
+        "resumed_from_step": resumed_from_step,  # train_seconds covers the steps after it
+        "tokens_seen": sequences * block,
+        "epochs": epochs,
+        "sparse_prediction": args.sparse_prediction,  # how the run executed (neither is saved in config.json)
+        "unpad_tokens": args.unpad_tokens,
+        "train_seconds": train_seconds,
+    }
+
+
+def summary_line(report: dict, config: FfnBertConfig, standard_width: int | None, loss: float, results: dict) -> str:
+    """The run's one printed line: the FFN, its parameters and FLOPs, the held-out loss, steps, tokens, epochs."""
+    ffn = report["ffn"]
+    matched = (
+        f"({ffn['ffn_params_vs_standard']:.3f}x the standard FFN at {standard_width}) "
+        if "ffn_params_vs_standard" in ffn
+        else ""
+    )
+    return (
+        f"{report['model']['from']}: {ffn['ffn_type']} FFN width {ffn['intermediate_size']}, "
+        f"{config.layer_norm_position}-LN, {ffn['ffn_params_all_layers']:,} FFN parameters {matched}"
+        f"and {ffn['ffn_flops_per_token_all_layers']:,} FFN FLOPs per token over {config.num_hidden_layers} "
+        f"layers; held-out loss {loss:.4f} (perplexity {results['eval_perplexity']:.2f}), on [MASK] "
+        f"positions {results['eval_mask_loss']:.4f} vs unigram floor {report['floors']['unigram_mask']:.4f} "
+        f"(accuracy {results['eval_mask_accuracy']:.3f}), over all scored positions {results['eval_token_loss']:.4f} "
+        f"vs copy-aware context-free floor {report['floors']['copy_aware']:.4f}, after "
+        f"{report['steps']} steps, {report['tokens_seen']:,} tokens"
+        + (f" ({report['epochs']:.3g} epochs)" if report["epochs"] is not None else " (streamed)")
+        + (
+            f", {results['train_tokens_per_second']:,.0f} tokens/s ({results['train_gflops_per_second']:.3g} GFLOP/s)"
+            if "train_gflops_per_second" in results
+            else ""
+        )
+        + (f"\n{report['plateau']['message']}" if report.get("plateau") and not report["plateau"]["learned"] else "")
+    )
+
+
+__all__ = ["ffn_report", "run_report", "summary_line"]

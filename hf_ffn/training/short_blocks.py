@@ -1,0 +1,152 @@
+"""A sequence-length warm-up for pre-training (`--short_block_length L --short_block_steps K`): the first K steps
+train on blocks of L tokens, the rest on blocks of `--max_seq_length`, under one learning-rate schedule.
+
+BERT pre-trained 90% of its steps on 128-token sequences and the rest on 512 (Devlin et al. 2019, app. A.2), to
+save compute. Here the point is the plateau (docs/pretraining.md): in studies/pretraining, 4 × 128 models from
+scratch left it after 5–15M tokens when they started on blocks of 32, where runs on blocks of 128 took about 25M
+or more, and the study's grid runs "32, then 128 from step 2,500".
+
+Two Trainer runs, as BERT's two phases (`run_pretraining` calls them; this module gives their arguments):
+
+1. the first phase (`first_phase_arguments`) in `output_dir/short_blocks` (`FIRST_PHASE_FOLDER`): blocks of L, a
+   batch of `per_device_train_batch_size` × `max_seq_length` / L blocks (as many tokens a step), the whole
+   schedule of `--max_steps`, stopped after step K with a checkpoint (`StopAtStep`); its model is saved and
+   evaluated there (on held-out blocks of L) like any run's;
+2. the second in `output_dir`, at blocks of `max_seq_length`, resumed from the first's `checkpoint-K` (Trainer's
+   resume: weights, optimiser, schedule and random state). Resuming at step K within an epoch, Trainer skips the
+   first K batches of the second phase's shuffled blocks (as it skips the batches a resumed run has seen); those
+   blocks are not trained on in that epoch.
+
+The first phase trains the tokenizer (when one is trained); the second takes it from the checkpoint. A model's
+position embeddings cover the longer blocks from the start (512, or `max_seq_length` if longer: a model from scratch
+at longer blocks is refused, its first phase would have fewer positions).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from transformers import TrainerCallback, TrainingArguments
+
+from .arguments import RESUME_LAST
+
+FIRST_PHASE_FOLDER = "short_blocks"  # the first phase's run, inside --output_dir
+MAX_SCRATCH_LENGTH = 512  # a from-scratch model's positions (`pretraining.scratch_positions`) for any block up to it
+
+
+class StopAtStep(TrainerCallback):
+    """Ends training after step `step` with a checkpoint (`should_save`) that a later run can resume from."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.step:
+            control.should_training_stop = control.should_save = True
+
+
+def check_short_blocks(data_args, training_args: TrainingArguments, from_scratch: bool) -> None:
+    """Refuse a warm-up the two phases cannot run (`data_args.short_block_length` set; checked before any work).
+
+    Raises:
+        ValueError: naming the option when --max_steps is not given (the schedule spans both phases), when
+            --short_block_steps is not below it, when the first phase's batch (`per_device_train_batch_size` ×
+            `max_seq_length` / `short_block_length`) is not a whole number of blocks, when --resume_from_checkpoint
+            is a path (only "last": each phase resumes from its own folder), or from scratch at blocks longer than
+            `MAX_SCRATCH_LENGTH`.
+    """
+    length, steps = data_args.short_block_length, data_args.short_block_steps
+    option = f"--short_block_length {length} --short_block_steps {steps}"
+    if training_args.max_steps <= 0:
+        raise ValueError(f"{option}: give --max_steps (one learning-rate schedule spans both phases)")
+    if steps >= training_args.max_steps:
+        raise ValueError(
+            f"--short_block_steps {steps} must be below --max_steps {training_args.max_steps} (the steps on blocks "
+            f"of --max_seq_length {data_args.max_seq_length} follow it)"
+        )
+    tokens = training_args.per_device_train_batch_size * data_args.max_seq_length
+    if tokens % length:
+        raise ValueError(
+            f"--short_block_length {length} must divide --per_device_train_batch_size × --max_seq_length = "
+            f"{tokens} tokens a step (the first phase's batch is {tokens} / {length} blocks)"
+        )
+    resume = training_args.resume_from_checkpoint
+    if resume is not None and resume.lower() not in RESUME_LAST:
+        raise ValueError(
+            f"--resume_from_checkpoint {resume!r} with {option}: give 'last' (each phase resumes from its own "
+            f"folder's last checkpoint)"
+        )
+    if from_scratch and data_args.max_seq_length > MAX_SCRATCH_LENGTH:
+        raise ValueError(
+            f"{option} from scratch needs --max_seq_length <= {MAX_SCRATCH_LENGTH} (got {data_args.max_seq_length}): "
+            f"the first phase's model would have fewer position embeddings than the second's"
+        )
+
+
+def first_phase_arguments(data_args, training_args: TrainingArguments):
+    """The first phase's data and training arguments: blocks of `short_block_length`, as many tokens a step, its
+    folder `output_dir/short_blocks`, resumed from its own last checkpoint when the run resumes and it has one."""
+    length, steps = data_args.short_block_length, data_args.short_block_steps
+    folder = Path(training_args.output_dir) / FIRST_PHASE_FOLDER
+    short_data = _changed(data_args, max_seq_length=length, short_block_length=None, short_block_steps=None)
+    batch = training_args.per_device_train_batch_size * data_args.max_seq_length // length
+    resume = _last_checkpoint(folder, below=steps + 1) if training_args.resume_from_checkpoint else None
+    short_training = _changed(
+        training_args, output_dir=str(folder), per_device_train_batch_size=batch, resume_from_checkpoint=resume
+    )
+    return short_data, short_training
+
+
+def second_phase_arguments(data_args, training_args: TrainingArguments):
+    """The second phase's data and training arguments: blocks of `max_seq_length` in `output_dir`, resumed from its
+    own last checkpoint (a resumed run that got that far), else from the first phase's `checkpoint-K`.
+
+    Raises:
+        FileNotFoundError: the first phase's `checkpoint-K` is missing.
+    """
+    steps = data_args.short_block_steps
+    resume = _last_checkpoint(Path(training_args.output_dir)) if training_args.resume_from_checkpoint else None
+    if resume is None:
+        first = Path(training_args.output_dir) / FIRST_PHASE_FOLDER / f"checkpoint-{steps}"
+        if not first.is_dir():
+            raise FileNotFoundError(f"{first}: the first phase's checkpoint at --short_block_steps {steps} is missing")
+        resume = str(first)
+    long_data = _changed(data_args, short_block_length=None, short_block_steps=None)
+    return long_data, _changed(training_args, resume_from_checkpoint=resume)
+
+
+def first_phase_done(data_args, training_args: TrainingArguments) -> bool:
+    """Whether the first phase's `checkpoint-K` is there (a resumed run skips that phase)."""
+    folder = Path(training_args.output_dir) / FIRST_PHASE_FOLDER
+    return (folder / f"checkpoint-{data_args.short_block_steps}").is_dir()
+
+
+def _changed(arguments, **changes):
+    """A copy of an arguments dataclass with `changes` set as attributes (`__post_init__` is not run again: it has
+    resolved defaults that it would read as given, e.g. --validation_split_percentage)."""
+    arguments = copy.deepcopy(arguments)
+    for name, value in changes.items():
+        setattr(arguments, name, value)
+    return arguments
+
+
+def _last_checkpoint(folder: Path, below: int | None = None) -> str | None:
+    """The newest `checkpoint-N` folder in `folder` (N < `below` when given), or None."""
+    steps = [
+        int(path.name.removeprefix("checkpoint-"))
+        for path in folder.glob("checkpoint-*")
+        if path.name.removeprefix("checkpoint-").isdigit()
+    ]
+    steps = [step for step in steps if below is None or step < below]
+    return str(folder / f"checkpoint-{max(steps)}") if steps else None
+
+
+__all__ = [
+    "FIRST_PHASE_FOLDER",
+    "StopAtStep",
+    "check_short_blocks",
+    "first_phase_arguments",
+    "first_phase_done",
+    "second_phase_arguments",
+]
