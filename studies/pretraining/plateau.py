@@ -29,6 +29,7 @@ from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.corpus import documents_to_blocks, fixed_maskings, held_out_split, load_corpus, load_documents
 from hf_ffn.training.floors import mlm_floors, never_chosen_ids
 from hf_ffn.training.mlm_metrics import mlm_scores
+from hf_ffn.training.short_blocks import StopAtStep
 from studies.pretraining.settings import (
     PLATEAU_EXIT_NATS,
     PROBE_ATTENTION_BLOCKS,
@@ -211,17 +212,19 @@ class PlateauProbe(TrainerCallback):
         self.probe(model, state)
 
 
-class StopAt(TrainerCallback):
-    """Ends training at step `step` (None: the schedule's end) or once `time.time()` passes `deadline` (None: no
-    limit), marking the latter in the log history (`CUT_KEY`)."""
+class StopAt(StopAtStep):
+    """Ends training at step `step` (None: the schedule's end) with a checkpoint a later unit may continue from
+    (`run.continue_earlier`; the library's `StopAtStep`), or once `time.time()` passes `deadline` (None: no limit),
+    marking the latter in the log history (`CUT_KEY`)."""
 
     def __init__(self, step: int | None = None, deadline: float | None = None):
-        self.step, self.deadline = step, deadline
+        super().__init__(step)
+        self.deadline = deadline
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.step is not None and state.global_step >= self.step:
-            control.should_training_stop = control.should_save = True  # a checkpoint where it stops: a later unit
-        elif self.deadline is not None and time.time() >= self.deadline:  # may continue from it (run.continue_earlier)
+        if self.step is not None:
+            super().on_step_end(args, state, control, **kwargs)
+        if not control.should_training_stop and self.deadline is not None and time.time() >= self.deadline:
             control.should_training_stop = control.should_save = True
             state.log_history.append({"step": state.global_step, CUT_KEY: True})
 
