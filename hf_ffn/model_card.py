@@ -21,13 +21,17 @@ SPLIT_NAMES = {"eval": "validation", "test": "test"}
 def conversion_summary(conversion: Mapping[str, Any]) -> str:
     """One line for a fine-tuned model's card: what loading the variant changed.
 
-    `conversion` is `hf_ffn.training.load_model`'s report: a `ConversionReport` as a dict, or
-    `{"conversion": "none", "new_weights": [...]}` for a checkpoint loaded as saved.
+    `conversion` is `hf_ffn.training.load_model`'s report: a `ConversionReport` as a dict,
+    `{"conversion": "none", "new_weights": [...]}` for a checkpoint loaded as saved, or
+    `{"conversion": "from scratch", "new_weights": "all"}` for a model `hf-ffn mlm` built
+    (`hf_ffn.training.pretraining`).
     """
 
     def listed(keys: Sequence[str]) -> str:
         return f"{len(keys)} ({', '.join(keys)})" if 0 < len(keys) <= 6 else str(len(keys))
 
+    if conversion.get("conversion") == "from scratch":
+        return "built from scratch: every weight newly initialised (seeded by --seed), then pre-trained"
     if "config_changes" not in conversion:  # loaded as saved
         return f"loaded as saved; newly initialised: {listed(conversion.get('new_weights', []))}"
     changes = {k: v for k, v in conversion["config_changes"].items() if k not in ("id2label", "label2id")}

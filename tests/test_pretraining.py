@@ -21,11 +21,13 @@ from transformers import (
     TrainerCallback,
     TrainingArguments,
 )
+from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging as hf_logging
 
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training import mask_once, mlm_blocks
+from hf_ffn.training import pretraining as pretraining_module
 from hf_ffn.training.corpus import held_out_split, split_documents
 from hf_ffn.training.outputs import training_seconds
 from hf_ffn.training.pretraining import (
@@ -348,6 +350,10 @@ def test_three_step_run_from_scratch(corpus, tmp_path, placement, ffn_type):
         width,
     )
     assert config["sparse_prediction"] is False  # an execution switch of the run, not saved
+    # the model card says every weight is new (it once listed the letters of "all": "newly initialised: 3 (a, l, l)")
+    card = (tmp_path / "run" / "README.md").read_text()
+    assert "built from scratch: every weight newly initialised (seeded by --seed), then pre-trained" in card
+    assert "(a, l, l)" not in card
     model = AutoModelForMaskedLM.from_pretrained(tmp_path / "run")
     assert type(model).__name__ == "FfnBertForMaskedLM"
     # the trained tokenizer truncates to the model's 512 positions (it once kept 1e30: a long text then crashed the
@@ -582,6 +588,47 @@ def test_short_blocks_resumed_skips_the_finished_first_phase(corpus, tmp_path):
     assert [key for key in a if not torch.equal(a[key], b[key])] == []
 
 
+def test_short_blocks_fresh_run_trains_its_first_phase_again(corpus, tokenizer, tmp_path):
+    """A fresh run (no --resume_from_checkpoint) never takes a first phase it finds: where an earlier run's
+    first phase is finished it is refused (it once went on silently from that phase, whatever its seed); where only
+    that phase's checkpoint-K is (cut before its save), it trains the phase again and ends with the weights of the
+    same run in an empty folder, bit for bit. One tokenizer for all (WordPiece training breaks ties variously)."""
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    warm = ("--tokenizer_name", str(tmp_path / "tokenizer"), "--short_block_length", "8", "--short_block_steps", "2")
+    pretrain(corpus, tmp_path / "other_seed", *warm, "--seed", "1", steps=4)
+    (tmp_path / "again").mkdir()
+    shutil.copytree(tmp_path / "other_seed" / "short_blocks", tmp_path / "again" / "short_blocks")
+    with pytest.raises(FileExistsError, match=re.escape("is a finished earlier run; give --resume_from_checkpoint")):
+        pretrain(corpus, tmp_path / "again", *warm, steps=4)
+    for name in ("config.json", "run_info.json", "all_results.json"):  # as if cut after checkpoint-2
+        (tmp_path / "again" / "short_blocks" / name).unlink()
+    pretrain(corpus, tmp_path / "again", *warm, steps=4)
+    pretrain(corpus, tmp_path / "clean", *warm, steps=4)
+    a, b = weights(tmp_path / "again"), weights(tmp_path / "clean")
+    assert [key for key in a if not torch.equal(a[key], b[key])] == []
+    c = weights(tmp_path / "other_seed")
+    assert not torch.equal(a["bert.embeddings.word_embeddings.weight"], c["bert.embeddings.word_embeddings.weight"])
+
+
+def test_short_blocks_resumed_after_a_first_phase_cut_before_its_save_says_so(corpus, tmp_path):
+    """Resumed where the first phase has its checkpoint-K but not its final evaluation: the phase is not trained
+    again, the run goes on, and the missing evaluation is said (a warning, `eval_mask_loss`/`summary` None)."""
+    warm = ("--short_block_length", "8", "--short_block_steps", "2")
+    pretrain(corpus, tmp_path / "straight", *warm, steps=4)
+    (tmp_path / "cut").mkdir()
+    shutil.copytree(
+        tmp_path / "straight" / "short_blocks" / "checkpoint-2", tmp_path / "cut" / "short_blocks" / "checkpoint-2"
+    )
+    hf_logging.set_verbosity_warning()
+    with CaptureLogger(pretraining_module.logger) as captured:
+        resumed = pretrain(corpus, tmp_path / "cut", *warm, "--resume_from_checkpoint", "last", steps=4)
+    assert "checkpoint-2 but no final evaluation (cut before its save)" in captured.out
+    assert resumed["short_blocks"]["summary"] is None and resumed["short_blocks"]["eval_mask_loss"] is None
+    assert not (tmp_path / "cut" / "short_blocks" / "config.json").exists()
+    a, b = weights(tmp_path / "straight"), weights(tmp_path / "cut")
+    assert [key for key in a if not torch.equal(a[key], b[key])] == []
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -594,6 +641,14 @@ def test_short_blocks_resumed_skips_the_finished_first_phase(corpus, tmp_path):
         (
             ("--short_block_length", "8", "--short_block_steps", "2", "--resume_from_checkpoint", "x/checkpoint-2"),
             "give 'last'",
+        ),
+        (
+            ("--short_block_length", "8", "--short_block_steps", "2", "--resume_from_checkpoint", "last"),
+            "--resume_from_checkpoint last with --short_block_length 8 --short_block_steps 2: no checkpoint-N folder",
+        ),
+        (
+            ("--short_block_length", "8", "--short_block_steps", "2", "--early_stopping_patience", "2"),
+            "--early_stopping_patience 2 with --short_block_length 8 --short_block_steps 2: not supported",
         ),
     ],
 )

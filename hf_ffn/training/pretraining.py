@@ -33,7 +33,6 @@ the FFN's parameter count and FLOPs per token (`hf_ffn.params.config_row`) besid
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import time
@@ -308,16 +307,25 @@ def _first_phase(args, data_args, training_args, callbacks, given, recipe) -> di
     `run_info.json` keeps of it (`short_blocks`: block length, steps, batch, folder, its held-out [MASK] loss on
     blocks of that length and its summary line)."""
     check_output_dir(training_args.output_dir)
-    check_short_blocks(data_args, training_args, from_scratch=args.model_name_or_path is None)
+    from_scratch = args.model_name_or_path is None
+    check_short_blocks(data_args, training_args, from_scratch, args.early_stopping_patience)
     short_data, short_training = first_phase_arguments(data_args, training_args)
     folder = Path(short_training.output_dir)
     if not first_phase_done(data_args, training_args):
-        no_stopping = copy.deepcopy(args)
-        no_stopping.early_stopping_patience = None  # the phase ends at its step K, with the checkpoint it needs
+        if training_args.resume_from_checkpoint is None and (folder / "config.json").exists():
+            raise FileExistsError(
+                f"--output_dir {training_args.output_dir!r}: its first phase ({folder}) is a finished earlier run; "
+                f"give --resume_from_checkpoint last to go on from it, or choose another folder"
+            )
         stop = StopAtStep(data_args.short_block_steps)
-        run_pretraining(no_stopping, short_data, short_training, [*(callbacks or []), stop], given, recipe)
+        run_pretraining(args, short_data, short_training, [*(callbacks or []), stop], given, recipe)
     info = json.loads((folder / "run_info.json").read_text()) if (folder / "run_info.json").is_file() else {}
     results = json.loads((folder / "all_results.json").read_text()) if (folder / "all_results.json").is_file() else {}
+    if not info:  # cut after its checkpoint-K, before its final evaluation and save
+        logger.warning(
+            f"{folder}: the first phase has its checkpoint-{data_args.short_block_steps} but no final evaluation "
+            f"(cut before its save); run_info.json's short_blocks has no loss or summary for it"
+        )
     return {
         "short_block_length": short_data.max_seq_length,
         "short_block_steps": data_args.short_block_steps,
@@ -516,7 +524,8 @@ def pretraining_main(argv: list[str], prog: str = "hf-ffn mlm") -> int:
         print(json.dumps(outcome["results"], indent=2))
         if outcome["short_blocks"] is not None:
             first = outcome["short_blocks"]
-            print(f"first phase, in {first['output_dir']}: {first['summary']}")
+            summary = first["summary"] or "not evaluated (cut after its checkpoint, before its save)"
+            print(f"first phase, in {first['output_dir']}: {summary}")
         print(outcome["summary"])
         print(f"saved to {training_args.output_dir} (report: run_info.json)")
         print(LOAD_HINT.format(folder=training_args.output_dir))

@@ -46,18 +46,28 @@ class StopAtStep(TrainerCallback):
             control.should_training_stop = control.should_save = True
 
 
-def check_short_blocks(data_args, training_args: TrainingArguments, from_scratch: bool) -> None:
+def check_short_blocks(
+    data_args, training_args: TrainingArguments, from_scratch: bool, early_stopping_patience: int | None = None
+) -> None:
     """Refuse a warm-up the two phases cannot run (`data_args.short_block_length` set; checked before any work).
 
     Raises:
         ValueError: naming the option when --max_steps is not given (the schedule spans both phases), when
             --short_block_steps is not below it, when the first phase's batch (`per_device_train_batch_size` ×
             `max_seq_length` / `short_block_length`) is not a whole number of blocks, when --resume_from_checkpoint
-            is a path (only "last": each phase resumes from its own folder), or from scratch at blocks longer than
+            is a path (only "last": each phase resumes from its own folder) or "last" with no checkpoint in either
+            folder, with --early_stopping_patience (its callback's state is not in the first phase's checkpoint,
+            and an early stop there would leave no checkpoint-K), or from scratch at blocks longer than
             `MAX_SCRATCH_LENGTH`.
     """
     length, steps = data_args.short_block_length, data_args.short_block_steps
     option = f"--short_block_length {length} --short_block_steps {steps}"
+    if early_stopping_patience is not None:
+        raise ValueError(
+            f"--early_stopping_patience {early_stopping_patience} with {option}: not supported (the first phase "
+            f"must reach its checkpoint at step {steps}, and the second resumes from it without the early-stopping "
+            f"state); drop one of them"
+        )
     if training_args.max_steps <= 0:
         raise ValueError(f"{option}: give --max_steps (one learning-rate schedule spans both phases)")
     if steps >= training_args.max_steps:
@@ -76,6 +86,13 @@ def check_short_blocks(data_args, training_args: TrainingArguments, from_scratch
         raise ValueError(
             f"--resume_from_checkpoint {resume!r} with {option}: give 'last' (each phase resumes from its own "
             f"folder's last checkpoint)"
+        )
+    output = Path(training_args.output_dir)
+    first = output / FIRST_PHASE_FOLDER
+    if resume is not None and _last_checkpoint(output) is None and _last_checkpoint(first) is None:
+        raise ValueError(
+            f"--resume_from_checkpoint {resume} with {option}: no checkpoint-N folder in --output_dir "
+            f"{str(output)!r} nor in its first phase's {str(first)!r}"
         )
     if from_scratch and data_args.max_seq_length > MAX_SCRATCH_LENGTH:
         raise ValueError(
@@ -117,9 +134,11 @@ def second_phase_arguments(data_args, training_args: TrainingArguments):
 
 
 def first_phase_done(data_args, training_args: TrainingArguments) -> bool:
-    """Whether the first phase's `checkpoint-K` is there (a resumed run skips that phase)."""
+    """Whether a resumed run (--resume_from_checkpoint) finds the first phase's `checkpoint-K`: it skips that phase.
+    A fresh run trains the first phase again (and is refused where that phase's finished model is: `_first_phase`)."""
     folder = Path(training_args.output_dir) / FIRST_PHASE_FOLDER
-    return (folder / f"checkpoint-{data_args.short_block_steps}").is_dir()
+    resumed = training_args.resume_from_checkpoint is not None
+    return resumed and (folder / f"checkpoint-{data_args.short_block_steps}").is_dir()
 
 
 def _changed(arguments, **changes):
