@@ -9,6 +9,7 @@ import statistics
 import time
 from argparse import Namespace
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -132,8 +133,9 @@ def test_summary_schema_and_hand_computed_intervals():
         "ffn_table_second_size",
         "placement_table",
         "finetune",
+        "finetune_rate_check",
     }
-    assert result["ffn_table_second_size"] == []  # issue 37's records: one size
+    assert result["ffn_table_second_size"] == [] and result["finetune_rate_check"] == []  # one size, one rate
     assert result["planned_tokens_per_main_run"] == 4000 * 32 * 128 and result["epochs_per_main_run"] == 0.25
     assert result["floors"] == {"unigram_mask": 6.6, "copy_aware": 6.0}
     gate = result["gate"]  # the best main run: SwiGLU seed 0, 6.6 − 4.9 = 1.7 nats below the floor
@@ -188,6 +190,32 @@ def test_summary_schema_and_hand_computed_intervals():
     post = next(r for r in RECORDS if r["kind"] == "placement" and r["placement"] == "post")
     stray = {"checkpoint": post["name"], "task": "cola", "seed": 0, "score": 90.0}
     assert report.summary(RECORDS, [*FINETUNED, stray], arm=None)["finetune"] == result["finetune"]
+
+
+def test_finetune_rate_check_beside_the_studys_rate_hand_computed():
+    """finetune_rates.jsonl's runs (`run.py --stage finetune --learning_rate R`) against the study's rate: GELU seed 0
+    at 1e-3 scores 30, 34 (mean 32) against its control's 20 (seed 1 only) → +12; at the study's 1e-4 (FINETUNED)
+    23 − 11 = +12 beside it; the control's rows have no delta; a rate the control lacks has none either."""
+    gelu = RECORDS[0]["name"]
+    at_rates = [
+        {"checkpoint": gelu, "task": "cola", "seed": 0, "score": 30.0, "learning_rate": 1e-3},
+        {"checkpoint": gelu, "task": "cola", "seed": 1, "score": 34.0, "learning_rate": 1e-3},
+        {"checkpoint": gelu, "task": "cola", "seed": 0, "score": 5.0, "learning_rate": 3e-3},
+        {"checkpoint": "untrained-seed0", "task": "cola", "seed": 1, "score": 20.0, "learning_rate": 1e-3},
+    ]
+    rows = report.summary(RECORDS, FINETUNED, arm=None, finetuned_at_rates=at_rates)["finetune_rate_check"]
+    assert [(row["checkpoint"], row["task"]) for row in rows] == [(gelu, "cola"), ("untrained-seed0", "cola")]
+    assert rows[0]["rates"] == [
+        {"learning_rate": 1e-4, "seeds": [0, 1], "score": 23.0, "delta_vs_untrained": 12.0},
+        {"learning_rate": 1e-3, "seeds": [0, 1], "score": 32.0, "delta_vs_untrained": 12.0},
+        {"learning_rate": 3e-3, "seeds": [0], "score": 5.0, "delta_vs_untrained": None},
+    ]
+    assert [cell["delta_vs_untrained"] for cell in rows[1]["rates"]] == [None, None]
+    assert [cell["score"] for cell in rows[1]["rates"]] == [11.0, 20.0]
+    text = report.report_markdown(
+        report.summary(RECORDS, FINETUNED, arm=None, finetuned_at_rates=at_rates), RECORDS, []
+    )
+    assert f"| {gelu} | cola | 0.001 | 0,1 | 32.00 | +12.00 |" in text
 
 
 def test_summary_before_the_grid_reports_the_gate_from_the_last_full_pilot():
@@ -553,6 +581,49 @@ def test_fine_tuning_starts_from_the_grids_pre_ln_cells_at_their_chosen_rates_an
     assert len(units) == len(checkpoints) * len(FINETUNE_TASKS) * len(FINETUNE_SEEDS)
     assert units[:2] == [("untrained-seed0", FINETUNE_TASKS[0], 0), ("untrained-seed0", FINETUNE_TASKS[0], 1)]
     assert [untrained_seed(name) for name in ("untrained", "untrained-seed2", expected[0])] == [0, 2, None]
+
+
+def test_fine_tuning_at_another_rate_goes_to_its_own_records_for_the_checkpoints_and_tasks_asked(tmp_path, monkeypatch):
+    """`run.py --stage finetune --learning_rate 1e-3 --only ... --tasks cola`: only those checkpoints and task, at
+    that rate, recorded in finetune_rates.jsonl (names ending -lr0.001, `learning_rate` kept), finetune.jsonl left
+    alone; run again, nothing is redone; at the study's rate the records go to finetune.jsonl as before."""
+    arm = GRID_ARM
+    rows = [(u, 5.0 if u.learning_rate == 4e-3 else 5.2) for u in grid_rate_units(arm)]
+    records = [record("recipe", u.ffn_type, u.seed, loss) | u.settings() | {"name": u.name} for u, loss in rows]
+    gelu = grid_unit(arm, "gelu", "pre", 4e-3, 0).name
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "data").mkdir()
+    for name in DATA_FILES:
+        (tmp_path / "data" / name).touch()
+    calls = []
+
+    def fake_finetune(start, task, tasks_dir, seed, run_dir, recipe):
+        calls.append((Path(start).name, task, seed, run_dir.name, recipe["learning_rate"]))
+        return {"score": 50.0 + seed, "metrics": {}, "split": "validation", "train_seconds": 1.0, "wall_seconds": 1.0}
+
+    monkeypatch.setattr(run_module, "finetune_run", fake_finetune)
+    monkeypatch.setattr(run_module, "shared_tokenizer", lambda *args: None)
+    monkeypatch.setattr(run_module, "pretrained_checkpoint", lambda name, *args: {"mask_loss": 5.0})
+    monkeypatch.setattr(run_module, "untrained_checkpoint", lambda output, main, tok, seed: output / f"untrained{seed}")
+    argv = ["--data_dir", str(tmp_path / "data"), "--stage", "finetune", "--records_dir", str(tmp_path / "records")]
+    argv += ["--output_dir", str(tmp_path / "out"), "--threads", str(torch.get_num_threads())]
+    argv += ["--only", "untrained-seed0", gelu, "--tasks", "cola"]
+    assert run_module.main([*argv, "--learning_rate", "1e-3"]) == 0
+    assert calls == [
+        (start, "cola", seed, f"seed{seed}-lr0.001", 1e-3) for start in ("untrained0", gelu) for seed in FINETUNE_SEEDS
+    ]
+    at_rate = [json.loads(line) for line in (tmp_path / "records" / "finetune_rates.jsonl").read_text().splitlines()]
+    assert [r["name"] for r in at_rate] == [
+        f"finetune-{c}-cola-seed{seed}-lr0.001" for c in ("untrained-seed0", gelu) for seed in FINETUNE_SEEDS
+    ]
+    assert {r["learning_rate"] for r in at_rate} == {1e-3} and not (tmp_path / "records" / "finetune.jsonl").exists()
+    calls.clear()
+    assert run_module.main([*argv, "--learning_rate", "1e-3"]) == 0 and calls == []  # all recorded: nothing redone
+    assert run_module.main(argv) == 0  # the study's rate
+    assert [c[3:] for c in calls] == [(f"seed{seed}", 1e-4) for seed in FINETUNE_SEEDS] * 2
+    study = [json.loads(line) for line in (tmp_path / "records" / "finetune.jsonl").read_text().splitlines()]
+    assert len(study) == 6 and all("learning_rate" not in r for r in study)
 
 
 def test_each_pre_training_seed_has_its_own_untrained_control_holding_that_seeds_initial_weights(tmp_path):

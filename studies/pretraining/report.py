@@ -1,6 +1,6 @@
 """The from-scratch study's summary and report, from its records with one command:
 
-    python -m studies.pretraining.report   # studies/pretraining/{runs,finetune}.jsonl → summary.json, report.md
+    python -m studies.pretraining.report   # studies/pretraining/{runs,finetune,...}.jsonl → summary.json, report.md
 
 `summary.json` (issue 37's schema, with issue 42's fields):
 - `grid_arm` (issue 42: the recipe arm the grid runs at, `settings.GRID_ARM`; its main cells fill the FFN and
@@ -30,7 +30,12 @@
   pre-training seed with the untrained control of that seed, each side's fine-tuning seeds averaged first: the
   pre-training seeds' variance is inside the interval), `interval`, `confidence`, `checkpoint_gap` (nats: the
   largest |[MASK] loss of the model fine-tuned − runs.jsonl's| over the row's runs, 0 when each model fine-tuned is
-  the table's, as a model trained again in a later session should be; `null` for the control or runs without it).
+  the table's, as a model trained again in a later session should be; `null` for the control or runs without it);
+- `finetune_rate_check`: fine-tuning at other rates than the study's (finetune_rates.jsonl, `run.py --stage
+  finetune --learning_rate R`): per checkpoint (its name) and task, per rate (the study's rate from finetune.jsonl
+  beside) `seeds` (fine-tuning seeds) and `score` (their mean), and `delta_vs_untrained` (the score − that of the
+  control of the checkpoint's pre-training seed at the same rate, `null` where the control has none); a check of
+  one recipe choice, no interval (one pre-training seed). `[]` without such records.
 
 Intervals: paired Student-t (`hf_ffn.comparing.paired_t_interval`) at family-wise 95% with a **Bonferroni**
 correction: each interval of a table of m comparisons is a 1 − 0.05/m interval (m = the table's rows with an
@@ -49,6 +54,7 @@ from pathlib import Path
 from hf_ffn.comparing import paired_t_interval, read_runs
 from studies.pretraining.settings import (
     DATA_FILES,
+    FINETUNE_LEARNING_RATE,
     GATE_NATS,
     GRID_ARM,
     MAIN_STEPS,
@@ -58,6 +64,7 @@ from studies.pretraining.settings import (
     SIZES,
     UNTRAINED,
     grid_cells,
+    untrained_name,
     untrained_seed,
 )
 
@@ -273,6 +280,31 @@ def finetune_table(finetuned: list[dict], records: list[dict]) -> list[dict]:
     ]
 
 
+def finetune_rate_check(finetuned: list[dict], at_rates: list[dict], records: list[dict]) -> list[dict]:
+    """The rows of `finetune_rate_check` (the module docstring): each checkpoint and task of `at_rates`, at each of
+    their rates and the study's (`settings.FINETUNE_LEARNING_RATE`, `finetuned`'s runs of them)."""
+    seed_of = {r["name"]: r["seed"] for r in records if r["kind"] == "ffn"}
+    runs = [r | {"learning_rate": FINETUNE_LEARNING_RATE} for r in finetuned] + at_rates
+    scores: dict[tuple[str, str, float], dict[int, float]] = defaultdict(dict)
+    for run in runs:
+        scores[(run["checkpoint"], run["task"], run["learning_rate"])][run["seed"]] = run["score"]
+    checked = sorted({(r["checkpoint"], r["task"]) for r in at_rates}, key=lambda k: (k[1], k[0]))
+    rows = []
+    for checkpoint, task in checked:
+        pretraining_seed = untrained_seed(checkpoint)
+        pretraining_seed = seed_of.get(checkpoint) if pretraining_seed is None else pretraining_seed
+        control = None if pretraining_seed is None else untrained_name(pretraining_seed)
+        rates = sorted({rate for (name, t, rate) in scores if (name, t) == (checkpoint, task)})
+        cells = []
+        for rate in rates:
+            own, base = scores[(checkpoint, task, rate)], scores.get((control, task, rate))
+            score = statistics.mean(own.values())
+            delta = None if not base or control == checkpoint else score - statistics.mean(base.values())
+            cells.append({"learning_rate": rate, "seeds": sorted(own), "score": score, "delta_vs_untrained": delta})
+        rows.append({"checkpoint": checkpoint, "task": task, "rates": cells})
+    return rows
+
+
 def gate(pilots: list[dict], records: list[dict] = (), arm: str | None = None) -> dict | None:
     """The gate's reading: the best main run (`kind` "ffn": the most nats below its [MASK]-position unigram floor)
     once there is one; before, the best unit of the grid's recipe arm `arm` (issue 42); else the last full pilot
@@ -322,8 +354,15 @@ def _parts(record: dict) -> tuple[str, ...] | None:
     return DATA_FILES if record["kind"] in ("pilot", "sweep", "ffn", "placement") else None
 
 
-def summary(records: list[dict], finetuned: list[dict], pilots: list[dict] = (), arm: str | None = GRID_ARM) -> dict:
-    """summary.json (the module docstring); `arm`: the recipe arm the grid runs at (`settings.GRID_ARM`)."""
+def summary(
+    records: list[dict],
+    finetuned: list[dict],
+    pilots: list[dict] = (),
+    arm: str | None = GRID_ARM,
+    finetuned_at_rates: list[dict] = (),
+) -> dict:
+    """summary.json (the module docstring); `arm`: the recipe arm the grid runs at (`settings.GRID_ARM`);
+    `finetuned_at_rates`: finetune_rates.jsonl's records."""
     grid = grid_cells(arm, records)
     records = [*records, *grid]
     in_grid = {id(r) for r in grid}  # the grid's copies of records (another kind): each run in plateau_exit once
@@ -348,6 +387,7 @@ def summary(records: list[dict], finetuned: list[dict], pilots: list[dict] = (),
         "ffn_table_second_size": loss_table(records, SECOND_SIZE_KIND),
         "placement_table": placement_table(records),
         "finetune": finetune_table(finetuned, records),
+        "finetune_rate_check": finetune_rate_check(finetuned, list(finetuned_at_rates), records),
     }
 
 
@@ -454,6 +494,21 @@ def report_markdown(result: dict, records: list[dict], pilots: list[dict]) -> st
             f"| {row['checkpoint']} | {row['task']} | {','.join(map(str, row['pretraining_seeds']))} | "
             f"{row['score']:.2f} | {_signed(row['delta_vs_untrained'], 2)} | {_interval(row['interval'])} | {gap} |"
         )
+    if result["finetune_rate_check"]:
+        lines += [
+            "",
+            "## Fine-tuning at other rates (a check of the recipe's rate)",
+            "",
+            "| checkpoint | task | rate | fine-tuning seeds | score | Δ vs its untrained control |",
+            "|---|---|---:|---|---:|---:|",
+        ]
+        for row in result["finetune_rate_check"]:
+            for cell in row["rates"]:
+                lines.append(
+                    f"| {row['checkpoint']} | {row['task']} | {cell['learning_rate']:g} | "
+                    f"{','.join(map(str, cell['seeds']))} | {cell['score']:.2f} | "
+                    f"{_signed(cell['delta_vs_untrained'], 2)} |"
+                )
     sweep = [r for r in records if r["kind"] == "sweep"]
     if sweep:
         lines += ["", "## Learning-rate sweep", "", "| unit | [MASK] loss | below unigram floor |", "|---|---:|---:|"]
@@ -472,7 +527,7 @@ def main(argv: list[str] | None = None) -> None:
         return read_runs(path) if path.is_file() else []
 
     records, finetuned, pilots = read("runs.jsonl"), read("finetune.jsonl"), read("pilots.jsonl")
-    result = summary(records, finetuned, pilots)
+    result = summary(records, finetuned, pilots, finetuned_at_rates=read("finetune_rates.jsonl"))
     out = args.write_to or args.records_dir
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(result, indent=1) + "\n")

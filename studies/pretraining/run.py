@@ -19,7 +19,9 @@ at once). Rerun the same command after an interruption: recorded units are skipp
 resumes from its last checkpoint (every `SAVE_STEPS`) under `--output_dir`/runs/NAME. A fine-tuning unit
 (checkpoint × task × seed, `hf_ffn.comparing.finetune_run`) appends to finetune.jsonl the same way; a grid model
 that --output_dir lacks (a session's machine starts bare) is first trained again from its unit, and each record
-carries the [MASK] loss of the model it fine-tuned (`checkpoint_mask_loss`, beside runs.jsonl's).
+carries the [MASK] loss of the model it fine-tuned (`checkpoint_mask_loss`, beside runs.jsonl's). With
+`--learning_rate R` (and `--only CHECKPOINT ...`, `--tasks TASK ...` to choose) it fine-tunes at another rate than
+the study's, a check of the recipe whose records go to finetune_rates.jsonl (the report's `finetune_rate_check`).
 
 `--pilot` trains one GELU model of the main recipe (`PILOT`, `--max_steps` to shorten it) and checks the gate: its
 loss on [MASK] positions must end ≥ `GATE_NATS` below the [MASK]-position unigram floor; the record goes to
@@ -85,6 +87,7 @@ from studies.pretraining.settings import (
 
 STUDY = Path(__file__).parent  # the records: runs.jsonl, finetune.jsonl, pilots.jsonl, tokenizer/ (--records_dir)
 RUNS, FINETUNE, PILOTS, TOKENIZER = "runs.jsonl", "finetune.jsonl", "pilots.jsonl", "tokenizer"
+FINETUNE_RATES = "finetune_rates.jsonl"  # fine-tuning at rates other than FINETUNE_LEARNING_RATE (a check, README)
 DEVICES = ("cpu", "cuda")
 
 
@@ -414,7 +417,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks_dir", type=Path, default=Path("../shared/data"), help="the task folders")
     parser.add_argument("--output_dir", type=Path, default=Path("out/pretraining"), help="models, checkpoints, cache")
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="only these seeds")
-    parser.add_argument("--only", nargs="+", default=None, help="only these unit names")
+    parser.add_argument("--only", nargs="+", default=None, help="only these unit names (finetune: checkpoints)")
+    parser.add_argument("--tasks", nargs="+", default=None, help="finetune only: only these tasks")
+    parser.add_argument(
+        "--learning_rate",
+        type=float,
+        default=FINETUNE_LEARNING_RATE,
+        help=f"finetune only: another fine-tuning rate than the study's {FINETUNE_LEARNING_RATE:g}, a check whose "
+        f"records go to {FINETUNE_RATES}",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--records_dir", type=Path, default=STUDY, help="where the records go (a smoke run: out/)")
     parser.add_argument("--commit", action="store_true", help="commit each record as it is appended")
@@ -443,8 +454,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0 if record["gate_passed"] else 1
     if args.stage == "finetune":
-        finetuned = read_runs(where / FINETUNE) if (where / FINETUNE).is_file() else []
-        done = {(r["checkpoint"], r["task"], r["seed"]) for r in finetuned}
+        rate = args.learning_rate
+        into = where / (FINETUNE if rate == FINETUNE_LEARNING_RATE else FINETUNE_RATES)
+        finetuned = read_runs(into) if into.is_file() else []
+        done = {
+            (r["checkpoint"], r["task"], r["seed"])
+            for r in finetuned
+            if r.get("learning_rate", FINETUNE_LEARNING_RATE) == rate
+        }
         main = main_records(records)
         gelu = [r["name"] for r in main if r["kind"] == "ffn" and r["ffn_type"] == "gelu" and r["seed"] == 0]
         if not gelu:
@@ -456,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
         for checkpoint, task, seed in finetune_units(main):
             if (checkpoint, task, seed) in done or (args.seeds and seed not in args.seeds):
                 continue
+            if (args.only and checkpoint not in args.only) or (args.tasks and task not in args.tasks):
+                continue
             control = untrained_seed(checkpoint)
             # the machine keeps no model from an earlier session: each is trained again here where it is missing
             trained = pretrained_checkpoint(reference if control is not None else checkpoint, records, args, where)
@@ -463,14 +482,12 @@ def main(argv: list[str] | None = None) -> int:
             if control is not None:  # the control's config is the reference's (GELU seed 0)
                 start, measured = untrained_checkpoint(args.output_dir, main, where / TOKENIZER, control), {}
             run_dir = args.output_dir / "finetune" / checkpoint / task / f"seed{seed}"
-            recipe = {"learning_rate": FINETUNE_LEARNING_RATE}
-            outcome = finetune_run(str(start), task, args.tasks_dir, seed, run_dir, recipe)
-            name = f"finetune-{checkpoint}-{task}-seed{seed}"
-            append(
-                where / FINETUNE,
-                {"name": name, "checkpoint": checkpoint, "task": task, "seed": seed, **outcome, **measured},
-                args.commit,
-            )
+            other_rate = f"-lr{rate:g}" if rate != FINETUNE_LEARNING_RATE else ""
+            run_dir = run_dir.with_name(run_dir.name + other_rate)
+            outcome = finetune_run(str(start), task, args.tasks_dir, seed, run_dir, {"learning_rate": rate})
+            name = f"finetune-{checkpoint}-{task}-seed{seed}{other_rate}"
+            record = {"name": name, "checkpoint": checkpoint, "task": task, "seed": seed, **outcome, **measured}
+            append(into, record | ({"learning_rate": rate} if other_rate else {}), args.commit)
         return 0
     units = {
         "sweep": sweep_units,
