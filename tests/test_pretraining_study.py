@@ -558,9 +558,9 @@ def test_the_second_size_runs_gelu_and_swiglu_at_4x256_each_at_its_own_rate_and_
 
 
 def test_fine_tuning_starts_from_the_grids_pre_ln_cells_at_their_chosen_rates_and_the_untrained_control():
-    """`run.finetune_units` on the grid (issue 42, item 4): seeds 0-2 of each Pre-LN cell whose rate is chosen, at
-    that rate (not the rate units it lost to), seed-major with each seed's control first; Post-LN and the recipe's
-    other units are not fine-tuned."""
+    """`run.finetune_units` on the grid (issue 42, item 4): seeds 0-4 of each Pre-LN cell whose rate is chosen, at
+    that rate (not the rate units it lost to), seed-major with each seed's control first, no control for a seed
+    without a checkpoint (4 here); Post-LN and the recipe's other units are not fine-tuned."""
     arm = "32, then 128"
     rows = [(u, 5.0 if u.learning_rate == 4e-3 else 5.2) for u in grid_rate_units(arm)]
     rows += [(grid_unit(arm, ffn, "pre", 4e-3, seed), 5.0) for ffn in ("gelu", "swiglu") for seed in (1, 2, 3)]
@@ -569,15 +569,15 @@ def test_fine_tuning_starts_from_the_grids_pre_ln_cells_at_their_chosen_rates_an
     units = finetune_units(main_records(records))
     checkpoints = list(dict.fromkeys(name for name, _, _ in units))
     expected = [
-        grid_unit(arm, ffn, "pre", 4e-3, seed).name for ffn in ("gelu", "swiglu", "geglu") for seed in (0, 1, 2)
+        grid_unit(arm, ffn, "pre", 4e-3, seed).name for ffn in ("gelu", "swiglu", "geglu") for seed in (0, 1, 2, 3)
     ]
-    expected.remove(grid_unit(arm, "geglu", "pre", 4e-3, 1).name)
-    expected.remove(grid_unit(arm, "geglu", "pre", 4e-3, 2).name)
-    controls = ["untrained-seed0", "untrained-seed1", "untrained-seed2"]  # a control per seed
+    for seed in (1, 2, 3):
+        expected.remove(grid_unit(arm, "geglu", "pre", 4e-3, seed).name)
+    controls = ["untrained-seed0", "untrained-seed1", "untrained-seed2", "untrained-seed3"]  # a control per seed
     assert sorted(checkpoints) == sorted(expected + controls)
     seeds = [untrained_seed(name) if name in controls else int(name[-1]) for name in checkpoints]
     assert seeds == sorted(seeds)  # seed-major: stopping early leaves whole pre-training seeds
-    assert [checkpoints[seeds.index(seed)] for seed in (0, 1, 2)] == controls  # each seed's control first
+    assert [checkpoints[seeds.index(seed)] for seed in (0, 1, 2, 3)] == controls  # each seed's control first
     assert len(units) == len(checkpoints) * len(FINETUNE_TASKS) * len(FINETUNE_SEEDS)
     assert units[:2] == [("untrained-seed0", FINETUNE_TASKS[0], 0), ("untrained-seed0", FINETUNE_TASKS[0], 1)]
     assert [untrained_seed(name) for name in ("untrained", "untrained-seed2", expected[0])] == [0, 2, None]
@@ -605,7 +605,7 @@ def test_fine_tuning_at_another_rate_goes_to_its_own_records_for_the_checkpoints
     monkeypatch.setattr(run_module, "finetune_run", fake_finetune)
     monkeypatch.setattr(run_module, "shared_tokenizer", lambda *args: None)
     monkeypatch.setattr(run_module, "pretrained_checkpoint", lambda name, *args: {"mask_loss": 5.0})
-    monkeypatch.setattr(run_module, "untrained_checkpoint", lambda output, main, tok, seed: output / f"untrained{seed}")
+    monkeypatch.setattr(run_module, "untrained_checkpoint", lambda output, ref, tok, seed: output / f"untrained{seed}")
     argv = ["--data_dir", str(tmp_path / "data"), "--stage", "finetune", "--records_dir", str(tmp_path / "records")]
     argv += ["--output_dir", str(tmp_path / "out"), "--threads", str(torch.get_num_threads())]
     argv += ["--only", "untrained-seed0", gelu, "--tasks", "cola"]
@@ -633,7 +633,7 @@ def test_each_pre_training_seed_has_its_own_untrained_control_holding_that_seeds
     config.intermediate_size = 64
     gelu = {"kind": "ffn", "ffn_type": "gelu", "seed": 0, "name": "gelu-seed0"}
     config.save_pretrained(tmp_path / "runs" / gelu["name"])
-    controls = [untrained_checkpoint(tmp_path, [gelu], STUDY / "tokenizer", seed) for seed in (0, 1)]
+    controls = [untrained_checkpoint(tmp_path, gelu["name"], STUDY / "tokenizer", seed) for seed in (0, 1)]
     assert [c.name for c in controls] == ["untrained-seed0", "untrained-seed1"]
     loaded = [FfnBertForMaskedLM.from_pretrained(c).state_dict() for c in controls]
     expected = seed_by_name(FfnBertForMaskedLM(config), 1).state_dict()

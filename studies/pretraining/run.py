@@ -341,13 +341,14 @@ def unit_record(
     }
 
 
-def untrained_checkpoint(output_dir: Path, main: list[dict], tokenizer: Path, seed: int) -> Path:
-    """The control of pre-training seed `seed` (`untrained_name`): the FFN table's GELU model (`main`: records of kind
-    "ffn") as initialised with that seed (`seed_by_name`), never trained; its config is GELU seed 0's run's."""
+def untrained_checkpoint(output_dir: Path, reference: str, tokenizer: Path, seed: int) -> Path:
+    """The control of pre-training seed `seed` (`untrained_name`): the FFN table's GELU model as initialised with
+    that seed (`seed_by_name`), never trained; its config is that of `reference`, a GELU run of the FFN table in
+    `output_dir`/runs (the config of a unit does not depend on its seed: the controls of seeds 0-2 took seed 0's,
+    later ones take their own seed's, trained for that seed's fine-tuning anyway)."""
     folder = output_dir / "runs" / untrained_name(seed)
     if not (folder / "config.json").is_file():
-        reference = next(r for r in main if r["kind"] == "ffn" and r["ffn_type"] == "gelu" and r["seed"] == 0)
-        config = FfnBertConfig.from_pretrained(output_dir / "runs" / reference["name"])
+        config = FfnBertConfig.from_pretrained(output_dir / "runs" / reference)
         set_seed(seed)
         seed_by_name(FfnBertForMaskedLM(config), seed).save_pretrained(folder)
         AutoTokenizer.from_pretrained(tokenizer).save_pretrained(folder)
@@ -389,12 +390,12 @@ def finetune_units(main: list[dict]) -> list[tuple[str, str, int]]:
     `FINETUNE_CHECKPOINT_SEEDS` (`main`'s kind "ffn" records: issue 37's main runs or the grid's Pre-LN cells,
     `main_records`) and the untrained control of each of those seeds, every task of `FINETUNE_TASKS`, every seed of
     `FINETUNE_SEEDS`; pre-training seed-major, its control first (stopping early leaves whole seeds: each variant
-    and its control at the same pre-training seeds, which the paired intervals need)."""
-    checkpoints = [
-        name
-        for seed in FINETUNE_CHECKPOINT_SEEDS
-        for name in [untrained_name(seed)] + [r["name"] for r in main if r["kind"] == "ffn" and r["seed"] == seed]
-    ]
+    and its control at the same pre-training seeds, which the paired intervals need); no control for a seed without
+    a checkpoint."""
+    checkpoints = []
+    for seed in FINETUNE_CHECKPOINT_SEEDS:
+        of_seed = [r["name"] for r in main if r["kind"] == "ffn" and r["seed"] == seed]
+        checkpoints += [untrained_name(seed), *of_seed] if of_seed else []
     return [(name, task, seed) for name in checkpoints for task in FINETUNE_TASKS for seed in FINETUNE_SEEDS]
 
 
@@ -469,18 +470,19 @@ def main(argv: list[str] | None = None) -> int:
                 "--stage finetune: nothing to fine-tune yet: the FFN table's GELU seed 0 has not reported (its config "
                 "is the untrained controls'; runs.jsonl)"
             )
-        reference = gelu[0]
+        gelu_of_seed = {r["seed"]: r["name"] for r in main if r["kind"] == "ffn" and r["ffn_type"] == "gelu"}
         for checkpoint, task, seed in finetune_units(main):
             if (checkpoint, task, seed) in done or (args.seeds and seed not in args.seeds):
                 continue
             if (args.only and checkpoint not in args.only) or (args.tasks and task not in args.tasks):
                 continue
             control = untrained_seed(checkpoint)
+            reference = gelu_of_seed.get(control, gelu[0])  # a control's config: its seed's GELU run (else seed 0's)
             # the machine keeps no model from an earlier session: each is trained again here where it is missing
             trained = pretrained_checkpoint(reference if control is not None else checkpoint, records, args, where)
             start, measured = args.output_dir / "runs" / checkpoint, {"checkpoint_mask_loss": trained["mask_loss"]}
-            if control is not None:  # the control's config is the reference's (GELU seed 0)
-                start, measured = untrained_checkpoint(args.output_dir, main, where / TOKENIZER, control), {}
+            if control is not None:
+                start, measured = untrained_checkpoint(args.output_dir, reference, where / TOKENIZER, control), {}
             run_dir = args.output_dir / "finetune" / checkpoint / task / f"seed{seed}"
             other_rate = f"-lr{rate:g}" if rate != FINETUNE_LEARNING_RATE else ""
             run_dir = run_dir.with_name(run_dir.name + other_rate)

@@ -67,7 +67,8 @@ FINETUNE_LEARNING_RATE = 1e-4  # BERT's small models (Turc et al. 2019 searched 
 # The control, one per pre-training seed of `FINETUNE_CHECKPOINT_SEEDS`: the GELU model of that seed as initialised
 # (seed_by_name), never pre-trained; named by `untrained_name`. The fine-tuning table pairs each checkpoint with the
 # control of its own seed, so the pre-training seeds' variance is inside its intervals (issue 42, item 4).
-UNTRAINED, FINETUNE_CHECKPOINT_SEEDS = "untrained", (0, 1, 2)
+# Seeds 0-2 first (every FFN of the table has them), then 3-4 (GELU and SwiGLU's: the FFN table's five seeds).
+UNTRAINED, FINETUNE_CHECKPOINT_SEEDS = "untrained", (0, 1, 2, 3, 4)
 
 
 def untrained_name(seed: int) -> str:
