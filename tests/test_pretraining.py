@@ -637,7 +637,11 @@ def test_short_blocks_resumed_after_a_first_phase_cut_before_its_save_says_so(co
         (("--short_block_length", "32", "--short_block_steps", "2"), "below --max_seq_length 32, got 32"),
         (("--short_block_length", "8", "--short_block_steps", "0"), "--short_block_steps must be a positive"),
         (("--short_block_length", "8", "--short_block_steps", "4"), "--short_block_steps 4 must be below --max_s"),
-        (("--short_block_length", "7", "--short_block_steps", "2"), "--short_block_length 7 must divide"),
+        (
+            ("--short_block_length", "7", "--short_block_steps", "2"),
+            "--short_block_length 7 must divide --per_device_train_batch_size × --max_seq_length = 128 tokens a step "
+            "(the first phase's batch is 128 / 7 blocks); allowed here: 4, 8, 16",
+        ),
         (
             ("--short_block_length", "8", "--short_block_steps", "2", "--resume_from_checkpoint", "x/checkpoint-2"),
             "give 'last'",

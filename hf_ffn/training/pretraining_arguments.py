@@ -410,7 +410,8 @@ class PretrainingDataArguments(MlmDataArguments):
             "help": "a sequence-length warm-up: the first --short_block_steps steps train on blocks of this many "
             "tokens (per_device_train_batch_size x max_seq_length / this many blocks a step: as many tokens), "
             "then on blocks of --max_seq_length, one learning-rate schedule over --max_steps (the first phase is "
-            "saved in OUTPUT_DIR/short_blocks; hf_ffn.training.short_blocks)"
+            "saved in OUTPUT_DIR/short_blocks; hf_ffn.training.short_blocks; resumed with --resume_from_checkpoint "
+            "last; not with --early_stopping_patience)"
         },
     )
     short_block_steps: int | None = field(

@@ -77,9 +77,11 @@ def check_short_blocks(
         )
     tokens = training_args.per_device_train_batch_size * data_args.max_seq_length
     if tokens % length:
+        allowed = [n for n in range(3, data_args.max_seq_length) if tokens % n == 0]
         raise ValueError(
             f"--short_block_length {length} must divide --per_device_train_batch_size × --max_seq_length = "
-            f"{tokens} tokens a step (the first phase's batch is {tokens} / {length} blocks)"
+            f"{tokens} tokens a step (the first phase's batch is {tokens} / {length} blocks); allowed here: "
+            f"{', '.join(map(str, allowed))}"
         )
     resume = training_args.resume_from_checkpoint
     if resume is not None and resume.lower() not in RESUME_LAST:
