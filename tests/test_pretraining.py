@@ -581,6 +581,10 @@ def test_short_blocks_resumed_skips_the_finished_first_phase(corpus, tmp_path):
     (tmp_path / "resumed").mkdir()
     shutil.copytree(tmp_path / "straight" / "short_blocks", tmp_path / "resumed" / "short_blocks")
     stamp = (tmp_path / "resumed" / "short_blocks" / "model.safetensors").stat().st_mtime_ns
+    # resumed with another K than the first phase ran: refused (it was once recorded as run, 2 steps trained as 3)
+    other = ("--short_block_length", "8", "--short_block_steps", "3", "--resume_from_checkpoint", "last")
+    with pytest.raises(ValueError, match=re.escape("ran 2 steps on blocks of 8; resume with --short_block_length 8")):
+        pretrain(corpus, tmp_path / "resumed", *other, steps=4)
     resumed = pretrain(corpus, tmp_path / "resumed", *warm, "--resume_from_checkpoint", "last", steps=4)
     assert (tmp_path / "resumed" / "short_blocks" / "model.safetensors").stat().st_mtime_ns == stamp
     assert resumed["resumed_from_step"] == 2 and resumed["short_blocks"]["short_block_length"] == 8

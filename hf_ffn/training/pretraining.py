@@ -311,6 +311,16 @@ def _first_phase(args, data_args, training_args, callbacks, given, recipe) -> di
     check_short_blocks(data_args, training_args, from_scratch, args.early_stopping_patience)
     short_data, short_training = first_phase_arguments(data_args, training_args)
     folder = Path(short_training.output_dir)
+    if training_args.resume_from_checkpoint is not None and (folder / "run_info.json").is_file():
+        ran = json.loads((folder / "run_info.json").read_text())
+        ran = (ran["blocks"]["tokens_per_block"], ran["steps"])
+        if ran != (short_data.max_seq_length, data_args.short_block_steps):
+            raise ValueError(
+                f"--short_block_length {short_data.max_seq_length} --short_block_steps {data_args.short_block_steps} "
+                f"with --resume_from_checkpoint: the first phase in {folder} ran {ran[1]} steps on blocks of "
+                f"{ran[0]}; resume with --short_block_length {ran[0]} --short_block_steps {ran[1]}, or start afresh "
+                f"in another folder"
+            )
     if not first_phase_done(data_args, training_args):
         if training_args.resume_from_checkpoint is None and (folder / "config.json").exists():
             raise FileExistsError(
