@@ -98,6 +98,7 @@ from .pretraining_data import (
 from .pretraining_report import ffn_report, run_report, summary_line
 from .short_blocks import (
     StopAtStep,
+    check_first_phase_folder,
     check_short_blocks,
     first_phase_arguments,
     first_phase_done,
@@ -311,25 +312,11 @@ def _first_phase(args, data_args, training_args, callbacks, given, recipe) -> di
     check_short_blocks(data_args, training_args, from_scratch, args.early_stopping_patience)
     short_data, short_training = first_phase_arguments(data_args, training_args)
     folder = Path(short_training.output_dir)
-    if training_args.resume_from_checkpoint is not None and (folder / "run_info.json").is_file():
-        ran = json.loads((folder / "run_info.json").read_text())
-        ran = (ran["blocks"]["tokens_per_block"], ran["steps"])
-        if ran != (short_data.max_seq_length, data_args.short_block_steps):
-            raise ValueError(
-                f"--short_block_length {short_data.max_seq_length} --short_block_steps {data_args.short_block_steps} "
-                f"with --resume_from_checkpoint: the first phase in {folder} ran {ran[1]} steps on blocks of "
-                f"{ran[0]}; resume with --short_block_length {ran[0]} --short_block_steps {ran[1]}, or start afresh "
-                f"in another folder"
-            )
+    info = check_first_phase_folder(data_args, training_args)
     if not first_phase_done(data_args, training_args):
-        if training_args.resume_from_checkpoint is None and (folder / "config.json").exists():
-            raise FileExistsError(
-                f"--output_dir {training_args.output_dir!r}: its first phase ({folder}) is a finished earlier run; "
-                f"give --resume_from_checkpoint last to go on from it, or choose another folder"
-            )
         stop = StopAtStep(data_args.short_block_steps)
         run_pretraining(args, short_data, short_training, [*(callbacks or []), stop], given, recipe)
-    info = json.loads((folder / "run_info.json").read_text()) if (folder / "run_info.json").is_file() else {}
+        info = json.loads((folder / "run_info.json").read_text())
     results = json.loads((folder / "all_results.json").read_text()) if (folder / "all_results.json").is_file() else {}
     if not info:  # cut after its checkpoint-K, before its final evaluation and save
         logger.warning(

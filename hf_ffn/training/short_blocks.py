@@ -25,6 +25,7 @@ at longer blocks is refused, its first phase would have fewer positions).
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 from transformers import TrainerCallback, TrainingArguments
@@ -103,6 +104,34 @@ def check_short_blocks(
         )
 
 
+def check_first_phase_folder(data_args, training_args: TrainingArguments) -> dict:
+    """What `output_dir/short_blocks` says before the first phase runs: its finished run's `run_info.json` (`{}`
+    without one), after refusing a folder the run cannot go on from.
+
+    Raises:
+        FileExistsError: a fresh run (no --resume_from_checkpoint) where a finished first phase is.
+        ValueError: a resumed run whose L or K differ from those the finished first phase ran.
+    """
+    folder = Path(training_args.output_dir) / FIRST_PHASE_FOLDER
+    if not (folder / "run_info.json").is_file():
+        return {}
+    if training_args.resume_from_checkpoint is None:
+        raise FileExistsError(
+            f"--output_dir {training_args.output_dir!r}: its first phase ({folder}) is a finished earlier run; "
+            f"give --resume_from_checkpoint last to go on from it, or choose another folder"
+        )
+    info = json.loads((folder / "run_info.json").read_text())
+    ran = (info["blocks"]["tokens_per_block"], info["steps"])
+    if ran != (data_args.short_block_length, data_args.short_block_steps):
+        raise ValueError(
+            f"--short_block_length {data_args.short_block_length} --short_block_steps {data_args.short_block_steps} "
+            f"with --resume_from_checkpoint: the first phase in {folder} ran {ran[1]} steps on blocks of "
+            f"{ran[0]}; resume with --short_block_length {ran[0]} --short_block_steps {ran[1]}, or start afresh "
+            f"in another folder"
+        )
+    return info
+
+
 def first_phase_arguments(data_args, training_args: TrainingArguments):
     """The first phase's data and training arguments: blocks of `short_block_length`, as many tokens a step, its
     folder `output_dir/short_blocks`, resumed from its own last checkpoint when the run resumes and it has one."""
@@ -166,6 +195,7 @@ def _last_checkpoint(folder: Path, below: int | None = None) -> str | None:
 __all__ = [
     "FIRST_PHASE_FOLDER",
     "StopAtStep",
+    "check_first_phase_folder",
     "check_short_blocks",
     "first_phase_arguments",
     "first_phase_done",
