@@ -53,6 +53,7 @@ def build_training_card(
     results: Mapping[str, float],
     metric_names: Sequence[str],
     hyperparameters: Mapping[str, Any],
+    notes: Sequence[str] = (),
 ) -> ModelCard:
     """A `ModelCard` for a fine-tuned model (template `fine_tuned.md`).
 
@@ -60,7 +61,8 @@ def build_training_card(
     (the trained model's; None: the checkpoint's, unread), ffn_init, ffn_width; `conversion`: as for
     `conversion_summary`; `results`: the run's metrics, of which `eval_<metric>` and `test_<metric>` for each of
     `metric_names` also go into the front matter's `model-index` (`EvalResult`, rounded to 4 decimals; split
-    "validation" or "test", `SPLIT_NAMES`).
+    "validation" or "test", `SPLIT_NAMES`); `notes`: lines under "Training hyperparameters" (the schedule beyond
+    them: a pre-training run's blocks, warm-up, stop).
     """
     ffn_type = variant.get("ffn_type")
     eval_results = [
@@ -95,6 +97,7 @@ def build_training_card(
             (key, f"{value:.4f}" if isinstance(value, float) else value) for key, value in sorted(results.items())
         ],
         hyperparameters=json.dumps(dict(hyperparameters)),
+        notes=list(notes),
     )
 
 

@@ -29,6 +29,7 @@ from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training import mask_once, mlm_blocks
 from hf_ffn.training import pretraining as pretraining_module
 from hf_ffn.training.corpus import held_out_split, split_documents
+from hf_ffn.training.early_stopping import StopAtStep, check_stop_at_step
 from hf_ffn.training.outputs import training_seconds
 from hf_ffn.training.pretraining import (
     PretrainingArguments,
@@ -40,7 +41,6 @@ from hf_ffn.training.pretraining import (
     run_pretraining,
     use_bf16_where_available,
 )
-from hf_ffn.training.short_blocks import StopAtStep
 
 from .conftest import SMALL, TINY, assert_equal_but_row_count, tiny_config
 
@@ -551,6 +551,9 @@ def test_short_blocks_first_is_two_trainer_runs_under_one_schedule(corpus, token
     assert (summary["short_block_length"], summary["short_block_steps"], summary["batch_size"]) == (8, 2, 16)
     assert summary["output_dir"] == str(first) and summary["eval_mask_loss"] == first_results["eval_mask_loss"] > 0
     assert json.loads((tmp_path / "warm" / "run_info.json").read_text())["short_blocks"] == summary
+    card = (tmp_path / "warm" / "README.md").read_text()
+    assert "- pre-trained on blocks of 32 tokens, 512 tokens in 4 steps" in card
+    assert "- sequence-length warm-up: steps 1-2 on blocks of 8 tokens (16 a batch, as many tokens a step" in card
 
     by_hand = tmp_path / "by_hand"
     short = ("--max_seq_length", "8", "--per_device_train_batch_size", "16")  # after pretrain()'s 32 and 4
@@ -633,6 +636,57 @@ def test_short_blocks_resumed_after_a_first_phase_cut_before_its_save_says_so(co
     assert [key for key in a if not torch.equal(a[key], b[key])] == []
 
 
+def test_stop_at_step_ends_the_schedule_there_and_resumes_under_it(corpus, tokenizer, tmp_path):
+    """`--stop_at_step 2` of a 4-step schedule: the saved model is the plain 4-step run's checkpoint-2, bit for bit;
+    the learning rates of steps 1-2 are the plain run's (not a 2-step schedule's, which decays to 0 at step 2); the
+    report, the summary line and the model card say where it stopped. Resumed from its checkpoint-2 (in another
+    --output_dir: the stopped one holds a finished model) it trains steps 3-4 at the plain run's rates; resumed with
+    a --stop_at_step it has reached it is refused."""
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    shared = ("--tokenizer_name", str(tmp_path / "tokenizer"))
+    plain = pretrain(corpus, tmp_path / "plain", *shared, "--save_steps", "2", steps=4)
+    stopped = pretrain(corpus, tmp_path / "stopped", *shared, "--stop_at_step", "2", steps=4)
+    a, b = weights(tmp_path / "stopped"), weights(tmp_path / "plain" / "checkpoint-2")
+    assert a.keys() == b.keys() and [key for key in a if not torch.equal(a[key], b[key])] == []
+    assert (tmp_path / "stopped" / "checkpoint-2").is_dir()
+    assert (stopped["steps"], stopped["stop_at_step"]) == (2, {"step": 2, "max_steps": 4})
+    summary = stopped["summary"]
+    assert "after 2 steps, 256 tokens (stopped there: --stop_at_step 2 of a --max_steps 4 schedule)" in summary
+    card = (tmp_path / "stopped" / "README.md").read_text()
+    assert "- stopped after step 2: --stop_at_step 2 of a --max_steps 4 schedule (the learning rate not decayed" in card
+
+    def rates(outcome):
+        return {e["step"]: e["learning_rate"] for e in outcome["log_history"] if "learning_rate" in e}
+
+    assert rates(stopped) == {step: rate for step, rate in rates(plain).items() if step <= 2}
+    assert rates(stopped)[2] > 0  # 1e-3 linearly decayed over 4 steps: 5e-4 after step 2
+    checkpoint = str(tmp_path / "stopped" / "checkpoint-2")
+    with pytest.raises(ValueError, match=re.escape(f"--stop_at_step 2: the checkpoint resumed from ({checkpoint})")):
+        pretrain(corpus, tmp_path / "on", *shared, "--stop_at_step", "2", "--resume_from_checkpoint", checkpoint)
+    resumed = pretrain(corpus, tmp_path / "on", *shared, "--resume_from_checkpoint", checkpoint, steps=4)
+    assert (resumed["steps"], resumed["resumed_from_step"], resumed["stop_at_step"]) == (4, 2, None)
+    assert rates(resumed) == rates(plain) and sorted(rates(plain)) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--stop_at_step", "0"), "--stop_at_step must be a positive integer, got 0"),
+        (("--stop_at_step", "4"), "--stop_at_step 4 must be below --max_steps 4 (the schedule's last step"),
+        (
+            ("--stop_at_step", "2", "--short_block_length", "8", "--short_block_steps", "2"),
+            "--stop_at_step 2 must be above --short_block_steps 2 (the first phase runs its steps whole)",
+        ),
+    ],
+)
+def test_stop_at_step_bad_values_name_the_option(corpus, tmp_path, extra, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        pretrain(corpus, tmp_path / "run", *extra, steps=4)
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())  # refused before any work
+    with pytest.raises(ValueError, match=re.escape("--stop_at_step 2: give --max_steps (the run stops at a step")):
+        check_stop_at_step(2, TrainingArguments(output_dir=str(tmp_path), num_train_epochs=1))
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -676,6 +730,21 @@ def test_continued_pretraining_of_a_converted_checkpoint_reports_the_new_head(co
     assert outcome["mlm_head"] == "newly initialised" and outcome["model"]["from"] == str(source)
     assert outcome["ffn"]["ffn_type"] == "geglu" and outcome["ffn"]["intermediate_size"] == TINY["intermediate_size"]
     assert "standard" not in outcome["ffn"]  # a checkpoint keeps its width unless --ffn_width says otherwise
+
+
+def test_short_blocks_from_a_headless_checkpoint_note_the_new_head_once(corpus, tokenizer, tmp_path):
+    """A warm-up from a checkpoint without an MLM head: the note that its head is newly initialised is logged once
+    (by the first phase; the second resumes the head trained since, and once logged the note again), and the report
+    still says the run's head was new."""
+    source = tmp_path / "bert"
+    BertModel(BertConfig(**{**TINY, "vocab_size": len(tokenizer)})).save_pretrained(source)  # no MLM head
+    tokenizer.save_pretrained(source)
+    warm = ("--short_block_length", "8", "--short_block_steps", "1")
+    hf_logging.set_verbosity_warning()
+    with CaptureLogger(pretraining_module.logger) as captured:
+        outcome = pretrain(corpus, tmp_path / "run", "--model_name_or_path", str(source), *warm, steps=2)
+    assert captured.out.count("has no MLM head") == 1
+    assert outcome["mlm_head"] == "newly initialised" and outcome["resumed_from_step"] == 1
 
 
 def test_bad_arguments_name_the_flag(corpus, tmp_path, capsys):

@@ -1,14 +1,18 @@
-"""Early stopping from the command line (`--early_stopping_patience`, `--early_stopping_threshold`): transformers'
-`EarlyStoppingCallback` with the `TrainingArguments` it needs.
+"""Ending a run before the end of its schedule, from the command line.
 
-The callback stops training once the metric has not improved (by more than the threshold) for `patience`
-evaluations in a row; it reads the best value Trainer tracks for `metric_for_best_model`, and the best checkpoint
-is loaded at the end (`load_best_model_at_end`), so the saved model is the best one evaluated.
+- `--early_stopping_patience`, `--early_stopping_threshold`: transformers' `EarlyStoppingCallback` with the
+  `TrainingArguments` it needs. It stops training once the metric has not improved (by more than the threshold) for
+  `patience` evaluations in a row; it reads the best value Trainer tracks for `metric_for_best_model`, and the best
+  checkpoint is loaded at the end (`load_best_model_at_end`), so the saved model is the best one evaluated.
+- `--stop_at_step N` (`StopAtStep`, checked by `check_stop_at_step`): training ends after step N of the
+  `--max_steps` schedule, with a checkpoint there, so the learning rate has not decayed to 0 (a schedule cut short,
+  as the from-scratch study's units ran: 16,000 steps stopped at 5,000); a later run in another `--output_dir` with
+  `--resume_from_checkpoint OUTPUT_DIR/checkpoint-N` and a later step (or none) goes on under the same schedule.
 """
 
 from __future__ import annotations
 
-from transformers import EarlyStoppingCallback, TrainingArguments
+from transformers import EarlyStoppingCallback, TrainerCallback, TrainingArguments
 
 DEFAULT_METRIC = "mask_loss"  # eval_mask_loss: the held-out loss on [MASK] positions (hf_ffn.training.mlm_metrics)
 
@@ -53,4 +57,39 @@ def early_stopping_callback(
     return EarlyStoppingCallback(early_stopping_patience=patience, early_stopping_threshold=threshold)
 
 
-__all__ = ["DEFAULT_METRIC", "early_stopping_callback"]
+class StopAtStep(TrainerCallback):
+    """Ends training after step `step` with a checkpoint (`should_save`) that a later run can resume from."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.step:
+            control.should_training_stop = control.should_save = True
+
+
+def check_stop_at_step(stop: int | None, training_args: TrainingArguments, short_block_steps: int | None = None):
+    """Refuse a `--stop_at_step` the run cannot stop at (None: nothing to check).
+
+    Raises:
+        ValueError: naming --stop_at_step when --max_steps is not given (the step is one of its schedule), when it
+            is not below --max_steps (at --max_steps the run ends anyway), or, with a sequence-length warm-up, when
+            it is not above --short_block_steps (the first phase always runs its K steps).
+    """
+    if stop is None:
+        return
+    option = f"--stop_at_step {stop}"
+    if training_args.max_steps <= 0:
+        raise ValueError(f"{option}: give --max_steps (the run stops at a step of its schedule)")
+    if stop >= training_args.max_steps:
+        raise ValueError(
+            f"{option} must be below --max_steps {training_args.max_steps} (the schedule's last step; to end there, "
+            f"drop --stop_at_step)"
+        )
+    if short_block_steps is not None and stop <= short_block_steps:
+        raise ValueError(
+            f"{option} must be above --short_block_steps {short_block_steps} (the first phase runs its steps whole)"
+        )
+
+
+__all__ = ["DEFAULT_METRIC", "StopAtStep", "check_stop_at_step", "early_stopping_callback"]

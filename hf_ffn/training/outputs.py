@@ -204,11 +204,13 @@ def model_card(
     conversion: dict,
     metric_names: Sequence[str],
     config: PretrainedConfig | None = None,
+    notes: Sequence[str] = (),
 ) -> ModelCard:
     """The fine-tuned folder's `ModelCard` (`hf_ffn.model_card.build_training_card`), from the run's arguments:
     the variant, the data, the hyperparameters and the measured `results`; named after `output_dir`. `config`, the
     trained model's: the FFN type and LayerNorm placement not given on the command line are read from it
-    (`ffn_type`, else BERT's `hidden_act`; `layer_norm_position`), so the card names what was trained."""
+    (`ffn_type`, else BERT's `hidden_act`; `layer_norm_position`), so the card names what was trained. `notes`: lines
+    on the training the hyperparameters do not tell (a pre-training run's blocks, warm-up and stop)."""
     ffn_type = model_args.ffn_type or getattr(config, "ffn_type", None) or getattr(config, "hidden_act", None)
     layer_norm_position = model_args.layer_norm_position or getattr(config, "layer_norm_position", None)
     return build_training_card(
@@ -226,6 +228,7 @@ def model_card(
         results=results,
         metric_names=metric_names,
         hyperparameters={key: getattr(training_args, key) for key in CARD_HYPERPARAMETERS},
+        notes=notes,
     )
 
 

@@ -20,7 +20,7 @@ The recipe is BERT's (Devlin et al. 2019, sec. 3.1 and app. A.2), at a size one 
 - every evaluation reports the loss on [MASK] positions, the token-weighted loss and MLM accuracy
   (`hf_ffn.training.mlm_metrics`, through `mlm_trainer`); every training log line tokens per second and achieved
   GFLOP/s (`hf_ffn.training.throughput`); `--config_overrides` (`run_mlm.py`'s, `config_overrides`) and
-  `--early_stopping_patience` (`early_stopping`).
+  `--early_stopping_patience` and `--stop_at_step` (`early_stopping`).
 
 FFN width. Asked for a gated FFN (GeGLU, SwiGLU, ...) at a standard FFN width `--intermediate_size` I, the model
 gets the parameter-matched width 2I/3 (Shazeer 2020, sec. 2: d_ff 3072 → 2048) by default, as the multiple of
@@ -64,7 +64,7 @@ from .arguments import (
     parse_arguments,
     resume_checkpoint,
 )
-from .early_stopping import early_stopping_callback
+from .early_stopping import StopAtStep, check_stop_at_step, early_stopping_callback
 from .floors import plateau_verdict
 from .initialisation import ffn_output_rms, seed_by_name
 from .mlm import absent_head_warning_dropped, mlm_trainer, new_mlm_head_note
@@ -95,9 +95,8 @@ from .pretraining_data import (
     corpus_documents,
     materialise,
 )
-from .pretraining_report import ffn_report, run_report, summary_line
+from .pretraining_report import card_notes, ffn_report, run_report, summary_line
 from .short_blocks import (
-    StopAtStep,
     check_first_phase_folder,
     check_short_blocks,
     first_phase_arguments,
@@ -257,7 +256,7 @@ def run_pretraining(
     floors = context_free_floors(train, evaluation, tokenizer, data_args)
     phases.done("floors", f"context-free floors: unigram at [MASK] {floors['unigram_mask']:.4f} nats")
     data_seconds = time.perf_counter() - start  # reading, the tokenizer, tokenizing, blocks, maskings (or the cache)
-    model, built = _model(args, tokenizer, data_args, training_args)
+    model, built = _model(args, tokenizer, data_args, training_args, resume)
     first = materialise(train, INIT_RMS_BLOCKS)
     init_rms = ffn_output_rms(model, torch.tensor(first[:INIT_RMS_BLOCKS]["input_ids"], dtype=torch.long))
     bf16 = use_bf16_where_available(training_args, given) if args.bf16_where_available else training_args.bf16
@@ -272,7 +271,11 @@ def run_pretraining(
         training_args,
         seed=data_args.split_seed,
         padding_free=args.padding_free,
-        callbacks=[*([throughput] if args.log_throughput else []), *(callbacks or [])],
+        callbacks=[
+            *([throughput] if args.log_throughput else []),
+            *(callbacks or []),
+            *([StopAtStep(args.stop_at_step)] if args.stop_at_step else []),
+        ],
         **data_args.masking_options(),
         fixed_prediction_rows=args.sparse_prediction and args.fixed_prediction_rows,
     )
@@ -290,6 +293,8 @@ def run_pretraining(
     report["phase_seconds"] = phases.seconds
     report["recipe"] = recipe or {}
     report["short_blocks"] = first_phase
+    stop = args.stop_at_step
+    report["stop_at_step"] = None if stop is None else {"step": stop, "max_steps": training_args.max_steps}
     from_scratch = args.model_name_or_path is None
     report["plateau"] = plateau_verdict(results["eval_mask_loss"], floors["unigram_mask"]) if from_scratch else None
     report["summary"] = summary_line(report, model.config, built["standard_width"], results["eval_loss"], results)
@@ -310,6 +315,7 @@ def _first_phase(args, data_args, training_args, callbacks, given, recipe) -> di
     check_output_dir(training_args.output_dir)
     from_scratch = args.model_name_or_path is None
     check_short_blocks(data_args, training_args, from_scratch, args.early_stopping_patience)
+    check_stop_at_step(args.stop_at_step, training_args, data_args.short_block_steps)
     short_data, short_training = first_phase_arguments(data_args, training_args)
     folder = Path(short_training.output_dir)
     info = check_first_phase_folder(data_args, training_args)
@@ -350,7 +356,13 @@ def _check_arguments(args: PretrainingArguments, data_args: PretrainingDataArgum
                 "--streaming: training a tokenizer reads every training document (twice) before training, which "
                 "needs the whole data set; give --tokenizer_name (or --model_name_or_path), or drop --streaming"
             )
+    check_stop_at_step(args.stop_at_step, training_args)
     resume = resume_checkpoint(training_args)
+    if resume is not None and args.stop_at_step is not None and args.stop_at_step <= checkpoint_step(resume):
+        raise ValueError(
+            f"--stop_at_step {args.stop_at_step}: the checkpoint resumed from ({resume}) is at step "
+            f"{checkpoint_step(resume)} already; give a later step, or drop --stop_at_step to train to --max_steps"
+        )
     stopping = early_stopping_callback(args.early_stopping_patience, args.early_stopping_threshold, training_args)
     if args.model_name_or_path is not None:
         check_checkpoint(args.model_name_or_path, "--model_name_or_path")
@@ -362,10 +374,13 @@ def _model(
     tokenizer: PreTrainedTokenizerBase,
     data_args: PretrainingDataArguments,
     training_args: TrainingArguments,
+    resume: str | None = None,
 ) -> tuple[FfnBertForMaskedLM, dict]:
     """The model to train, built from scratch or loaded from the checkpoint (after seeding the global RNG with
     `training_args.seed`: the same initial weights for the same seed), and what was built: `conversion`,
-    `saved_unpad` (the `unpad_tokens` the saved config gets), `head_note`, `standard_width`.
+    `saved_unpad` (the `unpad_tokens` the saved config gets), `head_note`, `standard_width`. The note on a new MLM
+    head is logged unless the run resumes from `resume` (Trainer then loads the head trained since; the note was
+    logged at the run's start, and the report still says the head was newly initialised).
 
     Raises:
         ValueError: a `--tokenizer_name` with more tokens than the checkpoint's vocabulary.
@@ -383,7 +398,7 @@ def _model(
         head_note = new_mlm_head_note(
             conversion.get("new_weights", conversion.get("new", [])), args.model_name_or_path, model.config.vocab_size
         )
-        if head_note:
+        if head_note and resume is None:
             logger.warning(head_note)
         built = {"conversion": conversion, "saved_unpad": checkpoint_unpad_tokens(args.model_name_or_path)}
         built |= {"head_note": head_note, "standard_width": None}
@@ -433,6 +448,7 @@ def _save(args, data_args, training_args, trainer, tokenizer, results: dict, rep
         built["conversion"],
         ("perplexity",),
         model.config,
+        notes=card_notes(report),
     )
     model.config.sparse_prediction = False
     save_outputs(trainer, tokenizer, card, results, report, training_args.output_dir, unpad_tokens=built["saved_unpad"])

@@ -226,6 +226,14 @@ class PretrainingArguments:
         default=0.0,
         metadata={"help": "with --early_stopping_patience: the least change that counts as an improvement"},
     )
+    stop_at_step: int | None = field(
+        default=None,
+        metadata={
+            "help": "end training after this step of the --max_steps schedule, with a checkpoint there (the "
+            "learning rate not yet decayed; to go on, a run in another --output_dir with --resume_from_checkpoint "
+            "OUTPUT_DIR/checkpoint-N and a later step, or none); not given: the schedule's end"
+        },
+    )
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -282,6 +290,8 @@ class PretrainingArguments:
             raise ValueError(
                 f"--early_stopping_patience must be a positive integer, got {self.early_stopping_patience}"
             )
+        if self.stop_at_step is not None and self.stop_at_step <= 0:
+            raise ValueError(f"--stop_at_step must be a positive integer, got {self.stop_at_step}")
         threshold = self.early_stopping_threshold
         if threshold < 0 or (threshold and self.early_stopping_patience is None):
             raise ValueError(

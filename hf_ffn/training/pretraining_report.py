@@ -1,9 +1,11 @@
 """What a pre-training run reports (`hf_ffn.training.pretraining.run_pretraining`): `run_info.json` (`run_report`),
-its FFN counted beside the standard FFN (`ffn_report`) and the one printed line (`summary_line`)."""
+its FFN counted beside the standard FFN (`ffn_report`), the one printed line (`summary_line`) and what the model
+card says of the schedule (`card_notes`)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 
 from transformers.utils import logging as hf_logging
 
@@ -106,6 +108,7 @@ def summary_line(report: dict, config: FfnBertConfig, standard_width: int | None
         f"(accuracy {results['eval_mask_accuracy']:.3f}), over all scored positions {results['eval_token_loss']:.4f} "
         f"vs copy-aware context-free floor {report['floors']['copy_aware']:.4f}, after "
         f"{report['steps']} steps, {report['tokens_seen']:,} tokens"
+        + (f" (stopped there: {_stopped(report)})" if report.get("stop_at_step") else "")
         + (f" ({report['epochs']:.3g} epochs)" if report["epochs"] is not None else " (streamed)")
         + (
             f", {results['train_tokens_per_second']:,.0f} tokens/s ({results['train_gflops_per_second']:.3g} GFLOP/s)"
@@ -116,4 +119,26 @@ def summary_line(report: dict, config: FfnBertConfig, standard_width: int | None
     )
 
 
-__all__ = ["ffn_report", "run_report", "summary_line"]
+def _stopped(report: dict) -> str:
+    stop = report["stop_at_step"]
+    return f"--stop_at_step {stop['step']} of a --max_steps {stop['max_steps']} schedule"
+
+
+def card_notes(report: dict) -> list[str]:
+    """What the model card says of the run's schedule beyond its hyperparameters: the block length and batch, the
+    sequence-length warm-up (`short_blocks`), a stop before the schedule's end (`stop_at_step`)."""
+    blocks = report["blocks"]["tokens_per_block"]
+    notes = [f"pre-trained on blocks of {blocks} tokens, {report['tokens_seen']:,} tokens in {report['steps']} steps"]
+    warm = report.get("short_blocks")
+    if warm:
+        notes.append(
+            f"sequence-length warm-up: steps 1-{warm['short_block_steps']} on blocks of {warm['short_block_length']} "
+            f"tokens ({warm['batch_size']} a batch, as many tokens a step; that phase's run is in "
+            f"`{Path(warm['output_dir']).name}/`), then blocks of {blocks}, under one learning-rate schedule"
+        )
+    if report.get("stop_at_step"):
+        notes.append(f"stopped after step {report['steps']}: {_stopped(report)} (the learning rate not decayed to 0)")
+    return notes
+
+
+__all__ = ["card_notes", "ffn_report", "run_report", "summary_line"]

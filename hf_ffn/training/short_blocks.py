@@ -10,8 +10,8 @@ Two Trainer runs, as BERT's two phases (`run_pretraining` calls them; this modul
 
 1. the first phase (`first_phase_arguments`) in `output_dir/short_blocks` (`FIRST_PHASE_FOLDER`): blocks of L, a
    batch of `per_device_train_batch_size` × `max_seq_length` / L blocks (as many tokens a step), the whole
-   schedule of `--max_steps`, stopped after step K with a checkpoint (`StopAtStep`); its model is saved and
-   evaluated there (on held-out blocks of L) like any run's;
+   schedule of `--max_steps`, stopped after step K with a checkpoint (`early_stopping.StopAtStep`); its model is
+   saved and evaluated there (on held-out blocks of L) like any run's;
 2. the second in `output_dir`, at blocks of `max_seq_length`, resumed from the first's `checkpoint-K` (Trainer's
    resume: weights, optimiser, schedule and random state). Resuming at step K within an epoch, Trainer skips the
    first K batches of the second phase's shuffled blocks (as it skips the batches a resumed run has seen); those
@@ -28,23 +28,12 @@ import copy
 import json
 from pathlib import Path
 
-from transformers import TrainerCallback, TrainingArguments
+from transformers import TrainingArguments
 
 from .arguments import RESUME_LAST
 
 FIRST_PHASE_FOLDER = "short_blocks"  # the first phase's run, inside --output_dir
 MAX_SCRATCH_LENGTH = 512  # a from-scratch model's positions (`pretraining.scratch_positions`) for any block up to it
-
-
-class StopAtStep(TrainerCallback):
-    """Ends training after step `step` with a checkpoint (`should_save`) that a later run can resume from."""
-
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step >= self.step:
-            control.should_training_stop = control.should_save = True
 
 
 def check_short_blocks(
@@ -194,7 +183,6 @@ def _last_checkpoint(folder: Path, below: int | None = None) -> str | None:
 
 __all__ = [
     "FIRST_PHASE_FOLDER",
-    "StopAtStep",
     "check_first_phase_folder",
     "check_short_blocks",
     "first_phase_arguments",

@@ -27,9 +27,9 @@ from transformers import TrainerCallback
 
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.corpus import documents_to_blocks, fixed_maskings, held_out_split, load_corpus, load_documents
+from hf_ffn.training.early_stopping import StopAtStep
 from hf_ffn.training.floors import mlm_floors, never_chosen_ids
 from hf_ffn.training.mlm_metrics import mlm_scores
-from hf_ffn.training.short_blocks import StopAtStep
 from studies.pretraining.settings import (
     PLATEAU_EXIT_NATS,
     PROBE_ATTENTION_BLOCKS,
