@@ -649,7 +649,7 @@ def test_stop_at_step_ends_the_schedule_there_and_resumes_under_it(corpus, token
     a, b = weights(tmp_path / "stopped"), weights(tmp_path / "plain" / "checkpoint-2")
     assert a.keys() == b.keys() and [key for key in a if not torch.equal(a[key], b[key])] == []
     assert (tmp_path / "stopped" / "checkpoint-2").is_dir()
-    assert (stopped["steps"], stopped["stop_at_step"]) == (2, {"step": 2, "max_steps": 4})
+    assert (stopped["steps"], stopped["stop_at_step"]) == (2, {"step": 2, "max_steps": 4, "reached": True})
     summary = stopped["summary"]
     assert "after 2 steps, 256 tokens (stopped there: --stop_at_step 2 of a --max_steps 4 schedule)" in summary
     card = (tmp_path / "stopped" / "README.md").read_text()
@@ -666,6 +666,20 @@ def test_stop_at_step_ends_the_schedule_there_and_resumes_under_it(corpus, token
     resumed = pretrain(corpus, tmp_path / "on", *shared, "--resume_from_checkpoint", checkpoint, steps=4)
     assert (resumed["steps"], resumed["resumed_from_step"], resumed["stop_at_step"]) == (4, 2, None)
     assert rates(resumed) == rates(plain) and sorted(rates(plain)) == [1, 2, 3, 4]
+
+
+def test_stop_at_step_after_a_warm_up_is_the_second_phases(corpus, tokenizer, tmp_path):
+    """With a sequence-length warm-up (first phase 2 steps) and --stop_at_step 3 of 4: the first phase runs its 2 steps
+    and its report says the stop was not reached there; the run stops after step 3, and its card says both."""
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    warm = ("--tokenizer_name", str(tmp_path / "tokenizer"), "--short_block_length", "8", "--short_block_steps", "2")
+    outcome = pretrain(corpus, tmp_path / "run", *warm, "--stop_at_step", "3", steps=4)
+    first = json.loads((tmp_path / "run" / "short_blocks" / "run_info.json").read_text())
+    assert (first["steps"], first["stop_at_step"]["reached"]) == (2, False) and "stopped there" not in first["summary"]
+    assert (outcome["steps"], outcome["stop_at_step"]) == (3, {"step": 3, "max_steps": 4, "reached": True})
+    card = (tmp_path / "run" / "README.md").read_text()
+    assert "- sequence-length warm-up: steps 1-2 on blocks of 8 tokens" in card
+    assert "- stopped after step 3: --stop_at_step 3 of a --max_steps 4 schedule" in card
 
 
 @pytest.mark.parametrize(

@@ -293,8 +293,11 @@ def run_pretraining(
     report["phase_seconds"] = phases.seconds
     report["recipe"] = recipe or {}
     report["short_blocks"] = first_phase
-    stop = args.stop_at_step
-    report["stop_at_step"] = None if stop is None else {"step": stop, "max_steps": training_args.max_steps}
+    stop = args.stop_at_step  # not reached in a warm-up's first phase, nor after an earlier early stop
+    reached = trainer.state.global_step == stop
+    report["stop_at_step"] = (
+        None if stop is None else {"step": stop, "max_steps": training_args.max_steps, "reached": reached}
+    )
     from_scratch = args.model_name_or_path is None
     report["plateau"] = plateau_verdict(results["eval_mask_loss"], floors["unigram_mask"]) if from_scratch else None
     report["summary"] = summary_line(report, model.config, built["standard_width"], results["eval_loss"], results)

@@ -108,7 +108,7 @@ def summary_line(report: dict, config: FfnBertConfig, standard_width: int | None
         f"(accuracy {results['eval_mask_accuracy']:.3f}), over all scored positions {results['eval_token_loss']:.4f} "
         f"vs copy-aware context-free floor {report['floors']['copy_aware']:.4f}, after "
         f"{report['steps']} steps, {report['tokens_seen']:,} tokens"
-        + (f" (stopped there: {_stopped(report)})" if report.get("stop_at_step") else "")
+        + (f" (stopped there: {_stopped(report)})" if _stopped(report) else "")
         + (f" ({report['epochs']:.3g} epochs)" if report["epochs"] is not None else " (streamed)")
         + (
             f", {results['train_tokens_per_second']:,.0f} tokens/s ({results['train_gflops_per_second']:.3g} GFLOP/s)"
@@ -120,8 +120,13 @@ def summary_line(report: dict, config: FfnBertConfig, standard_width: int | None
 
 
 def _stopped(report: dict) -> str:
-    stop = report["stop_at_step"]
-    return f"--stop_at_step {stop['step']} of a --max_steps {stop['max_steps']} schedule"
+    """The words for a run that stopped at its --stop_at_step (`run_info.json`'s `stop_at_step` reached), else ""."""
+    stop = report.get("stop_at_step")
+    return (
+        f"--stop_at_step {stop['step']} of a --max_steps {stop['max_steps']} schedule"
+        if stop and stop["reached"]
+        else ""
+    )
 
 
 def card_notes(report: dict) -> list[str]:
@@ -136,7 +141,7 @@ def card_notes(report: dict) -> list[str]:
             f"tokens ({warm['batch_size']} a batch, as many tokens a step; that phase's run is in "
             f"`{Path(warm['output_dir']).name}/`), then blocks of {blocks}, under one learning-rate schedule"
         )
-    if report.get("stop_at_step"):
+    if _stopped(report):
         notes.append(f"stopped after step {report['steps']}: {_stopped(report)} (the learning rate not decayed to 0)")
     return notes
 
