@@ -46,7 +46,7 @@ def build_training_card(
     *,
     name: str,
     task: str,
-    base_model: str,
+    base_model: str | None,
     dataset: str,
     variant: Mapping[str, Any],
     conversion: Mapping[str, Any],
@@ -57,7 +57,8 @@ def build_training_card(
 ) -> ModelCard:
     """A `ModelCard` for a fine-tuned model (template `fine_tuned.md`).
 
-    `task`: the pipeline task ("text-classification", "fill-mask"); `variant`: ffn_type, layer_norm_position
+    `task`: the pipeline task ("text-classification", "fill-mask"); `base_model`: the checkpoint trained from (None:
+    a model pre-trained from scratch); `variant`: ffn_type, layer_norm_position
     (the trained model's; None: the checkpoint's, unread), ffn_init, ffn_width; `conversion`: as for
     `conversion_summary`; `results`: the run's metrics, of which `eval_<metric>` and `test_<metric>` for each of
     `metric_names` also go into the front matter's `model-index` (`EvalResult`, rounded to 4 decimals; split

@@ -327,6 +327,30 @@ def test_early_stopping_stops_when_the_loss_stops_improving(corpus, tmp_path):
     assert outcome["results"]["train_tokens"] == 3 * 4 * 32  # stopped after 3 of 20 steps
 
 
+def test_early_stopping_reports_the_best_models_evaluation(corpus, tmp_path):
+    """Early stopping loads the best checkpoint at the end: the run's results are that model's evaluation, not the
+    last step's (they once were: a review found all_results.json at step 20 beside step 10's weights). Made
+    visible by a learning rate of 1 (Adam's steps of ~1 per weight): the held-out loss is lowest at the first
+    evaluation, training stops two evaluations later, and the saved model is checkpoint-1's."""
+    outcome = pretrain(
+        corpus,
+        tmp_path / "run",
+        *("--eval_strategy", "steps", "--eval_steps", "1", "--save_strategy", "steps", "--save_steps", "1"),
+        *("--early_stopping_patience", "2", "--learning_rate", "1"),
+        steps=20,
+    )
+    evaluations = {entry["step"]: entry for entry in outcome["log_history"] if "eval_mask_loss" in entry}
+    assert sorted(evaluations) == [1, 2, 3] and evaluations[1]["eval_mask_loss"] < evaluations[3]["eval_mask_loss"]
+    assert outcome["results"]["eval_mask_loss"] == evaluations[1]["eval_mask_loss"]
+    assert (
+        json.loads((tmp_path / "run" / "all_results.json").read_text())["eval_mask_loss"]
+        == (evaluations[1]["eval_mask_loss"])
+    )
+    saved = FfnBertForMaskedLM.from_pretrained(tmp_path / "run").state_dict()
+    best = FfnBertForMaskedLM.from_pretrained(tmp_path / "run" / "checkpoint-1").state_dict()
+    assert [key for key in saved if not torch.equal(saved[key], best[key])] == []
+
+
 def test_early_stopping_needs_evaluations_and_matching_checkpoints(corpus, tmp_path, capsys):
     base = ["--train_files", str(corpus), "--output_dir", str(tmp_path / "run"), "--use_cpu", "true"]
     for extra, message in (

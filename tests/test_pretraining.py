@@ -354,6 +354,7 @@ def test_three_step_run_from_scratch(corpus, tmp_path, placement, ffn_type):
     card = (tmp_path / "run" / "README.md").read_text()
     assert "built from scratch: every weight newly initialised (seeded by --seed), then pre-trained" in card
     assert "(a, l, l)" not in card
+    assert "Pre-trained from scratch with hf_ffn (`fill-mask`) on " in card and "Fine-tuned" not in card
     model = AutoModelForMaskedLM.from_pretrained(tmp_path / "run")
     assert type(model).__name__ == "FfnBertForMaskedLM"
     # the trained tokenizer truncates to the model's 512 positions (it once kept 1e30: a long text then crashed the
@@ -662,8 +663,16 @@ def test_stop_at_step_ends_the_schedule_there_and_resumes_under_it(corpus, token
     assert rates(stopped)[2] > 0  # 1e-3 linearly decayed over 4 steps: 5e-4 after step 2
     checkpoint = str(tmp_path / "stopped" / "checkpoint-2")
     with pytest.raises(ValueError, match=re.escape(f"--stop_at_step 2: the checkpoint resumed from ({checkpoint})")):
-        pretrain(corpus, tmp_path / "on", *shared, "--stop_at_step", "2", "--resume_from_checkpoint", checkpoint)
+        pretrain(
+            corpus, tmp_path / "on", *shared, "--stop_at_step", "2", "--resume_from_checkpoint", checkpoint, steps=4
+        )
+    # under another schedule the rate would jump at step 3 (a review found 5.28e-4 -> 9.57e-4): refused
+    with pytest.raises(ValueError, match=re.escape(f"--max_steps 5 with --resume_from_checkpoint {checkpoint}: ")):
+        pretrain(corpus, tmp_path / "on", *shared, "--resume_from_checkpoint", checkpoint, steps=5)
+    with pytest.raises(FileExistsError, match=re.escape("run in another --output_dir with --resume_from_checkpoint")):
+        pretrain(corpus, tmp_path / "stopped", *shared, "--resume_from_checkpoint", "last", steps=4)
     resumed = pretrain(corpus, tmp_path / "on", *shared, "--resume_from_checkpoint", checkpoint, steps=4)
+    assert f"- resumed from `{checkpoint}` at step 2" in (tmp_path / "on" / "README.md").read_text()
     assert (resumed["steps"], resumed["resumed_from_step"], resumed["stop_at_step"]) == (4, 2, None)
     assert rates(resumed) == rates(plain) and sorted(rates(plain)) == [1, 2, 3, 4]
 
@@ -825,7 +834,7 @@ def test_a_resume_from_a_checkpoint_that_save_total_limit_deletes_reports_its_st
     from once it saves the next one, and the run read that checkpoint's step after training (FileNotFoundError).
     Now the step is read before training."""
     run = ("--save_steps", "2", "--max_train_samples", "8", "--save_total_limit", "1")
-    pretrain(corpus, tmp_path / "first", *run, steps=2)
+    pretrain(corpus, tmp_path / "first", *run, "--stop_at_step", "2", steps=4)  # the same 4-step schedule
     folder = tmp_path / "continued"
     folder.mkdir()
     shutil.copytree(tmp_path / "first" / "checkpoint-2", folder / "checkpoint-2")

@@ -491,15 +491,28 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
     Call it before any work: the fine-tuning scripts and `hf-ffn heal` all do.
 
     Raises:
-        ValueError: "last" when `--output_dir` holds no `checkpoint-N` folder, naming the flag and the folder.
+        ValueError: "last" when `--output_dir` holds no `checkpoint-N` folder, naming the flag and the folder; a
+            `--max_steps` other than the checkpoint's (its `trainer_state.json`'s `max_steps`): Trainer would resume
+            under another learning-rate schedule (a linear decay reaching 0 at the new step), the rate jumping at the
+            checkpoint's step.
     """
     value, output_dir = training_args.resume_from_checkpoint, training_args.output_dir
-    if value is None or value.lower() not in RESUME_LAST:
-        return value
-    last = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
-    if last is None:
-        raise ValueError(f"--resume_from_checkpoint {value}: no checkpoint-N folder in --output_dir {output_dir!r}")
-    return last
+    if value is None:
+        return None
+    checkpoint = value
+    if value.lower() in RESUME_LAST:
+        checkpoint = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+        if checkpoint is None:
+            raise ValueError(f"--resume_from_checkpoint {value}: no checkpoint-N folder in --output_dir {output_dir!r}")
+    state = Path(checkpoint) / "trainer_state.json"  # Trainer's file in every checkpoint
+    scheduled = json.loads(state.read_text()).get("max_steps") if state.is_file() else None
+    if training_args.max_steps > 0 and scheduled and scheduled != training_args.max_steps:
+        raise ValueError(
+            f"--max_steps {training_args.max_steps} with --resume_from_checkpoint {value}: {checkpoint} was trained "
+            f"under a schedule of {scheduled} steps (its trainer_state.json's max_steps); resumed under another, the "
+            f"learning rate would jump at its step. Give --max_steps {scheduled}"
+        )
+    return checkpoint
 
 
 __all__ = [

@@ -124,16 +124,23 @@ def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
         ) from error
 
 
-def check_output_dir(output_dir: str) -> None:
+def check_output_dir(output_dir: str, resume: str | None = None) -> None:
     """Refuse an `output_dir` that already holds a finished model (a `config.json`).
 
     Raises:
-        FileExistsError: naming the folder.
+        FileExistsError: naming the folder (and, when `resume` (`--resume_from_checkpoint`) is given, how to go on
+            from one of its checkpoints: in another folder).
     """
     if (Path(output_dir) / "config.json").exists():
+        go_on = (
+            f"; to go on from one of its checkpoints, run in another --output_dir with --resume_from_checkpoint "
+            f"{output_dir}/checkpoint-N"
+            if resume is not None
+            else ""
+        )
         raise FileExistsError(
             f"--output_dir {output_dir!r} already holds a finished model (config.json); choose another folder or "
-            f"delete it"
+            f"delete it{go_on}"
         )
 
 
@@ -171,10 +178,16 @@ def save_finished(
 
 
 def final_evaluation(trainer: Trainer) -> dict[str, float]:
-    """The validation metrics of the trained model: those logged at the last step if `eval_strategy` already
-    evaluated there (no second pass over the same data), else a new `trainer.evaluate()`."""
-    evaluations = [entry for entry in trainer.state.log_history if "eval_loss" in entry]
-    if evaluations and evaluations[-1]["step"] == trainer.state.global_step:
+    """The validation metrics of the model the trainer holds after training: the last step's, or with
+    `load_best_model_at_end` (early stopping) the best checkpoint's, which Trainer loads at the end. Those logged at
+    that step when `eval_strategy` already evaluated there (no second pass over the same data), else a new
+    `trainer.evaluate()`. (The last step's were once returned for a loaded best model.)"""
+    state = trainer.state
+    step = state.global_step
+    if trainer.args.load_best_model_at_end and state.best_model_checkpoint is not None:
+        step = checkpoint_step(state.best_model_checkpoint)
+    evaluations = [entry for entry in state.log_history if "eval_loss" in entry and entry["step"] == step]
+    if evaluations:
         return {key: value for key, value in evaluations[-1].items() if key.startswith("eval_")}
     return trainer.evaluate()
 

@@ -293,6 +293,7 @@ def run_pretraining(
     report["phase_seconds"] = phases.seconds
     report["recipe"] = recipe or {}
     report["short_blocks"] = first_phase
+    report["resumed_from"] = resume
     stop = args.stop_at_step  # not reached in a warm-up's first phase, nor after an earlier early stop
     reached = trainer.state.global_step == stop
     report["stop_at_step"] = (
@@ -346,7 +347,7 @@ def _check_arguments(args: PretrainingArguments, data_args: PretrainingDataArgum
     """Check the output folder, the numeric training options (`check_numeric_options`), the early-stopping options
     and the checkpoint before anything is read; returns the checkpoint to resume from and the
     `EarlyStoppingCallback` (None without `--early_stopping_patience`)."""
-    check_output_dir(training_args.output_dir)
+    check_output_dir(training_args.output_dir, training_args.resume_from_checkpoint)
     check_numeric_options(training_args)  # --max_steps 0, --learning_rate <= 0, --num_train_epochs 0, ...
     if data_args.streaming:
         if training_args.max_steps <= 0:
@@ -462,7 +463,7 @@ def _card_arguments(args: PretrainingArguments, config: FfnBertConfig) -> ModelA
     if args.model_name_or_path is not None:
         return args.model_arguments()
     return ModelArguments(
-        model_name_or_path="none (pre-trained from scratch)",
+        model_name_or_path=None,  # the card: "Pre-trained from scratch"
         ffn_type=config.ffn_type,
         layer_norm_position=config.layer_norm_position,
         ffn_width=str(config.intermediate_size),

@@ -131,7 +131,8 @@ def _stopped(report: dict) -> str:
 
 def card_notes(report: dict) -> list[str]:
     """What the model card says of the run's schedule beyond its hyperparameters: the block length and batch, the
-    sequence-length warm-up (`short_blocks`), a stop before the schedule's end (`stop_at_step`)."""
+    sequence-length warm-up (`short_blocks`) or the checkpoint the run resumed from, a stop before the schedule's end
+    (`stop_at_step`)."""
     blocks = report["blocks"]["tokens_per_block"]
     notes = [f"pre-trained on blocks of {blocks} tokens, {report['tokens_seen']:,} tokens in {report['steps']} steps"]
     warm = report.get("short_blocks")
@@ -141,6 +142,8 @@ def card_notes(report: dict) -> list[str]:
             f"tokens ({warm['batch_size']} a batch, as many tokens a step; that phase's run is in "
             f"`{Path(warm['output_dir']).name}/`), then blocks of {blocks}, under one learning-rate schedule"
         )
+    elif report.get("resumed_from"):  # a warm-up's second phase resumes from its first: said above
+        notes.append(f"resumed from `{report['resumed_from']}` at step {report['resumed_from_step']}")
     if _stopped(report):
         notes.append(f"stopped after step {report['steps']}: {_stopped(report)} (the learning rate not decayed to 0)")
     return notes

@@ -77,7 +77,8 @@ def check_short_blocks(
     if resume is not None and resume.lower() not in RESUME_LAST:
         raise ValueError(
             f"--resume_from_checkpoint {resume!r} with {option}: give 'last' (each phase resumes from its own "
-            f"folder's last checkpoint)"
+            f"folder's last checkpoint); to go on in another --output_dir from a checkpoint after the warm-up (e.g. "
+            f"of a run ended by --stop_at_step), drop --short_block_length and --short_block_steps"
         )
     output = Path(training_args.output_dir)
     first = output / FIRST_PHASE_FOLDER
