@@ -108,8 +108,8 @@ def summary_line(report: dict, config: FfnBertConfig, standard_width: int | None
         f"(accuracy {results['eval_mask_accuracy']:.3f}), over all scored positions {results['eval_token_loss']:.4f} "
         f"vs copy-aware context-free floor {report['floors']['copy_aware']:.4f}, after "
         f"{report['steps']} steps, {report['tokens_seen']:,} tokens"
-        + (f" (stopped there: {_stopped(report)})" if _stopped(report) else "")
         + (f" ({report['epochs']:.3g} epochs)" if report["epochs"] is not None else " (streamed)")
+        + (f", stopped there: {_stopped(report)}" if _stopped(report) else "")
         + (
             f", {results['train_tokens_per_second']:,.0f} tokens/s ({results['train_gflops_per_second']:.3g} GFLOP/s)"
             if "train_gflops_per_second" in results
