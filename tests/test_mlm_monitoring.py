@@ -342,6 +342,8 @@ def test_early_stopping_reports_the_best_models_evaluation(corpus, tmp_path):
     evaluations = {entry["step"]: entry for entry in outcome["log_history"] if "eval_mask_loss" in entry}
     assert sorted(evaluations) == [1, 2, 3] and evaluations[1]["eval_mask_loss"] < evaluations[3]["eval_mask_loss"]
     assert outcome["results"]["eval_mask_loss"] == evaluations[1]["eval_mask_loss"]
+    # the run's epoch (it once read 0: the "before" evaluation's, when no evaluation ran after training)
+    assert outcome["results"]["epoch"] == evaluations[3]["epoch"] > 0
     assert (
         json.loads((tmp_path / "run" / "all_results.json").read_text())["eval_mask_loss"]
         == (evaluations[1]["eval_mask_loss"])

@@ -432,7 +432,7 @@ def _train_and_evaluate(
         trainer.state.log_history, train_output.metrics["train_runtime"], resumed_from_step
     )
     after = final_evaluation(trainer)
-    results = {**train_output.metrics, **before, **after}
+    results = {**before, **train_output.metrics, **after}  # the run's epoch, not the 'before' evaluation's 0
     if before:
         results["before_perplexity"] = math.exp(before["before_loss"])
     results["eval_perplexity"] = math.exp(after["eval_loss"])
