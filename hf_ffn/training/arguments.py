@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import HfArgumentParser, TrainerState, TrainingArguments
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import get_last_checkpoint
 
 from ..configuration_ffn_bert import FFN_TYPES, LAYER_NORM_POSITIONS
@@ -504,8 +505,8 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
         checkpoint = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
         if checkpoint is None:
             raise ValueError(f"--resume_from_checkpoint {value}: no checkpoint-N folder in --output_dir {output_dir!r}")
-    state = Path(checkpoint) / "trainer_state.json"  # Trainer's file in every checkpoint
-    scheduled = json.loads(state.read_text()).get("max_steps") if state.is_file() else None
+    state = Path(checkpoint) / TRAINER_STATE_NAME  # Trainer's file in every checkpoint
+    scheduled = TrainerState.load_from_json(str(state)).max_steps if state.is_file() else None
     if training_args.max_steps > 0 and scheduled and scheduled != training_args.max_steps:
         raise ValueError(
             f"--max_steps {training_args.max_steps} with --resume_from_checkpoint {value}: {checkpoint} was trained "

@@ -68,13 +68,20 @@ class StopAtStep(TrainerCallback):
             control.should_training_stop = control.should_save = True
 
 
-def check_stop_at_step(stop: int | None, training_args: TrainingArguments, short_block_steps: int | None = None):
+def check_stop_at_step(
+    stop: int | None,
+    training_args: TrainingArguments,
+    short_block_steps: int | None = None,
+    resume: str | None = None,
+    resumed_step: int = 0,
+):
     """Refuse a `--stop_at_step` the run cannot stop at (None: nothing to check).
 
     Raises:
         ValueError: naming --stop_at_step when --max_steps is not given (the step is one of its schedule), when it
-            is not below --max_steps (at --max_steps the run ends anyway), or, with a sequence-length warm-up, when
-            it is not above --short_block_steps (the first phase always runs its K steps).
+            is not below --max_steps (at --max_steps the run ends anyway), with a sequence-length warm-up when it is
+            not above --short_block_steps (the first phase always runs its K steps), or when it is not after
+            `resumed_step`, the step of the checkpoint `resume` the run goes on from.
     """
     if stop is None:
         return
@@ -89,6 +96,11 @@ def check_stop_at_step(stop: int | None, training_args: TrainingArguments, short
     if short_block_steps is not None and stop <= short_block_steps:
         raise ValueError(
             f"{option} must be above --short_block_steps {short_block_steps} (the first phase runs its steps whole)"
+        )
+    if stop <= resumed_step:
+        raise ValueError(
+            f"{option}: the checkpoint resumed from ({resume}) is at step {resumed_step} already; give a later step, "
+            f"or drop --stop_at_step to train to --max_steps"
         )
 
 

@@ -360,13 +360,8 @@ def _check_arguments(args: PretrainingArguments, data_args: PretrainingDataArgum
                 "--streaming: training a tokenizer reads every training document (twice) before training, which "
                 "needs the whole data set; give --tokenizer_name (or --model_name_or_path), or drop --streaming"
             )
-    check_stop_at_step(args.stop_at_step, training_args)
     resume = resume_checkpoint(training_args)
-    if resume is not None and args.stop_at_step is not None and args.stop_at_step <= checkpoint_step(resume):
-        raise ValueError(
-            f"--stop_at_step {args.stop_at_step}: the checkpoint resumed from ({resume}) is at step "
-            f"{checkpoint_step(resume)} already; give a later step, or drop --stop_at_step to train to --max_steps"
-        )
+    check_stop_at_step(args.stop_at_step, training_args, resume=resume, resumed_step=checkpoint_step(resume))
     stopping = early_stopping_callback(args.early_stopping_patience, args.early_stopping_threshold, training_args)
     if args.model_name_or_path is not None:
         check_checkpoint(args.model_name_or_path, "--model_name_or_path")
