@@ -1,6 +1,15 @@
 """What a checkpoint argument is: a local folder that must exist (`check_checkpoint`, the one check every command,
-script and loading function runs first), and what BERT would not load of a saved FfnBert folder
-(`weights_bert_ignores`; why its config is not plain BERT is `FfnBertConfig.non_default_fields`).
+script and loading function runs first), how it is read (`load_pretrained`, `load_tokenizer`: a load that did not load
+is an error), and what BERT would not load of a saved FfnBert folder (`weights_bert_ignores`; why its config is not
+plain BERT is `FfnBertConfig.non_default_fields`).
+
+A load that did not load. transformers' `from_pretrained` initialises at random every weight it does not find and
+only reports it (a table on the log), and builds an empty 5-token BERT tokenizer for a folder without tokenizer files.
+Every hf_ffn command reads checkpoints through `load_pretrained` and `load_tokenizer`, which raise
+`CheckpointNotLoadedError` (a `ValueError`: the CLI's one-line error, exit 2) when an encoder weight (embeddings,
+attention, FFN, LayerNorms: `is_encoder_key`) is missing or under another name, when the weights file cannot be read
+(truncated, corrupt) or does not fit the config's shapes, and when the folder holds no tokenizer. What may be new
+stays a report: a head or pooler the checkpoint never had, and the weights a variant adds (`may_be_new`).
 
 A name that looks local (absolute, `./`, `../`, `~`, more than one `/`, or whose parent folder exists) and does not
 exist gets "no such folder: PATH" here, instead of the hub client's repo-id or connection error. A hub name
@@ -14,9 +23,12 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from huggingface_hub import constants, try_to_load_from_cache
+from safetensors import SafetensorError
 
 from .checkpoint_names import FINAL_NORM, GATE_PROJ
 from .configuration_ffn_bert import FfnBertConfig, is_gated
@@ -75,6 +87,121 @@ def hub_name_unreachable(name: str | os.PathLike, argument: str = "checkpoint") 
     )
 
 
+# An encoder weight, in any model class (`embeddings.*`, `encoder.*`, under any base-model prefix such as `bert.`):
+# what a checkpoint must supply. Heads (`cls.*`, `classifier.*`, `qa_outputs.*`) and the pooler may be new.
+ENCODER_KEY = re.compile(r"(^|\.)(embeddings|encoder)\.")
+# The files one of which a folder's tokenizer is read from (BERT's WordPiece `vocab.txt`, a fast `tokenizer.json`,
+# BPE's `vocab.json`, SentencePiece models). `tokenizer_config.json` alone describes a tokenizer without its vocabulary.
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "sentencepiece.bpe.model", "spiece.model")
+
+
+class CheckpointNotLoadedError(ValueError):
+    """A checkpoint that did not load: encoder weights missing or under unexpected names, a weights file that cannot
+    be read or does not fit the config, or no tokenizer. Its message is one line naming the folder and what was
+    wrong; the CLI prints it and exits 2."""
+
+
+def is_encoder_key(key: str) -> bool:
+    """Whether a model key (`bert.encoder.layer.0.mlp.up_proj.weight`) is an encoder weight (embeddings,
+    attention, FFN, LayerNorms), which a checkpoint must supply, rather than a head's or the pooler's."""
+    return ENCODER_KEY.search(key) is not None
+
+
+def check_loaded(
+    name_or_path: str | os.PathLike,
+    info: dict[str, Any],
+    model: Any,
+    argument: str = "checkpoint",
+    may_be_new: Callable[[str], bool] = lambda key: False,
+) -> None:
+    """Raise if an encoder weight of `model` did not come from the checkpoint.
+
+    Args:
+        name_or_path: the checkpoint, named in the message.
+        info: `from_pretrained(..., output_loading_info=True)`'s loading info (`missing_keys`, `unexpected_keys`,
+            `mismatched_keys`: model keys, as in memory).
+        model: the loaded model (its parameter names count the encoder weights).
+        argument: how the user named the checkpoint (`--model_name_or_path`, `CHECKPOINT`, `--teacher`).
+        may_be_new: which missing encoder keys are new by design (the weights a variant adds or re-initialises).
+
+    Raises:
+        CheckpointNotLoadedError: "ARGUMENT PATH did not load: 103 of 103 encoder weights missing, 103 unexpected
+            (first: roberta.embeddings.LayerNorm.bias)", naming what the checkpoint holds instead.
+    """
+    mismatched = {str(k[0]) if isinstance(k, tuple) else str(k) for k in info.get("mismatched_keys", [])}
+    missing = [k for k in [*info["missing_keys"], *sorted(mismatched)] if is_encoder_key(k) and not may_be_new(k)]
+    if not missing:
+        return
+    total = sum(is_encoder_key(k) and not may_be_new(k) for k, _ in model.named_parameters())
+    unexpected = sorted(info["unexpected_keys"])
+    found = f", {len(unexpected)} unexpected (first: {unexpected[0]})" if unexpected else " (the file lacks them)"
+    raise CheckpointNotLoadedError(
+        f"{argument} {os.fspath(name_or_path)} did not load: {len(missing)} of {total} encoder weights missing "
+        f"(first: {sorted(missing)[0]}){found}; a checkpoint must hold every weight of BERT's embeddings and "
+        f"encoder under BERT's names"
+    )
+
+
+def load_pretrained(
+    model_class: Any,
+    name_or_path: str | os.PathLike,
+    argument: str = "checkpoint",
+    may_be_new: Callable[[str], bool] = lambda key: False,
+    **kwargs,
+) -> tuple[Any, dict[str, Any]]:
+    """`(model, info)`: `model_class.from_pretrained(name_or_path, output_loading_info=True, **kwargs)`, checked: the
+    folder exists (`check_checkpoint`), its weights file reads and fits the config, and every encoder weight came from
+    it (`check_loaded`; heads, the pooler and `may_be_new` keys may be new, and are listed in `info["missing_keys"]`).
+
+    Raises:
+        FileNotFoundError: as `check_checkpoint`.
+        CheckpointNotLoadedError: an encoder weight missing or renamed; a truncated or corrupt weights file; weights
+            whose shapes differ from the config's (and `ignore_mismatched_sizes` not given).
+    """
+    check_checkpoint(name_or_path, argument)
+    try:
+        model, info = model_class.from_pretrained(name_or_path, output_loading_info=True, **kwargs)
+    except SafetensorError as error:
+        raise CheckpointNotLoadedError(
+            f"{argument} {os.fspath(name_or_path)} did not load: its weights file cannot be read ({error}); it is "
+            f"truncated or corrupt: copy or download it again"
+        ) from None
+    except RuntimeError as error:
+        if "ignore_mismatched_sizes" not in str(error):
+            raise
+        raise CheckpointNotLoadedError(
+            f"{argument} {os.fspath(name_or_path)} did not load: the shapes of its weights differ from its "
+            f"config.json's (hidden_size, intermediate_size, vocab_size, ...)"
+        ) from None
+    check_loaded(name_or_path, info, model, argument, may_be_new)
+    return model, info
+
+
+def load_tokenizer(name_or_path: str | os.PathLike, argument: str = "checkpoint", **kwargs) -> Any:
+    """`AutoTokenizer.from_pretrained(name_or_path, **kwargs)`, checked: the folder exists (`check_checkpoint`; no
+    config.json needed), a local folder holds one of
+    `TOKENIZER_FILES`, and the tokenizer has more entries than its special tokens (transformers builds an empty
+    5-token BERT tokenizer for a folder without them, which reads every word as [UNK]).
+
+    Raises:
+        FileNotFoundError: as `check_checkpoint`.
+        CheckpointNotLoadedError: "ARGUMENT PATH has no tokenizer (none of tokenizer.json, vocab.txt, ...)".
+    """
+    from transformers import AutoTokenizer
+
+    path = Path(name_or_path).expanduser()
+    if not path.is_dir():  # a tokenizer folder needs no config.json; a hub name: its tokenizer_config.json cached
+        check_checkpoint(name_or_path, argument, marker="tokenizer_config.json")
+    empty = path.is_dir() and not any((path / name).is_file() for name in TOKENIZER_FILES)
+    tokenizer = None if empty else AutoTokenizer.from_pretrained(name_or_path, **kwargs)
+    if tokenizer is None or len(tokenizer) <= len(set(tokenizer.all_special_tokens)):
+        raise CheckpointNotLoadedError(
+            f"{argument} {os.fspath(name_or_path)} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); copy the "
+            f"tokenizer files of the checkpoint it came from into it"
+        )
+    return tokenizer
+
+
 def weights_bert_ignores(config: FfnBertConfig) -> list[str]:
     """The weights (base-model names, as on disk) a model of `config` has and upstream `BertModel` has no place
     for, so that loading the folder into `BertModel` would drop them: each gated layer's `mlp.gate_proj` and the
@@ -112,11 +239,18 @@ def conversion_source(folder: str | os.PathLike) -> str | None:
 
 
 __all__ = [
+    "ENCODER_KEY",
     "REPORT_FILE",
+    "TOKENIZER_FILES",
+    "CheckpointNotLoadedError",
     "check_checkpoint",
+    "check_loaded",
     "conversion_source",
     "group_layer_keys",
     "hub_name_unreachable",
+    "is_encoder_key",
+    "load_pretrained",
+    "load_tokenizer",
     "looks_local",
     "weights_bert_ignores",
 ]

@@ -39,6 +39,7 @@ from .commands import (
     spelled,
 )
 
+EXIT_INTERRUPTED = 130  # the shell's status for a process ended by Ctrl-C (128 + SIGINT)
 EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_NOT_EXACT: "parity failed: some output differs from upstream BERT",
@@ -46,6 +47,7 @@ EXIT_CODES = {
     "optional package (the message says what to install), ...",
     EXIT_NOT_PLAIN_BERT: "parity: the checkpoint is an FfnBert variant that upstream BertModel cannot represent "
     "(not a plain-BERT checkpoint); use the variant report (--ffn_type ...) on its BERT source",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C); a training run names its last checkpoint and how to resume",
 }
 # The options that set a library keyword or config field, per subcommand: an error names the option (`user_message`).
 _VARIANT_OPTIONS = {"ffn_type": "--ffn_type", "layer_norm_position": "--layer_norm_position"}
@@ -360,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (ValueError, OSError) as error:  # bad input: a one-line message, not a traceback
         parser.exit(EXIT_BAD_INPUT, f"hf-ffn {args.command}: error: {user_message(error, args)}\n")
+    except KeyboardInterrupt as error:  # Ctrl-C: one line (a training run's says where its last checkpoint is)
+        parser.exit(EXIT_INTERRUPTED, f"hf-ffn {args.command}: interrupted{f'; {error}' if str(error) else ''}\n")
     except ImportError as error:  # a missing optional package: name it and its extra; any other: the traceback
         message = commands.missing_package_message(error)
         if message is None:

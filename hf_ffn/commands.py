@@ -160,12 +160,17 @@ def parity(args: argparse.Namespace) -> int:
             "dtype": args.dtype,
             "exact": exact,
             "unpadded_within_tolerance": within,
+            "encoder_weights_loaded": True,  # run_parity raises (exit 2) when one did not come from the checkpoint
             "rows": rows_as_dicts(rows),
         }
         print(json.dumps(document, indent=2))
     else:
         print(f"checkpoint: {checkpoint}\n  ({reason})")
-        print(f"attention: {args.attn}, device: {args.device}, dtype: {args.dtype}\n")
+        print(f"attention: {args.attn}, device: {args.device}, dtype: {args.dtype}")
+        print(
+            "weights: every encoder weight loaded from the checkpoint (none missing or renamed); head weights it "
+            "lacks were seeded once by upstream and loaded by both sides\n"
+        )
         print(format_table(rows))
         equal = sum(row.equal for row in bitwise)
         verdict = "EXACT: every output equals upstream BERT bit for bit" if exact else "NOT EXACT"
@@ -222,8 +227,7 @@ def convert(args: argparse.Namespace) -> int:
         _apply_variant(args)
     options = parse_cli_options(args)
     if args.init == "pruned":
-        from transformers import AutoTokenizer
-
+        from .checkpoints import load_tokenizer
         from .training.data import calibration_ids
 
         if not args.calibration_files:
@@ -231,7 +235,7 @@ def convert(args: argparse.Namespace) -> int:
         for name in ("calibration_tokens", "calibration_block"):
             if getattr(args, name) <= 0:
                 raise ValueError(f"{spelled(args, name)} must be > 0, got {getattr(args, name)}")
-        tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
+        tokenizer = load_tokenizer(args.checkpoint, "CHECKPOINT")
         options.update(
             calibration_ids=calibration_ids(
                 args.calibration_files, tokenizer, args.calibration_block, args.calibration_tokens

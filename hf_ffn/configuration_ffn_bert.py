@@ -49,6 +49,12 @@ HIDDEN_ACTS: tuple[str, ...] = tuple(sorted(set(ACT2CLS) - set(LEARNABLE_ACTIVAT
 STANDARD_FFN_TYPES: tuple[str, ...] = tuple(sorted(set(HIDDEN_ACTS) | set(PARAMETRISED_ACTIVATIONS)))
 FFN_TYPES: tuple[str, ...] = STANDARD_FFN_TYPES + tuple(GATED_FFN_ACTIVATIONS)
 LAYER_NORM_POSITIONS = ("post", "pre")
+# Checked at construction (a model build would fail on them later, in a module's constructor). The sizes that
+# transformers' `ConfigTester` sets to 0 (`create_and_test_config_common_properties`) are checked at the build, as
+# upstream BERT checks them (`MODEL_SIZE_FIELDS`).
+SIZE_FIELDS = ("intermediate_size",)
+MODEL_SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
+DROPOUT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout")
 # Model types whose checkpoints have BERT's layout and config fields.
 BERT_MODEL_TYPES = ("bert", "ffn_bert")
 
@@ -173,7 +179,8 @@ class FfnBertConfig(BertConfig):
         self.check_ffn_fields()
 
     def check_ffn_fields(self) -> None:
-        """Validate the FfnBert fields (run at construction and at save). An `ffn_type` entry equal to
+        """Validate the FfnBert fields, `SIZE_FIELDS` (positive integers) and the dropout probabilities
+        (`DROPOUT_FIELDS`: in [0, 1]), at construction and at save. An `ffn_type` entry equal to
         `hidden_act` is BERT's own FFN: like `hidden_act` itself it is checked at model build
         (`check_model_fields`), where upstream BERT checks it.
 
@@ -184,6 +191,16 @@ class FfnBertConfig(BertConfig):
             for value in self._per_layer(name):
                 if value not in allowed and not (name == "ffn_type" and value == self.hidden_act):
                     raise ValueError(f"{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
+        for name in SIZE_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name in DROPOUT_FIELDS:  # torch.nn.Dropout's range; classifier_dropout None: hidden_dropout_prob's
+            value = getattr(self, name, None)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1
+            ):
+                raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
         for name in ("embedding_layer_norm", "ffn_bias", "unpad_tokens", "sparse_prediction"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
@@ -199,15 +216,16 @@ class FfnBertConfig(BertConfig):
                 raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
 
     def check_model_fields(self) -> None:
-        """Validate everything a model build needs: the checks upstream BERT makes in its modules (positive sizes,
-        `hidden_size` divisible by `num_attention_heads` as in `BertSelfAttention`, `hidden_act` an `ACT2FN`
-        name as in `BertPredictionHeadTransform`), that the model is an encoder, and `check_ffn_fields`. Models
-        call it when built, so a config changed by attribute assignment after construction is checked before use.
+        """Validate everything a model build needs: the checks upstream BERT makes in its modules (positive
+        `MODEL_SIZE_FIELDS`, `hidden_size` divisible by `num_attention_heads` as in `BertSelfAttention`, `hidden_act`
+        an `ACT2FN` name as in `BertPredictionHeadTransform`), that the model is an encoder, and `check_ffn_fields`.
+        Models call it when built, so a config changed by attribute assignment after construction is checked before
+        use.
 
         Raises:
             ValueError: naming the field, the bad value and what is allowed.
         """
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
+        for name in MODEL_SIZE_FIELDS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")

@@ -1,5 +1,6 @@
 """Writing files and folders: to a temporary name beside the target, renamed at the end, with the permissions of
-an ordinary file or folder (`0o666 & ~umask`, `0o777 & ~umask`).
+an ordinary file or folder (`0o666 & ~umask`, `0o777 & ~umask`); and one training run per output folder at a time
+(`one_run_per_output_dir`).
 
 `tempfile.mkstemp` / `mkdtemp` create private entries (0600 / 0700), and so does safetensors' `save_file` (hence
 every `save_pretrained`'s `model.safetensors`): left as they are, other users and serving processes could not read
@@ -10,11 +11,16 @@ what hf_ffn writes. `atomic_output_file` and `atomic_output_dir` give the result
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+
+# The lock file a training run holds in its output folder (`one_run_per_output_dir`).
+LOCK_FILE = ".hf_ffn.lock"
 
 
 def current_umask() -> int:
@@ -100,11 +106,84 @@ def atomic_output_dir(output_dir: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a training run: its message says where the last checkpoint is and how to go on
+    (`one_run_per_output_dir`); the CLI prints it in one line and exits 130."""
+
+
+def interrupted_message(output_dir: str | os.PathLike) -> str:
+    """Where an interrupted run in `output_dir` can go on from: its newest `checkpoint-N`
+    (`transformers.trainer_utils.get_last_checkpoint`) and the option that resumes it, or that none was saved."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
+    if last is None:
+        return f"no checkpoint saved yet in {os.fspath(output_dir)} (one every --save_steps): run again to start over"
+    return f"the last checkpoint is {last}: rerun the same command with --resume_from_checkpoint last to go on from it"
+
+
+def one_run_per_output_dir(run: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a training run (any function given `TrainingArguments`, positionally or by keyword) so that it holds
+    an exclusive lock on `output_dir/.hf_ffn.lock` while it runs: a second run into the same folder, from another
+    process, is refused at once instead of mixing its checkpoints with the first's. The lock is the OS's (`filelock`:
+    `flock`), so a crashed or killed run holds it no longer; it is taken by process 0 only (every process of a
+    `torchrun` job writes into the same folder), is re-entrant within one process, and its file is removed on release.
+    Ctrl-C ends the run with `RunInterrupted`, naming the last checkpoint and how to resume. A run that fails (or is
+    interrupted) before its first checkpoint in a folder it created leaves no folder behind (e.g. a trained
+    tokenizer without a model).
+
+    Raises:
+        FileExistsError: "--output_dir PATH is in use by another run ...", when another process holds the lock, or
+            `output_dir` (or a parent) is a file.
+    """
+    from filelock import FileLock, Timeout
+    from transformers import TrainingArguments
+
+    @functools.wraps(run)
+    def locked(*args, **kwargs):
+        training_args = next(a for a in (*args, *kwargs.values()) if isinstance(a, TrainingArguments))
+        output_dir = Path(training_args.output_dir)
+        if getattr(training_args, "process_index", 0) != 0:
+            return run(*args, **kwargs)
+        check_folder_path(output_dir, "--output_dir")
+        created = not output_dir.exists()
+        output_dir.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(output_dir / LOCK_FILE, is_singleton=True)  # one object per file: re-entrant in a process
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            raise FileExistsError(
+                f"--output_dir {str(output_dir)!r} is in use by another run (it holds {LOCK_FILE}); wait for it to "
+                f"end or choose another --output_dir"
+            ) from None
+        failed = True
+        try:
+            result = run(*args, **kwargs)
+            failed = False
+            return result
+        except RunInterrupted:
+            raise
+        except KeyboardInterrupt:
+            raise RunInterrupted(interrupted_message(output_dir)) from None
+        finally:
+            lock.release()
+            if not lock.is_locked:
+                (output_dir / LOCK_FILE).unlink(missing_ok=True)
+                if failed and created and not any(p.name.startswith("checkpoint-") for p in output_dir.iterdir()):
+                    shutil.rmtree(output_dir, ignore_errors=True)  # a failed run's folder: nothing to resume from
+
+    return locked
+
+
 __all__ = [
+    "LOCK_FILE",
+    "RunInterrupted",
     "atomic_output_dir",
     "atomic_output_file",
     "check_folder_path",
     "check_new_folder",
     "current_umask",
     "give_ordinary_permissions",
+    "interrupted_message",
+    "one_run_per_output_dir",
 ]

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoModel, PreTrainedTokenizerBase
 
-from .checkpoints import check_checkpoint
+from .checkpoints import check_checkpoint, load_pretrained, load_tokenizer
 from .training.tasks import load_stsb
 
 STS_MAX_LENGTH = 128  # tokens per sentence: the longest STS-B test sentence is under 100 tokens, so none is cut
@@ -118,8 +118,9 @@ def sts_spearman(
     check_checkpoint(model_path, "--model")
     pairs = load_stsb(data_dir, (split,))[split]
     start = time.perf_counter()
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModel.from_pretrained(model_path).to(device or "cpu")  # the base model: BertModel / FfnBertModel
+    tokenizer = load_tokenizer(model_path, "--model")
+    model, _ = load_pretrained(AutoModel, model_path, "--model")  # the base model: BertModel / FfnBertModel
+    model.to(device or "cpu")
     texts = list(pairs["sentence1"]) + list(pairs["sentence2"])
     embeddings = sentence_embeddings(model, tokenizer, texts, batch_size=batch_size, max_length=max_length)
     result = cosine_spearman(embeddings[: len(pairs)], embeddings[len(pairs) :], pairs["label"])

@@ -22,8 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from transformers import AutoTokenizer
-
+from .checkpoints import load_tokenizer
 from .conversion import ConversionReport, convert_checkpoint
 from .conversion_warning import single_name
 from .training.data import calibration_ids
@@ -112,7 +111,7 @@ class Variant:
             tokens = calibration_tokens or (self.heal or {}).get("layerwise_tokens", 65536)
             kwargs["calibration_ids"] = calibration_ids(
                 list(calibration_files),
-                AutoTokenizer.from_pretrained(checkpoint),
+                load_tokenizer(checkpoint),
                 calibration_block,
                 tokens,
                 argument="calibration_files",

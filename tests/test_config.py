@@ -150,6 +150,24 @@ def test_bad_ffn_bert_values_raise_value_error_naming_field_and_value(kwargs, pa
     "kwargs, pattern",
     [
         ({"intermediate_size": 0}, r"intermediate_size must be a positive integer, got 0"),
+        ({"intermediate_size": -5}, r"intermediate_size must be a positive integer, got -5"),
+        ({"hidden_dropout_prob": -0.1}, r"hidden_dropout_prob must be a probability in \[0, 1\], got -0.1"),
+        ({"attention_probs_dropout_prob": 1.5}, r"attention_probs_dropout_prob must be .* got 1.5"),
+        ({"classifier_dropout": 2}, r"classifier_dropout must be a probability in \[0, 1\], got 2"),
+    ],
+)
+def test_sizes_and_dropouts_are_checked_at_construction(kwargs, pattern):
+    # Issue 55: BertConfig accepts them and only the model build failed; a config that cannot build is refused at
+    # once, naming the field (a config made by `hf-ffn mlm --intermediate_size 0` never reaches the data).
+    BertConfig(**{**TINY, **kwargs})
+    with pytest.raises(ValueError, match=pattern):
+        FfnBertConfig(**{**TINY, **kwargs})
+    assert FfnBertConfig(**{**TINY, "hidden_dropout_prob": 0.0, "classifier_dropout": None}).classifier_dropout is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
         ({"hidden_size": -32}, r"hidden_size must be a positive integer, got -32"),
         ({"num_attention_heads": 5}, r"hidden_size \(32\) must be divisible by num_attention_heads \(5\)"),
         ({"ffn_type": "xielu", "hidden_act": "xielu"}, r"hidden_act has unknown value 'xielu'"),

@@ -599,8 +599,10 @@ def test_short_blocks_resumed_skips_the_finished_first_phase(corpus, tmp_path):
 def test_short_blocks_fresh_run_trains_its_first_phase_again(corpus, tokenizer, tmp_path):
     """A fresh run (no --resume_from_checkpoint) never takes a first phase it finds: where an earlier run's
     first phase is finished it is refused (it once went on silently from that phase, whatever its seed); where only
-    that phase's checkpoint-K is (cut before its save), it trains the phase again and ends with the weights of the
-    same run in an empty folder, bit for bit. One tokenizer for all (WordPiece training breaks ties variously)."""
+    that phase's checkpoint-K is (cut before its save), it is refused too, naming --resume_from_checkpoint last (it
+    once trained the phase again over those checkpoints); with that folder deleted it trains the phase again and ends
+    with the weights of the same run in an empty folder, bit for bit. One tokenizer for all (WordPiece training
+    breaks ties variously)."""
     tokenizer.save_pretrained(tmp_path / "tokenizer")
     warm = ("--tokenizer_name", str(tmp_path / "tokenizer"), "--short_block_length", "8", "--short_block_steps", "2")
     pretrain(corpus, tmp_path / "other_seed", *warm, "--seed", "1", steps=4)
@@ -610,6 +612,10 @@ def test_short_blocks_fresh_run_trains_its_first_phase_again(corpus, tokenizer, 
         pretrain(corpus, tmp_path / "again", *warm, steps=4)
     for name in ("config.json", "run_info.json", "all_results.json"):  # as if cut after checkpoint-2
         (tmp_path / "again" / "short_blocks" / name).unlink()
+    # issue 55: a fresh run never silently trains over an interrupted run's checkpoints: it says how to go on
+    with pytest.raises(FileExistsError, match=r"short_blocks/checkpoint-2\); go on with --resume_from_checkpoint last"):
+        pretrain(corpus, tmp_path / "again", *warm, steps=4)
+    shutil.rmtree(tmp_path / "again" / "short_blocks")  # the user's choice to start again
     pretrain(corpus, tmp_path / "again", *warm, steps=4)
     pretrain(corpus, tmp_path / "clean", *warm, steps=4)
     a, b = weights(tmp_path / "again"), weights(tmp_path / "clean")

@@ -7,15 +7,16 @@ in `hf_ffn.files`, `REPORT_FILE` in `hf_ffn.checkpoints`; both are re-exported h
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoTokenizer, BertConfig, PretrainedConfig, PreTrainedTokenizerBase
+from transformers import BertConfig, PretrainedConfig, PreTrainedTokenizerBase
 
-from ..checkpoints import REPORT_FILE, check_checkpoint
+from ..checkpoints import REPORT_FILE, check_checkpoint, load_pretrained, load_tokenizer
 from ..configuration_ffn_bert import FfnBertConfig
 from ..conversion_warning import warn_if_not_function_preserving
 from ..files import atomic_output_dir
@@ -27,6 +28,8 @@ from .measure import measure_difference
 from .pruning import DEFAULT_SCORE, load_pruned
 from .recipes import parse_width
 from .report import ConversionReport
+
+logger = logging.getLogger(__name__)
 
 # FfnBert's own config fields (and remote-code bookkeeping) that a plain BERT config does not carry.
 FFN_ONLY_FIELDS = (
@@ -44,10 +47,13 @@ FFN_ONLY_FIELDS = (
 
 
 def source_tokenizer(checkpoint: str) -> PreTrainedTokenizerBase | None:
-    """The checkpoint's tokenizer (AutoTokenizer), None if it has none."""
+    """The checkpoint's tokenizer (`hf_ffn.checkpoints.load_tokenizer`), None (and a warning: the converted folder
+    will have none) if it has none. Never the empty 5-token tokenizer transformers builds for a folder without
+    tokenizer files, which would be saved as if it were the checkpoint's."""
     try:
-        return AutoTokenizer.from_pretrained(checkpoint)
-    except (OSError, ValueError, TypeError):
+        return load_tokenizer(checkpoint)
+    except (OSError, ValueError, TypeError) as error:
+        logger.warning("%s; the converted folder will hold no tokenizer", error)
         return None
 
 
@@ -206,7 +212,7 @@ def export_to_bert(source: str | os.PathLike, output_dir: str | os.PathLike) -> 
     bert_config.architectures = [upstream.__name__]
     with atomic_output_dir(output_dir) as tmp:
         with quiet_transformers():
-            model, info = upstream.from_pretrained(source, config=bert_config, output_loading_info=True)
+            model, info = load_pretrained(upstream, source, config=bert_config)
         problems = {
             k: sorted(map(str, v))
             for k, v in info.items()

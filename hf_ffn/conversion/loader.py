@@ -11,6 +11,8 @@ Target keys in reports are the model's own parameter names; source keys are BERT
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +20,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from ..checkpoint_names import GATE_PROJ, bert_key
-from ..checkpoints import check_checkpoint
+from ..checkpoint_names import FINAL_NORM, GATE_PROJ, bert_key
+from ..checkpoints import check_checkpoint, load_pretrained
 from ..configuration_ffn_bert import FfnBertConfig, is_gated, parameter_matched_glu_width
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel
@@ -100,8 +102,9 @@ def plan_conversion(
     source_config = FfnBertConfig.from_pretrained(checkpoint)  # raises ValueError for non-BERT model_type
     if not source_config.is_default_bert:
         raise ValueError(
-            f"{checkpoint} is an FfnBert checkpoint with a non-default config (ffn_type {source_config.ffn_type!r}, "
-            f"layer_norm_position {source_config.layer_norm_position!r}, ...); conversion starts from plain BERT"
+            f"{checkpoint} is an FfnBert checkpoint with a non-default config (its config.ffn_type "
+            f"{source_config.ffn_type!r}, config.layer_norm_position {source_config.layer_norm_position!r}, ...); "
+            f"conversion starts from plain BERT"
         )
     source_act = source_config.hidden_act
     overrides = {
@@ -133,17 +136,35 @@ def plan_conversion(
     return ConversionPlan(str(checkpoint), init, source_config, overrides, probe, new_width, recipes)
 
 
+def planned_new(plan: ConversionPlan) -> Callable[[str], bool]:
+    """Which encoder keys a plan makes new, so that the checkpoint need not hold them: every `mlp.gate_proj` (a
+    recipe sets it, or it is initialised), `encoder.final_norm` (Pre-LN), and each "fresh" layer's FFN."""
+    fresh = {i for i, recipe in enumerate(plan.recipes) if recipe.kind == "fresh"}
+
+    def may_be_new(key: str) -> bool:
+        layer = re.search(r"encoder\.layer\.(\d+)\.mlp\.", key)
+        return f".{GATE_PROJ}." in key or f"{FINAL_NORM}." in key or (layer is not None and int(layer[1]) in fresh)
+
+    return may_be_new
+
+
 def load_planned(
     plan: ConversionPlan, model_class: type[FfnBertPreTrainedModel], from_pretrained_kwargs: dict[str, Any]
 ) -> tuple[FfnBertPreTrainedModel, dict[str, Any]]:
-    """`model_class.from_pretrained` with the plan's config; returns the model (eval mode) and its loading info."""
+    """`model_class.from_pretrained` with the plan's config; returns the model (eval mode) and its loading info.
+
+    Raises:
+        CheckpointNotLoadedError: an encoder weight the plan does not make new is missing or renamed in the
+            checkpoint, or its file is corrupt (`hf_ffn.checkpoints.load_pretrained`).
+    """
     with quiet_transformers():  # transformers' load table would call the mapped weights "missing": ours replaces it
-        model, info = model_class.from_pretrained(
+        model, info = load_pretrained(
+            model_class,
             plan.checkpoint,
+            may_be_new=planned_new(plan),
             **plan.overrides,
             intermediate_size=plan.target_width,
             ignore_mismatched_sizes=plan.init == "fresh",
-            output_loading_info=True,
             warn_reused_weights=False,  # the variant changes on purpose: the plan maps or re-initialises the weights
             **from_pretrained_kwargs,
         )
@@ -300,6 +321,8 @@ def load_converted(
 
     Raises:
         FileNotFoundError: `checkpoint` looks local and is not a checkpoint folder (`hf_ffn.checkpoints`).
+        CheckpointNotLoadedError: an encoder weight the conversion does not make new is missing or renamed in the
+            checkpoint, or its weights file is corrupt (`hf_ffn.checkpoints.load_pretrained`).
         ValueError: a checkpoint that is not BERT-shaped (or a non-default FfnBert one); an unknown `init`,
             `width`, `ffn_type` or `layer_norm_position`; init='preserving' with a target that has no exact or
             approximate mapping, a width other than the source's, or `ffn_bias=False`; init='fresh' with no
@@ -329,6 +352,7 @@ __all__ = [
     "load_converted",
     "load_planned",
     "plan_conversion",
+    "planned_new",
     "reinit_linears",
     "target_width",
 ]

@@ -8,15 +8,15 @@ Conversion and export measure with these alone, so they need no test-only depend
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoTokenizer, BertForMultipleChoice, BertModel, PretrainedConfig, PreTrainedModel
+from transformers import BertForMultipleChoice, BertModel, PretrainedConfig, PreTrainedModel
 
 from ..checkpoint_names import is_variant_key
+from ..checkpoints import load_tokenizer
 from ..configuration_ffn_bert import FfnBertConfig
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import HEAD_CLASSES, FfnBertModel, FfnBertPreTrainedModel
@@ -88,14 +88,10 @@ def example_batch(checkpoint: str, config: PretrainedConfig) -> dict[str, torch.
     without tokenizer files is checked explicitly: transformers would build an empty tokenizer for it and turn
     every word into [UNK].) Shapes: each (3, seq), int64.
     """
-    tokenizer = None
-    if not os.path.isdir(checkpoint) or any(
-        os.path.isfile(os.path.join(checkpoint, name)) for name in ("tokenizer.json", "vocab.txt")
-    ):
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-        except (OSError, ValueError, TypeError):
-            tokenizer = None
+    try:
+        tokenizer = load_tokenizer(checkpoint)
+    except (OSError, ValueError, TypeError):
+        tokenizer = None
     if tokenizer is not None:
         first, second = zip(*SENTENCE_PAIRS, strict=False)
         batch = tokenizer(list(first), list(second), padding=True, return_tensors="pt")
@@ -216,6 +212,9 @@ def measure_difference(
     result.update(diffs)
     if report is not None:
         report.difference = result
+        # A recipe called exact whose output differs is not: the measurement wins (never `"exact": true` beside
+        # `equal=False`).
+        report.exact = report.exact and all(d["equal"] for d in diffs.values())
     return result
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from transformers import MegatronBertConfig
 
 from ..checkpoint_names import MEGATRON_KEY_MAPPING, megatron_key
+from ..checkpoints import load_pretrained
 from ..configuration_ffn_bert import FfnBertConfig
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel
@@ -48,18 +49,15 @@ def load_megatron_bert(
 
     Raises:
         ValueError: if the checkpoint is not a MegatronBERT one.
+        CheckpointNotLoadedError: an encoder weight missing or renamed, a corrupt file (`load_pretrained`).
     """
     source_dict = MegatronBertConfig.get_config_dict(checkpoint)[0]
     config_fields = set(FfnBertConfig.__dataclass_fields__)
     config_overrides = {k: from_pretrained_kwargs.pop(k) for k in list(from_pretrained_kwargs) if k in config_fields}
     config = megatron_config_to_ffn_bert(source_dict, **config_overrides)
     with quiet_transformers():
-        model, info = model_class.from_pretrained(
-            checkpoint,
-            config=config,
-            key_mapping=MEGATRON_KEY_MAPPING,
-            output_loading_info=True,
-            **from_pretrained_kwargs,
+        model, info = load_pretrained(
+            model_class, checkpoint, config=config, key_mapping=MEGATRON_KEY_MAPPING, **from_pretrained_kwargs
         )
     # Forget the load-time renames: saving then falls back to FfnBert's registered mapping (its own layout).
     model.__dict__.pop("_weight_conversions", None)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ..checkpoints import load_pretrained
 from ..configuration_ffn_bert import is_gated, parameter_matched_glu_width
 from ..modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel
 from .loader import load_converted
@@ -269,7 +270,8 @@ def load_pruned(
             f"(allowed: a GLU-family name such as swiglu, geglu)"
         )
     new_width = parameter_width(width, source_width)
-    teacher = FfnBertModel.from_pretrained(checkpoint, add_pooling_layer=False).eval()
+    teacher, _ = load_pretrained(FfnBertModel, checkpoint, add_pooling_layer=False)
+    teacher.eval()
     layers = prune_model(model.base_model, teacher, input_ids, new_width, score, ridge)
     report.init = "pruned"
     report.config_changes["intermediate_size"] = [source_width, new_width]

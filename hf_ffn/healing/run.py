@@ -46,20 +46,26 @@ from transformers import (
     AutoConfig,
     AutoModel,
     AutoModelForMaskedLM,
-    AutoTokenizer,
     PretrainedConfig,
     PreTrainedTokenizerBase,
     TrainingArguments,
     default_data_collator,
 )
 
-from ..checkpoints import check_checkpoint, conversion_source
+from ..checkpoints import check_checkpoint, conversion_source, load_pretrained, load_tokenizer
 from ..configuration_ffn_bert import FfnBertConfig
 from ..conversion import REPORT_FILE, ffn_class_for
-from ..files import check_new_folder
+from ..files import check_new_folder, one_run_per_output_dir
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertForMaskedLM, FfnBertModel, FfnBertPreTrainedModel
-from ..training import PaddingFreeCollator, mlm_blocks, read_labelled_texts, read_text_documents, resume_checkpoint
+from ..training import (
+    PaddingFreeCollator,
+    check_not_started,
+    mlm_blocks,
+    read_labelled_texts,
+    read_text_documents,
+    resume_checkpoint,
+)
 from .distill import DistillationLoss, DistillationTrainer, dropout_off, select_trainable, unpadded
 from .healed_folder import save_healed
 from .layerwise import METHODS, LayerwiseArguments, heal_layerwise, prepare_layerwise
@@ -208,27 +214,16 @@ def check_models(heal_args: HealArguments) -> HealModels:
             f"--mlm_kl_weight > 0 needs an MLM head on the student; {str(student)!r} is a "
             f"{student_class.__name__} (allowed: {', '.join(MLM_CLASSES)})"
         )
-    tokenizer = load_tokenizer(str(student), s_config)
-    if tokenizer is None:
-        raise FileNotFoundError(f"--student: {str(student)!r} holds no tokenizer (tokenizer.json or vocab.txt)")
-    t_tokenizer = load_tokenizer(teacher, t_config)
-    t_vocab, s_vocab = (t_tokenizer.get_vocab() if t_tokenizer else None), tokenizer.get_vocab()
-    if t_vocab is not None and t_vocab != s_vocab:
+    tokenizer = load_tokenizer(student, "--student", config=s_config)
+    t_tokenizer = load_tokenizer(teacher, "--teacher", config=t_config)
+    t_vocab, s_vocab = t_tokenizer.get_vocab(), tokenizer.get_vocab()
+    if t_vocab != s_vocab:
         only = sorted(set(s_vocab.items()) ^ set(t_vocab.items()))[:5]
         raise ValueError(
             f"teacher {teacher!r} and student {str(student)!r} tokenizers differ ({len(t_vocab)} vs "
             f"{len(s_vocab)} tokens; e.g. {only}); distillation needs the same vocabulary"
         )
     return HealModels(teacher, t_config, s_config, student_class, tokenizer)
-
-
-def load_tokenizer(name_or_path: str, config: PretrainedConfig) -> PreTrainedTokenizerBase | None:
-    """The tokenizer (`config`, already read, spares AutoTokenizer reading it again), or None for a local folder
-    without tokenizer files (transformers would otherwise build an empty tokenizer for it)."""
-    folder = Path(name_or_path)
-    if folder.is_dir() and not any((folder / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
-        return None
-    return AutoTokenizer.from_pretrained(name_or_path, config=config)
 
 
 def load_teacher(
@@ -241,6 +236,8 @@ def load_teacher(
     transformers 5.25 always; from 5.25 when an `attention_mask` is given, as the run's blocks carry one).
 
     Raises:
+        CheckpointNotLoadedError: an encoder weight the checkpoint lacks, a corrupt file
+            (`hf_ffn.checkpoints.load_pretrained`).
         ValueError: if the MLM head would be newly initialised.
     """
     auto = AutoModelForMaskedLM if with_head else AutoModel
@@ -248,7 +245,7 @@ def load_teacher(
         auto = FfnBertForMaskedLM if with_head else FfnBertModel
         if config is not None and not isinstance(config, FfnBertConfig):  # a BERT checkpoint's config
             config = FfnBertConfig.from_dict(config.to_dict())
-    model, info = auto.from_pretrained(teacher, config=config, output_loading_info=True)
+    model, info = load_pretrained(auto, teacher, "--teacher", config=config)
     if with_head and info["missing_keys"]:
         raise ValueError(
             f"--mlm_kl_weight > 0 needs the teacher's MLM head, but {teacher!r} lacks {sorted(info['missing_keys'])}"
@@ -256,6 +253,7 @@ def load_teacher(
     return model.eval().requires_grad_(False)
 
 
+@one_run_per_output_dir
 def run_healing(
     heal_args: HealArguments,
     training_args: TrainingArguments,
@@ -310,6 +308,7 @@ def run_healing(
                 f"snippets per label, but the {PROBE_FOLDS}-fold probe needs at least {PROBE_FOLDS} of "
                 f"each; give a larger number or --probe false"
             )
+    check_not_started(training_args.output_dir, training_args.resume_from_checkpoint)
     resume = resume_checkpoint(training_args)
     blocks = mlm_blocks([text for _, text in documents], tokenizer, heal_args.max_seq_length)
     if len(blocks) == 0:
@@ -334,8 +333,12 @@ def run_healing(
     with_head = heal_args.mlm_kl_weight > 0
     teacher = load_teacher(teacher_path, with_head, models.teacher_config, heal_args.padding_free)
     # no "not function-preserving: heal it" warning: this is the healing
-    student = models.student_class.from_pretrained(
-        heal_args.student, config=models.student_config, warn_not_function_preserving=False
+    student, _ = load_pretrained(
+        models.student_class,
+        heal_args.student,
+        "--student",
+        config=models.student_config,
+        warn_not_function_preserving=False,
     )
     trainable = select_trainable(student, heal_args.train_parts, with_head)
     main = training_args.process_index == 0
@@ -368,7 +371,7 @@ def run_healing(
     layerwise = None
     if heal_args.method == "layerwise":
         with quiet_transformers():
-            teacher_layers = FfnBertModel.from_pretrained(teacher_path, add_pooling_layer=False)
+            teacher_layers, _ = load_pretrained(FfnBertModel, teacher_path, "--teacher", add_pooling_layer=False)
         layerwise = heal_layerwise(
             student.base_model,
             teacher_layers,
@@ -477,6 +480,5 @@ __all__ = [
     "HealModels",
     "check_models",
     "healing_summary",
-    "load_tokenizer",
     "run_healing",
 ]

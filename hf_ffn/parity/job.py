@@ -24,10 +24,12 @@ from transformers import (
     BertModel,
 )
 
+from ..checkpoint_names import is_variant_key
 from ..checkpoints import (
     check_checkpoint,
     conversion_source,
     group_layer_keys,
+    load_pretrained,
     weights_bert_ignores,
 )
 from ..configuration_ffn_bert import FfnBertConfig
@@ -109,13 +111,19 @@ def head_folders(checkpoint: str, root: str | os.PathLike, seed: int = 0) -> dic
 
     A head whose weights the checkpoint lacks is created once by upstream transformers under
     `torch.manual_seed(seed)` and saved under `root` (a folder named after the class); a head the checkpoint holds
-    completely loads from `checkpoint` itself (saving it again would copy the same tensors).
+    completely loads from `checkpoint` itself (saving it again would copy the same tensors). Only head weights
+    and the pooler may be seeded: every encoder weight must come from the checkpoint, or both sides would agree on
+    the same random weights and prove nothing.
+
+    Raises:
+        CheckpointNotLoadedError: an encoder weight the checkpoint lacks or names otherwise, or a corrupt file
+            (`hf_ffn.checkpoints.load_pretrained`).
     """
     folders = {}
     with quiet_transformers():
         for head in HEAD_CLASSES:
             torch.manual_seed(seed)
-            model, info = head.bert.from_pretrained(checkpoint, output_loading_info=True)
+            model, info = load_pretrained(head.bert, checkpoint)
             if info["missing_keys"]:
                 folders[head.bert] = os.path.join(root, head.bert.__name__)
                 model.save_pretrained(folders[head.bert])
@@ -203,6 +211,8 @@ def run_parity(
 
     Raises:
         FileNotFoundError: `checkpoint` looks local and is not a checkpoint folder (`hf_ffn.checkpoints`).
+        CheckpointNotLoadedError: an encoder weight the checkpoint lacks or names otherwise, or a corrupt weights
+            file: only models whose every encoder weight came from the checkpoint are compared (`head_folders`).
         NotPlainBertError: an FfnBert checkpoint whose config is not plain BERT (`is_default_bert` false).
         ValueError: a checkpoint that is not BERT-shaped (from `FfnBertConfig`); a `device` that is not one or has
             no CUDA here; a `dtype` outside `PARITY_DTYPES`.
@@ -355,18 +365,21 @@ def variant_report(checkpoint: str, attn_implementation: str = "eager", **overri
     Raises:
         FileNotFoundError: `checkpoint` looks local and is not a checkpoint folder (`hf_ffn.checkpoints`).
         ValueError: if the checkpoint is not BERT-shaped or an override is invalid (from `FfnBertConfig`).
+        CheckpointNotLoadedError: as `run_parity`.
     """
     check_checkpoint(checkpoint)
     # Fails early, clearly, on a bad request; no "weights reused" warning: the report lists reused and new weights.
     config = FfnBertConfig.from_pretrained(checkpoint, warn_reused_weights=False, **overrides)
     batch = example_batch(checkpoint, config)
     torch.manual_seed(0)
-    reference = BertModel.from_pretrained(checkpoint, attn_implementation=attn_implementation).eval()
-    variant, info = FfnBertModel.from_pretrained(
+    reference, _ = load_pretrained(BertModel, checkpoint, attn_implementation=attn_implementation)
+    reference.eval()
+    variant, info = load_pretrained(
+        FfnBertModel,
         checkpoint,
+        may_be_new=is_variant_key,  # what the variant adds or re-sizes; the rest must load (checked above)
         config=config,
         attn_implementation=attn_implementation,
-        output_loading_info=True,
         # another width cannot reuse the FFN weights: load them as new (listed under `mismatched_weights`)
         ignore_mismatched_sizes="intermediate_size" in overrides,
     )

@@ -102,6 +102,7 @@ from .mlm import mlm_trainer
 from .outputs import (
     STAGING_FOLDER,
     check_checkpoint,
+    check_not_started,
     check_output_dir,
     checkpoint_unpad_tokens,
     final_evaluation,
@@ -172,6 +173,7 @@ __all__ = [
     "checkpoint_unpad_tokens",
     "check_columns_and_labels",
     "check_data_file",
+    "check_not_started",
     "check_output_dir",
     "baseline_metrics",
     "classification_metrics",

@@ -479,6 +479,9 @@ def bad_input_exits(prog: str) -> Iterator[None]:
     except (ValueError, OSError) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT) from None
+    except KeyboardInterrupt as error:  # Ctrl-C: one line, as `hf-ffn` (a training run names its last checkpoint)
+        print(f"{prog}: interrupted{f'; {error}' if str(error) else ''}", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 # `--resume_from_checkpoint` values that mean "the newest checkpoint-N folder in --output_dir".

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from transformers import EvalPrediction, Trainer, TrainingArguments
 
+from ..files import one_run_per_output_dir
 from ..modeling_ffn_bert import FfnBertForSequenceClassification
 from .arguments import (
     ClassificationDataArguments,
@@ -30,6 +31,7 @@ from .outputs import (
     check_checkpoint,
     check_output_dir,
     checkpoint_max_positions,
+    checkpoint_step,
     checkpoint_unpad_tokens,
     final_evaluation,
     load_model,
@@ -131,6 +133,7 @@ def predict_in_order(trainer: Trainer, dataset, metric_key_prefix: str = "test")
         trainer.args.train_sampling_strategy = strategy
 
 
+@one_run_per_output_dir
 def run_classification(
     model_args: ModelArguments, data_args: ClassificationDataArguments, training_args: TrainingArguments
 ) -> dict[str, Any]:
@@ -157,7 +160,7 @@ def run_classification(
         FileNotFoundError, FileExistsError, ValueError: on bad input, before training starts.
     """
     start = time.perf_counter()
-    check_output_dir(training_args.output_dir)
+    check_output_dir(training_args.output_dir, training_args.resume_from_checkpoint)
     resume = resume_checkpoint(training_args)
     check_task_columns(data_args)
     check_checkpoint(model_args.model_name_or_path, "--model_name_or_path")
@@ -228,6 +231,11 @@ def run_classification(
         compute_metrics=regression_metrics if regression else classification_metrics,
     )
     train_output = trainer.train(resume_from_checkpoint=resume)
+    # before the final evaluation, whose runtime is not training (it joins the log history; subtracting it once gave
+    # a negative time); a resumed run's time is this process's only, over its steps after the checkpoint
+    train_seconds = training_seconds(
+        trainer.state.log_history, train_output.metrics["train_runtime"], checkpoint_step(resume)
+    )
     results = dict(train_output.metrics)
     results.update(final_evaluation(trainer))
     predictions = test_predicted_ids = test_label_ids = None
@@ -243,7 +251,6 @@ def run_classification(
         if split in splits and "labels" in splits[split].column_names:
             baseline = baseline_metrics(splits[split]["labels"], None if regression else len(labels))
             results.update({f"{prefix}{BASELINE_PREFIX}{name}": value for name, value in baseline.items()})
-    train_seconds = training_seconds(trainer.state.log_history, train_output.metrics["train_runtime"])
     extra = {
         "conversion": conversion,
         "unpad_tokens": model_args.unpad_tokens,  # how the run executed (not saved in config.json)

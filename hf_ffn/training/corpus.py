@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
-from .readers import expand_paths, is_saved_dataset
+from .readers import check_not_wide, expand_paths, is_saved_dataset
 
 COMPRESSIONS = (".xz", ".gz", ".bz2", ".zst")
 TABLE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}  # anything else is read as text
@@ -169,6 +169,11 @@ def load_documents(
     workers = min(num_proc, len(files)) if num_proc and num_proc > 1 else None
     options = {"data_files": {"train": [str(file) for file in files]}, "cache_dir": cache_dir, "num_proc": workers}
     text = {"sample_by": SAMPLE_BY[document_boundary], "encoding_errors": LATIN1_FALLBACK} if kind == "text" else {}
+    if kind == "text":  # UTF-16 text would read as one NUL-spaced document (compressed files: not checked)
+        for file in files:
+            if Path(file).suffix not in COMPRESSIONS:
+                with open(file, "rb") as stream:
+                    check_not_wide(stream.read(4096), file)
     try:
         dataset = load_dataset(kind, **text, **options)["train"]
     except DatasetGenerationError as error:  # e.g. a damaged compressed file, a json file that is not json

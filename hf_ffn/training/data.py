@@ -64,6 +64,11 @@ def load_classification_datasets(args: ClassificationDataArguments):
         raw = load_dataset(builder, data_files={split: str(path) for split, path in checked.items()}, **options)
     except DatasetGenerationError as error:  # e.g. a column of numbers in train and of words in validation
         cause = error.__cause__ or error
+        if isinstance(cause, UnicodeDecodeError):
+            raise ValueError(
+                f"the data files ({', '.join(map(str, checked.values()))}) are not all UTF-8 text ({cause}); "
+                f"re-save them as UTF-8, e.g. `iconv -f latin1 -t UTF-8 FILE`"
+            ) from error
         raise ValueError(
             f"the data files ({', '.join(map(str, checked.values()))}) do not read as one dataset: every file must "
             f"have the same columns with the same types (numbers in one file's label column and words in "

@@ -27,15 +27,16 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard
 from transformers import (
-    AutoTokenizer,
     PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     Trainer,
     TrainingArguments,
 )
+from transformers.trainer_utils import get_last_checkpoint
 
-from ..checkpoints import check_checkpoint
+from ..checkpoints import CheckpointNotLoadedError, check_checkpoint, load_pretrained
+from ..checkpoints import load_tokenizer as checked_tokenizer
 from ..conversion import load_converted
 from ..conversion_warning import warn_if_not_function_preserving
 from ..files import give_ordinary_permissions
@@ -72,10 +73,12 @@ def load_model(
     Raises:
         FileNotFoundError: if the checkpoint looks local and is not a checkpoint folder
             (`hf_ffn.checkpoints.check_checkpoint`).
+        CheckpointNotLoadedError: an encoder weight the checkpoint lacks or names otherwise, a corrupt weights file
+            (`hf_ffn.checkpoints.load_pretrained`).
     """
     check_checkpoint(model_args.model_name_or_path, "--model_name_or_path")
     if not model_args.is_variant:
-        model, info = model_class.from_pretrained(model_args.model_name_or_path, output_loading_info=True, **kwargs)
+        model, info = load_pretrained(model_class, model_args.model_name_or_path, "--model_name_or_path", **kwargs)
         report = {"conversion": "none", "new_weights": sorted(info["missing_keys"])}
     else:
         with options_named(CONVERSION_OPTIONS):  # an error names --ffn_type, --ffn_init, ..., as typed
@@ -110,26 +113,29 @@ def checkpoint_max_positions(name_or_path: str) -> int | None:
 
 
 def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
-    """The tokenizer named by `--tokenizer_name`, else the one saved with the checkpoint.
+    """The tokenizer named by `--tokenizer_name`, else the one saved with the checkpoint
+    (`hf_ffn.checkpoints.load_tokenizer`).
 
     Raises:
-        FileNotFoundError: if the checkpoint folder holds no tokenizer and `--tokenizer_name` is not given.
+        CheckpointNotLoadedError: the folder holds no tokenizer (the message names `--tokenizer_name` as the way out
+            when the checkpoint's own was read).
     """
-    name = model_args.tokenizer_name or model_args.model_name_or_path
+    if model_args.tokenizer_name:
+        return checked_tokenizer(model_args.tokenizer_name, "--tokenizer_name")
     try:
-        return AutoTokenizer.from_pretrained(name)
-    except (OSError, ValueError) as error:
-        raise FileNotFoundError(
-            f"no tokenizer found in {name!r} ({error}); pass --tokenizer_name with a BERT tokenizer folder"
-        ) from error
+        return checked_tokenizer(model_args.model_name_or_path, "--model_name_or_path")
+    except CheckpointNotLoadedError as error:
+        raise CheckpointNotLoadedError(f"{error}, or pass --tokenizer_name with a tokenizer folder") from None
 
 
 def check_output_dir(output_dir: str, resume: str | None = None) -> None:
-    """Refuse an `output_dir` that already holds a finished model (a `config.json`).
+    """Refuse an `output_dir` that already holds a finished model (a `config.json`), or, when `resume`
+    (`--resume_from_checkpoint`) is not given, the checkpoints of an interrupted run (Trainer would start again at
+    step 0 and overwrite them).
 
     Raises:
-        FileExistsError: naming the folder (and, when `resume` (`--resume_from_checkpoint`) is given, how to go on
-            from one of its checkpoints: in another folder).
+        FileExistsError: naming the folder (and, when `resume` is given, how to go on from one of its checkpoints: in
+            another folder); for checkpoints, naming the last one and `--resume_from_checkpoint last`.
     """
     if (Path(output_dir) / "config.json").exists():
         go_on = (
@@ -141,6 +147,22 @@ def check_output_dir(output_dir: str, resume: str | None = None) -> None:
         raise FileExistsError(
             f"--output_dir {output_dir!r} already holds a finished model (config.json); choose another folder or "
             f"delete it{go_on}"
+        )
+    check_not_started(output_dir, resume)
+
+
+def check_not_started(output_dir: str | os.PathLike, resume: str | None, argument: str = "--output_dir") -> None:
+    """Refuse to start afresh (`resume` None) in a folder that holds `checkpoint-N` folders of an earlier run.
+
+    Raises:
+        FileExistsError: "--output_dir PATH holds the checkpoints of an earlier run (the last: PATH/checkpoint-N); go
+            on with --resume_from_checkpoint last, or choose another --output_dir".
+    """
+    last = get_last_checkpoint(str(output_dir)) if resume is None and Path(output_dir).is_dir() else None
+    if last is not None:
+        raise FileExistsError(
+            f"{argument} {os.fspath(output_dir)!r} holds the checkpoints of an earlier run (the last: {last}); go on "
+            f"with --resume_from_checkpoint last, or choose another {argument} (or delete it) to start again"
         )
 
 
@@ -285,6 +307,7 @@ __all__ = [
     "check_checkpoint",
     "checkpoint_max_positions",
     "checkpoint_unpad_tokens",
+    "check_not_started",
     "check_output_dir",
     "checkpoint_step",
     "final_evaluation",

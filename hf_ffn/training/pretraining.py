@@ -51,6 +51,7 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from ..configuration_ffn_bert import FfnBertConfig
+from ..files import one_run_per_output_dir
 from ..modeling_ffn_bert import FfnBertForMaskedLM
 from ..params import mlm_flops
 from .arguments import (
@@ -117,7 +118,8 @@ TOKENIZER_FOLDER = "tokenizer"  # where a trained tokenizer is saved in --output
 # remote code unless hf_ffn is imported or trust_remote_code is given (docs/conversion.md, "Without hf_ffn").
 LOAD_HINT = (
     "load it: import hf_ffn, then AutoModelForMaskedLM.from_pretrained({folder!r}) and AutoTokenizer.from_pretrained"
-    "({folder!r}); without hf_ffn: AutoTokenizer.from_pretrained({folder!r}, trust_remote_code=False)"
+    "({folder!r}); without hf_ffn: AutoModelForMaskedLM.from_pretrained({folder!r}, trust_remote_code=True) and "
+    "AutoTokenizer.from_pretrained({folder!r}, trust_remote_code=False)"
 )
 
 
@@ -183,6 +185,7 @@ def _tokenizer(
     return tokenizer, f"WordPiece trained on the training documents ({args.scratch('vocab_size')} asked)"
 
 
+@one_run_per_output_dir
 def run_pretraining(
     args: PretrainingArguments,
     data_args: PretrainingDataArguments,
@@ -316,7 +319,7 @@ def _first_phase(args, data_args, training_args, callbacks, given, recipe) -> di
     `output_dir/short_blocks` up to its `checkpoint-K` (skipped when a resumed run finds it there); what
     `run_info.json` keeps of it (`short_blocks`: block length, steps, batch, folder, its held-out [MASK] loss on
     blocks of that length and its summary line)."""
-    check_output_dir(training_args.output_dir)
+    check_output_dir(training_args.output_dir, training_args.resume_from_checkpoint)
     from_scratch = args.model_name_or_path is None
     check_short_blocks(data_args, training_args, from_scratch, args.early_stopping_patience)
     check_stop_at_step(args.stop_at_step, training_args, data_args.short_block_steps)

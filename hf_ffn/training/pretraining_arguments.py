@@ -102,8 +102,8 @@ class PretrainingArguments:
     intermediate_size: int | None = field(
         default=None,
         metadata={
-            "help": "from scratch: the standard FFN width (not given: 1024 = 4 x hidden); a gated --ffn_type gets "
-            "the parameter-matched width (see --ffn_width)"
+            "help": "from scratch: the standard FFN width (not given: 4 x --hidden_size, 1024 at 256); a gated "
+            "--ffn_type gets the parameter-matched width (see --ffn_width)"
         },
     )
     hidden_act: str | None = field(
@@ -309,8 +309,11 @@ class PretrainingArguments:
         return parse_config_overrides(self.config_overrides, self.model_name_or_path is not None)
 
     def scratch(self, name: str):
-        """The value of a from-scratch option: the one given, else `SCRATCH_DEFAULTS[name]`."""
+        """The value of a from-scratch option: the one given, else `SCRATCH_DEFAULTS[name]`; the standard FFN width
+        not given follows the hidden size, BERT's 4 × `hidden_size` (Devlin et al. 2019; 1024 at the default 256)."""
         value = getattr(self, name)
+        if value is None and name == "intermediate_size":
+            return 4 * self.scratch("hidden_size")
         return SCRATCH_DEFAULTS[name] if value is None else value
 
     def model_arguments(self) -> ModelArguments:

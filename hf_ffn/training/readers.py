@@ -98,7 +98,7 @@ def read_label_files(
     texts: list[str] = []
     labels: list[str] = []
     for file, name in zip(files, names, strict=True):
-        lines = [line.strip() for line in decode_text(file.read_bytes()).splitlines()]
+        lines = [line.strip() for line in decode_text(file.read_bytes(), file).splitlines()]
         lines = [line for line in lines if line]
         if not lines:
             raise ValueError(f"{argument}: label file {str(file)!r} is empty")
@@ -264,12 +264,37 @@ def is_saved_dataset(path: str | Path) -> bool:
     return (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
 
 
-def decode_text(data: bytes) -> str:
+# Byte-order marks of the encodings that UTF-8-else-Latin-1 would read as garbage (every other byte a NUL).
+WIDE_BOMS = {b"\xff\xfe\x00\x00": "UTF-32", b"\x00\x00\xfe\xff": "UTF-32", b"\xff\xfe": "UTF-16", b"\xfe\xff": "UTF-16"}
+
+
+def check_not_wide(head: bytes, name: str | Path) -> None:
+    """Refuse text whose first bytes `head` are UTF-16 or UTF-32 (a byte-order mark, or NUL bytes, which no text
+    file in UTF-8 or Latin-1 holds): read as UTF-8 else Latin-1 it would be one run-on string of NUL-spaced letters.
+
+    Raises:
+        ValueError: "NAME is UTF-16 text (...): convert it to UTF-8, e.g. iconv -f UTF-16 -t UTF-8 NAME".
+    """
+    wide = next((encoding for bom, encoding in WIDE_BOMS.items() if head.startswith(bom)), None)
+    if wide is None and b"\x00" in head:
+        wide = "UTF-16 or UTF-32"
+    if wide is not None:
+        raise ValueError(
+            f"{name} is {wide} text (a byte-order mark or NUL bytes at its start); the readers take UTF-8 (else "
+            f"Latin-1): convert it, e.g. `iconv -f {wide.split()[0]} -t UTF-8 {name}`"
+        )
+
+
+def decode_text(data: bytes, name: str | Path = "the text") -> str:
     """`data` decoded as UTF-8, or as Latin-1 when that fails.
 
     Latin-1 maps every byte to a character, so nothing is replaced or dropped (a few State of the Union files are
     Latin-1). The one decoding rule of the package's text readers (`read_text_documents`, `read_label_files`).
+
+    Raises:
+        ValueError: UTF-16 or UTF-32 text (`check_not_wide`), naming `name`.
     """
+    check_not_wide(data[:4096], name)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -313,7 +338,7 @@ def read_text_documents(
     files = expand_paths(paths, pattern, argument)
     documents = []
     for file in files:
-        text = decode_text(file.read_bytes())
+        text = decode_text(file.read_bytes(), file)
         if not text.strip():
             raise ValueError(f"{argument}: text file {str(file)!r} is empty")
         documents.append((file.name, text))
@@ -326,6 +351,7 @@ __all__ = [
     "NOTE_FILES",
     "check_data_file",
     "dataset_columns",
+    "check_not_wide",
     "decode_text",
     "is_saved_dataset",
     "load_label_files",

@@ -213,6 +213,7 @@ def run_one(
         "split": prefix.rstrip("_"),
         "wall_seconds": outcome["wall_seconds"],
         "train_seconds": outcome["train_seconds"],
+        "train_seconds_exclude": "evaluations during training",  # (issue 55: earlier records, see train_seconds_range)
         "train_tokens": outcome["train_tokens"],
         "unpad_tokens": outcome["unpad_tokens"],
         "load_before": load_before,
