@@ -156,9 +156,7 @@ def cost_lines(runs: Sequence[dict], variants: int, seeds: int, epochs: float, b
         rows = [run for run in runs if run["task"] == task]
         if not rows:
             continue
-        low, high = (
-            statistics.median(train_seconds_range(run)[i] / run["max_steps"] for run in rows) for i in (0, 1)
-        )
+        low, high = (statistics.median(train_seconds_range(run)[i] / run["max_steps"] for run in rows) for i in (0, 1))
         wall_step = statistics.median(run["wall_seconds"] / run["max_steps"] for run in rows)
         ranged = ranged or high > low
         full_steps = math.ceil(epochs * rows[0]["train_rows_full"] / batch_size)
