@@ -20,8 +20,10 @@ in the local Hugging Face cache: then it gets an error saying so (`hub_name_unre
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import pickle
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -128,17 +130,31 @@ def check_loaded(
         CheckpointNotLoadedError: "ARGUMENT PATH did not load: 103 of 103 encoder weights missing, 103 unexpected
             (first: roberta.embeddings.LayerNorm.bias)", naming what the checkpoint holds instead.
     """
-    mismatched = {str(k[0]) if isinstance(k, tuple) else str(k) for k in info.get("mismatched_keys", [])}
-    missing = [k for k in [*info["missing_keys"], *sorted(mismatched)] if is_encoder_key(k) and not may_be_new(k)]
-    if not missing:
-        return
-    total = sum(is_encoder_key(k) and not may_be_new(k) for k, _ in model.named_parameters())
+    mismatched = sorted(str(k[0]) if isinstance(k, tuple) else str(k) for k in info.get("mismatched_keys", []))
+    resized = [k for k in mismatched if is_encoder_key(k) and not may_be_new(k)]
+    if resized:
+        raise CheckpointNotLoadedError(
+            f"{argument} {os.fspath(name_or_path)} did not load: the shapes of {len(resized)} of its encoder weights "
+            f"differ from its config.json's (first: {resized[0]}; hidden_size, intermediate_size, vocab_size, ...)"
+        )
+    missing = [k for k in info["missing_keys"] if is_encoder_key(k) and not may_be_new(k)]
     unexpected = sorted(info["unexpected_keys"])
+    # encoder weights the file holds and the model has no place for (a config with fewer layers than the weights);
+    # `position_ids` is a buffer old checkpoints saved
+    extra = [k for k in unexpected if is_encoder_key(k) and not k.endswith("position_ids")]
+    if not missing and not extra:
+        return
+    where = f"{argument} {os.fspath(name_or_path)} did not load: "
+    if not missing:
+        raise CheckpointNotLoadedError(
+            f"{where}it holds {len(extra)} encoder weights the model of its config.json has no place for (first: "
+            f"{extra[0]}); does config.json (num_hidden_layers, ...) describe these weights?"
+        )
+    total = sum(is_encoder_key(k) and not may_be_new(k) for k, _ in model.named_parameters())
     found = f", {len(unexpected)} unexpected (first: {unexpected[0]})" if unexpected else " (the file lacks them)"
     raise CheckpointNotLoadedError(
-        f"{argument} {os.fspath(name_or_path)} did not load: {len(missing)} of {total} encoder weights missing "
-        f"(first: {sorted(missing)[0]}){found}; a checkpoint must hold every weight of BERT's embeddings and "
-        f"encoder under BERT's names"
+        f"{where}{len(missing)} of {total} encoder weights missing (first: {sorted(missing)[0]}){found}; a checkpoint "
+        f"must hold every weight of BERT's embeddings and encoder under BERT's names"
     )
 
 
@@ -151,23 +167,33 @@ def load_pretrained(
 ) -> tuple[Any, dict[str, Any]]:
     """`(model, info)`: `model_class.from_pretrained(name_or_path, output_loading_info=True, **kwargs)`, checked: the
     folder exists (`check_checkpoint`), its weights file reads and fits the config, and every encoder weight came from
-    it (`check_loaded`; heads, the pooler and `may_be_new` keys may be new, and are listed in `info["missing_keys"]`).
+    it (`check_loaded`; heads, the pooler and `may_be_new` keys may be new, and are listed in `info["missing_keys"]`,
+    or `info["mismatched_keys"]` for a head of another shape, e.g. another number of labels, which is re-initialised).
 
     Raises:
         FileNotFoundError: as `check_checkpoint`.
-        CheckpointNotLoadedError: an encoder weight missing or renamed; a truncated or corrupt weights file; weights
-            whose shapes differ from the config's (and `ignore_mismatched_sizes` not given).
+        CheckpointNotLoadedError: an encoder weight missing, renamed or of another shape than the config's, or one
+            the config has no place for; a truncated or corrupt weights file.
     """
     check_checkpoint(name_or_path, argument)
+    # a head of another shape (2 labels saved, 1 asked) is re-initialised and listed as new; an encoder weight of
+    # another shape is refused below (`check_loaded`)
+    kwargs.setdefault("ignore_mismatched_sizes", True)
     try:
         model, info = model_class.from_pretrained(name_or_path, output_loading_info=True, **kwargs)
-    except SafetensorError as error:
+    except (SafetensorError, EOFError, pickle.UnpicklingError) as error:  # the last two: pytorch_model.bin's
         raise CheckpointNotLoadedError(
             f"{argument} {os.fspath(name_or_path)} did not load: its weights file cannot be read ({error}); it is "
             f"truncated or corrupt: copy or download it again"
         ) from None
-    except RuntimeError as error:
-        if "ignore_mismatched_sizes" not in str(error):
+    except (RuntimeError, OSError) as error:
+        damaged_bin = isinstance(error, OSError) and error.errno == errno.EINVAL  # torch.load of a cut zip file
+        if damaged_bin or "PytorchStreamReader" in str(error):  # a damaged pytorch_model.bin
+            raise CheckpointNotLoadedError(
+                f"{argument} {os.fspath(name_or_path)} did not load: its weights file cannot be read "
+                f"({str(error).splitlines()[0]}); it is truncated or corrupt: copy or download it again"
+            ) from None
+        if isinstance(error, OSError) or "ignore_mismatched_sizes" not in str(error):
             raise
         raise CheckpointNotLoadedError(
             f"{argument} {os.fspath(name_or_path)} did not load: the shapes of its weights differ from its "
@@ -230,12 +256,16 @@ def group_layer_keys(keys: list[str]) -> list[str]:
 
 
 def conversion_source(folder: str | os.PathLike) -> str | None:
-    """The checkpoint a folder written by `hf-ffn convert` was converted from (its `REPORT_FILE`), else None."""
+    """The checkpoint a folder written by `hf-ffn convert` was converted from (its `REPORT_FILE`), else None: the
+    resolved `source_path` of a local source while it exists (a relative `source` was relative to the folder the
+    conversion ran in, not to where it is read), else `source` as given (a hub name, or a report before it)."""
     report = Path(folder) / REPORT_FILE
     try:
-        return json.loads(report.read_text(encoding="utf-8")).get("source")
+        written = json.loads(report.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    path = written.get("source_path")
+    return path if path and Path(path).is_dir() else written.get("source")
 
 
 __all__ = [

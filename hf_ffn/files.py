@@ -111,12 +111,21 @@ class RunInterrupted(KeyboardInterrupt):
     (`one_run_per_output_dir`); the CLI prints it in one line and exits 130."""
 
 
-def interrupted_message(output_dir: str | os.PathLike) -> str:
-    """Where an interrupted run in `output_dir` can go on from: its newest `checkpoint-N`
-    (`transformers.trainer_utils.get_last_checkpoint`) and the option that resumes it, or that none was saved."""
-    from transformers.trainer_utils import get_last_checkpoint
+def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The newest `checkpoint-N` folder of `output_dir` that Trainer finished saving (it holds `trainer_state.json`,
+    which `Trainer._save_checkpoint` writes after the weights and the optimizer), else None. A run cut during a save
+    leaves a newer folder without it, which `transformers.trainer_utils.get_last_checkpoint` would pick and a resume
+    would fail on."""
+    folder = Path(output_dir)
+    steps = [] if not folder.is_dir() else [p for p in folder.glob("checkpoint-*") if p.name[11:].isdigit()]
+    complete = [p for p in steps if p.is_dir() and (p / "trainer_state.json").is_file()]
+    return str(max(complete, key=lambda p: int(p.name[11:]))) if complete else None
 
-    last = get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
+
+def interrupted_message(output_dir: str | os.PathLike) -> str:
+    """Where an interrupted run in `output_dir` can go on from: its newest complete `checkpoint-N`
+    (`last_complete_checkpoint`) and the option that resumes it, or that none was saved."""
+    last = last_complete_checkpoint(output_dir)
     if last is None:
         return f"no checkpoint saved yet in {os.fspath(output_dir)} (one every --save_steps): run again to start over"
     return f"the last checkpoint is {last}: rerun the same command with --resume_from_checkpoint last to go on from it"
@@ -185,5 +194,6 @@ __all__ = [
     "current_umask",
     "give_ordinary_permissions",
     "interrupted_message",
+    "last_complete_checkpoint",
     "one_run_per_output_dir",
 ]

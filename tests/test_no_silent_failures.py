@@ -325,3 +325,90 @@ def test_the_smaller_ones(folder, tmp_path, capsys):
     # The mlm "load it" line says how to load the model without hf_ffn too.
     assert "AutoModelForMaskedLM.from_pretrained('F', trust_remote_code=True)" in LOAD_HINT.format(folder="F")
     assert json.loads((converted / "conversion_report.json").read_text())["exact"] is True
+
+
+# --- found by a fresh new-user check of the fixes above ------------------------------------------------------------
+
+
+def test_a_fine_tuned_classifier_checkpoint_passes_parity_and_takes_another_head(folder, tmp_path):
+    # A 2-label BertForSequenceClassification: the multiple-choice head (1 label) does not fit its classifier; that
+    # head is new (seeded), not a load that failed (it was refused as "shapes differ from its config.json's").
+    from transformers import BertForSequenceClassification
+
+    path = tmp_path / "seqcls"
+    torch.manual_seed(0)
+    config = BertConfig.from_pretrained(folder, num_labels=2)
+    BertForSequenceClassification.from_pretrained(folder, config=config).save_pretrained(path)
+    rows = run_parity(str(path))
+    assert rows and all(row.equal for row in rows if row.tolerance is None)
+    _, report = load_model(ModelArguments(model_name_or_path=str(path)), FfnBertForSequenceClassification, num_labels=1)
+    assert set(report["new_weights"]) == {"classifier.weight", "classifier.bias"}  # re-sized: new, and said
+
+
+def test_a_config_with_fewer_layers_than_the_weights_is_refused(folder, tmp_path):
+    # It loaded 1 of 2 layers and said EXACT (sts 0.668 instead of 0.867 on the bundled checkpoint at 4 of 6).
+    path = copy_of(folder, tmp_path / "short")
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 1}))
+    with pytest.raises(
+        CheckpointNotLoadedError, match=r"holds \d+ encoder weights .* no place for \(first: .*layer\.1\."
+    ):
+        load_pretrained(FfnBertModel, path)
+    with pytest.raises(CheckpointNotLoadedError, match="no place for"):
+        run_parity(str(path))
+
+
+def test_a_truncated_pytorch_model_bin_is_refused(folder, tmp_path):
+    path = tmp_path / "bin"  # an older checkpoint's layout: pytorch_model.bin, no safetensors
+    path.mkdir()
+    shutil.copy(Path(folder) / "config.json", path / "config.json")
+    weights = path / "pytorch_model.bin"
+    torch.save(load_file(Path(folder) / "model.safetensors"), weights)
+    assert load_pretrained(FfnBertModel, path)[0] is not None  # whole, it loads
+    os.truncate(weights, weights.stat().st_size // 2)
+    with pytest.raises(CheckpointNotLoadedError, match="truncated or corrupt"):
+        load_pretrained(FfnBertModel, path)
+
+
+def test_last_means_the_last_checkpoint_saved_completely(tmp_path):
+    # A run cut during a save leaves checkpoint-N without trainer_state.json; "last" picked it and the resume failed.
+    from transformers import TrainingArguments
+
+    from hf_ffn.files import last_complete_checkpoint
+    from hf_ffn.training import resume_checkpoint
+
+    for step, complete in ((1, True), (2, True), (3, False)):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        if complete:
+            (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"max_steps": 4}))
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
+    args = TrainingArguments(output_dir=str(tmp_path), resume_from_checkpoint="last", report_to="none")
+    assert resume_checkpoint(args) == str(tmp_path / "checkpoint-2")
+    with pytest.raises(FileExistsError, match=r"the last: .*checkpoint-2\)"):
+        check_output_dir(str(tmp_path))
+
+
+def test_resuming_as_another_variant_is_refused(folder, tmp_path):
+    # Resumed with --ffn_type relu, a GELU run's checkpoint trained on as relu from the GELU weights, exit 0.
+    from hf_ffn import FfnBertConfig
+    from hf_ffn.training.outputs import check_resume_matches
+
+    checkpoint = tmp_path / "checkpoint-2"
+    FfnBertModel(FfnBertConfig.from_pretrained(folder)).save_pretrained(checkpoint)
+    check_resume_matches(FfnBertConfig.from_pretrained(folder), str(checkpoint))  # the same model: resumes
+    relu = FfnBertConfig.from_pretrained(folder, ffn_type="relu", warn_reused_weights=False)
+    with pytest.raises(ValueError, match=r"was trained with ffn_types \['gelu', 'gelu'\], and this run builds"):
+        check_resume_matches(relu, str(checkpoint))
+
+
+def test_a_converted_folder_names_its_source_from_any_folder(folder, tmp_path, monkeypatch):
+    # heal read a relative "source" against the current folder: another model of the same name there, exit 0.
+    from hf_ffn.checkpoints import conversion_source
+
+    work = tmp_path / "work"
+    work.mkdir()
+    copy_of(folder, work / "orig")
+    monkeypatch.chdir(work)
+    convert_checkpoint("orig", "converted", ffn_type="geglu")
+    monkeypatch.chdir(tmp_path)
+    assert conversion_source(work / "converted") == str(work / "orig")

@@ -164,7 +164,7 @@ def load_planned(
             may_be_new=planned_new(plan),
             **plan.overrides,
             intermediate_size=plan.target_width,
-            ignore_mismatched_sizes=plan.init == "fresh",
+            ignore_mismatched_sizes=True,  # a fresh FFN of another width, or a head of another shape: new
             warn_reused_weights=False,  # the variant changes on purpose: the plan maps or re-initialises the weights
             **from_pretrained_kwargs,
         )

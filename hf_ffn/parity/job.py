@@ -123,8 +123,8 @@ def head_folders(checkpoint: str, root: str | os.PathLike, seed: int = 0) -> dic
     with quiet_transformers():
         for head in HEAD_CLASSES:
             torch.manual_seed(seed)
-            model, info = load_pretrained(head.bert, checkpoint)
-            if info["missing_keys"]:
+            model, info = load_pretrained(head.bert, checkpoint)  # a head of another shape: re-initialised
+            if info["missing_keys"] or info["mismatched_keys"]:
                 folders[head.bert] = os.path.join(root, head.bert.__name__)
                 model.save_pretrained(folders[head.bert])
             else:
@@ -381,7 +381,6 @@ def variant_report(checkpoint: str, attn_implementation: str = "eager", **overri
         config=config,
         attn_implementation=attn_implementation,
         # another width cannot reuse the FFN weights: load them as new (listed under `mismatched_weights`)
-        ignore_mismatched_sizes="intermediate_size" in overrides,
     )
     variant.eval()
     with torch.no_grad():

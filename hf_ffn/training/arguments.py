@@ -22,10 +22,10 @@ from typing import Any, NoReturn
 
 from transformers import HfArgumentParser, TrainerState, TrainingArguments
 from transformers.trainer import TRAINER_STATE_NAME
-from transformers.trainer_utils import get_last_checkpoint
 
 from ..configuration_ffn_bert import FFN_TYPES, LAYER_NORM_POSITIONS
 from ..conversion.recipes import INITS, parse_width
+from ..files import last_complete_checkpoint
 from .readers import DEFAULT_SPLIT
 from .tasks import RENAMED_TASK_OPTIONS, TASKS, get_task
 
@@ -491,7 +491,8 @@ RESUME_LAST = ("last", "true")
 def resume_checkpoint(training_args: TrainingArguments) -> str | None:
     """What to pass as `Trainer.train(resume_from_checkpoint=...)` for `--resume_from_checkpoint`: None (start
     afresh), a checkpoint path as given, or for "last" (or "true", any case) the newest `checkpoint-N` folder in
-    `--output_dir` (`transformers.trainer_utils.get_last_checkpoint`). Trainer alone would read "last" as a path.
+    `--output_dir` that Trainer finished saving (`hf_ffn.files.last_complete_checkpoint`: a folder cut during its save
+    is passed over). Trainer alone would read "last" as a path.
     Call it before any work: the fine-tuning scripts and `hf-ffn heal` all do.
 
     Raises:
@@ -505,7 +506,7 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
         return None
     checkpoint = value
     if value.lower() in RESUME_LAST:
-        checkpoint = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+        checkpoint = last_complete_checkpoint(output_dir)
         if checkpoint is None:
             raise ValueError(f"--resume_from_checkpoint {value}: no checkpoint-N folder in --output_dir {output_dir!r}")
     state = Path(checkpoint) / TRAINER_STATE_NAME  # Trainer's file in every checkpoint

@@ -30,6 +30,7 @@ from .data import PaddingFreeCollator, check_columns_and_labels, load_classifica
 from .outputs import (
     check_checkpoint,
     check_output_dir,
+    check_resume_matches,
     checkpoint_max_positions,
     checkpoint_step,
     checkpoint_unpad_tokens,
@@ -219,6 +220,7 @@ def run_classification(
             "label2id": {str(label): i for i, label in enumerate(labels)},
         }
     model, conversion = load_model(model_args, FfnBertForSequenceClassification, **head)
+    check_resume_matches(model.config, resume)
     # Count the non-padding tokens trained on (for tokens/s); the attribute is read when `train` starts.
     training_args.include_num_input_tokens_seen = "non_padding"
     trainer = Trainer(

@@ -33,13 +33,12 @@ from transformers import (
     Trainer,
     TrainingArguments,
 )
-from transformers.trainer_utils import get_last_checkpoint
 
 from ..checkpoints import CheckpointNotLoadedError, check_checkpoint, load_pretrained
 from ..checkpoints import load_tokenizer as checked_tokenizer
 from ..conversion import load_converted
 from ..conversion_warning import warn_if_not_function_preserving
-from ..files import give_ordinary_permissions
+from ..files import give_ordinary_permissions, last_complete_checkpoint
 from ..model_card import build_training_card
 from ..options import options_named
 from .arguments import CONVERSION_OPTIONS, ModelArguments
@@ -79,7 +78,8 @@ def load_model(
     check_checkpoint(model_args.model_name_or_path, "--model_name_or_path")
     if not model_args.is_variant:
         model, info = load_pretrained(model_class, model_args.model_name_or_path, "--model_name_or_path", **kwargs)
-        report = {"conversion": "none", "new_weights": sorted(info["missing_keys"])}
+        resized = [str(k[0]) if isinstance(k, tuple) else str(k) for k in info["mismatched_keys"]]  # a head
+        report = {"conversion": "none", "new_weights": sorted([*info["missing_keys"], *resized])}
     else:
         with options_named(CONVERSION_OPTIONS):  # an error names --ffn_type, --ffn_init, ..., as typed
             model, conversion = load_converted(
@@ -96,6 +96,32 @@ def load_model(
         warn_if_not_function_preserving(report)
     model.config.unpad_tokens = model_args.unpad_tokens  # read at every forward
     return model, report
+
+
+# What a resumed run's model must share with its checkpoint (the optimizer state and the weights are its shapes' and
+# its FFN's): a run resumed with another --ffn_type trained silently on as the new variant from the old weights.
+RESUMED_FIELDS = ("ffn_types", "layer_norm_positions", "intermediate_size", "hidden_size", "num_hidden_layers")
+
+
+def check_resume_matches(config: PretrainedConfig, resume: str | None) -> None:
+    """Refuse to resume from the checkpoint `resume` into a model whose `config` differs from the checkpoint's in a
+    `RESUMED_FIELDS` field (e.g. `--ffn_type relu` given on resuming a GELU run).
+
+    Raises:
+        ValueError: naming the checkpoint, the field, both values and the way out (the run's own options).
+    """
+    if resume is None or not (Path(resume) / "config.json").is_file():
+        return
+    from ..configuration_ffn_bert import FfnBertConfig
+
+    saved = FfnBertConfig.from_pretrained(resume, warn_reused_weights=False)
+    for name in RESUMED_FIELDS:
+        if getattr(saved, name) != getattr(config, name):
+            raise ValueError(
+                f"--resume_from_checkpoint {resume} was trained with {name} {getattr(saved, name)!r}, and this run "
+                f"builds {getattr(config, name)!r}; resume with the options of the run that saved it (or start a "
+                f"new run in another --output_dir)"
+            )
 
 
 def checkpoint_unpad_tokens(name_or_path: str) -> bool:
@@ -158,12 +184,18 @@ def check_not_started(output_dir: str | os.PathLike, resume: str | None, argumen
         FileExistsError: "--output_dir PATH holds the checkpoints of an earlier run (the last: PATH/checkpoint-N); go
             on with --resume_from_checkpoint last, or choose another --output_dir".
     """
-    last = get_last_checkpoint(str(output_dir)) if resume is None and Path(output_dir).is_dir() else None
-    if last is not None:
+    if resume is not None or not Path(output_dir).is_dir() or not any(Path(output_dir).glob("checkpoint-*")):
+        return
+    last = last_complete_checkpoint(output_dir)
+    if last is None:
         raise FileExistsError(
-            f"{argument} {os.fspath(output_dir)!r} holds the checkpoints of an earlier run (the last: {last}); go on "
-            f"with --resume_from_checkpoint last, or choose another {argument} (or delete it) to start again"
+            f"{argument} {os.fspath(output_dir)!r} holds the checkpoint folders of an earlier run, none of them saved "
+            f"completely (no trainer_state.json); delete them, or choose another {argument}, to start again"
         )
+    raise FileExistsError(
+        f"{argument} {os.fspath(output_dir)!r} holds the checkpoints of an earlier run (the last: {last}); go on "
+        f"with --resume_from_checkpoint last, or choose another {argument} (or delete it) to start again"
+    )
 
 
 def save_finished(
@@ -308,6 +340,7 @@ __all__ = [
     "checkpoint_max_positions",
     "checkpoint_unpad_tokens",
     "check_not_started",
+    "check_resume_matches",
     "check_output_dir",
     "checkpoint_step",
     "final_evaluation",

@@ -72,6 +72,7 @@ from .mlm import absent_head_warning_dropped, mlm_trainer, new_mlm_head_note
 from .outputs import (
     check_checkpoint,
     check_output_dir,
+    check_resume_matches,
     checkpoint_step,
     checkpoint_unpad_tokens,
     final_evaluation,
@@ -260,6 +261,7 @@ def run_pretraining(
     phases.done("floors", f"context-free floors: unigram at [MASK] {floors['unigram_mask']:.4f} nats")
     data_seconds = time.perf_counter() - start  # reading, the tokenizer, tokenizing, blocks, maskings (or the cache)
     model, built = _model(args, tokenizer, data_args, training_args, resume)
+    check_resume_matches(model.config, resume)
     first = materialise(train, INIT_RMS_BLOCKS)
     init_rms = ffn_output_rms(model, torch.tensor(first[:INIT_RMS_BLOCKS]["input_ids"], dtype=torch.long))
     bf16 = use_bf16_where_available(training_args, given) if args.bf16_where_available else training_args.bf16
