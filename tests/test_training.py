@@ -856,6 +856,7 @@ def test_resume_checkpoint_resolves_last_to_the_newest_checkpoint(tmp_path):
         resolved("last")  # no output folder yet
     for step in (2, 10, 9):
         (tmp_path / "run" / f"checkpoint-{step}").mkdir(parents=True)
+        (tmp_path / "run" / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")  # saved completely
     (tmp_path / "run" / "checkpoint-99.txt").write_text("a file, not a checkpoint")
     assert resolved("last") == resolved("True") == str(tmp_path / "run" / "checkpoint-10")  # numeric, not lexical
 

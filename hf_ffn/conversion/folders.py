@@ -84,11 +84,8 @@ def write_converted_folder(
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
     report_file = Path(model_dir or folder) / REPORT_FILE
-    # `source` as given; a local one also resolved, so that `hf-ffn heal` finds the teacher from any folder
-    local = {"source_path": str(Path(report.source).resolve())} if Path(report.source).is_dir() else {}
     report_file.write_text(
-        json.dumps({**report.to_dict(), **local, **(report_extra or {})}, indent=2, default=str) + "\n",
-        encoding="utf-8",
+        json.dumps({**report.to_dict(), **(report_extra or {})}, indent=2, default=str) + "\n", encoding="utf-8"
     )
     card = build_model_card(model, report, healed="healing" in (report_extra or {}), **card_options)
     card.text += card_section

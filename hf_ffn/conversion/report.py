@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -28,6 +29,8 @@ class ConversionReport:
             LayerNorms ones/zeros).
         dropped: checkpoint weights not used.
         difference: measured output difference from the source model (`measure_difference`), when measured.
+        source_path: `source` resolved, when it is a local folder (a relative `source` is relative to the folder
+            the conversion ran in).
     """
 
     source: str
@@ -41,6 +44,12 @@ class ConversionReport:
     new: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     difference: dict[str, Any] | None = None
+    source_path: str | None = None
+
+    def __post_init__(self) -> None:
+        # a local source also resolved, so that `hf-ffn heal` finds the teacher from any folder (`conversion_source`)
+        if self.source_path is None and Path(self.source).is_dir():
+            self.source_path = str(Path(self.source).resolve())
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -36,6 +36,7 @@ from transformers import (
 
 from ..checkpoints import CheckpointNotLoadedError, check_checkpoint, load_pretrained
 from ..checkpoints import load_tokenizer as checked_tokenizer
+from ..configuration_ffn_bert import FfnBertConfig
 from ..conversion import load_converted
 from ..conversion_warning import warn_if_not_function_preserving
 from ..files import give_ordinary_permissions, last_complete_checkpoint
@@ -112,8 +113,6 @@ def check_resume_matches(config: PretrainedConfig, resume: str | None) -> None:
     """
     if resume is None or not (Path(resume) / "config.json").is_file():
         return
-    from ..configuration_ffn_bert import FfnBertConfig
-
     saved = FfnBertConfig.from_pretrained(resume, warn_reused_weights=False)
     for name in RESUMED_FIELDS:
         if getattr(saved, name) != getattr(config, name):
