@@ -131,20 +131,23 @@ def interrupted_message(output_dir: str | os.PathLike) -> str:
     return f"the last checkpoint is {last}: rerun the same command with --resume_from_checkpoint last to go on from it"
 
 
-def one_run_per_output_dir(run: Callable[..., Any]) -> Callable[..., Any]:
+def one_run_per_output_dir(run: Callable[..., Any] | None = None, *, disposable: tuple[str, ...] = ()):
     """Decorate a training run (any function given `TrainingArguments`, positionally or by keyword) so that it holds
     an exclusive lock on `output_dir/.hf_ffn.lock` while it runs: a second run into the same folder, from another
     process, is refused at once instead of mixing its checkpoints with the first's. The lock is the OS's (`filelock`:
     `flock`), so a crashed or killed run holds it no longer; it is taken by process 0 only (every process of a
     `torchrun` job writes into the same folder), is re-entrant within one process, and its file is removed on release.
     Ctrl-C ends the run with `RunInterrupted`, naming the last checkpoint and how to resume. A run that fails (or is
-    interrupted) before its first checkpoint in a folder it created leaves no folder behind (e.g. a trained
-    tokenizer without a model).
+    interrupted) in a folder it created leaves no folder behind when the folder holds nothing but `disposable`
+    entries (`hf-ffn mlm`'s trained `tokenizer`: a rerun trains it again); anything else (a checkpoint, healing's
+    resumable layer-wise fits) is kept. `@one_run_per_output_dir` or `@one_run_per_output_dir(disposable=(...))`.
 
     Raises:
         FileExistsError: "--output_dir PATH is in use by another run ...", when another process holds the lock, or
             `output_dir` (or a parent) is a file.
     """
+    if run is None:
+        return functools.partial(one_run_per_output_dir, disposable=disposable)
     from filelock import FileLock, Timeout
     from transformers import TrainingArguments
 
@@ -178,7 +181,7 @@ def one_run_per_output_dir(run: Callable[..., Any]) -> Callable[..., Any]:
             lock.release()
             if not lock.is_locked:
                 (output_dir / LOCK_FILE).unlink(missing_ok=True)
-                if failed and created and not any(p.name.startswith("checkpoint-") for p in output_dir.iterdir()):
+                if failed and created and all(p.name in disposable for p in output_dir.iterdir()):
                     shutil.rmtree(output_dir, ignore_errors=True)  # a failed run's folder: nothing to resume from
 
     return locked

@@ -227,7 +227,7 @@ def test_the_lock_is_reentrant_and_a_failed_new_folder_is_removed(tmp_path):
 
     assert nested(args, 2) == "done" and not (tmp_path / "new" / LOCK_FILE).exists()
 
-    @one_run_per_output_dir
+    @one_run_per_output_dir(disposable=("tokenizer",))
     def fails(training_args):
         (Path(training_args.output_dir) / "tokenizer").mkdir()  # what a failed mlm run left behind
         raise ValueError("bad input found late")
@@ -241,6 +241,15 @@ def test_the_lock_is_reentrant_and_a_failed_new_folder_is_removed(tmp_path):
     with pytest.raises(ValueError):
         fails(TrainingArguments(output_dir=str(kept), report_to="none"))
     assert (kept / "tokenizer").is_dir()  # a folder the user had is never removed
+
+    @one_run_per_output_dir
+    def interrupted_layerwise(training_args):  # heal's resumable layer-wise fits are kept
+        (Path(training_args.output_dir) / "layerwise").mkdir()
+        raise KeyboardInterrupt
+
+    with pytest.raises(RunInterrupted):
+        interrupted_layerwise(TrainingArguments(output_dir=str(tmp_path / "heal"), report_to="none"))
+    assert (tmp_path / "heal" / "layerwise").is_dir()
 
 
 def test_ctrl_c_names_the_last_checkpoint_and_a_rerun_never_starts_over(folder, tmp_path, monkeypatch, capsys):

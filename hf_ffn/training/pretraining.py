@@ -186,7 +186,7 @@ def _tokenizer(
     return tokenizer, f"WordPiece trained on the training documents ({args.scratch('vocab_size')} asked)"
 
 
-@one_run_per_output_dir
+@one_run_per_output_dir(disposable=("tokenizer",))  # TOKENIZER_FOLDER
 def run_pretraining(
     args: PretrainingArguments,
     data_args: PretrainingDataArguments,
