@@ -218,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(gelu-post) is always added. When not given: all of them (--smoke: gelu-post swiglu-approx).",
     )
     p.add_argument(
-        "--tasks", nargs="+", help="Names of hf_ffn.training.tasks.TASKS. When not given: all of them (--smoke: stsb)."
+        "--tasks", nargs="+", help="Names of hf_ffn.finetune.tasks.TASKS. When not given: all of them (--smoke: stsb)."
     )
     p.add_argument(
         "--data_dir",

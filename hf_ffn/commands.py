@@ -13,7 +13,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-EXIT_OK, EXIT_NOT_EXACT, EXIT_BAD_INPUT, EXIT_NOT_PLAIN_BERT = 0, 1, 2, 3  # 2: as hf_ffn.training.EXIT_BAD_INPUT
+EXIT_OK, EXIT_NOT_EXACT, EXIT_BAD_INPUT, EXIT_NOT_PLAIN_BERT = 0, 1, 2, 3  # 2: as training.arguments.EXIT_BAD_INPUT
 
 # The optional packages hf_ffn imports inside the functions that need them, by import name: (the distribution pip
 # installs, the extra of pyproject.toml that holds it, what it is needed for). A command that stops on one missing
@@ -228,7 +228,7 @@ def convert(args: argparse.Namespace) -> int:
     options = parse_cli_options(args)
     if args.init == "pruned":
         from .checkpoints import load_tokenizer
-        from .training.data import calibration_ids
+        from .conversion.pruning import calibration_ids
 
         if not args.calibration_files:
             raise ValueError("--init pruned needs --calibration_files PATH [PATH...] (plain text to score units on)")
@@ -324,12 +324,12 @@ def passthrough_parser(command: str):
         )
         return parser
     if command == "finetune":
-        from .training.finetuning import finetune_parser
+        from .finetune.run import finetune_parser
 
         parser = finetune_parser()
         parser.prog = "hf-ffn finetune"
         return parser
-    from .training.pretraining import pretraining_parser
+    from .mlm.run import pretraining_parser
 
     return pretraining_parser("hf-ffn mlm")
 
@@ -340,8 +340,7 @@ def heal(args: argparse.Namespace) -> int:
     from .comparing import warnings_once
     from .healing import run_healing
     from .healing.run import HEALING_FILE
-    from .training import parse_arguments
-    from .training.arguments import folder_name, fresh_output_dir, given_options
+    from .training.arguments import folder_name, fresh_output_dir, given_options, parse_arguments
 
     logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("hf_ffn").setLevel(logging.INFO)  # the layer-wise stage logs each layer's errors
@@ -357,13 +356,13 @@ def heal(args: argparse.Namespace) -> int:
 
 
 def finetune(args: argparse.Namespace) -> int:
-    from .training.finetuning import finetune_main
+    from .finetune.run import finetune_main
 
     return finetune_main(args.rest, prog="hf-ffn finetune")
 
 
 def mlm(args: argparse.Namespace) -> int:
-    from .training.pretraining import pretraining_main
+    from .mlm.run import pretraining_main
 
     return pretraining_main(args.rest, prog="hf-ffn mlm")
 
@@ -406,7 +405,7 @@ def bounded(kind: type, minimum: float, maximum: float | None = None, unset: str
 
 def compare(args: argparse.Namespace) -> int:
     from .comparing import SMOKE_TASKS, SMOKE_VARIANTS, run_comparison
-    from .training.tasks import TASKS
+    from .finetune.tasks import TASKS
     from .variants import VARIANTS
 
     if args.list:

@@ -2,7 +2,7 @@
 
 For each variant (`hf_ffn.variants.VARIANTS`) the checkpoint is converted, healed by distillation where the
 conversion is not function-preserving (the variant's measured healing recipe), and fine-tuned on every task
-(`hf_ffn.training.tasks.TASKS`) for every seed. One output folder, predictable paths::
+(`hf_ffn.finetune.tasks.TASKS`) for every seed. One output folder, predictable paths::
 
     OUTPUT/settings.json                          what must match to resume (checked; a mismatch is refused)
     OUTPUT/heal_text/<task>.txt                   default healing text: the compared tasks' training sentences
@@ -35,9 +35,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .finetune.run import finetune
+from .finetune.tasks import get_task
 from .healing import HealArguments, LayerwiseArguments, run_healing
-from .training.finetuning import finetune
-from .training.tasks import get_task
 from .variants import BASELINE, VARIANTS, Variant, get_variant
 
 SETTINGS, RUNS, TABLE, FIGURE = "settings.json", "runs.jsonl", "comparison.md", "comparison.png"
@@ -288,7 +288,7 @@ def prepare_variant(
 def finetune_run(
     start: str, task: str, data_dir: Path, seed: int, run_dir: Path, finetuning: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Fine-tune `start` on `task` with `seed` into `run_dir` (`hf_ffn.training.finetune`: the task's `Recipe`,
+    """Fine-tune `start` on `task` with `seed` into `run_dir` (`hf_ffn.finetune.run.finetune`: the task's `Recipe`,
     `finetuning` overriding it); returns the run's score (×100, `task_score`), metrics, split and seconds."""
     fixed = {
         "data_dir": str(data_dir / task),
@@ -356,7 +356,7 @@ def write_report(
     descriptions = "\n".join(f"- `{name}`: {get_variant(name).description}" for name in variants)
     text = (
         f"# Variant comparison\n\nCheckpoint: `{settings['checkpoint']}`. Score: the task's metric(s) ×100 "
-        f"(`hf_ffn.training.task_score`). Δ: variant − baseline (`{BASELINE}`), paired by seed, mean and "
+        f"(`hf_ffn.finetune.tasks.task_score`). Δ: variant − baseline (`{BASELINE}`), paired by seed, mean and "
         f"Student-t {100 * CONFIDENCE:.0f}% interval over seeds. 'Inside the noise' means no difference was "
         f"detected at this number of seeds; the interval's width is the difference that could have been missed."
         + (
@@ -441,7 +441,7 @@ def run_comparison(
     Args:
         checkpoint: a BERT checkpoint folder or hub name (Post-LN, GELU: the baseline as it is).
         variants: names of `hf_ffn.variants.VARIANTS`; the baseline (`BASELINE`) is added when missing.
-        tasks: names of `hf_ffn.training.tasks.TASKS`.
+        tasks: names of `hf_ffn.finetune.tasks.TASKS`.
         data_dir: a folder with one subfolder per task (e.g. `data_dir/mrpc`).
         seeds: fine-tuning seeds; each variant × task runs once per seed (paired by seed).
         output_dir: the comparison folder; an existing one is resumed (finished runs are skipped).

@@ -123,8 +123,8 @@ def warn_if_not_function_preserving(
     not compute its source's function; returns the message, or None when there is nothing to warn about.
 
     `source`: a converted folder (its `conversion_report.json`; a folder without one, e.g. a model trained as it
-    is, never warns), a `ConversionReport`, or its dict (what `hf_ffn.training.load_model` returns for a variant).
-    `folder`: the converted folder to name in the next step (default: `source` when it is a folder).
+    is, never warns), a `ConversionReport`, or its dict (what `hf_ffn.training.outputs.load_model` returns for a
+    variant). `folder`: the converted folder to name in the next step (default: `source` when it is a folder).
 
     Called by `FfnBertPreTrainedModel.from_pretrained` (loading), `hf_ffn.conversion.convert_checkpoint`
     (converting) and the fine-tuning entry points.

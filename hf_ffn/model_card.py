@@ -21,10 +21,10 @@ SPLIT_NAMES = {"eval": "validation", "test": "test"}
 def conversion_summary(conversion: Mapping[str, Any]) -> str:
     """One line for a fine-tuned model's card: what loading the variant changed.
 
-    `conversion` is `hf_ffn.training.load_model`'s report: a `ConversionReport` as a dict,
+    `conversion` is `hf_ffn.training.outputs.load_model`'s report: a `ConversionReport` as a dict,
     `{"conversion": "none", "new_weights": [...]}` for a checkpoint loaded as saved, or
     `{"conversion": "from scratch", "new_weights": "all"}` for a model `hf-ffn mlm` built
-    (`hf_ffn.training.pretraining`).
+    (`hf_ffn.mlm.run`).
     """
 
     def listed(keys: Sequence[str]) -> str:

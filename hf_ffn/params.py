@@ -88,7 +88,7 @@ def ffn_row(dims: Dims, ffn_type: str, intermediate_size: int) -> FfnRow:
 def config_row(config: FfnBertConfig, name: str) -> FfnRow:
     """Count the FFN of `config`'s first layer (and all layers' FFN parameters) by building the whole
     `FfnBertModel` on the meta device; `name` fills `FfnRow.model`. Used by `ffn_row` and by the pre-training
-    report (`hf_ffn.training.pretraining`)."""
+    report (`hf_ffn.mlm.run`)."""
     with torch.device("meta"):  # shapes only: LLaMA-2-7B sizes would need gigabytes otherwise
         model = FfnBertModel(config)
         token = torch.empty(1, 1, config.hidden_size)  # (batch, seq, hidden): one token

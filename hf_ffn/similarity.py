@@ -24,7 +24,7 @@ from torch import nn
 from transformers import AutoModel, PreTrainedTokenizerBase
 
 from .checkpoints import check_checkpoint, load_pretrained, load_tokenizer
-from .training.tasks import load_stsb
+from .finetune.tasks import load_stsb
 
 STS_MAX_LENGTH = 128  # tokens per sentence: the longest STS-B test sentence is under 100 tokens, so none is cut
 
@@ -104,7 +104,7 @@ def sts_spearman(
     """The zero-shot STS-B measure of the checkpoint folder `model_path` (a BERT teacher, a converted or a healed
     FfnBert folder: anything `AutoModel` loads, with its tokenizer): Spearman (and Pearson) correlation of the
     cosine similarities of `mean_pool` embeddings with the gold scores of STS-B `split` (test, validation or train;
-    read by `hf_ffn.training.tasks.load_stsb` from `data_dir`).
+    read by `hf_ffn.finetune.tasks.load_stsb` from `data_dir`).
 
     Returns:
         {"spearman", "pearson", "pairs", "split", "model", "seconds"}.

@@ -40,7 +40,7 @@ class SparsePredictionMixin:
         (see the module docstring). Without labels every position is decoded, as upstream (the fill-mask pipeline).
 
         `prediction_positions` (k,) int64, with sparse prediction and labels: decode these flat positions (into
-        `labels.flatten()`) instead, a fixed number per batch (`hf_ffn.training.speed.prediction_positions`: every
+        `labels.flatten()`) instead, a fixed number per batch (`hf_ffn.mlm.speed.prediction_positions`: every
         labelled position, then unlabelled ones, whose -100 labels the loss ignores). `logits` is (k, vocab_size)
         and `loss` the same mean over the labelled positions, with no data-dependent shape and nothing read back
         from the device. Positions that leave out a labelled one leave it out of the loss: the collator's

@@ -1,6 +1,6 @@
 """Named variants of a pretrained BERT checkpoint: the one list (`VARIANTS`), each converted by
 `Variant.convert` (`hf_ffn.conversion.convert_checkpoint`; a pruned one scores its units on calibration text,
-`hf_ffn.training.data.calibration_ids`).
+`hf_ffn.conversion.pruning.calibration_ids`).
 
 A `Variant` names what changes (`ffn_type`, `layer_norm_position`), how the converted weights start (`init`,
 `width`: `hf_ffn.conversion.convert_checkpoint`'s keywords), whether that conversion computes the source's function
@@ -24,8 +24,8 @@ from typing import Any
 
 from .checkpoints import load_tokenizer
 from .conversion import ConversionReport, convert_checkpoint
+from .conversion.pruning import calibration_ids
 from .conversion_warning import single_name
-from .training.data import calibration_ids
 
 # The layer-wise stage alone (`--max_steps 0`: no end-to-end stage after it), the last hidden state as target.
 _LAYERWISE = {"method": "layerwise", "layers": "last", "layerwise_tokens": 65536, "max_steps": 0}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Fine-tune a BERT or FfnBert checkpoint for text classification or regression, as any FFN variant
 (transformers' `run_glue.py` style: `HfArgumentParser` over model, data and `TrainingArguments` dataclasses;
-`Trainer` does the training). The same as `hf-ffn finetune`: both call `hf_ffn.training.finetune_argv`.
+`Trainer` does the training). The same as `hf-ffn finetune`: both call `hf_ffn.finetune.run.finetune_argv`.
 
 Example (MRPC with its preset: columns, metric and BERT's GLUE recipe, from the bundled all-MiniLM-L6-v2):
 
@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import sys
 
-from hf_ffn.training import bad_input_exits, finetune_argv
+from hf_ffn.finetune.run import finetune_argv
+from hf_ffn.training.arguments import bad_input_exits
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Parse `argv` (default: `sys.argv[1:]`; or one `.json` file of arguments), train, print the summary line;
-    return the outcome (`hf_ffn.training.finetune_argv`)."""
+    return the outcome (`hf_ffn.finetune.run.finetune_argv`)."""
     return finetune_argv(sys.argv[1:] if argv is None else argv, prog="finetune_classification.py")
 
 

@@ -14,7 +14,7 @@ Example (State of the Union speeches, SwiGLU converted from the bundled all-Mini
 `--train_files` takes text, json or parquet files (compressed text too) and folders (their `--file_pattern`,
 `*.txt` by default); documents are separated by empty lines (`--document_boundary`); whole documents are held out
 for validation (`--validation_split_percentage`, default 10, or `--validation_files`). All arguments: `--help`.
-The run is `run_pretraining` with a checkpoint; `hf-ffn mlm` (`hf_ffn.training.pretraining_main`) is the same
+The run is `run_pretraining` with a checkpoint; `hf-ffn mlm` (`hf_ffn.mlm.run.pretraining_main`) is the same
 run and also pre-trains from scratch.
 """
 
@@ -25,7 +25,9 @@ import sys
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from hf_ffn.training import ModelArguments, PretrainingDataArguments, bad_input_exits, parse_arguments, run_mlm
+from hf_ffn.mlm.arguments import PretrainingDataArguments
+from hf_ffn.mlm.run import run_mlm
+from hf_ffn.training.arguments import ModelArguments, bad_input_exits, parse_arguments
 
 
 def main(argv: list[str] | None = None) -> dict:

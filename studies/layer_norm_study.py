@@ -2,10 +2,10 @@
 
 Used by `studies/switches/grad_norms.py` and `studies/switches/mlm_ln_demo.py`. The data is plain text (one file per
 document, e.g. the State of the Union addresses in `../shared/data/state_union`), read, cut into blocks and masked by
-the library's own helpers (`hf_ffn.training.read_text_documents`, `mlm_blocks`, `mask_once`); the tokenizer is BERT's
-WordPiece pipeline trained on that text (`hf_ffn.training.train_tokenizer`), so nothing is downloaded and the vocabulary
-stays small enough for CPU runs. Training is the library's MLM path
-(`hf_ffn.training.mlm_trainer`: transformers' `Trainer` and `DataCollatorForLanguageModeling`, 15% masking,
+the library's own helpers (`hf_ffn.training.readers.read_text_documents`, `mlm_blocks`, `mask_once`); the tokenizer is
+BERT's WordPiece pipeline trained on that text (`hf_ffn.mlm.tokenizer.train_tokenizer`), so nothing is downloaded and
+the vocabulary stays small enough for CPU runs. Training is the library's MLM path
+(`hf_ffn.mlm.trainer.mlm_trainer`: transformers' `Trainer` and `DataCollatorForLanguageModeling`, 15% masking,
 BERT's 80/10/10 rule).
 
 Xiong et al. 2020 ("On Layer Normalization in the Transformer Architecture", arXiv 2002.04745, sec. 3 and fig. 3)
@@ -28,8 +28,11 @@ import torch
 from transformers import PreTrainedTokenizerBase, TrainingArguments, set_seed
 
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
+from hf_ffn.mlm.tokenizer import train_tokenizer
+from hf_ffn.mlm.trainer import mlm_trainer
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
-from hf_ffn.training import mask_once, mlm_trainer, read_text_documents, train_tokenizer  # re-exported
+from hf_ffn.training.blocks import mask_once
+from hf_ffn.training.readers import read_text_documents
 
 
 def study_parser(description: str, figure: str, **defaults: int) -> argparse.ArgumentParser:
@@ -74,9 +77,9 @@ def mlm_config(vocab_size: int, layer_norm_position: str, **sizes: Any) -> FfnBe
 def masked_batches(
     blocks, tokenizer: PreTrainedTokenizerBase, batch_size: int, num_batches: int, seed: int = 0
 ) -> list[dict[str, torch.Tensor]]:
-    """`num_batches` batches of the first `batch_size * num_batches` blocks (rows of `hf_ffn.training.mlm_blocks`),
-    masked once by `hf_ffn.training.mask_once` with `seed` (the same masks for every model compared). Each batch:
-    input_ids, attention_mask, labels, each (batch_size, block_size).
+    """`num_batches` batches of the first `batch_size * num_batches` blocks (rows of
+    `hf_ffn.training.blocks.mlm_blocks`), masked once by `hf_ffn.training.blocks.mask_once` with `seed` (the same masks
+    for every model compared). Each batch: input_ids, attention_mask, labels, each (batch_size, block_size).
 
     Raises:
         ValueError: if there are fewer than `batch_size * num_batches` blocks.
@@ -136,9 +139,9 @@ def train_mlm(
     eval_steps: int,
     seed: int = 0,
 ) -> dict[str, list[tuple[int, float]]]:
-    """Train an `FfnBertForMaskedLM` from scratch on `train_blocks` (rows of `hf_ffn.training.mlm_blocks`) through
-    the library's MLM path, `hf_ffn.training.mlm_trainer`: transformers' `Trainer`, AdamW, constant learning rate,
-    no warm-up, training batches masked afresh, `eval_blocks` masked once with `seed`.
+    """Train an `FfnBertForMaskedLM` from scratch on `train_blocks` (rows of `hf_ffn.training.blocks.mlm_blocks`)
+    through the library's MLM path, `hf_ffn.mlm.trainer.mlm_trainer`: transformers' `Trainer`, AdamW, constant learning
+    rate, no warm-up, training batches masked afresh, `eval_blocks` masked once with `seed`.
 
     Returns `{"train": [(step, loss), ...], "eval": [(step, loss), ...], "learning_rate": [(step, lr), ...]}`
     from the Trainer's log history (train loss averaged over each logging window of `eval_steps // 5` steps;

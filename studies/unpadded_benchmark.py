@@ -54,7 +54,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from hf_ffn.files import check_folder_path
 from hf_ffn.modeling_ffn_bert import FfnBertForSequenceClassification
 from hf_ffn.parity import bundled_checkpoint, quiet_transformers
-from hf_ffn.training import read_label_files
+from hf_ffn.training.readers import read_label_files
 
 from .benchmark import paired_ratio, peak_memory_bytes, time_interleaved, write_results
 from .benchmark.report import JSON_NAME as BENCHMARKS_JSON
@@ -121,8 +121,8 @@ def _log(message: str) -> None:
 # Data
 # ---------------------------------------------------------------------------------------------------------------
 def read_sentences(folder: str, argument: str = "--rt-polarity-dir") -> tuple[list[str], list[int]]:
-    """The snippets of an rt_polarity folder (`hf_ffn.training.read_label_files`, files `rt-polarity.*`) with class
-    ids in label-name order (`rt-polarity.neg` → 0, `rt-polarity.pos` → 1).
+    """The snippets of an rt_polarity folder (`hf_ffn.training.readers.read_label_files`, files `rt-polarity.*`) with
+    class ids in label-name order (`rt-polarity.neg` → 0, `rt-polarity.pos` → 1).
 
     Raises:
         FileNotFoundError, ValueError: as `read_label_files`, naming `argument` (the flag the folder came from).

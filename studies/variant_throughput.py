@@ -3,7 +3,7 @@
 The fine-tuning runs of `studies/variant_comparison/compare_variants.py` each record their own tokens/s, but the runs
 take hours and happen at different loads (and, when resumed, thread counts), so those numbers compare the machine's
 moments, not the variants. This measurement builds every variant's classification model exactly as the runs do
-(`hf_ffn.training.load_model`, the same switches and `unpad_tokens`), and times training steps of all of them
+(`hf_ffn.training.outputs.load_model`, the same switches and `unpad_tokens`), and times training steps of all of them
 interleaved, on the same real batches:
 
 - **batches**: k batches of `batch_size` rt_polarity snippets in `LengthGroupedSampler` order (what the runs'
@@ -31,7 +31,8 @@ import torch
 
 from hf_ffn.modeling_ffn_bert import FfnBertForSequenceClassification
 from hf_ffn.parity import quiet_transformers
-from hf_ffn.training import ModelArguments, load_model, load_tokenizer
+from hf_ffn.training.arguments import ModelArguments
+from hf_ffn.training.outputs import load_model, load_tokenizer
 
 from .benchmark import paired_ratio, time_interleaved
 from .unpadded_benchmark import UnpadSettings, cycling_step, make_batches, read_sentences

@@ -150,6 +150,6 @@ def corpus(tmp_path_factory) -> Path:
 def tokenizer(corpus):
     """A WordPiece tokenizer of 100 entries trained on `corpus` (imported here: the floor environment's core tests
     run without the training extra)."""
-    from hf_ffn.training.pretraining import train_tokenizer
+    from hf_ffn.mlm.tokenizer import train_tokenizer
 
     return train_tokenizer([file.read_text() for file in sorted(corpus.glob("*.txt"))], vocab_size=100)

@@ -471,7 +471,7 @@ def test_compare_shows_healing_warnings_once_in_its_own_terms(capsys):
 
 
 def test_compare_lists_the_named_variants_and_tasks(capsys):
-    from hf_ffn.training.tasks import TASKS
+    from hf_ffn.finetune.tasks import TASKS
     from hf_ffn.variants import VARIANTS
 
     code, out = run(capsys, "compare", "--list")

@@ -269,7 +269,7 @@ def test_report_throughput_rows_healed_share_their_variant():
 
 
 def test_measure_throughput_times_every_variant_on_real_batches(bundled_checkpoint, tmp_path):
-    from hf_ffn.training import ModelArguments
+    from hf_ffn.training.arguments import ModelArguments
     from studies.variant_throughput import measure_throughput
 
     folder = tmp_path / "rt"

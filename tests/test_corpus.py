@@ -17,17 +17,12 @@ import pytest
 import torch
 from transformers.utils import logging as hf_logging
 
+from hf_ffn.mlm.arguments import PretrainingDataArguments
+from hf_ffn.mlm.tokenizer import train_tokenizer
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
-from hf_ffn.training import PaddingFreeCollator
-from hf_ffn.training.corpus import (
-    corpus_files,
-    documents_to_blocks,
-    fixed_maskings,
-    held_out_split,
-    load_corpus,
-    masking_collator,
-)
-from hf_ffn.training.pretraining import PretrainingDataArguments, train_tokenizer
+from hf_ffn.training.blocks import documents_to_blocks, fixed_maskings, masking_collator
+from hf_ffn.training.collators import PaddingFreeCollator
+from hf_ffn.training.corpus import corpus_files, held_out_split, load_corpus
 
 from .conftest import assert_equal_but_row_count, tiny_config
 

@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from hf_ffn import FfnBertForMaskedLM
-from hf_ffn.training.tasks import read_stsb
+from hf_ffn.finetune.tasks import read_stsb
 
 from .conftest import tiny_config
 from .test_tasks import write_stsb

@@ -1,4 +1,4 @@
-"""The context-free floors of an MLM evaluation (`hf_ffn.training.floors`), hand-computed on a tiny vocabulary."""
+"""The context-free floors of an MLM evaluation (`hf_ffn.mlm.floors`), hand-computed on a tiny vocabulary."""
 
 import math
 
@@ -7,13 +7,7 @@ import pytest
 from datasets import Dataset
 from transformers import BertTokenizerFast
 
-from hf_ffn.training.floors import (
-    context_free_losses,
-    mlm_floors,
-    never_chosen_ids,
-    unigram_counts,
-    unigram_distribution,
-)
+from hf_ffn.mlm.floors import context_free_losses, mlm_floors, never_chosen_ids, unigram_counts, unigram_distribution
 
 # ids: 0 [PAD], 1 [UNK], 2 [CLS], 3 [SEP], 4 [MASK] (special), 5 and 6 (words): V = 7
 SPECIAL, MASK, V = (0, 1, 2, 3, 4), 4, 7

@@ -11,14 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import (
-    AutoTokenizer,
-    BertModel,
-    PretrainedConfig,
-    PreTrainedModel,
-    TrainerCallback,
-    TrainingArguments,
-)
+from transformers import AutoTokenizer, BertModel, PretrainedConfig, PreTrainedModel, TrainerCallback, TrainingArguments
 
 import hf_ffn
 from hf_ffn import FfnBertModel, modeling_ffn_bert
@@ -35,7 +28,8 @@ from hf_ffn.healing import (
 from hf_ffn.healing import run as run_module
 from hf_ffn.healing.run import healing_summary
 from hf_ffn.parity import UPSTREAM_MASKS_PACKED_SEQUENCES, bundled_checkpoint
-from hf_ffn.training import PaddingFreeCollator, read_label_files
+from hf_ffn.training.collators import PaddingFreeCollator
+from hf_ffn.training.readers import read_label_files
 
 from .conftest import TINY
 

@@ -1,12 +1,12 @@
-"""Seeding modules by name (`hf_ffn.training.initialisation`): variants of one seed share every weight outside
+"""Seeding modules by name (`hf_ffn.mlm.initialisation`): variants of one seed share every weight outside
 the FFN; the FFN output rms at initialisation."""
 
 import pytest
 import torch
 
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
+from hf_ffn.mlm.initialisation import ffn_output_rms, name_seed, seed_by_name
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
-from hf_ffn.training.initialisation import ffn_output_rms, name_seed, seed_by_name
 
 
 def build(ffn_type: str, placement: str = "post", seed: int = 0, width: int = 64) -> FfnBertForMaskedLM:

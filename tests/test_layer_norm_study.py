@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
-from hf_ffn.training import mask_once, mlm_blocks, read_text_documents
+from hf_ffn.training.blocks import mask_once, mlm_blocks
+from hf_ffn.training.readers import read_text_documents
 from studies.layer_norm_study import (
     ffn_gradient_norms,
     masked_batches,

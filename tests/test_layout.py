@@ -25,7 +25,7 @@ def test_layout_rules_hold():
         "hf_ffn.modeling_ffn_bert",
         "hf_ffn.conversion.loader",
         "hf_ffn.parity.job",
-        "hf_ffn.training.mlm",
+        "hf_ffn.mlm.trainer",
         "studies.benchmark.run",
     } <= set(graph)
     # the model imports relatively only what ships beside a saved model (remote code), plus hf_ffn.conversion_warning's
@@ -129,7 +129,7 @@ def test_no_study_runner_in_scripts():
 
 
 def test_only_the_task_table_names_the_tasks():
-    """The task names live in `hf_ffn.training.tasks.TASKS` alone: `--task`'s help lists them from there (no copy in
+    """The task names live in `hf_ffn.finetune.tasks.TASKS` alone: `--task`'s help lists them from there (no copy in
     training/arguments.py), and the named variants and the conversion warning quote no task or corpus (what was
     measured on them is in the studies those modules link)."""
     names = ["cola", "stsb", "sts-b", "mrpc", "rt_polarity", "rt-polarity", "minilm"]

@@ -25,13 +25,13 @@ from hf_ffn.cli import main as cli
 from hf_ffn.conversion import convert_checkpoint, load_converted, measure_difference
 from hf_ffn.conversion.folders import source_tokenizer
 from hf_ffn.files import LOCK_FILE, RunInterrupted, one_run_per_output_dir
+from hf_ffn.finetune.run import finetune_argv
 from hf_ffn.healing.run import load_teacher
+from hf_ffn.mlm.arguments import PretrainingArguments
+from hf_ffn.mlm.run import LOAD_HINT
 from hf_ffn.parity import run_parity, variant_report
-from hf_ffn.training import ModelArguments, load_model
-from hf_ffn.training.finetuning import finetune_argv
-from hf_ffn.training.outputs import check_output_dir
-from hf_ffn.training.pretraining import LOAD_HINT
-from hf_ffn.training.pretraining_arguments import PretrainingArguments
+from hf_ffn.training.arguments import ModelArguments
+from hf_ffn.training.outputs import check_output_dir, load_model
 
 from .conftest import TINY
 
@@ -139,7 +139,7 @@ def test_a_folder_without_tokenizer_files_is_refused(no_tokenizer, tmp_path):
     # finetune trained and saved it.
     with pytest.raises(CheckpointNotLoadedError, match=rf"{no_tokenizer} has no tokenizer \(none of tokenizer.json"):
         load_tokenizer(no_tokenizer)
-    from hf_ffn.training import load_tokenizer as training_tokenizer
+    from hf_ffn.training.outputs import load_tokenizer as training_tokenizer
 
     with pytest.raises(CheckpointNotLoadedError, match="has no tokenizer .* or pass --tokenizer_name"):
         training_tokenizer(ModelArguments(model_name_or_path=str(no_tokenizer)))
@@ -260,7 +260,7 @@ def test_ctrl_c_names_the_last_checkpoint_and_a_rerun_never_starts_over(folder, 
     def ctrl_c(trainer):  # Ctrl-C after training saved checkpoint-1 and checkpoint-2, before the final save
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("hf_ffn.training.classification.final_evaluation", ctrl_c)
+    monkeypatch.setattr("hf_ffn.finetune.classification.final_evaluation", ctrl_c)
     with pytest.raises(SystemExit) as exit_info:
         cli(["finetune", *argv])
     assert exit_info.value.code == EXIT_INTERRUPTED == 130
@@ -384,7 +384,7 @@ def test_last_means_the_last_checkpoint_saved_completely(tmp_path):
     from transformers import TrainingArguments
 
     from hf_ffn.files import last_complete_checkpoint
-    from hf_ffn.training import resume_checkpoint
+    from hf_ffn.training.arguments import resume_checkpoint
 
     for step, complete in ((1, True), (2, True), (3, False)):
         (tmp_path / f"checkpoint-{step}").mkdir()

@@ -37,7 +37,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBertModel, grouped_attention, unpadding
 from hf_ffn.grouped_attention import PackedRows, PaddedBlocks, attention_blocks, attention_groups
 from hf_ffn.parity import UPSTREAM_MASKS_PACKED_SEQUENCES
-from hf_ffn.training import PaddingFreeCollator
+from hf_ffn.training.collators import PaddingFreeCollator
 from hf_ffn.unpadding import TokenPacking
 
 from .conftest import TINY, assert_close_to_scale, assert_equal_but_row_count, packed_sequence_mask, tiny_config

@@ -1,4 +1,4 @@
-"""Pre-training from scratch (`hf_ffn.training.pretraining`) and sparse prediction (`FfnBertConfig.sparse_prediction`):
+"""Pre-training from scratch (`hf_ffn.mlm.run`) and sparse prediction (`FfnBertConfig.sparse_prediction`):
 packing, masking, the trained tokenizer, the parameter-matched width in the report, 3-step runs per placement,
 resume, continued pre-training of a converted checkpoint. Tiny models on a tiny corpus written here."""
 
@@ -25,22 +25,16 @@ from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging as hf_logging
 
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
+from hf_ffn.mlm import run as pretraining_module
+from hf_ffn.mlm.arguments import PretrainingArguments, PretrainingDataArguments, ffn_width
+from hf_ffn.mlm.early_stopping import StopAtStep, check_stop_at_step
+from hf_ffn.mlm.report import ffn_report
+from hf_ffn.mlm.run import pretraining_main, pretraining_parser, run_pretraining
+from hf_ffn.mlm.speed import use_bf16_where_available
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
-from hf_ffn.training import mask_once, mlm_blocks
-from hf_ffn.training import pretraining as pretraining_module
+from hf_ffn.training.blocks import mask_once, mlm_blocks
 from hf_ffn.training.corpus import held_out_split, split_documents
-from hf_ffn.training.early_stopping import StopAtStep, check_stop_at_step
 from hf_ffn.training.outputs import training_seconds
-from hf_ffn.training.pretraining import (
-    PretrainingArguments,
-    PretrainingDataArguments,
-    ffn_report,
-    ffn_width,
-    pretraining_main,
-    pretraining_parser,
-    run_pretraining,
-    use_bf16_where_available,
-)
 
 from .conftest import SMALL, TINY, assert_equal_but_row_count, tiny_config
 
@@ -118,7 +112,7 @@ def test_train_tokenizer_vocab_size_special_tokens_and_round_trip(corpus, tokeni
 def test_alphabet_limit_covers_the_text_hand_checked():
     from collections import Counter
 
-    from hf_ffn.training.tokenizer import alphabet_limit, character_counts
+    from hf_ffn.mlm.tokenizer import alphabet_limit, character_counts
 
     counts = Counter({"a": 9000, "b": 900, "c": 99, "d": 1})  # cumulative shares 0.9, 0.99, 0.9999, 1
     assert alphabet_limit(counts, 4096) == 3  # 99.95% needs a, b and c; d (0.01%) reads as [UNK]
@@ -136,7 +130,7 @@ def test_train_tokenizer_keeps_its_vocabulary_for_pieces_in_a_text_of_many_chara
     single characters and read "next" as ne ##x ##t. `train_tokenizer` keeps the characters covering 99.95%."""
     from transformers import BertTokenizer
 
-    from hf_ffn.training.tokenizer import train_tokenizer
+    from hf_ffn.mlm.tokenizer import train_tokenizer
 
     english = "the next year the new bridge would open to traffic in the spring of the year . " * 1000
     rare = [chr(0x4E00 + i) for i in range(150)]  # each once: 150 of 400k characters, 0.04% together
@@ -156,7 +150,7 @@ def test_train_tokenizer_keeps_its_vocabulary_for_pieces_in_a_text_of_many_chara
 
 
 def test_train_tokenizer_keeps_every_character_a_text_needs_and_its_vocab_size():
-    from hf_ffn.training.tokenizer import train_tokenizer
+    from hf_ffn.mlm.tokenizer import train_tokenizer
 
     chinese = ["".join(chr(0x4E00 + (7 * i + j) % 300) for j in range(600)) for i in range(20)]  # 300, evenly
     trained = train_tokenizer(chinese, vocab_size=1024)

@@ -16,9 +16,9 @@ import torch
 from transformers import AutoTokenizer, TrainerControl, TrainerState
 
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
+from hf_ffn.mlm.initialisation import seed_by_name
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.corpus import load_corpus
-from hf_ffn.training.initialisation import seed_by_name
 from studies.pretraining import diagnostics, launch, report
 from studies.pretraining import run as run_module
 from studies.pretraining.plateau import (

@@ -1,4 +1,4 @@
-"""`hf-ffn mlm` at GPU speed, tested on the CPU (`hf_ffn.training.speed`): the per-device defaults, the fixed number
+"""`hf-ffn mlm` at GPU speed, tested on the CPU (`hf_ffn.mlm.speed`): the per-device defaults, the fixed number
 of decoded positions of sparse prediction against today's formula, no read-back from the device in the counting
 and decoding paths, and fp32 one flag away."""
 
@@ -9,18 +9,20 @@ import torch
 from torch.overrides import TorchFunctionMode
 from transformers import TrainingArguments
 
-from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
-from hf_ffn.training.arguments import given_options
-from hf_ffn.training.data import FixedOrRandomMaskCollator
-from hf_ffn.training.pretraining import PretrainingArguments, pretraining_parser, use_bf16_where_available
-from hf_ffn.training.speed import (
+from hf_ffn.mlm.arguments import PretrainingArguments
+from hf_ffn.mlm.run import pretraining_parser
+from hf_ffn.mlm.speed import (
     apply_speed_defaults,
     device_speed_defaults,
     options_given_by_value,
     prediction_positions,
     prediction_rows,
+    use_bf16_where_available,
 )
-from hf_ffn.training.throughput import ThroughputCallback
+from hf_ffn.mlm.throughput import ThroughputCallback
+from hf_ffn.mlm.trainer import FixedOrRandomMaskCollator
+from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
+from hf_ffn.training.arguments import given_options
 
 from .conftest import TINY, assert_equal_but_row_count, tiny_config
 

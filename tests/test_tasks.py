@@ -19,16 +19,11 @@ from transformers import AutoTokenizer, EvalPrediction
 from transformers.utils import logging as hf_logging
 
 from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBertModel
-from hf_ffn.similarity import sts_spearman
-from hf_ffn.training import (
-    ClassificationDataArguments,
-    baseline_metrics,
-    check_columns_and_labels,
-    classification_metrics,
-    regression_metrics,
-)
-from hf_ffn.training.finetuning import apply_recipe, finetune_given_options, finetune_parser, summarize
-from hf_ffn.training.tasks import (
+from hf_ffn.finetune.arguments import ClassificationDataArguments
+from hf_ffn.finetune.classification import baseline_metrics, classification_metrics, regression_metrics
+from hf_ffn.finetune.data import check_columns_and_labels
+from hf_ffn.finetune.run import apply_recipe, finetune_given_options, finetune_parser, summarize
+from hf_ffn.finetune.tasks import (
     GLUE_RECIPE,
     TASKS,
     Recipe,
@@ -39,6 +34,7 @@ from hf_ffn.training.tasks import (
     read_stsb,
     task_score,
 )
+from hf_ffn.similarity import sts_spearman
 
 from .conftest import tiny_config
 
@@ -440,7 +436,7 @@ def test_baseline_metrics_hand_computed():
 
 
 def test_finetune_function_on_own_files_with_overrides(tiny_checkpoint, tmp_path, capsys):
-    from hf_ffn.training import finetune as finetune_function
+    from hf_ffn.finetune.run import finetune as finetune_function
 
     files = {split: write_pairs(tmp_path / f"{split}.csv", pair_rows(n)) for split, n in (("train", 8), ("v", 6))}
     outcome = finetune_function(
@@ -607,7 +603,7 @@ def test_labels_of_a_datasets_dataset_checked_split_by_split():
 
 
 def test_task_refuses_column_flags_it_would_ignore():
-    from hf_ffn.training.arguments import check_task_columns
+    from hf_ffn.finetune.arguments import check_task_columns
 
     with pytest.raises(ValueError, match=r"--task cola reads its own columns; drop --text_pair_column 'sentence'"):
         check_task_columns(ClassificationDataArguments(task="cola", data_dir="cola", text_pair_column="sentence"))
@@ -619,7 +615,8 @@ def test_task_refuses_column_flags_it_would_ignore():
 def test_default_output_dir_is_a_fresh_folder_under_out_finetune(tmp_path):
     """Without --output_dir: out/finetune/<data>-<checkpoint folder or hub name>; a folder holding a finished model
     (config.json) is passed over for -2, -3, ...; an interrupted run's folder (no config.json) is used again."""
-    from hf_ffn.training import ModelArguments, default_output_dir
+    from hf_ffn.finetune.run import default_output_dir
+    from hf_ffn.training.arguments import ModelArguments
 
     model = ModelArguments(model_name_or_path="google-bert/bert-base-uncased")
     data = ClassificationDataArguments(task="mrpc", data_dir="data/mrpc")

@@ -18,21 +18,18 @@ from transformers import AutoTokenizer, Trainer, TrainingArguments, pipeline
 from transformers.utils import logging as hf_logging
 
 from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBertModel, modeling_ffn_bert
-from hf_ffn.training import (
-    STAGING_FOLDER,
-    ClassificationDataArguments,
-    ModelArguments,
-    check_checkpoint,
+from hf_ffn.checkpoints import check_checkpoint
+from hf_ffn.finetune.arguments import ClassificationDataArguments
+from hf_ffn.training.arguments import ModelArguments, resume_checkpoint
+from hf_ffn.training.blocks import mask_once, mlm_blocks
+from hf_ffn.training.outputs import STAGING_FOLDER, save_finished
+from hf_ffn.training.readers import (
     load_label_files,
-    mask_once,
-    mlm_blocks,
     parse_split_sizes,
     read_label_files,
     read_labelled_texts,
     read_table,
     read_text_documents,
-    resume_checkpoint,
-    save_finished,
 )
 
 from .conftest import tiny_config

@@ -34,7 +34,7 @@ from hf_ffn.files import atomic_output_dir, atomic_output_file
 from hf_ffn.options import name_options
 from hf_ffn.parity import NotPlainBertError, ParityRow, run_parity, variant_report
 from hf_ffn.sentence_transformers import convert_sentence_transformer
-from hf_ffn.training import save_finished
+from hf_ffn.training.outputs import save_finished
 
 from .conftest import TINY, tiny_config
 
@@ -126,8 +126,8 @@ def test_folder_without_config_and_a_file(tmp_path, capsys):
 
 
 def test_fine_tuning_uses_the_same_check():
-    # The fine-tuning scripts (hf_ffn.training.load_model, run_classification, run_mlm) check through this one.
-    assert hf_ffn.training.check_checkpoint is check_checkpoint
+    # The fine-tuning scripts (hf_ffn.training.outputs.load_model, run_classification, run_mlm) check through this one.
+    assert hf_ffn.checkpoints.check_checkpoint is check_checkpoint
 
 
 def test_hub_names_offline_say_so_and_name_the_way_out(tmp_path, capsys, monkeypatch):
@@ -386,32 +386,9 @@ def test_cli_errors_name_the_option_not_the_field(tiny_bert_checkpoint, tmp_path
 def test_fine_tuning_errors_name_the_option_not_the_field(tiny_bert_checkpoint):
     # The fine-tuning scripts' `--ffn_type reglu` with the default `--ffn_init preserving`: load_converted's keywords
     # are named as the script's options.
-    args = hf_ffn.training.ModelArguments(model_name_or_path=tiny_bert_checkpoint, ffn_type="reglu")
+    args = hf_ffn.training.arguments.ModelArguments(model_name_or_path=tiny_bert_checkpoint, ffn_type="reglu")
     with pytest.raises(ValueError, match=r"--ffn_init='preserving' cannot convert a 'gelu' FFN to --ffn_type='reglu'"):
-        hf_ffn.training.load_model(args, FfnBertModel)
-
-
-def test_renamed_options_name_their_replacement(tiny_bert_checkpoint, tmp_path, capsys):
-    """An option of an earlier release fails naming what replaced it (`RENAMED_OPTIONS`), alone, beside --task,
-    as --name=value, in a .json file of arguments, and for `heal` too."""
-    rt_polarity = (
-        "--rt_polarity_dir was renamed: use --task rt_polarity --data_dir DIR (the same split) or --label_dir DIR"
-    )
-    base = ["finetune", "--model_name_or_path", tiny_bert_checkpoint, "--output_dir", str(tmp_path / "out")]
-    for extra in (
-        ["--rt_polarity_dir", str(tmp_path)],
-        ["--task", "rt_polarity", "--data_dir", str(tmp_path), "--rt_polarity_dir", str(tmp_path)],
-        [f"--rt-polarity-dir={tmp_path}"],
-    ):
-        code, err = cli_error(capsys, base + extra)
-        assert code == EXIT_BAD_INPUT and err.strip() == f"hf-ffn finetune: error: {rt_polarity}"
-    arguments = tmp_path / "args.json"
-    arguments.write_text(json.dumps({"model_name_or_path": tiny_bert_checkpoint, "rt_polarity_split": "0.8,0.1,0.1"}))
-    code, err = cli_error(capsys, ["finetune", str(arguments)])
-    assert "--rt_polarity_split was renamed: use --split_sizes (with --label_dir)" in err
-    code, err = cli_error(capsys, ["heal", "--eval_dir", str(tmp_path)])
-    assert code == EXIT_BAD_INPUT and err.strip() == "hf-ffn heal: error: --eval_dir was renamed: --eval_data"
-    assert not (tmp_path / "out").exists()
+        hf_ffn.training.outputs.load_model(args, FfnBertModel)
 
 
 def test_name_options_renames_whole_names_only():
@@ -772,7 +749,7 @@ def test_numeric_options_keep_trainers_unset_values():
     `TrainingArguments` refuses itself (warmup_steps < 0) is left to it."""
     from transformers import TrainingArguments
 
-    from hf_ffn.training import check_numeric_options
+    from hf_ffn.training.arguments import check_numeric_options
 
     check_numeric_options(TrainingArguments(output_dir="unused", max_steps=-1, eval_steps=None, save_steps=0.5))
     with pytest.raises(ValueError, match=r"--eval_steps has value 0; allowed: a number > 0"):
@@ -814,7 +791,7 @@ def test_the_training_package_imports_without_the_train_extra():
     train extra) imports with neither datasets nor pyarrow installed: they are imported where they are used (a
     top-level `import pyarrow.compute` once broke that environment's collection)."""
     blocked = "import sys; sys.modules.update(dict.fromkeys(['pyarrow', 'pyarrow.compute', 'datasets'])); "
-    code = blocked + "import hf_ffn.training; print(hf_ffn.training.PaddingFreeCollator.__name__)"
+    code = blocked + "import hf_ffn.training.collators; print(hf_ffn.training.collators.PaddingFreeCollator.__name__)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "PaddingFreeCollator"

@@ -197,12 +197,13 @@ def test_fine_tuning_hook_takes_the_in_memory_report(source):
 
 
 def test_fine_tuning_a_variant_that_is_not_function_preserving_warns_once(source, caplog):
-    """`hf_ffn.training.load_model` (every fine-tuning entry point) converting on the fly: warned once, with the
+    """`hf_ffn.training.outputs.load_model` (every fine-tuning entry point) converting on the fly: warned once, with the
     next step; an exact conversion says nothing."""
     from transformers.utils import logging as hf_logging
 
     from hf_ffn import FfnBertForSequenceClassification
-    from hf_ffn.training import ModelArguments, load_model
+    from hf_ffn.training.arguments import ModelArguments
+    from hf_ffn.training.outputs import load_model
 
     hf_logging.get_logger(LOGGER).warning_once.cache_clear()  # whatever an earlier test said, it may be said again
     approx = ModelArguments(model_name_or_path=str(source / "bert"), ffn_type="swiglu")

@@ -32,6 +32,8 @@ from torch import nn
 from ..checkpoints import load_pretrained
 from ..configuration_ffn_bert import is_gated, parameter_matched_glu_width
 from ..modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel
+from ..training.blocks import mlm_blocks
+from ..training.readers import read_text_documents
 from .loader import load_converted
 from .report import ConversionReport
 
@@ -42,6 +44,24 @@ IMPORTANCE_SCORES = {
 }
 DEFAULT_SCORE = "magnitude"
 FEATURE_CHUNK = 4096  # tokens per feature chunk: 4096 × I × 4 bytes (25 MB at I = 1536)
+
+
+def calibration_ids(
+    paths: list[str], tokenizer, block: int = 128, tokens: int = 65536, argument: str = "--calibration_files"
+) -> torch.Tensor:
+    """Calibration blocks (count, `block`) of token ids, the text a pruned conversion scores FFN units on: blocks of
+    the text files/folders `paths` (`mlm_blocks`), evenly spaced over the text, at most `tokens` tokens (whole
+    blocks).
+
+    Raises:
+        FileNotFoundError, ValueError: missing or empty files (naming `argument`); text shorter than one block.
+    """
+    blocks = mlm_blocks([text for _, text in read_text_documents(paths, argument=argument)], tokenizer, block)
+    if len(blocks) == 0:
+        raise ValueError(f"{argument}: the text is shorter than one block of {block} tokens")
+    ids = torch.tensor(blocks["input_ids"])
+    count = max(1, min(len(ids), tokens // block))
+    return ids[torch.linspace(0, len(ids) - 1, count).round().long()]
 
 
 def ffn_features(mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:

@@ -7,8 +7,8 @@ with the report extended by a `healing` entry (command, arguments, data, before/
 training losses) and the card by a "Healing" section; the card's "measured difference from the source" is
 re-measured on the healed weights. It is written atomically (`hf_ffn.conversion.atomic_output_dir`): nothing is
 left there if the run fails. `output_dir` is Trainer's: checkpoints (`checkpoint-N/`, resumable with
-`--resume_from_checkpoint PATH` or `last`, `hf_ffn.training.resume_checkpoint`) and logs. The student's config and
-tokenizer and the teacher are each read once (`check_models`, `load_teacher`); the teacher loaded for training is
+`--resume_from_checkpoint PATH` or `last`, `hf_ffn.training.arguments.resume_checkpoint`) and logs. The student's config
+and tokenizer and the teacher are each read once (`check_models`, `load_teacher`); the teacher loaded for training is
 also the reference of the re-measured difference.
 
 Everything that can be wrong with the input raises before training: missing or empty text files or folders,
@@ -16,8 +16,8 @@ text shorter than one block, teacher and student of different vocabularies (conf
 `--layers all` across different LayerNorm placements or depths, the KL term without an MLM head on both sides,
 missing or unreadable `--eval_data`, a non-empty `healed_dir`.
 
-Held-out data (`--eval_data`, never trained on): any labelled text `hf_ffn.training.read_labelled_texts` reads: a
-folder with one text file per label (one example per line), a csv / tsv / json / jsonl file with
+Held-out data (`--eval_data`, never trained on): any labelled text `hf_ffn.training.readers.read_labelled_texts` reads:
+a folder with one text file per label (one example per line), a csv / tsv / json / jsonl file with
 `--eval_text_column` / `--eval_label_column`, or a `datasets` dataset (a saved folder or a hub name, its
 `--eval_split`). Without labels only the agreement with the teacher is measured (no probe).
 
@@ -58,14 +58,11 @@ from ..conversion import REPORT_FILE, ffn_class_for
 from ..files import check_new_folder, one_run_per_output_dir
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertForMaskedLM, FfnBertModel, FfnBertPreTrainedModel
-from ..training import (
-    PaddingFreeCollator,
-    check_not_started,
-    mlm_blocks,
-    read_labelled_texts,
-    read_text_documents,
-    resume_checkpoint,
-)
+from ..training.arguments import resume_checkpoint
+from ..training.blocks import mlm_blocks
+from ..training.collators import PaddingFreeCollator
+from ..training.outputs import check_not_started
+from ..training.readers import read_labelled_texts, read_text_documents
 from .distill import DistillationLoss, DistillationTrainer, dropout_off, select_trainable, unpadded
 from .healed_folder import save_healed
 from .layerwise import METHODS, LayerwiseArguments, heal_layerwise, prepare_layerwise

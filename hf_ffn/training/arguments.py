@@ -27,7 +27,6 @@ from ..configuration_ffn_bert import FFN_TYPES, LAYER_NORM_POSITIONS
 from ..conversion.recipes import INITS, parse_width
 from ..files import last_complete_checkpoint
 from .readers import DEFAULT_SPLIT
-from .tasks import RENAMED_TASK_OPTIONS, TASKS, get_task
 
 DEFAULT_MAX_SEQ_LENGTH = 128  # tokens per fine-tuning input (run_glue.py's default), capped by the checkpoint
 
@@ -133,134 +132,6 @@ def check_training_init(value: str) -> None:
         raise ValueError(
             f"--ffn_init has unknown value {value!r}; allowed: {', '.join(TRAINING_INITS)} ({PRUNED_ELSEWHERE})"
         )
-
-
-def check_task_columns(args: ClassificationDataArguments) -> None:
-    """`--task` reads its own columns: refuse column flags it would ignore (`ValueError` naming them)."""
-    columns = {"text_column": None, "text_pair_column": None, "label_column": "label"}  # the defaults
-    changed = [
-        f"--{name} {getattr(args, name)!r}" for name, default in columns.items() if getattr(args, name) != default
-    ]
-    if args.task is not None and changed:
-        raise ValueError(
-            f"--task {args.task} reads its own columns; drop {', '.join(changed)} (column flags apply "
-            f"to --train_file and --dataset_name data)"
-        )
-
-
-@dataclass
-class ClassificationDataArguments:
-    """Where the labelled text comes from: one of the named tasks (`--task` with `--data_dir`, see
-    `hf_ffn.training.tasks`), local csv/tsv/json/jsonl files, a folder with one text file per label (`--label_dir`,
-    split by `--split_sizes` and `--split_seed`), or a `datasets` dataset.
-    A second text column (`--text_pair_column`) makes the inputs BERT sentence pairs; real-number labels make the
-    run a regression (`num_labels=1`, MSE), as in transformers' `run_glue.py`."""
-
-    task: str | None = field(
-        default=None,
-        metadata={
-            "help": f"A named task: {', '.join(TASKS)}. It is read from --data_dir with its own columns, "
-            "splits and metric, and trained with its recipe (BERT's GLUE recipe) for every training option "
-            "not given (hf_ffn.training.tasks.TASKS)."
-        },
-    )
-    data_dir: str | None = field(
-        default=None, metadata={"help": "The folder holding --task's files (that task's folder of the data)."}
-    )
-    train_file: str | None = field(
-        default=None, metadata={"help": "A csv, tsv, json or jsonl file with the training data."}
-    )
-    validation_file: str | None = field(
-        default=None, metadata={"help": "The validation file, in the same format (required with --train_file)."}
-    )
-    test_file: str | None = field(
-        default=None, metadata={"help": "The test file, in the same format; labels are optional."}
-    )
-    dataset_name: str | None = field(default=None, metadata={"help": "A dataset on the hub (needs hub access)."})
-    dataset_config_name: str | None = field(default=None, metadata={"help": "The hub dataset's configuration."})
-    label_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "A folder with one text file per label, one example per line (pos.txt, neg.txt: the label "
-            "is the file's stem, or its extension when all files share a stem); split seeded into "
-            "train, validation and test by --split_sizes."
-        },
-    )
-    split_sizes: str = field(
-        default=DEFAULT_SPLIT,
-        metadata={
-            "help": "The train,validation,test sizes of --label_dir's split: three row counts or three fractions."
-        },
-    )
-    split_seed: int = field(
-        default=42,
-        metadata={"help": "The seed of the --label_dir split (fixed: the same split for every run on the same files)."},
-    )
-    text_column: str | None = field(default=None, metadata={"help": "The text column. Default: 'text' or 'sentence'."})
-    text_pair_column: str | None = field(
-        default=None,
-        metadata={"help": "A second text column: the inputs become BERT pairs ([SEP] between, token_type_ids)."},
-    )
-    label_column: str = field(default="label", metadata={"help": "The label column."})
-    max_seq_length: int | None = field(
-        default=None,
-        metadata={
-            "help": f"Inputs are truncated to this many tokens ([CLS] and [SEP] included), at most the checkpoint's "
-            f"max_position_embeddings. Default: {DEFAULT_MAX_SEQ_LENGTH}, or the checkpoint's "
-            "max_position_embeddings when it has fewer."
-        },
-    )
-    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training rows."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation rows."})
-    max_test_samples: int | None = field(default=None, metadata={"help": "Use only the first N test rows."})
-
-    def __post_init__(self) -> None:
-        sources = [
-            name for name in ("task", "train_file", "dataset_name", "label_dir") if getattr(self, name) is not None
-        ]
-        if len(sources) != 1:
-            raise ValueError(
-                f"give exactly one data source: --task (with --data_dir), --train_file (with --validation_file), "
-                f"--label_dir or --dataset_name; got {sources or 'none'}"
-            )
-        if self.task is not None:
-            get_task(self.task)  # an unknown name is refused now, naming the allowed ones
-        if (self.task is None) != (self.data_dir is None):
-            raise ValueError(
-                f"--task and --data_dir go together; got --task {self.task!r}, --data_dir {self.data_dir!r}"
-            )
-        if self.train_file is not None and self.validation_file is None:
-            raise ValueError("--validation_file is required with --train_file (the label set is checked against it)")
-        check_numeric_options(self)  # again with the training options and the checkpoint's length by the run
-
-
-@dataclass
-class MlmDataArguments:
-    """Text files or folders for masked-language-model training (`PretrainingDataArguments` adds the rest of the
-    data path's options: formats, document boundaries, a validation file, masking, the cache)."""
-
-    train_files: list[str] = field(
-        metadata={
-            "help": "text files (plain, or .xz/.gz/.bz2/.zst-compressed), json or parquet files, or folders of "
-            "them (the files matching --file_pattern)"
-        }
-    )
-    validation_split_percentage: int = field(
-        default=10, metadata={"help": "percentage of the documents held out (whole documents, seeded)"}
-    )
-    split_seed: int = field(default=42, metadata={"help": "seed of the document split and of the fixed eval maskings"})
-    max_seq_length: int = field(default=128, metadata={"help": "tokens per training block"})
-    mlm_probability: float = field(default=0.15, metadata={"help": "fraction of tokens masked (BERT: 0.15)"})
-    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training blocks"})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N validation blocks"})
-
-    def __post_init__(self) -> None:
-        if not 0 < self.validation_split_percentage < 100:
-            raise ValueError(f"--validation_split_percentage must be in 1..99, got {self.validation_split_percentage}")
-        if not 0 < self.mlm_probability < 1:
-            raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}")
-        if self.max_seq_length <= 2:
-            raise ValueError(f"--max_seq_length must be > 2, got {self.max_seq_length}")
 
 
 @dataclass(frozen=True)
@@ -377,26 +248,6 @@ def resolve_max_seq_length(value: int | None, max_positions: int | None) -> int:
 
 # Options of earlier releases → what replaces them: the one table both `hf-ffn finetune` and `hf-ffn heal` check
 # (`parse_arguments`), so an old command line fails naming the new spelling instead of "arguments are not used".
-RENAMED_OPTIONS = {**RENAMED_TASK_OPTIONS, "--eval_dir": "--eval_data"}
-
-
-def check_renamed_options(parser: HfArgumentParser, names: Sequence[str]) -> None:
-    """Refuse an option of `RENAMED_OPTIONS` that `parser` does not define, naming its replacement.
-
-    Args:
-        parser: the command's parser (an option it still defines is left to it).
-        names: the options given: command-line tokens (`--name` or `--name=value`; `-` and `_` alike) or the keys
-            of a .json file of arguments.
-
-    Raises:
-        ValueError: "--OLD was renamed: use ..." for an option of `RENAMED_OPTIONS` the parser does not define.
-    """
-    for name in names:
-        option = "--" + name.split("=", 1)[0].lstrip("-").replace("-", "_")
-        if option in RENAMED_OPTIONS and option not in parser._option_string_actions:
-            raise ValueError(f"{option} was renamed: {RENAMED_OPTIONS[option]}")
-
-
 # argparse's message for a value its type refuses ("argument --x: invalid int value: 'abc'") → the type in words.
 _INVALID_VALUE = re.compile(r"argument (?P<option>[^:]+): invalid (?P<type>\w+) value: (?P<value>.*)")
 _ALIASES = re.compile(r"^(?:argument )?(--[\w]+)(/--[\w-]+)*( has value|:)")
@@ -423,14 +274,11 @@ def parse_arguments(parser: HfArgumentParser, argv: Sequence[str]) -> tuple:
     option and the value (`one_line_error`), exit status 2, instead of the usage.
 
     Raises:
-        ValueError: an option of an earlier release (`RENAMED_OPTIONS`), naming what replaces it; the dataclasses'
-            own checks (`__post_init__`).
+        ValueError: the dataclasses' own checks (`__post_init__`).
     """
     parser.error = functools.partial(one_line_error, parser)  # this parser only
     if len(argv) == 1 and argv[0].endswith(".json"):
-        check_renamed_options(parser, list(json.loads(Path(argv[0]).read_text())))
         return parser.parse_json_file(argv[0])
-    check_renamed_options(parser, [arg for arg in argv if arg.startswith("--")])
     return parser.parse_args_into_dataclasses(args=list(argv))
 
 
@@ -529,16 +377,12 @@ __all__ = [
     "NUMERIC_OPTIONS",
     "DEFAULT_SPLIT",
     "EXIT_BAD_INPUT",
-    "RENAMED_OPTIONS",
     "RESUME_LAST",
     "TRAINING_INITS",
     "Allowed",
-    "ClassificationDataArguments",
-    "MlmDataArguments",
     "ModelArguments",
     "bad_input_exits",
     "check_numeric_options",
-    "check_renamed_options",
     "check_training_init",
     "one_line_error",
     "parse_arguments",

@@ -7,7 +7,7 @@
 
 1. The from-scratch study's model (`studies/pretraining/settings.py`: 4 × 128, the committed 4,096 tokenizer,
    batch 32 × 128, the pilot's recipe, fp32), trained through `run_pretraining` twice with the same seed and data:
-   today's path (`--speed_defaults false`) and the new defaults (`hf_ffn.training.speed.device_speed_defaults`):
+   today's path (`--speed_defaults false`) and the new defaults (`hf_ffn.mlm.speed.device_speed_defaults`):
    training tokens/s in the steady state (after `STUDY_WARMUP` steps: compilation and warm-up excluded and
    reported separately, `warmup_seconds` and `compile_seconds`), and the held-out loss on [MASK] positions
    (`eval_mask_loss`) after `STUDY_STEPS` steps (4.1M tokens) for both, and their difference.
@@ -47,9 +47,11 @@ from transformers import (
     TrainingArguments,
 )
 
+from hf_ffn.mlm.arguments import PretrainingArguments, PretrainingDataArguments
+from hf_ffn.mlm.run import run_pretraining
 from hf_ffn.parity import bundled_checkpoint
-from hf_ffn.training.corpus import documents_to_blocks, load_corpus
-from hf_ffn.training.pretraining import PretrainingArguments, PretrainingDataArguments, run_pretraining
+from hf_ffn.training.blocks import documents_to_blocks
+from hf_ffn.training.corpus import load_corpus
 from studies.pretraining.settings import HELD_OUT_PERCENT, PILOT, RECIPE, SIZES, SPLIT_SEED
 
 STUDY_TOKENIZER = Path(__file__).resolve().parents[1] / "pretraining" / "tokenizer"

@@ -9,7 +9,7 @@ batch shape (32 blocks × 128 tokens), the same random token blocks, AdamW (the 
 default optimizer), dropout on:
 
 - *hf-ffn mlm*: `FfnBertForMaskedLM` with sparse prediction (the head decodes only the masked positions) through
-  `hf_ffn.training.mlm_trainer`: its collator (BERT's dynamic 80/10/10 masking) and `Trainer.training_step`;
+  `hf_ffn.mlm.trainer.mlm_trainer`: its collator (BERT's dynamic 80/10/10 masking) and `Trainer.training_step`;
 - *upstream run_mlm*: `BertForMaskedLM` (full decoder: every position through the vocabulary decoder) with
   `DataCollatorForLanguageModeling` in a plain `Trainer`, as `run_mlm.py` trains (its grouped texts are these
   fixed-length blocks);
@@ -56,9 +56,9 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
+from hf_ffn.mlm.trainer import mlm_trainer
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.params import mlm_flops
-from hf_ffn.training import mlm_trainer
 from studies.benchmark.timing import cpu_profiler, paired_ratio, time_interleaved
 from studies.environment import environment, load_average
 

@@ -2,7 +2,7 @@
 measured before and after (studies/four_tasks/README.md, "Why the healed Pre-LN does not learn STS-B, CoLA or MRPC").
 
 The baseline (`--baseline`, default the bundled all-MiniLM-L6-v2) and each `--model NAME=FOLDER` are fine-tuned
-on STS-B (`hf_ffn.training.run_classification`, `Trainer`) with the
+on STS-B (`hf_ffn.finetune.classification.run_classification`, `Trainer`) with the
 four-task table's settings (batch 16, learning rate 1e-4, max_seq_length 128, unpadded, length-grouped batches)
 for `--steps` optimizer steps: the table's warm-up (10% of one epoch: 36 steps), then a constant learning rate
 (`constant_with_warmup`), so the first steps are the table's first steps. `--dropout P` fine-tunes a copy of the
@@ -37,10 +37,12 @@ import torch
 from transformers import AutoTokenizer, TrainingArguments
 
 from hf_ffn import FfnBertModel
+from hf_ffn.finetune.arguments import ClassificationDataArguments
+from hf_ffn.finetune.classification import run_classification
+from hf_ffn.finetune.tasks import load_stsb
 from hf_ffn.parity import bundled_checkpoint
 from hf_ffn.similarity import mean_pool
-from hf_ffn.training import ClassificationDataArguments, ModelArguments, bad_input_exits, run_classification
-from hf_ffn.training.tasks import load_stsb
+from hf_ffn.training.arguments import ModelArguments, bad_input_exits
 from studies.environment import machine, portable_command, portable_path, versions
 
 TABLE_WARMUP_STEPS = 36  # the four-task table's warm-up on STS-B: 10% of one epoch at batch 16 (360 steps)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The four-task comparison: fine-tune each variant of one BERT checkpoint on CoLA, STS-B, MRPC and rt_polarity for
-several seeds with `hf_ffn.training.run_classification` (`--task`: each task's reader, metric and split, see
-`hf_ffn.training.tasks`), then write per task the metric over seeds and the paired difference from the baseline
+several seeds with `hf_ffn.finetune.classification.run_classification` (`--task`: each task's reader, metric and split,
+see `hf_ffn.finetune.tasks`), then write per task the metric over seeds and the paired difference from the baseline
 (Student-t 95% interval over seeds), a GLUE-style average, the baseline's convergence check (last-fifth slope of
 the validation curves) and the measured seconds per step with the cost of the full table
 (`studies.task_comparison`).
@@ -51,15 +51,11 @@ from transformers import TrainingArguments
 
 from hf_ffn.comparing import read_runs  # the one copy (partial last lines left for the next read)
 from hf_ffn.files import atomic_output_file
+from hf_ffn.finetune.arguments import ClassificationDataArguments
+from hf_ffn.finetune.classification import run_classification
+from hf_ffn.finetune.tasks import TASKS, task_score
 from hf_ffn.parity import bundled_checkpoint
-from hf_ffn.training import (
-    TASKS,
-    ClassificationDataArguments,
-    ModelArguments,
-    bad_input_exits,
-    run_classification,
-    task_score,
-)
+from hf_ffn.training.arguments import ModelArguments, bad_input_exits
 from studies.comparison import BASELINE, VARIANTS, parse_healed, variant_order
 from studies.environment import machine, versions
 from studies.finetune_options import add_finetune_options

@@ -172,7 +172,7 @@ def convert_student(teacher: str, student: Path, variant: str, text_dir: str) ->
     from transformers import AutoTokenizer
 
     from hf_ffn.conversion import convert_checkpoint
-    from hf_ffn.training.data import calibration_ids
+    from hf_ffn.conversion.pruning import calibration_ids
 
     experiment = VARIANTS[variant]
     # the student is a named variant's conversion (hf_ffn.variants), or this study's own start ("convert")

@@ -31,10 +31,10 @@ from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments
 
 from hf_ffn import FfnBertModel
 from hf_ffn.conversion import convert_checkpoint
+from hf_ffn.conversion.pruning import calibration_ids
 from hf_ffn.healing import HealArguments, LayerwiseArguments, compare_to_teacher, linear_probe, run_healing
 from hf_ffn.parity import bundled_checkpoint
-from hf_ffn.training import read_label_files
-from hf_ffn.training.data import calibration_ids
+from hf_ffn.training.readers import read_label_files
 from hf_ffn.variants import get_variant
 
 # The students: the named variants of hf_ffn.variants (their conversion switches; --prune_score may override the

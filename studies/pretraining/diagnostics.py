@@ -13,7 +13,7 @@ against a uniform 1/n (n = the block's tokens). A model that has not learned to 
 P(w | l, r) = 0.6 · c(l, w, r)/c(l, ·, r) + 0.3 · ½ (c(l, w)/c(l, ·) + c(w, r)/c(·, r)) + 0.1 · q(w), where l and r are
 the tokens shown left and right of the [MASK] (themselves masked 15% of the time: then their terms drop out and
 the weights of the rest are renormalised), c are counts over the training blocks and q the add-one unigram of the
-floors (`hf_ffn.training.floors`). The weights are fixed, not fitted on the held-out set. It is the loss a
+floors (`hf_ffn.mlm.floors`). The weights are fixed, not fitted on the held-out set. It is the loss a
 model reaches that uses nothing but the two neighbours, each in one direction: what looking next door is worth.
 `context`: a finished recipe unit (issue 42) on the plateau probe's held-out sets at blocks of 32 and of 128 (its
 corpus parts: settings.py's `LAUNCH_PARTS`), each source's [MASK] loss below its floor and their mean
@@ -35,9 +35,10 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
+from hf_ffn.mlm.floors import never_chosen_ids, unigram_counts, unigram_distribution
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
-from hf_ffn.training.corpus import documents_to_blocks, fixed_maskings, load_corpus
-from hf_ffn.training.floors import never_chosen_ids, unigram_counts, unigram_distribution
+from hf_ffn.training.blocks import documents_to_blocks, fixed_maskings
+from hf_ffn.training.corpus import load_corpus
 from studies.pretraining.plateau import PROBE_BATCH_TOKENS, attention_locality, probe_sets, score_sources
 from studies.pretraining.run import STUDY, TOKENIZER, corpus_options, probe_folder
 from studies.pretraining.settings import EVAL_MASKINGS, LAUNCH_PARTS, PREPROCESSING_WORKERS, SIZES, SPLIT_SEED

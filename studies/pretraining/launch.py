@@ -62,18 +62,10 @@ from transformers import AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from hf_ffn.comparing import read_runs
-from hf_ffn.training.corpus import documents_to_blocks, fixed_maskings, load_corpus
+from hf_ffn.training.blocks import documents_to_blocks, fixed_maskings
+from hf_ffn.training.corpus import load_corpus
 from studies.pretraining.plateau import probe_sets
-from studies.pretraining.run import (
-    DEVICES,
-    RUNS,
-    STUDY,
-    TOKENIZER,
-    append,
-    corpus_options,
-    probe_folder,
-    train_unit,
-)
+from studies.pretraining.run import DEVICES, RUNS, STUDY, TOKENIZER, append, corpus_options, probe_folder, train_unit
 from studies.pretraining.settings import (
     DATA_FILES,
     EVAL_MASKINGS,

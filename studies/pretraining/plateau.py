@@ -3,7 +3,7 @@
 At every evaluation (every `PROBE_TOKENS` training tokens, at the start and at the end) a unit's `PlateauProbe`
 scores the held-out blocks of each source apart (`SOURCES`: Wikipedia, books; `PROBE_TOKENS_PER_SOURCE` tokens of
 each, in blocks spread evenly over the source's held-out blocks, masked once with the split seed) against the
-source's own [MASK]-position unigram floor (the training blocks' unigram, `hf_ffn.training.floors`), and measures
+source's own [MASK]-position unigram floor (the training blocks' unigram, `hf_ffn.mlm.floors`), and measures
 where the attention looks on `PROBE_ATTENTION_BLOCKS` of them (`attention_locality`, as `diagnostics.py
 attention`: per layer the mean weight on the previous, next and same token against the uniform 1/n). Each
 evaluation joins the log history as one entry `{"step", "plateau_probe": {...}}`, so checkpoints and the finished
@@ -25,11 +25,12 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
+from hf_ffn.mlm.early_stopping import StopAtStep
+from hf_ffn.mlm.floors import mlm_floors, never_chosen_ids
+from hf_ffn.mlm.metrics import mlm_scores
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
-from hf_ffn.training.corpus import documents_to_blocks, fixed_maskings, held_out_split, load_corpus, load_documents
-from hf_ffn.training.early_stopping import StopAtStep
-from hf_ffn.training.floors import mlm_floors, never_chosen_ids
-from hf_ffn.training.mlm_metrics import mlm_scores
+from hf_ffn.training.blocks import documents_to_blocks, fixed_maskings
+from hf_ffn.training.corpus import held_out_split, load_corpus, load_documents
 from studies.pretraining.settings import (
     PLATEAU_EXIT_NATS,
     PROBE_ATTENTION_BLOCKS,

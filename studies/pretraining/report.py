@@ -7,7 +7,7 @@
   placement tables, `settings.grid_cells`), `training_tokens_per_main_run` (the main runs' (kind "ffn") tokens;
   `null` before any), `planned_tokens_per_main_run` (`RECIPE_STOP` × 4,096 with a grid arm, else issue 37's
   `MAIN_STEPS` × 4,096), `epochs_per_main_run`, `heldout_tokens` (held-out tokens, one masking; the evaluation masks
-  them `EVAL_MASKINGS` times), `floors` {`unigram_mask`, `copy_aware`} (`hf_ffn.training.floors`,
+  them `EVAL_MASKINGS` times), `floors` {`unigram_mask`, `copy_aware`} (`hf_ffn.mlm.floors`,
   on the evaluation's maskings; before any main run, those of the first record or the last pilot), `device` and
   `corpus_parts` (those the records name);
 - `plateau_exit`: per (variant, placement, recipe) of the runs with a plateau probe: `seeds`, `tokens_to_exit`

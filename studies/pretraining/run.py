@@ -11,10 +11,10 @@ FFN table of either.
         --tasks_dir ../shared/data --commit
     python -m studies.pretraining.report                                 # summary.json and report.md
 
-A unit pre-trains one model through `hf_ffn.training.pretraining.run_pretraining` (the study's corpus, held-out
+A unit pre-trains one model through `hf_ffn.mlm.run.run_pretraining` (the study's corpus, held-out
 documents, shared tokenizer and recipe: settings.py; every module seeded by name, so the variants of a seed share
 all weights outside the FFN), evaluates it on the fixed maskings (loss on [MASK] positions beside the context-free
-floors, `hf_ffn.training.floors`), and appends one line to `studies/pretraining/runs.jsonl` (`--commit`: committed
+floors, `hf_ffn.mlm.floors`), and appends one line to `studies/pretraining/runs.jsonl` (`--commit`: committed
 at once). Rerun the same command after an interruption: recorded units are skipped, and an interrupted one
 resumes from its last checkpoint (every `SAVE_STEPS`) under `--output_dir`/runs/NAME. A fine-tuning unit
 (checkpoint × task × seed, `hf_ffn.comparing.finetune_run`) appends to finetune.jsonl the same way; a grid model
@@ -45,15 +45,12 @@ from transformers.utils import logging as hf_logging
 
 from hf_ffn.comparing import finetune_run, read_runs
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
+from hf_ffn.mlm.arguments import PretrainingArguments, PretrainingDataArguments
+from hf_ffn.mlm.initialisation import seed_by_name
+from hf_ffn.mlm.run import run_pretraining
+from hf_ffn.mlm.tokenizer import train_tokenizer
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.corpus import load_corpus
-from hf_ffn.training.initialisation import seed_by_name
-from hf_ffn.training.pretraining import (
-    PretrainingArguments,
-    PretrainingDataArguments,
-    run_pretraining,
-    train_tokenizer,
-)
 from studies.pretraining.plateau import PlateauProbe, StopAt, plateau_curve, plateau_exit_tokens, probe_sets
 from studies.pretraining.settings import (
     DATA_FILES,

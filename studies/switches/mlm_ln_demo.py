@@ -6,7 +6,7 @@
 
 Both models share everything but `layer_norm_position`: config, seed (initial weights, data order, masks), the
 tokenizer (BERT's WordPiece trained on the text), AdamW at a constant learning rate from step 0, trained
-through the library's MLM path (`hf_ffn.training.mlm_trainer`; held-out blocks masked once). The last
+through the library's MLM path (`hf_ffn.mlm.trainer.mlm_trainer`; held-out blocks masked once). The last
 `--eval-documents` documents (the latest speeches) are held out. Prints the losses; writes one PNG with the
 training and held-out MLM loss curves. Needs the `train` and `plots` extras.
 """
@@ -21,7 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from hf_ffn.training import mlm_blocks  # noqa: E402
+from hf_ffn.training.blocks import mlm_blocks
 from studies.layer_norm_study import (  # noqa: E402
     mlm_config,
     parse_study,

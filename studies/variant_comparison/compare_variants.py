@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """The variant comparison: fine-tune each FFN / LayerNorm variant of one BERT checkpoint on rt_polarity for several
-seeds with `hf_ffn.training.run_classification`, then write the table (mean ± std, paired differences from the
-baseline with a t interval over seeds and a bootstrap interval over test snippets, linear probes, throughput) and
-the validation-curve plot (statistics and rendering: `studies.comparison`). Throughput is measured after the
+seeds with `hf_ffn.finetune.classification.run_classification`, then write the table (mean ± std, paired differences
+from the baseline with a t interval over seeds and a bootstrap interval over test snippets, linear probes, throughput)
+and the validation-curve plot (statistics and rendering: `studies.comparison`). Throughput is measured after the
 runs, every variant side by side in one process (`studies.variant_throughput`): the runs' own tokens/s
 depend on the load of their hour.
 
@@ -36,8 +36,10 @@ import torch
 from transformers import TrainingArguments
 
 from hf_ffn.conversion import REPORT_FILE
+from hf_ffn.finetune.arguments import ClassificationDataArguments
+from hf_ffn.finetune.classification import run_classification
 from hf_ffn.parity import bundled_checkpoint
-from hf_ffn.training import ClassificationDataArguments, ModelArguments, bad_input_exits, run_classification
+from hf_ffn.training.arguments import ModelArguments, bad_input_exits
 from studies.comparison import (
     BASELINE,
     HEAL_STUDY_NAMES,

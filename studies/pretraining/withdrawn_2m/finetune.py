@@ -1,6 +1,6 @@
 """Do the from-scratch models fine-tune? Each Study A variant's seed-0 checkpoint, Study B's best Post-LN and
 best Pre-LN GELU checkpoints and, as the control, Study A's GELU model untrained (as initialised), fine-tuned on a
-task preset with three fine-tuning seeds (`hf_ffn.comparing.finetune_run`: `hf_ffn.training.finetune`, the task's
+task preset with three fine-tuning seeds (`hf_ffn.comparing.finetune_run`: `hf_ffn.finetune.run.finetune`, the task's
 recipe with this study's learning rate).
 
     python -m studies.pretraining.withdrawn_2m.finetune --data_dir ../shared/data      # 24 runs, about 42 minutes here
@@ -28,8 +28,8 @@ from transformers.utils import logging as hf_logging
 
 from hf_ffn.comparing import finetune_run, format_table, paired_score_difference, read_runs
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
+from hf_ffn.finetune.tasks import get_task
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
-from hf_ffn.training.tasks import get_task
 from studies.pretraining.withdrawn_2m.records import read_records, study_records
 from studies.pretraining.withdrawn_2m.settings import STUDY_A_VARIANTS
 

@@ -1,5 +1,5 @@
 """Pre-training from scratch, every variant the same way: the runs of Study A (the FFN table) and Study B (Post-LN
-vs Pre-LN over learning rate and warm-up), each one `hf_ffn.training.run_pretraining` (what `hf-ffn mlm` runs).
+vs Pre-LN over learning rate and warm-up), each one `hf_ffn.mlm.run.run_pretraining` (what `hf-ffn mlm` runs).
 
     python -m studies.pretraining.withdrawn_2m.run --study a --data_dir ../shared/data  # 15 runs, about 55 min
     python -m studies.pretraining.withdrawn_2m.run --study b --data_dir ../shared/data  # 24 runs, about 27 min
@@ -33,9 +33,11 @@ import torch
 from transformers import TrainerCallback, TrainingArguments
 from transformers.utils import logging as hf_logging
 
-from hf_ffn.training.corpus import fixed_maskings, held_out_split, split_documents
-from hf_ffn.training.data import mlm_blocks
-from hf_ffn.training.pretraining import PretrainingArguments, PretrainingDataArguments, run_pretraining, train_tokenizer
+from hf_ffn.mlm.arguments import PretrainingArguments, PretrainingDataArguments
+from hf_ffn.mlm.run import run_pretraining
+from hf_ffn.mlm.tokenizer import train_tokenizer
+from hf_ffn.training.blocks import fixed_maskings, mlm_blocks
+from hf_ffn.training.corpus import held_out_split, split_documents
 from hf_ffn.training.readers import read_text_documents
 from studies.pretraining.withdrawn_2m.records import read_records
 from studies.pretraining.withdrawn_2m.settings import (

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
+from hf_ffn.mlm.arguments import ffn_width
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
-from hf_ffn.training.pretraining import ffn_width
 from studies.benchmark.timing import time_interleaved
 from studies.pretraining.withdrawn_2m.settings import SIZES, STUDY_A_VARIANTS, model_config
 

@@ -3,7 +3,7 @@ recipe, and end with one summary line giving the task score. `finetune_main(argv
 (`hf-ffn finetune`, `scripts/finetune_classification.py`). Both run `run_classification` (single sentences or
 pairs, classes or regression; `Trainer` does the training).
 
-The preset rule: a task's `Recipe` (`hf_ffn.training.tasks`; BERT's GLUE recipe by default: learning rate 2e-5,
+The preset rule: a task's `Recipe` (`hf_ffn.finetune.tasks`; BERT's GLUE recipe by default: learning rate 2e-5,
 batch 32, 3 epochs, 10% warm-up) fills the training arguments the user did not set; any the user set (a flag on the
 command line, a key of the .json file of arguments, a keyword of `finetune`) wins. Data given as files gets the same
 default recipe.
@@ -27,14 +27,8 @@ from typing import Any
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from .arguments import (
-    ClassificationDataArguments,
-    ModelArguments,
-    folder_name,
-    fresh_output_dir,
-    given_options,
-    parse_arguments,
-)
+from ..training.arguments import ModelArguments, folder_name, fresh_output_dir, given_options, parse_arguments
+from .arguments import ClassificationDataArguments
 from .classification import BASELINE_PREFIX, run_classification
 from .tasks import GLUE_RECIPE, Recipe, get_task
 
@@ -79,20 +73,13 @@ def finetune_given_options(argv: Sequence[str]) -> set[str]:
     return given_options(finetune_parser(), argv)
 
 
-def _warmup_field() -> str:
-    """The `TrainingArguments` field that takes a warm-up fraction: `warmup_steps` where it is a float (a value
-    below 1 is a fraction of the steps, recent transformers), else `warmup_ratio`."""
-    types = {field.name: str(field.type) for field in dataclasses.fields(TrainingArguments)}
-    return "warmup_steps" if "float" in types["warmup_steps"] or "warmup_ratio" not in types else "warmup_ratio"
-
-
 def apply_recipe(training_args: TrainingArguments, recipe: Recipe, given: set[str]) -> dict[str, Any]:
     """Set on `training_args` each `recipe` value whose argument is not in `given` (the user's explicit ones);
     returns what was set. A warm-up the user gave as `warmup_steps` or `warmup_ratio` counts as the recipe's
     warm-up; `max_steps` leaves `num_train_epochs` without effect (Trainer's rule), so the recipe still sets it."""
     applied = {}
     for name, value in dataclasses.asdict(recipe).items():
-        target = _warmup_field() if name == "warmup_ratio" else name
+        target = "warmup_steps" if name == "warmup_ratio" else name  # a float below 1: a fraction of the steps
         if name == "warmup_ratio" and given & {"warmup_ratio", "warmup_steps"}:
             continue
         if name not in given and target not in given:
@@ -115,7 +102,7 @@ def summarize(
     """`(score, line)`: the score (mean of `metrics` in `results` under `split`'s prefix, ×100; GLUE's rule) and
     the summary line `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>`, followed by
     `; baseline=<x.xx> (majority class)` (`(constant prediction)` for a `regression`) when `results` holds the
-    split's baseline metrics (`<prefix>baseline_<metric>`, `hf_ffn.training.classification.baseline_metrics`):
+    split's baseline metrics (`<prefix>baseline_<metric>`, `hf_ffn.finetune.classification.baseline_metrics`):
     the same score of a predictor that ignores its input.
 
     Raises:
@@ -194,7 +181,7 @@ def finetune(
     """Fine-tune `model_name_or_path` for sequence classification or regression, print where it saved and one
     summary line, `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>; baseline=<x.xx> (...)` (`summarize`).
 
-    Data: `task` (a preset of `hf_ffn.training.tasks.TASKS`, with `data_dir=`), or your own: `train_file=` and
+    Data: `task` (a preset of `hf_ffn.finetune.tasks.TASKS`, with `data_dir=`), or your own: `train_file=` and
     `validation_file=` (csv / tsv / json / jsonl; `text_column=`, `text_pair_column=` for pairs, `label_column=`;
     real-number labels make a regression), `label_dir=` (one text file per label, split by `split_sizes=` and
     `split_seed=`) or `dataset_name=`. `arguments` are any fields of `ModelArguments` (e.g. `ffn_type="geglu"`),

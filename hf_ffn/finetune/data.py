@@ -1,6 +1,6 @@
-"""Data for fine-tuning and MLM: the classification splits a `ClassificationDataArguments` names
-(`load_classification_datasets`, over the readers of `hf_ffn.training.readers`), column and label checks, MLM blocks
-and the MLM collators.
+"""The classification splits of `hf-ffn finetune` (`load_classification_datasets`: a task preset, a folder with one
+file per label, a csv/tsv/json file or a `datasets` dataset), their column and label checks, and the length sort of
+the padding-free batches.
 
 Everything that can be wrong with the input (a missing or empty file, a column that does not exist, labels that
 differ between splits) raises before any training starts, naming the file or field, the value and what is allowed.
@@ -9,37 +9,18 @@ differ between splits) raises before any training starts, naming the file or fie
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
 
 import numpy as np
-import torch
-from transformers import DataCollatorWithFlattening, PreTrainedTokenizerBase, default_data_collator
 
+from ..training.readers import DATA_FILE_EXTENSIONS, DEFAULT_TEXT_COLUMNS, check_data_file, load_label_files
 from .arguments import ClassificationDataArguments
-from .corpus import documents_to_blocks, masking_collator
-from .readers import (  # re-exported: hf_ffn.training.data was their home
-    DATA_FILE_EXTENSIONS,
-    DEFAULT_TEXT_COLUMNS,
-    NOTE_FILES,
-    check_data_file,
-    dataset_columns,
-    decode_text,
-    load_label_files,
-    parse_split_sizes,
-    read_label_files,
-    read_labelled_texts,
-    read_table,
-    read_text_documents,
-    split_dataset,
-)
-from .speed import prediction_positions, prediction_rows
 
 
 def load_classification_datasets(args: ClassificationDataArguments):
     """The raw splits (`DatasetDict` with train, validation and, if given, test) from the source `args` names.
 
     Local files are checked with `check_data_file` and read with `datasets.load_dataset("csv" | "json", ...)` (a
-    .tsv file: the csv builder with `sep="\t"`). `--task` is read by `hf_ffn.training.tasks` instead.
+    .tsv file: the csv builder with `sep="\t"`). `--task` is read by `hf_ffn.finetune.tasks` instead.
 
     Raises:
         FileNotFoundError, ValueError: as `check_data_file` and `load_label_files`; ValueError if the local files
@@ -209,143 +190,3 @@ def sort_by_length(dataset):
     """`dataset` sorted by the length of `input_ids` (stable, so ties keep their order)."""
     lengths = [len(ids) for ids in dataset["input_ids"]]
     return dataset.select(np.argsort(lengths, kind="stable"))
-
-
-class FixedOrRandomMaskCollator:
-    """Masks training batches afresh each time (BERT's dynamic masking, `DataCollatorForLanguageModeling`) but
-    passes batches that already carry `labels` through unchanged: the evaluation set is masked once, with a seed,
-    so perplexity before and after training is measured on the same masked tokens. The masking rule:
-    `masking_collator`'s. With `fixed_prediction_rows`, a batch it masks also gets `prediction_positions`
-    (`hf_ffn.training.speed.prediction_positions`: a fixed number of positions per batch shape for sparse
-    prediction to decode)."""
-
-    def __init__(
-        self,
-        tokenizer: PreTrainedTokenizerBase,
-        mlm_probability: float,
-        mask_replace_prob: float = 0.8,
-        random_replace_prob: float = 0.1,
-        fixed_prediction_rows: bool = False,
-    ):
-        self.mlm = masking_collator(tokenizer, mlm_probability, mask_replace_prob, random_replace_prob)
-        self.mlm_probability, self.fixed_prediction_rows = mlm_probability, fixed_prediction_rows
-
-    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
-        if "labels" in features[0]:
-            return default_data_collator(features)
-        batch = self.mlm(features)
-        if self.fixed_prediction_rows:
-            labels = batch["labels"]
-            rows = prediction_rows(labels.numel(), self.mlm_probability)
-            batch["prediction_positions"] = prediction_positions(labels, rows)
-        return batch
-
-
-class PaddingFreeCollator:
-    """Padding-free batches as transformers defines them (`DataCollatorWithFlattening`) for an encoder: the
-    examples' token sequences concatenated into one row (1, total_tokens), `position_ids` (1, total_tokens)
-    restarting at 0 for each, no padding. FfnBert computes each sequence as if it were alone (docs/unpadded.md).
-
-    Unlike `DataCollatorWithFlattening` (made for causal LMs: it keeps only `input_ids`, `labels` and
-    `position_ids`, and turns labels into shifted token labels), every token-level column of the features (a list
-    per example: `token_type_ids`, `special_tokens_mask`, token `labels`, an all-ones `attention_mask`) is
-    concatenated the same way, and a sequence-level column (one number per example, e.g. class `labels`) stays one
-    per sequence, (num_sequences,): FfnBert's pooler gives one output per sequence of a padding-free batch.
-    `then`, if given (e.g. MLM masking), collates the one concatenated row instead of plain tensors. Features that
-    carry their own `position_ids` (blocks whose documents attend only to themselves, `documents_to_blocks`) keep
-    them: each starts at 0, so the concatenated row still restarts at every block, and at every document within.
-    """
-
-    def __init__(self, then: Callable[[list[dict]], dict] | None = None):
-        self.flatten = DataCollatorWithFlattening(return_tensors="pt")
-        self.then = then
-
-    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
-        flat = self.flatten([{"input_ids": feature["input_ids"]} for feature in features])
-        row, per_sequence = {}, {}
-        for key, value in features[0].items():
-            if isinstance(value, (list, tuple)) or (torch.is_tensor(value) and value.dim() > 0):
-                row[key] = [x for feature in features for x in list(feature[key])]  # token-level: concatenated
-            else:
-                per_sequence[key] = torch.tensor([feature[key] for feature in features])
-        batch = self.then([row]) if self.then is not None else {key: torch.tensor([v]) for key, v in row.items()}
-        positions = torch.tensor([row["position_ids"]]) if "position_ids" in row else flat["position_ids"]
-        return {**batch, **per_sequence, "position_ids": positions}
-
-
-def mlm_blocks(documents: Sequence[str], tokenizer: PreTrainedTokenizerBase, block_size: int):
-    """`documents_to_blocks` of a list of texts (an in-memory `Dataset`): a `Dataset` of `block_size`-token blocks
-    with columns `input_ids` and `special_tokens_mask` (each a list of `block_size` ints per row): the documents
-    tokenized ([CLS] text [SEP] each), concatenated and cut (`run_mlm.py`'s `group_texts`; the remainder shorter
-    than a block is dropped, so a block starts with [CLS] only where a document starts)."""
-    from datasets import Dataset
-
-    return documents_to_blocks(Dataset.from_dict({"text": list(documents)}), tokenizer, block_size)
-
-
-def calibration_ids(
-    paths: list[str], tokenizer, block: int = 128, tokens: int = 65536, argument: str = "--calibration_files"
-) -> torch.Tensor:
-    """Calibration blocks (count, `block`) of token ids, the text a pruned conversion scores FFN units on: blocks of
-    the text files/folders `paths` (`mlm_blocks`), evenly spaced over the text, at most `tokens` tokens (whole
-    blocks).
-
-    Raises:
-        FileNotFoundError, ValueError: missing or empty files (naming `argument`); text shorter than one block.
-    """
-    blocks = mlm_blocks([text for _, text in read_text_documents(paths, argument=argument)], tokenizer, block)
-    if len(blocks) == 0:
-        raise ValueError(f"{argument}: the text is shorter than one block of {block} tokens")
-    ids = torch.tensor(blocks["input_ids"])
-    count = max(1, min(len(ids), tokens // block))
-    return ids[torch.linspace(0, len(ids) - 1, count).round().long()]
-
-
-def mask_once(
-    blocks,
-    tokenizer: PreTrainedTokenizerBase,
-    mlm_probability: float,
-    seed: int,
-    mask_replace_prob: float = 0.8,
-    random_replace_prob: float = 0.1,
-) -> dict[str, torch.Tensor]:
-    """`blocks` (rows of `mlm_blocks`) masked once, in one call, by `masking_collator` with its own generator seeded
-    by `seed` (BERT's rule: `mlm_probability` of the non-special tokens chosen, `mask_replace_prob` of them →
-    [MASK], `random_replace_prob` → a random token, the rest kept): the same seed gives the same masks, whatever
-    else used the global RNG. (`fixed_maskings` masks a `Dataset` of any size the same way, 1,000 blocks a call.)
-
-    Returns `input_ids`, `attention_mask` and `labels` (-100 where not masked), each (rows, block_size).
-    """
-    collator = masking_collator(tokenizer, mlm_probability, mask_replace_prob, random_replace_prob, seed)
-    return collator(
-        [
-            {"input_ids": ids, "special_tokens_mask": special}
-            for ids, special in zip(blocks["input_ids"], blocks["special_tokens_mask"], strict=True)
-        ]
-    )
-
-
-__all__ = [
-    "calibration_ids",
-    "DATA_FILE_EXTENSIONS",
-    "DEFAULT_TEXT_COLUMNS",
-    "FixedOrRandomMaskCollator",
-    "PaddingFreeCollator",
-    "check_columns_and_labels",
-    "check_label_values",
-    "check_data_file",
-    "decode_text",
-    "load_classification_datasets",
-    "NOTE_FILES",
-    "dataset_columns",
-    "load_label_files",
-    "parse_split_sizes",
-    "read_label_files",
-    "read_labelled_texts",
-    "read_table",
-    "split_dataset",
-    "mask_once",
-    "mlm_blocks",
-    "read_text_documents",
-    "sort_by_length",
-]

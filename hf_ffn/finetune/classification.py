@@ -16,19 +16,12 @@ import numpy as np
 import torch
 from transformers import EvalPrediction, Trainer, TrainingArguments
 
+from ..checkpoints import check_checkpoint
 from ..files import one_run_per_output_dir
 from ..modeling_ffn_bert import FfnBertForSequenceClassification
-from .arguments import (
-    ClassificationDataArguments,
-    ModelArguments,
-    check_numeric_options,
-    check_task_columns,
-    resolve_max_seq_length,
-    resume_checkpoint,
-)
-from .data import PaddingFreeCollator, check_columns_and_labels, load_classification_datasets, sort_by_length
-from .outputs import (
-    check_checkpoint,
+from ..training.arguments import ModelArguments, check_numeric_options, resolve_max_seq_length, resume_checkpoint
+from ..training.collators import PaddingFreeCollator
+from ..training.outputs import (
     check_output_dir,
     check_resume_matches,
     checkpoint_max_positions,
@@ -41,6 +34,8 @@ from .outputs import (
     save_outputs,
     training_seconds,
 )
+from .arguments import ClassificationDataArguments, check_task_columns
+from .data import check_columns_and_labels, load_classification_datasets, sort_by_length
 from .tasks import get_task
 
 
@@ -143,7 +138,7 @@ def run_classification(
     Inputs are one text column, or two (`--text_pair_column`) encoded as a BERT pair (`[CLS] a [SEP] b [SEP]`,
     token_type_ids 0 then 1). Labels that are classes train a classifier (cross-entropy; metrics
     `classification_metrics`); real numbers a regression (`num_labels=1`, `problem_type="regression"`: MSE;
-    metrics `regression_metrics`), as in `run_glue.py`. `--task` reads a named task (`hf_ffn.training.tasks`) with
+    metrics `regression_metrics`), as in `run_glue.py`. `--task` reads a named task (`hf_ffn.finetune.tasks`) with
     its columns; its metric names lead the model card.
 
     Order: every input check (output folder, checkpoint, numeric options `check_numeric_options`, data files,

@@ -1,6 +1,6 @@
 """Masked language modelling: `mlm_trainer` (a `Trainer` over MLM blocks, the one MLM training path of the
 package) and the note for a checkpoint without an MLM head. The runs (`run_pretraining`, `run_mlm`) are in
-`hf_ffn.training.pretraining`, their data path in `hf_ffn.training.corpus`."""
+`hf_ffn.mlm.run`, their data path in `hf_ffn.training.corpus`."""
 
 from __future__ import annotations
 
@@ -8,12 +8,21 @@ import contextlib
 import logging
 from collections.abc import Iterator
 
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainerCallback, TrainingArguments
+import torch
+from transformers import (
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+    default_data_collator,
+)
 from transformers.utils import logging as hf_logging
 
-from .corpus import fixed_maskings
-from .data import FixedOrRandomMaskCollator, PaddingFreeCollator
-from .mlm_metrics import mlm_metrics_arguments
+from ..training.blocks import fixed_maskings, masking_collator
+from ..training.collators import PaddingFreeCollator
+from .metrics import mlm_metrics_arguments
+from .speed import prediction_positions, prediction_rows
 
 logger = hf_logging.get_logger(__name__)
 
@@ -21,6 +30,36 @@ MLM_HEAD_PREFIX = "cls.predictions."
 # transformers' warning when both ends of the tied MLM decoder bias are absent, i.e. the checkpoint has no MLM head
 # at all (a sentence-embedding BERT): nothing is corrupted, the head is new; `run_mlm` says so in its own words.
 ABSENT_HEAD_WARNING = "This checkpoint seem corrupted"
+
+
+class FixedOrRandomMaskCollator:
+    """Masks training batches afresh each time (BERT's dynamic masking, `DataCollatorForLanguageModeling`) but
+    passes batches that already carry `labels` through unchanged: the evaluation set is masked once, with a seed,
+    so perplexity before and after training is measured on the same masked tokens. The masking rule:
+    `masking_collator`'s. With `fixed_prediction_rows`, a batch it masks also gets `prediction_positions`
+    (`hf_ffn.mlm.speed.prediction_positions`: a fixed number of positions per batch shape for sparse
+    prediction to decode)."""
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        mlm_probability: float,
+        mask_replace_prob: float = 0.8,
+        random_replace_prob: float = 0.1,
+        fixed_prediction_rows: bool = False,
+    ):
+        self.mlm = masking_collator(tokenizer, mlm_probability, mask_replace_prob, random_replace_prob)
+        self.mlm_probability, self.fixed_prediction_rows = mlm_probability, fixed_prediction_rows
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        if "labels" in features[0]:
+            return default_data_collator(features)
+        batch = self.mlm(features)
+        if self.fixed_prediction_rows:
+            labels = batch["labels"]
+            rows = prediction_rows(labels.numel(), self.mlm_probability)
+            batch["prediction_positions"] = prediction_positions(labels, rows)
+        return batch
 
 
 class _DropAbsentHeadWarning(logging.Filter):
@@ -79,9 +118,9 @@ def mlm_trainer(
     (`PaddingFreeCollator`), each block computed as if alone. `callbacks`: extra `TrainerCallback`s (e.g. a
     study's gradient recorder), added to the Trainer's defaults. `fixed_prediction_rows`: training batches carry
     `prediction_positions`, a fixed number of positions per batch for sparse prediction to decode
-    (`hf_ffn.training.speed.prediction_positions`).
+    (`hf_ffn.mlm.speed.prediction_positions`).
 
-    Every evaluation reports, besides Trainer's `eval_loss`, `hf_ffn.training.mlm_metrics.mlm_scores` (loss on
+    Every evaluation reports, besides Trainer's `eval_loss`, `hf_ffn.mlm.metrics.mlm_scores` (loss on
     [MASK] positions `eval_mask_loss`, `eval_token_loss`, accuracies): `"inputs"` is added to
     `training_args.include_for_metrics` (in place).
     """

@@ -1,7 +1,7 @@
-"""The data phases of a pre-training run (`hf_ffn.training.pretraining.run_pretraining`), each printing one line
+"""The data phases of a pre-training run (`hf_ffn.mlm.run.run_pretraining`), each printing one line
 with what it did and its seconds (`Phases`): corpus → documents (`corpus_documents`: files, or a `datasets` data
 set, whole or streamed), tokens, blocks and the held-out maskings (`blocks_and_maskings`), the context-free floors
-(`context_free_floors`). The steps themselves are `hf_ffn.training.corpus`'s and `hf_ffn.training.floors`'."""
+(`context_free_floors`). The steps themselves are `hf_ffn.training.corpus`'s and `hf_ffn.mlm.floors`'."""
 
 from __future__ import annotations
 
@@ -9,16 +9,10 @@ import time
 
 from transformers import PreTrainedTokenizerBase
 
-from .corpus import (
-    fixed_maskings,
-    is_streamed,
-    load_corpus,
-    load_hub_corpus,
-    tokenize_documents,
-    tokens_to_blocks,
-)
+from ..training.blocks import fixed_maskings, tokenize_documents, tokens_to_blocks
+from ..training.corpus import is_streamed, load_corpus, load_hub_corpus
+from .arguments import PretrainingDataArguments
 from .floors import mlm_floors, never_chosen_ids
-from .pretraining_arguments import PretrainingDataArguments
 
 STREAM_FLOOR_BLOCKS = 10_000  # --streaming: the unigram of the floors is counted on the first this many blocks
 
@@ -108,7 +102,7 @@ def blocks_and_maskings(
 def context_free_floors(
     train, evaluation, tokenizer: PreTrainedTokenizerBase, data_args: PretrainingDataArguments
 ) -> dict:
-    """The context-free floors of the evaluation (`hf_ffn.training.floors.mlm_floors`): the training blocks'
+    """The context-free floors of the evaluation (`hf_ffn.mlm.floors.mlm_floors`): the training blocks'
     unigram, scored on the held-out maskings under the run's masking rule."""
     masking = data_args.masking_options()
     return mlm_floors(

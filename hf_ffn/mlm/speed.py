@@ -18,9 +18,10 @@ import torch
 from transformers import TrainingArguments
 from transformers.utils import logging as hf_logging
 
+from .metrics import IGNORE_INDEX
+
 logger = hf_logging.get_logger(__name__)
 
-IGNORE_INDEX = -100
 ROWS_MULTIPLE = 8  # the fixed row count is a multiple of this (tensor-core-friendly matmul shapes)
 ROWS_SIGMAS = 6.0  # the row count covers the mean masked count + this many standard deviations (overflow ~1e-9)
 MAX_LOADER_WORKERS = 4

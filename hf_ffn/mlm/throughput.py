@@ -21,8 +21,7 @@ import torch
 from transformers import TrainerCallback
 
 from ..params import MlmFlops
-
-IGNORE_INDEX = -100
+from .metrics import IGNORE_INDEX
 
 
 class ThroughputCallback(TrainerCallback):

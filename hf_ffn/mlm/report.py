@@ -1,4 +1,4 @@
-"""What a pre-training run reports (`hf_ffn.training.pretraining.run_pretraining`): `run_info.json` (`run_report`),
+"""What a pre-training run reports (`hf_ffn.mlm.run.run_pretraining`): `run_info.json` (`run_report`),
 its FFN counted beside the standard FFN (`ffn_report`), the one printed line (`summary_line`) and what the model
 card says of the schedule (`card_notes`)."""
 
@@ -11,7 +11,7 @@ from transformers.utils import logging as hf_logging
 
 from ..configuration_ffn_bert import FfnBertConfig
 from ..params import config_row
-from .corpus import is_streamed
+from ..training.corpus import is_streamed
 
 logger = hf_logging.get_logger(__name__)
 
@@ -48,7 +48,7 @@ def run_report(
     this process: after a resume, over the steps after `resumed_from_step`).
     (`run_pretraining` adds the tokenizer, bf16, the context-free floors (`floors`, `mlm_floors`), the seconds of
     the data path, each layer's FFN output rms before training (`ffn_output_rms_at_start`, on the first
-    `INIT_RMS_BLOCKS` training blocks: `hf_ffn.training.initialisation`), a sequence-length warm-up's first phase
+    `INIT_RMS_BLOCKS` training blocks: `hf_ffn.mlm.initialisation`), a sequence-length warm-up's first phase
     (`short_blocks`) and the summary line.)"""
     model, state, block = trainer.model, trainer.state, data_args.max_seq_length
     train, evaluation = blocks

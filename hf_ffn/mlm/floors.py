@@ -1,5 +1,5 @@
 """Context-free floors of masked-language-model losses: what a model that reads no context scores on the same fixed
-maskings as the evaluation (`hf_ffn.training.corpus.fixed_maskings`). A model has learned something from context
+maskings as the evaluation (`hf_ffn.training.blocks.fixed_maskings`). A model has learned something from context
 only where its loss is below these.
 
 Notation. The masking rule (BERT's, `masking_collator`): each non-special token is chosen (scored) with
@@ -26,7 +26,7 @@ tokens that can be chosen, `q(y) = 0` for the ids never chosen (`never_chosen`: 
        v = t:       P(y | v) = q(y) · (p_keep · 1{y = t} + p_random / V) / (p_keep · q(t) + p_random / V)
 
    since Σ_y q(y) (p_keep 1{y = t} + p_random / V) = p_keep q(t) + p_random / V. Its loss at each kind of position
-   (the kinds of `hf_ffn.training.mlm_metrics`):
+   (the kinds of `hf_ffn.mlm.metrics`):
 
        [MASK] (v = [MASK]):        −log q(y)
        kept   (v = y):             −log [q(y) (p_keep + p_random/V) / (p_keep q(y) + p_random/V)]
@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .mlm_metrics import IGNORE_INDEX
+from .metrics import IGNORE_INDEX
 
 COUNT_BATCH = 10_000  # blocks read per batch (memory-mapped Arrow → numpy): the corpus is never in memory at once
 STREAM_COUNT_BATCH = 1_000  # blocks per batch from a stream (`IterableDataset`: rows decoded into memory)
@@ -56,7 +56,7 @@ STREAM_COUNT_BATCH = 1_000  # blocks per batch from a stream (`IterableDataset`:
 
 def unigram_counts(blocks, vocab_size: int) -> np.ndarray:
     """The count of each token id among the non-special tokens of `blocks` (rows of
-    `hf_ffn.training.corpus.documents_to_blocks`: `input_ids` and `special_tokens_mask`, the tokens that can be
+    `hf_ffn.training.blocks.documents_to_blocks`: `input_ids` and `special_tokens_mask`, the tokens that can be
     chosen for masking; a `Dataset` or a streamed `IterableDataset`), read `COUNT_BATCH` blocks at a time
     (`STREAM_COUNT_BATCH` from a stream) (`Dataset.iter`, numpy format; `np.bincount` per
     batch).

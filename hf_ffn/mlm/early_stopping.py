@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from transformers import EarlyStoppingCallback, TrainerCallback, TrainingArguments
 
-DEFAULT_METRIC = "mask_loss"  # eval_mask_loss: the held-out loss on [MASK] positions (hf_ffn.training.mlm_metrics)
+DEFAULT_METRIC = "mask_loss"  # eval_mask_loss: the held-out loss on [MASK] positions (hf_ffn.mlm.metrics)
 
 
 def early_stopping_callback(

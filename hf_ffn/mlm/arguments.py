@@ -1,4 +1,4 @@
-"""The arguments of a pre-training run (`hf-ffn mlm`, `hf_ffn.training.pretraining`), as dataclasses for
+"""The arguments of a pre-training run (`hf-ffn mlm`, `hf_ffn.mlm.run`), as dataclasses for
 `HfArgumentParser` (parsed with transformers' `TrainingArguments`): the model (from scratch: its sizes and FFN
 variant, the tokenizer; or a checkpoint to continue) and the text. Bad values raise `ValueError` naming the flag,
 the value and what is allowed, before anything is loaded.
@@ -13,9 +13,10 @@ from transformers import PretrainedConfig
 
 from ..configuration_ffn_bert import FFN_TYPES, HIDDEN_ACTS, LAYER_NORM_POSITIONS, is_gated, parameter_matched_glu_width
 from ..conversion.recipes import parse_width
-from .arguments import MlmDataArguments, ModelArguments, check_training_init
+from ..training.arguments import ModelArguments, check_training_init
+from ..training.blocks import ATTENTION_SCOPES
+from ..training.corpus import DOCUMENT_BOUNDARIES, resolve_boundary
 from .config_overrides import CHECKPOINT_KEYS, SCRATCH_KEYS, parse_config_overrides
-from .corpus import ATTENTION_SCOPES, DOCUMENT_BOUNDARIES, resolve_boundary
 
 # The from-scratch model when no size is given: 4 layers × hidden 256, 4 heads, FFN 1024 (BERT's 4·hidden), GELU,
 # Post-LN (BERT-mini's shape, Turc et al. 2019), and an 8,192-token WordPiece vocabulary.
@@ -73,6 +74,35 @@ def ffn_width(
         lower, exact = upper - multiple_of, 2 * intermediate_size / 3
         return lower if lower > 0 and exact - lower < upper - exact else upper
     return intermediate_size
+
+
+@dataclass
+class MlmDataArguments:
+    """Text files or folders for masked-language-model training (`PretrainingDataArguments` adds the rest of the
+    data path's options: formats, document boundaries, a validation file, masking, the cache)."""
+
+    train_files: list[str] = field(
+        metadata={
+            "help": "text files (plain, or .xz/.gz/.bz2/.zst-compressed), json or parquet files, or folders of "
+            "them (the files matching --file_pattern)"
+        }
+    )
+    validation_split_percentage: int = field(
+        default=10, metadata={"help": "percentage of the documents held out (whole documents, seeded)"}
+    )
+    split_seed: int = field(default=42, metadata={"help": "seed of the document split and of the fixed eval maskings"})
+    max_seq_length: int = field(default=128, metadata={"help": "tokens per training block"})
+    mlm_probability: float = field(default=0.15, metadata={"help": "fraction of tokens masked (BERT: 0.15)"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training blocks"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N validation blocks"})
+
+    def __post_init__(self) -> None:
+        if not 0 < self.validation_split_percentage < 100:
+            raise ValueError(f"--validation_split_percentage must be in 1..99, got {self.validation_split_percentage}")
+        if not 0 < self.mlm_probability < 1:
+            raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}")
+        if self.max_seq_length <= 2:
+            raise ValueError(f"--max_seq_length must be > 2, got {self.max_seq_length}")
 
 
 @dataclass
@@ -148,7 +178,7 @@ class PretrainingArguments:
     seed_modules_by_name: bool = field(
         default=False,
         metadata={
-            "help": "from scratch: initialise each module from (--seed, its name) (hf_ffn.training.initialisation."
+            "help": "from scratch: initialise each module from (--seed, its name) (hf_ffn.mlm.initialisation."
             "seed_by_name), so the variants of one seed share every weight outside the FFN"
         },
     )
@@ -183,7 +213,7 @@ class PretrainingArguments:
     speed_defaults: bool = field(
         default=True,
         metadata={
-            "help": "on a CUDA device, set the speed options not given (hf_ffn.training.speed."
+            "help": "on a CUDA device, set the speed options not given (hf_ffn.mlm.speed."
             "device_speed_defaults: --torch_compile, --logging_nan_inf_filter false, "
             "data loader workers, --unpad_tokens false, --fixed_prediction_rows), printed at the start; "
             "false: none of them (CPU runs get none either way)"
@@ -193,7 +223,7 @@ class PretrainingArguments:
         default=False,
         metadata={
             "help": "with --sparse_prediction: decode a fixed number of positions per batch (the masked ones, "
-            "then unmasked ones the loss ignores; hf_ffn.training.speed.prediction_rows), so shapes are static "
+            "then unmasked ones the loss ignores; hf_ffn.mlm.speed.prediction_rows), so shapes are static "
             "for --torch_compile and the masked count is never read back from the GPU; the loss is the same"
         },
     )
@@ -423,7 +453,7 @@ class PretrainingDataArguments(MlmDataArguments):
             "help": "a sequence-length warm-up: the first --short_block_steps steps train on blocks of this many "
             "tokens (per_device_train_batch_size x max_seq_length / this many blocks a step: as many tokens), "
             "then on blocks of --max_seq_length, one learning-rate schedule over --max_steps (the first phase is "
-            "saved in OUTPUT_DIR/short_blocks; hf_ffn.training.short_blocks; resumed with --resume_from_checkpoint "
+            "saved in OUTPUT_DIR/short_blocks; hf_ffn.mlm.warmup; resumed with --resume_from_checkpoint "
             "last; not with --early_stopping_patience)"
         },
     )
@@ -547,31 +577,6 @@ class PretrainingDataArguments(MlmDataArguments):
         return {name: getattr(self, name) for name in names}
 
 
-def scratch_recipe(args: PretrainingArguments, training_args, given: set[str]) -> dict:
-    """Apply the from-scratch recipe (`SCRATCH_RECIPE`, `SCRATCH_LEARNING_RATE` by the LayerNorm placement,
-    `SCRATCH_CONFIG` through `--config_overrides`) to the options `given` leaves out (`given_options`: the names
-    set on the command line), in place on `args` and `training_args`. A run from a checkpoint is left as it is.
-
-    Returns:
-        The options set, `{"learning_rate": 0.004, ..., "config_overrides": "hidden_dropout_prob=0.0,..."}` (empty
-        for a checkpoint or when every one was given), to print and report.
-    """
-    if args.model_name_or_path is not None:
-        return {}
-    options = {"learning_rate": SCRATCH_LEARNING_RATE[args.scratch("layer_norm_position")], **SCRATCH_RECIPE}
-    chosen = {name: value for name, value in options.items() if name not in given}
-    for name, value in chosen.items():
-        setattr(training_args, name, value)
-    overridden = args.config_updates()
-    config = {key: value for key, value in SCRATCH_CONFIG.items() if key not in overridden}
-    if config:
-        given_text = [args.config_overrides] if args.config_overrides else []
-        args.config_overrides = ",".join([*given_text, *(f"{key}={value}" for key, value in config.items())])
-        args.config_updates()  # checked again
-        chosen["config_overrides"] = ",".join(f"{key}={value}" for key, value in config.items())
-    return chosen
-
-
 __all__ = [
     "GLU_MULTIPLE_OF",
     "ffn_width",
@@ -581,5 +586,4 @@ __all__ = [
     "SCRATCH_RECIPE",
     "PretrainingArguments",
     "PretrainingDataArguments",
-    "scratch_recipe",
 ]

@@ -31,8 +31,8 @@ the paraphrase class and accuracy; rt_polarity accuracy (as SST-2). `task_score`
 Recipes: every task's default is BERT's published GLUE fine-tuning recipe (Devlin et al. 2019, Appendix A.3:
 batch 32, 3 epochs, learning rate chosen from {5e-5, 4e-5, 3e-5, 2e-5}; here 2e-5; linear decay after a 10%
 warm-up). It is a preset, not a rule: a training argument the user sets (on the command line, in the .json file of
-arguments, or as a keyword of `hf_ffn.training.finetune`) always wins; the preset fills only what the user left
-unset (`hf_ffn.training.finetuning.apply_recipe`). The repository's converged four-task study (docs/tasks.md) chose
+arguments, or as a keyword of `hf_ffn.finetune.run.finetune`) always wins; the preset fills only what the user left
+unset (`hf_ffn.finetune.run.apply_recipe`). The repository's converged four-task study (docs/tasks.md) chose
 learning rate 1e-4 with batch 32 and a 10% warm-up for its small model; that is that study's choice, given on its
 command line, not a preset.
 """
@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .readers import decode_text, load_label_files
+from ..training.readers import decode_text, load_label_files
 
 STSB_COLUMNS = 7  # genre, file, year, id, score, sentence 1, sentence 2 (later columns ignored)
 
@@ -184,14 +184,6 @@ TASKS: dict[str, Task] = {
     "stsb": Task("stsb", load_stsb, "sentence1", "sentence2", ("pearson", "spearman"), "validation", regression=True),
     "mrpc": Task("mrpc", load_mrpc, "sentence1", "sentence2", ("f1_binary", "accuracy"), "validation"),
     "rt_polarity": Task("rt_polarity", _load_rt_polarity, "text", None, ("accuracy",), "test"),
-}
-
-
-# A preset's options of earlier releases → what replaces them (in `arguments.RENAMED_OPTIONS`): the task table is the
-# one library module that names a data set.
-RENAMED_TASK_OPTIONS = {
-    "--rt_polarity_dir": "use --task rt_polarity --data_dir DIR (the same split) or --label_dir DIR",
-    "--rt_polarity_split": "use --split_sizes (with --label_dir)",
 }
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from transformers import TrainingArguments
 
-from .arguments import RESUME_LAST
+from ..training.arguments import RESUME_LAST
 
 FIRST_PHASE_FOLDER = "short_blocks"  # the first phase's run, inside --output_dir
 MAX_SCRATCH_LENGTH = 512  # a from-scratch model's positions (`pretraining.scratch_positions`) for any block up to it

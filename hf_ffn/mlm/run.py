@@ -1,5 +1,5 @@
 """Masked-language-model pre-training of any FfnBert variant: from a config (no checkpoint), or continued from a
-(converted) checkpoint, through the one MLM training path (`hf_ffn.training.mlm.mlm_trainer`: transformers' `Trainer`).
+(converted) checkpoint, through the one MLM training path (`hf_ffn.mlm.trainer.mlm_trainer`: transformers' `Trainer`).
 
 The recipe is BERT's (Devlin et al. 2019, sec. 3.1 and app. A.2), at a size one machine can run:
 
@@ -18,8 +18,8 @@ The recipe is BERT's (Devlin et al. 2019, sec. 3.1 and app. A.2), at a size one 
   only the masked positions (MosaicBERT, ModernBERT); the loss is the same;
 - learning-rate schedule, warm-up, bf16, `--resume_from_checkpoint` and `torchrun`: `TrainingArguments`' own.
 - every evaluation reports the loss on [MASK] positions, the token-weighted loss and MLM accuracy
-  (`hf_ffn.training.mlm_metrics`, through `mlm_trainer`); every training log line tokens per second and achieved
-  GFLOP/s (`hf_ffn.training.throughput`); `--config_overrides` (`run_mlm.py`'s, `config_overrides`) and
+  (`hf_ffn.mlm.metrics`, through `mlm_trainer`); every training log line tokens per second and achieved
+  GFLOP/s (`hf_ffn.mlm.throughput`); `--config_overrides` (`run_mlm.py`'s, `config_overrides`) and
   `--early_stopping_patience` and `--stop_at_step` (`early_stopping`).
 
 FFN width. Asked for a gated FFN (GeGLU, SwiGLU, ...) at a standard FFN width `--intermediate_size` I, the model
@@ -50,12 +50,12 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
+from ..checkpoints import check_checkpoint
 from ..configuration_ffn_bert import FfnBertConfig
 from ..files import one_run_per_output_dir
 from ..modeling_ffn_bert import FfnBertForMaskedLM
 from ..params import mlm_flops
-from .arguments import (
-    MlmDataArguments,
+from ..training.arguments import (
     ModelArguments,
     bad_input_exits,
     check_numeric_options,
@@ -65,12 +65,7 @@ from .arguments import (
     parse_arguments,
     resume_checkpoint,
 )
-from .early_stopping import StopAtStep, check_stop_at_step, early_stopping_callback
-from .floors import plateau_verdict
-from .initialisation import ffn_output_rms, seed_by_name
-from .mlm import absent_head_warning_dropped, mlm_trainer, new_mlm_head_note
-from .outputs import (
-    check_checkpoint,
+from ..training.outputs import (
     check_output_dir,
     check_resume_matches,
     checkpoint_step,
@@ -82,32 +77,33 @@ from .outputs import (
     save_outputs,
     training_seconds,
 )
-from .pretraining_arguments import (
+from .arguments import (
     GLU_MULTIPLE_OF,
+    SCRATCH_CONFIG,
     SCRATCH_DEFAULTS,
+    SCRATCH_LEARNING_RATE,
+    SCRATCH_RECIPE,
+    MlmDataArguments,
     PretrainingArguments,
     PretrainingDataArguments,
     ffn_width,
-    scratch_recipe,
 )
-from .pretraining_data import (
-    Phases,
-    blocks_and_maskings,
-    context_free_floors,
-    corpus_documents,
-    materialise,
-)
-from .pretraining_report import card_notes, ffn_report, run_report, summary_line
-from .short_blocks import (
+from .data import Phases, blocks_and_maskings, context_free_floors, corpus_documents, materialise
+from .early_stopping import StopAtStep, check_stop_at_step, early_stopping_callback
+from .floors import plateau_verdict
+from .initialisation import ffn_output_rms, seed_by_name
+from .report import card_notes, ffn_report, run_report, summary_line
+from .speed import apply_speed_defaults, options_given_by_value, use_bf16_where_available
+from .throughput import ThroughputCallback
+from .tokenizer import train_tokenizer
+from .trainer import absent_head_warning_dropped, mlm_trainer, new_mlm_head_note
+from .warmup import (
     check_first_phase_folder,
     check_short_blocks,
     first_phase_arguments,
     first_phase_done,
     second_phase_arguments,
 )
-from .speed import apply_speed_defaults, options_given_by_value, use_bf16_where_available
-from .throughput import ThroughputCallback
-from .tokenizer import train_tokenizer
 
 logger = hf_logging.get_logger(__name__)
 
@@ -122,6 +118,31 @@ LOAD_HINT = (
     "({folder!r}); without hf_ffn: AutoModelForMaskedLM.from_pretrained({folder!r}, trust_remote_code=True) and "
     "AutoTokenizer.from_pretrained({folder!r}, trust_remote_code=False)"
 )
+
+
+def scratch_recipe(args: PretrainingArguments, training_args, given: set[str]) -> dict:
+    """Apply the from-scratch recipe (`SCRATCH_RECIPE`, `SCRATCH_LEARNING_RATE` by the LayerNorm placement,
+    `SCRATCH_CONFIG` through `--config_overrides`) to the options `given` leaves out (`given_options`: the names
+    set on the command line), in place on `args` and `training_args`. A run from a checkpoint is left as it is.
+
+    Returns:
+        The options set, `{"learning_rate": 0.004, ..., "config_overrides": "hidden_dropout_prob=0.0,..."}` (empty
+        for a checkpoint or when every one was given), to print and report.
+    """
+    if args.model_name_or_path is not None:
+        return {}
+    options = {"learning_rate": SCRATCH_LEARNING_RATE[args.scratch("layer_norm_position")], **SCRATCH_RECIPE}
+    chosen = {name: value for name, value in options.items() if name not in given}
+    for name, value in chosen.items():
+        setattr(training_args, name, value)
+    overridden = args.config_updates()
+    config = {key: value for key, value in SCRATCH_CONFIG.items() if key not in overridden}
+    if config:
+        given_text = [args.config_overrides] if args.config_overrides else []
+        args.config_overrides = ",".join([*given_text, *(f"{key}={value}" for key, value in config.items())])
+        args.config_updates()  # checked again
+        chosen["config_overrides"] = ",".join(f"{key}={value}" for key, value in config.items())
+    return chosen
 
 
 def pretraining_config(
@@ -221,7 +242,7 @@ def run_pretraining(
     (`Phases`; `phase_seconds` in the report). A run from scratch whose held-out [MASK] loss ends less than
     `PLATEAU_MARGIN` nats below the unigram floor says so on its summary line (`plateau` in the report).
 
-    With `data_args.short_block_length` (a sequence-length warm-up, `hf_ffn.training.short_blocks`) the first
+    With `data_args.short_block_length` (a sequence-length warm-up, `hf_ffn.mlm.warmup`) the first
     `short_block_steps` steps run first as a run of their own on blocks of that length in `output_dir/short_blocks`,
     and this run resumes from its checkpoint at blocks of `max_seq_length`; the report's `short_blocks` says so.
 
@@ -230,11 +251,11 @@ def run_pretraining(
     (as `run_mlm.py`; datasets' `IterableDataset.shuffle` grew with the files of the data set, 11 → 54 MB of traced
     memory for 1 → 8 files measured here, so a stream is not shuffled: shuffle it beforehand), the
     held-out blocks kept in memory, the floors' unigram counted on the first `STREAM_FLOOR_BLOCKS` training blocks
-    (`hf_ffn.training.pretraining_data`).
+    (`hf_ffn.mlm.data`).
 
     `given`: the option names the user gave (`given_options` of the command line); None: those whose values
     differ from their defaults. On a CUDA device, with `args.speed_defaults`, the options of
-    `hf_ffn.training.speed.device_speed_defaults` that are not given are set (and logged once); bf16 where the
+    `hf_ffn.mlm.speed.device_speed_defaults` that are not given are set (and logged once); bf16 where the
     device supports it (`args.bf16_where_available`) unless `--bf16` was given (`--bf16 false`: fp32).
 
     Returns:
@@ -317,7 +338,7 @@ def run_pretraining(
 
 
 def _first_phase(args, data_args, training_args, callbacks, given, recipe) -> dict:
-    """A sequence-length warm-up's first phase (`hf_ffn.training.short_blocks`): trained in
+    """A sequence-length warm-up's first phase (`hf_ffn.mlm.warmup`): trained in
     `output_dir/short_blocks` up to its `checkpoint-K` (skipped when a resumed run finds it there); what
     `run_info.json` keeps of it (`short_blocks`: block length, steps, batch, folder, its held-out [MASK] loss on
     blocks of that length and its summary line)."""
