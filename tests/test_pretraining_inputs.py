@@ -9,12 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from transformers import TrainingArguments
+from transformers import AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from hf_ffn.mlm.arguments import SCRATCH_CONFIG, SCRATCH_LEARNING_RATE, SCRATCH_RECIPE, PretrainingArguments
+from hf_ffn.mlm.arguments import PretrainingArguments
 from hf_ffn.mlm.floors import PLATEAU_MARGIN, plateau_verdict
-from hf_ffn.mlm.run import pretraining_main, pretraining_parser, run_pretraining, scratch_recipe
+from hf_ffn.mlm.recipe import RECIPES, read_recipe, recipe_defaults
+from hf_ffn.mlm.run import pretraining_config, pretraining_main, pretraining_parser, run_pretraining
 from hf_ffn.training.arguments import parse_arguments
 from hf_ffn.training.corpus import load_corpus, load_hub_corpus
 
@@ -180,23 +181,57 @@ def test_type_error_of_another_command_is_one_line_too(capsys):
 # ---------------------------------------------------------------------------------------------------------------
 # The recipe, the plateau, the phases
 # ---------------------------------------------------------------------------------------------------------------
-def test_scratch_recipe_sets_what_is_not_given_and_leaves_a_checkpoint_alone(tmp_path):
-    parser = pretraining_parser()
+def test_scratch_recipe_sets_what_is_not_given_and_leaves_a_checkpoint_alone(tokenizer_folder, tmp_path):
+    """The recipe is the parser's defaults: what the command line gives wins, the rest is the recipe's, before
+    `TrainingArguments` is built; its config fields fill what --config_overrides leaves out when the config is built."""
     line = ["--train_files", "x", "--output_dir", str(tmp_path), "--layer_norm_position", "pre"]
     given_line = [*line, "--warmup_steps", "10", "--config_overrides", "hidden_dropout_prob=0.2"]
-    args, _, training_args = parser.parse_args_into_dataclasses(args=given_line)
-    set_options = scratch_recipe(args, training_args, {"warmup_steps", "config_overrides", "layer_norm_position"})
-    assert set_options["learning_rate"] == training_args.learning_rate == 4e-3 == SCRATCH_LEARNING_RATE["pre"]
-    assert "warmup_steps" not in set_options and training_args.warmup_steps == 10
+    name, recipe = recipe_defaults(pretraining_parser(), given_line)
+    assert name == "scratch-pre-ln" and recipe == read_recipe(RECIPES / "scratch-pre-ln.json")
+    config = recipe.pop("config_overrides")
+    args, _, training_args = parse_arguments(pretraining_parser(), given_line, defaults=recipe)
+    assert training_args.learning_rate == 4e-3 == recipe["learning_rate"] and training_args.warmup_steps == 10
     assert (training_args.adam_beta2, training_args.max_grad_norm, training_args.weight_decay) == (0.98, 0.5, 0.01)
-    assert set(set_options) == {"learning_rate", *SCRATCH_RECIPE} - {"warmup_steps"} | {"config_overrides"}
+    assert training_args.adam_epsilon == 1e-6
     # the user's dropout kept, the recipe's other config fields added
-    assert args.config_updates() == {**SCRATCH_CONFIG, "hidden_dropout_prob": 0.2}
-    post, _, post_training = parser.parse_args_into_dataclasses(args=["--train_files", "x", "--output_dir", "o"])
-    assert scratch_recipe(post, post_training, set())["learning_rate"] == 1e-3 == post_training.learning_rate
-    checkpoint = PretrainingArguments(model_name_or_path="some/bert")
-    plain = TrainingArguments(output_dir=str(tmp_path), report_to="none")
-    assert scratch_recipe(checkpoint, plain, set()) == {} and plain.learning_rate == 5e-5  # Trainer's default
+    built = pretraining_config(args, AutoTokenizer.from_pretrained(tokenizer_folder), 32, config)
+    assert (built.hidden_dropout_prob, built.attention_probs_dropout_prob, built.initializer_range) == (0.2, 0.0, 0.05)
+    post_line = ["--train_files", "x", "--output_dir", "o"]
+    name, post = recipe_defaults(pretraining_parser(), post_line)
+    assert post.pop("config_overrides") == config  # the same config fields for both placements
+    post_training = parse_arguments(pretraining_parser(), post_line, defaults=post)[2]
+    assert name == "scratch-post-ln" and post_training.learning_rate == 1e-3 == post["learning_rate"]
+    for no_recipe in (["--model_name_or_path", "some/bert"], ["--recipe", "none"]):  # Trainer's defaults
+        assert recipe_defaults(pretraining_parser(), [*post_line, *no_recipe]) == (None, {})
+        plain = parse_arguments(pretraining_parser(), [*post_line, *no_recipe], defaults={})[2]
+        assert plain.learning_rate == 5e-5 and plain.warmup_steps == 0
+    # a copied recipe file, edited, in a .json file of arguments too
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps({**read_recipe("scratch-post-ln"), "learning_rate": 2e-3}))
+    arguments = tmp_path / "args.json"
+    arguments.write_text(json.dumps({"train_files": ["x"], "output_dir": "o", "recipe": str(mine), "seed": 3}))
+    name, recipe = recipe_defaults(pretraining_parser(), [str(arguments)])
+    recipe.pop("config_overrides")
+    from_file = parse_arguments(pretraining_parser(), [str(arguments)], defaults=recipe)[2]
+    assert name == str(mine) and (from_file.learning_rate, from_file.warmup_steps, from_file.seed) == (2e-3, 300, 3)
+
+
+def test_a_bad_recipe_names_the_recipe_and_what_is_wrong(tmp_path):
+    line = ["--train_files", "x"]
+    with pytest.raises(FileNotFoundError, match=r"--recipe 'fast': no such recipe or file; allowed: auto, none, cuda"):
+        recipe_defaults(pretraining_parser(), [*line, "--recipe", "fast"])
+    typo = tmp_path / "typo.json"
+    typo.write_text(json.dumps({"learning_rat": 1e-3}))
+    with pytest.raises(ValueError, match=r"--recipe .*typo.json: learning_rat is not an option of hf-ffn mlm"):
+        recipe_defaults(pretraining_parser(), [*line, f"--recipe={typo}"])
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"config_overrides": {"initializer_range": 0.05}}))
+    kept = r"--recipe .*config.json: --config_overrides: 'initializer_range' cannot"  # a checkpoint keeps it
+    with pytest.raises(ValueError, match=kept):
+        recipe_defaults(pretraining_parser(), [*line, "--model_name_or_path", "m", "--recipe", str(config)])
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"a recipe is a JSON object of option values"):
+        recipe_defaults(pretraining_parser(), [*line, "--recipe", str(tmp_path / "list.json")])
 
 
 def test_plateau_verdict_hand_checked():
@@ -218,7 +253,7 @@ def test_cli_run_prints_the_recipe_phases_and_the_plateau_line(corpus, tmp_path,
         == 0
     )
     out = capsys.readouterr().out
-    recipe = [line for line in out.splitlines() if "the recipe of studies/pretraining" in line]
+    recipe = [line for line in out.splitlines() if line.startswith("hf-ffn mlm: recipe scratch-post-ln (give an")]
     assert len(recipe) == 1 and "--learning_rate 0.001 --warmup_steps 300" in recipe[0]
     assert "initializer_range=0.05" in recipe[0]
     steps = json.loads((tmp_path / "run" / "run_info.json").read_text())["steps"]  # far fewer than 300

@@ -32,23 +32,6 @@ SCRATCH_DEFAULTS = {
 }
 GLU_MULTIPLE_OF = 8
 
-# The recipe of a run from scratch (issue 43): the `TrainingArguments` and config fields a model built from a
-# config gets unless the command line gives them (`scratch_recipe`); continued pre-training keeps Trainer's and
-# the checkpoint's. Copied from the from-scratch study that chose them (studies/pretraining/settings.py: RECIPE,
-# WARMUP_STEPS, PILOT; README.md there): Cramming's optimiser (Geiping & Goldstein 2022: no dropout, clipping
-# 0.5, Adam beta2 0.98), BERT's weight decay, initializer_range 0.05. With Trainer's 5e-5 a model from scratch
-# stays on the frequent-token plateau. The learning rate depends on the LayerNorm placement: Pre-LN 4e-3 (the
-# study's pilot, which left the plateau after ~25M tokens), Post-LN 1e-3 (its W1 run, as far along at 4.1M tokens).
-SCRATCH_RECIPE = {
-    "warmup_steps": 300,
-    "weight_decay": 0.01,
-    "adam_beta2": 0.98,
-    "adam_epsilon": 1e-6,
-    "max_grad_norm": 0.5,
-}
-SCRATCH_LEARNING_RATE = {"pre": 4e-3, "post": 1e-3}
-SCRATCH_CONFIG = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "initializer_range": 0.05}
-
 
 def ffn_width(
     ffn_type: str, intermediate_size: int, width: str | int = "matched", multiple_of: int = GLU_MULTIPLE_OF
@@ -210,13 +193,21 @@ class PretrainingArguments:
             "is given (CPU runs stay fp32); fp32 on a GPU: --bf16 false (or --bf16_where_available false)"
         },
     )
+    recipe: str = field(
+        default="auto",
+        metadata={
+            "help": "the training options a run takes unless given: a recipe of hf_ffn/mlm/recipes (scratch-post-ln, "
+            "scratch-pre-ln) or a .json file of option values (copy one to start); auto: from scratch the one of "
+            "--layer_norm_position, none from a checkpoint; none: Trainer's defaults. Printed and saved in "
+            "run_info.json"
+        },
+    )
     speed_defaults: bool = field(
         default=True,
         metadata={
-            "help": "on a CUDA device, set the speed options not given (hf_ffn.mlm.speed."
-            "device_speed_defaults: --torch_compile, --logging_nan_inf_filter false, "
-            "data loader workers, --unpad_tokens false, --fixed_prediction_rows), printed at the start; "
-            "false: none of them (CPU runs get none either way)"
+            "help": "on a CUDA device, set the speed options not given (hf_ffn/mlm/recipes/cuda.json: "
+            "--torch_compile, --logging_nan_inf_filter false, data loader workers, --unpad_tokens false, "
+            "--fixed_prediction_rows), printed at the start; false: none of them (CPU runs get none either way)"
         },
     )
     fixed_prediction_rows: bool = field(
@@ -580,10 +571,7 @@ class PretrainingDataArguments(MlmDataArguments):
 __all__ = [
     "GLU_MULTIPLE_OF",
     "ffn_width",
-    "SCRATCH_CONFIG",
     "SCRATCH_DEFAULTS",
-    "SCRATCH_LEARNING_RATE",
-    "SCRATCH_RECIPE",
     "PretrainingArguments",
     "PretrainingDataArguments",
 ]

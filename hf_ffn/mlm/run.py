@@ -79,10 +79,7 @@ from ..training.outputs import (
 )
 from .arguments import (
     GLU_MULTIPLE_OF,
-    SCRATCH_CONFIG,
     SCRATCH_DEFAULTS,
-    SCRATCH_LEARNING_RATE,
-    SCRATCH_RECIPE,
     MlmDataArguments,
     PretrainingArguments,
     PretrainingDataArguments,
@@ -92,6 +89,7 @@ from .data import Phases, blocks_and_maskings, context_free_floors, corpus_docum
 from .early_stopping import StopAtStep, check_stop_at_step, early_stopping_callback
 from .floors import plateau_verdict
 from .initialisation import ffn_output_rms, seed_by_name
+from .recipe import CONFIG_KEY, config_text, recipe_defaults
 from .report import card_notes, ffn_report, run_report, summary_line
 from .speed import apply_speed_defaults, options_given_by_value, use_bf16_where_available
 from .throughput import ThroughputCallback
@@ -120,37 +118,15 @@ LOAD_HINT = (
 )
 
 
-def scratch_recipe(args: PretrainingArguments, training_args, given: set[str]) -> dict:
-    """Apply the from-scratch recipe (`SCRATCH_RECIPE`, `SCRATCH_LEARNING_RATE` by the LayerNorm placement,
-    `SCRATCH_CONFIG` through `--config_overrides`) to the options `given` leaves out (`given_options`: the names
-    set on the command line), in place on `args` and `training_args`. A run from a checkpoint is left as it is.
-
-    Returns:
-        The options set, `{"learning_rate": 0.004, ..., "config_overrides": "hidden_dropout_prob=0.0,..."}` (empty
-        for a checkpoint or when every one was given), to print and report.
-    """
-    if args.model_name_or_path is not None:
-        return {}
-    options = {"learning_rate": SCRATCH_LEARNING_RATE[args.scratch("layer_norm_position")], **SCRATCH_RECIPE}
-    chosen = {name: value for name, value in options.items() if name not in given}
-    for name, value in chosen.items():
-        setattr(training_args, name, value)
-    overridden = args.config_updates()
-    config = {key: value for key, value in SCRATCH_CONFIG.items() if key not in overridden}
-    if config:
-        given_text = [args.config_overrides] if args.config_overrides else []
-        args.config_overrides = ",".join([*given_text, *(f"{key}={value}" for key, value in config.items())])
-        args.config_updates()  # checked again
-        chosen["config_overrides"] = ",".join(f"{key}={value}" for key, value in config.items())
-    return chosen
-
-
 def pretraining_config(
-    args: PretrainingArguments, tokenizer: PreTrainedTokenizerBase, max_seq_length: int
+    args: PretrainingArguments,
+    tokenizer: PreTrainedTokenizerBase,
+    max_seq_length: int,
+    recipe_config: dict | None = None,
 ) -> FfnBertConfig:
     """The from-scratch `FfnBertConfig` of `args`: its sizes (or `SCRATCH_DEFAULTS`), the FFN width from
     `ffn_width`, the tokenizer's vocabulary size and pad id, BERT's 512 positions (more if a block is longer), and
-    `--config_overrides` (`args.config_updates()`).
+    `--config_overrides` (`args.config_updates()`) over the recipe's config fields (`recipe_config`).
 
     Raises:
         ValueError: on sizes a model cannot be built with (e.g. hidden size not divisible by the heads).
@@ -170,7 +146,7 @@ def pretraining_config(
         ffn_type=ffn_type,
         layer_norm_position=args.scratch("layer_norm_position"),
         max_position_embeddings=scratch_positions(max_seq_length),
-        **args.config_updates(),
+        **{**(recipe_config or {}), **args.config_updates()},
     )
     config.check_model_fields()
     return config
@@ -237,10 +213,11 @@ def run_pretraining(
     Two runs with the same seed and data see the same blocks in the same order with the same training masks,
     whatever their FFN type or LayerNorm placement: the global RNG is seeded again after the model is built
     (Trainer's `set_seed`), and every variant draws the same random numbers per step (dropout shapes do not depend
-    on the FFN). `callbacks`: extra `TrainerCallback`s for the run's Trainer. `recipe`: the options
-    `scratch_recipe` set, recorded in `run_info.json`. Each phase of the data path prints one line with its seconds
-    (`Phases`; `phase_seconds` in the report). A run from scratch whose held-out [MASK] loss ends less than
-    `PLATEAU_MARGIN` nats below the unigram floor says so on its summary line (`plateau` in the report).
+    on the FFN). `callbacks`: extra `TrainerCallback`s for the run's Trainer. `recipe`: the recipe's name and
+    the values the run took from it (`pretraining_main`: `hf_ffn.mlm.recipe`), recorded in `run_info.json`; its
+    `config_overrides` fill the config fields `--config_overrides` leaves out. Each phase of the data path prints one
+    line with its seconds (`Phases`; `phase_seconds` in the report). A run from scratch whose held-out [MASK] loss ends
+    less than `PLATEAU_MARGIN` nats below the unigram floor says so on its summary line (`plateau` in the report).
 
     With `data_args.short_block_length` (a sequence-length warm-up, `hf_ffn.mlm.warmup`) the first
     `short_block_steps` steps run first as a run of their own on blocks of that length in `output_dir/short_blocks`,
@@ -281,7 +258,7 @@ def run_pretraining(
     floors = context_free_floors(train, evaluation, tokenizer, data_args)
     phases.done("floors", f"context-free floors: unigram at [MASK] {floors['unigram_mask']:.4f} nats")
     data_seconds = time.perf_counter() - start  # reading, the tokenizer, tokenizing, blocks, maskings (or the cache)
-    model, built = _model(args, tokenizer, data_args, training_args, resume)
+    model, built = _model(args, tokenizer, data_args, training_args, resume, (recipe or {}).get(CONFIG_KEY))
     check_resume_matches(model.config, resume)
     first = materialise(train, INIT_RMS_BLOCKS)
     init_rms = ffn_output_rms(model, torch.tensor(first[:INIT_RMS_BLOCKS]["input_ids"], dtype=torch.long))
@@ -400,6 +377,7 @@ def _model(
     data_args: PretrainingDataArguments,
     training_args: TrainingArguments,
     resume: str | None = None,
+    recipe_config: dict | None = None,
 ) -> tuple[FfnBertForMaskedLM, dict]:
     """The model to train, built from scratch or loaded from the checkpoint (after seeding the global RNG with
     `training_args.seed`: the same initial weights for the same seed), and what was built: `conversion`,
@@ -412,7 +390,7 @@ def _model(
     """
     set_seed(training_args.seed)
     if args.model_name_or_path is None:
-        model = FfnBertForMaskedLM(pretraining_config(args, tokenizer, data_args.max_seq_length))
+        model = FfnBertForMaskedLM(pretraining_config(args, tokenizer, data_args.max_seq_length, recipe_config))
         if args.seed_modules_by_name:
             seed_by_name(model, training_args.seed)
         built = {"conversion": {"conversion": "from scratch", "new_weights": "all"}, "saved_unpad": False}
@@ -537,27 +515,34 @@ def pretraining_parser(prog: str = "hf-ffn mlm") -> HfArgumentParser:
 
 
 def pretraining_main(argv: list[str], prog: str = "hf-ffn mlm") -> int:
-    """`hf-ffn mlm`: parse `argv` (or one `.json` file of arguments), apply the from-scratch recipe to the options
-    not given (`scratch_recipe`, printed as one line), pre-train (`run_pretraining`), print the report's line and
-    where the model went. Returns 0; bad input ends as `prog: error: ...`, exit status 2."""
+    """`hf-ffn mlm`: the recipe `argv` asks for (`recipe_defaults`: from scratch, `--recipe auto` picks one) as the
+    parser's defaults, `argv` (or one `.json` file of arguments) parsed over them, the recipe's values the run takes
+    printed as one line, pre-training (`run_pretraining`), the report's line and where the model went. Returns 0;
+    bad input ends as `prog: error: ...`, exit status 2."""
     with bad_input_exits(prog):
         parser = pretraining_parser(prog)
-        args, data_args, training_args = parse_arguments(parser, argv)
+        name, recipe = recipe_defaults(parser, argv)
+        config = recipe.pop(CONFIG_KEY, {})
+        args, data_args, training_args = parse_arguments(parser, argv, defaults=recipe)
         given = given_options(parser, argv)
         if "output_dir" not in given:  # not Trainer's ./trainer_output
-            name = folder_name(args.model_name_or_path) if args.model_name_or_path else "scratch"
-            training_args.output_dir = str(fresh_output_dir(DEFAULT_OUTPUT_ROOT / name))
-        recipe = scratch_recipe(args, training_args, given)
-        if recipe and training_args.process_index == 0:
-            options = " ".join(f"--{name} {value}" for name, value in recipe.items())
-            print(f"{prog}: from scratch, the recipe of studies/pretraining (give an option to change it): {options}")
+            folder = folder_name(args.model_name_or_path) if args.model_name_or_path else "scratch"
+            training_args.output_dir = str(fresh_output_dir(DEFAULT_OUTPUT_ROOT / folder))
+        used = {option: value for option, value in recipe.items() if option not in given}
+        if {key: value for key, value in config.items() if key not in args.config_updates()}:
+            used[CONFIG_KEY] = {key: value for key, value in config.items() if key not in args.config_updates()}
+        if used and training_args.process_index == 0:
+            shown = {**used, **({CONFIG_KEY: config_text(used[CONFIG_KEY])} if CONFIG_KEY in used else {})}
+            options = " ".join(f"--{option} {value}" for option, value in shown.items())
+            print(f"{prog}: recipe {name} (give an option to change it; --recipe none: none): {options}")
             warmup, steps = training_args.warmup_steps, training_args.max_steps
-            if "warmup_steps" in recipe and 0 < steps <= warmup:
+            if "warmup_steps" in used and 0 < steps <= warmup:
                 print(
                     f"{prog}: note: --max_steps {steps} ends within the recipe's warm-up of {warmup} steps: the "
                     f"learning rate never reaches its peak (give --warmup_steps to shorten it)"
                 )
-        outcome = run_pretraining(args, data_args, training_args, given=given, recipe=recipe)
+        recipe_used = {"name": name, **used} if name else {}
+        outcome = run_pretraining(args, data_args, training_args, given=given, recipe=recipe_used)
     if training_args.process_index == 0:  # one report per torchrun job
         print(json.dumps(outcome["results"], indent=2))
         if outcome["short_blocks"] is not None:

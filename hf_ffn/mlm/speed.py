@@ -19,19 +19,21 @@ from transformers import TrainingArguments
 from transformers.utils import logging as hf_logging
 
 from .metrics import IGNORE_INDEX
+from .recipe import read_recipe
 
 logger = hf_logging.get_logger(__name__)
 
 ROWS_MULTIPLE = 8  # the fixed row count is a multiple of this (tensor-core-friendly matmul shapes)
 ROWS_SIGMAS = 6.0  # the row count covers the mean masked count + this many standard deviations (overflow ~1e-9)
-MAX_LOADER_WORKERS = 4
+CUDA_RECIPE = "cuda"  # hf_ffn/mlm/recipes/cuda.json
 
 
 def device_speed_defaults(device_type: str, given: set[str], cpu_count: int | None = None) -> dict:
     """The speed options `hf-ffn mlm` sets on `device_type` ("cuda", "cpu", ...), less the ones in `given` (the
     options the user gave, by name). `{}` off CUDA.
 
-    On CUDA (`TrainingArguments` options, then `PretrainingArguments` ones):
+    On CUDA, the values of `hf_ffn/mlm/recipes/cuda.json` (`TrainingArguments` options, then `PretrainingArguments`
+    ones):
     - `torch_compile=True` (Trainer's own: the model is compiled by inductor, fewer and fused kernels) with
       `torch_compile_mode="reduce-overhead"` (CUDA graphs: a step's kernels replayed in one launch; the training
       shapes are static with `fixed_prediction_rows`); a given `torch_compile` leaves the mode to the user;
@@ -39,8 +41,8 @@ def device_speed_defaults(device_type: str, given: set[str], cpu_count: int | No
       the loader's pinned memory; without it each step waited once per tensor in the batch);
     - `logging_nan_inf_filter=False` (Trainer otherwise reads every step's loss back to test it for nan/inf: a
       host-device synchronisation per step);
-    - `dataloader_num_workers` (min(4, cpu_count // 2)) and `dataloader_persistent_workers=True`: batches are
-      collated and masked in worker processes while the GPU computes (pinned memory is Trainer's default); a
+    - `dataloader_num_workers` (the file's 4, at most cpu_count // 2) and `dataloader_persistent_workers=True`:
+      batches are collated and masked in worker processes while the GPU computes (pinned memory is Trainer's default); a
       given `dataloader_num_workers` leaves both to the user;
     - `unpad_tokens=False`: the packed blocks have no padding, and looking for it reads the mask back every step;
     - `fixed_prediction_rows=True`: sparse prediction decodes a fixed number of positions per batch
@@ -56,17 +58,10 @@ def device_speed_defaults(device_type: str, given: set[str], cpu_count: int | No
     cpu_count = (os.cpu_count() or 1) if cpu_count is None else cpu_count
     if cpu_count < 1:
         raise ValueError(f"cpu_count has value {cpu_count!r}; allowed: an integer >= 1")
-    workers = min(MAX_LOADER_WORKERS, cpu_count // 2)
-    defaults = {
-        "torch_compile": True,
-        "torch_compile_mode": "reduce-overhead",
-        "accelerator_config": {"non_blocking": True},
-        "logging_nan_inf_filter": False,
-        "dataloader_num_workers": workers,
-        "dataloader_persistent_workers": workers > 0,
-        "unpad_tokens": False,
-        "fixed_prediction_rows": True,
-    }
+    defaults = read_recipe(CUDA_RECIPE)
+    workers = min(defaults["dataloader_num_workers"], cpu_count // 2)  # at most half the cores
+    defaults["dataloader_num_workers"] = workers
+    defaults["dataloader_persistent_workers"] = defaults["dataloader_persistent_workers"] and workers > 0
     if "dataloader_num_workers" in given:  # persistent workers need workers: the user's choice decides both
         given = given | {"dataloader_persistent_workers"}
     if "torch_compile" in given:  # compiling or not is the user's choice, and so how

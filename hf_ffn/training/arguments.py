@@ -267,35 +267,31 @@ def one_line_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
     raise SystemExit(EXIT_BAD_INPUT)
 
 
-def parse_arguments(parser: HfArgumentParser, argv: Sequence[str]) -> tuple:
+def parse_arguments(parser: HfArgumentParser, argv: Sequence[str], defaults: dict | None = None) -> tuple:
     """`parser`'s dataclasses from `argv`, or from one `.json` file of arguments when `argv` is just its path (the
-    convention of transformers' example scripts: `parse_json_file`, else `parse_args_into_dataclasses`). A command
-    line argparse refuses (a value of the wrong type, a missing required option) ends in one line naming the
+    convention of transformers' example scripts: `parse_json_file`, else `parse_args_into_dataclasses`), with
+    `defaults` (option → value, e.g. a recipe's) in place of the fields' own defaults: what `argv` gives wins. A
+    command line argparse refuses (a value of the wrong type, a missing required option) ends in one line naming the
     option and the value (`one_line_error`), exit status 2, instead of the usage.
 
     Raises:
         ValueError: the dataclasses' own checks (`__post_init__`).
     """
     parser.error = functools.partial(one_line_error, parser)  # this parser only
+    defaults = dict(defaults or {})
     if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(argv[0])
+        return parser.parse_dict({**defaults, **json.loads(Path(argv[0]).read_text())})
+    parser.set_defaults(**defaults)
     return parser.parse_args_into_dataclasses(args=list(argv))
 
 
 def given_options(parser: HfArgumentParser, argv: Sequence[str]) -> set[str]:
-    """The argument names `argv` sets explicitly (flags given on the command line, or the keys of its one .json
-    file), whatever their values: `parser` re-run with every default suppressed (on a copy of its actions)."""
+    """The argument names `argv` sets explicitly (flags given on the command line, as `--name`, `--name=value` or
+    another of the option's spellings, or the keys of its one .json file), whatever their values."""
     if len(argv) == 1 and argv[0].endswith(".json"):
         return set(json.loads(Path(argv[0]).read_text()))
-    saved = [(action, action.default, action.required) for action in parser._actions if action.dest != "help"]
-    try:
-        for action, _, _ in saved:
-            action.default, action.required = argparse.SUPPRESS, False
-        namespace, _ = parser.parse_known_args(list(argv))
-    finally:
-        for action, default, required in saved:
-            action.default, action.required = default, required
-    return set(vars(namespace))
+    named = {arg.partition("=")[0] for arg in argv if arg.startswith("--")}
+    return {action.dest for action in parser._actions if named & set(action.option_strings)}
 
 
 def fresh_output_dir(base: str | Path, finished: str = "config.json") -> Path:

@@ -1,0 +1,108 @@
+"""The recipes of `hf-ffn mlm` as files (litgpt's `config_hub`, nanoGPT's `config/*.py`): a JSON object of option
+values in `hf_ffn/mlm/recipes/`, to read, copy and pass back as `--recipe FILE`.
+
+- `scratch-post-ln.json`, `scratch-pre-ln.json`: the from-scratch recipe. `--recipe auto` (the default) picks one by
+  `--layer_norm_position` for a run without `--model_name_or_path`; a run from a checkpoint gets none.
+- `cuda.json`: the per-device speed defaults (`hf_ffn.mlm.speed.device_speed_defaults`, with `--speed_defaults`).
+
+A recipe's values become the parser's defaults before `TrainingArguments` is built (`recipe_defaults`, then
+`hf_ffn.training.arguments.parse_arguments(..., defaults=)`): an option given on the command line wins, nothing is set
+afterwards. Its `config_overrides` (an object of config fields) fills the fields `--config_overrides` leaves out, when
+the model's config is built. Its `description` is for the reader.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from transformers import HfArgumentParser
+
+from .config_overrides import parse_config_overrides
+
+RECIPES = Path(__file__).with_name("recipes")
+AUTO, NONE = "auto", "none"
+CONFIG_KEY = "config_overrides"
+
+
+def recipe_names() -> list[str]:
+    """The recipes shipped in `RECIPES` (file names without `.json`)."""
+    return sorted(path.stem for path in RECIPES.glob("*.json"))
+
+
+def read_recipe(name_or_file: str) -> dict:
+    """The options of recipe `name_or_file` (a name of `recipe_names()`, or a .json file), its description left out.
+
+    Raises:
+        FileNotFoundError: neither a shipped name nor a file (naming --recipe and the shipped names).
+        ValueError: a file that is not a JSON object, or whose `config_overrides` is not one.
+    """
+    path = RECIPES / f"{name_or_file}.json" if name_or_file in recipe_names() else Path(name_or_file)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"--recipe {name_or_file!r}: no such recipe or file; allowed: {AUTO}, {NONE}, "
+            f"{', '.join(recipe_names())} or a .json file of option values"
+        )
+    try:
+        recipe = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--recipe {str(path)!r} is not valid JSON: {error}") from error
+    if not isinstance(recipe, dict) or not isinstance(recipe.get(CONFIG_KEY, {}), dict):
+        raise ValueError(f"--recipe {str(path)!r}: a recipe is a JSON object of option values ({CONFIG_KEY}: one too)")
+    recipe.pop("description", None)
+    return recipe
+
+
+def config_text(config: dict) -> str:
+    """A recipe's `config_overrides` object as `--config_overrides` text ("key=value,..."; booleans true/false)."""
+    return ",".join(f"{key}={json.dumps(value) if isinstance(value, bool) else value}" for key, value in config.items())
+
+
+def _option_value(argv: Sequence[str], name: str) -> str | None:
+    """The value `argv` gives option `name` (`--name V` or `--name=V`, or the key of its one .json file), else None."""
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        value = json.loads(Path(argv[0]).read_text()).get(name)
+        return None if value is None else str(value)
+    spellings = {f"--{name}", f"--{name.replace('_', '-')}"}
+    for index, arg in enumerate(argv):
+        option, equals, value = arg.partition("=")
+        if option in spellings:
+            return value if equals else (argv[index + 1] if index + 1 < len(argv) else None)
+    return None
+
+
+def chosen_recipe(recipe: str | None, model_name_or_path: str | None, layer_norm_position: str | None) -> str | None:
+    """The recipe a run gets: `recipe` itself, or for `auto` (and None) the from-scratch one of its LayerNorm
+    placement (`scratch-post-ln` unless `pre`) without a checkpoint, no recipe with one; None for `none`."""
+    if recipe in (None, AUTO):
+        return None if model_name_or_path is not None else f"scratch-{layer_norm_position or 'post'}-ln"
+    return None if recipe == NONE else recipe
+
+
+def recipe_defaults(parser: HfArgumentParser, argv: Sequence[str]) -> tuple[str | None, dict]:
+    """The recipe `argv` asks for (its `--recipe`, `--model_name_or_path` and `--layer_norm_position`) and its
+    options, checked against `parser`: every key an option of it, `config_overrides` what the model may change
+    (`parse_config_overrides`, from scratch or for a checkpoint). `(None, {})` without a recipe.
+
+    Raises:
+        FileNotFoundError, ValueError: as `read_recipe`; a key that is not an option (naming the recipe and the key).
+    """
+    checkpoint = _option_value(argv, "model_name_or_path")
+    name = chosen_recipe(_option_value(argv, "recipe"), checkpoint, _option_value(argv, "layer_norm_position"))
+    if name is None:
+        return None, {}
+    recipe = read_recipe(name)
+    options = {action.dest for action in parser._actions}
+    unknown = sorted(set(recipe) - options - {CONFIG_KEY})
+    if unknown:
+        raise ValueError(f"--recipe {name}: {', '.join(unknown)} is not an option of {parser.prog}")
+    config = recipe.get(CONFIG_KEY, {})
+    try:
+        parse_config_overrides(config_text(config), checkpoint is not None)
+    except ValueError as error:
+        raise ValueError(f"--recipe {name}: {error}") from error
+    return name, recipe
+
+
+__all__ = ["AUTO", "NONE", "RECIPES", "chosen_recipe", "config_text", "read_recipe", "recipe_defaults", "recipe_names"]
