@@ -131,6 +131,16 @@ def interrupted_message(output_dir: str | os.PathLike) -> str:
     return f"the last checkpoint is {last}: rerun the same command with --resume_from_checkpoint last to go on from it"
 
 
+def _only_disposable(folder: Path, disposable: tuple[str, ...]) -> bool:
+    """Whether `folder` holds nothing but `disposable` entries: a name (removed whole), or a name with a trailing
+    "/", a folder that itself holds nothing else (e.g. a warm-up's first phase with only its trained tokenizer)."""
+    return all(
+        path.name in disposable
+        or (f"{path.name}/" in disposable and path.is_dir() and _only_disposable(path, disposable))
+        for path in folder.iterdir()
+    )
+
+
 def one_run_per_output_dir(run: Callable[..., Any] | None = None, *, disposable: tuple[str, ...] = ()):
     """Decorate a training run (any function given `TrainingArguments`, positionally or by keyword) so that it holds
     an exclusive lock on `output_dir/.hf_ffn.lock` while it runs: a second run into the same folder, from another
@@ -181,7 +191,7 @@ def one_run_per_output_dir(run: Callable[..., Any] | None = None, *, disposable:
             lock.release()
             if not lock.is_locked:
                 (output_dir / LOCK_FILE).unlink(missing_ok=True)
-                if failed and created and all(p.name in disposable for p in output_dir.iterdir()):
+                if failed and created and _only_disposable(output_dir, disposable):
                     shutil.rmtree(output_dir, ignore_errors=True)  # a failed run's folder: nothing to resume from
 
     return locked

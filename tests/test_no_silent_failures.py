@@ -242,6 +242,22 @@ def test_the_lock_is_reentrant_and_a_failed_new_folder_is_removed(tmp_path):
         fails(TrainingArguments(output_dir=str(kept), report_to="none"))
     assert (kept / "tokenizer").is_dir()  # a folder the user had is never removed
 
+    @one_run_per_output_dir(disposable=("tokenizer", "short_blocks/"))
+    def fails_in_a_warmup(training_args, checkpoint):  # a warm-up's first phase: its folder inside the run's
+        first = Path(training_args.output_dir) / "short_blocks"
+        (first / "tokenizer").mkdir(parents=True)
+        if checkpoint:
+            (first / "checkpoint-2").mkdir()
+        raise ValueError("bad input found late")
+
+    for checkpoint, left in ((False, False), (True, True)):  # a first phase's checkpoint is kept for resuming
+        with pytest.raises(ValueError):
+            fails_in_a_warmup(
+                TrainingArguments(output_dir=str(tmp_path / f"warm{checkpoint}"), report_to="none"), checkpoint
+            )
+        assert (tmp_path / f"warm{checkpoint}" / "short_blocks" / "checkpoint-2").is_dir() is left
+        assert (tmp_path / f"warm{checkpoint}").exists() is left
+
     @one_run_per_output_dir
     def interrupted_layerwise(training_args):  # heal's resumable layer-wise fits are kept
         (Path(training_args.output_dir) / "layerwise").mkdir()

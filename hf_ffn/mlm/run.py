@@ -183,7 +183,7 @@ def _tokenizer(
     return tokenizer, f"WordPiece trained on the training documents ({args.scratch('vocab_size')} asked)"
 
 
-@one_run_per_output_dir(disposable=("tokenizer",))  # TOKENIZER_FOLDER
+@one_run_per_output_dir(disposable=("tokenizer", "short_blocks/"))  # TOKENIZER_FOLDER, FIRST_PHASE_FOLDER
 def run_pretraining(
     args: PretrainingArguments,
     data_args: PretrainingDataArguments,
@@ -243,9 +243,17 @@ def run_pretraining(
     """
     start = time.perf_counter()
     first_phase = None
-    if data_args.short_block_length is not None:  # a sequence-length warm-up: its first phase, then this run
+    if data_args.short_block_length is not None:  # a sequence-length warm-up: its first phase, then the run
         first_phase = _first_phase(args, data_args, training_args, callbacks, given, recipe)
         data_args, training_args = second_phase_arguments(data_args, training_args)
+    outcome = _train(args, data_args, training_args, callbacks, given, recipe, first_phase)
+    return {**outcome, "wall_seconds": time.perf_counter() - start}
+
+
+def _train(args, data_args, training_args, callbacks, given, recipe, first_phase: dict | None = None) -> dict:
+    """One Trainer run of `run_pretraining` (the whole run, or one phase of a warm-up): check, read, build, train,
+    evaluate, save; `first_phase`: what the warm-up's first phase reported (`_first_phase`)."""
+    start = time.perf_counter()
     resume, stopping = _check_arguments(args, data_args, training_args)
     given = options_given_by_value(args, data_args, training_args) if given is None else given
     speed = apply_speed_defaults((args,), training_args, given) if args.speed_defaults else {}
@@ -306,12 +314,7 @@ def run_pretraining(
     report["plateau"] = plateau_verdict(results["eval_mask_loss"], floors["unigram_mask"]) if from_scratch else None
     report["summary"] = summary_line(report, model.config, built["standard_width"], results["eval_loss"], results)
     _save(args, data_args, training_args, trainer, tokenizer, results, report, built)
-    return {
-        "results": results,
-        "log_history": trainer.state.log_history,
-        "wall_seconds": time.perf_counter() - start,
-        **report,
-    }
+    return {"results": results, "log_history": trainer.state.log_history, **report}
 
 
 def _first_phase(args, data_args, training_args, callbacks, given, recipe) -> dict:
@@ -328,7 +331,7 @@ def _first_phase(args, data_args, training_args, callbacks, given, recipe) -> di
     info = check_first_phase_folder(data_args, training_args)
     if not first_phase_done(data_args, training_args):
         stop = StopAtStep(data_args.short_block_steps)
-        run_pretraining(args, short_data, short_training, [*(callbacks or []), stop], given, recipe)
+        _train(args, short_data, short_training, [*(callbacks or []), stop], given, recipe)
         info = json.loads((folder / "run_info.json").read_text())
     results = json.loads((folder / "all_results.json").read_text()) if (folder / "all_results.json").is_file() else {}
     if not info:  # cut after its checkpoint-K, before its final evaluation and save
