@@ -18,8 +18,8 @@ from transformers.utils import logging as hf_logging
 
 from hf_ffn import FfnBertForMaskedLM
 from hf_ffn.conversion import convert_checkpoint
-from studies.comparison import BASELINE
-from studies.task_comparison import glue_average, paired_score_difference
+from studies.common.comparison import BASELINE
+from studies.four_tasks.task_comparison import glue_average, paired_score_difference
 
 from .conftest import tiny_config
 from .test_tasks import write_stsb
@@ -206,7 +206,7 @@ def _baseline_run(task, seed, scores, losses):
 def test_convergence_labels_each_run_by_its_last_fifth():
     """A Matthews correlation stuck at 0 is flat in points (its relative change, 0/0, would be nan); a score rising
     5 points over the fifth is still rising; a rising validation loss is past its best; a falling one still falls."""
-    from studies.task_comparison import convergence_lines
+    from studies.four_tasks.task_comparison import convergence_lines
 
     lines = convergence_lines(
         [
@@ -231,7 +231,7 @@ def test_convergence_labels_each_run_by_its_last_fifth():
 def test_convergence_over_seeds_is_a_t_interval_of_the_score_change():
     """Per task over seeds: the mean score change over the last fifth with its Student-t 95% interval; above 0 is
     still improving, else (inside 0) no rise or fall was detected."""
-    from studies.task_comparison import convergence_lines
+    from studies.four_tasks.task_comparison import convergence_lines
 
     runs = [
         _baseline_run("stsb", seed, [0.0, 50.0, 70.0, 70.0 + rise], [8.0, 2.0, 1.0, 1.0])
@@ -260,7 +260,7 @@ def test_convergence_over_seeds_is_a_t_interval_of_the_score_change():
 def test_convergence_names_nan_falls_and_scores_that_never_move():
     """A nan in the curve is named, not read as flat, and left out of the interval; a fall on every seed is a
     detected fall (past its best); a score stuck at 0 on every seed is no change, not convergence."""
-    from studies.task_comparison import convergence_lines, seeds_verdict
+    from studies.four_tasks.task_comparison import convergence_lines, seeds_verdict
 
     nan = float("nan")
     lines = convergence_lines(
@@ -295,7 +295,7 @@ def test_read_runs_leaves_a_line_being_appended(tmp_path):
 def test_recipe_ignores_paths_and_weights_but_not_arguments(tmp_path):
     """The recipe of a healed folder: the same for a copy made elsewhere (other paths, other weights in the last
     bits), another for other healing arguments or another source; None without a report or its source."""
-    from studies.start_weights import recipe_sha256
+    from studies.common.start_weights import recipe_sha256
 
     source = tmp_path / "source"
     source.mkdir()

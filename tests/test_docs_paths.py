@@ -1,7 +1,7 @@
 """Published files are portable and hold together: no absolute path of the machine they were made on appears in
 docs/, studies/' reports, README.md or model_cards/ (commands run from the repository root: `../shared/data/...`,
 `out/...`, the bundled checkpoint by name), the report generators write paths that way
-(`studies.environment.portable_path` / `portable_command`), every relative link resolves, every command names a
+(`studies.common.environment.portable_path` / `portable_command`), every relative link resolves, every command names a
 runner that exists, and docs/ holds guides only (the studies' reports and runs live in studies/)."""
 
 import re
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hf_ffn.parity import bundled_checkpoint
-from studies.environment import BUNDLED, BUNDLED_IN_COMMAND, REPO, portable_command, portable_path
+from studies.common.environment import BUNDLED, BUNDLED_IN_COMMAND, REPO, portable_command, portable_path
 
 REPORTS = [path for path in sorted((REPO / "studies").rglob("*")) if path.suffix in (".md", ".json", ".jsonl")]
 PUBLISHED = [

@@ -7,7 +7,7 @@ import torch
 
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training import mask_once, mlm_blocks, read_text_documents
-from studies.layer_norm_study import (
+from studies.switches.layer_norm_study import (
     ffn_gradient_norms,
     masked_batches,
     mlm_config,
