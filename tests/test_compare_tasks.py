@@ -54,6 +54,15 @@ def test_glue_average_and_paired_interval_hand_computed():
     assert paired_score_difference(averages[:1], base[1:]) is None  # no seed in common
 
 
+def test_paired_score_difference_by_hand():
+    # differences 1.5 and 2.0 (paired by seed): mean 1.75, sd √0.125, t_{0.975, 1}
+    runs = [{"seed": 0, "score": 61.5}, {"seed": 1, "score": 65.0}, {"seed": 2, "score": 70.0}]
+    reference = [{"seed": 0, "score": 60.0}, {"seed": 1, "score": 63.0}]
+    half = stats.t.ppf(0.975, 1) * 0.125**0.5 / 2**0.5
+    assert paired_score_difference(runs, reference) == pytest.approx((1.75, 1.75 - half, 1.75 + half))
+    assert paired_score_difference(runs[:1], reference) is None
+
+
 @pytest.fixture
 def tiny_setup(bundled_checkpoint, tmp_path):
     hf_logging.set_verbosity_error()

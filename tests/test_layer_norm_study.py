@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
-from hf_ffn.training import mask_once, mlm_blocks, read_text_documents
+from hf_ffn.training import mlm_blocks, read_text_documents
 from studies.switches.layer_norm_study import (
     ffn_gradient_norms,
+    mask_once,
     masked_batches,
     mlm_config,
     split_documents,

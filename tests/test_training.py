@@ -24,7 +24,7 @@ from hf_ffn.training import (
     ModelArguments,
     check_checkpoint,
     load_label_files,
-    mask_once,
+    masking_collator,
     mlm_blocks,
     parse_split_sizes,
     read_label_files,
@@ -374,8 +374,12 @@ def test_mlm_blocks_cut_the_document_stream_and_fixed_masks_repeat(tokenizer):
     assert blocks["input_ids"] == [stream[i * 8 : (i + 1) * 8] for i in range(len(stream) // 8)]  # remainder dropped
     special = {tokenizer.cls_token_id, tokenizer.sep_token_id}
     assert blocks["special_tokens_mask"] == [[int(i in special) for i in row] for row in blocks["input_ids"]]
-    first, again = (mask_once(blocks, tokenizer, mlm_probability=0.5, seed=3) for _ in range(2))
-    other = mask_once(blocks, tokenizer, mlm_probability=0.5, seed=4)
+    rows = [
+        {"input_ids": i, "special_tokens_mask": s}
+        for i, s in zip(blocks["input_ids"], blocks["special_tokens_mask"], strict=True)
+    ]
+    first, again = (masking_collator(tokenizer, mlm_probability=0.5, seed=3)(rows) for _ in range(2))
+    other = masking_collator(tokenizer, mlm_probability=0.5, seed=4)(rows)
     assert torch.equal(first["labels"], again["labels"]) and not torch.equal(first["labels"], other["labels"])
     masked = first["labels"] != -100
     assert masked.any() and not masked[torch.tensor(blocks["special_tokens_mask"]).bool()].any()

@@ -16,7 +16,7 @@ Modules, one job each:
 - `corpus`: the MLM data path through `datasets`, corpus → documents → blocks → masks (`load_corpus`,
   `documents_to_blocks`, `fixed_maskings`; compressed text, json or parquet files, cached tokenization).
 - `data`: the classification splits (`load_classification_datasets`), column and label checks, MLM blocks of a
-  list of texts (`mlm_blocks`), one fixed masking in memory (`mask_once`) and the MLM collators.
+  list of texts (`mlm_blocks`) and the MLM collators.
 - `outputs`: checkpoint and tokenizer loading, output-folder checks, the finished save (`save_finished`: nothing
   that loads as a model until every file is written), the final evaluation, the model card.
 - `classification`: `run_classification` (single sentences or pairs, classes or regression), its metrics and their
@@ -77,7 +77,6 @@ from .data import (
     decode_text,
     load_classification_datasets,
     load_label_files,
-    mask_once,
     mlm_blocks,
     parse_split_sizes,
     read_label_files,
@@ -182,7 +181,6 @@ __all__ = [
     "load_classification_datasets",
     "load_model",
     "load_tokenizer",
-    "mask_once",
     "masking_collator",
     "fixed_maskings",
     "documents_to_blocks",

@@ -301,30 +301,6 @@ def calibration_ids(
     return ids[torch.linspace(0, len(ids) - 1, count).round().long()]
 
 
-def mask_once(
-    blocks,
-    tokenizer: PreTrainedTokenizerBase,
-    mlm_probability: float,
-    seed: int,
-    mask_replace_prob: float = 0.8,
-    random_replace_prob: float = 0.1,
-) -> dict[str, torch.Tensor]:
-    """`blocks` (rows of `mlm_blocks`) masked once, in one call, by `masking_collator` with its own generator seeded
-    by `seed` (BERT's rule: `mlm_probability` of the non-special tokens chosen, `mask_replace_prob` of them →
-    [MASK], `random_replace_prob` → a random token, the rest kept): the same seed gives the same masks, whatever
-    else used the global RNG. (`fixed_maskings` masks a `Dataset` of any size the same way, 1,000 blocks a call.)
-
-    Returns `input_ids`, `attention_mask` and `labels` (-100 where not masked), each (rows, block_size).
-    """
-    collator = masking_collator(tokenizer, mlm_probability, mask_replace_prob, random_replace_prob, seed)
-    return collator(
-        [
-            {"input_ids": ids, "special_tokens_mask": special}
-            for ids, special in zip(blocks["input_ids"], blocks["special_tokens_mask"], strict=True)
-        ]
-    )
-
-
 __all__ = [
     "calibration_ids",
     "DATA_FILE_EXTENSIONS",
@@ -344,7 +320,6 @@ __all__ = [
     "read_labelled_texts",
     "read_table",
     "split_dataset",
-    "mask_once",
     "mlm_blocks",
     "read_text_documents",
     "sort_by_length",

@@ -11,14 +11,21 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from hf_ffn.comparing import paired_score_difference  # the one copy (re-exported here)
+from hf_ffn.comparing import paired_differences
 from hf_ffn.training import TASKS
 from studies.common.comparison import BASELINE, last_fifth_change, mean_std, paired_t_interval, variant_order
 
 FLAT = 0.01  # |relative change of the validation loss over the last fifth| below this (1% of the mean): flat
 FLAT_POINTS = 1.0  # |change of the task score over the last fifth| below this (metric points ×100): flat
+
+
+def paired_score_difference(runs: Sequence[Mapping], reference: Sequence[Mapping], key: str = "score") -> tuple | None:
+    """(mean, low, high) of `key` in `runs` − `reference`, paired by seed (`paired_t_interval`); None with fewer than
+    2 seeds in common."""
+    differences = paired_differences(runs, reference, key)
+    return paired_t_interval(differences) if len(differences) >= 2 else None
 
 
 def glue_average(runs: Sequence[dict], tasks: Sequence[str]) -> list[dict]:
