@@ -73,13 +73,6 @@ def paired_differences(runs: Sequence[Mapping], reference: Sequence[Mapping], ke
     return [run[key] - by_seed[run["seed"]] for run in runs if run["seed"] in by_seed]
 
 
-def paired_score_difference(runs: Sequence[Mapping], reference: Sequence[Mapping], key: str = "score") -> tuple | None:
-    """(mean, low, high) of `key` in `runs` − `reference`, paired by seed (`paired_t_interval`); None with fewer than
-    2 seeds in common."""
-    differences = paired_differences(runs, reference, key)
-    return paired_t_interval(differences) if len(differences) >= 2 else None
-
-
 # --- settings ----------------------------------------------------------------------------------------------------
 
 # Fine-tuning overrides of `smoke=True` (on top of each task's recipe): a run of seconds on 64 rows.
@@ -529,7 +522,6 @@ __all__ = [
     "format_table",
     "mean_std",
     "paired_differences",
-    "paired_score_difference",
     "paired_t_interval",
     "plot_comparison",
     "prepare_variant",

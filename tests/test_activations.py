@@ -12,7 +12,7 @@ from torch import nn
 from transformers.models.bert.modeling_bert import eager_attention_forward
 
 from hf_ffn.modeling_ffn_bert import Swish
-from studies.activation_curves import CURVE_PANELS, activation, value_and_derivative
+from studies.switches.activation_curves import CURVE_PANELS, activation, value_and_derivative
 
 POINTS = torch.tensor([-4, -2.7, -1, -0.3, -1e-3, 0, 1e-3, 0.3, 1, 2.7, 4], dtype=torch.float64)
 GRID = torch.linspace(-10, 10, 200_001, dtype=torch.float64)  # step 1e-4

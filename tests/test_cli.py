@@ -20,7 +20,7 @@ from transformers.utils import logging as hf_logging
 
 from hf_ffn.cli import COMMON_TRAINING_OPTIONS, PASSTHROUGH, build_parser, main
 from hf_ffn.commands import passthrough_parser
-from hf_ffn.comparing import paired_score_difference, paired_t_interval
+from hf_ffn.comparing import paired_differences, paired_t_interval
 
 from .conftest import TINY
 from .test_tasks import WORDS, write_stsb
@@ -387,8 +387,8 @@ def test_paired_statistics_by_hand():
     runs = [{"seed": 0, "score": 61.5}, {"seed": 1, "score": 65.0}, {"seed": 2, "score": 70.0}]
     reference = [{"seed": 0, "score": 60.0}, {"seed": 1, "score": 63.0}]
     half = stats.t.ppf(0.975, 1) * 0.125**0.5 / 2**0.5
-    assert paired_score_difference(runs, reference) == pytest.approx((1.75, 1.75 - half, 1.75 + half))
-    assert paired_score_difference(runs[:1], reference) is None
+    assert paired_differences(runs, reference) == [1.5, 2.0]  # seed 2 has no reference run
+    assert paired_t_interval(paired_differences(runs, reference)) == pytest.approx((1.75, 1.75 - half, 1.75 + half))
     with pytest.raises(ValueError, match="at least 2 paired differences, got 1"):
         paired_t_interval([0.5])
 

@@ -18,8 +18,8 @@ from transformers.utils import logging as hf_logging
 
 from hf_ffn import FfnBertForMaskedLM
 from hf_ffn.conversion import convert_checkpoint
-from studies.comparison import BASELINE
-from studies.task_comparison import glue_average, paired_score_difference
+from studies.common.comparison import BASELINE
+from studies.four_tasks.task_comparison import glue_average, paired_score_difference
 
 from .conftest import tiny_config
 from .test_tasks import write_stsb
@@ -52,6 +52,15 @@ def test_glue_average_and_paired_interval_hand_computed():
     half = stats.t.ppf(0.975, 1) * 0.125**0.5 / 2**0.5
     assert (mean, low, high) == pytest.approx((1.75, 1.75 - half, 1.75 + half))
     assert paired_score_difference(averages[:1], base[1:]) is None  # no seed in common
+
+
+def test_paired_score_difference_by_hand():
+    # differences 1.5 and 2.0 (paired by seed): mean 1.75, sd √0.125, t_{0.975, 1}
+    runs = [{"seed": 0, "score": 61.5}, {"seed": 1, "score": 65.0}, {"seed": 2, "score": 70.0}]
+    reference = [{"seed": 0, "score": 60.0}, {"seed": 1, "score": 63.0}]
+    half = stats.t.ppf(0.975, 1) * 0.125**0.5 / 2**0.5
+    assert paired_score_difference(runs, reference) == pytest.approx((1.75, 1.75 - half, 1.75 + half))
+    assert paired_score_difference(runs[:1], reference) is None
 
 
 @pytest.fixture
@@ -206,7 +215,7 @@ def _baseline_run(task, seed, scores, losses):
 def test_convergence_labels_each_run_by_its_last_fifth():
     """A Matthews correlation stuck at 0 is flat in points (its relative change, 0/0, would be nan); a score rising
     5 points over the fifth is still rising; a rising validation loss is past its best; a falling one still falls."""
-    from studies.task_comparison import convergence_lines
+    from studies.four_tasks.task_comparison import convergence_lines
 
     lines = convergence_lines(
         [
@@ -231,7 +240,7 @@ def test_convergence_labels_each_run_by_its_last_fifth():
 def test_convergence_over_seeds_is_a_t_interval_of_the_score_change():
     """Per task over seeds: the mean score change over the last fifth with its Student-t 95% interval; above 0 is
     still improving, else (inside 0) no rise or fall was detected."""
-    from studies.task_comparison import convergence_lines
+    from studies.four_tasks.task_comparison import convergence_lines
 
     runs = [
         _baseline_run("stsb", seed, [0.0, 50.0, 70.0, 70.0 + rise], [8.0, 2.0, 1.0, 1.0])
@@ -260,7 +269,7 @@ def test_convergence_over_seeds_is_a_t_interval_of_the_score_change():
 def test_convergence_names_nan_falls_and_scores_that_never_move():
     """A nan in the curve is named, not read as flat, and left out of the interval; a fall on every seed is a
     detected fall (past its best); a score stuck at 0 on every seed is no change, not convergence."""
-    from studies.task_comparison import convergence_lines, seeds_verdict
+    from studies.four_tasks.task_comparison import convergence_lines, seeds_verdict
 
     nan = float("nan")
     lines = convergence_lines(
@@ -295,7 +304,7 @@ def test_read_runs_leaves_a_line_being_appended(tmp_path):
 def test_recipe_ignores_paths_and_weights_but_not_arguments(tmp_path):
     """The recipe of a healed folder: the same for a copy made elsewhere (other paths, other weights in the last
     bits), another for other healing arguments or another source; None without a report or its source."""
-    from studies.start_weights import recipe_sha256
+    from studies.common.start_weights import recipe_sha256
 
     source = tmp_path / "source"
     source.mkdir()

@@ -15,8 +15,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from studies import comparison, start_weights
-from studies.comparison import (
+from studies.common import comparison, start_weights
+from studies.common.comparison import (
     BASELINE,
     correctness,
     encode_ids,
@@ -270,7 +270,7 @@ def test_report_throughput_rows_healed_share_their_variant():
 
 def test_measure_throughput_times_every_variant_on_real_batches(bundled_checkpoint, tmp_path):
     from hf_ffn.training.arguments import ModelArguments
-    from studies.variant_throughput import measure_throughput
+    from studies.variant_comparison.variant_throughput import measure_throughput
 
     folder = tmp_path / "rt"
     folder.mkdir()

@@ -1,7 +1,7 @@
 """Published files are portable and hold together: no absolute path of the machine they were made on appears in
 docs/, studies/' reports, README.md or model_cards/ (commands run from the repository root: `../shared/data/...`,
 `out/...`, the bundled checkpoint by name), the report generators write paths that way
-(`studies.environment.portable_path` / `portable_command`), every relative link resolves, every command names a
+(`studies.common.environment.portable_path` / `portable_command`), every relative link resolves, every command names a
 runner that exists, and docs/ holds guides only (the studies' reports and runs live in studies/)."""
 
 import re
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hf_ffn.parity import bundled_checkpoint
-from studies.environment import BUNDLED, BUNDLED_IN_COMMAND, REPO, portable_command, portable_path
+from studies.common.environment import BUNDLED, BUNDLED_IN_COMMAND, REPO, portable_command, portable_path
 
 REPORTS = [path for path in sorted((REPO / "studies").rglob("*")) if path.suffix in (".md", ".json", ".jsonl")]
 PUBLISHED = [
@@ -141,18 +141,26 @@ def test_the_link_check_finds_a_broken_link(tmp_path):
 
 # `python -m studies.x.y` (a study's runner) and `python scripts/x.py` (a user script or developer tool).
 COMMAND = re.compile(r"python -m (studies(?:\.\w+)+)|python (scripts/[\w/]+\.py)")
+# A study whose code was removed keeps its README, which names the commit that still has the code (`git checkout`
+# and the full hash): its commands run at that commit, not in this tree.
+AT_COMMIT = re.compile(r"git checkout [0-9a-f]{40}\b")
 
 
 def test_every_documented_command_names_a_runner_that_exists():
-    missing, named = {}, set()
+    missing, named, at_commit = {}, set(), []
     for path in [*MARKDOWN, *sorted((REPO / "studies").rglob("*.py")), *sorted((REPO / "scripts").glob("*.py"))]:
-        for module, script in COMMAND.findall(path.read_text(encoding="utf-8")):
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".md" and AT_COMMIT.search(text):
+            at_commit.append(path.relative_to(REPO).as_posix())
+            continue
+        for module, script in COMMAND.findall(text):
             target = REPO / script if script else REPO.joinpath(*module.split("."))
             named.add(module or script)
             if not (target.is_file() or target.with_suffix(".py").is_file() or (target / "__main__.py").is_file()):
                 missing.setdefault(str(path.relative_to(REPO)), []).append(module or script)
     assert missing == {}
     assert {"studies.healing.heal_study", "studies.benchmark", "scripts/check_readme.py"} <= named
+    assert "studies/pretraining/withdrawn_2m/README.md" in at_commit  # its runners were removed
 
 
 # What a guide may hold: markdown, one folder level (no sub-folders of reports), no run files or figures.

@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
-from hf_ffn.training.blocks import mask_once, mlm_blocks
+from hf_ffn.training.blocks import mlm_blocks
 from hf_ffn.training.readers import read_text_documents
-from studies.layer_norm_study import (
+from studies.switches.layer_norm_study import (
     ffn_gradient_norms,
+    mask_once,
     masked_batches,
     mlm_config,
     split_documents,

@@ -83,7 +83,7 @@ def test_the_installed_package_holds_no_study_code():
     assert shipped == {".".join(init.parent.relative_to(REPO).parts) for init in (REPO / "hf_ffn").rglob("__init__.py")}
     graph, problems = import_graph.layout()
     studies = {name for name in graph if name.split(".")[0] == import_graph.STUDIES}
-    assert {"studies.benchmark", "studies.unpadded_benchmark", "studies.comparison"} <= studies
+    assert {"studies.benchmark", "studies.benchmark.unpadded_benchmark", "studies.common.comparison"} <= studies
     assert not any("studies" in package.split(".") for package in shipped)
     assert not any("the library imports the study module" in problem for problem in problems)
 

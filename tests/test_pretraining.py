@@ -32,7 +32,7 @@ from hf_ffn.mlm.report import ffn_report
 from hf_ffn.mlm.run import pretraining_main, pretraining_parser, run_pretraining
 from hf_ffn.mlm.speed import use_bf16_where_available
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
-from hf_ffn.training.blocks import mask_once, mlm_blocks
+from hf_ffn.training.blocks import masking_collator, mlm_blocks
 from hf_ffn.training.corpus import held_out_split, split_documents
 from hf_ffn.training.outputs import training_seconds
 
@@ -187,10 +187,8 @@ def test_bert_masking_15_percent_and_80_10_10(tokenizer):
     ids[:, 0] = tokenizer.cls_token_id
     special = torch.zeros_like(ids)
     special[:, 0] = 1
-    from datasets import Dataset
-
-    blocks = Dataset.from_dict({"input_ids": ids.tolist(), "special_tokens_mask": special.tolist()})
-    masked = mask_once(blocks, tokenizer, mlm_probability=0.15, seed=0)
+    rows = [{"input_ids": i, "special_tokens_mask": s} for i, s in zip(ids.tolist(), special.tolist(), strict=True)]
+    masked = masking_collator(tokenizer, mlm_probability=0.15, seed=0)(rows)  # one call, its own seeded generator
     selected = masked["labels"] != -100
     assert not selected[:, 0].any()  # special tokens are never chosen
     assert torch.equal(masked["labels"][selected], ids[selected])  # labels are the original tokens

@@ -21,7 +21,7 @@ from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBert
 from hf_ffn.checkpoints import check_checkpoint
 from hf_ffn.finetune.arguments import ClassificationDataArguments
 from hf_ffn.training.arguments import ModelArguments, resume_checkpoint
-from hf_ffn.training.blocks import mask_once, mlm_blocks
+from hf_ffn.training.blocks import masking_collator, mlm_blocks
 from hf_ffn.training.outputs import STAGING_FOLDER, save_finished
 from hf_ffn.training.readers import (
     load_label_files,
@@ -371,8 +371,12 @@ def test_mlm_blocks_cut_the_document_stream_and_fixed_masks_repeat(tokenizer):
     assert blocks["input_ids"] == [stream[i * 8 : (i + 1) * 8] for i in range(len(stream) // 8)]  # remainder dropped
     special = {tokenizer.cls_token_id, tokenizer.sep_token_id}
     assert blocks["special_tokens_mask"] == [[int(i in special) for i in row] for row in blocks["input_ids"]]
-    first, again = (mask_once(blocks, tokenizer, mlm_probability=0.5, seed=3) for _ in range(2))
-    other = mask_once(blocks, tokenizer, mlm_probability=0.5, seed=4)
+    rows = [
+        {"input_ids": i, "special_tokens_mask": s}
+        for i, s in zip(blocks["input_ids"], blocks["special_tokens_mask"], strict=True)
+    ]
+    first, again = (masking_collator(tokenizer, mlm_probability=0.5, seed=3)(rows) for _ in range(2))
+    other = masking_collator(tokenizer, mlm_probability=0.5, seed=4)(rows)
     assert torch.equal(first["labels"], again["labels"]) and not torch.equal(first["labels"], other["labels"])
     masked = first["labels"] != -100
     assert masked.any() and not masked[torch.tensor(blocks["special_tokens_mask"]).bool()].any()

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from studies.environment import busy
-from studies.unpadded_benchmark import CANDIDATES, KINDS, QUICK, RATIOS, main, make_batches, read_sentences
-from studies.unpadded_report import NOT_JUDGED, UNPADDED_COMMAND, benchmarks_section, judge, target_rows
+from studies.benchmark.unpadded_benchmark import CANDIDATES, KINDS, QUICK, RATIOS, main, make_batches, read_sentences
+from studies.benchmark.unpadded_report import NOT_JUDGED, UNPADDED_COMMAND, benchmarks_section, judge, target_rows
+from studies.common.environment import busy
 
 WORDS = "the film is a long and oddly moving story about two friends who never quite say what they mean".split()
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
 from .corpus import map_batched
@@ -35,30 +34,6 @@ def mlm_blocks(documents: Sequence[str], tokenizer: PreTrainedTokenizerBase, blo
     from datasets import Dataset
 
     return documents_to_blocks(Dataset.from_dict({"text": list(documents)}), tokenizer, block_size)
-
-
-def mask_once(
-    blocks,
-    tokenizer: PreTrainedTokenizerBase,
-    mlm_probability: float,
-    seed: int,
-    mask_replace_prob: float = 0.8,
-    random_replace_prob: float = 0.1,
-) -> dict[str, torch.Tensor]:
-    """`blocks` (rows of `mlm_blocks`) masked once, in one call, by `masking_collator` with its own generator seeded
-    by `seed` (BERT's rule: `mlm_probability` of the non-special tokens chosen, `mask_replace_prob` of them →
-    [MASK], `random_replace_prob` → a random token, the rest kept): the same seed gives the same masks, whatever
-    else used the global RNG. (`fixed_maskings` masks a `Dataset` of any size the same way, 1,000 blocks a call.)
-
-    Returns `input_ids`, `attention_mask` and `labels` (-100 where not masked), each (rows, block_size).
-    """
-    collator = masking_collator(tokenizer, mlm_probability, mask_replace_prob, random_replace_prob, seed)
-    return collator(
-        [
-            {"input_ids": ids, "special_tokens_mask": special}
-            for ids, special in zip(blocks["input_ids"], blocks["special_tokens_mask"], strict=True)
-        ]
-    )
 
 
 def _tokens_batch(batch: dict, tokenizer: PreTrainedTokenizerBase) -> dict:

@@ -3,8 +3,8 @@
     python -m studies.benchmark.bench_grouped_attention [--attn sdpa] [--mode training] [--call-costs 0 1000] \
         [--rounds 10]
 
-all-MiniLM-L6-v2 sequence classification (`studies.unpadded_benchmark.load_models`) on the unpadded benchmark's 4
-shuffled rt_polarity batches, switch on, with `hf_ffn.grouped_attention.CALL_COST_PAIRS` (training) or
+all-MiniLM-L6-v2 sequence classification (`studies.benchmark.unpadded_benchmark.load_models`) on the unpadded
+benchmark's 4 shuffled rt_polarity batches, switch on, with `hf_ffn.grouped_attention.CALL_COST_PAIRS` (training) or
 `EVAL_CALL_COST_PAIRS` (inference) set to each of `--call-costs` (0: one attention call per length), against upstream
 on the benchmark's no-padding batches of about the same real-token count. Interleaved rounds (order rotated),
 each candidate running the 4 batches; prints the median time per batch and the median per-round ratio to upstream
@@ -26,7 +26,7 @@ from transformers import AutoTokenizer
 
 from hf_ffn import grouped_attention
 from hf_ffn.parity import bundled_checkpoint
-from studies.unpadded_benchmark import FULL, cycling_step, load_models, make_batches, read_sentences
+from studies.benchmark.unpadded_benchmark import FULL, cycling_step, load_models, make_batches, read_sentences
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,13 +3,13 @@
     python -m studies.benchmark.bench_packed_attention [--threads 1] [--repeats 12]   # about a minute
 
 Q/K/V of one all-MiniLM-L6-v2 attention layer (12 heads × 32) for the real tokens of the unpadded benchmark's
-shuffled rt_polarity batches (4 × 32 sentences, `studies.unpadded_benchmark.make_batches`), through transformers'
-eager and sdpa attention functions (`ALL_ATTENTION_FUNCTIONS`), forward only, interleaved rounds on the process CPU
-clock. Candidates: *re-padded* (Q/K/V scattered into (batch, heads, seq, head_dim) zeros with upstream's padding
-mask: what `unpad_tokens` did before packed attention), *length buckets* (one call per distinct length on a
-(sequences, heads, length, head_dim) view, no mask: `hf_ffn.unpadding.packed_self_attention`), *per sequence*
-(one call per sequence), *block-diagonal mask* (all n_real tokens as one sequence, other sequences masked) and,
-for sdpa, *nested jagged* (torch.nested `jagged` tensors through `scaled_dot_product_attention`). Prints the
+shuffled rt_polarity batches (4 × 32 sentences, `studies.benchmark.unpadded_benchmark.make_batches`), through
+transformers' eager and sdpa attention functions (`ALL_ATTENTION_FUNCTIONS`), forward only, interleaved rounds on
+the process CPU clock. Candidates: *re-padded* (Q/K/V scattered into (batch, heads, seq, head_dim) zeros with
+upstream's padding mask: what `unpad_tokens` did before packed attention), *length buckets* (one call per distinct
+length on a (sequences, heads, length, head_dim) view, no mask: `hf_ffn.unpadding.packed_self_attention`), *per
+sequence* (one call per sequence), *block-diagonal mask* (all n_real tokens as one sequence, other sequences masked)
+and, for sdpa, *nested jagged* (torch.nested `jagged` tensors through `scaled_dot_product_attention`). Prints the
 median ms per batch and the ratio to re-padded.
 """
 
@@ -29,7 +29,7 @@ from transformers.models.bert.modeling_bert import BertSelfAttention, eager_atte
 from hf_ffn.parity import bundled_checkpoint
 from hf_ffn.unpadding import TokenPacking
 from studies.benchmark import paired_ratio, time_interleaved
-from studies.unpadded_benchmark import FULL, make_batches, read_sentences
+from studies.benchmark.unpadded_benchmark import FULL, make_batches, read_sentences
 
 
 def candidates(module: BertSelfAttention, mask: torch.Tensor, attn: str) -> dict:

@@ -7,8 +7,8 @@ import sys
 from dataclasses import replace
 
 from hf_ffn.files import check_folder_path
+from studies.common.environment import portable_command
 
-from ..environment import portable_command
 from .run import run_benchmark
 from .settings import FULL, QUICK, BenchSettings
 from .timing import CLOCKS

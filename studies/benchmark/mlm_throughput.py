@@ -60,7 +60,7 @@ from hf_ffn.mlm.trainer import mlm_trainer
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.params import mlm_flops
 from studies.benchmark.timing import cpu_profiler, paired_ratio, time_interleaved
-from studies.environment import environment, load_average
+from studies.common.environment import environment, load_average
 
 UPSTREAM = "upstream run_mlm (BertForMaskedLM, full decoder)"
 OURS = "hf-ffn mlm (FfnBert, sparse prediction)"

@@ -8,10 +8,10 @@ import os
 
 from hf_ffn.files import atomic_output_file
 
-from ..unpadded_report import JSON_NAME as UNPADDED_JSON
-from ..unpadded_report import benchmarks_section
 from .ffn import FUSED_SUFFIX
 from .models import DEFAULT_VARIANT
+from .unpadded_report import JSON_NAME as UNPADDED_JSON
+from .unpadded_report import benchmarks_section
 
 # The project's performance targets, checked on the numbers of one run.
 TARGET_DEFAULT_RATIO = 1.01  # default FfnBert time / upstream BertModel time, inference and training
@@ -315,7 +315,8 @@ def _fmt_load(load: list[float] | None) -> str:
 
 
 def _machine(meta: dict) -> str:
-    # `studies.environment.environment()` keys; documents written before it have "machine" = "arch, N logical CPUs"
+    # `studies.common.environment.environment()` keys; documents written before it have "machine" = "arch, N logical
+    # CPUs"
     return f"{meta['machine']}, {meta['cpus']} logical CPUs ({meta['cpu']})" if "cpus" in meta else meta["machine"]
 
 

@@ -12,8 +12,8 @@ from transformers import BertConfig, BertModel
 
 from hf_ffn.logging_utils import quiet_transformers
 from hf_ffn.parity.checkpoints import bundled_checkpoint
+from studies.common.environment import environment, load_average
 
-from ..environment import environment, load_average
 from .ffn import bench_compile, bench_ffn
 from .models import bench_load, bench_models, bench_scaling
 from .report import JSON_NAME, MARKDOWN_NAME, evaluate_targets, format_targets, write_results

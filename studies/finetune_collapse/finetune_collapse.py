@@ -43,7 +43,7 @@ from hf_ffn.finetune.tasks import load_stsb
 from hf_ffn.parity import bundled_checkpoint
 from hf_ffn.similarity import mean_pool
 from hf_ffn.training.arguments import ModelArguments, bad_input_exits
-from studies.environment import machine, portable_command, portable_path, versions
+from studies.common.environment import machine, portable_command, portable_path, versions
 
 TABLE_WARMUP_STEPS = 36  # the four-task table's warm-up on STS-B: 10% of one epoch at batch 16 (360 steps)
 

@@ -4,7 +4,7 @@ several seeds with `hf_ffn.finetune.classification.run_classification` (`--task`
 see `hf_ffn.finetune.tasks`), then write per task the metric over seeds and the paired difference from the baseline
 (Student-t 95% interval over seeds), a GLUE-style average, the baseline's convergence check (last-fifth slope of
 the validation curves) and the measured seconds per step with the cost of the full table
-(`studies.task_comparison`).
+(`studies.four_tasks.task_comparison`).
 
 A user's comparison is `hf-ffn compare` (`hf_ffn.comparing.run_comparison`: named variants, healing, one table and
 figure); this study runner keeps the study's extras (curves, convergence check, start-weight fingerprints, cost).
@@ -56,11 +56,11 @@ from hf_ffn.finetune.classification import run_classification
 from hf_ffn.finetune.tasks import TASKS, task_score
 from hf_ffn.parity import bundled_checkpoint
 from hf_ffn.training.arguments import ModelArguments, bad_input_exits
-from studies.comparison import BASELINE, VARIANTS, parse_healed, variant_order
-from studies.environment import machine, versions
-from studies.finetune_options import add_finetune_options
-from studies.start_weights import recipe_sha256, weights_sha256
-from studies.task_comparison import report
+from studies.common.comparison import BASELINE, VARIANTS, parse_healed, variant_order
+from studies.common.environment import machine, versions
+from studies.common.finetune_options import add_finetune_options
+from studies.common.start_weights import recipe_sha256, weights_sha256
+from studies.four_tasks.task_comparison import report
 
 RESULTS, TABLE = "task_runs.jsonl", "tasks.md"
 BUNDLED_NAME = "bundled all-MiniLM-L6-v2"
@@ -95,7 +95,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="resume a variant whose folder's weights differ from those its runs started from when "
         "both were made by the same recipe (conversion, healing and layer-wise arguments, data "
-        "sizes, source weights: studies.start_weights.recipe_sha256), e.g. re-made on another "
+        "sizes, source weights: studies.common.start_weights.recipe_sha256), e.g. re-made on another "
         "machine, where CPU arithmetic differs in the last bits; the report counts the weight "
         "sets per variant",
     )

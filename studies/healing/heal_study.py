@@ -386,7 +386,7 @@ def report(args: argparse.Namespace) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from studies.environment import machine, portable_command, portable_path, versions
+    from studies.common.environment import machine, portable_command, portable_path, versions
 
     work, output = Path(args.work_dir), Path(args.output_dir or args.work_dir)
     records = {}

@@ -23,7 +23,7 @@ import torch  # noqa: E402
 
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM  # noqa: E402
 from hf_ffn.training.blocks import mlm_blocks
-from studies.layer_norm_study import (  # noqa: E402
+from studies.switches.layer_norm_study import (  # noqa: E402
     ffn_gradient_norms,
     masked_batches,
     mlm_config,

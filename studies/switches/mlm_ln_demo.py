@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from hf_ffn.training.blocks import mlm_blocks
-from studies.layer_norm_study import (  # noqa: E402
+from studies.switches.layer_norm_study import (  # noqa: E402
     mlm_config,
     parse_study,
     split_documents,

@@ -17,7 +17,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from studies.activation_curves import CURVE_PANELS, value_and_derivative  # noqa: E402
+from studies.switches.activation_curves import CURVE_PANELS, value_and_derivative  # noqa: E402
 
 GELU_PANEL = "GELU: exact x·Φ(x) vs tanh approximation"
 

@@ -2,9 +2,9 @@
 """The variant comparison: fine-tune each FFN / LayerNorm variant of one BERT checkpoint on rt_polarity for several
 seeds with `hf_ffn.finetune.classification.run_classification`, then write the table (mean ± std, paired differences
 from the baseline with a t interval over seeds and a bootstrap interval over test snippets, linear probes, throughput)
-and the validation-curve plot (statistics and rendering: `studies.comparison`). Throughput is measured after the
-runs, every variant side by side in one process (`studies.variant_throughput`): the runs' own tokens/s
-depend on the load of their hour.
+and the validation-curve plot (statistics and rendering: `studies.common.comparison`). Throughput is measured after the
+runs, every variant side by side in one process (`studies.variant_comparison.variant_throughput`): the runs' own
+tokens/s depend on the load of their hour.
 
     python -m studies.variant_comparison.compare_variants --rt_polarity_dir ../shared/data/rt_polarity --threads 1
     python -m studies.variant_comparison.compare_variants --rt_polarity_dir ../shared/data/rt_polarity --threads 1 \
@@ -40,7 +40,7 @@ from hf_ffn.finetune.arguments import ClassificationDataArguments
 from hf_ffn.finetune.classification import run_classification
 from hf_ffn.parity import bundled_checkpoint
 from hf_ffn.training.arguments import ModelArguments, bad_input_exits
-from studies.comparison import (
+from studies.common.comparison import (
     BASELINE,
     HEAL_STUDY_NAMES,
     VARIANTS,
@@ -52,10 +52,10 @@ from studies.comparison import (
     report,
     variant_order,
 )
-from studies.environment import machine, portable_command, portable_path, versions
-from studies.finetune_options import add_finetune_options
-from studies.start_weights import weights_sha256
-from studies.variant_throughput import measure_throughput
+from studies.common.environment import machine, portable_command, portable_path, versions
+from studies.common.finetune_options import add_finetune_options
+from studies.common.start_weights import weights_sha256
+from studies.variant_comparison.variant_throughput import measure_throughput
 
 RESULTS, TABLE, PLOT = "comparison_runs.jsonl", "comparison.md", "figures/comparison_curves.png"
 THROUGHPUT = "comparison_throughput.json"

@@ -1,9 +1,9 @@
 """The four-task comparison's statistics and report (`studies/four_tasks/compare_tasks.py` runs the fine-tunings and
 calls these): per task and variant the task's metric over seeds, the paired difference from the baseline with a
-Student-t 95% interval over seeds (`studies.comparison.paired_t_interval`), a GLUE-style average (the mean of the task
-scores, `hf_ffn.finetune.tasks.task_score`) with the same paired interval, the baseline's convergence check (the
-last-fifth slope of the validation curves, `studies.comparison.last_fifth_change`) and the measured seconds per step
-with the cost of a full table.
+Student-t 95% interval over seeds (`studies.common.comparison.paired_t_interval`), a GLUE-style average (the mean of
+the task scores, `hf_ffn.finetune.tasks.task_score`) with the same paired interval, the baseline's convergence check
+(the last-fifth slope of the validation curves, `studies.common.comparison.last_fifth_change`) and the measured
+seconds per step with the cost of a full table.
 """
 
 from __future__ import annotations
@@ -11,14 +11,21 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from hf_ffn.comparing import paired_score_difference  # the one copy (re-exported here)
+from hf_ffn.comparing import paired_differences
 from hf_ffn.finetune.tasks import TASKS
-from studies.comparison import BASELINE, last_fifth_change, mean_std, paired_t_interval, variant_order
+from studies.common.comparison import BASELINE, last_fifth_change, mean_std, paired_t_interval, variant_order
 
 FLAT = 0.01  # |relative change of the validation loss over the last fifth| below this (1% of the mean): flat
 FLAT_POINTS = 1.0  # |change of the task score over the last fifth| below this (metric points ×100): flat
+
+
+def paired_score_difference(runs: Sequence[Mapping], reference: Sequence[Mapping], key: str = "score") -> tuple | None:
+    """(mean, low, high) of `key` in `runs` − `reference`, paired by seed (`paired_t_interval`); None with fewer than
+    2 seeds in common."""
+    differences = paired_differences(runs, reference, key)
+    return paired_t_interval(differences) if len(differences) >= 2 else None
 
 
 def glue_average(runs: Sequence[dict], tasks: Sequence[str]) -> list[dict]:

@@ -280,8 +280,9 @@ def report(
     """The markdown report: settings and machine (`header`; its optional "notes", markdown, follow the table), the
     table (one row per variant), the paired
     differences from the baseline, the probes, the baseline's convergence check and the side-by-side training
-    throughput (`throughput`, from `studies.variant_throughput.measure_throughput`; a healed variant gets
-    its converted variant's row, the same architecture) and, given `longer` runs, `longer_budget_lines`."""
+    throughput (`throughput`, from `studies.variant_comparison.variant_throughput.measure_throughput`; a healed
+    variant gets its converted variant's row, the same architecture) and, given `longer` runs,
+    `longer_budget_lines`."""
     speeds = (throughput or {}).get("variants", {})
     names = variant_order({run["variant"] for run in runs})
     by_variant = {name: sorted((r for r in runs if r["variant"] == name), key=lambda r: r["seed"]) for name in names}

@@ -29,7 +29,7 @@ from hf_ffn.modeling_ffn_bert import FfnBertModel
 from hf_ffn.parity import bundled_checkpoint, quiet_transformers
 from hf_ffn.sentence_transformers import convert_sentence_transformer
 
-from .benchmark import paired_ratio, time_interleaved
+from .timing import paired_ratio, time_interleaved
 
 CANDIDATES = ("sentence-transformers, upstream BERT", "sentence-transformers, hf_ffn", "ONNX Runtime, hf_ffn export")
 # (numerator, denominator, upper bound, strict)

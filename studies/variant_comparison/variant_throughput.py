@@ -8,7 +8,7 @@ interleaved, on the same real batches:
 
 - **batches**: k batches of `batch_size` rt_polarity snippets in `LengthGroupedSampler` order (what the runs'
   `train_sampling_strategy="group_by_length"` feeds Trainer), truncated at `max_seq_length` and padded to the
-  longest in the batch (`studies.unpadded_benchmark.make_batches`, its "length-grouped" kind).
+  longest in the batch (`studies.benchmark.unpadded_benchmark.make_batches`, its "length-grouped" kind).
 - **step**: train mode (dropout on), forward + backward of the classification loss, no optimizer step
   (`unpadded_benchmark.cycling_step`). The optimizer's cost scales with the parameter count, which the matched
   variants keep equal.
@@ -33,9 +33,8 @@ from hf_ffn.modeling_ffn_bert import FfnBertForSequenceClassification
 from hf_ffn.parity import quiet_transformers
 from hf_ffn.training.arguments import ModelArguments
 from hf_ffn.training.outputs import load_model, load_tokenizer
-
-from .benchmark import paired_ratio, time_interleaved
-from .unpadded_benchmark import UnpadSettings, cycling_step, make_batches, read_sentences
+from studies.benchmark import paired_ratio, time_interleaved
+from studies.benchmark.unpadded_benchmark import UnpadSettings, cycling_step, make_batches, read_sentences
 
 
 def measure_throughput(

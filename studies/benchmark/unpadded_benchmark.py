@@ -25,12 +25,12 @@ Real tokens/s counts real tokens only. Targets (issue 21): switch on / upstream 
 on shuffled batches (their real-token fraction, printed, is the token-wise parts' limit; packed attention costs
 Σ lᵢ² instead of batch·seq²), switch on / upstream ≤ 1.02 without padding, training peak memory below
 upstream's; and, with all-MiniLM-L6-v2, sentence embeddings in sentence-transformers' order
-(`studies.sentence_order`). A `--quick` run (a tiny model) judges no target and skips that part: "not judged".
+(`studies.benchmark.sentence_order`). A `--quick` run (a tiny model) judges no target and skips that part: "not judged".
 Outputs: max |Δ| of switch on against upstream at real tokens (last hidden state, logits), shuffled batch 0, beside
 upstream against itself on other batch compositions (each sentence alone, the batch padded longer): the fp32 floor.
 
 The run prints the pad fraction of each kind of batch, every ratio, the targets and the load average before and
-after (run it on a quiet machine); `studies.unpadded_report` writes the JSON and markdown.
+after (run it on a quiet machine); `studies.benchmark.unpadded_report` writes the JSON and markdown.
 """
 
 from __future__ import annotations
@@ -55,11 +55,12 @@ from hf_ffn.files import check_folder_path
 from hf_ffn.modeling_ffn_bert import FfnBertForSequenceClassification
 from hf_ffn.parity import bundled_checkpoint, quiet_transformers
 from hf_ffn.training.readers import read_label_files
+from studies.common.environment import environment, load_average, portable_command
 
-from .benchmark import paired_ratio, peak_memory_bytes, time_interleaved, write_results
-from .benchmark.report import JSON_NAME as BENCHMARKS_JSON
-from .environment import environment, load_average, portable_command
+from .report import JSON_NAME as BENCHMARKS_JSON
+from .report import write_results
 from .sentence_order import run_sentence_order
+from .timing import paired_ratio, peak_memory_bytes, time_interleaved
 from .unpadded_report import judge, target_rows, verdict, write_reports
 
 KINDS = ("shuffled", "length-grouped", "no padding")
@@ -372,7 +373,7 @@ def run_unpadded_benchmark(settings: UnpadSettings, data_dir: str, work_dir: str
     }
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m studies.unpadded_benchmark") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m studies.benchmark.unpadded_benchmark") -> int:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a tiny model, 2 batches of 4: a smoke test (seconds)")
     parser.add_argument("--output-dir", default="out", help="where the JSON and markdown go (default: out)")

@@ -1,5 +1,5 @@
 """The unpadded-execution benchmark's report: the targets judged (or not, in a quick run), the markdown and the
-files (`unpadded_benchmark.json`, `unpadded_benchmark.md`); the run itself is `studies.unpadded_benchmark`.
+files (`unpadded_benchmark.json`, `unpadded_benchmark.md`); the run itself is `studies.benchmark.unpadded_benchmark`.
 
 `studies/benchmark/benchmarks.md` (the main benchmark's report) links to `studies/benchmark/unpadded_benchmark.md`
 and names the command that writes it, `UNPADDED_COMMAND`.
@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from studies.environment import busy
+from studies.common.environment import busy
 
 JSON_NAME, MARKDOWN_NAME = "unpadded_benchmark.json", "unpadded_benchmark.md"
-UNPADDED_COMMAND = "python -m studies.unpadded_benchmark --output-dir studies/benchmark"
+UNPADDED_COMMAND = "python -m studies.benchmark.unpadded_benchmark --output-dir studies/benchmark"
 NOT_JUDGED = "not judged (--quick)"
 QUICK_NOTE = (
     " A `--quick` run times a tiny model for seconds: it shows that the benchmark runs and judges no target; "
@@ -140,7 +140,7 @@ def render_markdown(results: dict) -> str:
             "",
         ]
     lines += [
-        "Batches of rt_polarity sentences (see `studies/unpadded_benchmark.py` for the method):",
+        "Batches of rt_polarity sentences (see `studies/benchmark/unpadded_benchmark.py` for the method):",
         "",
         "| batches | count | pad fraction | real-token fraction | shapes (batch × seq) |",
         "|---|---|---|---|---|",
@@ -218,7 +218,8 @@ def differences(case: dict) -> str:
 
 
 def sentence_order_section(order: dict | None) -> list[str]:
-    """Sentence embeddings in sentence-transformers' order (`studies.sentence_order`), if the run measured them."""
+    """Sentence embeddings in sentence-transformers' order (`studies.benchmark.sentence_order`), if the run measured
+    them."""
     if order is None:
         return []
     lines = [
@@ -227,7 +228,7 @@ def sentence_order_section(order: dict | None) -> list[str]:
         "",
         f"{order['sentences']} sentences (the first of the shuffled order), `encode` with batch size "
         f"{order['batch_size']} (it sorts by length, longest first), max_seq_length {order['max_seq_length']}; "
-        "each time includes tokenization, pooling and normalisation. Method: `studies/sentence_order.py`.",
+        "each time includes tokenization, pooling and normalisation. Method: `studies/benchmark/sentence_order.py`.",
         "",
         "| candidate | median ms | max \\|Δ\\| vs upstream |",
         "|---|---|---|",

@@ -19,7 +19,7 @@ import torch
 from hf_ffn.parity import bundled_checkpoint
 
 PACKAGES = ("hf_ffn", "torch", "transformers")  # installed distributions whose versions a report names
-REPO = Path(__file__).resolve().parents[1]  # the repository root, where the docs' commands run
+REPO = Path(__file__).resolve().parents[2]  # the repository root, where the docs' commands run
 BUNDLED = "the bundled all-MiniLM-L6-v2"  # how prose names `bundled_checkpoint()`
 # ... and how a command does: the shell substitutes the path on the reader's machine.
 BUNDLED_IN_COMMAND = "\"$(python -c 'from hf_ffn.parity import bundled_checkpoint as b; print(b())')\""

@@ -2,11 +2,11 @@
 
 Used by `studies/switches/grad_norms.py` and `studies/switches/mlm_ln_demo.py`. The data is plain text (one file per
 document, e.g. the State of the Union addresses in `../shared/data/state_union`), read, cut into blocks and masked by
-the library's own helpers (`hf_ffn.training.readers.read_text_documents`, `mlm_blocks`, `mask_once`); the tokenizer is
-BERT's WordPiece pipeline trained on that text (`hf_ffn.mlm.tokenizer.train_tokenizer`), so nothing is downloaded and
-the vocabulary stays small enough for CPU runs. Training is the library's MLM path
-(`hf_ffn.mlm.trainer.mlm_trainer`: transformers' `Trainer` and `DataCollatorForLanguageModeling`, 15% masking,
-BERT's 80/10/10 rule).
+the library's own helpers (`hf_ffn.training.readers.read_text_documents`, `mlm_blocks`, and `masking_collator`
+through `mask_once`); the tokenizer is BERT's WordPiece pipeline trained on that text
+(`hf_ffn.mlm.tokenizer.train_tokenizer`), so nothing is downloaded and the vocabulary stays small enough for CPU runs.
+Training is the library's MLM path (`hf_ffn.mlm.trainer.mlm_trainer`: transformers' `Trainer` and
+`DataCollatorForLanguageModeling`, 15% masking, BERT's 80/10/10 rule).
 
 Xiong et al. 2020 ("On Layer Normalization in the Transformer Architecture", arXiv 2002.04745, sec. 3 and fig. 3)
 show that at initialisation the gradient of the FFN's second weight W^{2,l} (here `mlp.down_proj.weight`) grows
@@ -31,7 +31,7 @@ from hf_ffn.configuration_ffn_bert import FfnBertConfig
 from hf_ffn.mlm.tokenizer import train_tokenizer
 from hf_ffn.mlm.trainer import mlm_trainer
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
-from hf_ffn.training.blocks import mask_once
+from hf_ffn.training.blocks import masking_collator
 from hf_ffn.training.readers import read_text_documents
 
 
@@ -74,12 +74,37 @@ def mlm_config(vocab_size: int, layer_norm_position: str, **sizes: Any) -> FfnBe
     return FfnBertConfig(vocab_size=vocab_size, layer_norm_position=layer_norm_position, **sizes)
 
 
+def mask_once(
+    blocks,
+    tokenizer: PreTrainedTokenizerBase,
+    mlm_probability: float,
+    seed: int,
+    mask_replace_prob: float = 0.8,
+    random_replace_prob: float = 0.1,
+) -> dict[str, torch.Tensor]:
+    """`blocks` (rows of `mlm_blocks`) masked once, in one call, by `hf_ffn.training.masking_collator` with its own
+    generator seeded by `seed` (BERT's rule: `mlm_probability` of the non-special tokens chosen, `mask_replace_prob`
+    of them → [MASK], `random_replace_prob` → a random token, the rest kept): the same seed gives the same masks,
+    whatever else used the global RNG. (`hf_ffn.training.fixed_maskings` masks a `Dataset` of any size the same
+    way, 1,000 blocks a call.)
+
+    Returns `input_ids`, `attention_mask` and `labels` (-100 where not masked), each (rows, block_size).
+    """
+    collator = masking_collator(tokenizer, mlm_probability, mask_replace_prob, random_replace_prob, seed)
+    return collator(
+        [
+            {"input_ids": ids, "special_tokens_mask": special}
+            for ids, special in zip(blocks["input_ids"], blocks["special_tokens_mask"], strict=True)
+        ]
+    )
+
+
 def masked_batches(
     blocks, tokenizer: PreTrainedTokenizerBase, batch_size: int, num_batches: int, seed: int = 0
 ) -> list[dict[str, torch.Tensor]]:
     """`num_batches` batches of the first `batch_size * num_batches` blocks (rows of
-    `hf_ffn.training.blocks.mlm_blocks`), masked once by `hf_ffn.training.blocks.mask_once` with `seed` (the same masks
-    for every model compared). Each batch: input_ids, attention_mask, labels, each (batch_size, block_size).
+    `hf_ffn.training.blocks.mlm_blocks`), masked once by `mask_once` with `seed` (the same masks for every model
+    compared). Each batch: input_ids, attention_mask, labels, each (batch_size, block_size).
 
     Raises:
         ValueError: if there are fewer than `batch_size * num_batches` blocks.
@@ -203,6 +228,7 @@ def split_documents(documents: list[str], eval_documents: int) -> tuple[list[str
 
 __all__ = [
     "ffn_gradient_norms",
+    "mask_once",
     "masked_batches",
     "mlm_config",
     "split_documents",
