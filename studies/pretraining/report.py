@@ -37,6 +37,9 @@
   control of the checkpoint's pre-training seed at the same rate, `null` where the control has none); a check of
   one recipe choice, no interval (one pre-training seed). `[]` without such records.
 
+`report.md` adds, where `bag_of_words.json` is (`python -m studies.pretraining.bag_of_words`), rt_polarity's
+bag-of-words baselines on the fine-tuning's split beside the fine-tuned models' scores (not in summary.json).
+
 Intervals: paired Student-t (`hf_ffn.comparing.paired_t_interval`) at family-wise 95% with a **Bonferroni**
 correction: each interval of a table of m comparisons is a 1 − 0.05/m interval (m = the table's rows with an
 interval). `null` where fewer than two pairs exist. Loss differences in nats (negative: the variant is lower);
@@ -71,6 +74,8 @@ from studies.pretraining.settings import (
 STUDY = Path(__file__).parent
 FAMILY_CONFIDENCE = 0.95
 FFN_ORDER = ("gelu", "swiglu", "geglu", "relu")
+BAG_OF_WORDS = "bag_of_words.json"  # studies.pretraining.bag_of_words's record
+BAG_OF_WORDS_MODELS = {"binary_word_pieces": "binary word pieces", "tfidf_1_2_grams": "TF-IDF of 1–2-grams"}
 
 
 def family_confidence(differences: list[list[float]]) -> float:
@@ -421,7 +426,52 @@ def _ffn_table_lines(title: str, rows: list[dict]) -> list[str]:
     return lines
 
 
-def report_markdown(result: dict, records: list[dict], pilots: list[dict]) -> str:
+def bag_of_words_lines(baselines: dict, result: dict) -> list[str]:
+    """report.md's section on `baselines` (bag_of_words.json): each logistic regression's accuracy beside the range
+    of the fine-tuned models' mean scores on the same task (the fine-tuning table's and the rate check's)."""
+    task, split = baselines["task"], baselines["split"]
+    lines = [
+        "",
+        f"## {task} against bag-of-words baselines ({BAG_OF_WORDS}: `python -m studies.pretraining.bag_of_words`)",
+        "",
+        f"Logistic regressions fitted on the fine-tuning's {split['train']:,} training snippets, scored on its "
+        f"{split['validation']:,} validation and {split['test']:,} test snippets (the fine-tuning reports "
+        f"{baselines['reported_split']}); word pieces of the study's tokenizer; always answering the training "
+        f"split's majority class scores {100 * baselines['majority_share']['test']:.1f}% on test.",
+        "",
+        "| baseline | features | C | validation accuracy | test accuracy |",
+        "|---|---:|---|---:|---:|",
+    ]
+    tests = []
+    for key, label in BAG_OF_WORDS_MODELS.items():
+        for which, note in (("default_C", "default"), ("C_chosen_on_validation", "chosen on validation")):
+            cell, grid = baselines[key][which], [row["C"] for row in baselines[key]["C_grid"]]
+            note += ", the grid's largest" if which != "default_C" and cell["C"] == max(grid) else ""
+            tests.append(100 * cell["test_accuracy"])
+            lines.append(
+                f"| {label} | {baselines[key]['features']:,} | {cell['C']:g} ({note}) | "
+                f"{100 * cell['validation_accuracy']:.1f} | {tests[-1]:.2f} |"
+            )
+    at_rate = [row["score"] for row in result["finetune"] if row["task"] == task]
+    every = at_rate + [c["score"] for row in result["finetune_rate_check"] if row["task"] == task for c in row["rates"]]
+    if at_rate:
+        lines += [
+            "",
+            f"The fine-tuned models' mean {task} scores (the tables above): {min(at_rate):.2f}–{max(at_rate):.2f} at "
+            f"the study's rate "
+            f"{FINETUNE_LEARNING_RATE:g} (the fine-tuning table), {min(every):.2f}–{max(every):.2f} at every rate "
+            f"tried; the baselines' {min(tests):.2f}–{max(tests):.2f}.",
+        ]
+        if max(every) <= max(tests):
+            lines[-1] += (
+                " No fine-tuned model, the untrained control included, beats the best of them: at this pre-training "
+                "budget the fine-tuning table has little power to show a benefit of pre-training on this task."
+            )
+    return lines
+
+
+def report_markdown(result: dict, records: list[dict], pilots: list[dict], baselines: dict | None = None) -> str:
+    """report.md from `summary`'s `result`; `baselines`: bag_of_words.json's record, or None (no such section)."""
     floors = result["floors"] or {}
     lines = [
         "# Pre-training study (issue 37): report",
@@ -509,6 +559,8 @@ def report_markdown(result: dict, records: list[dict], pilots: list[dict]) -> st
                     f"{','.join(map(str, cell['seeds']))} | {cell['score']:.2f} | "
                     f"{_signed(cell['delta_vs_untrained'], 2)} |"
                 )
+    if baselines:
+        lines += bag_of_words_lines(baselines, result)
     sweep = [r for r in records if r["kind"] == "sweep"]
     if sweep:
         lines += ["", "## Learning-rate sweep", "", "| unit | [MASK] loss | below unigram floor |", "|---|---:|---:|"]
@@ -531,7 +583,9 @@ def main(argv: list[str] | None = None) -> None:
     out = args.write_to or args.records_dir
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(result, indent=1) + "\n")
-    (out / "report.md").write_text(report_markdown(result, records, pilots))
+    baselines = args.records_dir / BAG_OF_WORDS
+    baselines = json.loads(baselines.read_text()) if baselines.is_file() else None
+    (out / "report.md").write_text(report_markdown(result, records, pilots, baselines))
     print(f"wrote {out / 'summary.json'} and {out / 'report.md'}")
 
 
