@@ -3,7 +3,7 @@ the same split, to read the fine-tuning table against (README.md, "Fine-tuning s
 
     python -m studies.pretraining.bag_of_words   # ../shared/data/rt_polarity → studies/pretraining/bag_of_words.json
 
-The split is the fine-tuning's own: `hf_ffn.training.tasks.get_task("rt_polarity").load` (the seeded 8,000 /
+The split is the fine-tuning's own: `hf_ffn.finetune.tasks.get_task("rt_polarity").load` (the seeded 8,000 /
 1,000 / 1,662 split, seed 42), fitted on train, scored on test (the split the study reports for rt_polarity:
 finetune.jsonl's `split`). Two logistic regressions (scikit-learn, `liblinear`, deterministic):
 
@@ -31,8 +31,8 @@ from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from transformers import AutoTokenizer
 
-from hf_ffn.training.tasks import get_task
-from studies.environment import portable_path
+from hf_ffn.finetune.tasks import get_task
+from studies.common.environment import portable_path
 
 STUDY = Path(__file__).parent
 TASK = "rt_polarity"
