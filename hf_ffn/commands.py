@@ -1,7 +1,7 @@
-"""What each `hf-ffn` subcommand does with its parsed arguments (`hf_ffn.cli` parses them): a thin layer over the
-library function that does the work. Every library import sits inside the function that needs it, so that
-`hf-ffn --help` never waits for torch or transformers (the one module besides `hf_ffn.cli` allowed function-level
-imports: scripts/import_graph.py `DEFERRED_IMPORTS`).
+"""What each `hf-ffn` subcommand does with its parsed arguments: a thin layer over the library function that does the
+work (`hf_ffn.cli` holds each command's options and help, and parses them). Every library import sits inside the
+function that needs it, so that `hf-ffn --help` never waits for torch or transformers (the one module besides
+`hf_ffn.cli` allowed function-level imports: scripts/import_graph.py `DEFERRED_IMPORTS`).
 """
 
 from __future__ import annotations
@@ -79,20 +79,6 @@ def missing_package_message(error: ImportError) -> str | None:
     )
 
 
-def spelled(args: argparse.Namespace, name: str) -> str:
-    """The option `name` as the user typed it: `--ffn-type` for the older kebab-case spelling, else `--ffn_type`."""
-    kebab = "--" + name.replace("_", "-")
-    typed = any(arg == kebab or arg.startswith(kebab + "=") for arg in getattr(args, "argv", []))
-    return kebab if typed else f"--{name}"
-
-
-def model_option(args: argparse.Namespace) -> str:
-    """The checkpoint option of `parity` and `sts` as the user typed it: `--model` (the older spelling) or
-    `--model_name_or_path`."""
-    typed = any(arg == "--model" or arg.startswith("--model=") for arg in getattr(args, "argv", []))
-    return "--model" if typed else "--model_name_or_path"
-
-
 def parity(args: argparse.Namespace) -> int:
     from .checkpoints import check_checkpoint
     from .parity import (
@@ -104,9 +90,9 @@ def parity(args: argparse.Namespace) -> int:
         variant_report,
     )
 
-    if args.model:
-        check_checkpoint(args.model, model_option(args))
-        checkpoint, reason = args.model, f"given with {model_option(args)}"
+    if args.model_name_or_path:
+        check_checkpoint(args.model_name_or_path, "--model_name_or_path")
+        checkpoint, reason = args.model_name_or_path, "given with --model_name_or_path"
     else:
         checkpoint, reason = choose_default_checkpoint()
     overrides = {
@@ -234,7 +220,7 @@ def convert(args: argparse.Namespace) -> int:
             raise ValueError("--init pruned needs --calibration_files PATH [PATH...] (plain text to score units on)")
         for name in ("calibration_tokens", "calibration_block"):
             if getattr(args, name) <= 0:
-                raise ValueError(f"{spelled(args, name)} must be > 0, got {getattr(args, name)}")
+                raise ValueError(f"--{name} must be > 0, got {getattr(args, name)}")
         tokenizer = load_tokenizer(args.checkpoint, "CHECKPOINT")
         options.update(
             calibration_ids=calibration_ids(
@@ -296,7 +282,7 @@ def params(args: argparse.Namespace) -> int:
 def sts(args: argparse.Namespace) -> int:
     from .similarity import sts_spearman
 
-    result = sts_spearman(args.model, args.data_dir, split=args.split, batch_size=args.batch_size)
+    result = sts_spearman(args.model_name_or_path, args.data_dir, split=args.split, batch_size=args.batch_size)
     if args.json:
         print(json.dumps(result))
     else:
@@ -305,33 +291,6 @@ def sts(args: argparse.Namespace) -> int:
             f"{result['spearman']:.4f}, Pearson {result['pearson']:.4f} ({result['model']}, {result['seconds']:.0f} s)"
         )
     return 0
-
-
-def passthrough_parser(command: str):
-    """The `HfArgumentParser` of `heal`, `finetune` or `mlm` (its dataclasses, then `TrainingArguments`; building
-    it imports transformers)."""
-    if command == "heal":
-        from transformers import HfArgumentParser, TrainingArguments
-
-        from .healing import HealArguments, LayerwiseArguments
-
-        classes = (HealArguments, LayerwiseArguments, TrainingArguments)
-        parser = HfArgumentParser(classes, prog="hf-ffn heal", description=DESCRIPTIONS["heal"])
-        parser._option_string_actions["--output_dir"].help = (  # Trainer's help names its ./trainer_output
-            "Where checkpoints, healing.json and (unless --healed_dir) the healed folder healed/ are written. "
-            "Default: out/heal/<student folder name>, or the same with -2, -3, ... when that folder holds a "
-            "finished run (healing.json)."
-        )
-        return parser
-    if command == "finetune":
-        from .finetune.run import finetune_parser
-
-        parser = finetune_parser()
-        parser.prog = "hf-ffn finetune"
-        return parser
-    from .mlm.run import pretraining_parser
-
-    return pretraining_parser("hf-ffn mlm")
 
 
 def heal(args: argparse.Namespace) -> int:
@@ -344,7 +303,7 @@ def heal(args: argparse.Namespace) -> int:
 
     logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("hf_ffn").setLevel(logging.INFO)  # the layer-wise stage logs each layer's errors
-    parser = passthrough_parser("heal")
+    parser = args.parser("heal")  # hf_ffn.cli.passthrough_parser: heal's options and help, beside every command's
     heal_args, layerwise_args, training_args = parse_arguments(parser, args.rest)
     if "output_dir" not in given_options(parser, args.rest):  # not Trainer's ./trainer_output
         base = Path("out") / "heal" / folder_name(heal_args.student)
@@ -365,42 +324,6 @@ def mlm(args: argparse.Namespace) -> int:
     from .mlm.run import pretraining_main
 
     return pretraining_main(args.rest, prog="hf-ffn mlm")
-
-
-# Fine-tuning overrides `hf-ffn compare` passes on (None: the task's recipe decides): type, help, smallest value
-# allowed (a float's must be exceeded, an int's may be met).
-COMPARE_OVERRIDES = {
-    "learning_rate": (float, "Peak learning rate of every fine-tuning run.", 0.0),
-    "per_device_train_batch_size": (int, "Training batch size of every fine-tuning run.", 1),
-    "num_train_epochs": (float, "Epochs of every fine-tuning run.", 0.0),
-    "max_steps": (int, "Optimizer steps of every fine-tuning run (overrides the epochs).", 1),
-    "max_seq_length": (int, "Tokens per example, [CLS] and [SEP] included.", 3),
-    "max_train_samples": (int, "Use only the first N training rows of each task.", 1),
-    "max_eval_samples": (int, "Use only the first N validation rows of each task.", 1),
-}
-MAX_SEED = 2**32 - 1  # numpy's seed range (transformers.set_seed seeds numpy)
-
-
-def bounded(kind: type, minimum: float, maximum: float | None = None, unset: str = "the task's recipe"):
-    """An argparse `type` for a number of `kind` > `minimum` (a float) or >= `minimum` (an int), and <= `maximum`
-    when given; a bad value is refused with an error naming the value and what is allowed (argparse adds the
-    option: "argument --max_steps: ...")."""
-    strict = kind is float
-    allowed = f"{'a number >' if strict else 'an integer >='} {minimum:g}" + (
-        f" and <= {maximum}" if maximum is not None else ""
-    )
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: {allowed}") from None
-        if (value <= minimum if strict else value < minimum) or (maximum is not None and value > maximum):
-            raise argparse.ArgumentTypeError(f"got {text}; allowed: {allowed} (leave the option out for {unset})")
-        return value
-
-    parse.__name__ = kind.__name__  # argparse's "invalid int value" wording for a non-number
-    return parse
 
 
 def compare(args: argparse.Namespace) -> int:
@@ -430,7 +353,8 @@ def compare(args: argparse.Namespace) -> int:
     variants = args.variants or list(SMOKE_VARIANTS if args.smoke else VARIANTS)
     tasks = args.tasks or list(SMOKE_TASKS if args.smoke else TASKS)
     seeds = args.seeds or ([0] if args.smoke else [0, 1, 2])
-    overrides = {name: getattr(args, name) for name in COMPARE_OVERRIDES if getattr(args, name) is not None}
+    # the fine-tuning options compare passes on (hf_ffn.cli.COMPARE_OVERRIDES), those given
+    overrides = {name: getattr(args, name) for name in args.overrides if getattr(args, name) is not None}
     output = run_comparison(
         checkpoint,
         variants,
@@ -444,52 +368,3 @@ def compare(args: argparse.Namespace) -> int:
     )
     print((output / "comparison.md").read_text())
     return 0
-
-
-DESCRIPTIONS = {
-    "parity": "Compare hf_ffn with upstream BERT on a checkpoint, output by output, and report whether every output "
-    "is bit-identical (torch.equal); with a switch (--ffn_type ...), report what that variant changes.",
-    "convert": "Convert a BERT checkpoint into an FfnBert variant folder (or, with --to_bert, a default FfnBert "
-    "folder back into plain BERT); the folder's conversion_report.json holds the measured difference.",
-    "heal": "Distil a converted FfnBert folder from its source checkpoint on plain text, so that a conversion that "
-    "is not function-preserving computes close to the source again.",
-    "finetune": "Fine-tune a checkpoint for sequence classification or regression with transformers' Trainer: a "
-    "named task (--task with --data_dir, its recipe as defaults) or your own data files; ends with one "
-    "line giving the task score.",
-    "mlm": "Train a masked language model (from scratch or continued from a checkpoint) on plain-text files with "
-    "transformers' Trainer.",
-    "compare": "Compare named variants of your checkpoint on fine-tuning tasks: convert each, heal those whose "
-    "conversion is not exact, fine-tune every variant x task x seed, and write a table with paired "
-    "Student-t 95% intervals against the baseline and one figure into one output folder (resumable).",
-    "sts": "Zero-shot STS-B: the Spearman correlation of the cosine similarities of mean-pooled embeddings with the "
-    "gold scores, without training.",
-    "params": "Count FFN widths, weights, biases, FLOPs per token and share of the model per variant, on the real "
-    "modules (meta device).",
-}
-
-
-SHORT_HELP = {
-    "parity": "Check that hf_ffn reproduces upstream BERT bit for bit on a checkpoint.",
-    "convert": "Convert a BERT checkpoint into an FfnBert variant folder (or back to BERT).",
-    "heal": "Distil a converted folder from its source checkpoint (options: hf-ffn heal --help).",
-    "finetune": "Fine-tune for classification or regression; ends with the task score (hf-ffn finetune --help).",
-    "mlm": "Train a masked language model on plain text (options: hf-ffn mlm --help).",
-    "compare": "Compare variants of your checkpoint on tasks: convert, heal, fine-tune, table and figure.",
-    "sts": "Zero-shot STS-B Spearman correlation of mean-pooled embeddings, without training.",
-    "params": "FFN widths, weights and FLOPs per token for each variant.",
-}
-
-
-# The first lines a user reads in `hf-ffn heal|finetune|mlm --help` after the description (`hf_ffn.cli.short_help`).
-EXAMPLES = {
-    "heal": "hf-ffn convert BERT_FOLDER out/swiglu --variant swiglu-approx\n"
-    "hf-ffn heal --student out/swiglu --train_files TEXT_FILES_OR_FOLDER --output_dir out/heal",
-    "finetune": "hf-ffn finetune --model_name_or_path BERT_FOLDER --task TASK --data_dir TASK_FOLDER "
-    "--output_dir out/finetune\n"
-    "hf-ffn finetune --model_name_or_path BERT_FOLDER --train_file train.csv --validation_file dev.csv "
-    "--ffn_type geglu --output_dir out/finetune-geglu",
-    "mlm": "hf-ffn mlm --train_files TEXT_FILES_OR_FOLDER --ffn_type swiglu --output_dir out/mlm  (from scratch)\n"
-    "hf-ffn mlm --model_name_or_path BERT_FOLDER --train_files TEXT_FILES_OR_FOLDER --output_dir out/mlm-more\n"
-    "hf-ffn mlm --dataset_name DATASET --dataset_config_name CONFIG --streaming true --tokenizer_name TOKENIZER "
-    "--max_steps 10000  (a datasets data set, streamed)",
-}

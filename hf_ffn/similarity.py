@@ -8,7 +8,7 @@ trained with), take the cosine similarity of the two embeddings of each pair, an
 correlation of the cosines with the gold scores (0–5) over the pairs of STS-B test (1,379), ×1 (not ×100).
 all-MiniLM-L6-v2's own model card and the sentence-transformers results table give about 0.82 for it.
 
-    hf-ffn sts --model FOLDER --data_dir ../shared/data/stsb
+    hf-ffn sts --model_name_or_path FOLDER --data_dir ../shared/data/stsb
     python -c 'from hf_ffn.similarity import sts_spearman; print(sts_spearman("FOLDER", "../shared/data/stsb"))'
 """
 
@@ -110,16 +110,17 @@ def sts_spearman(
         {"spearman", "pearson", "pairs", "split", "model", "seconds"}.
 
     Raises:
-        FileNotFoundError: naming `--model` or `--data_dir` when a folder or an STS-B file is missing.
+        FileNotFoundError: naming `--model_name_or_path` or `--data_dir` when a folder or an STS-B file is missing.
         ValueError: when `split` is not one of test, validation, train, or an STS-B line is malformed.
     """
     if split not in ("test", "validation", "train"):
         raise ValueError(f"--split has unknown value {split!r}; allowed: test, validation, train")
-    check_checkpoint(model_path, "--model")
+    check_checkpoint(model_path, "--model_name_or_path")
     pairs = load_stsb(data_dir, (split,))[split]
     start = time.perf_counter()
-    tokenizer = load_tokenizer(model_path, "--model")
-    model, _ = load_pretrained(AutoModel, model_path, "--model")  # the base model: BertModel / FfnBertModel
+    tokenizer = load_tokenizer(model_path, "--model_name_or_path")
+    # the base model: BertModel / FfnBertModel
+    model, _ = load_pretrained(AutoModel, model_path, "--model_name_or_path")
     model.to(device or "cpu")
     texts = list(pairs["sentence1"]) + list(pairs["sentence2"])
     embeddings = sentence_embeddings(model, tokenizer, texts, batch_size=batch_size, max_length=max_length)

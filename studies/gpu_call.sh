@@ -58,7 +58,7 @@ BertForPreTraining(BertConfig(hidden_size=256, num_hidden_layers=4, num_attentio
                               intermediate_size=1024)).save_pretrained("/tmp/small_bert")
 EOF
 for dtype in float32 bfloat16; do
-    timeout 60 python3 -m hf_ffn.cli parity --model /tmp/small_bert --device $DEVICE --dtype "$dtype" --attn sdpa \
+    timeout 60 python3 -m hf_ffn.cli parity --model_name_or_path /tmp/small_bert --device $DEVICE --dtype "$dtype" --attn sdpa \
         >>"$OUT/parity.log" 2>&1
     echo "hf-ffn parity --device $DEVICE --dtype $dtype --attn sdpa: exit $?" | tee -a "$OUT/parity.log"
 done

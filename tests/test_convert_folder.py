@@ -35,7 +35,7 @@ def test_convert_writes_a_complete_folder(bundled_checkpoint, tmp_path):
     """The real checkpoint to GeGLU through the CLI: every file, the report's measured difference (exact: 0), the
     tokenizer, the card; the folder reloads with AutoModel to the same outputs."""
     out = tmp_path / "geglu"
-    assert main(["convert", bundled_checkpoint, str(out), "--ffn-type", "geglu", "--json"]) == 0
+    assert main(["convert", bundled_checkpoint, str(out), "--ffn_type", "geglu", "--json"]) == 0
     files = set(os.listdir(out))
     assert EXPECTED_FILES <= files and "tokenizer_config.json" in files
     report = json.loads((out / "conversion_report.json").read_text())
@@ -57,14 +57,14 @@ def test_convert_writes_a_complete_folder(bundled_checkpoint, tmp_path):
 def test_failed_conversion_writes_nothing(tiny_bert_checkpoint, tmp_path, capsys):
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exit_info:  # the CLI turns bad input into a one-line error, exit code 2
-        main(["convert", tiny_bert_checkpoint, str(out), "--ffn-type", "bilinear"])
+        main(["convert", tiny_bert_checkpoint, str(out), "--ffn_type", "bilinear"])
     assert exit_info.value.code == 2
     assert "hf-ffn convert: error:" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []  # neither the folder nor its temporary sibling
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("keep me")
     with pytest.raises(SystemExit):
-        main(["convert", tiny_bert_checkpoint, str(tmp_path / "full"), "--ffn-type", "geglu"])
+        main(["convert", tiny_bert_checkpoint, str(tmp_path / "full"), "--ffn_type", "geglu"])
     assert "exists and is not empty" in capsys.readouterr().err
     assert os.listdir(tmp_path / "full") == ["x"]
 
@@ -77,9 +77,9 @@ def test_script_fresh_matched_per_layer(tiny_bert_checkpoint, tmp_path, monkeypa
         script,
         tiny_bert_checkpoint,
         str(out),
-        "--ffn-type",
+        "--ffn_type",
         "gelu,swiglu",
-        "--layer-norm-position",
+        "--layer_norm_position",
         "pre",
         "--init",
         "fresh",

@@ -5,9 +5,13 @@ business: studies/benchmark/gpu.json)."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
+from pathlib import Path
 
 import pytest
 
+from hf_ffn.cli import build_parser
 from studies.benchmark import gpu
 
 
@@ -70,3 +74,15 @@ def test_published_text_holds_no_machine_path():
     cleaned = gpu.public(text)
     assert str(Path.cwd()) not in cleaned and "File hf_ffn/unpadding.py" in cleaned
     assert cleaned.endswith("json/__init__.py")  # the standard library's folder left out too
+
+
+def test_gpu_calls_hf_ffn_commands_parse():
+    """Every `python3 -m hf_ffn.cli …` line of studies/gpu_call.sh parses with today's options (the script is run
+    only on a lent GPU, so a renamed option would first fail there: `parity --model` did, after `--model` went)."""
+    script = (Path(__file__).parents[1] / "studies" / "gpu_call.sh").read_text()
+    calls = re.findall(r"python3 -m hf_ffn\.cli ([^>\n]+)", script)
+    assert calls, "studies/gpu_call.sh runs no hf-ffn command"
+    for call in calls:
+        argv = shlex.split(call.replace("$DEVICE", "cuda").replace('"$dtype"', "float32").rstrip("\\ "))
+        args = build_parser().parse_args(argv)
+        assert args.model_name_or_path == "/tmp/small_bert" and args.device == "cuda"

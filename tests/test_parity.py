@@ -294,12 +294,22 @@ def test_cli_parity_json_on_default_checkpoint(capsys):
 
 def test_cli_variant_report_other_width_and_standard_activation(bundled_checkpoint, capsys):
     code, out, err = run_cli(
-        capsys, "parity", "--model", bundled_checkpoint, "--ffn-type", "swiglu", "--intermediate-size", "1024", "--json"
+        capsys,
+        "parity",
+        "--model_name_or_path",
+        bundled_checkpoint,
+        "--ffn_type",
+        "swiglu",
+        "--intermediate_size",
+        "1024",
+        "--json",
     )
     assert code == 0, err[-2000:]
     report = json.loads(out)
     assert len(report["mismatched_weights"]) == 6 * 3  # up_proj weight+bias and down_proj weight, per layer
-    code, out, err = run_cli(capsys, "parity", "--model", bundled_checkpoint, "--ffn-type", "relu", "--json")
+    code, out, err = run_cli(
+        capsys, "parity", "--model_name_or_path", bundled_checkpoint, "--ffn_type", "relu", "--json"
+    )
     assert code == 0, err[-2000:]
     report = json.loads(out)  # a ReLU FFN on BERT's weights: nothing new, the outputs change
     assert report["new_weights"] == [] and report["config"]["ffn_type"] == "relu"
@@ -307,7 +317,9 @@ def test_cli_variant_report_other_width_and_standard_activation(bundled_checkpoi
 
 
 def test_cli_variant_report(bundled_checkpoint, capsys):
-    code, out, err = run_cli(capsys, "parity", "--model", bundled_checkpoint, "--ffn-type", "swiglu", "--json")
+    code, out, err = run_cli(
+        capsys, "parity", "--model_name_or_path", bundled_checkpoint, "--ffn_type", "swiglu", "--json"
+    )
     assert code == 0, err[-2000:]
     report = json.loads(out)
     assert report["new_weights"] == sorted(
@@ -319,7 +331,7 @@ def test_cli_variant_report(bundled_checkpoint, capsys):
 
 def test_cli_bad_input_is_one_line_error(tmp_path, capsys):
     GPT2Config(n_layer=1).save_pretrained(tmp_path)
-    code, out, err = run_cli(capsys, "parity", "--model", str(tmp_path))
+    code, out, err = run_cli(capsys, "parity", "--model_name_or_path", str(tmp_path))
     assert code == 2 and out == ""
     assert err.startswith("hf-ffn parity: error:") and "model_type='gpt2'" in err and err.count("\n") == 1
 
@@ -332,7 +344,7 @@ def test_console_command_runs(tmp_path):
     GPT2Config(n_layer=1).save_pretrained(tmp_path)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(
-        [command, "parity", "--model", str(tmp_path)], capture_output=True, text=True, env=env, timeout=300
+        [command, "parity", "--model_name_or_path", str(tmp_path)], capture_output=True, text=True, env=env, timeout=300
     )
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith("hf-ffn parity: error:") and "Traceback" not in result.stderr
@@ -374,7 +386,12 @@ def test_unpadded_rows_carry_their_tolerance_and_fail_a_wrong_model(tiny_bert_ch
 def test_parity_job_in_bfloat16_is_exact_and_its_unpadded_rows_use_upstreams_own_error(tiny_bert_checkpoint, capsys):
     """`--dtype bfloat16`: the default path is bit for bit in bfloat16 too; the unpadded rows are measured against
     upstream in float32, each bar being upstream's own bfloat16 error on that tensor (> 0: bfloat16 rounds)."""
-    assert main(["parity", "--model", tiny_bert_checkpoint, "--dtype", "bfloat16", "--attn", "sdpa", "--json"]) == 0
+    assert (
+        main(
+            ["parity", "--model_name_or_path", tiny_bert_checkpoint, "--dtype", "bfloat16", "--attn", "sdpa", "--json"]
+        )
+        == 0
+    )
     document = json.loads(capsys.readouterr().out)
     assert (document["dtype"], document["device"], document["exact"]) == ("bfloat16", "cpu", True)
     unpadded = [row for row in document["rows"] if row["tolerance"] is not None]
@@ -400,7 +417,7 @@ def test_parity_job_in_bfloat16_is_exact_and_its_unpadded_rows_use_upstreams_own
 )
 def test_parity_device_and_dtype_errors_name_the_option(tiny_bert_checkpoint, capsys, argv, message):
     with pytest.raises(SystemExit) as exit_:
-        main(["parity", "--model", tiny_bert_checkpoint, *argv])
+        main(["parity", "--model_name_or_path", tiny_bert_checkpoint, *argv])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
@@ -410,7 +427,7 @@ def test_parity_in_float16_holds_with_half_a_rounding_of_allowance(bundled_check
     is a tie either side may win (seen: pooler 3.7e-4 against upstream's 3.0e-4 on a CPU)."""
     from hf_ffn.parity import UNPADDED_HALF_ROUNDINGS
 
-    argv = ["parity", "--model", bundled_checkpoint, "--dtype", "float16", "--attn", "sdpa", "--json"]
+    argv = ["parity", "--model_name_or_path", bundled_checkpoint, "--dtype", "float16", "--attn", "sdpa", "--json"]
     assert main(argv) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["exact"] is True and document["unpadded_within_tolerance"] is True

@@ -575,7 +575,7 @@ def test_sts_spearman_matches_a_hand_computed_spearman(tiny_checkpoint, tmp_path
     assert result["pairs"] == 8 and result["split"] == "test"
     with pytest.raises(ValueError, match=r"--split has unknown value 'dev'; allowed: test, validation, train"):
         sts_spearman(tiny_checkpoint, str(data), split="dev")
-    with pytest.raises(FileNotFoundError, match=r"--model"):
+    with pytest.raises(FileNotFoundError, match=r"--model_name_or_path"):
         sts_spearman(str(tmp_path / "nowhere"), str(data))
 
 

@@ -78,10 +78,10 @@ def test_missing_local_checkpoint_in_every_command(tmp_path, capsys, monkeypatch
     monkeypatch.chdir(tmp_path.parent)  # so "<tmp_path.name>/missing" has an existing parent folder
     for path in missing_paths(tmp_path):
         for argv, argument in (
-            (["parity", "--model", path], "--model"),
-            (["parity", "--model", path, "--ffn-type", "geglu"], "--model"),
-            (["convert", path, str(tmp_path / "out"), "--ffn-type", "geglu"], "CHECKPOINT"),
-            (["convert", path, str(tmp_path / "out"), "--to-bert"], "CHECKPOINT"),
+            (["parity", "--model_name_or_path", path], "--model_name_or_path"),
+            (["parity", "--model_name_or_path", path, "--ffn_type", "geglu"], "--model_name_or_path"),
+            (["convert", path, str(tmp_path / "out"), "--ffn_type", "geglu"], "CHECKPOINT"),
+            (["convert", path, str(tmp_path / "out"), "--to_bert"], "CHECKPOINT"),
         ):
             code, err = cli_error(capsys, argv)
             assert code == EXIT_BAD_INPUT, (argv, err)
@@ -91,7 +91,7 @@ def test_missing_local_checkpoint_in_every_command(tmp_path, capsys, monkeypatch
 
 def test_convert_script_names_the_missing_folder(tmp_path, capsys, monkeypatch):
     missing = str(tmp_path / "missing")
-    monkeypatch.setattr(sys, "argv", ["convert_checkpoint.py", missing, str(tmp_path / "out"), "--ffn-type", "geglu"])
+    monkeypatch.setattr(sys, "argv", ["convert_checkpoint.py", missing, str(tmp_path / "out"), "--ffn_type", "geglu"])
     with pytest.raises(SystemExit) as exited:
         runpy.run_path(str(REPO / "scripts" / "convert_checkpoint.py"), run_name="__main__")
     assert exited.value.code == EXIT_BAD_INPUT
@@ -116,8 +116,10 @@ def test_library_functions_name_the_missing_folder(tmp_path):
 
 def test_folder_without_config_and_a_file(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    code, err = cli_error(capsys, ["parity", "--model", str(tmp_path / "empty")])
-    assert code == EXIT_BAD_INPUT and f"--model: {tmp_path / 'empty'} is a folder without config.json" in err
+    code, err = cli_error(capsys, ["parity", "--model_name_or_path", str(tmp_path / "empty")])
+    assert (
+        code == EXIT_BAD_INPUT and f"--model_name_or_path: {tmp_path / 'empty'} is a folder without config.json" in err
+    )
     (tmp_path / "weights.bin").write_bytes(b"")
     code, err = cli_error(capsys, ["convert", str(tmp_path / "weights.bin"), str(tmp_path / "out")])
     assert code == EXIT_BAD_INPUT and "is a file, not a checkpoint folder" in err
@@ -144,9 +146,9 @@ def test_hub_names_offline_say_so_and_name_the_way_out(tmp_path, capsys, monkeyp
     assert "HF_HUB_OFFLINE=1 is set and it is not in the local cache" in message
     assert "Give a local checkpoint folder" in message and "hf download nobody-here/no-such-model" in message
     for argv, argument in (
-        (["parity", "--model", "nobody-here/no-such-model"], "--model"),
+        (["parity", "--model_name_or_path", "nobody-here/no-such-model"], "--model_name_or_path"),
         (["convert", "nobody-here/no-such-model", str(tmp_path / "out")], "CHECKPOINT"),
-        (["convert", "nobody-here/no-such-model", str(tmp_path / "out"), "--to-bert"], "CHECKPOINT"),
+        (["convert", "nobody-here/no-such-model", str(tmp_path / "out"), "--to_bert"], "CHECKPOINT"),
     ):
         code, err = cli_error(capsys, argv)
         assert code == EXIT_BAD_INPUT and f"{argument}: 'nobody-here/no-such-model' is not a local folder" in err
@@ -172,12 +174,12 @@ def test_unreachable_hub_online_names_the_offline_switch_and_a_local_folder():
 
 @pytest.fixture(scope="module")
 def swiglu_pre_folder(tiny_bert_checkpoint, tmp_path_factory) -> Path:
-    """`hf-ffn convert TINY_BERT OUT --ffn-type swiglu --layer-norm-position pre`, under umask 0o022."""
+    """`hf-ffn convert TINY_BERT OUT --ffn_type swiglu --layer_norm_position pre`, under umask 0o022."""
     out = tmp_path_factory.mktemp("variant") / "swiglu-pre"
     previous = os.umask(0o022)
     try:
         assert (
-            main(["convert", tiny_bert_checkpoint, str(out), "--ffn-type", "swiglu", "--layer-norm-position", "pre"])
+            main(["convert", tiny_bert_checkpoint, str(out), "--ffn_type", "swiglu", "--layer_norm_position", "pre"])
             == 0
         )
     finally:
@@ -187,7 +189,7 @@ def swiglu_pre_folder(tiny_bert_checkpoint, tmp_path_factory) -> Path:
 
 def test_parity_on_a_variant_folder_explains_and_exits_3(swiglu_pre_folder, tiny_bert_checkpoint, capsys):
     capsys.readouterr()
-    assert main(["parity", "--model", str(swiglu_pre_folder)]) == EXIT_NOT_PLAIN_BERT == 3
+    assert main(["parity", "--model_name_or_path", str(swiglu_pre_folder)]) == EXIT_NOT_PLAIN_BERT == 3
     captured = capsys.readouterr()
     assert "outputs equal" not in captured.out  # no parity table: it would only measure the variant
     err = captured.err
@@ -198,13 +200,13 @@ def test_parity_on_a_variant_folder_explains_and_exits_3(swiglu_pre_folder, tiny
         "would ignore 6 weights (encoder.layer.{0, 1}.mlp.gate_proj.weight, encoder.layer.{0, 1}.mlp.gate_proj"
         ".bias, encoder.final_norm.weight, encoder.final_norm.bias)"
     ) in err
-    hint = f"hf-ffn parity --model {tiny_bert_checkpoint} --ffn_type swiglu --layer_norm_position pre"
+    hint = f"hf-ffn parity --model_name_or_path {tiny_bert_checkpoint} --ffn_type swiglu --layer_norm_position pre"
     assert hint in err  # the source, read from conversion_report.json
     # The hinted command runs: the variant report, exit 0.
     assert main(hint.split()[1:]) == 0
     assert "new weights" in capsys.readouterr().out
 
-    assert main(["parity", "--json", "--model", str(swiglu_pre_folder)]) == EXIT_NOT_PLAIN_BERT
+    assert main(["parity", "--json", "--model_name_or_path", str(swiglu_pre_folder)]) == EXIT_NOT_PLAIN_BERT
     document = json.loads(capsys.readouterr().out)
     assert document["not_plain_bert"] is True and document["exact"] is None
     assert "encoder.final_norm.weight" in document["ignored_weights"]
@@ -368,18 +370,18 @@ def test_optional_packages_are_the_extras_of_pyproject():
 
 def test_cli_errors_name_the_option_not_the_field(tiny_bert_checkpoint, tmp_path, capsys):
     out = str(tmp_path / "out")
-    code, err = cli_error(capsys, ["convert", tiny_bert_checkpoint, out, "--ffn-type", "reglu"])
+    code, err = cli_error(capsys, ["convert", tiny_bert_checkpoint, out, "--ffn_type", "reglu"])
     assert code == EXIT_BAD_INPUT
-    assert "--init='preserving' cannot convert a 'gelu' FFN to --ffn-type='reglu'" in err
+    assert "--init='preserving' cannot convert a 'gelu' FFN to --ffn_type='reglu'" in err
     assert "or use --init='fresh'" in err
-    code, err = cli_error(capsys, ["convert", tiny_bert_checkpoint, out, "--ffn-type", "gelu,geglu,gelu"])
-    assert "--ffn-type has 3 entries but num_hidden_layers is 2" in err
-    code, err = cli_error(capsys, ["convert", tiny_bert_checkpoint, out, "--layer-norm-position", "middle"])
-    assert "--layer-norm-position has unknown value 'middle'; allowed: post, pre" in err
+    code, err = cli_error(capsys, ["convert", tiny_bert_checkpoint, out, "--ffn_type", "gelu,geglu,gelu"])
+    assert "--ffn_type has 3 entries but num_hidden_layers is 2" in err
+    code, err = cli_error(capsys, ["convert", tiny_bert_checkpoint, out, "--layer_norm_position", "middle"])
+    assert "--layer_norm_position has unknown value 'middle'; allowed: post, pre" in err
     code, err = cli_error(capsys, ["convert", tiny_bert_checkpoint, out, "--width", "wide"])
     assert "--width has unknown value 'wide'; allowed: keep, matched or a positive integer" in err
-    code, err = cli_error(capsys, ["parity", "--model", tiny_bert_checkpoint, "--ffn-type", "bogus"])
-    assert code == EXIT_BAD_INPUT and "--ffn-type has unknown value 'bogus'" in err
+    code, err = cli_error(capsys, ["parity", "--model_name_or_path", tiny_bert_checkpoint, "--ffn_type", "bogus"])
+    assert code == EXIT_BAD_INPUT and "--ffn_type has unknown value 'bogus'" in err
     assert not os.path.exists(out)
 
 
@@ -507,7 +509,7 @@ def tiny_sentence_transformer(bundled_checkpoint, tmp_path_factory) -> Path:
 def test_convert_keeps_sentence_transformers_modules(tiny_sentence_transformer, tmp_path, capsys):
     st = pytest.importorskip("sentence_transformers")
     out = tmp_path / "geglu"
-    assert main(["convert", str(tiny_sentence_transformer), str(out), "--ffn-type", "geglu"]) == 0
+    assert main(["convert", str(tiny_sentence_transformer), str(out), "--ffn_type", "geglu"]) == 0
     assert "kept the other modules (modules.json)" in capsys.readouterr().out
     assert {"modules.json", "conversion_report.json", "README.md", "modeling_ffn_bert.py"} <= set(os.listdir(out))
     assert "| `last_hidden_state` | 0 | 0 | yes |" in (out / "README.md").read_text()  # hf_ffn's model card
@@ -523,12 +525,12 @@ def test_convert_keeps_sentence_transformers_modules(tiny_sentence_transformer, 
 
 
 def test_to_bert_keeps_sentence_transformers_modules(tiny_sentence_transformer, tmp_path, capsys):
-    """`--to-bert` on a sentence-transformers FfnBert folder: the backbone becomes plain BERT, Pooling / Normalize
+    """`--to_bert` on a sentence-transformers FfnBert folder: the backbone becomes plain BERT, Pooling / Normalize
     are kept, and the embeddings are the source model's bit for bit (BERT → default FfnBert → BERT is exact)."""
     st = pytest.importorskip("sentence_transformers")
     ffn_bert, bert = tmp_path / "ffn_bert", tmp_path / "bert"
     assert main(["convert", str(tiny_sentence_transformer), str(ffn_bert)]) == 0
-    assert main(["convert", str(ffn_bert), str(bert), "--to-bert"]) == 0
+    assert main(["convert", str(ffn_bert), str(bert), "--to_bert"]) == 0
     assert f"wrote plain BERT folder {bert}" in capsys.readouterr().out
     exported = st.SentenceTransformer(str(bert), device="cpu")
     assert [type(m).__name__ for m in exported] == ["Transformer", "Pooling", "Normalize"]
@@ -540,8 +542,8 @@ def test_to_bert_keeps_sentence_transformers_modules(tiny_sentence_transformer, 
         exported.encode(sentences, convert_to_tensor=True), source.encode(sentences, convert_to_tensor=True)
     )
     # A variant backbone is refused, naming why (upstream BERT has no such FFN).
-    assert main(["convert", str(tiny_sentence_transformer), str(tmp_path / "geglu"), "--ffn-type", "geglu"]) == 0
-    code, err = cli_error(capsys, ["convert", str(tmp_path / "geglu"), str(tmp_path / "no"), "--to-bert"])
+    assert main(["convert", str(tiny_sentence_transformer), str(tmp_path / "geglu"), "--ffn_type", "geglu"]) == 0
+    code, err = cli_error(capsys, ["convert", str(tmp_path / "geglu"), str(tmp_path / "no"), "--to_bert"])
     assert code == EXIT_BAD_INPUT and "cannot be exported to plain BERT" in err and "ffn_type=" in err
     assert not (tmp_path / "no").exists()
 
@@ -682,7 +684,7 @@ def test_output_folder_that_is_a_file_fails_up_front(tmp_path, capsys, monkeypat
     assert a_file.read_text() == "mine"
 
 
-@pytest.mark.parametrize("flag", ["--calibration-tokens", "--calibration-block"])
+@pytest.mark.parametrize("flag", ["--calibration_tokens", "--calibration_block"])
 def test_convert_pruned_refuses_non_positive_calibration_sizes(flag, tiny_bert_checkpoint, tmp_path, capsys):
     text = tmp_path / "text.txt"
     text.write_text("the quick brown fox jumps over the lazy dog. " * 50)
@@ -693,13 +695,13 @@ def test_convert_pruned_refuses_non_positive_calibration_sizes(flag, tiny_bert_c
                 "convert",
                 tiny_bert_checkpoint,
                 str(out),
-                "--ffn-type",
+                "--ffn_type",
                 "swiglu",
                 "--init",
                 "pruned",
                 "--width",
                 "16",
-                "--calibration-files",
+                "--calibration_files",
                 str(text),
                 flag,
                 "0",

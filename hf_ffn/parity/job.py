@@ -82,9 +82,9 @@ class NotPlainBertError(ValueError):
         super().__init__(
             f"{checkpoint} is not a plain-BERT checkpoint: {'; '.join(self.reasons)}. Upstream BertModel cannot "
             f"represent it: {ignored}, so comparing outputs with BERT would only measure the variant. To see what "
-            f"the variant changes relative to its BERT source, run `hf-ffn parity --model {source} {variant}` "
-            f"(a report). Only default-config FfnBert folders are plain BERT (`hf-ffn convert FOLDER OUT --to_bert` "
-            f"exports those)."
+            f"the variant changes relative to its BERT source, run `hf-ffn parity --model_name_or_path {source} "
+            f"{variant}` (a report). Only default-config FfnBert folders are plain BERT (`hf-ffn convert FOLDER OUT "
+            f"--to_bert` exports those)."
         )
 
 

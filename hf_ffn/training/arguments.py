@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import itertools
 import json
-import re
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -246,25 +245,28 @@ def resolve_max_seq_length(value: int | None, max_positions: int | None) -> int:
     return DEFAULT_MAX_SEQ_LENGTH if max_positions is None else min(DEFAULT_MAX_SEQ_LENGTH, max_positions)
 
 
-# Options of earlier releases → what replaces them: the one table both `hf-ffn finetune` and `hf-ffn heal` check
-# (`parse_arguments`), so an old command line fails naming the new spelling instead of "arguments are not used".
-# argparse's message for a value its type refuses ("argument --x: invalid int value: 'abc'") → the type in words.
-_INVALID_VALUE = re.compile(r"argument (?P<option>[^:]+): invalid (?P<type>\w+) value: (?P<value>.*)")
-_ALIASES = re.compile(r"^(?:argument )?(--[\w]+)(/--[\w-]+)*( has value|:)")
-_TYPE_WORDS = {"int": "an integer", "float": "a number", "str": "a string"}
+# A value the type of its option refuses, in words: HfArgumentParser gives each option its field's type (int, float),
+# whose refusal argparse words as "argument --max_steps/--max-steps: invalid int value: 'x'" (`parse_arguments`).
+_TYPE_WORDS = {int: "an integer", float: "a number"}
 
 
 def one_line_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
     """`parser.error` without the usage: one line `prog: error: message` on stderr and exit status
-    `EXIT_BAD_INPUT` (argparse prints the whole usage first: ~130 lines with `TrainingArguments`). A value of the
-    wrong type reads "--per_device_train_batch_size has value 'abc'; expected an integer"."""
-    match = _INVALID_VALUE.fullmatch(message)
-    if match:
-        expected = _TYPE_WORDS.get(match["type"], f"a value of type {match['type']}")
-        message = f"{match['option']} has value {match['value']}; expected {expected}"
-    message = _ALIASES.sub(r"\1\3", message)  # "argument --a_b/--a-b:" → "--a_b:"
+    `EXIT_BAD_INPUT` (argparse prints the whole usage first: ~130 lines with `TrainingArguments`)."""
     print(f"{parser.prog}: error: {message}", file=sys.stderr)
     raise SystemExit(EXIT_BAD_INPUT)
+
+
+def _typed(kind: type, option: str):
+    """`kind` as the type of `option`, refusing a value with the whole message (an `ArgumentError` of no argument)."""
+
+    def parse(text: str):
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentError(None, f"{option} has value {text!r}; expected {_TYPE_WORDS[kind]}") from None
+
+    return parse
 
 
 def parse_arguments(parser: HfArgumentParser, argv: Sequence[str], defaults: dict | None = None) -> tuple:
@@ -277,12 +279,20 @@ def parse_arguments(parser: HfArgumentParser, argv: Sequence[str], defaults: dic
     Raises:
         ValueError: the dataclasses' own checks (`__post_init__`).
     """
-    parser.error = functools.partial(one_line_error, parser)  # this parser only
+    parser.error = functools.partial(one_line_error, parser)  # what argparse reports itself: a missing option
+    parser.exit_on_error = False  # the rest it raises, as `ArgumentError`
+    for action in parser._actions:
+        if action.type in _TYPE_WORDS:
+            action.type = _typed(action.type, action.option_strings[0])
     defaults = dict(defaults or {})
     if len(argv) == 1 and argv[0].endswith(".json"):
         return parser.parse_dict({**defaults, **json.loads(Path(argv[0]).read_text())})
     parser.set_defaults(**defaults)
-    return parser.parse_args_into_dataclasses(args=list(argv))
+    try:
+        return parser.parse_args_into_dataclasses(args=list(argv))
+    except argparse.ArgumentError as error:  # named by its first spelling: --max_steps, not --max_steps/--max-steps
+        option = error.argument_name and error.argument_name.split("/")[0]
+        one_line_error(parser, f"{option}: {error.message}" if option else error.message)
 
 
 def given_options(parser: HfArgumentParser, argv: Sequence[str]) -> set[str]:
