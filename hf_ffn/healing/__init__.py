@@ -1,17 +1,6 @@
-"""Healing converted BERTs: distil a converted FfnBert (the student) from its source checkpoint (the teacher) on
-plain text, and measure how closely it reproduces the teacher on held-out snippets.
-
-- `distill`: the loss (`DistillationLoss`), `DistillationTrainer` (transformers' `Trainer` with `compute_loss`
-  overridden), which parameters train (`select_trainable`), dropout off during distillation (`dropout_off`).
-- `metrics`: sentence-embedding cosine and |Δ| to the teacher (`compare_to_teacher`), the linear probe
-  (`linear_probe`), both together (`measure_agreement`), the during-training curve (`AgreementCallback`).
-- `layerwise`: `heal_layerwise` (`--method layerwise`): each converted layer fitted to its teacher layer (closed-form
-  down projection, Adam on the FFN or the whole layer, a Pre-LN residual stream to the teacher's hidden state once
-  both are normalised, `--layerwise_stream free`, or as it is, `teacher`); `layerwise_folder`: its resumable work
-  folder and model-card section.
-- `run`: `HealArguments` and `run_healing` (what `hf-ffn heal` and scripts/heal.py run), its summary line.
-- `healed_folder`: the healed folder (`save_healed`): a converted folder with the healing record and model-card
-  section (`healing_section`), keeping the student's other files (`keep_student_files`).
+"""Healing converted BERTs: distil a converted FfnBert (the student) from its source checkpoint (the teacher), end to
+end (`distill`) or layer by layer (`layerwise`, `layerwise_folder`), measure it on held-out text (`metrics`) and write
+the healed folder (`healed_folder`); `run` is what `hf-ffn heal` runs.
 """
 
 from .distill import (
