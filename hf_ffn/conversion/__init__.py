@@ -1,26 +1,7 @@
-"""Converting checkpoints into and out of FfnBert, as data plus one loader per direction.
-
-- `recipes`: the function-preserving recipes as a lookup table (`ffn_recipe`, `PRESERVING_METHODS`).
-- `loader`: `load_converted`, a pretrained BERT → an FfnBert variant (another FFN, Pre-LN, another width), either
-  function-preserving (exact where the math allows, a documented approximation where it does not) or with the
-  converted FFNs freshly initialised, cut into plan / load / apply / report steps.
-- `report`: `ConversionReport` (JSON-serialisable: which weights were copied, mapped or newly initialised, the
-  config changes, and the measured output difference).
-- `measure`: `measure_difference`, the converted model against upstream BERT on a fixed example batch
-  (`example_batch`), with the one output-difference helper (`tensor_difference`, `output_difference`) that the
-  parity job (`hf_ffn.parity`, a test-time concern) builds on too.
-- `megatron`: `load_megatron_bert` (MegatronBERT = Pre-LN, through `from_pretrained(key_mapping=...)`).
-- `state_dicts`: `convert_state_dict`, applying the Llama / ModernBERT FFN key maps (data, in
-  `hf_ffn.checkpoint_names`) with transformers' `Chunk`/`Concatenate`.
-- `pruning`: `init="pruned"` (`load_pruned`): a narrower GLU keeping the most important units of the
-  full-width conversion by a measured score on calibration text, its down projection refitted in closed form.
-- `card`: `build_model_card`, a converted folder's model card (README.md).
-- `folders`: `write_converted_folder` (the one writer of a converted folder), `convert_checkpoint` (what
-  `hf-ffn convert` and scripts/convert_checkpoint.py run) and `export_to_bert`, written atomically
-  (`atomic_output_dir`).
-
-Every public name of the parts (and the key maps and `bert_key` of `hf_ffn.checkpoint_names`) is importable
-from `hf_ffn.conversion`.
+"""Converting checkpoints into and out of FfnBert: the function-preserving recipes (`recipes`), `load_converted`
+(`loader`), `load_pruned` (`pruning`), MegatronBERT (`megatron`), the Llama / ModernBERT FFN key maps
+(`state_dicts`), the report (`report`), its measured difference (`measure`), the model card (`card`) and the folders
+(`folders`: `convert_checkpoint`, `export_to_bert`). Every public name of the parts is importable from here.
 """
 
 from ..checkpoint_names import (

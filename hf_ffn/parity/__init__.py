@@ -1,8 +1,5 @@
-"""The parity job and its parts: which checkpoint (`checkpoints`), the example batches (`batches`), the one
-output-difference helper (`compare`) and the job itself (`job`: `run_parity`, `variant_report`, `format_table`).
-
-Every public name of the parts is importable from `hf_ffn.parity`.
-"""
+"""The parity job (`job`) and its parts: which checkpoint (`checkpoints`), the example batches (`batches`) and the
+output comparison (`compare`); every public name of the parts is importable from here."""
 
 from ..logging_utils import quiet_transformers
 from .batches import (
