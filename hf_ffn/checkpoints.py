@@ -222,14 +222,18 @@ def group_layer_keys(keys: list[str]) -> list[str]:
     return [t.format("{" + ", ".join(ids) + "}" if len(ids) > 1 else ids[0]) for t, ids in layers.items()]
 
 
+def read_conversion_report(folder: str | os.PathLike) -> dict[str, Any] | None:
+    """A local folder's `REPORT_FILE` as a dict; None if it has none (or it is unreadable)."""
+    try:
+        return json.loads((Path(folder) / REPORT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def conversion_source(folder: str | os.PathLike) -> str | None:
     """The checkpoint a converted folder came from (its `REPORT_FILE`), else None: the resolved `source_path` while
     it exists, else `source` as given."""
-    report = Path(folder) / REPORT_FILE
-    try:
-        written = json.loads(report.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    written = read_conversion_report(folder) or {}
     path = written.get("source_path")
     return path if path and Path(path).is_dir() else written.get("source")
 
@@ -248,5 +252,6 @@ __all__ = [
     "load_pretrained",
     "load_tokenizer",
     "looks_local",
+    "read_conversion_report",
     "weights_bert_ignores",
 ]

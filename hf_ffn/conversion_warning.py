@@ -5,15 +5,13 @@ model card. It reads only the conversion report and imports nothing of hf_ffn's 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from transformers.utils import logging
 
-from .checkpoints import REPORT_FILE
+from .checkpoints import read_conversion_report
 
 logger = logging.get_logger(__name__)
 
@@ -93,15 +91,6 @@ def not_function_preserving_message(
             f"like the source; read {HEALING_GUIDE} before relying on it."
         )
     return text
-
-
-def read_conversion_report(folder: str | os.PathLike) -> dict[str, Any] | None:
-    """A local folder's `conversion_report.json` as a dict; None if it has none (or it is unreadable)."""
-    path = Path(folder) / REPORT_FILE
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def warn_if_not_function_preserving(

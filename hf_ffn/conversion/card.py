@@ -3,6 +3,7 @@ layer) or `standard.md`, then `_body.md`, with `huggingface_hub.ModelCard.from_t
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import Counter
 from pathlib import Path
@@ -46,23 +47,14 @@ def source_card_data(checkpoint: str) -> dict[str, Any]:
 
 def _layer_rows(report: ConversionReport) -> list[dict[str, str]]:
     """Consecutive layers with the same conversion collapsed into one row ("0-5")."""
-    rows: list[dict[str, Any]] = []
-    for layer in report.layers:
-        key = (layer["source_ffn"], layer["target_ffn"], layer["recipe"], layer["note"])
-        if rows and rows[-1]["key"] == key:
-            rows[-1]["last"] = layer["layer"]
-        else:
-            rows.append({"key": key, "first": layer["layer"], "last": layer["layer"]})
-    return [
-        {
-            "layers": f"{r['first']}" if r["first"] == r["last"] else f"{r['first']}-{r['last']}",
-            "source_ffn": r["key"][0],
-            "target_ffn": r["key"][1],
-            "recipe": r["key"][2],
-            "note": r["key"][3] or "-",
-        }
-        for r in rows
-    ]
+    rows = []
+    for (source, target, recipe, note), group in itertools.groupby(
+        report.layers, key=lambda layer: (layer["source_ffn"], layer["target_ffn"], layer["recipe"], layer["note"])
+    ):
+        layers = [layer["layer"] for layer in group]
+        span = f"{layers[0]}" if len(layers) == 1 else f"{layers[0]}-{layers[-1]}"
+        rows.append({"layers": span, "source_ffn": source, "target_ffn": target, "recipe": recipe, "note": note or "-"})
+    return rows
 
 
 def build_model_card(

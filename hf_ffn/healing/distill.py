@@ -75,30 +75,27 @@ def select_trainable(model: nn.Module, parts: str, with_head: bool = False) -> l
 
 
 @contextlib.contextmanager
-def dropout_off(model: nn.Module) -> Iterator[None]:
-    """Set `p = 0` on every `nn.Dropout` of `model` for the block, then restore each."""
-    saved = [(module, module.p) for module in model.modules() if isinstance(module, nn.Dropout)]
-    for module, _ in saved:
-        module.p = 0.0
+def _set_during(objects: list[Any], name: str, value: Any) -> Iterator[None]:
+    """Set attribute `name` of each object to `value` for the block, then restore each."""
+    saved = [(obj, getattr(obj, name)) for obj in objects]
+    for obj, _ in saved:
+        setattr(obj, name, value)
     try:
         yield
     finally:
-        for module, p in saved:
-            module.p = p
+        for obj, old in saved:
+            setattr(obj, name, old)
 
 
-@contextlib.contextmanager
-def unpadded(*models: nn.Module) -> Iterator[None]:
+def dropout_off(model: nn.Module) -> contextlib.AbstractContextManager[None]:
+    """Set `p = 0` on every `nn.Dropout` of `model` for the block, then restore each."""
+    return _set_during([module for module in model.modules() if isinstance(module, nn.Dropout)], "p", 0.0)
+
+
+def unpadded(*models: nn.Module) -> contextlib.AbstractContextManager[None]:
     """Set `config.unpad_tokens = True` on each model for the block (padding-free batches then run packed,
     docs/unpadded.md), then restore each value."""
-    saved = [(model.config, model.config.unpad_tokens) for model in models]
-    for config, _ in saved:
-        config.unpad_tokens = True
-    try:
-        yield
-    finally:
-        for config, value in saved:
-            config.unpad_tokens = value
+    return _set_during([model.config for model in models], "unpad_tokens", True)
 
 
 @dataclass(frozen=True)

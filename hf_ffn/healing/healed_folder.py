@@ -93,8 +93,7 @@ def healing_section(healing: dict) -> str:
             f"| {pa['student']['accuracy']:.4f} |",
             f"| probe difference (this − teacher, paired folds) | {pb['difference']:+.4f} | {pa['difference']:+.4f} |",
         ]
-    held = healing["heldout"]
-    training = healing["training"]
+    held, training, args, data = healing["heldout"], healing["training"], healing["arguments"], healing["data"]
     settings = (after.get("probe") or {}).get("student", {}).get("settings")
     probe = (
         f"{settings['folds']}-fold stratified cross-validation (seed {settings['seed']}) of "
@@ -103,23 +102,21 @@ def healing_section(healing: dict) -> str:
         if settings
         else "not run"
     )
+    on = "last_hidden_state" if args["layers"] == "last" else "every hidden state"
+    kl = " + KL on MLM logits" if args["mlm_kl_weight"] else ""
+    batch = training["per_device_train_batch_size"] * training["world_size"] * training["gradient_accumulation_steps"]
+    files = ", ".join(map(str, data["train_files"]))
     return (
         layerwise_section(healing.get("layerwise"))
         + f"""
 ## Healing (distillation from the source model)
 
 This model was distilled from `{healing["teacher"]}` (frozen, eval mode) with hf_ffn's `heal`: loss
-`{healing["arguments"]["hidden_loss"]}` on {
-            "last_hidden_state" if healing["arguments"]["layers"] == "last" else "every hidden state"
-        }
-at real tokens{" + KL on MLM logits" if healing["arguments"]["mlm_kl_weight"] else ""}, dropout off in the student,
+`{args["hidden_loss"]}` on {on}
+at real tokens{kl}, dropout off in the student,
 trained parts: `{healing["train_parts"]}` ({healing["trainable_parameters"]:,} parameters),
-{healing["steps"]} optimizer steps of {
-            training["per_device_train_batch_size"] * training["world_size"] * training["gradient_accumulation_steps"]
-        } blocks × {healing["data"]["block_tokens"]} tokens from
-{", ".join(map(str, healing["data"]["train_files"]))} (learning rate {training["learning_rate"]}, {
-            training["lr_scheduler_type"]
-        }
+{healing["steps"]} optimizer steps of {batch} blocks × {data["block_tokens"]} tokens from
+{files} (learning rate {training["learning_rate"]}, {training["lr_scheduler_type"]}
 schedule, {training["warmup_steps"]} warm-up steps), {healing["train_seconds"]:.0f} s of training.
 
 Measured on {held["snippets"]} held-out examples never trained on (`{held["eval_data"]}`); embeddings are mean-pooled

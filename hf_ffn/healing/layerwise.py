@@ -415,11 +415,9 @@ def heal_layerwise(
     Raises:
         ValueError: as `prepare_layerwise`.
     """
-    s_config = student.config
     start = time.perf_counter()
     work_dir = Path(work_dir)
-    args, input_ids, same_norms = prepare_layerwise(s_config, teacher.config, input_ids, args, work_dir, seed)
-    tokens = input_ids.numel()
+    args, input_ids, same_norms = prepare_layerwise(student.config, teacher.config, input_ids, args, work_dir, seed)
     logger.info("layer-wise healing on %d blocks × %d tokens (cap %.0f MB)", *input_ids.shape, args.layerwise_memory_mb)
     student.eval(), teacher.eval()
     records: list[dict] = []
@@ -486,7 +484,7 @@ def heal_layerwise(
     result: dict[str, Any] = {
         "arguments": asdict(args),
         "blocks": len(input_ids),
-        "tokens": tokens,
+        "tokens": input_ids.numel(),
         "activation_bytes": held_bytes,
         "layers": records,
     }

@@ -154,13 +154,9 @@ def check_models(heal_args: HealArguments) -> HealModels:
     student = Path(heal_args.student)
     if not student.is_dir():
         raise FileNotFoundError(f"--student: no such folder: {heal_args.student} (the student is a local folder)")
-    teacher = heal_args.teacher
+    teacher = heal_args.teacher if heal_args.teacher is not None else conversion_source(student)
     if teacher is None:
-        teacher = conversion_source(student)
-        if teacher is None:
-            raise ValueError(
-                f"--teacher not given and --student {str(student)!r} has no {REPORT_FILE} naming its source"
-            )
+        raise ValueError(f"--teacher not given and --student {str(student)!r} has no {REPORT_FILE} naming its source")
     check_checkpoint(teacher, "--teacher")
     s_config = FfnBertConfig.from_pretrained(student)
     try:
