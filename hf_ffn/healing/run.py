@@ -68,10 +68,9 @@ class HealArguments:
     eval_data: str | None = field(
         default=None,
         metadata={
-            "help": "held-out labelled text, never trained on, for the before/after agreement "
-            "and the linear probe: a folder with one text file per label (one example "
-            "per line), a csv/tsv/json/jsonl file, or a datasets dataset (saved folder "
-            "or hub name)",
+            "help": "held-out labelled text, never trained on, for the before/after agreement and the linear probe: a "
+            "folder with one text file per label (one example per line), a csv/tsv/json/jsonl file, or a datasets "
+            "dataset (saved folder or hub name)",
             "metavar": "PATH",
         },
     )
@@ -110,11 +109,10 @@ class HealArguments:
     padding_free: bool = field(
         default=False,
         metadata={
-            "help": "padding-free batches (DataCollatorWithFlattening): each batch's blocks "
-            "concatenated into one row, position_ids restarting at 0 per block, run packed (unpad_tokens "
-            "during training: each block's attention over its own keys); the "
-            "teacher then runs as FfnBert (upstream BERT would mix the blocks: they carry an all-ones "
-            "attention_mask)"
+            "help": "padding-free batches (DataCollatorWithFlattening): each batch's blocks concatenated into one row, "
+            "position_ids restarting at 0 per block, run packed (unpad_tokens during training: each block's attention "
+            "over its own keys); the teacher then runs as FfnBert (upstream BERT would mix the blocks: they carry an "
+            "all-ones attention_mask)"
         },
     )
 
