@@ -47,12 +47,7 @@ class Variant:
 
     def conversion_options(self) -> dict[str, Any]:
         """`convert_checkpoint`'s keywords for this variant (without calibration text)."""
-        options: dict[str, Any] = {
-            "ffn_type": self.ffn_type,
-            "layer_norm_position": self.layer_norm_position,
-            "init": self.init,
-            "width": self.width,
-        }
+        options = {name: getattr(self, name) for name in ("ffn_type", "layer_norm_position", "init", "width")}
         if self.prune_score is not None:
             options["prune_score"] = self.prune_score
         return options

@@ -185,8 +185,7 @@ def export_to_bert(source: str | os.PathLike, output_dir: str | os.PathLike) -> 
             f"biases and an embedding LayerNorm, and this model differs: {'; '.join(reasons)}"
         )
     upstream = head_class_for(ffn_class_for(str(source)).__name__).bert
-    fields = {k: v for k, v in config.to_dict().items() if k not in FFN_ONLY_FIELDS}
-    bert_config = BertConfig.from_dict(fields)
+    bert_config = BertConfig.from_dict({k: v for k, v in config.to_dict().items() if k not in FFN_ONLY_FIELDS})
     bert_config.architectures = [upstream.__name__]
     with atomic_output_dir(output_dir) as tmp:
         with quiet_transformers():

@@ -275,8 +275,7 @@ def load_pruned(
             f"(allowed: a GLU-family name such as swiglu, geglu)"
         )
     new_width = parameter_width(width, source_width)
-    teacher, _ = load_pretrained(FfnBertModel, checkpoint, add_pooling_layer=False)
-    teacher.eval()
+    teacher = load_pretrained(FfnBertModel, checkpoint, add_pooling_layer=False)[0].eval()
     layers = prune_model(model.base_model, teacher, input_ids, new_width, score, ridge)
     report.init = "pruned"
     report.config_changes["intermediate_size"] = [source_width, new_width]

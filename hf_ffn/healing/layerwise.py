@@ -139,20 +139,21 @@ def check_calibration_tokens(tokens: int, intermediate_size: int) -> None:
     Raises:
         ValueError: `tokens` <= `intermediate_size` + 1, naming `--layerwise_tokens`.
     """
+    recommended = MIN_TOKENS_PER_UNIT * intermediate_size
     if tokens <= intermediate_size + 1:
         raise ValueError(
             f"--layerwise_tokens: {tokens} calibration tokens cannot determine a down projection of "
             f"{intermediate_size} units (needs more than {intermediate_size + 1}; at least "
-            f"{MIN_TOKENS_PER_UNIT * intermediate_size} recommended): give more text or tokens"
+            f"{recommended} recommended): give more text or tokens"
         )
-    if tokens < MIN_TOKENS_PER_UNIT * intermediate_size:
+    if tokens < recommended:
         logger.warning(
             "layer-wise healing on %d calibration tokens for %d FFN units (< %d per unit): the fit may "
             "match the calibration text and lose agreement on other text; use --layerwise_tokens >= %d",
             tokens,
             intermediate_size,
             MIN_TOKENS_PER_UNIT,
-            MIN_TOKENS_PER_UNIT * intermediate_size,
+            recommended,
         )
 
 

@@ -94,10 +94,8 @@ def layerwise_section(record: dict | None) -> str:
     ]
     final = record.get("final_norm")
     norm = (
-        (
-            f"\n`final_norm` set in closed form (per coordinate least squares): relative squared error "
-            f"{final['final_norm_rel_error_before']:.4g} → {final['final_norm_rel_error']:.4g}.\n"
-        )
+        f"\n`final_norm` set in closed form (per coordinate least squares): relative squared error "
+        f"{final['final_norm_rel_error_before']:.4g} → {final['final_norm_rel_error']:.4g}.\n"
         if final
         else ""
     )

@@ -307,7 +307,7 @@ def run_healing(
 
     teacher_cache: list = []  # the teacher's outputs on the held-out snippets, computed once for before and after
 
-    def measure(probe: bool, when: str) -> dict[str, Any] | None:
+    def measure(when: str) -> dict[str, Any] | None:
         if not texts:
             return None
         return measure_agreement(
@@ -315,13 +315,13 @@ def run_healing(
             student.base_model,
             tokenizer,
             texts,
-            labels if probe and labels is not None else None,
+            labels if heal_args.probe else None,
             max_length=heal_args.max_seq_length,
             teacher_cache=teacher_cache,
             progress=f"held-out agreement {when}",
         )
 
-    before = measure(heal_args.probe, "before") if main else None
+    before = measure("before") if main else None
     callbacks = list(callbacks or [])
     if curve_texts and heal_args.curve_snippets:
         callbacks.append(
@@ -356,7 +356,7 @@ def run_healing(
         train_seconds = train_output.metrics["train_runtime"]
     if not main:
         return {}
-    after = measure(heal_args.probe, "after")
+    after = measure("after")
     trainable_set = set(trainable)
     curve = [
         {"step": e["step"], **{k[len("heldout_") :]: v for k, v in e.items() if k.startswith("heldout_")}}
