@@ -262,16 +262,8 @@ def unpadded_rows(
         else:
             rounding = UNPADDED_HALF_ROUNDINGS * torch.finfo(dtype).eps * scale
             tolerance = (upstream[name] - want).abs().max().item() + rounding
-        rows.append(
-            ParityRow(
-                "FfnBertModel (unpad_tokens)",
-                name,
-                list(want.shape),
-                (unpadded[name] - want).abs().max().item(),
-                torch.equal(unpadded[name], want),
-                tolerance,
-            )
-        )
+        diff, equal = (unpadded[name] - want).abs().max().item(), torch.equal(unpadded[name], want)
+        rows.append(ParityRow("FfnBertModel (unpad_tokens)", name, list(want.shape), diff, equal, tolerance))
     return rows
 
 
@@ -325,8 +317,7 @@ def variant_report(checkpoint: str, attn_implementation: str = "eager", **overri
     config = FfnBertConfig.from_pretrained(checkpoint, warn_reused_weights=False, **overrides)
     batch = example_batch(checkpoint, config)
     torch.manual_seed(0)
-    reference, _ = load_pretrained(BertModel, checkpoint, attn_implementation=attn_implementation)
-    reference.eval()
+    reference = load_pretrained(BertModel, checkpoint, attn_implementation=attn_implementation)[0].eval()
     variant, info = load_pretrained(  # what the variant adds or re-sizes may be new; the rest must load
         FfnBertModel, checkpoint, may_be_new=is_variant_key, config=config, attn_implementation=attn_implementation
     )
