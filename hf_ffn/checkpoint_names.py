@@ -14,26 +14,13 @@ maps used in reports, the `load_state_dict` pre-hook, key classification) is com
     Llama MLP     `LLAMA_MLP_TO_FFN`           gate_proj / up_proj / down_proj        the same
     ModernBERT    `MODERNBERT_MLP_TO_FFN`      Wi (fused [gate; up]) / Wo             gate_proj + up_proj / down_proj
 
-Weights only FfnBert has (`FFN_BERT_ONLY_NAMES`: `mlp.gate_proj` of gated FFNs, `encoder.final_norm` of a
-Pre-LN last layer) carry their in-memory name on disk too. On disk every weight BERT has keeps BERT's name, so
-BERT checkpoints load with no missing or unexpected keys and a default-config FfnBert checkpoint loads into
-upstream `BertModel`.
+Weights only FfnBert has (`FFN_BERT_ONLY_NAMES`) carry their in-memory name on disk too; every weight BERT has keeps
+BERT's name on disk, so BERT checkpoints load with no missing or unexpected keys and a default-config FfnBert
+checkpoint loads into upstream `BertModel`. Module names say `mlp`, as transformers' own FFNs do (`LlamaMLP`), so
+PEFT `target_modules` read the same; API and config names say `ffn`. The attention block is upstream
+`BertAttention` itself, so its LayerNorm keeps the name `attention.output.LayerNorm` in both placements.
 
-Names chosen, and why:
-- FFN vocabulary: *module* names say `mlp` (`mlp`, `mlp_norm`, `mlp_dropout`, `mlp.gate_proj/up_proj/down_proj`,
-  classes `FfnBertMLP` / `FfnBertGatedMLP`), as transformers' own FFN modules do (`LlamaMLP`, `ModernBertMLP`,
-  `mlp.gate_proj`), so PEFT `target_modules` and the Llama key map read the same everywhere. *API and config*
-  names say `ffn` (`ffn_type`, `ffn_bias`, `build_ffn`, FfnBert), the papers' term for the sublayer.
-- The attention-side LayerNorm keeps upstream's in-memory name, `attention.output.LayerNorm`, in both placements:
-  in Post-LN it normalises the attention sublayer's output (inside upstream `BertAttention.forward`, reused
-  unchanged); in Pre-LN the same module is the attention sublayer's *input* norm. The attention block is upstream
-  `BertAttention` itself (so every attention implementation works), and renaming one of its children would need a
-  copy of that module or a second rename for every BERT checkpoint and would break tools that name
-  `attention.output.*` (PEFT targets, upstream's own weight tying and init). `FfnBertLayer`'s docstring says
-  which role the module has in each placement.
-
-This file imports only transformers, so `modeling_ffn_bert` imports it relatively and `save_pretrained` ships it
-beside a saved model for `trust_remote_code` loading (transformers copies relatively imported files).
+This file imports only transformers: `save_pretrained` ships it beside a saved model for `trust_remote_code`.
 """
 
 from __future__ import annotations
@@ -46,9 +33,6 @@ from transformers.core_model_loading import Chunk, ConversionOps, WeightRenaming
 
 MODEL_TYPE = "ffn_bert"
 
-# ---------------------------------------------------------------------------------------------------------------
-# BERT (and FfnBert on disk)
-# ---------------------------------------------------------------------------------------------------------------
 # BERT's FFN names (on disk) → FfnBert's (in memory), relative to `encoder.layer.{i}`.
 BERT_FFN_NAMES: dict[str, str] = {
     "intermediate.dense": "mlp.up_proj",
@@ -67,9 +51,8 @@ LEGACY_PARAMETER_NAMES: dict[str, str] = {"gamma": "weight", "beta": "bias"}
 CHECKPOINT_KEY_MAPPING: dict[str, str] = {
     r"(?<!attention\.)" + re.escape(bert + "."): ours + "." for bert, ours in BERT_FFN_NAMES.items()
 }
-# After the rename, `output.LayerNorm.gamma` is `mlp_norm.gamma`: transformers' "legacy" renames (`LayerNorm.gamma`
-# → `LayerNorm.weight`) no longer see it. The pre-hook finishes the job with this map; transformers' weight conversion
-# with `ParameterAliasRenaming` (below).
+# After the rename `output.LayerNorm.gamma` is `mlp_norm.gamma`, which transformers' "legacy" renames no longer see:
+# the pre-hook renames it with this map, transformers' weight conversion with `ParameterAliasRenaming`.
 LEGACY_KEY_MAPPING: dict[str, str] = {
     re.escape(f"{BERT_FFN_NAMES['output.LayerNorm']}.{old}"): f"{BERT_FFN_NAMES['output.LayerNorm']}.{new}"
     for old, new in LEGACY_PARAMETER_NAMES.items()
@@ -79,18 +62,15 @@ BERT_NAME_OF: dict[str, str] = {f".{ours}.": f".{bert}." for bert, ours in BERT_
 
 
 def bert_key(key: str) -> str:
-    """BERT's (on-disk) name for an in-memory FfnBert key (`...mlp.up_proj.weight` → `...intermediate.dense.weight`).
-
-    Keys without an FFN name (embeddings, attention, heads, `mlp.gate_proj`, `final_norm`) are returned unchanged.
-    """
+    """BERT's (on-disk) name for an in-memory FfnBert key (`...mlp.up_proj.weight` → `...intermediate.dense.weight`);
+    keys without an FFN name are returned unchanged."""
     for ours, theirs in BERT_NAME_OF.items():
         key = key.replace(ours, theirs)
     return key
 
 
 def memory_key(key: str) -> str:
-    """FfnBert's in-memory name for a checkpoint key in BERT's layout (gamma/beta LayerNorm names included); the
-    inverse of `bert_key`. In-memory names match no pattern and are returned unchanged."""
+    """FfnBert's in-memory name for a checkpoint key in BERT's layout (gamma/beta included); `bert_key`'s inverse."""
     for pattern, replacement in {**CHECKPOINT_KEY_MAPPING, **LEGACY_KEY_MAPPING}.items():
         key = re.sub(pattern, replacement, key)
     return key
@@ -106,21 +86,13 @@ def is_variant_key(key: str) -> bool:
     return is_ffn_key(key) or f"{FINAL_NORM}." in key
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# transformers' weight conversion for model_type "ffn_bert"
-# ---------------------------------------------------------------------------------------------------------------
 class ParameterAliasRenaming(WeightRenaming):
     r"""Load one parameter saved under today's name or its TF-era alias; save it under the name its source had.
 
     `ParameterAliasRenaming("output.LayerNorm", "weight", "gamma", "mlp_norm.weight", not_after="attention.")` renames
-    both `...output.LayerNorm.weight` and `...output.LayerNorm.gamma` (not `...attention.output.LayerNorm.*`) to
-    `...mlp_norm.weight` at load. Its one source pattern matches today's name, so every checkpoint FfnBert saves
-    matches it: transformers' reverse-mapping check (`ModelTesterMixin.test_reverse_loading_mapping`) requires that
-    of each source pattern, and a rename whose source is only `gamma` can never match a new checkpoint. At save it
-    writes today's name, unless the model was loaded from a checkpoint that used the alias: then the alias, so a
-    re-saved TF-era checkpoint keeps its layout, as transformers' own "legacy" renames (`LayerNorm.gamma` →
-    `LayerNorm.weight`, reverted when used) do for the embedding and attention LayerNorms. transformers' global
-    "legacy" list is left untouched.
+    `...output.LayerNorm.weight` and `.gamma` (not `...attention.output.LayerNorm.*`) to `...mlp_norm.weight`. Its one
+    source pattern matches today's name, as transformers' `test_reverse_loading_mapping` requires; a re-saved TF-era
+    checkpoint keeps its alias, as transformers' own "legacy" renames do.
     """
 
     __slots__ = ("saved_name", "alias_name", "alias_loaded")
@@ -147,9 +119,8 @@ class ParameterAliasRenaming(WeightRenaming):
 
 
 def weight_renamings() -> list[WeightRenaming]:
-    """FfnBert's weight-conversion mapping: BERT's FFN projection names → in-memory names, and the FFN LayerNorm's
-    `weight`/`bias` (TF-era: `gamma`/`beta`) → `mlp_norm.weight`/`.bias`. transformers applies every matching rename
-    in order at load and the reverse at save; every source pattern matches a key of a checkpoint FfnBert saves."""
+    """FfnBert's weight-conversion mapping: BERT's FFN names → in-memory names, and the FFN LayerNorm's
+    `weight`/`bias` (TF-era: `gamma`/`beta`) → `mlp_norm.weight`/`.bias`."""
     norm = BERT_FFN_NAMES["output.LayerNorm"]
     renames: list[WeightRenaming] = [
         WeightRenaming(source, target) for source, target in CHECKPOINT_KEY_MAPPING.items() if target != f"{norm}."
@@ -167,31 +138,23 @@ def register_weight_renamings() -> None:
 
 
 def rename_to_memory_keys(module, state_dict: dict, prefix: str, *args) -> None:
-    """`load_state_dict` pre-hook: rename the keys under `prefix` from the on-disk layout to the in-memory one.
-
-    `from_pretrained` renames through transformers' weight conversion, but Trainer's `resume_from_checkpoint` reads
-    `model.safetensors` and calls `model.load_state_dict(state_dict, strict=False)`, which applies none: without
-    this hook every FFN weight would silently stay as initialised. Registered by each `FfnBertLayer`.
-    """
+    """`load_state_dict` pre-hook (each `FfnBertLayer`'s): rename the keys under `prefix` from the on-disk layout to
+    the in-memory one. Trainer's `resume_from_checkpoint` calls `load_state_dict(strict=False)`, which applies no
+    weight conversion: without this hook every FFN weight would silently stay as initialised."""
     for key in [key for key in state_dict if key.startswith(prefix)]:
         renamed = prefix + memory_key(key[len(prefix) :])
         if renamed != key:
             state_dict[renamed] = state_dict.pop(key)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# MegatronBERT (Pre-LN, no embedding LayerNorm)
-# ---------------------------------------------------------------------------------------------------------------
-# MegatronBERT's names → FfnBert's, most specific first. From transformers/models/megatron_bert/
-# modeling_megatron_bert.py: MegatronBertEncoder.ln (final), MegatronBertAttention.ln (before self-attention),
-# MegatronBertLayer.ln (before the FFN). Its FFN projections carry BERT's names (`BERT_FFN_NAMES`).
+# MegatronBERT's (Pre-LN) names → FfnBert's, most specific first (MegatronBertEncoder.ln, MegatronBertAttention.ln,
+# MegatronBertLayer.ln); its FFN projections carry BERT's names.
 MEGATRON_NAMES: dict[str, str] = {
     "encoder.ln": FINAL_NORM,
     "attention.ln": "attention.output.LayerNorm",
     "ln": BERT_FFN_NAMES["output.LayerNorm"],  # what is left: encoder.layer.{i}.ln
 }
-# Checkpoint-key renames passed as `key_mapping=` to `from_pretrained` (applied in this order, then FfnBert's own
-# mapping renames the FFN projections). `(?<![^.])`: the name starts the key or follows a dot.
+# `from_pretrained(key_mapping=...)` renames, in this order. `(?<![^.])`: the name starts the key or follows a dot.
 MEGATRON_KEY_MAPPING: dict[str, str] = {
     r"(?<![^.])" + re.escape(theirs + "."): ours + "." for theirs, ours in MEGATRON_NAMES.items()
 }
@@ -208,16 +171,10 @@ def megatron_key(key: str) -> str:
     return key
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The field's reference FFNs: key maps as data, applied with transformers' own ConversionOps
-# ---------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class KeyMap:
-    """One entry of a state-dict mapping: `source` keys → `target` keys, through `op` (None: a plain rename).
-
-    `op` is a transformers `ConversionOps` (`Chunk`, `Concatenate`, ...); the reverse mapping swaps source and
-    target and uses `op.reverse_op`.
-    """
+    """One entry of a state-dict mapping: `source` keys → `target` keys, through a transformers `ConversionOps`
+    (`Chunk`, ...; None: a plain rename)."""
 
     source: tuple[str, ...]
     target: tuple[str, ...]
@@ -227,18 +184,15 @@ class KeyMap:
         return KeyMap(self.target, self.source, self.op.reverse_op if self.op is not None else None)
 
 
-# transformers' `LlamaMLP`: down_proj(act_fn(gate_proj(x)) * up_proj(x)), act_fn = SiLU: the same layout and names
-# as `FfnBertGatedMLP` with ffn_type="swiglu" (swish_beta=1 computes F.silu, like ACT2FN["silu"]). Llama has no MLP
-# bias by default (`mlp_bias=False`): use ffn_bias=False; with biases the same names carry `.bias`.
+# transformers' `LlamaMLP` = `FfnBertGatedMLP` with ffn_type="swiglu", same names (no bias by default: ffn_bias=False).
 LLAMA_MLP_TO_FFN: tuple[KeyMap, ...] = tuple(
     KeyMap((f"{proj}.{p}",), (f"{proj}.{p}",))
     for proj in ("gate_proj", "up_proj", "down_proj")
     for p in ("weight", "bias")
 )
-# transformers' `ModernBertMLP`: `input, gate = Wi(x).chunk(2, dim=-1); Wo(act(input) * gate)`. The fused Wi is
-# [activated half; linear half] along its output dimension (dim 0 of the weight). ModernBERT calls the *linear* half
-# "gate"; here (as in Llama) gate_proj is the *activated* half, so Wi's first half → gate_proj, second → up_proj.
-# act = ACT2FN[hidden_activation], "gelu" (erf) by default: ffn_type="geglu". No MLP bias by default (`mlp_bias`).
+# transformers' `ModernBertMLP`: `input, gate = Wi(x).chunk(2, dim=-1); Wo(act(input) * gate)`. Its *linear* half is
+# called "gate"; here (as in Llama) gate_proj is the activated half: Wi's first half → gate_proj, second → up_proj.
+# act "gelu" by default: ffn_type="geglu".
 MODERNBERT_MLP_TO_FFN: tuple[KeyMap, ...] = tuple(
     m
     for p in ("weight", "bias")

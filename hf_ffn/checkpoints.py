@@ -1,21 +1,10 @@
-"""What a checkpoint argument is: a local folder that must exist (`check_checkpoint`, the one check every command,
-script and loading function runs first), how it is read (`load_pretrained`, `load_tokenizer`: a load that did not load
-is an error), and what BERT would not load of a saved FfnBert folder (`weights_bert_ignores`; why its config is not
-plain BERT is `FfnBertConfig.non_default_fields`).
+"""Reading a checkpoint argument: `check_checkpoint` (a name that looks local must be a checkpoint folder; a hub name
+offline must be cached), `load_pretrained` and `load_tokenizer` (a load that did not load is an error), and what BERT
+would not load of a saved FfnBert folder (`weights_bert_ignores`).
 
-A load that did not load. transformers' `from_pretrained` initialises at random every weight it does not find and
-only reports it (a table on the log), and builds an empty 5-token BERT tokenizer for a folder without tokenizer files.
-Every hf_ffn command reads checkpoints through `load_pretrained` and `load_tokenizer`, which raise
-`CheckpointNotLoadedError` (a `ValueError`: the CLI's one-line error, exit 2) when an encoder weight (embeddings,
-attention, FFN, LayerNorms: `is_encoder_key`) is missing or under another name, when the weights file cannot be read
-(truncated, corrupt) or does not fit the config's shapes, and when the folder holds no tokenizer. What may be new
-stays a report: a head or pooler the checkpoint never had, and the weights a variant adds (`may_be_new`).
-
-A name that looks local (absolute, `./`, `../`, `~`, more than one `/`, or whose parent folder exists) and does not
-exist gets "no such folder: PATH" here, instead of the hub client's repo-id or connection error. A hub name
-(`name`, `org/name`) passes through to transformers, unless the hub is off (`HF_HUB_OFFLINE=1`) and the name is not
-in the local Hugging Face cache: then it gets an error saying so (`hub_name_unreachable`), instead of transformers'
-"couldn't connect" message.
+transformers' `from_pretrained` initialises at random every weight it does not find and only logs it, and builds an
+empty 5-token tokenizer for a folder without tokenizer files; here those raise `CheckpointNotLoadedError` (the CLI's
+one-line error, exit 2). What may be new stays a report: a head or pooler, and the weights a variant adds.
 """
 
 from __future__ import annotations
@@ -41,8 +30,7 @@ REPORT_FILE = "conversion_report.json"
 
 def looks_local(name_or_path: str | os.PathLike) -> bool:
     """Whether `name_or_path` can only mean a local path: it exists, is absolute, starts with `./`, `../` or `~`,
-    has more than one `/` (a hub id has at most one), or its parent folder exists (`out/missing` when `out/` is
-    there). A bare `name` or `org/name` whose `org/` is not a local folder may be a hub name."""
+    has more than one `/`, or its parent folder exists; else it may be a hub name."""
     text = os.fspath(name_or_path)
     if text in (".", "..") or text.startswith(("./", "../", "~")) or os.path.isabs(text) or text.count("/") > 1:
         return True
@@ -55,15 +43,12 @@ def check_checkpoint(
 ) -> None:
     """Raise `FileNotFoundError` if `name_or_path` looks local (`looks_local`) but is not a checkpoint folder.
 
-    Args:
-        name_or_path: a local folder or a hub name.
-        argument: how the caller's user names it (`--model`, `CHECKPOINT`, `--model_name_or_path`), put first in
-            the message.
-        marker: the file the folder must hold (`config.json`; `modules.json` for a sentence-transformers model).
+    `argument`: how the user names it (`CHECKPOINT`, `--teacher`), first in the message; `marker`: the file the
+    folder must hold.
 
     Raises:
-        FileNotFoundError: "ARGUMENT: no such folder: PATH", "ARGUMENT: PATH is a file, not a checkpoint folder",
-            "ARGUMENT: PATH is a folder without MARKER", or (a hub name, offline, not cached) `hub_name_unreachable`.
+        FileNotFoundError: no such folder, a file, a folder without `marker`, or (a hub name, offline, not cached)
+            `hub_name_unreachable`.
     """
     if not looks_local(name_or_path):  # a hub name: transformers resolves it, from the cache when offline
         if constants.HF_HUB_OFFLINE and not isinstance(try_to_load_from_cache(os.fspath(name_or_path), marker), str):
@@ -79,7 +64,7 @@ def check_checkpoint(
 
 
 def hub_name_unreachable(name: str | os.PathLike, argument: str = "checkpoint") -> str:
-    """The message for a hub name that cannot be fetched: it names the offline switch and the way out."""
+    """The message for a hub name that cannot be fetched, with the way out."""
     offline = "HF_HUB_OFFLINE=1 is set" if constants.HF_HUB_OFFLINE else "the hub cannot be reached"
     return (
         f"{argument}: {os.fspath(name)!r} is not a local folder, so it is a Hugging Face hub name, and it cannot be "
@@ -89,23 +74,19 @@ def hub_name_unreachable(name: str | os.PathLike, argument: str = "checkpoint") 
     )
 
 
-# An encoder weight, in any model class (`embeddings.*`, `encoder.*`, under any base-model prefix such as `bert.`):
-# what a checkpoint must supply. Heads (`cls.*`, `classifier.*`, `qa_outputs.*`) and the pooler may be new.
+# An encoder weight under any base-model prefix: what a checkpoint must supply (heads and the pooler may be new).
 ENCODER_KEY = re.compile(r"(^|\.)(embeddings|encoder)\.")
-# The files one of which a folder's tokenizer is read from (BERT's WordPiece `vocab.txt`, a fast `tokenizer.json`,
-# BPE's `vocab.json`, SentencePiece models). `tokenizer_config.json` alone describes a tokenizer without its vocabulary.
+# The files one of which a folder's tokenizer vocabulary is read from.
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "sentencepiece.bpe.model", "spiece.model")
 
 
 class CheckpointNotLoadedError(ValueError):
-    """A checkpoint that did not load: encoder weights missing or under unexpected names, a weights file that cannot
-    be read or does not fit the config, or no tokenizer. Its message is one line naming the folder and what was
-    wrong; the CLI prints it and exits 2."""
+    """A checkpoint that did not load: encoder weights missing or renamed, a weights file that cannot be read or
+    does not fit the config, or no tokenizer (one line; the CLI prints it and exits 2)."""
 
 
 def is_encoder_key(key: str) -> bool:
-    """Whether a model key (`bert.encoder.layer.0.mlp.up_proj.weight`) is an encoder weight (embeddings,
-    attention, FFN, LayerNorms), which a checkpoint must supply, rather than a head's or the pooler's."""
+    """Whether a model key is an encoder weight (embeddings, attention, FFN, LayerNorms), not a head's or pooler's."""
     return ENCODER_KEY.search(key) is not None
 
 
@@ -116,15 +97,8 @@ def check_loaded(
     argument: str = "checkpoint",
     may_be_new: Callable[[str], bool] = lambda key: False,
 ) -> None:
-    """Raise if an encoder weight of `model` did not come from the checkpoint.
-
-    Args:
-        name_or_path: the checkpoint, named in the message.
-        info: `from_pretrained(..., output_loading_info=True)`'s loading info (`missing_keys`, `unexpected_keys`,
-            `mismatched_keys`: model keys, as in memory).
-        model: the loaded model (its parameter names count the encoder weights).
-        argument: how the user named the checkpoint (`--model_name_or_path`, `CHECKPOINT`, `--teacher`).
-        may_be_new: which missing encoder keys are new by design (the weights a variant adds or re-initialises).
+    """Raise if an encoder weight of `model` did not come from the checkpoint (`info`: `from_pretrained`'s loading
+    info; `may_be_new`: which missing encoder keys are new by design).
 
     Raises:
         CheckpointNotLoadedError: "ARGUMENT PATH did not load: 103 of 103 encoder weights missing, 103 unexpected
@@ -165,10 +139,8 @@ def load_pretrained(
     may_be_new: Callable[[str], bool] = lambda key: False,
     **kwargs,
 ) -> tuple[Any, dict[str, Any]]:
-    """`(model, info)`: `model_class.from_pretrained(name_or_path, output_loading_info=True, **kwargs)`, checked: the
-    folder exists (`check_checkpoint`), its weights file reads and fits the config, and every encoder weight came from
-    it (`check_loaded`; heads, the pooler and `may_be_new` keys may be new, and are listed in `info["missing_keys"]`,
-    or `info["mismatched_keys"]` for a head of another shape, e.g. another number of labels, which is re-initialised).
+    """`(model, info)`: `model_class.from_pretrained(name_or_path, output_loading_info=True, **kwargs)`, checked
+    (`check_checkpoint`, a readable weights file, `check_loaded`). A head of another shape is re-initialised.
 
     Raises:
         FileNotFoundError: as `check_checkpoint`.
@@ -176,8 +148,7 @@ def load_pretrained(
             the config has no place for; a truncated or corrupt weights file.
     """
     check_checkpoint(name_or_path, argument)
-    # a head of another shape (2 labels saved, 1 asked) is re-initialised and listed as new; an encoder weight of
-    # another shape is refused below (`check_loaded`)
+    # a head of another shape is re-initialised; an encoder weight of another shape is refused by `check_loaded`
     kwargs.setdefault("ignore_mismatched_sizes", True)
     try:
         model, info = model_class.from_pretrained(name_or_path, output_loading_info=True, **kwargs)
@@ -204,10 +175,8 @@ def load_pretrained(
 
 
 def load_tokenizer(name_or_path: str | os.PathLike, argument: str = "checkpoint", **kwargs) -> Any:
-    """`AutoTokenizer.from_pretrained(name_or_path, **kwargs)`, checked: the folder exists (`check_checkpoint`; no
-    config.json needed), a local folder holds one of
-    `TOKENIZER_FILES`, and the tokenizer has more entries than its special tokens (transformers builds an empty
-    5-token BERT tokenizer for a folder without them, which reads every word as [UNK]).
+    """`AutoTokenizer.from_pretrained(name_or_path, **kwargs)`, checked: the folder exists (no config.json needed),
+    holds one of `TOKENIZER_FILES`, and the tokenizer has more entries than its special tokens.
 
     Raises:
         FileNotFoundError: as `check_checkpoint`.
@@ -229,9 +198,8 @@ def load_tokenizer(name_or_path: str | os.PathLike, argument: str = "checkpoint"
 
 
 def weights_bert_ignores(config: FfnBertConfig) -> list[str]:
-    """The weights (base-model names, as on disk) a model of `config` has and upstream `BertModel` has no place
-    for, so that loading the folder into `BertModel` would drop them: each gated layer's `mlp.gate_proj` and the
-    Pre-LN `encoder.final_norm`."""
+    """The weights (base-model names) of a model of `config` that upstream `BertModel` would drop: each gated
+    layer's `mlp.gate_proj` and the Pre-LN `encoder.final_norm`."""
     params = ("weight", "bias") if config.ffn_bias else ("weight",)
     names = [
         f"encoder.layer.{i}.{GATE_PROJ}.{p}"
@@ -245,8 +213,7 @@ def weights_bert_ignores(config: FfnBertConfig) -> list[str]:
 
 
 def group_layer_keys(keys: list[str]) -> list[str]:
-    """Keys with the same name in several layers written once: `encoder.layer.{0, 1, 2}.mlp.gate_proj.weight`
-    (the notation of transformers' loading report), in first-seen order."""
+    """Keys with the same name in several layers written once: `encoder.layer.{0, 1, 2}.mlp.gate_proj.weight`."""
     layers: dict[str, list[str]] = {}
     for key in keys:
         match = re.search(r"\.layer\.(\d+)\.", key)
@@ -255,15 +222,18 @@ def group_layer_keys(keys: list[str]) -> list[str]:
     return [t.format("{" + ", ".join(ids) + "}" if len(ids) > 1 else ids[0]) for t, ids in layers.items()]
 
 
-def conversion_source(folder: str | os.PathLike) -> str | None:
-    """The checkpoint a folder written by `hf-ffn convert` was converted from (its `REPORT_FILE`), else None: the
-    resolved `source_path` of a local source while it exists (a relative `source` was relative to the folder the
-    conversion ran in, not to where it is read), else `source` as given (a hub name, or a report before it)."""
-    report = Path(folder) / REPORT_FILE
+def read_conversion_report(folder: str | os.PathLike) -> dict[str, Any] | None:
+    """A local folder's `REPORT_FILE` as a dict; None if it has none (or it is unreadable)."""
     try:
-        written = json.loads(report.read_text(encoding="utf-8"))
+        return json.loads((Path(folder) / REPORT_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def conversion_source(folder: str | os.PathLike) -> str | None:
+    """The checkpoint a converted folder came from (its `REPORT_FILE`), else None: the resolved `source_path` while
+    it exists, else `source` as given."""
+    written = read_conversion_report(folder) or {}
     path = written.get("source_path")
     return path if path and Path(path).is_dir() else written.get("source")
 
@@ -282,5 +252,6 @@ __all__ = [
     "load_pretrained",
     "load_tokenizer",
     "looks_local",
+    "read_conversion_report",
     "weights_bert_ignores",
 ]

@@ -1,25 +1,17 @@
 """The one text for a conversion that does not compute its source's function (`not_function_preserving_message`),
-and where it is said: once per text when such a folder is converted, loaded or fine-tuned
-(`warn_if_not_function_preserving`; `FfnBertPreTrainedModel.from_pretrained`, `hf_ffn.conversion.convert_checkpoint`,
-the fine-tuning entry points) and on its model card (`hf_ffn.conversion.card`).
-
-It reads only the conversion report (`conversion_report.json`: `exact`, `config_changes`, `difference`, `healing`)
-and imports nothing of hf_ffn's above `checkpoints`, so the model, the conversion stack and the named variants
-(`hf_ffn.variants`, which converts through `hf_ffn.conversion`) all import it from below. The text names the guide
-and the study to read; what was measured lives there (it quotes no corpus and no score).
+logged once when such a folder is converted, loaded or fine-tuned (`warn_if_not_function_preserving`) and put on its
+model card. It reads only the conversion report and imports nothing of hf_ffn's above `checkpoints`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from transformers.utils import logging
 
-from .checkpoints import REPORT_FILE
+from .checkpoints import read_conversion_report
 
 logger = logging.get_logger(__name__)
 
@@ -40,8 +32,7 @@ def _moves_to_pre_ln(report: Mapping[str, Any]) -> bool:
 
 
 def _difference(report: Mapping[str, Any]) -> str:
-    """The measured difference from the source, as one phrase: the last hidden state's, else the first output
-    compared (a checkpoint with heads, e.g. `BertForPreTraining`, is compared on its heads' outputs)."""
+    """The measured difference from the source as one phrase: the last hidden state's, else the first output's."""
     measured = {
         name: d
         for name, d in (report.get("difference") or {}).items()
@@ -71,15 +62,10 @@ def _what_changed(report: Mapping[str, Any]) -> str:
 def not_function_preserving_message(
     report: Mapping[str, Any], folder: str | os.PathLike | None = None, subject: str | None = None
 ) -> str | None:
-    """The warning for a conversion that does not compute its source's function, or None where there is nothing
-    to warn about.
-
-    `report`: a `ConversionReport` as a dict (`conversion_report.json`); a healed folder's has a `healing` entry.
-    `folder`: where the converted model is (named in the next step; default `CONVERTED_FOLDER`); `subject`: what
-    the text calls the model (default: `folder`, else "this conversion"). Cases: an exact conversion → None; not exact
-    and not healed → the measured difference and the next step (`hf-ffn heal`); Post-LN → Pre-LN, healed or not →
-    also that healing does not make it fine-tune like the source (`COLLAPSE_STUDY`); other healed conversions →
-    None.
+    """The warning for a conversion that does not compute its source's function, or None: not exact and not healed
+    → the measured difference and the next step (`hf-ffn heal`); Post-LN → Pre-LN, healed or not → also that it may
+    not fine-tune like the source (`COLLAPSE_STUDY`). `report`: a `ConversionReport` as a dict; `folder`: named in
+    the next step; `subject`: what the text calls the model (default: `folder`, else "this conversion").
     """
     healed, pre_ln = "healing" in report, _moves_to_pre_ln(report)
     if (report.get("exact", True) and not pre_ln) or (healed and not pre_ln):
@@ -107,27 +93,13 @@ def not_function_preserving_message(
     return text
 
 
-def read_conversion_report(folder: str | os.PathLike) -> dict[str, Any] | None:
-    """A local folder's `conversion_report.json` as a dict; None if it has none (or it is unreadable)."""
-    path = Path(folder) / REPORT_FILE
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def warn_if_not_function_preserving(
     source: str | os.PathLike | Mapping[str, Any] | Any, folder: str | os.PathLike | None = None
 ) -> str | None:
-    """Log `not_function_preserving_message` once (transformers' `logger.warning_once`) for a conversion that does
-    not compute its source's function; returns the message, or None when there is nothing to warn about.
+    """Log `not_function_preserving_message` once (`logger.warning_once`) and return it (None: nothing to say).
 
-    `source`: a converted folder (its `conversion_report.json`; a folder without one, e.g. a model trained as it
-    is, never warns), a `ConversionReport`, or its dict (what `hf_ffn.training.outputs.load_model` returns for a
-    variant). `folder`: the converted folder to name in the next step (default: `source` when it is a folder).
-
-    Called by `FfnBertPreTrainedModel.from_pretrained` (loading), `hf_ffn.conversion.convert_checkpoint`
-    (converting) and the fine-tuning entry points.
+    `source`: a converted folder (one without a report never warns), a `ConversionReport`, or its dict. `folder`:
+    the folder to name in the next step (default: `source` when it is a folder).
     """
     if isinstance(source, (str, os.PathLike)):
         report = read_conversion_report(source) if os.path.isdir(source) else None

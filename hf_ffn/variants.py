@@ -1,15 +1,5 @@
-"""Named variants of a pretrained BERT checkpoint: the one list (`VARIANTS`), each converted by
-`Variant.convert` (`hf_ffn.conversion.convert_checkpoint`; a pruned one scores its units on calibration text,
-`hf_ffn.conversion.pruning.calibration_ids`).
-
-A `Variant` names what changes (`ffn_type`, `layer_norm_position`), how the converted weights start (`init`,
-`width`: `hf_ffn.conversion.convert_checkpoint`'s keywords), whether that conversion computes the source's function
-(`exact`, for a GELU BERT) and, where it does not, the best healing recipe measured (`heal`: `hf-ffn heal` arguments,
-i.e. `HealArguments`, `LayerwiseArguments` and `TrainingArguments` fields). `VARIANTS["gelu-post"]` is BERT itself
-(`BASELINE`). Every `heal` recipe comes from docs/healing.md ("Before → after" and the free-stream Pre-LN section);
-what each variant measured, converted, healed and fine-tuned, is in the studies docs/healing.md and
-docs/comparing.md link (studies/healing/, studies/four_tasks/). The warning for a conversion that is not
-function-preserving is `hf_ffn.conversion_warning`'s, which the model and the conversion stack import from below.
+"""Named variants of a pretrained BERT checkpoint (`VARIANTS`; `BASELINE` is BERT itself), each with its conversion
+(`Variant.convert`) and the best healing recipe measured (docs/healing.md).
 
     >>> from hf_ffn.variants import get_variant
     >>> get_variant("swiglu-approx").convert("path/to/bert", "out/swiglu-approx/converted")  # doctest: +SKIP
@@ -39,11 +29,8 @@ class Variant:
         name: the key in `VARIANTS` (e.g. "swiglu-approx").
         description: one sentence for tables and `--help`.
         ffn_type, layer_norm_position: the config switches (None: the checkpoint's own).
-        init: how the converted FFNs start: "preserving" (the function-preserving recipe of
-            `hf_ffn.conversion.recipes`), "fresh" or "pruned" (`hf_ffn.conversion.pruning`, needs calibration text).
-        width: the FFN width: "keep", "matched" (the source FFN's parameter count) or a number of units.
-        exact: whether the conversion of a GELU BERT computes the source's function bit for bit (the conversion
-            report's `exact` is the truth for a given checkpoint).
+        init, width: `convert_checkpoint`'s keywords ("pruned" needs calibration text).
+        exact: whether the conversion of a GELU BERT computes the source's function bit for bit.
         heal: the best measured healing recipe, as `hf-ffn heal` argument → value; None where nothing needs healing.
         prune_score: the unit importance score of `init="pruned"` (`hf_ffn.conversion.IMPORTANCE_SCORES`).
     """
@@ -60,12 +47,7 @@ class Variant:
 
     def conversion_options(self) -> dict[str, Any]:
         """`convert_checkpoint`'s keywords for this variant (without calibration text)."""
-        options: dict[str, Any] = {
-            "ffn_type": self.ffn_type,
-            "layer_norm_position": self.layer_norm_position,
-            "init": self.init,
-            "width": self.width,
-        }
+        options = {name: getattr(self, name) for name in ("ffn_type", "layer_norm_position", "init", "width")}
         if self.prune_score is not None:
             options["prune_score"] = self.prune_score
         return options
@@ -80,16 +62,9 @@ class Variant:
         calibration_block: int = 128,
         **kwargs: Any,
     ) -> ConversionReport:
-        """Convert `checkpoint` into this variant at `output_dir` (`hf_ffn.conversion.convert_checkpoint` with the
-        variant's switches; a converted folder with `conversion_report.json` and a model card).
-
-        `calibration_files` (text files or folders): the text `init="pruned"` scores units on, `calibration_tokens`
-        of it (default: the healing recipe's `layerwise_tokens`, 65,536) in blocks of `calibration_block` tokens.
-        `kwargs` go to `convert_checkpoint` (`model_class`, `seed`, `base_model`, `license`, ...) and may not
-        override the variant's switches.
-
-        Returns:
-            the `ConversionReport` (its `difference`: the measured output difference from `checkpoint`).
+        """Convert `checkpoint` into this variant at `output_dir` (`convert_checkpoint`, to which `kwargs` go).
+        `init="pruned"` scores units on `calibration_tokens` (default: the recipe's `layerwise_tokens`) of
+        `calibration_files`, in blocks of `calibration_block` tokens. Returns the `ConversionReport`.
 
         Raises:
             ValueError: `init="pruned"` without `calibration_files`; a keyword that overrides a switch of the
@@ -137,8 +112,7 @@ VARIANTS: dict[str, Variant] = {
             "SwiGLU FFN at the same width, converted approximately (GELU(z) ≈ z·σ(1.702 z)), then healed layer-wise.",
             ffn_type="swiglu",
             exact=False,
-            # docs/healing.md, "Before → after" and the experiments table: one closed-form down projection per
-            # layer (Adam steps only made it worse), 65,536 calibration tokens.
+            # docs/healing.md: one closed-form down projection per layer (Adam steps only made it worse).
             heal={**_LAYERWISE, "layerwise_steps": 0},
         ),
         Variant(
@@ -150,8 +124,7 @@ VARIANTS: dict[str, Variant] = {
             width="matched",
             exact=False,
             prune_score="magnitude",
-            # docs/healing.md: FFN fits with 1000 Adam steps per layer measured best (0.91763, probe −1.20); whole
-            # layers on the student's inputs were no better.
+            # docs/healing.md: FFN fits with 1000 Adam steps per layer measured best.
             heal={**_LAYERWISE, "layerwise_steps": 1000},
         ),
         Variant(
@@ -159,9 +132,7 @@ VARIANTS: dict[str, Variant] = {
             "Post-LN → Pre-LN with the weights kept (one final LayerNorm added), then healed layer-wise.",
             layer_norm_position="pre",
             exact=False,
-            # docs/healing.md, "Pre-LN with a free residual stream": whole layers on the student's own inputs, the
-            # stream fitted in normalised form; the best Pre-LN probe measured, the student of the fine-tuning table in
-            # studies/four_tasks/README.md.
+            # docs/healing.md, "Pre-LN with a free residual stream": the best Pre-LN probe measured.
             heal={
                 **_LAYERWISE,
                 "layerwise_steps": 1000,
@@ -187,8 +158,8 @@ def get_variant(name: str) -> Variant:
 
 
 def variant_of_report(report: Mapping[str, Any]) -> Variant | None:
-    """The `VARIANTS` entry a conversion report (`conversion_report.json` as a dict) describes: same `ffn_type`,
-    `layer_norm_position` and `init`; else None (e.g. a per-layer mix, or another target)."""
+    """The `VARIANTS` entry a conversion report (as a dict) describes (same `ffn_type`, `layer_norm_position`,
+    `init`), else None."""
     changes = report.get("config_changes") or {}
     target = (
         single_name(changes.get("ffn_type", [None, None])[1]),

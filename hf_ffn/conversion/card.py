@@ -1,11 +1,9 @@
-"""The model card of a converted folder: `build_model_card` fills `gated.md` (any layer with a GLU-family FFN) or
-`standard.md`, each followed by the shared `_body.md` (templates in `hf_ffn/model_cards/`), from the converted
-model's config and its `ConversionReport`. Rendering is `huggingface_hub.ModelCard.from_template` (front matter
-from `ModelCardData`: library_name, base_model, tags, license).
-"""
+"""The model card of a converted folder: `build_model_card` fills `hf_ffn/model_cards/gated.md` (any GLU-family
+layer) or `standard.md`, then `_body.md`, with `huggingface_hub.ModelCard.from_template`."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import Counter
 from pathlib import Path
@@ -49,23 +47,14 @@ def source_card_data(checkpoint: str) -> dict[str, Any]:
 
 def _layer_rows(report: ConversionReport) -> list[dict[str, str]]:
     """Consecutive layers with the same conversion collapsed into one row ("0-5")."""
-    rows: list[dict[str, Any]] = []
-    for layer in report.layers:
-        key = (layer["source_ffn"], layer["target_ffn"], layer["recipe"], layer["note"])
-        if rows and rows[-1]["key"] == key:
-            rows[-1]["last"] = layer["layer"]
-        else:
-            rows.append({"key": key, "first": layer["layer"], "last": layer["layer"]})
-    return [
-        {
-            "layers": f"{r['first']}" if r["first"] == r["last"] else f"{r['first']}-{r['last']}",
-            "source_ffn": r["key"][0],
-            "target_ffn": r["key"][1],
-            "recipe": r["key"][2],
-            "note": r["key"][3] or "-",
-        }
-        for r in rows
-    ]
+    rows = []
+    for (source, target, recipe, note), group in itertools.groupby(
+        report.layers, key=lambda layer: (layer["source_ffn"], layer["target_ffn"], layer["recipe"], layer["note"])
+    ):
+        layers = [layer["layer"] for layer in group]
+        span = f"{layers[0]}" if len(layers) == 1 else f"{layers[0]}-{layers[-1]}"
+        rows.append({"layers": span, "source_ffn": source, "target_ffn": target, "recipe": recipe, "note": note or "-"})
+    return rows
 
 
 def build_model_card(
@@ -77,14 +66,9 @@ def build_model_card(
     model_name: str | None = None,
     healed: bool = False,
 ) -> ModelCard:
-    """A `ModelCard` for a converted model (see the module docstring for the template chosen).
-
-    `base_model` defaults to the source card's `base_model`, else the source when it is a hub name (not a local
-    folder); `license` to the source card's, else "unknown". A conversion that is not function-preserving gets the
-    warning text of `hf_ffn.conversion_warning.not_function_preserving_message` (`healed`: the folder was healed
-    since, so the card does not ask for healing again; a healed Pre-LN conversion still gets what fine-tuning
-    measured).
-    """
+    """A `ModelCard` for a converted model. `base_model` defaults to the source when it is a hub name, else the
+    source card's; `license` to the source card's, else "unknown". A conversion that is not function-preserving
+    gets `not_function_preserving_message` (`healed`: the folder was healed since)."""
     config: FfnBertConfig = model.config
     source_data = source_card_data(report.source)
     if base_model is None and not os.path.exists(report.source):

@@ -1,8 +1,5 @@
-"""Writing folders: `write_converted_folder`, the one writer of a converted folder (weights and config with the
-remote-code `auto_map`, the tokenizer, the conversion report and the model card), which `convert_checkpoint`
-(what `hf-ffn convert` and scripts/convert_checkpoint.py run), `hf_ffn.sentence_transformers` and the healing run
-call; and `export_to_bert`. Every folder is written atomically (`atomic_output_dir`). (`atomic_output_dir` lives
-in `hf_ffn.files`, `REPORT_FILE` in `hf_ffn.checkpoints`; both are re-exported here.)"""
+"""Writing folders, each atomically: `write_converted_folder` (the one writer of a converted folder),
+`convert_checkpoint` (what `hf-ffn convert` runs) and `export_to_bert`."""
 
 from __future__ import annotations
 
@@ -47,9 +44,7 @@ FFN_ONLY_FIELDS = (
 
 
 def source_tokenizer(checkpoint: str) -> PreTrainedTokenizerBase | None:
-    """The checkpoint's tokenizer (`hf_ffn.checkpoints.load_tokenizer`), None (and a warning: the converted folder
-    will have none) if it has none. Never the empty 5-token tokenizer transformers builds for a folder without
-    tokenizer files, which would be saved as if it were the checkpoint's."""
+    """The checkpoint's tokenizer (`load_tokenizer`), or None and a warning if it has none."""
     try:
         return load_tokenizer(checkpoint)
     except (OSError, ValueError, TypeError) as error:
@@ -68,15 +63,10 @@ def write_converted_folder(
     card_section: str = "",
     **card_options: Any,
 ) -> None:
-    """Write a converted folder into `folder` (an empty folder: the temporary one of `atomic_output_dir`).
-
-    Files: the model (`save_pretrained`: config.json, whose `auto_map` names every FfnBert Auto class, see
-    `FfnBertPreTrainedModel.save_pretrained`; model.safetensors; the remote-code source), the tokenizer files
-    (if `tokenizer`), `REPORT_FILE` (`report` plus `report_extra`'s entries) and the model card README.md
-    (`build_model_card(model, report, **card_options)` followed by `card_section`).
-
-    `model_dir`: the model and tokenizer were already saved there by someone else (a sentence-transformers
-    backbone folder inside `folder`): only the report (beside those weights) and the card are written.
+    """Write a converted folder into the empty `folder`: the model (`save_pretrained`: config with `auto_map`,
+    weights, remote code), the tokenizer, `REPORT_FILE` (`report` and `report_extra`) and README.md
+    (`build_model_card(model, report, **card_options)` and `card_section`). `model_dir`: model and tokenizer are
+    already saved there (a sentence-transformers backbone): only the report (beside them) and the card are written.
     """
     folder = Path(folder)
     if model_dir is None:
@@ -93,8 +83,7 @@ def write_converted_folder(
 
 
 def ffn_class_for(checkpoint: str | PretrainedConfig) -> type[FfnBertPreTrainedModel]:
-    """The FfnBert class matching the checkpoint's (or the config's) `architectures[0]` (`BertForMaskedLM` →
-    `FfnBertForMaskedLM`); `FfnBertModel` when it names none or another one."""
+    """The FfnBert twin of the checkpoint's (or config's) `architectures[0]`; `FfnBertModel` for none or another."""
     if isinstance(checkpoint, PretrainedConfig):
         architectures = checkpoint.architectures or []
     else:
@@ -118,17 +107,11 @@ def convert_checkpoint(
     calibration_ids: torch.Tensor | None = None,
     prune_score: str = DEFAULT_SCORE,
 ) -> ConversionReport:
-    """Convert a BERT checkpoint into an FfnBert folder (`write_converted_folder`: config with `auto_map`,
-    model.safetensors, the configuration/modeling/naming source for `trust_remote_code`, the tokenizer files,
-    `conversion_report.json` with the measured difference from the source on the fixed input of
-    `measure_difference`, and a model card). A conversion that is not function-preserving logs a warning once
-    (`hf_ffn.conversion_warning.warn_if_not_function_preserving`: the measured difference and the next step,
-    `hf-ffn heal`).
+    """Convert a BERT checkpoint into an FfnBert folder (`write_converted_folder`, with the difference from the
+    source measured by `measure_difference`); a conversion that is not function-preserving logs a warning once.
 
-    `model_class` defaults to the FfnBert twin of the checkpoint's architecture. `seed` seeds every weight the
-    conversion initialises. `init="pruned"` (`hf_ffn.conversion.pruning.load_pruned`) needs `calibration_ids`
-    (blocks, seq) and takes `prune_score`. The folder is written beside `output_dir` and renamed at the end: on any
-    error nothing is left at `output_dir`.
+    `model_class` defaults to `ffn_class_for(checkpoint)`; `seed` seeds every weight initialised. `init="pruned"`
+    (`load_pruned`) needs `calibration_ids` (blocks, seq) and takes `prune_score`.
 
     Raises:
         FileExistsError: `output_dir` exists and is not empty.
@@ -165,8 +148,7 @@ def convert_checkpoint(
 
 
 def parse_cli_options(args: Any) -> dict[str, Any]:
-    """`convert_checkpoint` keywords from `hf-ffn convert` arguments: comma lists become per-layer lists, the width
-    is parsed (`parse_width`; other values are validated by `load_converted`).
+    """`convert_checkpoint` keywords from `hf-ffn convert` arguments (comma lists become per-layer lists).
 
     Raises:
         ValueError: a bad `--width`."""
@@ -174,12 +156,11 @@ def parse_cli_options(args: Any) -> dict[str, Any]:
     def names(value: str | None) -> str | list[str] | None:
         return None if value is None else (value.split(",") if "," in value else value)
 
-    width = parse_width(args.width, "--width")
     return {
         "ffn_type": names(args.ffn_type),
         "layer_norm_position": names(args.layer_norm_position),
         "init": args.init,
-        "width": width,
+        "width": parse_width(args.width, "--width"),
         "seed": args.seed,
         "base_model": args.base_model,
         "license": args.license,
@@ -187,14 +168,11 @@ def parse_cli_options(args: Any) -> dict[str, Any]:
 
 
 def export_to_bert(source: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
-    """Write a default-config FfnBert folder as a plain BERT folder (`model_type` "bert") for upstream `BertModel`.
-
-    The weights already carry BERT's names on disk; upstream loads them (strictly: no missing or unexpected key
-    allowed) and saves them with a `BertConfig`. The tokenizer files are copied through AutoTokenizer.
+    """Write a default-config FfnBert folder as a plain BERT folder (`model_type` "bert"), loaded strictly by
+    upstream and saved with a `BertConfig`, with its tokenizer.
 
     Raises:
-        ValueError: if the config is not plain BERT, naming each non-default switch (BERT has no such FFN/LN), or
-            if the checkpoint is not FfnBert / BERT.
+        ValueError: if the config is not plain BERT (naming each non-default switch) or not FfnBert / BERT.
         FileNotFoundError: `source` looks local and is not a checkpoint folder (`check_checkpoint`).
         FileExistsError: `output_dir` exists and is not empty.
     """
@@ -207,8 +185,7 @@ def export_to_bert(source: str | os.PathLike, output_dir: str | os.PathLike) -> 
             f"biases and an embedding LayerNorm, and this model differs: {'; '.join(reasons)}"
         )
     upstream = head_class_for(ffn_class_for(str(source)).__name__).bert
-    fields = {k: v for k, v in config.to_dict().items() if k not in FFN_ONLY_FIELDS}
-    bert_config = BertConfig.from_dict(fields)
+    bert_config = BertConfig.from_dict({k: v for k, v in config.to_dict().items() if k not in FFN_ONLY_FIELDS})
     bert_config.architectures = [upstream.__name__]
     with atomic_output_dir(output_dir) as tmp:
         with quiet_transformers():

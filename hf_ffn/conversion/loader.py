@@ -1,12 +1,6 @@
 """`load_converted`: a pretrained BERT → an FfnBert variant (another FFN, Pre-LN, another width), in four steps:
-
-    plan_conversion   validate the request against the source config; choose each layer's recipe (`recipes`)
-    load_planned      `from_pretrained` into the target class (every weight BERT has keeps BERT's name)
-    apply_plan        set each converted layer's FFN from the loaded weights (recipe) or re-initialise it (fresh)
-    conversion_report what was copied, mapped, newly initialised or dropped (`ConversionReport`)
-
-Target keys in reports are the model's own parameter names; source keys are BERT's names for the same weights
-(`checkpoint_names.bert_key`). An explicit `ffn_type` sets the FFN alone: `hidden_act` stays the checkpoint's.
+`plan_conversion` (validate, choose each layer's recipe), `load_planned` (`from_pretrained`), `apply_plan` (set or
+re-initialise each converted FFN) and `conversion_report`.
 """
 
 from __future__ import annotations
@@ -38,14 +32,12 @@ BOOKKEEPING_FIELDS = {
     "torch_dtype",
     "auto_map",
 }
-# Keywords `load_converted` sets itself.
 RESERVED_KEYWORDS = ("intermediate_size", "output_loading_info")
 
 
 @dataclass
 class ConversionPlan:
-    """A validated conversion request: the source config, the config overrides, the target (probe) config, the
-    target width and one recipe per layer."""
+    """A validated conversion request, with one recipe per layer."""
 
     checkpoint: str
     init: str
@@ -84,11 +76,7 @@ def plan_conversion(
     width: str | int,
     from_pretrained_kwargs: dict[str, Any],
 ) -> ConversionPlan:
-    """Validate a `load_converted` request and choose each layer's recipe; touches no weights.
-
-    Raises:
-        ValueError: as `load_converted`.
-    """
+    """Validate a `load_converted` request and choose each layer's recipe; touches no weights (raises as it)."""
     if init not in INITS:
         raise ValueError(f"init has unknown value {init!r}; allowed: {', '.join(INITS)}")
     if init == "pruned":
@@ -137,8 +125,7 @@ def plan_conversion(
 
 
 def planned_new(plan: ConversionPlan) -> Callable[[str], bool]:
-    """Which encoder keys a plan makes new, so that the checkpoint need not hold them: every `mlp.gate_proj` (a
-    recipe sets it, or it is initialised), `encoder.final_norm` (Pre-LN), and each "fresh" layer's FFN."""
+    """Which encoder keys the checkpoint need not hold: `mlp.gate_proj`, `encoder.final_norm`, a "fresh" layer's FFN."""
     fresh = {i for i, recipe in enumerate(plan.recipes) if recipe.kind == "fresh"}
 
     def may_be_new(key: str) -> bool:
@@ -151,11 +138,10 @@ def planned_new(plan: ConversionPlan) -> Callable[[str], bool]:
 def load_planned(
     plan: ConversionPlan, model_class: type[FfnBertPreTrainedModel], from_pretrained_kwargs: dict[str, Any]
 ) -> tuple[FfnBertPreTrainedModel, dict[str, Any]]:
-    """`model_class.from_pretrained` with the plan's config; returns the model (eval mode) and its loading info.
+    """`model_class.from_pretrained` with the plan's config: (model in eval mode, loading info).
 
     Raises:
-        CheckpointNotLoadedError: an encoder weight the plan does not make new is missing or renamed in the
-            checkpoint, or its file is corrupt (`hf_ffn.checkpoints.load_pretrained`).
+        CheckpointNotLoadedError: as `hf_ffn.checkpoints.load_pretrained`.
     """
     with quiet_transformers():  # transformers' load table would call the mapped weights "missing": ours replaces it
         model, info = load_pretrained(
@@ -168,15 +154,14 @@ def load_planned(
             warn_reused_weights=False,  # the variant changes on purpose: the plan maps or re-initialises the weights
             **from_pretrained_kwargs,
         )
-    # The source's remote-code classes (a BERT checkpoint with its own `auto_map`) are not this model's: dropped
-    # here; `FfnBertPreTrainedModel.save_pretrained` writes FfnBert's (`AUTO_MAP`).
+    # The source's own remote-code classes are not this model's; `save_pretrained` writes FfnBert's (`AUTO_MAP`).
     model.config.auto_map = None
     return model.eval(), info
 
 
 def apply_recipe(mlp: nn.Module, recipe: FfnRecipe, name: str) -> list[dict[str, Any]]:
-    """Set `mlp.gate_proj` / `mlp.up_proj` from the standard FFN weights just loaded into `mlp.up_proj`; returns
-    one report entry (`ConversionReport.mapped`) per weight set."""
+    """Set `mlp.gate_proj` / `mlp.up_proj` from the standard FFN weights loaded into `mlp.up_proj`; returns one
+    `ConversionReport.mapped` entry per weight set."""
     weight, bias = mlp.up_proj.weight.clone(), mlp.up_proj.bias.clone()  # (intermediate, hidden), (intermediate,)
     source_w, source_b = bert_key(f"{name}.up_proj.weight"), bert_key(f"{name}.up_proj.bias")
     scale = recipe.gate_scale
@@ -203,9 +188,8 @@ def apply_recipe(mlp: nn.Module, recipe: FfnRecipe, name: str) -> list[dict[str,
 
 
 def reinit_linears(model: PreTrainedModel, mlp: nn.Module, name: str) -> list[str]:
-    """Re-initialise every linear of `mlp` with the model's own `_init_weights` (BERT: normal(0,
-    initializer_range), zero bias); returns the keys. transformers marks loaded tensors `_is_hf_initialized` and
-    its init functions skip those, so the flag is cleared first."""
+    """Re-initialise every linear of `mlp` with the model's `_init_weights`; returns the keys. (transformers' init
+    skips tensors marked `_is_hf_initialized`, so the mark is cleared first.)"""
     keys = []
     for proj_name, proj in mlp.named_children():
         if not isinstance(proj, nn.Linear):
@@ -235,7 +219,7 @@ def apply_plan(model: FfnBertPreTrainedModel, plan: ConversionPlan) -> tuple[lis
 
 
 def config_changes(source: FfnBertConfig, target: FfnBertConfig) -> dict[str, list[Any]]:
-    """field → [source value, target value] for every field that differs (bookkeeping fields left out)."""
+    """field → [source value, target value] for every field that differs (not `BOOKKEEPING_FIELDS`)."""
     before, after = source.to_dict(), target.to_dict()
     return {
         k: [before.get(k), after.get(k)]
@@ -305,24 +289,18 @@ def load_converted(
     Args:
         checkpoint: a BERT folder or hub name (`model_type` "bert"), or a default-config FfnBert one.
         model_class: any FfnBert class (`FfnBertModel` or a head). Head weights the checkpoint lacks are new.
-        ffn_type: target FFN (one name or one per layer); None keeps the source's. It sets the FFN alone: the
-            checkpoint's `hidden_act` (also the MLM head transform's activation) is kept.
+        ffn_type: target FFN (one name or one per layer); None keeps the source's. `hidden_act` stays the source's.
         layer_norm_position: "post"/"pre" (or one per layer); None keeps the source's. Post → Pre keeps weights.
-        init: "preserving" (the recipes of `hf_ffn.conversion.recipes`) or "fresh" (every layer whose FFN type or
-            width changes gets gate/up/down newly initialised as BERT initialises linears: normal(0,
-            initializer_range), zero bias).
-        width: "keep" (the source's intermediate_size), "matched" (`parameter_matched_glu_width`, e.g. 1536 →
-            1024, 3072 → 2048) or an int.
-        **from_pretrained_kwargs: passed to `model_class.from_pretrained` (config overrides such as `num_labels`,
-            `attn_implementation`, ...).
+        init: "preserving" (`hf_ffn.conversion.recipes`) or "fresh" (each changed FFN newly initialised as BERT's).
+        width: "keep", "matched" (`parameter_matched_glu_width`, e.g. 3072 → 2048) or an int.
+        **from_pretrained_kwargs: passed to `model_class.from_pretrained` (`num_labels`, `attn_implementation`...).
 
     Returns:
         `(model, report)`; the model is in eval mode. `report.difference` is not filled (see `measure_difference`).
 
     Raises:
         FileNotFoundError: `checkpoint` looks local and is not a checkpoint folder (`hf_ffn.checkpoints`).
-        CheckpointNotLoadedError: an encoder weight the conversion does not make new is missing or renamed in the
-            checkpoint, or its weights file is corrupt (`hf_ffn.checkpoints.load_pretrained`).
+        CheckpointNotLoadedError: as `hf_ffn.checkpoints.load_pretrained`.
         ValueError: a checkpoint that is not BERT-shaped (or a non-default FfnBert one); an unknown `init`,
             `width`, `ffn_type` or `layer_norm_position`; init='preserving' with a target that has no exact or
             approximate mapping, a width other than the source's, or `ffn_bias=False`; init='fresh' with no

@@ -1,10 +1,6 @@
-"""Measuring how far a model is from another: the fixed inputs (`SENTENCE_PAIRS` and `example_batch`, a seeded
-`padded_batch`, the multiple-choice layout `head_inputs`), the one output-difference helper (`tensor_difference`,
-`output_difference`) and `measure_difference`, a converted model against its source checkpoint.
-
-Conversion and export measure with these alone, so they need no test-only dependency; the parity job
-(`hf_ffn.parity`) builds its rows and batches on them and re-exports them under their old names.
-"""
+"""Measuring how far a model is from another: the fixed inputs (`example_batch`, `padded_batch`, `head_inputs`), the
+one output-difference helper (`tensor_difference`, `output_difference`) and `measure_difference`, a converted model
+against its source. The parity job (`hf_ffn.parity`) builds on them."""
 
 from __future__ import annotations
 
@@ -50,11 +46,8 @@ def padded_batch(
     seed: int = 0,
     seq_len: int | None = None,
 ) -> dict[str, torch.Tensor]:
-    """A seeded random batch, right-padded with id 0: row i has `lengths[i]` real tokens drawn uniformly from
-    1 .. vocab_size − 1 (row by row from one `torch.Generator(seed)`), then padding.
-
-    `second_segment_starts[i]` (or None) is where row i's second segment (`token_type_ids` = 1) starts; it runs to
-    the row's last real token. `seq_len` defaults to `max(lengths)`.
+    """A seeded random batch, right-padded with id 0: row i has `lengths[i]` real tokens drawn from 1 .. vocab_size − 1;
+    its second segment (`token_type_ids` = 1) runs from `second_segment_starts[i]` (or None) to its last real token.
 
     Returns:
         `input_ids`, `token_type_ids`, `attention_mask`, each (len(lengths), seq_len), int64.
@@ -81,13 +74,8 @@ def padded_batch(
 
 
 def example_batch(checkpoint: str, config: PretrainedConfig) -> dict[str, torch.Tensor]:
-    """A padded batch of sentence pairs of unequal lengths with `token_type_ids` and `attention_mask`.
-
-    Uses the checkpoint's tokenizer on `SENTENCE_PAIRS` when it has one; otherwise `padded_batch` over the whole
-    vocabulary of `config` (rows of 21, 13 and 6 tokens, second segments from 9, 5 and 3). (A local folder
-    without tokenizer files is checked explicitly: transformers would build an empty tokenizer for it and turn
-    every word into [UNK].) Shapes: each (3, seq), int64.
-    """
+    """A padded batch (3, seq) of sentence pairs of unequal lengths: `SENTENCE_PAIRS` through the checkpoint's
+    tokenizer, or `padded_batch` over `config`'s vocabulary when it has none."""
     try:
         tokenizer = load_tokenizer(checkpoint)
     except (OSError, ValueError, TypeError):
@@ -100,8 +88,8 @@ def example_batch(checkpoint: str, config: PretrainedConfig) -> dict[str, torch.
 
 
 def head_inputs(upstream_class: type, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """`batch` as the head `upstream_class` (or its FfnBert twin) takes it: for multiple choice, (batch,
-    num_choices=2, seq), the batch and its rows reversed as the two choices; every other head takes it as is."""
+    """`batch` as the head `upstream_class` takes it: for multiple choice (batch, 2, seq), the batch and its rows
+    reversed as the two choices."""
     if issubclass(upstream_class, BertForMultipleChoice):
         return {k: torch.stack([v, v.flip(0)], dim=1) for k, v in batch.items()}
     return batch
@@ -110,11 +98,10 @@ def head_inputs(upstream_class: type, batch: dict[str, torch.Tensor]) -> dict[st
 def tensor_difference(
     reference: torch.Tensor, candidate: torch.Tensor, attention_mask: torch.Tensor | None = None
 ) -> dict[str, Any]:
-    """max and mean |reference − candidate| (in float32 or wider) and `torch.equal` for one tensor pair.
+    """max and mean |reference − candidate| (in float32) and `torch.equal` (over the whole tensors) for one pair.
 
-    With `attention_mask` (batch, seq), a per-token tensor (batch, seq, ...) is measured on real tokens only
-    (mask == 1): padded positions carry no meaning. `equal` is always over the whole tensors. Tensors of different
-    shapes are not equal and differ by `inf`; empty tensors differ by 0.
+    With `attention_mask` (batch, seq), a per-token tensor is measured on real tokens only. Tensors of different
+    shapes differ by `inf`; empty tensors by 0.
 
     Returns:
         {"max_abs_diff": float, "mean_abs_diff": float, "equal": bool}.
@@ -124,11 +111,10 @@ def tensor_difference(
     diff = (reference.float() - candidate.float()).abs()
     if attention_mask is not None and diff.dim() >= 2 and diff.shape[:2] == attention_mask.shape:
         diff = diff[attention_mask.bool()]  # (real tokens, ...)
-    if not diff.numel():
-        return {"max_abs_diff": 0.0, "mean_abs_diff": 0.0, "equal": torch.equal(reference, candidate)}
+    empty = not diff.numel()
     return {
-        "max_abs_diff": diff.max().item(),
-        "mean_abs_diff": diff.mean().item(),
+        "max_abs_diff": 0.0 if empty else diff.max().item(),
+        "mean_abs_diff": 0.0 if empty else diff.mean().item(),
         "equal": torch.equal(reference, candidate),
     }
 
@@ -136,8 +122,7 @@ def tensor_difference(
 def output_difference(
     reference: nn.Module, candidate: nn.Module, inputs: dict[str, torch.Tensor], outputs=COMPARED_OUTPUTS
 ) -> dict[str, dict[str, Any]]:
-    """`tensor_difference` of each output in `outputs` that both models return on `inputs`, on real tokens
-    (`inputs["attention_mask"]`, when given). Both models run in eval mode without gradients.
+    """`tensor_difference` of each output in `outputs` that both models (in eval mode) return on `inputs`.
 
     Returns:
         {output name: {"max_abs_diff", "mean_abs_diff", "equal"}}.
@@ -160,19 +145,12 @@ def measure_difference(
     inputs: dict[str, torch.Tensor] | None = None,
     reference: PreTrainedModel | None = None,
 ) -> dict[str, Any]:
-    """The converted `model`'s output difference from the source checkpoint on a fixed input.
+    """The converted `model`'s output difference from the source checkpoint on `example_batch` (or `inputs`).
 
-    The reference is upstream transformers' class matching `model` (e.g. `BertForMaskedLM` for
-    `FfnBertForMaskedLM`) loaded from `source`, when every head weight of `model` came from the checkpoint
-    (no `report.new` key outside the encoder FFNs and `final_norm`); otherwise upstream `BertModel` against
-    `model.base_model` (last_hidden_state only, as new head weights are random on both sides). A source that is an
-    FfnBert variant (not plain BERT, e.g. a healed or converted teacher) is loaded as the FfnBert twin of that class
-    instead, since an upstream class would drop its variant weights. `reference`: the source already loaded (e.g.
-    the healing run's teacher), used instead of loading it again; when its class is not the one chosen above,
-    the base models are compared (last_hidden_state only, unless `model` is the bare model). The fixed input is
-    `example_batch`: three tokenized sentence pairs of unequal lengths, padded (or seeded random ids
-    when the checkpoint has no tokenizer); per-token outputs are compared on real tokens. If `report` is given,
-    the result is also stored in `report.difference`.
+    The reference is upstream's class matching `model` loaded from `source` when every head weight came from the
+    checkpoint, else upstream `BertModel` against `model.base_model` (last_hidden_state only); an FfnBert-variant
+    source loads as the FfnBert twin. `reference`: the source already loaded (of another class: the base models are
+    compared). With `report`, the result is stored in `report.difference`.
 
     Returns:
         {"reference": class name, "inputs": description, "parameters": {"scope", "reference", "candidate"},
@@ -212,8 +190,7 @@ def measure_difference(
     result.update(diffs)
     if report is not None:
         report.difference = result
-        # A recipe called exact whose output differs is not: the measurement wins (never `"exact": true` beside
-        # `equal=False`).
+        # A recipe called exact whose output differs is not: the measurement wins.
         report.exact = report.exact and all(d["equal"] for d in diffs.values())
     return result
 

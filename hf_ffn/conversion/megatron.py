@@ -35,17 +35,12 @@ def load_megatron_bert(
 ) -> tuple[FfnBertPreTrainedModel, ConversionReport]:
     """Load a MegatronBERT checkpoint (`model_type` "megatron-bert") into an FfnBert class, exactly.
 
-    The model is Pre-LN with `embedding_layer_norm=False`; the renames are `MEGATRON_KEY_MAPPING`, applied by
-    transformers' `key_mapping`. transformers remembers the renames used at load (`model._weight_conversions`)
-    and would revert them at save, writing MegatronBERT names; they are dropped here so that `save_pretrained`
-    writes FfnBert's own layout (BERT names, `encoder.final_norm`), which FfnBert reloads without `key_mapping`.
-
-    Outputs equal MegatronBERT's bit for bit with eager attention when the head size is a power of 4 (√d a power
-    of two, e.g. 64): MegatronBERT divides scores by √d, BERT multiplies by d^-1/2, the same float op only then.
+    Pre-LN with `embedding_layer_norm=False`, renamed by `MEGATRON_KEY_MAPPING`; it saves in FfnBert's own layout.
+    Outputs equal MegatronBERT's bit for bit with eager attention when √(head size) is a power of two (e.g. 64):
+    MegatronBERT divides scores by √d, BERT multiplies by d^-1/2.
 
     Returns:
-        `(model, report)`: the report lists every renamed key (`mapped`), the new keys (heads the checkpoint
-        lacks) and the checkpoint keys not used.
+        `(model, report)`.
 
     Raises:
         ValueError: if the checkpoint is not a MegatronBERT one.
@@ -59,7 +54,7 @@ def load_megatron_bert(
         model, info = load_pretrained(
             model_class, checkpoint, config=config, key_mapping=MEGATRON_KEY_MAPPING, **from_pretrained_kwargs
         )
-    # Forget the load-time renames: saving then falls back to FfnBert's registered mapping (its own layout).
+    # Forget the load-time renames, which saving would revert: it then writes FfnBert's own layout.
     model.__dict__.pop("_weight_conversions", None)
     model.eval()
     missing = set(info["missing_keys"])

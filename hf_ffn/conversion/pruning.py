@@ -1,30 +1,18 @@
 """Inherited width (`init="pruned"`): a gated FFN narrower than its source starts from the function-preserving
-full-width conversion, keeps the hidden units that matter most on calibration text, and gets its down projection
-refitted in closed form (Kwon et al. 2022, "A Fast Post-Training Pruning Framework for Transformers": mask by
-importance, then layer-wise least-squares reconstruction; Minitron, Muralidharan et al. 2024: width pruning by
-activation importance).
+full-width conversion, keeps the units that matter most on calibration text and gets its down projection refitted in
+closed form (Kwon et al. 2022, "A Fast Post-Training Pruning Framework for Transformers"; Minitron, Muralidharan et
+al. 2024). Per layer, x is the *teacher's* FFN input (n tokens × hidden), y the source FFN's output:
 
-For one layer, with x the FFN input (n tokens × hidden) recorded from the *teacher* (the source BERT, so every
-layer sees what the source's layer saw) and y the source FFN's output:
-
-    features     f(x) = act(gate_proj x) · up_proj x            (n, I)   (a standard FFN: act(up_proj x))
-    scores       one per unit j (`IMPORTANCE_SCORES`; d_j = down_proj.weight[:, j])
-                   magnitude   mean_n |f_j| · ‖d_j‖₂
-                   energy      sqrt(mean_n f_j²) · ‖d_j‖₂      the RMS size of the unit's output contribution d_j f_j
-                   wanda       ‖f_j‖₂ · Σ_i |d_ij|             Wanda's |W|·‖X‖ (Sun et al. 2023) for down_proj,
-                                                               summed over its outputs
-    keep         the `width` units of largest score (`top_units`), gate/up rows and down columns selected
-    down_proj    ridge least squares  min ‖[F 1] W − y‖² + λ ‖W_F‖²  (no penalty on the bias), solved from the
-                 accumulated Gram matrix (`GramStatistics`, float64) by Cholesky (`solve_down`);
-                 λ = ridge · trace(FᵀF) / k, so `ridge` is relative to the mean feature energy.
-
-Only the Gram matrix [F 1]ᵀ[F 1] ((I+1)², float64), [F 1]ᵀ y ((I+1) × hidden) and per-unit sums are kept per layer:
-memory does not grow with the number of calibration tokens.
+    features     f(x) = act(gate_proj x) · up_proj x            (n, I)
+    scores       `IMPORTANCE_SCORES`, d_j = down_proj.weight[:, j] (wanda: Sun et al. 2023)
+    keep         the `width` units of largest score (`top_units`)
+    down_proj    ridge least squares  min ‖[F 1] W − y‖² + λ ‖W_F‖², λ = ridge · trace(FᵀF) / k, solved from the
+                 accumulated float64 Gram matrix (`GramStatistics`, `solve_down`): memory does not grow with n.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -49,9 +37,8 @@ FEATURE_CHUNK = 4096  # tokens per feature chunk: 4096 × I × 4 bytes (25 MB at
 def calibration_ids(
     paths: list[str], tokenizer, block: int = 128, tokens: int = 65536, argument: str = "--calibration_files"
 ) -> torch.Tensor:
-    """Calibration blocks (count, `block`) of token ids, the text a pruned conversion scores FFN units on: blocks of
-    the text files/folders `paths` (`mlm_blocks`), evenly spaced over the text, at most `tokens` tokens (whole
-    blocks).
+    """Calibration blocks (count, `block`) of token ids from the text files/folders `paths`, evenly spaced over the
+    text, at most `tokens` tokens.
 
     Raises:
         FileNotFoundError, ValueError: missing or empty files (naming `argument`); text shorter than one block.
@@ -65,8 +52,7 @@ def calibration_ids(
 
 
 def ffn_features(mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """(..., hidden) → (..., intermediate): what the FFN feeds its down projection (`FfnBertGatedMLP`: act(gate x)
-    · up x; `FfnBertMLP`: act(up x))."""
+    """(..., hidden) → (..., intermediate): what the FFN feeds its down projection."""
     if hasattr(mlp, "gate_proj"):
         return mlp.act_fn(mlp.gate_proj(x)) * mlp.up_proj(x)
     return mlp.act_fn(mlp.up_proj(x))
@@ -74,14 +60,14 @@ def ffn_features(mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class GramStatistics:
-    """Sums over tokens for one FFN: `gram` = [F 1]ᵀ[F 1] (I+1, I+1), `cross` = [F 1]ᵀ y (I+1, hidden), `abs_sum`
-    = Σ|F| (I,), `count` tokens; float64. `add` accumulates a chunk."""
+    """Float64 sums over tokens for one FFN: `gram` = [F 1]ᵀ[F 1] (I+1, I+1), `cross` = [F 1]ᵀ y (I+1, hidden),
+    `abs_sum` = Σ|F| (I,), `count` tokens, `target_energy` = Σ y²."""
 
     gram: torch.Tensor | None = None
     cross: torch.Tensor | None = None
     abs_sum: torch.Tensor | None = None
     count: int = 0
-    target_energy: float = field(default=0.0)
+    target_energy: float = 0.0
 
     @torch.no_grad()
     def add(self, features: torch.Tensor, targets: torch.Tensor) -> None:
@@ -108,9 +94,8 @@ def accumulate(
 ) -> GramStatistics:
     """`GramStatistics` of `mlp`'s features on `inputs` (n, hidden) against `targets` (n, hidden), in chunks."""
     stats = stats or GramStatistics()
-    for start in range(0, len(inputs), chunk):
-        x = inputs[start : start + chunk]
-        stats.add(ffn_features(mlp, x.to(mlp.up_proj.weight.dtype)), targets[start : start + chunk])
+    for x, y in zip(inputs.split(chunk), targets.split(chunk), strict=False):
+        stats.add(ffn_features(mlp, x.to(mlp.up_proj.weight.dtype)), y)
     return stats
 
 
@@ -133,7 +118,7 @@ def importance_scores(stats: GramStatistics, down_weight: torch.Tensor, score: s
 
 
 def top_units(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices (k,) of the `k` largest scores, in increasing index order (ties: torch.topk's order).
+    """Indices (k,) of the `k` largest scores, in increasing order.
 
     Raises:
         ValueError: `k` not in 1..len(scores).
@@ -143,22 +128,26 @@ def top_units(scores: torch.Tensor, k: int) -> torch.Tensor:
     return torch.topk(scores, k).indices.sort().values
 
 
+def _with_bias(stats: GramStatistics, keep: torch.Tensor | None) -> torch.Tensor:
+    """The indices of the units `keep` (all when None) and of the constant (bias) column."""
+    units = stats.gram.shape[0] - 1
+    return torch.cat([torch.arange(units) if keep is None else keep, torch.tensor([units])])
+
+
 def solve_down(
     stats: GramStatistics,
     keep: torch.Tensor | None = None,
     ridge: float = 1e-4,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ridge least-squares down projection for the units `keep` (all when None): argmin_W ‖[F_keep 1] W − y‖² +
-    λ‖W_F‖², λ = ridge · trace(F_keepᵀF_keep) / k. Returns (weight (hidden, k), bias (hidden,)), float64.
+    """Ridge least-squares down projection for the units `keep` (all when None), as in the module docstring.
+    Returns (weight (hidden, k), bias (hidden,)), float64.
 
     Raises:
         ValueError: a negative `ridge`; torch.linalg.LinAlgError if the system is singular (ridge 0, rank-deficient).
     """
     if ridge < 0:
         raise ValueError(f"ridge must be >= 0, got {ridge}")
-    units = stats.gram.shape[0] - 1
-    index = torch.arange(units) if keep is None else keep
-    index = torch.cat([index, torch.tensor([units])])  # + the constant (bias) column
+    index = _with_bias(stats, keep)
     gram = stats.gram[index][:, index].clone()
     k = len(index) - 1
     penalty = ridge * torch.diagonal(gram)[:k].sum() / k
@@ -171,9 +160,8 @@ def solve_down(
 def relative_error(
     stats: GramStatistics, weight: torch.Tensor, bias: torch.Tensor, keep: torch.Tensor | None = None
 ) -> float:
-    """‖[F 1] W − y‖² / ‖y‖² from the statistics alone (W = [weightᵀ; bias]); y's energy is `target_energy`."""
-    units = stats.gram.shape[0] - 1
-    index = torch.cat([torch.arange(units) if keep is None else keep, torch.tensor([units])])
+    """‖[F 1] W − y‖² / ‖y‖² from the statistics alone (W = [weightᵀ; bias])."""
+    index = _with_bias(stats, keep)
     w = torch.cat([weight.double().T, bias.double()[None]], dim=0)  # (k+1, hidden)
     gram, cross = stats.gram[index][:, index], stats.cross[index]
     residual = (w * (gram @ w)).sum() - 2 * (w * cross).sum() + stats.target_energy
@@ -182,8 +170,7 @@ def relative_error(
 
 @torch.no_grad()
 def narrow_mlp(mlp: nn.Module, keep: torch.Tensor, down_weight: torch.Tensor, down_bias: torch.Tensor) -> None:
-    """Replace `mlp`'s linears in place by the units `keep`: gate/up rows selected, down_proj set to the given
-    (hidden, k) weight and (hidden,) bias."""
+    """Narrow `mlp` in place to the units `keep`: gate/up rows selected, down_proj set to (hidden, k), (hidden,)."""
     dtype = mlp.down_proj.weight.dtype
     for name in ("gate_proj", "up_proj"):
         old = getattr(mlp, name, None)
@@ -205,8 +192,8 @@ def narrow_mlp(mlp: nn.Module, keep: torch.Tensor, down_weight: torch.Tensor, do
 def teacher_ffn_statistics(
     student: FfnBertModel, teacher: FfnBertModel, input_ids: torch.Tensor, batch_blocks: int = 16
 ) -> list[GramStatistics]:
-    """One pass of `teacher` over `input_ids` (blocks, seq); each student layer's FFN features on its teacher
-    layer's FFN input, against the teacher FFN's output (forward hooks on `encoder.layer[i].mlp`)."""
+    """One pass of `teacher` over `input_ids` (blocks, seq): each student FFN's statistics on its teacher FFN's
+    input and output."""
     stats = [GramStatistics() for _ in student.encoder.layer]
     hooks = []
     for i, (t_layer, s_layer) in enumerate(zip(teacher.encoder.layer, student.encoder.layer, strict=False)):
@@ -233,9 +220,8 @@ def prune_model(
     score: str = DEFAULT_SCORE,
     ridge: float = 1e-4,
 ) -> list[dict]:
-    """Narrow every FFN of `student` (base model) to `width` units by `score` and refit down_proj (module
-    docstring); sets `config.intermediate_size`. Returns one record per layer: kept units, relative squared error
-    of the FFN output on the calibration tokens before (full width, as converted) and after."""
+    """Narrow every FFN of `student` (base model) to `width` units by `score` and refit down_proj; sets
+    `config.intermediate_size`. Returns one record per layer (the FFN output's relative squared error before/after)."""
     stats = teacher_ffn_statistics(student, teacher, input_ids)
     records = []
     for i, (layer, s) in enumerate(zip(student.encoder.layer, stats, strict=False)):
@@ -268,9 +254,8 @@ def load_pruned(
     ridge: float = 1e-4,
     **from_pretrained_kwargs,
 ) -> tuple[FfnBertPreTrainedModel, ConversionReport]:
-    """`init="pruned"`: `load_converted(init="preserving", width="keep")`, then `prune_model` to `width` ("matched"
-    or an int below the source width) on the calibration blocks `input_ids` (blocks, seq). The report says
-    init "pruned", the score, and per layer the kept units and the FFN output's relative squared error.
+    """`init="pruned"`: `load_converted(init="preserving")`, then `prune_model` to `width` ("matched" or an int below
+    the source width) on the calibration blocks `input_ids` (blocks, seq).
 
     Raises:
         ValueError: as `load_converted`; a standard (non-gated) target; a width not below the source's; an
@@ -290,8 +275,7 @@ def load_pruned(
             f"(allowed: a GLU-family name such as swiglu, geglu)"
         )
     new_width = parameter_width(width, source_width)
-    teacher, _ = load_pretrained(FfnBertModel, checkpoint, add_pooling_layer=False)
-    teacher.eval()
+    teacher = load_pretrained(FfnBertModel, checkpoint, add_pooling_layer=False)[0].eval()
     layers = prune_model(model.base_model, teacher, input_ids, new_width, score, ridge)
     report.init = "pruned"
     report.config_changes["intermediate_size"] = [source_width, new_width]
@@ -308,11 +292,7 @@ def load_pruned(
 
 
 def parameter_width(width: str | int, source_width: int) -> int:
-    """The pruned width: "matched" (2/3 of the source, `parameter_matched_glu_width`) or an int below the source.
-
-    Raises:
-        ValueError: any other value.
-    """
+    """The pruned width: "matched" (`parameter_matched_glu_width`) or an int below the source (else ValueError)."""
     new = parameter_matched_glu_width(source_width) if width == "matched" else width
     if isinstance(new, bool) or not isinstance(new, int) or not 0 < new < source_width:
         raise ValueError(f"init='pruned' needs width 'matched' or an integer in 1..{source_width - 1}, got {width!r}")

@@ -14,8 +14,7 @@ same function. A BERT FFN is `down(act(W x + b))`; write z = W x + b.
     kept      standard act → standard act' (and Post-LN → Pre-LN): weights kept as they are; no exact mapping
               exists, the report carries the measured drift.
 
-Any other pair (e.g. ReLU → SwiGLU, GELU → bilinear) raises `ValueError` listing what is allowed for that
-source activation. Sources: Shazeer 2020 (GLU variants, arXiv 2002.05202), Hendrycks & Gimpel 2016.
+Any other pair raises `ValueError`. Sources: Shazeer 2020 (GLU variants, arXiv 2002.05202), Hendrycks & Gimpel 2016.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from ..configuration_ffn_bert import is_gated
 
 # BERT activation → the gated variant whose gate activation is the same op (exact conversion).
 EXACT_GATED_TARGET: dict[str, str] = {"gelu": "geglu", "relu": "reglu", "silu": "swiglu", "swish": "swiglu"}
-# act(z) = z·σ(k z): k = 1.702 approximates erf-GELU (Hendrycks & Gimpel 2016, §2); SiLU/Swish_1 is exactly k = 1.
 SIGMOID_SLOPE: dict[str, float] = {"gelu": 1.702, "silu": 1.0, "swish": 1.0}
 SIGMOID_FORM_IS_EXACT: dict[str, bool] = {"gelu": False, "silu": True, "swish": True}
 # (source activation, gated target) → method; an "exact" swiglu entry needs swish_beta = 1, else the sigmoid form.
@@ -38,8 +36,7 @@ WIDTHS = ("keep", "matched")
 
 
 def parse_width(width: str | int, name: str = "width") -> str | int:
-    """A width as `load_converted` takes it: "keep", "matched" or a positive int (a string of digits, as a command
-    line gives it, becomes the int).
+    """A width as `load_converted` takes it: "keep", "matched" or a positive int (a string of digits becomes one).
 
     Raises:
         ValueError: naming `name` (the argument or flag), the value and what is allowed.
@@ -53,13 +50,9 @@ def parse_width(width: str | int, name: str = "width") -> str | int:
 
 @dataclass(frozen=True)
 class FfnRecipe:
-    """How one layer's FFN is built from a standard FFN's first projection (W, b) when preserving.
-
-    `gate_scale`: gate_proj ← gate_scale·(W, b). `up`: "constant" (up_proj weight 0, bias `up_bias`) or
-    "copy" (up_proj ← (W, b)). `kind`: "unchanged", "exact", "approximate", "approximate (float rounding only)",
-    "kept" (standard → standard) or "fresh" (newly initialised, init='fresh'). A standard target (`gated=False`)
-    keeps all weights.
-    """
+    """How one layer's FFN is built from a standard FFN's first projection (W, b): gate_proj ← gate_scale·(W, b);
+    up_proj ← (0, `up_bias`) ("constant") or (W, b) ("copy"). `kind`: "unchanged", "exact", "approximate",
+    "approximate (float rounding only)", "kept" (standard → standard) or "fresh"."""
 
     kind: str
     gated: bool = False
@@ -96,7 +89,7 @@ def sigmoid_form_recipe(source_act: str, target: str, swish_beta: float) -> FfnR
 
 
 def ffn_recipe(source_act: str, target: str, swish_beta: float = 1.0) -> FfnRecipe:
-    """The function-preserving recipe from a standard `source_act` FFN to `target` (see the module docstring).
+    """The function-preserving recipe from a standard `source_act` FFN to `target`.
 
     Raises:
         ValueError: if no exact or approximate mapping exists, naming the allowed targets.

@@ -10,11 +10,8 @@ from typing import Any
 
 @dataclass
 class ConversionReport:
-    """What a conversion did, JSON-serialisable (`to_dict`, `to_json`, `save`).
-
-    Target keys are the model's own (in-memory) parameter names (`mlp.gate_proj`, `mlp.up_proj`, `mlp.down_proj`,
-    `mlp_norm`); source keys are the checkpoint's names for the same weights in the same namespace (BERT's
-    `intermediate.dense`, `output.dense`, `output.LayerNorm`; see `hf_ffn.checkpoint_names`).
+    """What a conversion did, JSON-serialisable. Target keys are the model's in-memory names, source keys the
+    checkpoint's (`hf_ffn.checkpoint_names`).
 
     Attributes:
         source: the checkpoint converted. model_class: the FfnBert class it was loaded into.
@@ -25,12 +22,10 @@ class ConversionReport:
         copied: target keys loaded unchanged from the checkpoint.
         mapped: {"target", "source" (checkpoint name or None for a constant), "operation"} for each weight a recipe
             or a rename set.
-        new: target keys randomly initialised (as BERT initialises: normal(0, initializer_range), zero bias;
-            LayerNorms ones/zeros).
+        new: target keys newly initialised (as BERT initialises).
         dropped: checkpoint weights not used.
         difference: measured output difference from the source model (`measure_difference`), when measured.
-        source_path: `source` resolved, when it is a local folder (a relative `source` is relative to the folder
-            the conversion ran in).
+        source_path: `source` resolved, when it is a local folder.
     """
 
     source: str
@@ -55,8 +50,7 @@ class ConversionReport:
         return asdict(self)
 
     def summary(self) -> str:
-        """A few human-readable lines: what was converted, whether it is function-preserving and the measured
-        difference (`convert_checkpoint` logs the warning with the next step, `hf_ffn.conversion_warning`)."""
+        """A few human-readable lines: what was converted, whether exactly, and the measured difference."""
         preserving = "exact, function-preserving" if self.exact else "not function-preserving"
         lines = [f"{self.source} -> {self.model_class} (init={self.init}, {preserving})"]
         lines += [f"  config: {k}: {a!r} -> {b!r}" for k, (a, b) in self.config_changes.items()]

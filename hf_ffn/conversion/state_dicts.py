@@ -9,9 +9,7 @@ from ..checkpoint_names import KeyMap
 
 
 def convert_state_dict(state_dict: dict[str, torch.Tensor], mapping: tuple[KeyMap, ...]) -> dict[str, torch.Tensor]:
-    """Apply a `KeyMap` mapping to a (module-level) state dict, strictly.
-
-    Entries whose source keys are all absent are skipped (e.g. biases of a bias-free module).
+    """Apply a `KeyMap` mapping to a (module-level) state dict, strictly; entries with no source key are skipped.
 
     Raises:
         ValueError: a key no entry maps, or an entry with only some of its source keys present.

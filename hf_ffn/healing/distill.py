@@ -8,16 +8,9 @@ Loss (`DistillationLoss`), at real tokens (attention_mask 1) only:
             output and each layer's output, as TinyBERT's hidden-state loss, Jiao et al. 2020, Eq. 7-9)
     + w · T² · KL(softmax(z_t / T) ‖ softmax(z_s / T))   on MLM logits (Hinton et al. 2015), when w > 0
 
-MSE is the default because the measured targets are absolute: max/mean |Δ| of `last_hidden_state` and the cosine of
-mean-pooled embeddings. MSE drives both to their ideal (Δ = 0 gives cosine 1), while a cosine loss (DistilBERT's
-cosine-embedding loss, Sanh et al. 2019) leaves the norm of each hidden state free, so |Δ| need not shrink.
-TinyBERT distils hidden states with exactly this MSE (no projection is needed here: equal hidden sizes).
-
-Dropout. The student is distilled with every dropout probability set to 0 (`dropout_off`; the saved config keeps
-the original values) and the teacher runs in eval mode. The target is the teacher's inference function, which is
-what is measured and what a user runs. With dropout on, a student that already equals the teacher would get a
-non-zero loss and gradient from the dropout noise alone and drift away; with it off, a default-config student
-(nothing to heal) has loss exactly 0, gradients exactly 0 and Adam leaves its weights bit for bit unchanged.
+MSE is the default: it drives |Δ| to 0 (and the cosine to 1), while a cosine loss (DistilBERT, Sanh et al. 2019) leaves
+each hidden state's norm free. The student is distilled with dropout off (`dropout_off`) and the teacher in eval mode:
+the target is the teacher's inference function, and a student equal to it gets loss and gradients exactly 0.
 """
 
 from __future__ import annotations
@@ -45,7 +38,7 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids")
 
 
 def is_trainable(name: str, parts: str, with_head: bool) -> bool:
-    """Whether parameter `name` (in-memory name, e.g. `encoder.layer.0.mlp.up_proj.weight`) trains for `parts`.
+    """Whether parameter `name` (in-memory name) trains for `parts`.
 
     Raises:
         ValueError: if `parts` is not a key of `TRAIN_PARTS`.
@@ -82,32 +75,27 @@ def select_trainable(model: nn.Module, parts: str, with_head: bool = False) -> l
 
 
 @contextlib.contextmanager
-def dropout_off(model: nn.Module) -> Iterator[None]:
-    """Set `p = 0` on every `nn.Dropout` of `model` for the block (BERT's attention-probability dropout reads the
-    module's `p` too), then restore each module's `p`."""
-    saved = [(module, module.p) for module in model.modules() if isinstance(module, nn.Dropout)]
-    for module, _ in saved:
-        module.p = 0.0
+def _set_during(objects: list[Any], name: str, value: Any) -> Iterator[None]:
+    """Set attribute `name` of each object to `value` for the block, then restore each."""
+    saved = [(obj, getattr(obj, name)) for obj in objects]
+    for obj, _ in saved:
+        setattr(obj, name, value)
     try:
         yield
     finally:
-        for module, p in saved:
-            module.p = p
+        for obj, old in saved:
+            setattr(obj, name, old)
 
 
-@contextlib.contextmanager
-def unpadded(*models: nn.Module) -> Iterator[None]:
-    """Set `config.unpad_tokens = True` on each model for the block (FfnBert reads it at every forward), then
-    restore each value: padding-free batches then run packed, each sequence's attention over its own keys (with the
-    switch off, over the whole row with the others masked; docs/unpadded.md)."""
-    saved = [(model.config, model.config.unpad_tokens) for model in models]
-    for config, _ in saved:
-        config.unpad_tokens = True
-    try:
-        yield
-    finally:
-        for config, value in saved:
-            config.unpad_tokens = value
+def dropout_off(model: nn.Module) -> contextlib.AbstractContextManager[None]:
+    """Set `p = 0` on every `nn.Dropout` of `model` for the block, then restore each."""
+    return _set_during([module for module in model.modules() if isinstance(module, nn.Dropout)], "p", 0.0)
+
+
+def unpadded(*models: nn.Module) -> contextlib.AbstractContextManager[None]:
+    """Set `config.unpad_tokens = True` on each model for the block (padding-free batches then run packed,
+    docs/unpadded.md), then restore each value."""
+    return _set_during([model.config for model in models], "unpad_tokens", True)
 
 
 @dataclass(frozen=True)
@@ -162,9 +150,8 @@ class DistillationLoss:
 def encoder_outputs(
     model: nn.Module, base_model: nn.Module, inputs: dict[str, torch.Tensor], hidden_states: bool
 ) -> dict[str, Any]:
-    """One forward of `model` (possibly DDP-wrapped, so the call must go through it); `base_model`'s own output is
-    captured with a forward hook, since a head's output has no `last_hidden_state` and, for Pre-LN, its
-    `hidden_states[-1]` is the last layer's output before `final_norm`.
+    """One forward of `model` (possibly DDP-wrapped, so the call goes through it), `base_model`'s own output
+    captured by a hook (a head's output has no `last_hidden_state`).
 
     Returns:
         {"last_hidden_state": (batch, seq, hidden), "hidden_states": tuple or None, "logits": MLM logits or None}.
@@ -181,13 +168,9 @@ def encoder_outputs(
 
 
 class DistillationTrainer(Trainer):
-    """`Trainer` whose loss is `DistillationLoss` between the student (`model`) and a frozen `teacher`.
-
-    Only `compute_loss` is overridden: everything else (optimizer, schedule, checkpoints, resume, logging,
-    mixed precision, DDP) is Trainer's. The teacher is moved to the training device, put in eval mode and frozen;
-    it is not wrapped (no gradients flow through it). The loss is a mean over the micro-batch's real tokens, so
-    `loss_is_scaled_for_ga = False` lets Trainer divide it by the gradient-accumulation steps.
-    """
+    """`Trainer` whose loss (`compute_loss`, the only override) is `DistillationLoss` between the student (`model`)
+    and a frozen, unwrapped `teacher`. The loss is a mean over the micro-batch's real tokens, so
+    `loss_is_scaled_for_ga = False` lets Trainer divide it by the gradient-accumulation steps."""
 
     def __init__(self, *args, teacher: nn.Module, distillation_loss: DistillationLoss, **kwargs):
         super().__init__(*args, **kwargs)

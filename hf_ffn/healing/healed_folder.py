@@ -1,9 +1,5 @@
-"""The healed folder: `save_healed` writes it as a converted folder (`write_converted_folder`: config with
-`auto_map`, model.safetensors, remote-code files, tokenizer, `conversion_report.json` with a `healing` entry, and a
-model card with a "Healing" section, `healing_section`), re-measuring the difference from the source on the healed
-weights, and keeps what the student folder had beside its weights (`keep_student_files`: a sentence-transformers
-student's modules.json, 1_Pooling/, ...). Written atomically: nothing is left there if a step fails.
-"""
+"""The healed folder (`save_healed`): a converted folder whose report has a `healing` entry and whose model card has a
+"Healing" section, with the difference from the source re-measured and the student's other files kept."""
 
 from __future__ import annotations
 
@@ -22,8 +18,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".c
 
 
 def student_report(student_dir: str, teacher: str, model_class: str) -> tuple[ConversionReport, dict | None]:
-    """The student's `ConversionReport` (from its folder; a minimal one naming the teacher if it has none) and the
-    `healing` record of an earlier healing, if any."""
+    """The student's `ConversionReport` (a minimal one naming the teacher if it has none) and an earlier `healing`."""
     file = Path(student_dir) / REPORT_FILE
     if not file.is_file():
         return ConversionReport(source=teacher, model_class=model_class, init="unknown", exact=False), None
@@ -35,10 +30,8 @@ def student_report(student_dir: str, teacher: str, model_class: str) -> tuple[Co
 def save_healed(
     folder: Path, student, tokenizer, student_dir: str, teacher: str | torch.nn.Module, healing: dict
 ) -> None:
-    """Write the healed converted folder atomically (`write_converted_folder`; see the module docstring).
-
-    `teacher`: the teacher's path, or the teacher model already loaded (its path is `healing["teacher"]`); the
-    fixed-input difference is re-measured against it."""
+    """Write the healed folder atomically. `teacher`: its path, or the teacher already loaded (path
+    `healing["teacher"]`), against which the difference is re-measured."""
     teacher_path = healing["teacher"] if isinstance(teacher, torch.nn.Module) else teacher
     reference = teacher if isinstance(teacher, torch.nn.Module) else None
     report, previous = student_report(student_dir, teacher_path, type(student).__name__)
@@ -61,8 +54,7 @@ def save_healed(
 
 def keep_student_files(student_dir: Path, healed: Path) -> list[str]:
     """Copy into `healed` every entry of `student_dir` it lacks (a sentence-transformers student's modules.json,
-    1_Pooling/, 2_Normalize/, sentence_bert_config.json, ...), except top-level weight files (`WEIGHT_SUFFIXES`)
-    and Trainer's `checkpoint-N` folders; returns the names copied."""
+    1_Pooling/, ...), except top-level weight files and `checkpoint-N` folders; returns the names copied."""
     copied = []
     for entry in sorted(student_dir.iterdir()):
         target = healed / entry.name
@@ -101,8 +93,7 @@ def healing_section(healing: dict) -> str:
             f"| {pa['student']['accuracy']:.4f} |",
             f"| probe difference (this − teacher, paired folds) | {pb['difference']:+.4f} | {pa['difference']:+.4f} |",
         ]
-    held = healing["heldout"]
-    training = healing["training"]
+    held, training, args, data = healing["heldout"], healing["training"], healing["arguments"], healing["data"]
     settings = (after.get("probe") or {}).get("student", {}).get("settings")
     probe = (
         f"{settings['folds']}-fold stratified cross-validation (seed {settings['seed']}) of "
@@ -111,23 +102,21 @@ def healing_section(healing: dict) -> str:
         if settings
         else "not run"
     )
+    on = "last_hidden_state" if args["layers"] == "last" else "every hidden state"
+    kl = " + KL on MLM logits" if args["mlm_kl_weight"] else ""
+    batch = training["per_device_train_batch_size"] * training["world_size"] * training["gradient_accumulation_steps"]
+    files = ", ".join(map(str, data["train_files"]))
     return (
         layerwise_section(healing.get("layerwise"))
         + f"""
 ## Healing (distillation from the source model)
 
 This model was distilled from `{healing["teacher"]}` (frozen, eval mode) with hf_ffn's `heal`: loss
-`{healing["arguments"]["hidden_loss"]}` on {
-            "last_hidden_state" if healing["arguments"]["layers"] == "last" else "every hidden state"
-        }
-at real tokens{" + KL on MLM logits" if healing["arguments"]["mlm_kl_weight"] else ""}, dropout off in the student,
+`{args["hidden_loss"]}` on {on}
+at real tokens{kl}, dropout off in the student,
 trained parts: `{healing["train_parts"]}` ({healing["trainable_parameters"]:,} parameters),
-{healing["steps"]} optimizer steps of {
-            training["per_device_train_batch_size"] * training["world_size"] * training["gradient_accumulation_steps"]
-        } blocks × {healing["data"]["block_tokens"]} tokens from
-{", ".join(map(str, healing["data"]["train_files"]))} (learning rate {training["learning_rate"]}, {
-            training["lr_scheduler_type"]
-        }
+{healing["steps"]} optimizer steps of {batch} blocks × {data["block_tokens"]} tokens from
+{files} (learning rate {training["learning_rate"]}, {training["lr_scheduler_type"]}
 schedule, {training["warmup_steps"]} warm-up steps), {healing["train_seconds"]:.0f} s of training.
 
 Measured on {held["snippets"]} held-out examples never trained on (`{held["eval_data"]}`); embeddings are mean-pooled

@@ -1,47 +1,19 @@
-"""Layer-wise healing (`hf-ffn heal --method layerwise`): fit each converted layer to reproduce its teacher layer,
-one layer after another, before (optionally) the end-to-end distillation of `hf_ffn.healing.run`.
+"""Layer-wise healing (`hf-ffn heal --method layerwise`): fit each converted layer to its teacher layer, one after
+another, on calibration blocks (Kwon et al. 2022; MOHAWK, Bick et al. 2024; Minitron, Muralidharan et al. 2024).
 
-The cheap conversions of pretrained networks start this way: Kwon et al. 2022 (BERT FFN pruning + layer-wise
-least-squares reconstruction), MOHAWK (Bick et al. 2024, stage 2: hidden-state alignment per block), LoLCATs
-(Zhang et al. 2024, attention transfer), Minitron (Muralidharan et al. 2024). For layer i, with the teacher
-(the source checkpoint loaded as a default FfnBert, bit-exact with BERT) run on the calibration blocks:
+    ffn    the FFN alone, on the teacher FFN's own input x and output y: down_proj in closed form (ridge least
+           squares, `solve_down`), Adam on gate/up/down (MSE; `--layerwise_refit_every N`: down solved again every N
+           steps), down solved once more; the first closed form is kept if the steps did worse ("ffn_kept").
+    layer  the ffn fit where the LayerNorms sit alike, then Adam on the whole layer so that layer(input) ≈ h_i (kept
+           only if it lowers the error, "layer_kept"). For a Pre-LN student of a Post-LN teacher,
+           `--layerwise_stream free` fits LN(x_i) to LN(h_i) (LayerNorm without affine part: the stream's per-token
+           scale and mean stay free); `teacher` fits x_i to h_i. The last layer is fitted through `final_norm`, whose
+           γ, β are then set by per-coordinate least squares.
 
-    ffn    (`--layerwise_parts ffn`, where teacher and student place the LayerNorm alike) the FFN alone, on the
-           teacher's own FFN input x and output y (teacher forcing): down_proj in closed form (ridge least squares,
-           `hf_ffn.conversion.pruning.solve_down`), then `layerwise_steps` Adam steps on gate/up/down (MSE; with
-           `--layerwise_refit_every N` down_proj is also solved in closed form every N steps, variable projection),
-           then down_proj solved again for the final gate/up (so down is optimal for the features it ends with);
-           if the steps left a larger error than the first closed form, the closed form is kept ("ffn_kept").
-    layer  (`--layerwise_parts layer`) the ffn fit where it applies, then Adam on the whole layer (attention,
-           LayerNorms, FFN) so that layer(input) matches the teacher layer's output h_i (MSE over tokens; kept only
-           if it lowers the error, "layer_kept"). For a
-           Pre-LN student of a Post-LN teacher the residual stream x_i after layer i has no exact counterpart:
-           `--layerwise_stream free` (the default) fits LN(x_i) to LN(h_i), LN a LayerNorm without affine part, so
-           each token's scale and mean stay free and the stream grows from layer to layer as a Pre-LN network's does
-           (measured: 16 → 191 in mean norm over MiniLM's 6 layers); `teacher` fits x_i to h_i itself, so every
-           layer must cancel most of its input (the sublayers' outputs stay small). The last layer is fitted
-           through `final_norm` (with it, to the teacher's last output); `final_norm` is then set in closed form
-           (per coordinate, γ_d, β_d = least squares of h_L[:, d] on the normalised residual stream) so that the
-           final norm gives what the teacher's last layer gave.
-
-`--layerwise_inputs teacher` (parallel: each layer on the teacher's h_{i-1}) or `student` (sequential: on the
-student's own h_{i-1}, so a layer corrects the error of those before it; the target stays the teacher's h_i). It
-applies to the whole-layer fit; the FFN fit always uses the teacher FFN's own input and output.
-
-Memory. The calibration tokens live in memory as at most `HELD_TENSORS` float32 tensors of (tokens, hidden)
-(teacher and student hidden states, the teacher layer's output, FFN input and output, the student's output);
-`--layerwise_memory_mb` caps their sum, and above it fewer blocks are used (the log and the record state the tokens
-and bytes). The closed-form fit adds one (I+1)² float64 Gram matrix. bert-base (hidden 768) on 10⁵ tokens:
-6 × 10⁵ × 768 × 4 B = 1.8 GB.
-
-Resume. After each layer its weights (`layer-<i>.safetensors`) and record (`layer-<i>.json`) are written to
-`work_dir`; a rerun loads finished layers instead of fitting them again (the inputs of the next layer are
-recomputed from the loaded weights, so the result equals an uninterrupted run's), if it has the arguments recorded
-in `work_dir/arguments.json` (else it is refused; `hf_ffn.healing.layerwise_folder`).
-
-Progress. transformers' tqdm bars (`transformers.utils.logging.tqdm`, silenced by
-`transformers.utils.logging.disable_progress_bar()`): one over the layers, with each layer's error before → after,
-and one over each fit's Adam steps.
+`--layerwise_inputs`: `teacher` (each layer on the teacher's h_{i-1}) or `student` (on its own h_{i-1}). Memory:
+at most `HELD_TENSORS` float32 (tokens, hidden) tensors, capped by `--layerwise_memory_mb`. Each finished layer is
+saved in `work_dir` and loaded by a rerun with the same arguments (`hf_ffn.healing.layerwise_folder`). Details and
+measurements: docs/healing.md.
 """
 
 from __future__ import annotations
@@ -77,18 +49,14 @@ LAYERWISE_STREAMS = {
     "free": "only the stream's LayerNorm-normalised form fitted: its per-token scale and mean free",
     "teacher": "the residual stream after each layer fitted to the teacher's hidden state",
 }
-HELD_TENSORS = 6  # (tokens, hidden) float32 tensors held at once; see the module docstring
+HELD_TENSORS = 6  # (tokens, hidden) float32 tensors held at once: hidden states, layer output, FFN input/output
 METHODS = ("end_to_end", "layerwise")
 
 
 @dataclass
 class LayerwiseArguments:
-    """The layer-wise stage of `hf-ffn heal --method layerwise` (parsed with `HealArguments`). The defaults are the
-    best recipe measured on all-MiniLM-L6-v2 (docs/healing.md): 65,536 calibration tokens, 1000 Adam steps of 512
-    tokens per fit, and parts/inputs `auto`: FFN fits on the teacher's own FFN inputs where the student places its
-    LayerNorms as the teacher does (the SwiGLU students), whole layers on the student's own inputs where it does
-    not (a Pre-LN student of a Post-LN teacher). A nearly exact start (the approximate SwiGLU) needs only the
-    closed form, `--layerwise_steps 0` (with steps, the closed form is kept where they do not help)."""
+    """The layer-wise stage of `hf-ffn heal --method layerwise`; the defaults are the best recipe measured on
+    all-MiniLM-L6-v2 (docs/healing.md)."""
 
     layerwise_tokens: int = field(
         default=65536, metadata={"help": "calibration tokens (whole blocks, evenly spaced over the training text)"}
@@ -106,8 +74,7 @@ class LayerwiseArguments:
     layerwise_parts: str = field(
         default="auto",
         metadata={
-            "help": "ffn, layer (see hf_ffn.healing.layerwise) or "
-            "auto: ffn where the LayerNorms sit as the "
+            "help": "ffn, layer (see hf_ffn.healing.layerwise) or auto: ffn where the LayerNorms sit as the "
             "teacher's, else layer"
         },
     )
@@ -129,23 +96,15 @@ class LayerwiseArguments:
     layerwise_stream: str = field(
         default="free",
         metadata={
-            "help": "a Pre-LN student's residual stream after "
-            "each layer: free (only its LayerNorm-normalised "
-            "form is fitted to the teacher's hidden state) or "
-            "teacher (the stream itself)"
+            "help": "a Pre-LN student's residual stream after each layer: free (only its LayerNorm-normalised "
+            "form is fitted to the teacher's hidden state) or teacher (the stream itself)"
         },
     )
 
     def __post_init__(self) -> None:
-        if self.layerwise_parts not in LAYERWISE_PARTS:
-            raise ValueError(
-                f"--layerwise_parts has unknown value {self.layerwise_parts!r}; allowed: {', '.join(LAYERWISE_PARTS)}"
-            )
-        if self.layerwise_inputs not in LAYERWISE_INPUTS:
-            raise ValueError(
-                f"--layerwise_inputs has unknown value {self.layerwise_inputs!r}; allowed: "
-                f"{', '.join(LAYERWISE_INPUTS)}"
-            )
+        for name, allowed in (("layerwise_parts", LAYERWISE_PARTS), ("layerwise_inputs", LAYERWISE_INPUTS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"--{name} has unknown value {getattr(self, name)!r}; allowed: {', '.join(allowed)}")
         for name in ("layerwise_tokens", "layerwise_batch_tokens", "layerwise_memory_mb"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name} must be > 0, got {getattr(self, name)}")
@@ -174,34 +133,33 @@ MIN_TOKENS_PER_UNIT = 8
 
 
 def check_calibration_tokens(tokens: int, intermediate_size: int) -> None:
-    """Refuse an underdetermined fit, warn about an under-sampled one.
+    """Refuse an underdetermined closed-form fit (`intermediate_size` + 1 unknowns per output from `tokens`
+    equations), warn below `MIN_TOKENS_PER_UNIT` tokens per unit.
 
-    The closed-form down projection solves for `intermediate_size` + 1 coefficients per output from `tokens`
-    equations: with `tokens` <= `intermediate_size` + 1 it interpolates the calibration text exactly (relative error
-    0) and generalises badly. Raises `ValueError` naming `--layerwise_tokens` then; logs a warning below
-    `MIN_TOKENS_PER_UNIT` tokens per unit.
+    Raises:
+        ValueError: `tokens` <= `intermediate_size` + 1, naming `--layerwise_tokens`.
     """
+    recommended = MIN_TOKENS_PER_UNIT * intermediate_size
     if tokens <= intermediate_size + 1:
         raise ValueError(
             f"--layerwise_tokens: {tokens} calibration tokens cannot determine a down projection of "
             f"{intermediate_size} units (needs more than {intermediate_size + 1}; at least "
-            f"{MIN_TOKENS_PER_UNIT * intermediate_size} recommended): give more text or tokens"
+            f"{recommended} recommended): give more text or tokens"
         )
-    if tokens < MIN_TOKENS_PER_UNIT * intermediate_size:
+    if tokens < recommended:
         logger.warning(
             "layer-wise healing on %d calibration tokens for %d FFN units (< %d per unit): the fit may "
             "match the calibration text and lose agreement on other text; use --layerwise_tokens >= %d",
             tokens,
             intermediate_size,
             MIN_TOKENS_PER_UNIT,
-            MIN_TOKENS_PER_UNIT * intermediate_size,
+            recommended,
         )
 
 
 def calibration_blocks(input_ids: torch.Tensor, args: LayerwiseArguments, hidden_size: int) -> torch.Tensor:
-    """Blocks of `input_ids` (blocks, seq), evenly spaced over all of them (the text's documents in order), within
-    `layerwise_tokens` and the memory cap (`HELD_TENSORS` × tokens × hidden × 4 bytes ≤ `layerwise_memory_mb` · 10⁶);
-    at least one block.
+    """Blocks of `input_ids` (blocks, seq), evenly spaced, within `layerwise_tokens` and the memory cap
+    (`HELD_TENSORS` × tokens × hidden × 4 bytes ≤ `layerwise_memory_mb` · 10⁶); at least one block.
 
     Raises:
         ValueError: if not even one block fits under the cap.
@@ -237,9 +195,9 @@ def relative_squared_error(prediction: torch.Tensor, target: torch.Tensor) -> fl
 
 @torch.no_grad()
 def run_layer(layer: nn.Module, hidden: torch.Tensor, chunk: int = 16, mlp_io: bool = False):
-    """`layer` over (blocks, seq, hidden) in chunks of blocks (no mask: calibration blocks are full). With `mlp_io`,
-    also the FFN's input and output (tokens, hidden), recorded by a forward hook. Returns out or (out, x, y)."""
-    outs, xs, ys = [], [], []
+    """`layer` over (blocks, seq, hidden) in chunks (no mask: calibration blocks are full); with `mlp_io` also the
+    FFN's input and output (tokens, hidden): (out, x, y)."""
+    xs, ys = [], []
 
     def record(module, args, output) -> None:
         xs.append(args[0].reshape(-1, args[0].shape[-1]))
@@ -247,18 +205,16 @@ def run_layer(layer: nn.Module, hidden: torch.Tensor, chunk: int = 16, mlp_io: b
 
     handle = layer.mlp.register_forward_hook(record) if mlp_io else None
     try:
-        for start in range(0, len(hidden), chunk):
-            outs.append(layer(hidden[start : start + chunk]))
+        out = torch.cat([layer(part) for part in hidden.split(chunk)])
     finally:
         if handle is not None:
             handle.remove()
-    out = torch.cat(outs)
     return (out, torch.cat(xs), torch.cat(ys)) if mlp_io else out
 
 
 @torch.no_grad()
 def apply_chunked(module: nn.Module, x: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
-    """`module` over the rows of `x` (tokens, hidden) in chunks (its intermediate activations stay small)."""
+    """`module` over the rows of `x` (tokens, hidden) in chunks."""
     return torch.cat([module(part) for part in x.split(chunk)])
 
 
@@ -274,9 +230,8 @@ def adam_fit(
     callback=None,
     desc: str = "Adam steps",
 ) -> list[float]:
-    """`steps` Adam steps (cosine decay from `lr` to 0) on `loss_of(index)` for random minibatches of `batch` of
-    `count` rows (a generator seeded with `seed`); `callback()` after every `every` steps (0: never). Shows a
-    progress bar named `desc` (removed when done). Returns the losses every step."""
+    """`steps` Adam steps (cosine decay from `lr` to 0) on `loss_of(index)` for seeded random minibatches of `batch`
+    of `count` rows; `callback()` every `every` steps (0: never). Returns the loss of every step."""
     if steps == 0:
         return []
     generator = torch.Generator().manual_seed(seed)
@@ -297,7 +252,7 @@ def adam_fit(
 
 
 def set_down(mlp: nn.Module, stats: GramStatistics, ridge: float) -> float:
-    """Set `mlp.down_proj` to the ridge least-squares solution; returns the relative squared error it reaches."""
+    """Set `mlp.down_proj` to the ridge least-squares solution; returns its relative squared error."""
     weight, bias = solve_down(stats, None, ridge)
     with torch.no_grad():
         mlp.down_proj.weight.copy_(weight)
@@ -308,8 +263,12 @@ def set_down(mlp: nn.Module, stats: GramStatistics, ridge: float) -> float:
 
 def fit_ffn(mlp: nn.Module, x: torch.Tensor, y: torch.Tensor, args: LayerwiseArguments, seed: int) -> dict:
     """Closed-form down, Adam on the FFN, closed-form down again (module docstring). x, y (tokens, hidden)."""
+
+    def refit() -> float:
+        return set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge)
+
     before = relative_squared_error(apply_chunked(mlp, x), y)
-    closed = set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge)
+    closed = refit()
     closed_state = {k: v.clone() for k, v in mlp.state_dict().items()}
     losses = adam_fit(
         list(mlp.parameters()),
@@ -320,10 +279,10 @@ def fit_ffn(mlp: nn.Module, x: torch.Tensor, y: torch.Tensor, args: LayerwiseArg
         args.layerwise_lr,
         seed,
         args.layerwise_refit_every,
-        lambda: set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge),
+        refit,
         desc="FFN fit",
     )
-    after = set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge) if losses else closed
+    after = refit() if losses else closed
     kept = "adam"
     if after > closed:  # the steps made the fit worse (too high a rate for a near-exact start): keep the closed form
         mlp.load_state_dict(closed_state)
@@ -338,14 +297,12 @@ def fit_ffn(mlp: nn.Module, x: torch.Tensor, y: torch.Tensor, args: LayerwiseArg
 
 
 def normalized(x: torch.Tensor) -> torch.Tensor:
-    """LayerNorm without its affine part over the last dimension (eps 1e-12, BERT's): each token's vector with
-    mean 0 and variance 1. `--layerwise_stream free` compares a Pre-LN residual stream with the teacher's hidden
-    state in this form, so the stream's per-token scale and mean are not fitted."""
+    """LayerNorm without its affine part over the last dimension (eps 1e-12, BERT's): `--layerwise_stream free`."""
     return nn.functional.layer_norm(x, x.shape[-1:], eps=1e-12)
 
 
 def unchanged(hidden: torch.Tensor) -> torch.Tensor:
-    """The view that leaves a hidden state as it is (`fit_whole_layer`'s default; a function, not a shared module)."""
+    """The identity view (`fit_whole_layer`'s default)."""
     return hidden
 
 
@@ -357,9 +314,8 @@ def fit_whole_layer(
     seed: int,
     view: Callable[[torch.Tensor], torch.Tensor] = unchanged,
 ) -> dict:
-    """Adam on every parameter of `layer` so that view(layer(inputs)) ≈ target; (blocks, seq, hidden) each (`view`:
-    the identity, or `normalized` with a normalised target). Kept only if it lowers the relative squared error on
-    the calibration tokens (else the layer is restored)."""
+    """Adam on every parameter of `layer` so that view(layer(inputs)) ≈ target, (blocks, seq, hidden) each; the
+    layer is restored if that does not lower the relative squared error."""
     blocks = max(1, args.layerwise_batch_tokens // inputs.shape[1])
     start_error = relative_squared_error(view(run_layer(layer, inputs)), target)
     start_state = {k: v.clone() for k, v in layer.state_dict().items()}
@@ -383,7 +339,7 @@ def fit_whole_layer(
 @torch.no_grad()
 def fit_final_norm(norm: nn.LayerNorm, stream: torch.Tensor, target: torch.Tensor) -> dict:
     """γ, β of `norm` by least squares per coordinate: target[:, d] ≈ γ_d n_d + β_d, n = the normalised `stream`
-    (tokens, hidden) (LayerNorm without its affine part). Returns the relative squared error before/after."""
+    (tokens, hidden). Returns the relative squared error before/after."""
     before = relative_squared_error(norm(stream), target)
     n = nn.functional.layer_norm(stream.double(), stream.shape[-1:], eps=norm.eps)
     t = target.double()
@@ -395,9 +351,7 @@ def fit_final_norm(norm: nn.LayerNorm, stream: torch.Tensor, target: torch.Tenso
 
 
 def resolve_auto(args: LayerwiseArguments, same_norms: bool) -> LayerwiseArguments:
-    """`args` with `auto` parts/inputs replaced by the measured best (docs/healing.md): FFN fits on the teacher's
-    inputs where every layer places its LayerNorms as the teacher's (`same_norms`), else whole layers on the
-    student's own inputs (inputs `auto` follow the parts: teacher for ffn, student for layer)."""
+    """`args` with `auto` resolved: parts ffn if `same_norms` else layer; inputs teacher for ffn, student for layer."""
     parts = args.layerwise_parts if args.layerwise_parts != "auto" else ("ffn" if same_norms else "layer")
     inputs = args.layerwise_inputs if args.layerwise_inputs != "auto" else ("teacher" if parts == "ffn" else "student")
     return replace(args, layerwise_parts=parts, layerwise_inputs=inputs)
@@ -411,18 +365,16 @@ def prepare_layerwise(
     work_dir: str | Path,
     seed: int = 0,
 ) -> tuple[LayerwiseArguments, torch.Tensor, list[bool]]:
-    """Everything `heal_layerwise` checks and records before fitting, from the configs alone (so a command can refuse
-    before it loads or measures a model). `input_ids`: (blocks, seq) int64 token ids of the calibration text.
+    """What `heal_layerwise` checks and records before fitting, from the configs alone (so a command refuses before
+    loading a model). `input_ids`: (blocks, seq) int64 calibration token ids.
 
     Returns:
-        (`args` with `auto` resolved, the calibration blocks actually used (blocks', seq) int64 (`calibration_blocks`),
-        one bool per layer: whether student and teacher place its LayerNorms alike). Writes `work_dir`/arguments.json
-        when the folder holds no finished layer (`check_resume_arguments`).
+        (`args` with `auto` resolved, the calibration blocks used, one bool per layer: LayerNorms placed alike).
+        Writes `work_dir`/arguments.json (`check_resume_arguments`).
 
     Raises:
-        ValueError: depths or hidden sizes differ; `--layerwise_parts ffn` for a layer whose LayerNorm placement
-            differs from the teacher's (its FFN input is another quantity: use `layer`); too few calibration tokens;
-            `work_dir` holds layers fitted with other arguments.
+        ValueError: depths or hidden sizes differ; `--layerwise_parts ffn` across different LayerNorm placements;
+            too few calibration tokens; `work_dir` holds layers fitted with other arguments.
     """
     if s_config.num_hidden_layers != t_config.num_hidden_layers or s_config.hidden_size != t_config.hidden_size:
         raise ValueError(
@@ -454,28 +406,20 @@ def heal_layerwise(
     work_dir: str | Path,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Fit `student` (an FfnBert base model, changed in place) layer by layer to `teacher` (an FfnBert base model of
-    the same depth and hidden size) on the calibration blocks `input_ids` (blocks, seq) (module docstring).
+    """Fit `student` (an FfnBert base model, in place) layer by layer to `teacher` (an FfnBert base model of the same
+    depth and hidden size) on the calibration blocks `input_ids` (blocks, seq).
 
     Returns:
-        {"arguments", "tokens", "blocks", "activation_bytes" (the recorded tensors' real size), "layers": one
-        record per layer (errors before/after, "propagated_rel_error": the student's own h_i against the
-        teacher's after fitting), "final_norm" (Pre-LN), "seconds"}.
+        {"arguments", "tokens", "blocks", "activation_bytes", "layers": one record per layer (errors before/after,
+        "propagated_rel_error": the student's own h_i against the teacher's), "final_norm" (Pre-LN), "seconds"}.
 
     Raises:
         ValueError: as `prepare_layerwise`.
     """
-    s_config = student.config
     start = time.perf_counter()
     work_dir = Path(work_dir)
-    args, input_ids, same_norms = prepare_layerwise(s_config, teacher.config, input_ids, args, work_dir, seed)
-    tokens = input_ids.numel()
-    logger.info(
-        "layer-wise healing on %d blocks × %d tokens (cap %.0f MB)",
-        len(input_ids),
-        input_ids.shape[1],
-        args.layerwise_memory_mb,
-    )
+    args, input_ids, same_norms = prepare_layerwise(student.config, teacher.config, input_ids, args, work_dir, seed)
+    logger.info("layer-wise healing on %d blocks × %d tokens (cap %.0f MB)", *input_ids.shape, args.layerwise_memory_mb)
     student.eval(), teacher.eval()
     records: list[dict] = []
     held_bytes = 0
@@ -541,7 +485,7 @@ def heal_layerwise(
     result: dict[str, Any] = {
         "arguments": asdict(args),
         "blocks": len(input_ids),
-        "tokens": tokens,
+        "tokens": input_ids.numel(),
         "activation_bytes": held_bytes,
         "layers": records,
     }

@@ -1,7 +1,6 @@
-"""The work folder of layer-wise healing (`hf_ffn.healing.layerwise`) and its model-card section: each finished
-fit's weights and record (`layer-<i>.safetensors`/`.json`, `final_norm.*`), written atomically so that a rerun
-resumes from them, and the arguments they were fitted with (`arguments.json`), so that a rerun with other ones is
-refused rather than mixing two fits."""
+"""The work folder of layer-wise healing and its model-card section: each finished fit's weights and record
+(`layer-<i>.safetensors`/`.json`, `final_norm.*`), from which a rerun resumes, and the arguments they were fitted
+with (`arguments.json`), so that a rerun with other ones is refused."""
 
 from __future__ import annotations
 
@@ -35,13 +34,12 @@ def load_layer(work_dir: Path, name: str, module: nn.Module) -> dict | None:
 
 
 def finished_records(work_dir: Path) -> list[Path]:
-    """The records of the fits finished in `work_dir` (`layer-<i>.json`, `final_norm.json`); [] for a new folder."""
+    """The records of the fits finished in `work_dir`."""
     return sorted(work_dir.glob("layer-*.json")) + [p for p in [work_dir / "final_norm.json"] if p.is_file()]
 
 
 def calibration_digest(input_ids: torch.Tensor) -> str:
-    """SHA-256 of the calibration token ids (blocks, seq) as int64, shape included (the same tokens cut into blocks of
-    another length are another calibration: attention sees other contexts)."""
+    """SHA-256 of the calibration token ids (blocks, seq) as int64, shape included (other blocks: other contexts)."""
     digest = hashlib.sha256(str(tuple(input_ids.shape)).encode())
     digest.update(input_ids.to(torch.int64).contiguous().numpy().tobytes())
     return digest.hexdigest()
@@ -55,17 +53,11 @@ def describe_change(key: str, old: Any, new: Any) -> str:
 
 
 def check_resume_arguments(work_dir: Path, arguments: dict[str, Any]) -> None:
-    """Create `work_dir` and make sure its finished layers were fitted with `arguments` (the layer-wise arguments,
-    `auto` resolved, the seed and the calibration tokens' `calibration_digest`, as a dict), recorded in
-    `arguments.json`.
-
-    A folder without finished layers (new, or left by a run stopped during its first layer) records `arguments`
-    afresh. A folder written before `arguments.json` existed is left
-    without one: `heal_layerwise` still compares each layer record's stream with the run's.
+    """Create `work_dir` and make sure its finished layers were fitted with `arguments` (recorded in
+    `arguments.json`, written afresh while no layer is finished).
 
     Raises:
-        ValueError: the folder's layers were fitted with other arguments (naming each flag, its value there and
-            now), since resuming would load layers fitted another way.
+        ValueError: the folder's layers were fitted with other arguments (naming each flag, then and now).
     """
     path = work_dir / "arguments.json"
     finished = finished_records(work_dir)
@@ -90,8 +82,7 @@ def _fmt(record: dict, key: str) -> str:
 
 
 def layerwise_section(record: dict | None) -> str:
-    """The model card's "Layer-wise healing" section (empty without a layer-wise stage): the settings and one row
-    per layer with its relative squared errors."""
+    """The model card's "Layer-wise healing" section (empty without a layer-wise stage)."""
     if not record:
         return ""
     a = record["arguments"]
@@ -103,10 +94,8 @@ def layerwise_section(record: dict | None) -> str:
     ]
     final = record.get("final_norm")
     norm = (
-        (
-            f"\n`final_norm` set in closed form (per coordinate least squares): relative squared error "
-            f"{final['final_norm_rel_error_before']:.4g} → {final['final_norm_rel_error']:.4g}.\n"
-        )
+        f"\n`final_norm` set in closed form (per coordinate least squares): relative squared error "
+        f"{final['final_norm_rel_error_before']:.4g} → {final['final_norm_rel_error']:.4g}.\n"
         if final
         else ""
     )

@@ -1,14 +1,6 @@
-"""How closely a student reproduces its teacher on held-out text, and what its sentence embeddings are worth.
-
-- `compare_to_teacher`: one pass of teacher and student over the snippets (eval mode, no gradients, fp32):
-  cosine of the mean-pooled sentence embeddings (mean and minimum over snippets) and max / mean |Δ| of
-  `last_hidden_state` at real tokens. Mean pooling over the attention mask is sentence-transformers' `Pooling`
-  (`pooling_mode_mean_tokens`), the pooling all-MiniLM-L6-v2 was trained with.
-- `linear_probe`: accuracy of a logistic-regression classifier on frozen embeddings, stratified k-fold
-  cross-validation (scikit-learn `StandardScaler` + `LogisticRegression`, seeded folds: the teacher's and the
-  student's embeddings are scored on the same folds, so their difference is paired).
-- `AgreementCallback`: `compare_to_teacher` on a fixed subset every N optimizer steps during `Trainer.train`, stored
-  in `trainer.state.log_history` (so the curve survives checkpoint / resume).
+"""How closely a student reproduces its teacher on held-out text (`compare_to_teacher`: cosine of mean-pooled
+sentence embeddings, as sentence-transformers pools, and |Δ| of `last_hidden_state`), what its embeddings are worth
+(`linear_probe`, on seeded folds shared by teacher and student), and the curve during training (`AgreementCallback`).
 """
 
 from __future__ import annotations
@@ -49,20 +41,15 @@ def compare_to_teacher(
     teacher_cache: list | None = None,
     progress: str | None = None,
 ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
-    """Teacher–student agreement on `texts`; both run in eval mode (their modes are restored after).
-
-    `teacher` and `student` are base models (BERT / FfnBert `...Model`, or a head's `.base_model`) returning
-    `last_hidden_state` (batch, seq, hidden). Texts are truncated to `max_length` tokens. `teacher_cache`: an
-    empty list is filled with the teacher's outputs (one (batch, seq, hidden) fp32 CPU tensor per batch; about
-    1.5 KB per token at hidden 384), a filled one is used instead of running the teacher again — valid only for
-    the same teacher, tokenizer, texts, batch_size and max_length. `progress`: a progress bar (tqdm, as
-    transformers shows them) over the batches with this description; None: no bar.
+    """Teacher–student agreement on `texts` (truncated to `max_length` tokens), both base models in eval mode
+    (their modes restored after). `teacher_cache`: an empty list is filled with the teacher's outputs (one fp32 CPU
+    tensor per batch), a filled one is used instead of running the teacher (same texts and settings only).
+    `progress`: the description of a progress bar over the batches (None: no bar).
 
     Returns:
-        `(metrics, teacher_embeddings, student_embeddings)`: metrics = {"cosine_mean", "cosine_min" (over texts, of
-        the mean-pooled embeddings), "max_abs_diff", "mean_abs_diff" (over every coordinate of
-        `last_hidden_state` at real tokens), "texts", "tokens"}; embeddings (len(texts), hidden) float32 in the
-        order of `texts`.
+        `(metrics, teacher_embeddings, student_embeddings)`: metrics = {"cosine_mean", "cosine_min" (of the
+        mean-pooled embeddings), "max_abs_diff", "mean_abs_diff" (`last_hidden_state` at real tokens), "texts",
+        "tokens"}; embeddings (len(texts), hidden) float32.
     """
     modes = teacher.training, student.training
     teacher.eval(), student.eval()
@@ -116,8 +103,8 @@ def linear_probe(
     C: float = PROBE_C,
     max_iter: int = PROBE_MAX_ITER,
 ) -> dict[str, Any]:
-    """Linear-probe accuracy of frozen `embeddings` (n, hidden) for `labels` (n,): stratified `folds`-fold
-    cross-validation (shuffled with `seed`) of `StandardScaler` → `LogisticRegression(C, max_iter)` (lbfgs, L2).
+    """Linear-probe accuracy of `embeddings` (n, hidden) for `labels` (n,): stratified `folds`-fold cross-validation
+    (shuffled with `seed`) of `StandardScaler` → `LogisticRegression(C, max_iter)`.
 
     Returns:
         {"accuracy": mean over folds, "std": their standard deviation, "folds": per-fold accuracies, "settings"}.
@@ -162,9 +149,8 @@ def measure_agreement(
     labels: Sequence[Any] | None = None,
     **kwargs,
 ) -> dict[str, Any]:
-    """`compare_to_teacher` on `texts`, plus — when `labels` are given — the teacher's and the student's
-    `linear_probe` on the same folds and their per-fold difference (student − teacher). `kwargs`: batch_size,
-    max_length, teacher_cache, progress (see `compare_to_teacher`)."""
+    """`compare_to_teacher` (`kwargs`: its keywords), plus with `labels` both `linear_probe`s and their per-fold
+    difference (student − teacher)."""
     metrics, teacher_emb, student_emb = compare_to_teacher(teacher, student, tokenizer, texts, **kwargs)
     result: dict[str, Any] = {"agreement": metrics}
     if labels is not None:
@@ -180,11 +166,8 @@ def measure_agreement(
 
 
 class AgreementCallback(TrainerCallback):
-    """At the start, every `every` optimizer steps and at the last, `compare_to_teacher` on `texts` with the model being
-    trained, appended to `state.log_history` as {"step", "heldout_cosine_mean", "heldout_cosine_min",
-    "heldout_max_abs_diff", "heldout_mean_abs_diff"}. Runs on the main process only (the model is the same on
-    every process under DDP). `teacher` and `student` give the base models to compare (`student` receives the
-    trained model, possibly a head, and returns its base model)."""
+    """At the start, every `every` optimizer steps and at the last, `compare_to_teacher` on `texts` (main process
+    only), appended to `state.log_history` as {"step", "heldout_cosine_mean", ...} so it survives resuming."""
 
     def __init__(
         self,
@@ -219,16 +202,8 @@ class AgreementCallback(TrainerCallback):
             max_length=self.max_length,
             teacher_cache=self.teacher_cache,
         )
-        state.log_history.append(
-            {
-                "step": state.global_step,
-                **{
-                    f"heldout_{k}": v
-                    for k, v in metrics.items()
-                    if k in ("cosine_mean", "cosine_min", "max_abs_diff", "mean_abs_diff")
-                },
-            }
-        )
+        kept = ("cosine_mean", "cosine_min", "max_abs_diff", "mean_abs_diff")
+        state.log_history.append({"step": state.global_step, **{f"heldout_{k}": metrics[k] for k in kept}})
 
 
 __all__ = [

@@ -1,33 +1,10 @@
-"""`run_healing`: check the input, distil the student from the teacher with `DistillationTrainer`, measure before
-and after on held-out snippets, and write the healed model as a converted folder.
+"""`run_healing` (`hf-ffn heal`): check the input, heal the student (layer-wise, `hf_ffn.healing.layerwise`, and/or
+end to end with `DistillationTrainer`), measure it against the teacher before and after on held-out text, and write
+the healed model as a converted folder (`hf_ffn.healing.healed_folder`), default `output_dir/healed`.
 
-The output (`healed_dir`, default `output_dir/healed`) is what `hf-ffn convert` writes — config with `auto_map`,
-model.safetensors, the remote-code files, the tokenizer, `conversion_report.json` and a model card (README.md) —
-with the report extended by a `healing` entry (command, arguments, data, before/after numbers, the curve, the
-training losses) and the card by a "Healing" section; the card's "measured difference from the source" is
-re-measured on the healed weights. It is written atomically (`hf_ffn.conversion.atomic_output_dir`): nothing is
-left there if the run fails. `output_dir` is Trainer's: checkpoints (`checkpoint-N/`, resumable with
-`--resume_from_checkpoint PATH` or `last`, `hf_ffn.training.arguments.resume_checkpoint`) and logs. The student's config
-and tokenizer and the teacher are each read once (`check_models`, `load_teacher`); the teacher loaded for training is
-also the reference of the re-measured difference.
-
-Everything that can be wrong with the input raises before training: missing or empty text files or folders,
-text shorter than one block, teacher and student of different vocabularies (config or tokenizer) or hidden sizes,
-`--layers all` across different LayerNorm placements or depths, the KL term without an MLM head on both sides,
-missing or unreadable `--eval_data`, a non-empty `healed_dir`.
-
-Held-out data (`--eval_data`, never trained on): any labelled text `hf_ffn.training.readers.read_labelled_texts` reads:
-a folder with one text file per label (one example per line), a csv / tsv / json / jsonl file with
-`--eval_text_column` / `--eval_label_column`, or a `datasets` dataset (a saved folder or a hub name, its
-`--eval_split`). Without labels only the agreement with the teacher is measured (no probe).
-
-A sentence-transformers folder healed (`modules.json` beside the backbone) stays one: every file and folder of the
-student that the healed folder does not write itself (modules.json, 1_Pooling/, 2_Normalize/, the
-sentence-transformers settings...) is copied, except top-level weight files (the healed weights replace them).
-
-The run ends with one summary line (`healing_summary`: cosine to the teacher before → after, probe Δ before →
-after, time, the healed folder); the whole record is in `output_dir/healing.json` and in the healed folder's
-`conversion_report.json`.
+Every input error raises before training (missing text or `--eval_data`, text shorter than one block, teacher and
+student of different vocabularies or hidden sizes, `--layers all` across LayerNorm placements, the KL term without
+MLM heads, a non-empty `healed_dir`). The whole record is in `output_dir/healing.json`. docs/healing.md.
 """
 
 from __future__ import annotations
@@ -70,7 +47,6 @@ from .metrics import PROBE_FOLDS, AgreementCallback, measure_agreement, subset_i
 
 MLM_CLASSES = ("FfnBertForMaskedLM", "FfnBertForPreTraining")
 HEALING_FILE = "healing.json"  # the run's whole record, in --output_dir
-# Top-level files of a student folder not copied into the healed folder: weights the healed ones replace.
 
 
 @dataclass
@@ -92,10 +68,9 @@ class HealArguments:
     eval_data: str | None = field(
         default=None,
         metadata={
-            "help": "held-out labelled text, never trained on, for the before/after agreement "
-            "and the linear probe: a folder with one text file per label (one example "
-            "per line), a csv/tsv/json/jsonl file, or a datasets dataset (saved folder "
-            "or hub name)",
+            "help": "held-out labelled text, never trained on, for the before/after agreement and the linear probe: a "
+            "folder with one text file per label (one example per line), a csv/tsv/json/jsonl file, or a datasets "
+            "dataset (saved folder or hub name)",
             "metavar": "PATH",
         },
     )
@@ -134,11 +109,10 @@ class HealArguments:
     padding_free: bool = field(
         default=False,
         metadata={
-            "help": "padding-free batches (DataCollatorWithFlattening): each batch's blocks "
-            "concatenated into one row, position_ids restarting at 0 per block, run packed (unpad_tokens "
-            "during training: each block's attention over its own keys); the "
-            "teacher then runs as FfnBert (upstream BERT would mix the blocks: they carry an all-ones "
-            "attention_mask)"
+            "help": "padding-free batches (DataCollatorWithFlattening): each batch's blocks concatenated into one row, "
+            "position_ids restarting at 0 per block, run packed (unpad_tokens during training: each block's attention "
+            "over its own keys); the teacher then runs as FfnBert (upstream BERT would mix the blocks: they carry an "
+            "all-ones attention_mask)"
         },
     )
 
@@ -157,8 +131,7 @@ class HealArguments:
 
 @dataclass
 class HealModels:
-    """What `check_models` read, each once: the teacher's path and config, the student's config, FfnBert class and
-    tokenizer (the teacher's tokenizer is only compared)."""
+    """What `check_models` read, each once (the teacher's tokenizer is only compared)."""
 
     teacher: str
     teacher_config: PretrainedConfig
@@ -168,22 +141,20 @@ class HealModels:
 
 
 def check_models(heal_args: HealArguments) -> HealModels:
-    """Check that teacher and student fit (see the module docstring), reading each config and tokenizer once.
+    """Check that teacher and student fit, reading each config and tokenizer once.
 
     Raises:
-        FileNotFoundError: student or teacher folder missing. ValueError: as the module docstring says.
+        FileNotFoundError: student or teacher folder missing.
+        ValueError: vocabularies, hidden sizes or (`--layers all`) LayerNorm placements differ; the KL term without
+            an MLM head; no teacher given or recorded.
     """
     check_checkpoint(heal_args.student, "--student")
     student = Path(heal_args.student)
     if not student.is_dir():
         raise FileNotFoundError(f"--student: no such folder: {heal_args.student} (the student is a local folder)")
-    teacher = heal_args.teacher
+    teacher = heal_args.teacher if heal_args.teacher is not None else conversion_source(student)
     if teacher is None:
-        teacher = conversion_source(student)
-        if teacher is None:
-            raise ValueError(
-                f"--teacher not given and --student {str(student)!r} has no {REPORT_FILE} naming its source"
-            )
+        raise ValueError(f"--teacher not given and --student {str(student)!r} has no {REPORT_FILE} naming its source")
     check_checkpoint(teacher, "--teacher")
     s_config = FfnBertConfig.from_pretrained(student)
     try:
@@ -226,11 +197,8 @@ def check_models(heal_args: HealArguments) -> HealModels:
 def load_teacher(
     teacher: str, with_head: bool, config: PretrainedConfig | None = None, padding_free: bool = False
 ) -> torch.nn.Module:
-    """The teacher (upstream `BertModel`/`BertForMaskedLM` for a BERT checkpoint, FfnBert for an FfnBert one),
-    eval mode, frozen. With the KL term, every MLM-head weight must come from the checkpoint. `padding_free`:
-    always FfnBert (`FfnBertModel`/`FfnBertForMaskedLM`, upstream BERT's function on a BERT checkpoint), which
-    keeps the sequences of a padding-free batch apart; upstream `BertModel` lets them attend to each other (before
-    transformers 5.25 always; from 5.25 when an `attention_mask` is given, as the run's blocks carry one).
+    """The teacher (upstream BERT or FfnBert, as the checkpoint is; with `padding_free` always FfnBert, which keeps
+    the sequences of a padding-free batch apart where upstream BERT may not), eval mode, frozen.
 
     Raises:
         CheckpointNotLoadedError: an encoder weight the checkpoint lacks, a corrupt file
@@ -259,8 +227,7 @@ def run_healing(
     command: str | None = None,
     layerwise_args: LayerwiseArguments | None = None,
 ) -> dict[str, Any]:
-    """Heal `heal_args.student` (see the module docstring). Returns the `healing` record written to the report
-    (with "healed_dir").
+    """Heal `heal_args.student`; returns the `healing` record written to the report (with "healed_dir").
 
     Raises:
         FileNotFoundError, FileExistsError, ValueError: on bad input, before training.
@@ -317,14 +284,11 @@ def run_healing(
     blocks = blocks.remove_columns("special_tokens_mask")
     blocks = blocks.add_column("attention_mask", [[1] * heal_args.max_seq_length] * len(blocks))
     layerwise_dir = Path(training_args.output_dir) / "layerwise"
+    layerwise_args = layerwise_args or LayerwiseArguments()
     if heal_args.method == "layerwise":  # refuse a mismatched resume before loading or measuring a model
+        input_ids = torch.tensor(blocks["input_ids"])
         prepare_layerwise(
-            models.student_config,
-            models.teacher_config,
-            torch.tensor(blocks["input_ids"]),
-            layerwise_args or LayerwiseArguments(),
-            layerwise_dir,
-            seed=training_args.seed,
+            models.student_config, models.teacher_config, input_ids, layerwise_args, layerwise_dir, training_args.seed
         )
 
     with_head = heal_args.mlm_kl_weight > 0
@@ -343,7 +307,7 @@ def run_healing(
 
     teacher_cache: list = []  # the teacher's outputs on the held-out snippets, computed once for before and after
 
-    def measure(probe: bool, when: str) -> dict[str, Any] | None:
+    def measure(when: str) -> dict[str, Any] | None:
         if not texts:
             return None
         return measure_agreement(
@@ -351,13 +315,13 @@ def run_healing(
             student.base_model,
             tokenizer,
             texts,
-            labels if probe and labels is not None else None,
+            labels if heal_args.probe else None,
             max_length=heal_args.max_seq_length,
             teacher_cache=teacher_cache,
             progress=f"held-out agreement {when}",
         )
 
-    before = measure(heal_args.probe, "before") if main else None
+    before = measure("before") if main else None
     callbacks = list(callbacks or [])
     if curve_texts and heal_args.curve_snippets:
         callbacks.append(
@@ -370,12 +334,7 @@ def run_healing(
         with quiet_transformers():
             teacher_layers, _ = load_pretrained(FfnBertModel, teacher_path, "--teacher", add_pooling_layer=False)
         layerwise = heal_layerwise(
-            student.base_model,
-            teacher_layers,
-            torch.tensor(blocks["input_ids"]),
-            layerwise_args or LayerwiseArguments(),
-            layerwise_dir,
-            seed=training_args.seed,
+            student.base_model, teacher_layers, input_ids, layerwise_args, layerwise_dir, training_args.seed
         )
         del teacher_layers
     history, steps, train_seconds = [], 0, 0.0
@@ -397,7 +356,7 @@ def run_healing(
         train_seconds = train_output.metrics["train_runtime"]
     if not main:
         return {}
-    after = measure(heal_args.probe, "after")
+    after = measure("after")
     trainable_set = set(trainable)
     curve = [
         {"step": e["step"], **{k[len("heldout_") :]: v for k, v in e.items() if k.startswith("heldout_")}}
@@ -453,9 +412,7 @@ def run_healing(
 
 
 def healing_summary(healing: dict) -> str:
-    """The one line a healing run ends with: mean sentence-embedding cosine to the teacher before → after, the
-    linear probe's difference (student − teacher accuracy, paired folds) before → after, the run's wall time and the
-    healed folder; "no --eval_data" / "no probe" where not measured."""
+    """The one line a healing run ends with: cosine to the teacher and probe difference before → after, time, folder."""
     before, after = healing.get("before") or {}, healing.get("after") or {}
     if before and after:
         cosine = f"cosine {before['agreement']['cosine_mean']:.4f} → {after['agreement']['cosine_mean']:.4f}"

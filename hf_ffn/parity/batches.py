@@ -1,6 +1,5 @@
-"""The example batches every comparison runs on: one seeded padded-batch builder (`padded_batch`), the
-tokenized sentence-pair batch of the parity job and the conversion reports (`example_batch`), the multiple-choice
-layout of a batch (`head_inputs`) and the padding-free layout of a padded batch (`flattened_batch`)."""
+"""The example batches every comparison runs on (from `hf_ffn.conversion.measure`) and the padding-free layout of a
+padded batch (`flattened_batch`)."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ import torch
 import transformers
 from packaging.version import Version
 
-from ..conversion.measure import (  # one copy: conversion and export measure with them too
+from ..conversion.measure import (
     FALLBACK_LENGTHS,
     FALLBACK_SEGMENTS,
     SENTENCE_PAIRS,
@@ -20,19 +19,14 @@ from ..conversion.measure import (  # one copy: conversion and export measure wi
 # "time flies like an arrow" in the bert-base-uncased vocabulary, without [CLS]/[SEP].
 TIME_FLIES_IDS = [2051, 10029, 2066, 2019, 8612]
 
-# Whether upstream `BertModel` keeps the sequences of a padding-free batch apart. From transformers 5.25 on it builds
-# its bidirectional mask from `position_ids` when no `attention_mask` is given (`masking_utils`:
-# `find_packed_sequence_indices`, `packed_sequence_mask_function`), so each sequence attends to itself only and
-# FfnBert's default path gives its outputs bit for bit; before 5.25 it builds no such mask and the sequences attend
-# to each other (FfnBert keeps them apart on every release). The parity job and the tests branch on it.
+# Whether upstream `BertModel` keeps the sequences of a padding-free batch apart: from transformers 5.25 on it masks
+# them by `position_ids` when no `attention_mask` is given (FfnBert keeps them apart on every release).
 UPSTREAM_MASKS_PACKED_SEQUENCES = Version(transformers.__version__).release >= (5, 25)
 
 
 def flattened_batch(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The sequences of a right-padded `batch` (`input_ids`, `attention_mask` (batch, seq), optional
-    `token_type_ids`) as one padding-free row, the layout of transformers' `DataCollatorWithFlattening`: each row's
-    real tokens concatenated in order, `position_ids` restarting at 0 for each sequence, token types alongside, no
-    `attention_mask`. Every tensor (1, n_real)."""
+    """The sequences of a right-padded `batch` as one padding-free row (1, n_real), the layout of transformers'
+    `DataCollatorWithFlattening`: real tokens concatenated, `position_ids` restarting at 0, no `attention_mask`."""
     real = batch["attention_mask"].bool()
     flat = {"input_ids": batch["input_ids"][real][None]}
     if "token_type_ids" in batch:

@@ -36,11 +36,7 @@ def cached_bert_base() -> str | None:
 
 
 def hub_reachable(timeout: float = 2.0) -> bool:
-    """Whether the HF hub answers a TCP connection within `timeout` seconds (never when HF_HUB_OFFLINE=1).
-
-    One plain connection attempt, so a machine without network settles in `timeout` seconds instead of the
-    hub client's retries.
-    """
+    """Whether the HF hub answers one TCP connection within `timeout` seconds (never when HF_HUB_OFFLINE=1)."""
     if constants.HF_HUB_OFFLINE:
         return False
     url = urlparse(constants.ENDPOINT)

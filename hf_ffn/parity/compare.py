@@ -1,6 +1,5 @@
-"""Parity rows for a pair of model outputs (`compare_outputs`), built on the one output-difference helper
-(`tensor_difference`, with `output_difference`: the measured difference of two models on one batch), which lives in
-`hf_ffn.conversion.measure` and is re-exported here."""
+"""Parity rows for a pair of model outputs (`compare_outputs`), built on `hf_ffn.conversion.measure`'s
+`tensor_difference` (re-exported here with `output_difference`)."""
 
 from __future__ import annotations
 
@@ -9,15 +8,13 @@ from typing import Any
 
 import torch
 
-from ..conversion.measure import COMPARED_OUTPUTS, output_difference, tensor_difference  # one copy
+from ..conversion.measure import COMPARED_OUTPUTS, output_difference, tensor_difference
 
 
 @dataclass
 class ParityRow:
-    """One compared tensor: which head and output, its shape, max |upstream − hf_ffn| and `torch.equal`.
-
-    `tolerance` None: the row holds when the tensors are equal bit for bit (the same ops). A number (the unpadded
-    rows, `hf_ffn.parity.unpadded_rows`, whose ops differ): the row holds when `max_abs_diff` ≤ `tolerance`."""
+    """One compared tensor: which head and output, its shape, max |upstream − hf_ffn| and `torch.equal`; it holds
+    when equal, or with a `tolerance` (the unpadded rows) when `max_abs_diff` ≤ `tolerance`."""
 
     head: str
     output: str
@@ -28,21 +25,18 @@ class ParityRow:
 
     @property
     def holds(self) -> bool:
-        """Whether the row meets its bar: `equal`, or within `tolerance` when it has one."""
         return self.equal if self.tolerance is None else self.max_abs_diff <= self.tolerance
 
 
 def compare_tensors(head: str, output: str, reference: torch.Tensor, candidate: torch.Tensor) -> ParityRow:
-    """A `ParityRow` for one tensor pair (every position, padding included); shapes that differ count as not
-    equal with an infinite difference (the row then carries the candidate's shape)."""
+    """A `ParityRow` for one tensor pair (every position; other shapes: not equal, infinite difference)."""
     d = tensor_difference(reference, candidate)
     shape = reference.shape if reference.shape == candidate.shape else candidate.shape
     return ParityRow(head, output, list(shape), d["max_abs_diff"], d["equal"])
 
 
 def flatten_output(prefix: str, value: Any) -> dict[str, torch.Tensor]:
-    """The tensors in `value` by name: a tensor as `prefix`, a tuple/list as `prefix[i]` (recursively); others
-    dropped."""
+    """The tensors in `value` by name: a tensor as `prefix`, a tuple/list as `prefix[i]` (recursively)."""
     if isinstance(value, torch.Tensor):
         return {prefix: value}
     if isinstance(value, (tuple, list)):
@@ -51,8 +45,7 @@ def flatten_output(prefix: str, value: Any) -> dict[str, torch.Tensor]:
 
 
 def compare_outputs(head: str, reference, candidate) -> list[ParityRow]:
-    """One `ParityRow` per tensor of a `ModelOutput` (tuples such as `hidden_states` are expanded); an output the
-    candidate lacks is a row that is not equal."""
+    """One `ParityRow` per tensor of a `ModelOutput` (tuples expanded); one the candidate lacks is not equal."""
     rows = []
     for key in reference.keys():
         ref_tensors = flatten_output(key, reference[key])

@@ -1,12 +1,5 @@
-"""The parity job: a BERT checkpoint loaded into upstream transformers and into hf_ffn, output by output.
-
-`run_parity` compares every output (last_hidden_state, pooler_output, each hidden state and attention map, each
-head's logits) of each FfnBert head class with the same upstream Bert head class (`HEAD_CLASSES`), plus each
-layer's FFN output, with `torch.equal`. Heads whose weights the checkpoint lacks are first created by upstream
-transformers with a fixed seed and saved, and both models load that folder, so both see the same weights
-(`head_folders`, which the tests use too).
-`variant_report` shows what a non-default variant changes instead. The tests and `hf-ffn parity` call these.
-"""
+"""The parity job (`hf-ffn parity`): a BERT checkpoint loaded into upstream transformers and into hf_ffn, compared
+output by output with `torch.equal` (`run_parity`); `variant_report` shows what a non-default variant changes."""
 
 from __future__ import annotations
 
@@ -38,13 +31,9 @@ from ..modeling_ffn_bert import HEAD_CLASSES, FfnBertModel
 from .batches import TIME_FLIES_IDS, UPSTREAM_MASKS_PACKED_SEQUENCES, example_batch, flattened_batch, head_inputs
 from .compare import ParityRow, compare_outputs, compare_tensors, tensor_difference
 
-# upstream class → FfnBert class, in the order the table prints them (from `HEAD_CLASSES`).
-HEAD_PAIRS: dict[type, type] = {head.bert: head.ffn_bert for head in HEAD_CLASSES}
-# The heads compared on a padding-free batch (`flattened_batch`), and their outputs that are not compared there.
-# Their per-token outputs are upstream's bit for bit from transformers 5.25 on (`UPSTREAM_MASKS_PACKED_SEQUENCES`).
-# Sequence-level outputs differ by design: FfnBert pools each sequence of a padding-free batch, upstream each row
-# (the row's first sequence only); so the sequence-classification and next-sentence heads are left out, and the
-# multiple-choice head, which reshapes its input per choice, takes no padding-free batch.
+HEAD_PAIRS: dict[type, type] = {head.bert: head.ffn_bert for head in HEAD_CLASSES}  # upstream → FfnBert, table order
+# The heads compared on a padding-free batch (`flattened_batch`). Sequence-level outputs differ by design there
+# (FfnBert pools each sequence, upstream each row), so those outputs and heads are left out.
 FLATTENED_HEADS: tuple[type, ...] = (
     BertModel,
     BertForPreTraining,
@@ -57,8 +46,7 @@ FLATTENED = " (flattened)"  # the suffix of a flattened-batch row's output name
 
 
 class NotPlainBertError(ValueError):
-    """The checkpoint is an FfnBert variant that upstream `BertModel` cannot represent, so an output-by-output
-    parity check against BERT is not defined for it (`hf-ffn parity` exits 3 on it).
+    """The checkpoint is an FfnBert variant that upstream `BertModel` cannot represent (`hf-ffn parity` exits 3).
 
     Attributes:
         checkpoint: the checkpoint given. reasons: its config's `non_default_fields()`. ignored_weights: the
@@ -89,10 +77,8 @@ class NotPlainBertError(ValueError):
 
 
 def ffn_outputs(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-    """Each layer's FFN output (batch, seq, hidden_size) during one forward of a BERT or FfnBert base model.
-
-    Upstream BERT's FFN is `output.dense(intermediate(x))`, so its output is `output.dense`'s; hf_ffn's is `mlp`'s.
-    """
+    """Each layer's FFN output (batch, seq, hidden_size) in one forward of a BERT (`output.dense`'s output) or
+    FfnBert (`mlp`'s) base model."""
     modules = [getattr(layer, "mlp", None) or layer.output.dense for layer in model.encoder.layer]
     captured: list[torch.Tensor] = []
     handles = [m.register_forward_hook(lambda _m, _i, out: captured.append(out)) for m in modules]
@@ -106,14 +92,10 @@ def ffn_outputs(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[torch
 
 
 def head_folders(checkpoint: str, root: str | os.PathLike, seed: int = 0) -> dict[type, str]:
-    """The folder each upstream head class of `HEAD_CLASSES` loads `checkpoint` from, so that upstream and FfnBert
-    load the same weights from disk.
-
-    A head whose weights the checkpoint lacks is created once by upstream transformers under
-    `torch.manual_seed(seed)` and saved under `root` (a folder named after the class); a head the checkpoint holds
-    completely loads from `checkpoint` itself (saving it again would copy the same tensors). Only head weights
-    and the pooler may be seeded: every encoder weight must come from the checkpoint, or both sides would agree on
-    the same random weights and prove nothing.
+    """The folder each upstream head class of `HEAD_CLASSES` loads `checkpoint` from, so that both sides load the
+    same weights: a head the checkpoint lacks is created by upstream under `torch.manual_seed(seed)` and saved under
+    `root`; others load from `checkpoint`. Every encoder weight must come from the checkpoint (or both sides would
+    agree on random weights and prove nothing).
 
     Raises:
         CheckpointNotLoadedError: an encoder weight the checkpoint lacks or names otherwise, or a corrupt file
@@ -132,18 +114,14 @@ def head_folders(checkpoint: str, root: str | os.PathLike, seed: int = 0) -> dic
     return folders
 
 
-# The dtypes the parity job runs in (`--dtype`): the name a user types → torch's.
 PARITY_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
-# The unpadded rows' bar in float32: 1e-5 of the reference tensor's largest |value| (fp32 rounding: packed
-# attention sums each sequence's own keys, the padded batch its row's; docs/unpadded.md, "How close, and why not
-# bitwise", measured about 5e-7 of the scale on the real checkpoint).
+# The unpadded rows' bars (`unpadded_rows`; docs/unpadded.md, "How close, and why not bitwise"): in float32 this
+# fraction of the tensor's largest |value|; in bfloat16/float16 this many eps of it beyond upstream's own error.
 UNPADDED_FP32_TOLERANCE = 1e-5
-# The unpadded rows' allowance in bfloat16/float16 beyond upstream's own error there: half a rounding of the dtype
-# (eps/2) at the tensor's largest value (`unpadded_rows`).
 UNPADDED_HALF_ROUNDINGS = 0.5
 
 
@@ -151,8 +129,7 @@ def parity_device(device: str | torch.device) -> torch.device:
     """`device` as a `torch.device` the job can run on.
 
     Raises:
-        ValueError: a string torch does not read as a device, or a CUDA device where none is available (naming
-            `device`, the value and what is allowed).
+        ValueError: not a device torch knows, or one not available here.
     """
     try:
         resolved = torch.device(device)
@@ -171,10 +148,10 @@ def parity_device(device: str | torch.device) -> torch.device:
 
 
 def parity_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """`dtype` (a name of `PARITY_DTYPES` or a torch dtype among them) as a torch dtype.
+    """`dtype` (a name or value of `PARITY_DTYPES`) as a torch dtype.
 
     Raises:
-        ValueError: any other value (naming `dtype` and the allowed names).
+        ValueError: any other value.
     """
     resolved = PARITY_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype
     if resolved not in PARITY_DTYPES.values():
@@ -201,21 +178,15 @@ def run_parity(
         **overrides: config overrides for the FfnBert side (e.g. `layer_norm_eps=1e-5` as a negative control).
 
     Returns:
-        Rows for every output of every head, then `ffn[i]` rows for each layer's FFN output on the padded batch,
-        then `ffn[0] "time flies like an arrow"` (ids 2051 10029 2066 2019 8612, no special tokens) when the
-        vocabulary is bert-base-uncased's size or larger. With transformers ≥ 5.25 (`UPSTREAM_MASKS_PACKED_SEQUENCES`)
-        each head of `FLATTENED_HEADS` also gives rows for the same batch as one padding-free row
-        (`flattened_rows`, outputs named `... (flattened)`). Then the unpadded rows (`unpadded_rows`:
-        `unpad_tokens=True` on the padded batch, real tokens, each within its tolerance). Every row but the
-        unpadded ones asks for `torch.equal`.
+        Rows for every output of every head; `ffn_rows`; with transformers ≥ 5.25 (`UPSTREAM_MASKS_PACKED_SEQUENCES`)
+        `flattened_rows` for each head of `FLATTENED_HEADS`; then `unpadded_rows` (each within its tolerance).
+        Every other row asks for `torch.equal`.
 
     Raises:
         FileNotFoundError: `checkpoint` looks local and is not a checkpoint folder (`hf_ffn.checkpoints`).
-        CheckpointNotLoadedError: an encoder weight the checkpoint lacks or names otherwise, or a corrupt weights
-            file: only models whose every encoder weight came from the checkpoint are compared (`head_folders`).
-        NotPlainBertError: an FfnBert checkpoint whose config is not plain BERT (`is_default_bert` false).
-        ValueError: a checkpoint that is not BERT-shaped (from `FfnBertConfig`); a `device` that is not one or has
-            no CUDA here; a `dtype` outside `PARITY_DTYPES`.
+        CheckpointNotLoadedError: an encoder weight the checkpoint lacks or names otherwise, or a corrupt file.
+        NotPlainBertError: an FfnBert checkpoint whose config is not plain BERT.
+        ValueError: a checkpoint that is not BERT-shaped; a bad `device` or `dtype`.
     """
     device, dtype = parity_device(device), parity_dtype(dtype)
     check_checkpoint(checkpoint)
@@ -231,13 +202,9 @@ def run_parity(
         for upstream_class, ffn_class in HEAD_PAIRS.items():
             folder = folders[upstream_class]
             reference = upstream_class.from_pretrained(folder, **load).to(device).eval()
-            candidate = (
-                ffn_class.from_pretrained(  # `overrides` are deliberate (negative controls)
-                    folder, warn_reused_weights=False, **load, **overrides
-                )
-                .to(device)
-                .eval()
-            )
+            # `overrides` are deliberate (negative controls)
+            candidate = ffn_class.from_pretrained(folder, warn_reused_weights=False, **load, **overrides)
+            candidate = candidate.to(device).eval()
             inputs = head_inputs(upstream_class, batch)
             with torch.no_grad():
                 ref_out = reference(**inputs, output_hidden_states=True, output_attentions=want_attentions)
@@ -259,23 +226,14 @@ def unpadded_rows(
     dtype: str | torch.dtype = "float32",
     **overrides,
 ) -> list[ParityRow]:
-    """Unpadded execution against upstream: `FfnBertModel` with `unpad_tokens=True` and upstream `BertModel`, both
-    from `checkpoint`, on the padded `batch` (`input_ids`, `attention_mask` (batch, seq) with padding, on `device`),
-    compared on the real tokens: `last_hidden_state`, every hidden state and `pooler_output`, head
-    "FfnBertModel (unpad_tokens)". Each row carries its tolerance (`ParityRow.tolerance`); `equal` is `torch.equal`
-    over the real tokens.
+    """`FfnBertModel` with `unpad_tokens=True` against upstream `BertModel`, both from `checkpoint`, on the padded
+    `batch` (on `device`), compared on the real tokens (`last_hidden_state`, every hidden state, `pooler_output`).
+    Each row carries its tolerance:
 
-    - float32: |unpadded − upstream| ≤ `UNPADDED_FP32_TOLERANCE` · max |upstream| of that tensor (fp32 rounding).
-    - bfloat16/float16: measured against upstream in float32 (the reference): |unpadded − upstream float32| ≤
-      |upstream in `dtype` − upstream float32| (the largest over the same tensor's real tokens) + half a rounding
-      of `dtype` at the tensor's largest value (`UNPADDED_HALF_ROUNDINGS` · eps(`dtype`) · max |reference|): the
-      unpadded path no further from the float32 answer than upstream's own reduced-precision run, up to the one
-      rounding by which two equally exact computations in `dtype` can differ. (Without that allowance the bar is
-      a tie that either side may win: on the bundled checkpoint in float16, pooler 3.7e-4 against upstream's
-      own 3.0e-4 on a CPU; on an H200 in bf16, the last layer 0.0866 against 0.0831, the layers before it equal.)
-
-    The packed attention kernel is the device's (`hf_ffn.unpadding.packed_attention_kernel`); where the device has
-    none (e.g. CUDA with eager attention) the switch runs the padded path and these rows are upstream's own values.
+    - float32: |unpadded − upstream| ≤ `UNPADDED_FP32_TOLERANCE` · max |upstream|.
+    - bfloat16/float16, against upstream in float32: |unpadded − reference| ≤ |upstream in `dtype` − reference| +
+      `UNPADDED_HALF_ROUNDINGS` · eps(`dtype`) · max |reference| (no further from float32 than upstream's own run,
+      up to half a rounding; without it the bar is a tie either side may win).
 
     Raises:
         ValueError: as `parity_device` / `parity_dtype`.
@@ -304,26 +262,16 @@ def unpadded_rows(
         else:
             rounding = UNPADDED_HALF_ROUNDINGS * torch.finfo(dtype).eps * scale
             tolerance = (upstream[name] - want).abs().max().item() + rounding
-        rows.append(
-            ParityRow(
-                "FfnBertModel (unpad_tokens)",
-                name,
-                list(want.shape),
-                (unpadded[name] - want).abs().max().item(),
-                torch.equal(unpadded[name], want),
-                tolerance,
-            )
-        )
+        diff, equal = (unpadded[name] - want).abs().max().item(), torch.equal(unpadded[name], want)
+        rows.append(ParityRow("FfnBertModel (unpad_tokens)", name, list(want.shape), diff, equal, tolerance))
     return rows
 
 
 def flattened_rows(
     reference: nn.Module, candidate: nn.Module, batch: dict[str, torch.Tensor], output_attentions: bool = False
 ) -> list[ParityRow]:
-    """Parity rows of one head on `batch` as one padding-free row (`flattened_batch`): every output but the
-    sequence-level ones (`PER_SEQUENCE_OUTPUTS`), named `... (flattened)`, with hidden states (and attention maps
-    when `output_attentions`). `reference` and `candidate` in eval mode. `torch.equal` is expected where upstream
-    masks packed sequences (transformers ≥ 5.25); before, upstream lets the sequences attend to each other."""
+    """Parity rows of one head (eval mode) on `batch` as one padding-free row (`flattened_batch`), named
+    `... (flattened)`, without `PER_SEQUENCE_OUTPUTS`."""
     inputs = flattened_batch(batch)
     with torch.no_grad():
         ref_out = reference(**inputs, output_hidden_states=True, output_attentions=output_attentions)
@@ -337,8 +285,8 @@ def flattened_rows(
 
 
 def ffn_rows(reference: nn.Module, candidate: nn.Module, batch: dict[str, torch.Tensor]) -> list[ParityRow]:
-    """`ffn[i]` rows (each layer's FFN output on `batch`), plus `ffn[0]` on "time flies like an arrow" when the
-    vocabulary is bert-base-uncased's or larger."""
+    """`ffn[i]` rows (each layer's FFN output on `batch`), plus `ffn[0]` on "time flies like an arrow"
+    (`TIME_FLIES_IDS`) when the vocabulary is bert-base-uncased's or larger."""
     rows = [
         compare_tensors("FFN", f"ffn[{i}]", ref, cand)
         for i, (ref, cand) in enumerate(zip(ffn_outputs(reference, batch), ffn_outputs(candidate, batch), strict=False))
@@ -357,30 +305,21 @@ def ffn_rows(reference: nn.Module, candidate: nn.Module, batch: dict[str, torch.
 def variant_report(checkpoint: str, attn_implementation: str = "eager", **overrides) -> dict:
     """What an FfnBert variant changes relative to the BERT checkpoint (a report, never a failure).
 
-    Returns a dict with the config overrides, parameter counts (upstream BERT, the variant), the weights the
-    variant initialises anew (`new_weights`) and the checkpoint weights it does not use (`unused_weights`), and the
-    max / mean |Δ| (and `equal`) of `last_hidden_state` and of each hidden state against upstream `BertModel` on
-    the example batch, over real tokens (`tensor_difference`).
+    Returns a dict: the overrides, parameter counts, `new_weights`, `unused_weights`, `mismatched_weights`, and the
+    `tensor_difference` of `last_hidden_state` and each hidden state against upstream `BertModel` on real tokens.
 
     Raises:
-        FileNotFoundError: `checkpoint` looks local and is not a checkpoint folder (`hf_ffn.checkpoints`).
-        ValueError: if the checkpoint is not BERT-shaped or an override is invalid (from `FfnBertConfig`).
-        CheckpointNotLoadedError: as `run_parity`.
+        FileNotFoundError, CheckpointNotLoadedError: as `run_parity`.
+        ValueError: if the checkpoint is not BERT-shaped or an override is invalid.
     """
     check_checkpoint(checkpoint)
     # Fails early, clearly, on a bad request; no "weights reused" warning: the report lists reused and new weights.
     config = FfnBertConfig.from_pretrained(checkpoint, warn_reused_weights=False, **overrides)
     batch = example_batch(checkpoint, config)
     torch.manual_seed(0)
-    reference, _ = load_pretrained(BertModel, checkpoint, attn_implementation=attn_implementation)
-    reference.eval()
-    variant, info = load_pretrained(
-        FfnBertModel,
-        checkpoint,
-        may_be_new=is_variant_key,  # what the variant adds or re-sizes; the rest must load (checked above)
-        config=config,
-        attn_implementation=attn_implementation,
-        # another width cannot reuse the FFN weights: load them as new (listed under `mismatched_weights`)
+    reference = load_pretrained(BertModel, checkpoint, attn_implementation=attn_implementation)[0].eval()
+    variant, info = load_pretrained(  # what the variant adds or re-sizes may be new; the rest must load
+        FfnBertModel, checkpoint, may_be_new=is_variant_key, config=config, attn_implementation=attn_implementation
     )
     variant.eval()
     with torch.no_grad():
@@ -406,13 +345,12 @@ def variant_report(checkpoint: str, attn_implementation: str = "eager", **overri
 
 
 def rows_as_dicts(rows: list[ParityRow]) -> list[dict]:
-    """The rows as JSON-ready dicts (`head`, `output`, `shape`, `max_abs_diff`, `equal`, `tolerance`, `holds`)."""
+    """The rows as JSON-ready dicts (with `holds`)."""
     return [asdict(row) | {"holds": row.holds} for row in rows]
 
 
 def format_table(rows: list[ParityRow]) -> str:
-    """A fixed-width text table of the rows: "yes"/"NO" for the rows that ask for `torch.equal`, "≤ tolerance"
-    or "NO (> tolerance)" for the unpadded rows."""
+    """A fixed-width text table of the rows ("yes"/"NO", or "≤ tolerance"/"NO (> tolerance)")."""
     header = f"{'head':<34} {'output':<34} {'shape':<18} {'max |Δ|':>10}  equal"
     lines = [header, "-" * len(header)]
     for r in rows:
