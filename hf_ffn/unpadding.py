@@ -256,18 +256,16 @@ class TokenPacking:
     ) -> TokenPacking | None:
         """The sequences of a padding-free batch (`DataCollatorWithFlattening`'s: several sequences per row,
         `position_ids` counting 0, 1, 2, ... within each), or `None` when every row holds one sequence (its
-        positions go up by 1 everywhere; the usual case, including `position_ids=None`). `sequence_start` is the
-        family's first position: 0 (BERT), `padding_idx + 1` (RoBERTa: `DataCollatorWithFlattening`'s
-        `position_ids_start`).
+        positions go up by 1 everywhere; the usual case, including `position_ids=None`); `sequence_start` is 0
+        (BERT) or `padding_idx + 1` (RoBERTa: the collator's `position_ids_start`).
 
         Sequences are found with transformers' `find_packed_sequence_indices` (a sequence ends where the position
         does not go up by 1); `position_ids` of shape (1, seq) apply to every row.
 
         Raises:
             ValueError: when `position_ids` are not int64/int32 of shape (batch, seq) or (1, seq); when they restart
-                within a row but do not describe separable sequences (a sequence that does not start at 0,
-                positions that fall or jump within one), or when they come with an `attention_mask` that marks
-                padding or is 4-D (which tokens belong together is then ambiguous).
+                within a row but not as separable sequences (one not starting at `sequence_start`, positions that
+                fall or jump within one), or with an `attention_mask` that marks padding or is 4-D (ambiguous).
         """
         if position_ids is None:
             return None
@@ -291,14 +289,13 @@ class TokenPacking:
         if len(bad):
             row, column = bad[0].tolist()
             came = f"after {positions[row, column - 1].item()} " if column else ""
+            hint = f" (DataCollatorWithFlattening(position_ids_start={sequence_start}))" if sequence_start else ""
             raise ValueError(
                 f"position_ids restart within a row, as in a padding-free batch (DataCollatorWithFlattening), but "
                 f"do not describe separable sequences: row {row}, column {column} has position "
-                f"{positions[row, column].item()} {came}where a sequence must count {sequence_start}, "
-                f"{sequence_start + 1}, {sequence_start + 2}, ... and a new one start at {sequence_start}. Pass "
-                f"position_ids that restart at {sequence_start} for every sequence"
-                + (f" (DataCollatorWithFlattening(position_ids_start={sequence_start}))" if sequence_start else "")
-                + ", or padded rows with an attention_mask and no position_ids."
+                f"{positions[row, column].item()} {came}where a sequence must count up by 1 from {sequence_start} "
+                f"and a new one start at {sequence_start}. Pass position_ids that restart at {sequence_start} for "
+                f"every sequence{hint}, or padded rows with an attention_mask and no position_ids."
             )
         if attention_mask is not None and (attention_mask.dim() != 2 or not (attention_mask == 1).all()):
             raise ValueError(
