@@ -145,6 +145,7 @@ def pairs(family_folders):
         models = loaded[family, head.auto_class]
         for model in models:
             model.set_attn_implementation(attn)
+            assert model.config._attn_implementation == attn
         return models
 
     return pair
@@ -563,6 +564,12 @@ def test_trust_remote_code_without_hf_ffn(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "REMOTE_OK transformers_modules" in result.stdout
+
+
+def test_sparse_prediction_is_refused_not_ignored():
+    """FfnBertForMaskedLM's switch, not implemented for RoBERTa's LM head yet: an error, not a silent dense head."""
+    with pytest.raises(ValueError, match="sparse_prediction=True is supported by FfnBertForMaskedLM only"):
+        FfnRobertaForMaskedLM(FfnRobertaConfig(**TINY_ROBERTA, sparse_prediction=True))
 
 
 @pytest.mark.parametrize(
