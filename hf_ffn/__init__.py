@@ -2,7 +2,9 @@
 
 Importing the package registers `FfnBertConfig` (`model_type="ffn_bert"`) and the FfnBert models with the Auto
 classes (`AutoConfig`, `AutoModel`, `AutoModelForMaskedLM`, ...; the table is `modeling_ffn_bert.HEAD_CLASSES`)
-and BERT's tokenizer with `AutoTokenizer`. transformers' own `bert` registration is left untouched. Inside the
+and BERT's tokenizer with `AutoTokenizer`; likewise `FfnRobertaConfig` (`model_type="ffn_roberta"`: RoBERTa,
+XLM-RoBERTa, CamemBERT and RoBERTa-PreLayerNorm checkpoints), its models (`modeling_ffn_roberta.HEAD_CLASSES`) and
+RoBERTa's tokenizer. transformers' own `bert` and `roberta` registrations are left untouched. Inside the
 `hf-ffn` console command (argv[0] `hf-ffn`) this waits for a subcommand (`register_auto_classes`), so that
 `hf-ffn --help` answers without importing torch and transformers.
 
@@ -25,16 +27,23 @@ def register_auto_classes() -> None:
     whose `--help` must not wait for torch and transformers: there `hf_ffn.cli.main` calls it before a subcommand
     runs."""
     import transformers
-    from transformers import AutoConfig, AutoTokenizer, BertTokenizer
+    from transformers import AutoConfig, AutoTokenizer, BertTokenizer, RobertaTokenizer
 
     from .configuration_ffn_bert import FfnBertConfig
+    from .configuration_ffn_roberta import FfnRobertaConfig
     from .modeling_ffn_bert import HEAD_CLASSES
+    from .modeling_ffn_roberta import HEAD_CLASSES as ROBERTA_HEAD_CLASSES
 
     # exist_ok: importing twice (or alongside remote code that registered the same names) must not fail.
     AutoConfig.register(FfnBertConfig.model_type, FfnBertConfig, exist_ok=True)
     for head in HEAD_CLASSES:
         getattr(transformers, head.auto_class).register(FfnBertConfig, head.ffn_bert, exist_ok=True)
     AutoTokenizer.register(FfnBertConfig, tokenizer_class=BertTokenizer, exist_ok=True)
+    # FfnRoberta (model_type "ffn_roberta"): RoBERTa's tokenizer, as upstream maps "roberta"
+    AutoConfig.register(FfnRobertaConfig.model_type, FfnRobertaConfig, exist_ok=True)
+    for head in ROBERTA_HEAD_CLASSES:
+        getattr(transformers, head.auto_class).register(FfnRobertaConfig, head.ffn_bert, exist_ok=True)
+    AutoTokenizer.register(FfnRobertaConfig, tokenizer_class=RobertaTokenizer, exist_ok=True)
     # trust_remote_code: `save_pretrained` then copies configuration_ffn_bert.py and modeling_ffn_bert.py (with the
     # files they import relatively: activations.py, checkpoint_names.py, unpadding.py, grouped_attention.py,
     # sparse_prediction.py) next to the weights and writes `auto_map`, so the folder loads where hf_ffn is not
@@ -42,6 +51,9 @@ def register_auto_classes() -> None:
     # folders that should load with any of them.
     FfnBertConfig.register_for_auto_class()
     for head in HEAD_CLASSES:
+        head.ffn_bert.register_for_auto_class(head.auto_class)
+    FfnRobertaConfig.register_for_auto_class()
+    for head in ROBERTA_HEAD_CLASSES:
         head.ffn_bert.register_for_auto_class(head.auto_class)
 
 
@@ -52,7 +64,8 @@ def __getattr__(name: str):
     import importlib
 
     if name in __all__ or name in ("AUTO_MAP", "HEAD_CLASSES"):
-        for module in ("configuration_ffn_bert", "modeling_ffn_bert", "conversion_warning", "variants"):
+        modules = ("configuration_ffn_bert", "modeling_ffn_bert", "conversion_warning", "variants")
+        for module in modules + ("configuration_ffn_roberta", "modeling_ffn_roberta"):
             value = getattr(importlib.import_module(f".{module}", __name__), name, None)
             if value is not None:
                 return value
@@ -67,6 +80,7 @@ if Path(sys.argv[0] if sys.argv else "").name not in ("hf-ffn", "hf-ffn.exe"):  
         is_gated,
         parameter_matched_glu_width,
     )
+    from .configuration_ffn_roberta import FfnRobertaConfig
     from .conversion_warning import warn_if_not_function_preserving
     from .modeling_ffn_bert import (
         AUTO_MAP,  # noqa: F401  (public: hf_ffn.AUTO_MAP, as before)
@@ -83,6 +97,15 @@ if Path(sys.argv[0] if sys.argv else "").name not in ("hf-ffn", "hf-ffn.exe"):  
         FfnBertMLP,
         FfnBertModel,
         FfnBertPreTrainedModel,
+    )
+    from .modeling_ffn_roberta import (
+        FfnRobertaForMaskedLM,
+        FfnRobertaForMultipleChoice,
+        FfnRobertaForQuestionAnswering,
+        FfnRobertaForSequenceClassification,
+        FfnRobertaForTokenClassification,
+        FfnRobertaModel,
+        FfnRobertaPreTrainedModel,
     )
 
     register_auto_classes()
@@ -108,6 +131,14 @@ __all__ = [
     "FfnBertMLP",
     "FfnBertModel",
     "FfnBertPreTrainedModel",
+    "FfnRobertaConfig",
+    "FfnRobertaForMaskedLM",
+    "FfnRobertaForMultipleChoice",
+    "FfnRobertaForQuestionAnswering",
+    "FfnRobertaForSequenceClassification",
+    "FfnRobertaForTokenClassification",
+    "FfnRobertaModel",
+    "FfnRobertaPreTrainedModel",
     "is_gated",
     "parameter_matched_glu_width",
     "register_auto_classes",

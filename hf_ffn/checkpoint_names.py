@@ -131,10 +131,11 @@ def weight_renamings() -> list[WeightRenaming]:
     ]
 
 
-def register_weight_renamings() -> None:
-    """Register `weight_renamings()` for `model_type="ffn_bert"` (once; later calls keep the first registration)."""
-    if get_checkpoint_conversion_mapping(MODEL_TYPE) is None:
-        register_checkpoint_conversion_mapping(MODEL_TYPE, weight_renamings())
+def register_weight_renamings(model_type: str = MODEL_TYPE) -> None:
+    """Register `weight_renamings()` for `model_type` ("ffn_bert"; a family sharing FfnBert's encoder passes its own)
+    (once; later calls keep the first registration)."""
+    if get_checkpoint_conversion_mapping(model_type) is None:
+        register_checkpoint_conversion_mapping(model_type, weight_renamings())
 
 
 def rename_to_memory_keys(module, state_dict: dict, prefix: str, *args) -> None:
@@ -169,6 +170,26 @@ def megatron_key(key: str) -> str:
     for ours, theirs in MEGATRON_NAME_OF.items():
         key = key.replace(ours, theirs)
     return key
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# RoBERTa-PreLayerNorm (Pre-LN RoBERTa; its embeddings keep their LayerNorm)
+# ---------------------------------------------------------------------------------------------------------------
+# RoBERTa-PreLayerNorm's names → FfnRoberta's. From transformers/models/roberta_prelayernorm/
+# modeling_roberta_prelayernorm.py: the base model is `roberta_prelayernorm`, its `LayerNorm` follows the encoder
+# (final), `RobertaPreLayerNormAttention.LayerNorm` precedes self-attention, `RobertaPreLayerNormIntermediate.LayerNorm`
+# the FFN; the FFN projections carry BERT's names (`BERT_FFN_NAMES`).
+PRELAYERNORM_NAMES: dict[str, str] = {
+    "attention.LayerNorm": "attention.output.LayerNorm",
+    "intermediate.LayerNorm": BERT_FFN_NAMES["output.LayerNorm"],
+}
+# `key_mapping=` for `from_pretrained`, in this order: the prefix, the final norm of a head's or of a base model's
+# checkpoint, then the layers' norms (FfnBert's own mapping then renames the FFN projections).
+PRELAYERNORM_KEY_MAPPING: dict[str, str] = {
+    r"^roberta_prelayernorm\.": "roberta.",
+    r"^roberta\.LayerNorm\.": f"roberta.{FINAL_NORM}.",
+    r"^LayerNorm\.": f"{FINAL_NORM}.",
+} | {r"(?<![^.])" + re.escape(theirs + "."): ours + "." for theirs, ours in PRELAYERNORM_NAMES.items()}
 
 
 @dataclass(frozen=True)
@@ -230,6 +251,8 @@ __all__ = [
     "MEGATRON_NAME_OF",
     "MODERNBERT_MLP_TO_FFN",
     "MODEL_TYPE",
+    "PRELAYERNORM_KEY_MAPPING",
+    "PRELAYERNORM_NAMES",
     "ParameterAliasRenaming",
     "bert_key",
     "is_ffn_key",

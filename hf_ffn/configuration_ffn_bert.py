@@ -151,6 +151,8 @@ class FfnBertConfig(BertConfig):
     """
 
     model_type = "ffn_bert"
+    # The `model_type`s of the saved configs (and checkpoints) this class loads; a family's config class sets its own.
+    checkpoint_model_types = BERT_MODEL_TYPES
 
     # `None` here only tells "not given" apart from a value; after construction it is never `None`.
     ffn_type: str | list[str] | None = None
@@ -166,7 +168,7 @@ class FfnBertConfig(BertConfig):
     def __post_init__(self, **kwargs):
         # A BERT config dict (`BertConfig().to_dict()`) carries `model_type="bert"`: as an instance attribute it
         # would shadow ours and switch off the BERT key mapping, so check it and drop it.
-        _check_model_type(kwargs.pop("model_type", self.model_type), "config")
+        _check_model_type(kwargs.pop("model_type", self.model_type), "config", type(self))
         if self.ffn_type is None:
             self.ffn_type = self.hidden_act  # BERT's FFN
         super().__post_init__(**kwargs)
@@ -316,7 +318,7 @@ class FfnBertConfig(BertConfig):
         Raises:
             ValueError: if `config_dict["model_type"]` is neither "bert" nor "ffn_bert", or on a bad value.
         """
-        saved = as_ffn_bert_dict(config_dict, "config")
+        saved = cls.as_own_dict(config_dict, "config")
         field_names = set(cls.__dataclass_fields__)
         overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in field_names}
         result = super().from_dict({**saved, **overrides}, **kwargs)
@@ -334,19 +336,27 @@ class FfnBertConfig(BertConfig):
             ValueError: if the checkpoint's `model_type` is neither "bert" nor "ffn_bert".
         """
         config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
-        return as_ffn_bert_dict(config_dict, str(pretrained_model_name_or_path)), kwargs
+        return cls.as_own_dict(config_dict, str(pretrained_model_name_or_path)), kwargs
+
+    @classmethod
+    def as_own_dict(cls, config_dict: dict[str, Any], source: str) -> dict[str, Any]:
+        """`as_ffn_bert_dict` for this class (its `model_type` and `checkpoint_model_types`); a family's config class
+        adds what its checkpoints' model types imply."""
+        return as_ffn_bert_dict(config_dict, source, cls)
 
 
-def as_ffn_bert_dict(config_dict: dict[str, Any], source: str) -> dict[str, Any]:
+def as_ffn_bert_dict(config_dict: dict[str, Any], source: str, config_class: type | None = None) -> dict[str, Any]:
     """A saved config dict in FfnBert's terms: `model_type` checked (named with `source` in the error) and dropped;
     a plain BERT dict also drops its `architectures` (BERT class names). BERT's fields carry over unchanged (a plain
-    BERT dict has no FfnBert field: its FFN is then the standard one with `hidden_act`, Post-LN).
+    BERT dict has no FfnBert field: its FFN is then the standard one with `hidden_act`, Post-LN). `config_class`
+    (default `FfnBertConfig`) says which model types are accepted (`checkpoint_model_types`) and which is its own.
 
     Raises:
-        ValueError: if `config_dict["model_type"]` is neither "bert" nor "ffn_bert".
+        ValueError: if `config_dict["model_type"]` is not one of `config_class.checkpoint_model_types`.
     """
-    model_type = _check_model_type(config_dict.get("model_type", FfnBertConfig.model_type), source)
-    dropped = ("model_type", "architectures") if model_type == "bert" else ("model_type",)
+    config_class = FfnBertConfig if config_class is None else config_class
+    model_type = _check_model_type(config_dict.get("model_type", config_class.model_type), source, config_class)
+    dropped = ("model_type", "architectures") if model_type != config_class.model_type else ("model_type",)
     return {k: v for k, v in config_dict.items() if k not in dropped}
 
 
@@ -397,11 +407,17 @@ def warn_reused_weights_of(saved: dict[str, Any], overrides: dict[str, Any], con
         )
 
 
-def _check_model_type(model_type: str, source: str) -> str:
-    if model_type not in BERT_MODEL_TYPES:
+def _check_model_type(model_type: str, source: str, config_class: type | None = None) -> str:
+    allowed = (FfnBertConfig if config_class is None else config_class).checkpoint_model_types
+    if model_type not in allowed:
+        if allowed == BERT_MODEL_TYPES:
+            raise ValueError(
+                f"{source} has model_type={model_type!r}; FfnBert loads BERT-shaped checkpoints only "
+                f"(allowed: {', '.join(BERT_MODEL_TYPES)})"
+            )
         raise ValueError(
-            f"{source} has model_type={model_type!r}; FfnBert loads BERT-shaped checkpoints only "
-            f"(allowed: {', '.join(BERT_MODEL_TYPES)})"
+            f"{source} has model_type={model_type!r}; {config_class.__name__} loads only checkpoints of model_type "
+            f"{', '.join(allowed)} (and FfnBertConfig those of {', '.join(BERT_MODEL_TYPES)})"
         )
     return model_type
 

@@ -247,20 +247,25 @@ class TokenPacking:
 
     @classmethod
     def from_position_ids(
-        cls, position_ids: torch.Tensor | None, attention_mask: torch.Tensor | None, batch_size: int, seq_len: int
+        cls,
+        position_ids: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+        batch_size: int,
+        seq_len: int,
+        sequence_start: int = 0,
     ) -> TokenPacking | None:
         """The sequences of a padding-free batch (`DataCollatorWithFlattening`'s: several sequences per row,
         `position_ids` counting 0, 1, 2, ... within each), or `None` when every row holds one sequence (its
-        positions go up by 1 everywhere; the usual case, including `position_ids=None`).
+        positions go up by 1 everywhere; the usual case, including `position_ids=None`); `sequence_start` is 0
+        (BERT) or `padding_idx + 1` (RoBERTa: the collator's `position_ids_start`).
 
         Sequences are found with transformers' `find_packed_sequence_indices` (a sequence ends where the position
         does not go up by 1); `position_ids` of shape (1, seq) apply to every row.
 
         Raises:
             ValueError: when `position_ids` are not int64/int32 of shape (batch, seq) or (1, seq); when they restart
-                within a row but do not describe separable sequences (a sequence that does not start at 0,
-                positions that fall or jump within one), or when they come with an `attention_mask` that marks
-                padding or is 4-D (which tokens belong together is then ambiguous).
+                within a row but not as separable sequences (one not starting at `sequence_start`, positions that
+                fall or jump within one), or with an `attention_mask` that marks padding or is 4-D (ambiguous).
         """
         if position_ids is None:
             return None
@@ -280,16 +285,17 @@ class TokenPacking:
             return None
         starts = torch.ones_like(positions, dtype=torch.bool)  # (batch, seq): the first token of a sequence
         starts[:, 1:] = sequence_in_row[:, 1:] != sequence_in_row[:, :-1]
-        bad = (starts & (positions != 0)).nonzero()
+        bad = (starts & (positions != sequence_start)).nonzero()
         if len(bad):
             row, column = bad[0].tolist()
             came = f"after {positions[row, column - 1].item()} " if column else ""
+            hint = f" (DataCollatorWithFlattening(position_ids_start={sequence_start}))" if sequence_start else ""
             raise ValueError(
                 f"position_ids restart within a row, as in a padding-free batch (DataCollatorWithFlattening), but "
                 f"do not describe separable sequences: row {row}, column {column} has position "
-                f"{positions[row, column].item()} {came}where a sequence must count 0, 1, 2, ... and a new one "
-                f"start at 0. Pass position_ids that restart at 0 for every sequence, or padded rows with an "
-                f"attention_mask and no position_ids."
+                f"{positions[row, column].item()} {came}where a sequence must count up by 1 from {sequence_start} "
+                f"and a new one start at {sequence_start}. Pass position_ids that restart at {sequence_start} for "
+                f"every sequence{hint}, or padded rows with an attention_mask and no position_ids."
             )
         if attention_mask is not None and (attention_mask.dim() != 2 or not (attention_mask == 1).all()):
             raise ValueError(
@@ -312,12 +318,13 @@ class TokenPacking:
         inputs_embeds: torch.Tensor | None,
         output_attentions: bool = False,
         dtype: torch.dtype = torch.float32,
+        sequence_start: int = 0,
     ) -> TokenPacking | None:
         """The packing `FfnBertModel.forward` runs for these inputs (`BertModel.forward`'s): a padding-free batch's
         (`from_position_ids`, whatever the config), else, with `config.unpad_tokens`, without `output_attentions`
         and where the device has a packed attention kernel for `dtype` (`packed_attention_kernel`; the model's
         `compute_dtype`), a padded batch's (`from_attention_mask`); `None` for the padded path. The packing's
-        `kernel` is that choice.
+        `kernel` is that choice. `sequence_start`: as `from_position_ids`.
 
         Raises:
             ValueError: as `from_position_ids`.
@@ -326,7 +333,7 @@ class TokenPacking:
             return None  # upstream's forward raises its error
         inputs = input_ids if input_ids is not None else inputs_embeds
         shape = inputs.shape[:2]
-        packing = cls.from_position_ids(position_ids, attention_mask, *shape)
+        packing = cls.from_position_ids(position_ids, attention_mask, *shape, sequence_start=sequence_start)
         unpad = config.unpad_tokens and not output_attentions
         # the kernel where the batch may run packed: the switch on, or a flash kernel (which takes no mask)
         wanted = unpad or is_flash_attention(config)
