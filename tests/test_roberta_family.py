@@ -44,7 +44,15 @@ from hf_ffn import FfnRobertaConfig, FfnRobertaForMaskedLM, FfnRobertaModel
 from hf_ffn.checkpoint_names import PRELAYERNORM_KEY_MAPPING
 from hf_ffn.configuration_ffn_roberta import ROBERTA_MODEL_TYPES
 from hf_ffn.modeling_ffn_roberta import AUTO_MAP, HEAD_CLASSES
-from hf_ffn.parity import UNPADDED_FP32_TOLERANCE, compare_outputs, quiet_transformers
+from hf_ffn.parity import (
+    FLATTENED,
+    UNPADDED_FP32_TOLERANCE,
+    UPSTREAM_MASKS_PACKED_SEQUENCES,
+    checkpoint_family,
+    compare_outputs,
+    quiet_transformers,
+    run_parity,
+)
 
 from .conftest import assert_equal_but_row_count
 
@@ -585,3 +593,30 @@ def test_another_family_is_a_value_error_naming_it(tmp_path, config):
         message = str(error.value)
         assert f"model_type={config.model_type!r}" in message and "\n" not in message
         assert all(model_type in message for model_type in ROBERTA_MODEL_TYPES + ("bert", "ffn_bert"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The parity job (`hf-ffn parity`) on each family, against the family's own upstream classes
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", FAMILIES)
+def test_parity_job_holds_for_every_family_and_a_wrong_eps_breaks_it(family_folders, family):
+    folder = family_folders[family]["AutoModelForMaskedLM"]  # the job seeds the heads a checkpoint lacks
+    assert checkpoint_family(folder).upstream_type == family
+    rows = run_parity(folder, attn_implementation="eager")
+    heads = {row.head for row in rows}
+    assert heads == {*HEAD_IDS, "FFN", "FfnRobertaModel (unpad_tokens)"}
+    assert all(row.holds for row in rows), [row for row in rows if not row.holds]
+    bitwise = [row for row in rows if row.tolerance is None]
+    assert bitwise and all(row.equal for row in bitwise)
+    flattened = [row for row in rows if row.output.endswith(FLATTENED)]
+    assert bool(flattened) == UPSTREAM_MASKS_PACKED_SEQUENCES
+    assert not any(r.output.startswith("pooler_output") for r in flattened)
+    assert not any("time flies" in row.output for row in rows)  # BERT's ids mean nothing in this vocabulary
+    broken = run_parity(folder, attn_implementation="sdpa", layer_norm_eps=1e-7)  # the negative control
+    assert not all(row.equal for row in broken if row.tolerance is None)
+
+
+def test_parity_job_names_the_families_for_another_model_type(tmp_path):
+    GPT2Config(n_layer=1, n_embd=32, n_head=2).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"model_type='gpt2'; hf-ffn parity compares .*bert.*roberta-prelayernorm"):
+        run_parity(str(tmp_path))

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import BertForMultipleChoice, BertModel, PretrainedConfig, PreTrainedModel
+from transformers import BertModel, PretrainedConfig, PreTrainedModel
 
 from ..checkpoint_names import is_variant_key
 from ..checkpoints import load_tokenizer
@@ -45,9 +45,11 @@ def padded_batch(
     second_segment_starts: Sequence[int | None] | None = None,
     seed: int = 0,
     seq_len: int | None = None,
+    pad_token_id: int = 0,
 ) -> dict[str, torch.Tensor]:
-    """A seeded random batch, right-padded with id 0: row i has `lengths[i]` real tokens drawn from 1 .. vocab_size − 1;
-    its second segment (`token_type_ids` = 1) runs from `second_segment_starts[i]` (or None) to its last real token.
+    """A seeded random batch, right-padded with `pad_token_id`: row i has `lengths[i]` real tokens drawn from the ids
+    of 1 .. vocab_size − 1 other than `pad_token_id`; its second segment (`token_type_ids` = 1) runs from
+    `second_segment_starts[i]` (or None) to its last real token.
 
     Returns:
         `input_ids`, `token_type_ids`, `attention_mask`, each (len(lengths), seq_len), int64.
@@ -62,11 +64,12 @@ def padded_batch(
     if any(n < 1 or n > seq for n in lengths):
         raise ValueError(f"lengths {list(lengths)} must each lie in 1..{seq} (seq_len)")
     generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.zeros(len(lengths), seq, dtype=torch.long)  # (batch, seq); 0 = [PAD]
+    input_ids = torch.full((len(lengths), seq), pad_token_id, dtype=torch.long)  # (batch, seq)
     token_type_ids = torch.zeros_like(input_ids)
     attention_mask = torch.zeros_like(input_ids)
     for row, (n, start) in enumerate(zip(lengths, starts, strict=False)):
-        input_ids[row, :n] = torch.randint(1, vocab_size, (n,), generator=generator)
+        ids = torch.randint(1, vocab_size, (n,), generator=generator)
+        input_ids[row, :n] = torch.where(ids == pad_token_id, 0, ids)  # no pad id among the real tokens
         attention_mask[row, :n] = 1
         if start is not None:
             token_type_ids[row, start:n] = 1
@@ -83,14 +86,18 @@ def example_batch(checkpoint: str, config: PretrainedConfig) -> dict[str, torch.
     if tokenizer is not None:
         first, second = zip(*SENTENCE_PAIRS, strict=False)
         batch = tokenizer(list(first), list(second), padding=True, return_tensors="pt")
-        return {k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+        return {
+            k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask") if k in batch
+        }  # RoBERTa: no types
+    if config.type_vocab_size < 2:  # one token type (RoBERTa's): no second segment
+        return padded_batch(config.vocab_size, FALLBACK_LENGTHS, pad_token_id=config.pad_token_id or 0)
     return padded_batch(config.vocab_size, FALLBACK_LENGTHS, FALLBACK_SEGMENTS)
 
 
 def head_inputs(upstream_class: type, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """`batch` as the head `upstream_class` takes it: for multiple choice (batch, 2, seq), the batch and its rows
     reversed as the two choices."""
-    if issubclass(upstream_class, BertForMultipleChoice):
+    if upstream_class.__name__.endswith("ForMultipleChoice"):
         return {k: torch.stack([v, v.flip(0)], dim=1) for k, v in batch.items()}
     return batch
 

@@ -24,15 +24,18 @@ TIME_FLIES_IDS = [2051, 10029, 2066, 2019, 8612]
 UPSTREAM_MASKS_PACKED_SEQUENCES = Version(transformers.__version__).release >= (5, 25)
 
 
-def flattened_batch(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def flattened_batch(batch: dict[str, torch.Tensor], position_ids_start: int = 0) -> dict[str, torch.Tensor]:
     """The sequences of a right-padded `batch` as one padding-free row (1, n_real), the layout of transformers'
-    `DataCollatorWithFlattening`: real tokens concatenated, `position_ids` restarting at 0, no `attention_mask`."""
+    `DataCollatorWithFlattening`: real tokens concatenated, `position_ids` restarting at `position_ids_start` (0; a
+    RoBERTa's `padding_idx + 1`), no `attention_mask`."""
     real = batch["attention_mask"].bool()
     flat = {"input_ids": batch["input_ids"][real][None]}
     if "token_type_ids" in batch:
         flat["token_type_ids"] = batch["token_type_ids"][real][None]
     device = batch["input_ids"].device
-    flat["position_ids"] = torch.cat([torch.arange(n, device=device) for n in real.sum(1).tolist()])[None]
+    flat["position_ids"] = torch.cat(
+        [torch.arange(n, device=device) + position_ids_start for n in real.sum(1).tolist()]
+    )[None]
     return flat
 
 

@@ -1,21 +1,18 @@
-"""The parity job (`hf-ffn parity`): a BERT checkpoint loaded into upstream transformers and into hf_ffn, compared
-output by output with `torch.equal` (`run_parity`); `variant_report` shows what a non-default variant changes."""
+"""The parity job (`hf-ffn parity`): a checkpoint of a supported family (BERT; RoBERTa, XLM-RoBERTa, CamemBERT,
+RoBERTa-PreLayerNorm) loaded into its own upstream transformers classes and into hf_ffn's, compared output by output
+with `torch.equal` (`run_parity`); `variant_report` shows what a non-default BERT variant changes."""
 
 from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import torch
+import transformers
 from torch import nn
-from transformers import (
-    BertForMaskedLM,
-    BertForPreTraining,
-    BertForQuestionAnswering,
-    BertForTokenClassification,
-    BertModel,
-)
+from transformers import BertModel
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from ..checkpoint_names import is_variant_key
 from ..checkpoints import (
@@ -25,24 +22,63 @@ from ..checkpoints import (
     load_pretrained,
     weights_bert_ignores,
 )
-from ..configuration_ffn_bert import FfnBertConfig
+from ..configuration_ffn_bert import BERT_MODEL_TYPES, FfnBertConfig
+from ..configuration_ffn_roberta import ROBERTA_MODEL_TYPES, FfnRobertaConfig
 from ..logging_utils import quiet_transformers
-from ..modeling_ffn_bert import HEAD_CLASSES, FfnBertModel
+from ..modeling_ffn_bert import HEAD_CLASSES, FfnBertModel, HeadClass
+from ..modeling_ffn_roberta import HEAD_CLASSES as ROBERTA_HEAD_CLASSES
+from ..modeling_ffn_roberta import saved_model_type
 from .batches import TIME_FLIES_IDS, UPSTREAM_MASKS_PACKED_SEQUENCES, example_batch, flattened_batch, head_inputs
 from .compare import ParityRow, compare_outputs, compare_tensors, tensor_difference
 
 HEAD_PAIRS: dict[type, type] = {head.bert: head.ffn_bert for head in HEAD_CLASSES}  # upstream → FfnBert, table order
-# The heads compared on a padding-free batch (`flattened_batch`). Sequence-level outputs differ by design there
-# (FfnBert pools each sequence, upstream each row), so those outputs and heads are left out.
-FLATTENED_HEADS: tuple[type, ...] = (
-    BertModel,
-    BertForPreTraining,
-    BertForMaskedLM,
-    BertForTokenClassification,
-    BertForQuestionAnswering,
+# The heads compared on a padding-free batch (`flattened_batch`), by Auto class. Sequence-level outputs differ by
+# design there (hf_ffn pools each sequence, upstream each row), so those outputs and heads are left out.
+FLATTENED_AUTO_CLASSES = frozenset(
+    {
+        "AutoModel",
+        "AutoModelForPreTraining",
+        "AutoModelForMaskedLM",
+        "AutoModelForTokenClassification",
+        "AutoModelForQuestionAnswering",
+    }
 )
+FLATTENED_HEADS: tuple[type, ...] = tuple(h.bert for h in HEAD_CLASSES if h.auto_class in FLATTENED_AUTO_CLASSES)
 PER_SEQUENCE_OUTPUTS = frozenset({"pooler_output", "seq_relationship_logits"})
 FLATTENED = " (flattened)"  # the suffix of a flattened-batch row's output name
+
+
+@dataclass(frozen=True)
+class Family:
+    """A family of checkpoints the parity job compares: hf_ffn's config class and head table, and the `model_type`
+    whose upstream classes are the reference (`upstream_class`: e.g. `XLMRobertaForMaskedLM` for "xlm-roberta")."""
+
+    config_class: type[FfnBertConfig]
+    heads: tuple[HeadClass, ...]
+    upstream_type: str
+
+    def upstream_class(self, head: HeadClass) -> type:
+        """Upstream's class for `head`: its Auto class's entry for the family's upstream config class."""
+        return getattr(transformers, head.auto_class)._model_mapping[CONFIG_MAPPING[self.upstream_type]]
+
+
+def checkpoint_family(checkpoint: str) -> Family:
+    """The `Family` of `checkpoint`, by its config.json's `model_type` (an hf_ffn folder is compared with the
+    upstream family it reproduces: ffn_bert with BERT, ffn_roberta with RoBERTa).
+
+    Raises:
+        ValueError: a `model_type` of no supported family, naming it and the supported ones.
+    """
+    model_type = saved_model_type(checkpoint) or "bert"
+    if model_type in BERT_MODEL_TYPES:
+        return Family(FfnBertConfig, HEAD_CLASSES, "bert")
+    if model_type in ROBERTA_MODEL_TYPES:
+        upstream = "roberta" if model_type == FfnRobertaConfig.model_type else model_type
+        return Family(FfnRobertaConfig, ROBERTA_HEAD_CLASSES, upstream)
+    raise ValueError(
+        f"{checkpoint} has model_type={model_type!r}; hf-ffn parity compares checkpoints of the families "
+        f"{', '.join(BERT_MODEL_TYPES + ROBERTA_MODEL_TYPES)}"
+    )
 
 
 class NotPlainBertError(ValueError):
@@ -91,26 +127,30 @@ def ffn_outputs(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[torch
     return captured
 
 
-def head_folders(checkpoint: str, root: str | os.PathLike, seed: int = 0) -> dict[type, str]:
-    """The folder each upstream head class of `HEAD_CLASSES` loads `checkpoint` from, so that both sides load the
-    same weights: a head the checkpoint lacks is created by upstream under `torch.manual_seed(seed)` and saved under
-    `root`; others load from `checkpoint`. Every encoder weight must come from the checkpoint (or both sides would
-    agree on random weights and prove nothing).
+def head_folders(
+    checkpoint: str, root: str | os.PathLike, seed: int = 0, family: Family | None = None
+) -> dict[type, str]:
+    """The folder each upstream head class of the family's table (`checkpoint_family`) loads `checkpoint` from, so
+    that both sides load the same weights: a head the checkpoint lacks is created by upstream under
+    `torch.manual_seed(seed)` and saved under `root`; others load from `checkpoint`. Every encoder weight must come
+    from the checkpoint (or both sides would agree on random weights and prove nothing).
 
     Raises:
         CheckpointNotLoadedError: an encoder weight the checkpoint lacks or names otherwise, or a corrupt file
             (`hf_ffn.checkpoints.load_pretrained`).
     """
+    family = family or checkpoint_family(checkpoint)
     folders = {}
     with quiet_transformers():
-        for head in HEAD_CLASSES:
+        for head in family.heads:
+            upstream = family.upstream_class(head)
             torch.manual_seed(seed)
-            model, info = load_pretrained(head.bert, checkpoint)  # a head of another shape: re-initialised
+            model, info = load_pretrained(upstream, checkpoint)  # a head of another shape: re-initialised
             if info["missing_keys"] or info["mismatched_keys"]:
-                folders[head.bert] = os.path.join(root, head.bert.__name__)
-                model.save_pretrained(folders[head.bert])
+                folders[upstream] = os.path.join(root, upstream.__name__)
+                model.save_pretrained(folders[upstream])
             else:
-                folders[head.bert] = checkpoint
+                folders[upstream] = checkpoint
     return folders
 
 
@@ -167,10 +207,12 @@ def run_parity(
     dtype: str | torch.dtype = "float32",
     **overrides,
 ) -> list[ParityRow]:
-    """Load `checkpoint` into each upstream Bert head class and the matching FfnBert class; compare all outputs.
+    """Load `checkpoint` into each upstream head class of its family (`checkpoint_family`) and the matching hf_ffn
+    class; compare all outputs.
 
     Args:
-        checkpoint: a BERT (or default FfnBert) folder or hub name.
+        checkpoint: a folder or hub name of a BERT, RoBERTa, XLM-RoBERTa, CamemBERT or RoBERTa-PreLayerNorm
+            checkpoint, or of a default-config FfnBert / FfnRoberta one.
         attn_implementation: "eager" (attention maps are compared too) or "sdpa".
         seed: seeds the heads that the checkpoint lacks (created once by upstream, saved, loaded by both).
         device: where both models run ("cpu", "cuda", "cuda:1", ...).
@@ -185,21 +227,24 @@ def run_parity(
     Raises:
         FileNotFoundError: `checkpoint` looks local and is not a checkpoint folder (`hf_ffn.checkpoints`).
         CheckpointNotLoadedError: an encoder weight the checkpoint lacks or names otherwise, or a corrupt file.
-        NotPlainBertError: an FfnBert checkpoint whose config is not plain BERT.
-        ValueError: a checkpoint that is not BERT-shaped; a bad `device` or `dtype`.
+        NotPlainBertError: an hf_ffn checkpoint whose config is not its upstream family's (a variant).
+        ValueError: a checkpoint of no supported family; a bad `device` or `dtype`.
     """
     device, dtype = parity_device(device), parity_dtype(dtype)
     check_checkpoint(checkpoint)
+    family = checkpoint_family(checkpoint)  # fails early, clearly, on another family
     rows: list[ParityRow] = []
     with quiet_transformers(), tempfile.TemporaryDirectory() as tmp:
-        config = FfnBertConfig.from_pretrained(checkpoint)  # fails early, clearly, on a non-BERT checkpoint
-        if not config.is_default_bert:
+        config = family.config_class.from_pretrained(checkpoint)
+        # only an hf_ffn folder can be a variant (an upstream one is its family's model: RoBERTa-PreLayerNorm's Pre-LN)
+        if saved_model_type(checkpoint) == family.config_class.model_type and not config.is_default_bert:
             raise NotPlainBertError(str(checkpoint), config)
         batch = {key: value.to(device) for key, value in example_batch(checkpoint, config).items()}
         want_attentions = attn_implementation == "eager"
-        folders = head_folders(checkpoint, tmp, seed)
+        folders = head_folders(checkpoint, tmp, seed, family)
         load = dict(attn_implementation=attn_implementation, dtype=dtype)
-        for upstream_class, ffn_class in HEAD_PAIRS.items():
+        for head in family.heads:
+            upstream_class, ffn_class = family.upstream_class(head), head.ffn_bert
             folder = folders[upstream_class]
             reference = upstream_class.from_pretrained(folder, **load).to(device).eval()
             # `overrides` are deliberate (negative controls)
@@ -210,11 +255,21 @@ def run_parity(
                 ref_out = reference(**inputs, output_hidden_states=True, output_attentions=want_attentions)
                 cand_out = candidate(**inputs, output_hidden_states=True, output_attentions=want_attentions)
             rows += compare_outputs(ffn_class.__name__, ref_out, cand_out)
-            if upstream_class is BertModel:
-                rows += ffn_rows(reference, candidate, batch)
-            if UPSTREAM_MASKS_PACKED_SEQUENCES and upstream_class in FLATTENED_HEADS:
+            if head.auto_class == "AutoModel":
+                rows += ffn_rows(reference, candidate, batch, time_flies=family.upstream_type == "bert")
+            if UPSTREAM_MASKS_PACKED_SEQUENCES and head.auto_class in FLATTENED_AUTO_CLASSES:
                 rows += flattened_rows(reference, candidate, batch, output_attentions=want_attentions)
-        rows += unpadded_rows(folders[BertModel], batch, attn_implementation, device, dtype, **overrides)
+        base = family.heads[0]  # AutoModel
+        rows += unpadded_rows(
+            folders[family.upstream_class(base)],
+            batch,
+            attn_implementation,
+            device,
+            dtype,
+            upstream_class=family.upstream_class(base),
+            ffn_class=base.ffn_bert,
+            **overrides,
+        )
     return rows
 
 
@@ -224,9 +279,12 @@ def unpadded_rows(
     attn_implementation: str = "sdpa",
     device: str | torch.device = "cpu",
     dtype: str | torch.dtype = "float32",
+    upstream_class: type = BertModel,
+    ffn_class: type = FfnBertModel,
     **overrides,
 ) -> list[ParityRow]:
-    """`FfnBertModel` with `unpad_tokens=True` against upstream `BertModel`, both from `checkpoint`, on the padded
+    """`ffn_class` (`FfnBertModel`) with `unpad_tokens=True` against `upstream_class` (`BertModel`), both from
+    `checkpoint`, on the padded
     `batch` (on `device`), compared on the real tokens (`last_hidden_state`, every hidden state, `pooler_output`).
     Each row carries its tolerance:
 
@@ -251,9 +309,9 @@ def unpadded_rows(
         return {name: t.float() for name, t in tensors.items()}
 
     with quiet_transformers():
-        upstream = outputs(BertModel, dtype)
-        unpadded = outputs(FfnBertModel, dtype, unpad_tokens=True, warn_reused_weights=False, **overrides)
-        reference = upstream if dtype == torch.float32 else outputs(BertModel, torch.float32)
+        upstream = outputs(upstream_class, dtype)
+        unpadded = outputs(ffn_class, dtype, unpad_tokens=True, warn_reused_weights=False, **overrides)
+        reference = upstream if dtype == torch.float32 else outputs(upstream_class, torch.float32)
     rows = []
     for name, want in reference.items():
         scale = want.abs().max().item()
@@ -263,16 +321,19 @@ def unpadded_rows(
             rounding = UNPADDED_HALF_ROUNDINGS * torch.finfo(dtype).eps * scale
             tolerance = (upstream[name] - want).abs().max().item() + rounding
         diff, equal = (unpadded[name] - want).abs().max().item(), torch.equal(unpadded[name], want)
-        rows.append(ParityRow("FfnBertModel (unpad_tokens)", name, list(want.shape), diff, equal, tolerance))
+        rows.append(ParityRow(f"{ffn_class.__name__} (unpad_tokens)", name, list(want.shape), diff, equal, tolerance))
     return rows
 
 
 def flattened_rows(
     reference: nn.Module, candidate: nn.Module, batch: dict[str, torch.Tensor], output_attentions: bool = False
 ) -> list[ParityRow]:
-    """Parity rows of one head (eval mode) on `batch` as one padding-free row (`flattened_batch`), named
-    `... (flattened)`, without `PER_SEQUENCE_OUTPUTS`."""
-    inputs = flattened_batch(batch)
+    """Parity rows of one head (eval mode) on `batch` as one padding-free row (`flattened_batch`; positions from
+    `padding_idx + 1` for RoBERTa's embeddings, as upstream counts them), named `... (flattened)`, without
+    `PER_SEQUENCE_OUTPUTS`."""
+    padding_idx = getattr(reference.base_model.embeddings, "padding_idx", None)
+    start = 0 if type(reference.base_model.embeddings).__name__ == "BertEmbeddings" else padding_idx + 1
+    inputs = flattened_batch(batch, position_ids_start=start)
     with torch.no_grad():
         ref_out = reference(**inputs, output_hidden_states=True, output_attentions=output_attentions)
         cand_out = candidate(**inputs, output_hidden_states=True, output_attentions=output_attentions)
@@ -284,14 +345,16 @@ def flattened_rows(
     ]
 
 
-def ffn_rows(reference: nn.Module, candidate: nn.Module, batch: dict[str, torch.Tensor]) -> list[ParityRow]:
-    """`ffn[i]` rows (each layer's FFN output on `batch`), plus `ffn[0]` on "time flies like an arrow"
-    (`TIME_FLIES_IDS`) when the vocabulary is bert-base-uncased's or larger."""
+def ffn_rows(
+    reference: nn.Module, candidate: nn.Module, batch: dict[str, torch.Tensor], time_flies: bool = True
+) -> list[ParityRow]:
+    """`ffn[i]` rows (each layer's FFN output on `batch`), plus with `time_flies` `ffn[0]` on "time flies like an
+    arrow" (`TIME_FLIES_IDS`) when the vocabulary is bert-base-uncased's or larger."""
     rows = [
         compare_tensors("FFN", f"ffn[{i}]", ref, cand)
         for i, (ref, cand) in enumerate(zip(ffn_outputs(reference, batch), ffn_outputs(candidate, batch), strict=False))
     ]
-    if reference.config.vocab_size <= max(TIME_FLIES_IDS):  # not the bert-base-uncased vocabulary
+    if not time_flies or reference.config.vocab_size <= max(TIME_FLIES_IDS):  # not bert-base-uncased's vocabulary
         return rows
     ids = {"input_ids": torch.tensor([TIME_FLIES_IDS], device=batch["input_ids"].device)}
     rows.append(
@@ -364,7 +427,10 @@ def format_table(rows: list[ParityRow]) -> str:
 
 __all__ = [
     "FLATTENED",
+    "FLATTENED_AUTO_CLASSES",
     "FLATTENED_HEADS",
+    "Family",
+    "checkpoint_family",
     "HEAD_PAIRS",
     "PER_SEQUENCE_OUTPUTS",
     "PARITY_DTYPES",
