@@ -1,7 +1,6 @@
-"""The arguments of a pre-training run (`hf-ffn mlm`, `hf_ffn.mlm.run`), as dataclasses for
-`HfArgumentParser` (parsed with transformers' `TrainingArguments`): the model (from scratch: its sizes and FFN
-variant, the tokenizer; or a checkpoint to continue) and the text. Bad values raise `ValueError` naming the flag,
-the value and what is allowed, before anything is loaded.
+"""The options of `hf-ffn mlm` as `HfArgumentParser` dataclasses (parsed with transformers' `TrainingArguments`): the
+model (`PretrainingArguments`: from scratch, or a checkpoint to continue) and the text (`PretrainingDataArguments`).
+A bad value raises `ValueError` naming the flag, the value and what is allowed, before anything is loaded.
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ from ..training.blocks import ATTENTION_SCOPES
 from ..training.corpus import DOCUMENT_BOUNDARIES, resolve_boundary
 from .config_overrides import CHECKPOINT_KEYS, SCRATCH_KEYS, parse_config_overrides
 
-# The from-scratch model when no size is given: 4 layers × hidden 256, 4 heads, FFN 1024 (BERT's 4·hidden), GELU,
-# Post-LN (BERT-mini's shape, Turc et al. 2019), and an 8,192-token WordPiece vocabulary.
+# The from-scratch model when no size is given: BERT-mini's shape (Turc et al. 2019), an 8,192-token vocabulary.
 SCRATCH_DEFAULTS = {
     "hidden_size": 256,
     "num_hidden_layers": 4,
@@ -36,15 +34,11 @@ GLU_MULTIPLE_OF = 8
 def ffn_width(
     ffn_type: str, intermediate_size: int, width: str | int = "matched", multiple_of: int = GLU_MULTIPLE_OF
 ) -> int:
-    """The FFN width (`intermediate_size` of the config: what enters `down_proj`) of `ffn_type` compared with a
-    standard FFN of width `intermediate_size`: from scratch, and (`PretrainingArguments.model_arguments`) for a
-    checkpoint converted by `hf-ffn mlm`, so `--ffn_width matched` means the same in both.
+    """The FFN width (config `intermediate_size`) of `ffn_type` against a standard FFN of width `intermediate_size`.
 
-    `width`: "matched" (a gated FFN gets the multiple of `multiple_of` nearest to 2/3 of `intermediate_size`, the
-    width with the standard FFN's weight count: 3·d·w = 2·d·I; a tie goes up, to
-    `parameter_matched_glu_width(intermediate_size, multiple_of)`; a standard FFN keeps `intermediate_size`),
-    "keep" (`intermediate_size` for every type) or an int (that width). Examples with `multiple_of=8`: 1024 → 680
-    (2/3 is 682.7; 688 would be +0.8% weights, 680 is −0.4%), 3072 → 2048, 4096 → 2728.
+    `width`: "keep" (`intermediate_size`), an int (that width) or "matched": a gated FFN gets the multiple of
+    `multiple_of` nearest to 2/3 of `intermediate_size` (3·d·w = 2·d·I: the standard FFN's weight count; a tie goes
+    up), a standard FFN keeps `intermediate_size`. With `multiple_of=8`: 1024 → 680, 3072 → 2048, 4096 → 2728.
 
     Raises:
         ValueError: on a `width` that is not "keep", "matched" or a positive int (naming --ffn_width).
@@ -57,35 +51,6 @@ def ffn_width(
         lower, exact = upper - multiple_of, 2 * intermediate_size / 3
         return lower if lower > 0 and exact - lower < upper - exact else upper
     return intermediate_size
-
-
-@dataclass
-class MlmDataArguments:
-    """Text files or folders for masked-language-model training (`PretrainingDataArguments` adds the rest of the
-    data path's options: formats, document boundaries, a validation file, masking, the cache)."""
-
-    train_files: list[str] = field(
-        metadata={
-            "help": "text files (plain, or .xz/.gz/.bz2/.zst-compressed), json or parquet files, or folders of "
-            "them (the files matching --file_pattern)"
-        }
-    )
-    validation_split_percentage: int = field(
-        default=10, metadata={"help": "percentage of the documents held out (whole documents, seeded)"}
-    )
-    split_seed: int = field(default=42, metadata={"help": "seed of the document split and of the fixed eval maskings"})
-    max_seq_length: int = field(default=128, metadata={"help": "tokens per training block"})
-    mlm_probability: float = field(default=0.15, metadata={"help": "fraction of tokens masked (BERT: 0.15)"})
-    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training blocks"})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N validation blocks"})
-
-    def __post_init__(self) -> None:
-        if not 0 < self.validation_split_percentage < 100:
-            raise ValueError(f"--validation_split_percentage must be in 1..99, got {self.validation_split_percentage}")
-        if not 0 < self.mlm_probability < 1:
-            raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}")
-        if self.max_seq_length <= 2:
-            raise ValueError(f"--max_seq_length must be > 2, got {self.max_seq_length}")
 
 
 @dataclass
@@ -272,30 +237,13 @@ class PretrainingArguments:
             )
         if self.ffn_width is not None:
             parse_width(self.ffn_width, "--ffn_width")
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "glu_multiple_of",
-        ):
+        sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+        for name in (*sizes, "glu_multiple_of"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"--{name} must be a positive integer, got {value}")
         if self.model_name_or_path is not None:
-            scratch_only = [
-                f"--{name}"
-                for name in (
-                    "vocab_size",
-                    "hidden_size",
-                    "num_hidden_layers",
-                    "num_attention_heads",
-                    "intermediate_size",
-                    "hidden_act",
-                )
-                if getattr(self, name) is not None
-            ]
+            scratch_only = [f"--{name}" for name in (*sizes, "hidden_act") if getattr(self, name) is not None]
             if scratch_only:
                 raise ValueError(
                     f"{', '.join(scratch_only)} apply to a model from scratch; with --model_name_or_path "
@@ -330,18 +278,16 @@ class PretrainingArguments:
         return parse_config_overrides(self.config_overrides, self.model_name_or_path is not None)
 
     def scratch(self, name: str):
-        """The value of a from-scratch option: the one given, else `SCRATCH_DEFAULTS[name]`; the standard FFN width
-        not given follows the hidden size, BERT's 4 × `hidden_size` (Devlin et al. 2019; 1024 at the default 256)."""
+        """A from-scratch option's value: the one given, else `SCRATCH_DEFAULTS[name]` (the FFN width: BERT's 4 ×
+        `hidden_size`)."""
         value = getattr(self, name)
         if value is None and name == "intermediate_size":
             return 4 * self.scratch("hidden_size")
         return SCRATCH_DEFAULTS[name] if value is None else value
 
     def model_arguments(self) -> ModelArguments:
-        """The checkpoint, variant and tokenizer as `ModelArguments` (for `load_model` / `load_tokenizer`).
-        `--ffn_width matched` is resolved here to the width `ffn_width` gives (the multiple of `--glu_multiple_of`
-        nearest to 2/3 of the checkpoint's `intermediate_size` for a gated FFN, the same width for a standard one),
-        as from scratch, not the conversion's rounding up to 256 (`parameter_matched_glu_width`)."""
+        """The checkpoint, variant and tokenizer as `ModelArguments`, `--ffn_width matched` resolved by `ffn_width` as
+        from scratch (not the conversion's rounding up to 256)."""
         width = self.ffn_width or "keep"
         if width == "matched" and self.model_name_or_path is not None:
             config, _ = PretrainedConfig.get_config_dict(self.model_name_or_path)
@@ -361,10 +307,9 @@ class PretrainingArguments:
 
 
 @dataclass
-class PretrainingDataArguments(MlmDataArguments):
-    """`MlmDataArguments` (text files or folders, held-out percentage, split seed, block length, masking rate) and
-    the rest of the data path (`hf_ffn.training.corpus`): file formats and compression, where documents start,
-    a held-out file, the attention scope of a block, the masking split, the fixed maskings, the cache."""
+class PretrainingDataArguments:
+    """The text of a pre-training run (`hf_ffn.training.corpus`): files or a `datasets` data set, where documents
+    start, what is held out, the blocks, the masking and its fixed maskings, the cache."""
 
     train_files: list[str] | None = field(
         default=None,
@@ -380,6 +325,12 @@ class PretrainingDataArguments(MlmDataArguments):
             "(not used with --validation_files or a --dataset_name with a validation split)"
         },
     )
+    split_seed: int = field(default=42, metadata={"help": "seed of the document split and of the fixed eval maskings"})
+    max_seq_length: int = field(default=128, metadata={"help": "tokens per training block"})
+    mlm_probability: float = field(default=0.15, metadata={"help": "fraction of tokens masked (BERT: 0.15)"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training blocks"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N validation blocks"})
+
     dataset_name: str | None = field(
         default=None,
         metadata={
@@ -480,7 +431,12 @@ class PretrainingDataArguments(MlmDataArguments):
         self._split_given = self.validation_split_percentage is not None
         if self.validation_split_percentage is None:
             self.validation_split_percentage = 10
-        super().__post_init__()
+        if not 0 < self.validation_split_percentage < 100:
+            raise ValueError(f"--validation_split_percentage must be in 1..99, got {self.validation_split_percentage}")
+        if not 0 < self.mlm_probability < 1:
+            raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}")
+        if self.max_seq_length <= 2:
+            raise ValueError(f"--max_seq_length must be > 2, got {self.max_seq_length}")
         self._check_source()
         if self.document_start_regex is not None:
             try:
@@ -511,8 +467,7 @@ class PretrainingDataArguments(MlmDataArguments):
             )
 
     def _check_short_blocks(self) -> None:
-        """--short_block_length and --short_block_steps: both or neither, 3 <= length < --max_seq_length, steps >= 1
-        (what needs the training options: `short_blocks.check_short_blocks`)."""
+        """Both or neither, 3 <= length < --max_seq_length, steps >= 1 (the rest: `warmup.check_short_blocks`)."""
         length, steps = self.short_block_length, self.short_block_steps
         if (length is None) != (steps is None):
             given, missing = ("length", "steps") if steps is None else ("steps", "length")
@@ -528,8 +483,7 @@ class PretrainingDataArguments(MlmDataArguments):
             raise ValueError(f"--short_block_steps must be a positive integer, got {steps}")
 
     def _check_source(self) -> None:
-        """One corpus: --train_files or --dataset_name; --dataset_config_name and --streaming only with the
-        latter; under --streaming no option that needs the whole data set."""
+        """One corpus; --dataset_config_name and --streaming with --dataset_name; nothing streaming cannot do."""
         if (self.train_files is None) == (self.dataset_name is None):
             raise ValueError(
                 "give one corpus: --train_files (text, json or parquet files or folders) or --dataset_name (a "
@@ -552,8 +506,7 @@ class PretrainingDataArguments(MlmDataArguments):
             )
 
     def corpus_options(self) -> dict:
-        """The keyword arguments of `hf_ffn.training.corpus.load_corpus` (or, with --dataset_name, of
-        `load_hub_corpus`)."""
+        """The keyword arguments of `load_corpus` (or, with --dataset_name, `load_hub_corpus`)."""
         names = ("validation_files", "validation_split_percentage", "split_seed", "file_pattern")
         names += ("document_boundary", "document_start_regex", "text_column", "cache_dir")
         if self.dataset_name is not None:
@@ -563,7 +516,7 @@ class PretrainingDataArguments(MlmDataArguments):
         return {name: getattr(self, name) for name in names} | {"num_proc": self.preprocessing_num_workers}
 
     def masking_options(self) -> dict:
-        """The masking rule as `masking_collator` / `fixed_maskings` / `mlm_trainer` take it."""
+        """The masking rule as `fixed_maskings` and `mlm_trainer` take it."""
         names = ("mlm_probability", "mask_replace_prob", "random_replace_prob")
         return {name: getattr(self, name) for name in names}
 
