@@ -6,13 +6,13 @@ A bad value raises `ValueError` naming the flag, the value and what is allowed, 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from transformers import PretrainedConfig
 
 from ..configuration_ffn_bert import FFN_TYPES, HIDDEN_ACTS, LAYER_NORM_POSITIONS, is_gated, parameter_matched_glu_width
 from ..conversion.recipes import parse_width
-from ..training.arguments import ModelArguments, check_training_init
+from ..training.arguments import ModelArguments, check_training_init, option
 from ..training.blocks import ATTENTION_SCOPES
 from ..training.corpus import DOCUMENT_BOUNDARIES, resolve_boundary
 from .config_overrides import CHECKPOINT_KEYS, SCRATCH_KEYS, parse_config_overrides
@@ -57,168 +57,120 @@ def ffn_width(
 class PretrainingArguments:
     """The model of a pre-training run: from scratch (sizes, FFN variant, tokenizer) or a checkpoint to continue."""
 
-    model_name_or_path: str | None = field(
-        default=None,
-        metadata={
-            "help": "BERT or FfnBert checkpoint to continue pre-training (a fresh MLM head if it has none, "
-            "reported as new weights); not given: a new model from the size options below"
-        },
+    model_name_or_path: str | None = option(
+        None,
+        "BERT or FfnBert checkpoint to continue pre-training (a fresh MLM head if it has none, reported as new "
+        "weights); not given: a new model from the size options below",
     )
-    tokenizer_name: str | None = field(
-        default=None,
-        metadata={
-            "help": "an existing tokenizer folder or name; not given: the checkpoint's, or (from scratch) a "
-            "WordPiece tokenizer trained on the training documents with --vocab_size entries"
-        },
+    tokenizer_name: str | None = option(
+        None,
+        "an existing tokenizer folder or name; not given: the checkpoint's, or (from scratch) a WordPiece tokenizer "
+        "trained on the training documents with --vocab_size entries",
     )
-    vocab_size: int | None = field(
-        default=None, metadata={"help": "size of the trained WordPiece vocabulary (from scratch; not given: 8192)"}
+    vocab_size: int | None = option(None, "size of the trained WordPiece vocabulary (from scratch; not given: 8192)")
+    hidden_size: int | None = option(None, "from scratch: hidden size (not given: 256)")
+    num_hidden_layers: int | None = option(None, "from scratch: layers (not given: 4)")
+    num_attention_heads: int | None = option(None, "from scratch: heads (not given: 4)")
+    intermediate_size: int | None = option(
+        None,
+        "from scratch: the standard FFN width (not given: 4 x --hidden_size, 1024 at 256); a gated --ffn_type gets "
+        "the parameter-matched width (see --ffn_width)",
     )
-    hidden_size: int | None = field(default=None, metadata={"help": "from scratch: hidden size (not given: 256)"})
-    num_hidden_layers: int | None = field(default=None, metadata={"help": "from scratch: layers (not given: 4)"})
-    num_attention_heads: int | None = field(default=None, metadata={"help": "from scratch: heads (not given: 4)"})
-    intermediate_size: int | None = field(
-        default=None,
-        metadata={
-            "help": "from scratch: the standard FFN width (not given: 4 x --hidden_size, 1024 at 256); a gated "
-            "--ffn_type gets the parameter-matched width (see --ffn_width)"
-        },
+    hidden_act: str | None = option(
+        None,
+        "from scratch: BERT's hidden_act, the MLM head's activation and the standard FFN's when --ffn_type is not "
+        "given; not given: gelu",
     )
-    hidden_act: str | None = field(
-        default=None,
-        metadata={
-            "help": "from scratch: BERT's hidden_act, the MLM head's activation and the "
-            "standard FFN's when --ffn_type is not given; not given: gelu"
-        },
+    ffn_type: str | None = option(
+        None,
+        "FFN variant, e.g. gelu (BERT), relu, geglu, swiglu, reglu, bilinear; default: --hidden_act's standard FFN "
+        "(from scratch) or the checkpoint's",
     )
-    ffn_type: str | None = field(
-        default=None,
-        metadata={
-            "help": "FFN variant, e.g. gelu (BERT), relu, geglu, swiglu, reglu, bilinear; default: "
-            "--hidden_act's standard FFN (from scratch) or the checkpoint's"
-        },
+    layer_norm_position: str | None = option(
+        None, "post (BERT) or pre (Pre-LN); not given: post (from scratch) or the checkpoint's"
     )
-    layer_norm_position: str | None = field(
-        default=None,
-        metadata={"help": "post (BERT) or pre (Pre-LN); not given: post (from scratch) or the checkpoint's"},
+    ffn_width: str | None = option(
+        None,
+        "FFN width: 'matched' (a gated FFN at the standard FFN's weight count: the multiple of --glu_multiple_of "
+        "nearest to 2/3 of --intermediate_size, or of a checkpoint's; a standard FFN keeps its width), 'keep' (the "
+        "standard width) or an integer; not given: 'matched' from scratch, 'keep' for a checkpoint",
     )
-    ffn_width: str | None = field(
-        default=None,
-        metadata={
-            "help": "FFN width: 'matched' (a gated FFN at the standard FFN's weight count: the multiple of "
-            "--glu_multiple_of nearest to 2/3 of --intermediate_size, or of a checkpoint's; a standard FFN keeps "
-            "its width), 'keep' (the standard width) or an integer; not given: 'matched' from scratch, 'keep' "
-            "for a checkpoint"
-        },
+    glu_multiple_of: int = option(
+        GLU_MULTIPLE_OF,
+        "a matched gated width is the multiple of this nearest to 2/3 of the standard width (8: 1024 -> 680, -0.4%% "
+        "FFN weights; LLaMA's rounding up to 256 would give 768, +12.5%%)",
     )
-    glu_multiple_of: int = field(
-        default=GLU_MULTIPLE_OF,
-        metadata={
-            "help": "a matched gated width is the multiple of this nearest to 2/3 of the standard width "
-            "(8: 1024 -> 680, -0.4%% FFN weights; LLaMA's rounding up to 256 would "
-            "give 768, +12.5%%)"
-        },
+    ffn_init: str = option("preserving", "checkpoint only: how a BERT FFN becomes a gated one, 'preserving' or 'fresh'")
+    seed_modules_by_name: bool = option(
+        False,
+        "from scratch: initialise each module from (--seed, its name) (hf_ffn.mlm.initialisation.seed_by_name), so "
+        "the variants of one seed share every weight outside the FFN",
     )
-    ffn_init: str = field(
-        default="preserving",
-        metadata={"help": "checkpoint only: how a BERT FFN becomes a gated one, 'preserving' or 'fresh'"},
+    sparse_prediction: bool = option(
+        True,
+        "during training decode only the masked positions (MosaicBERT / ModernBERT; the loss is the same, the decoder "
+        "runs on ~15%% of the rows); not saved in config.json",
     )
-    seed_modules_by_name: bool = field(
-        default=False,
-        metadata={
-            "help": "from scratch: initialise each module from (--seed, its name) (hf_ffn.mlm.initialisation."
-            "seed_by_name), so the variants of one seed share every weight outside the FFN"
-        },
+    unpad_tokens: bool = option(
+        True,
+        "unpadded execution during the run (FfnBertConfig.unpad_tokens; packed blocks have no padding, so it changes "
+        "nothing here); the saved model keeps the checkpoint's value",
     )
-    sparse_prediction: bool = field(
-        default=True,
-        metadata={
-            "help": "during training decode only the masked positions (MosaicBERT / ModernBERT; the loss "
-            "is the same, the decoder runs on ~15%% of the rows); not saved in config.json"
-        },
+    padding_free: bool = option(
+        False,
+        "padding-free batches: each batch's blocks concatenated into one row, position_ids restarting at 0 for each "
+        "(DataCollatorWithFlattening), each block computed as if alone",
     )
-    unpad_tokens: bool = field(
-        default=True,
-        metadata={
-            "help": "unpadded execution during the run (FfnBertConfig.unpad_tokens; packed blocks have no "
-            "padding, so it changes nothing here); the saved model keeps the checkpoint's value"
-        },
+    bf16_where_available: bool = option(
+        True,
+        "train in bf16 mixed precision on a CUDA device that supports it, unless --bf16 or --fp16 is given (CPU runs "
+        "stay fp32); fp32 on a GPU: --bf16 false (or --bf16_where_available false)",
     )
-    padding_free: bool = field(
-        default=False,
-        metadata={
-            "help": "padding-free batches: each batch's blocks concatenated into one row, position_ids "
-            "restarting at 0 for each (DataCollatorWithFlattening), each block computed as if alone"
-        },
+    recipe: str = option(
+        "auto",
+        "the training options a run takes unless given: a recipe of hf_ffn/mlm/recipes (scratch-post-ln, "
+        "scratch-pre-ln) or a .json file of option values (copy one to start); auto: from scratch the one of "
+        "--layer_norm_position, none from a checkpoint; none: Trainer's defaults. Printed and saved in run_info.json",
     )
-    bf16_where_available: bool = field(
-        default=True,
-        metadata={
-            "help": "train in bf16 mixed precision on a CUDA device that supports it, unless --bf16 or --fp16 "
-            "is given (CPU runs stay fp32); fp32 on a GPU: --bf16 false (or --bf16_where_available false)"
-        },
+    speed_defaults: bool = option(
+        True,
+        "on a CUDA device, set the speed options not given (hf_ffn/mlm/recipes/cuda.json: --torch_compile, "
+        "--logging_nan_inf_filter false, data loader workers, --unpad_tokens false, --fixed_prediction_rows), printed "
+        "at the start; false: none of them (CPU runs get none either way)",
     )
-    recipe: str = field(
-        default="auto",
-        metadata={
-            "help": "the training options a run takes unless given: a recipe of hf_ffn/mlm/recipes (scratch-post-ln, "
-            "scratch-pre-ln) or a .json file of option values (copy one to start); auto: from scratch the one of "
-            "--layer_norm_position, none from a checkpoint; none: Trainer's defaults. Printed and saved in "
-            "run_info.json"
-        },
-    )
-    speed_defaults: bool = field(
-        default=True,
-        metadata={
-            "help": "on a CUDA device, set the speed options not given (hf_ffn/mlm/recipes/cuda.json: "
-            "--torch_compile, --logging_nan_inf_filter false, data loader workers, --unpad_tokens false, "
-            "--fixed_prediction_rows), printed at the start; false: none of them (CPU runs get none either way)"
-        },
-    )
-    fixed_prediction_rows: bool = field(
-        default=False,
-        metadata={
-            "help": "with --sparse_prediction: decode a fixed number of positions per batch (the masked ones, "
-            "then unmasked ones the loss ignores; hf_ffn.mlm.speed.prediction_rows), so shapes are static "
-            "for --torch_compile and the masked count is never read back from the GPU; the loss is the same"
-        },
+    fixed_prediction_rows: bool = option(
+        False,
+        "with --sparse_prediction: decode a fixed number of positions per batch (the masked ones, then unmasked ones "
+        "the loss ignores; hf_ffn.mlm.speed.prediction_rows), so shapes are static for --torch_compile and the masked "
+        "count is never read back from the GPU; the loss is the same",
     )
 
     # Monitoring and stopping (hf_ffn.training: config_overrides, throughput, early_stopping)
-    config_overrides: str | None = field(
-        default=None,
-        metadata={
-            "help": "config fields to override, as run_mlm.py's: 'hidden_dropout_prob=0.0,initializer_range=0.01' "
-            f"(typed by PretrainedConfig.update_from_string). From scratch: {', '.join(SCRATCH_KEYS)}; with "
-            f"--model_name_or_path only the dropout probabilities ({', '.join(CHECKPOINT_KEYS)})"
-        },
+    config_overrides: str | None = option(
+        None,
+        "config fields to override, as run_mlm.py's: 'hidden_dropout_prob=0.0,initializer_range=0.01' "
+        f"(typed by PretrainedConfig.update_from_string). From scratch: {', '.join(SCRATCH_KEYS)}; with "
+        f"--model_name_or_path only the dropout probabilities ({', '.join(CHECKPOINT_KEYS)})",
     )
-    log_throughput: bool = field(
-        default=True,
-        metadata={
-            "help": "add train_tokens_per_second and achieved train_gflops_per_second (3 x the forward matmul "
-            "FLOPs, hf_ffn.params.mlm_flops) to every training log line and the final one"
-        },
+    log_throughput: bool = option(
+        True,
+        "add train_tokens_per_second and achieved train_gflops_per_second (3 x the forward matmul FLOPs, "
+        "hf_ffn.params.mlm_flops) to every training log line and the final one",
     )
-    early_stopping_patience: int | None = field(
-        default=None,
-        metadata={
-            "help": "stop when the held-out --metric_for_best_model (default: mask_loss, the loss on [MASK] "
-            "positions) has not improved for this many evaluations in a row (transformers' "
-            "EarlyStoppingCallback); needs --eval_strategy steps or epoch, loads the best checkpoint at the end"
-        },
+    early_stopping_patience: int | None = option(
+        None,
+        "stop when the held-out --metric_for_best_model (default: mask_loss, the loss on [MASK] positions) has not "
+        "improved for this many evaluations in a row (transformers' EarlyStoppingCallback); needs --eval_strategy "
+        "steps or epoch, loads the best checkpoint at the end",
     )
-    early_stopping_threshold: float = field(
-        default=0.0,
-        metadata={"help": "with --early_stopping_patience: the least change that counts as an improvement"},
+    early_stopping_threshold: float = option(
+        0.0, "with --early_stopping_patience: the least change that counts as an improvement"
     )
-    stop_at_step: int | None = field(
-        default=None,
-        metadata={
-            "help": "end training after this step of the --max_steps schedule, with a checkpoint there (the "
-            "learning rate not yet decayed; to go on, a run in another --output_dir with --resume_from_checkpoint "
-            "OUTPUT_DIR/checkpoint-N and a later step, or none); not given: the schedule's end"
-        },
+    stop_at_step: int | None = option(
+        None,
+        "end training after this step of the --max_steps schedule, with a checkpoint there (the learning rate not yet "
+        "decayed; to go on, a run in another --output_dir with --resume_from_checkpoint OUTPUT_DIR/checkpoint-N and a "
+        "later step, or none); not given: the schedule's end",
     )
 
     def __post_init__(self) -> None:
@@ -311,120 +263,85 @@ class PretrainingDataArguments:
     """The text of a pre-training run (`hf_ffn.training.corpus`): files or a `datasets` data set, where documents
     start, what is held out, the blocks, the masking and its fixed maskings, the cache."""
 
-    train_files: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "text files (plain, or .xz/.gz/.bz2/.zst-compressed), json or parquet files, or folders of "
-            "them (the files matching --file_pattern); or give --dataset_name"
-        },
+    train_files: list[str] | None = option(
+        None,
+        "text files (plain, or .xz/.gz/.bz2/.zst-compressed), json or parquet files, or folders of them (the files "
+        "matching --file_pattern); or give --dataset_name",
     )
-    validation_split_percentage: int | None = field(
-        default=None,
-        metadata={
-            "help": "percentage of the documents held out (whole documents, seeded by --split_seed); not given: 10 "
-            "(not used with --validation_files or a --dataset_name with a validation split)"
-        },
+    validation_split_percentage: int | None = option(
+        None,
+        "percentage of the documents held out (whole documents, seeded by --split_seed); not given: 10 (not used with "
+        "--validation_files or a --dataset_name with a validation split)",
     )
-    split_seed: int = field(default=42, metadata={"help": "seed of the document split and of the fixed eval maskings"})
-    max_seq_length: int = field(default=128, metadata={"help": "tokens per training block"})
-    mlm_probability: float = field(default=0.15, metadata={"help": "fraction of tokens masked (BERT: 0.15)"})
-    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training blocks"})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N validation blocks"})
+    split_seed: int = option(42, "seed of the document split and of the fixed eval maskings")
+    max_seq_length: int = option(128, "tokens per training block")
+    mlm_probability: float = option(0.15, "fraction of tokens masked (BERT: 0.15)")
+    max_train_samples: int | None = option(None, "use only the first N training blocks")
+    max_eval_samples: int | None = option(None, "use only the first N validation blocks")
 
-    dataset_name: str | None = field(
-        default=None,
-        metadata={
-            "help": "a datasets data set instead of --train_files (run_mlm.py's): a hub name, a local loading "
-            "script or folder, or a folder written by save_to_disk; each row of its train split (--text_column) is "
-            "a document; held out: its validation split, else --validation_split_percentage of its rows"
-        },
+    dataset_name: str | None = option(
+        None,
+        "a datasets data set instead of --train_files (run_mlm.py's): a hub name, a local loading script or folder, "
+        "or a folder written by save_to_disk; each row of its train split (--text_column) is a document; held out: "
+        "its validation split, else --validation_split_percentage of its rows",
     )
-    dataset_config_name: str | None = field(
-        default=None, metadata={"help": "with --dataset_name: its configuration, e.g. wikitext-103-raw-v1"}
+    dataset_config_name: str | None = option(None, "with --dataset_name: its configuration, e.g. wikitext-103-raw-v1")
+    streaming: bool = option(
+        False,
+        "with --dataset_name: read the data set as training reads it (datasets' streaming), never whole on disk or in "
+        "memory; needs --max_steps, a held-out split of its own or --validation_files, and --tokenizer_name or "
+        "--model_name_or_path",
     )
-    streaming: bool = field(
-        default=False,
-        metadata={
-            "help": "with --dataset_name: read the data set as training reads it (datasets' streaming), never "
-            "whole on disk or in memory; needs --max_steps, a held-out split of its own or --validation_files, "
-            "and --tokenizer_name or --model_name_or_path"
-        },
+    validation_files: list[str] | None = option(
+        None,
+        "held-out text files or folders (as --train_files; run_mlm.py's --validation_file): then every --train_files "
+        "document trains and --validation_split_percentage is not used",
     )
-    validation_files: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "held-out text files or folders (as --train_files; run_mlm.py's --validation_file): then every "
-            "--train_files document trains and --validation_split_percentage is not used"
-        },
+    file_pattern: str = option("*.txt", "the files of a folder that are read (a glob, e.g. '*.txt.xz' or '*.parquet')")
+    text_column: str = option("text", "json / parquet files: the column holding a document per row")
+    document_boundary: str | None = option(
+        None,
+        "where documents start in a text file: empty_line (documents separated by an empty line, BERT's format), file "
+        "(one document per file) or regex (at each --document_start_regex match); not given: regex with "
+        "--document_start_regex, else empty_line",
+        choices=DOCUMENT_BOUNDARIES,
     )
-    file_pattern: str = field(
-        default="*.txt",
-        metadata={"help": "the files of a folder that are read (a glob, e.g. '*.txt.xz' or '*.parquet')"},
+    document_start_regex: str | None = option(
+        None,
+        "a regular expression (multi-line) matching where each document starts inside a file, e.g. '^ = [^=]' for "
+        "WikiText's article titles (implies --document_boundary regex)",
     )
-    text_column: str = field(
-        default="text", metadata={"help": "json / parquet files: the column holding a document per row"}
+    attention_scope: str = option(
+        "block",
+        "block: every token of a packed block attends to the whole block (BERT, run_mlm.py); document: only to its "
+        "own document (position_ids restart at each document; FfnBert computes each document as if alone)",
+        choices=ATTENTION_SCOPES,
     )
-    document_boundary: str | None = field(
-        default=None,
-        metadata={
-            "help": "where documents start in a text file: empty_line (documents separated by an empty line, "
-            "BERT's format), file (one document per file) or regex (at each --document_start_regex match); not "
-            "given: regex with --document_start_regex, else empty_line",
-            "choices": DOCUMENT_BOUNDARIES,
-        },
+    short_block_length: int | None = option(
+        None,
+        "a sequence-length warm-up: the first --short_block_steps steps train on blocks of this many tokens "
+        "(per_device_train_batch_size x max_seq_length / this many blocks a step: as many tokens), then on blocks of "
+        "--max_seq_length, one learning-rate schedule over --max_steps (the first phase is saved in "
+        "OUTPUT_DIR/short_blocks; hf_ffn.mlm.warmup; resumed with --resume_from_checkpoint last; not with "
+        "--early_stopping_patience)",
     )
-    document_start_regex: str | None = field(
-        default=None,
-        metadata={
-            "help": "a regular expression (multi-line) matching where each document starts inside a file, "
-            "e.g. '^ = [^=]' for WikiText's article titles (implies --document_boundary regex)"
-        },
+    short_block_steps: int | None = option(None, "with --short_block_length: the steps on the short blocks")
+    mask_replace_prob: float = option(0.8, "of the chosen tokens, the fraction shown as [MASK] (BERT: 0.8)")
+    random_replace_prob: float = option(
+        0.1, "of the chosen tokens, the fraction replaced by a random token (BERT: 0.1; the rest kept)"
     )
-    attention_scope: str = field(
-        default="block",
-        metadata={
-            "help": "block: every token of a packed block attends to the whole block (BERT, run_mlm.py); "
-            "document: only to its own document (position_ids restart at each document; FfnBert computes each "
-            "document as if alone)",
-            "choices": ATTENTION_SCOPES,
-        },
+    eval_maskings: int = option(
+        1,
+        "the held-out blocks are masked this many times (seeds --split_seed, +1, ...), concatenated: every evaluation "
+        "scores the same tokens",
     )
-    short_block_length: int | None = field(
-        default=None,
-        metadata={
-            "help": "a sequence-length warm-up: the first --short_block_steps steps train on blocks of this many "
-            "tokens (per_device_train_batch_size x max_seq_length / this many blocks a step: as many tokens), "
-            "then on blocks of --max_seq_length, one learning-rate schedule over --max_steps (the first phase is "
-            "saved in OUTPUT_DIR/short_blocks; hf_ffn.mlm.warmup; resumed with --resume_from_checkpoint "
-            "last; not with --early_stopping_patience)"
-        },
+    preprocessing_num_workers: int | None = option(
+        None, "processes reading and tokenizing the text (datasets' num_proc)"
     )
-    short_block_steps: int | None = field(
-        default=None, metadata={"help": "with --short_block_length: the steps on the short blocks"}
-    )
-    mask_replace_prob: float = field(
-        default=0.8, metadata={"help": "of the chosen tokens, the fraction shown as [MASK] (BERT: 0.8)"}
-    )
-    random_replace_prob: float = field(
-        default=0.1,
-        metadata={"help": "of the chosen tokens, the fraction replaced by a random token (BERT: 0.1; the rest kept)"},
-    )
-    eval_maskings: int = field(
-        default=1,
-        metadata={
-            "help": "the held-out blocks are masked this many times (seeds --split_seed, +1, ...), concatenated: "
-            "every evaluation scores the same tokens"
-        },
-    )
-    preprocessing_num_workers: int | None = field(
-        default=None, metadata={"help": "processes reading and tokenizing the text (datasets' num_proc)"}
-    )
-    cache_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "where datasets keeps the documents, tokens and blocks (memory-mapped Arrow; a second run with "
-            "the same files, tokenizer and options reuses them); not given: HF_DATASETS_CACHE"
-        },
+    cache_dir: str | None = option(
+        None,
+        "where datasets keeps the documents, tokens and blocks (memory-mapped Arrow; a second run with the same "
+        "files, tokenizer and options reuses them); not given: HF_DATASETS_CACHE",
     )
 
     def __post_init__(self) -> None:

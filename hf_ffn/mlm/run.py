@@ -50,19 +50,13 @@ from ..training.outputs import (
     save_outputs,
     training_seconds,
 )
-from .arguments import (
-    GLU_MULTIPLE_OF,
-    SCRATCH_DEFAULTS,
-    PretrainingArguments,
-    PretrainingDataArguments,
-    ffn_width,
-)
+from .arguments import PretrainingArguments, PretrainingDataArguments, ffn_width
 from .data import Phases, blocks_and_maskings, context_free_floors, corpus_documents, materialise
 from .early_stopping import StopAtStep, check_stop_at_step, early_stopping_callback
 from .floors import plateau_verdict
 from .initialisation import ffn_output_rms, seed_by_name
 from .recipe import CONFIG_KEY, config_text, recipe_defaults
-from .report import card_notes, ffn_report, run_report, summary_line
+from .report import card_notes, run_report, summary_line
 from .speed import apply_speed_defaults, options_given_by_value, use_bf16_where_available
 from .throughput import ThroughputCallback
 from .tokenizer import train_tokenizer
@@ -482,18 +476,4 @@ def _print_outcome(outcome: dict, output_dir: str) -> None:
     print(LOAD_HINT.format(folder=output_dir))
 
 
-__all__ = [
-    "GLU_MULTIPLE_OF",
-    "SCRATCH_DEFAULTS",
-    "PretrainingArguments",
-    "PretrainingDataArguments",
-    "ffn_report",
-    "ffn_width",
-    "pretraining_config",
-    "pretraining_main",
-    "pretraining_parser",
-    "run_mlm",
-    "run_pretraining",
-    "train_tokenizer",
-    "use_bf16_where_available",
-]
+__all__ = ["pretraining_config", "pretraining_main", "pretraining_parser", "run_mlm", "run_pretraining"]

@@ -40,6 +40,11 @@ TRAINING_INITS = tuple(init for init in INITS if init != "pruned")
 PRUNED_ELSEWHERE = "pruned is made by `hf-ffn convert --init pruned` (with calibration text): fine-tune its folder"
 
 
+def option(default: Any, help: str, **metadata: Any) -> Any:
+    """A dataclass field for `HfArgumentParser`: its default and its `--help` text (and e.g. `choices`)."""
+    return field(default=default, metadata={"help": help, **metadata})
+
+
 @dataclass
 class ModelArguments:
     """The checkpoint to start from, the FFN variant / LayerNorm placement to turn it into, how the run executes."""
@@ -47,52 +52,38 @@ class ModelArguments:
     model_name_or_path: str = field(
         metadata={"help": "The BERT or FfnBert checkpoint to start from: a local folder or a hub name."}
     )
-    ffn_type: str | None = field(
-        default=None,
-        metadata={
-            "help": "The FFN variant to convert to, e.g. gelu (BERT), geglu or swiglu. Default: the checkpoint's."
-        },
+    ffn_type: str | None = option(
+        None, "The FFN variant to convert to, e.g. gelu (BERT), geglu or swiglu. Default: the checkpoint's."
     )
-    layer_norm_position: str | None = field(
-        default=None,
-        metadata={"help": "The LayerNorm placement: post (BERT) or pre (Pre-LN). Default: the checkpoint's."},
+    layer_norm_position: str | None = option(
+        None, "The LayerNorm placement: post (BERT) or pre (Pre-LN). Default: the checkpoint's."
     )
-    ffn_init: str = field(
-        default="preserving",
-        metadata={
-            "help": "How a BERT FFN becomes a gated one: 'preserving' (copy BERT's weights so the FFN "
-            "computes the same or nearly the same function) or 'fresh' (new random FFN weights). A pruned "
-            "conversion is made by `hf-ffn convert --init pruned`; fine-tune its folder."
-        },
+    ffn_init: str = option(
+        "preserving",
+        "How a BERT FFN becomes a gated one: 'preserving' (copy BERT's weights so the FFN computes the same or nearly "
+        "the same function) or 'fresh' (new random FFN weights). A pruned conversion is made by `hf-ffn convert "
+        "--init pruned`; fine-tune its folder.",
     )
-    ffn_width: str = field(
-        default="keep",
-        metadata={
-            "help": "The gated FFN's width: 'keep' (the checkpoint's intermediate_size), 'matched' (2/3 of it, "
-            "rounded up to 256: the same FFN weight count) or an integer."
-        },
+    ffn_width: str = option(
+        "keep",
+        "The gated FFN's width: 'keep' (the checkpoint's intermediate_size), 'matched' (2/3 of it, rounded up to 256: "
+        "the same FFN weight count) or an integer.",
     )
-    tokenizer_name: str | None = field(
-        default=None, metadata={"help": "The tokenizer folder or name. Default: the one saved with the checkpoint."}
+    tokenizer_name: str | None = option(
+        None, "The tokenizer folder or name. Default: the one saved with the checkpoint."
     )
-    unpad_tokens: bool = field(
-        default=True,
-        metadata={
-            "help": "Unpadded execution during the run (FfnBertConfig.unpad_tokens): every token-wise part "
-            "runs on the real tokens only. The losses ignore pad positions, so they are the same as "
-            "with it off (to fp32 rounding of the weight gradients; with dropout, other random "
-            "draws of the same masks). Turn off with --no_unpad_tokens (or --unpad_tokens false). "
-            "The saved model keeps the checkpoint's value."
-        },
+    unpad_tokens: bool = option(
+        True,
+        "Unpadded execution during the run (FfnBertConfig.unpad_tokens): every token-wise part runs on the real "
+        "tokens only. The losses ignore pad positions, so they are the same as with it off (to fp32 rounding of the "
+        "weight gradients; with dropout, other random draws of the same masks). Turn off with --no_unpad_tokens (or "
+        "--unpad_tokens false). The saved model keeps the checkpoint's value.",
     )
-    padding_free: bool = field(
-        default=False,
-        metadata={
-            "help": "Padding-free batches (transformers' DataCollatorWithFlattening): each batch's sequences "
-            "concatenated into one row, position_ids restarting at 0 for each, no padding; FfnBert "
-            "computes each sequence as if alone and its pooler gives one output per sequence, so "
-            "sequence classification works too (docs/unpadded.md)."
-        },
+    padding_free: bool = option(
+        False,
+        "Padding-free batches (transformers' DataCollatorWithFlattening): each batch's sequences concatenated into "
+        "one row, position_ids restarting at 0 for each, no padding; FfnBert computes each sequence as if alone and "
+        "its pooler gives one output per sequence, so sequence classification works too (docs/unpadded.md).",
     )
 
     def __post_init__(self) -> None:
@@ -366,6 +357,7 @@ __all__ = [
     "check_numeric_options",
     "check_training_init",
     "one_line_error",
+    "option",
     "parse_arguments",
     "resolve_max_seq_length",
     "resume_checkpoint",
