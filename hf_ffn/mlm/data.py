@@ -43,11 +43,8 @@ def materialise(dataset, count: int | None):
 
 def corpus_documents(data_args: PretrainingDataArguments, phases: Phases):
     """Corpus → documents (`load_corpus`, or `load_hub_corpus` with --dataset_name), its line printed."""
-    options = data_args.corpus_options()
-    if data_args.dataset_name is None:
-        documents = load_corpus(**options)
-    else:
-        documents = load_hub_corpus(**options)
+    load = load_corpus if data_args.dataset_name is None else load_hub_corpus
+    documents = load(**data_args.corpus_options())
     if data_args.streaming:
         phases.done("reading", f"opened {data_args.dataset_name} as a stream (read as training reads it)")
     else:

@@ -21,16 +21,9 @@ def ffn_report(config: FfnBertConfig, standard_width: int | None = None) -> dict
     row = asdict(config_row(config, "this model"))
     row.pop("model")
     row["ffn_flops_per_token_all_layers"] = row["ffn_flops_per_token"] * config.num_hidden_layers
-    if standard_width is not None and (config.ffn_types[0], config.intermediate_size) != (
-        config.hidden_act,
-        standard_width,
-    ):
-        reference = config_row(
-            FfnBertConfig.from_dict(
-                {**config.to_dict(), "ffn_type": config.hidden_act, "intermediate_size": standard_width}
-            ),
-            "standard",
-        )
+    standard = {"ffn_type": config.hidden_act, "intermediate_size": standard_width}
+    if standard_width is not None and (config.ffn_types[0], config.intermediate_size) != tuple(standard.values()):
+        reference = config_row(FfnBertConfig.from_dict({**config.to_dict(), **standard}), "standard")
         row["standard"] = {key: value for key, value in asdict(reference).items() if key != "model"}
         row["ffn_params_vs_standard"] = row["ffn_params_all_layers"] / reference.ffn_params_all_layers
     return row
@@ -43,12 +36,8 @@ def run_report(
     text repeated, logged), execution switches and `train_seconds` (`run_pretraining` adds the rest)."""
     model, state, block = trainer.model, trainer.state, data_args.max_seq_length
     train, evaluation = blocks
-    sequences = (
-        state.global_step
-        * training_args.per_device_train_batch_size
-        * training_args.world_size
-        * training_args.gradient_accumulation_steps
-    )
+    per_step = training_args.per_device_train_batch_size * training_args.world_size
+    sequences = state.global_step * per_step * training_args.gradient_accumulation_steps
     sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
     sizes += ("hidden_act", "ffn_type", "layer_norm_position")
     new_head = built["head_note"] or args.model_name_or_path is None
@@ -85,11 +74,9 @@ def run_report(
 def summary_line(report: dict, config: FfnBertConfig, standard_width: int | None, loss: float, results: dict) -> str:
     """The run's one printed line: the FFN, its parameters and FLOPs, the held-out loss, steps, tokens, epochs."""
     ffn = report["ffn"]
-    matched = (
-        f"({ffn['ffn_params_vs_standard']:.3f}x the standard FFN at {standard_width}) "
-        if "ffn_params_vs_standard" in ffn
-        else ""
-    )
+    matched = ""
+    if "ffn_params_vs_standard" in ffn:
+        matched = f"({ffn['ffn_params_vs_standard']:.3f}x the standard FFN at {standard_width}) "
     return (
         f"{report['model']['from']}: {ffn['ffn_type']} FFN width {ffn['intermediate_size']}, "
         f"{config.layer_norm_position}-LN, {ffn['ffn_params_all_layers']:,} FFN parameters {matched}"

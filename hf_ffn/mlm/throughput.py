@@ -83,15 +83,10 @@ class ThroughputCallback(TrainerCallback):
         self.seconds += now - self.mark
         self.mark = now
 
-    def _paused(self) -> None:
-        """After evaluation or saving: the time since the last mark is not training."""
-        self.mark = self.clock()
-
     def on_evaluate(self, args, state, control, **kwargs):
-        self._paused()
+        self.mark = self.clock()  # training resumes now: the time since the last mark was not training
 
-    def on_save(self, args, state, control, **kwargs):
-        self._paused()
+    on_save = on_evaluate
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs is None:
