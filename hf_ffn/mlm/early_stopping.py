@@ -70,10 +70,8 @@ def check_stop_at_step(
     """Refuse a `--stop_at_step` the run cannot stop at (None: nothing to check).
 
     Raises:
-        ValueError: naming --stop_at_step when --max_steps is not given (the step is one of its schedule), when it
-            is not below --max_steps (at --max_steps the run ends anyway), with a sequence-length warm-up when it is
-            not above --short_block_steps (the first phase always runs its K steps), or when it is not after
-            `resumed_step`, the step of the checkpoint `resume` the run goes on from.
+        ValueError: naming --stop_at_step: no --max_steps, not below it, not above --short_block_steps, or not after
+            `resumed_step` (the step of the checkpoint `resume`).
     """
     if stop is None:
         return

@@ -7,7 +7,9 @@ token drawn uniformly from all `V` ids with `p_random`, kept with `p_keep = 1 �
 training tokens' unigram with add-one smoothing over the ids that can be chosen (0 at `never_chosen_ids`).
 
 1. `unigram_mask`: the mean over [MASK] positions of −log q(label).
-2. `copy_aware`: the loss of the Bayes-optimal predictor that sees only the shown token v (Bayes' rule on the rule):
+2. `copy_aware`: the loss of the Bayes-optimal predictor that sees only the shown token v. For a label y,
+   P(v = [MASK] | y) = p_mask + p_random / V and P(v = t | y) = p_keep · 1{t = y} + p_random / V (t ≠ [MASK]);
+   Bayes' rule with P(y) = q(y), since Σ_y q(y) P(v = t | y) = p_keep · q(t) + p_random / V:
 
        v = [MASK]:      P(y | v) = q(y)
        v = t:           P(y | v) = q(y) · (p_keep · 1{y = t} + p_random / V) / (p_keep · q(t) + p_random / V)
@@ -26,11 +28,8 @@ STREAM_COUNT_BATCH = 1_000  # blocks per batch from a stream (`IterableDataset`:
 
 
 def unigram_counts(blocks, vocab_size: int) -> np.ndarray:
-    """The count of each token id among the non-special tokens of `blocks` (a `Dataset` or `IterableDataset` of
-    `documents_to_blocks` rows), read a batch at a time.
-
-    Returns:
-        int64 array of shape (vocab_size,).
+    """The count of each token id among the non-special tokens of `blocks` (`documents_to_blocks` rows, streamed or
+    not), read a batch at a time: int64, shape (vocab_size,).
 
     Raises:
         ValueError: a token id ≥ `vocab_size`.

@@ -1,7 +1,12 @@
 """Initialisation for fair comparisons of FFN variants from scratch (docs/pretraining.md, "Fair starts"):
 `seed_by_name` (each module's initial weights depend only on (seed, name), so the variants of one seed share every
-weight outside the FFN) and `ffn_output_rms` (each layer's FFN output size at initialisation: under BERT's N(0, σ²)
-init a gated FFN's output is second order in σ√d, a standard one's first order, so it starts smaller).
+weight outside the FFN) and `ffn_output_rms` (each layer's FFN output size at initialisation).
+
+BERT's `_init_weights` draws every `nn.Linear` weight from N(0, σ²) (σ = 0.02), a GLU's gate and linear branches
+included. On an input with rms 1 per feature a projection has entries of std s = σ·√d (0.23 at d = 128). A standard
+FFN's output `W2 act(W1 x)` is first order in s (GELU(z) ≈ z/2): rms ≈ σ·√I·s/2, about 0.05 at I = 512; a gated
+FFN's `W2 (act(W_g x) ⊙ W_u x)` is second order (SiLU(z) ≈ z/2): rms ≈ σ·√I'·s²/2, about 0.01 at I' = 344. The gated
+FFN starts about (1/s)·√(I/I') ≈ 5× smaller here (1.8× at d = 768): compare variants each at its own learning rate.
 """
 
 from __future__ import annotations

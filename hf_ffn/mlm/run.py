@@ -6,6 +6,7 @@ reports: docs/pretraining.md. A gated FFN asked for at a standard width I gets t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -395,16 +396,7 @@ def run_mlm(model_args: ModelArguments, data_args: PretrainingDataArguments, tra
     Raises:
         FileNotFoundError, FileExistsError, ValueError: on bad input, before training starts.
     """
-    args = PretrainingArguments(
-        model_name_or_path=model_args.model_name_or_path,
-        tokenizer_name=model_args.tokenizer_name,
-        ffn_type=model_args.ffn_type,
-        layer_norm_position=model_args.layer_norm_position,
-        ffn_width=model_args.ffn_width,
-        ffn_init=model_args.ffn_init,
-        unpad_tokens=model_args.unpad_tokens,
-        padding_free=model_args.padding_free,
-    )
+    args = PretrainingArguments(**dataclasses.asdict(model_args))  # the fields of ModelArguments, as given
     return run_pretraining(args, data_args, training_args)
 
 

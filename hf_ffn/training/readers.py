@@ -59,9 +59,8 @@ def read_label_files(
     or its extension when every file has the same stem (`reviews.pos` → "pos"); blank lines are skipped.
 
     Raises:
-        FileNotFoundError: naming `argument`, if `directory` is not a folder or holds no matching file.
-        ValueError: naming `argument`, if a label file is empty, two files give the same label, or fewer than two
-            labels are found.
+        FileNotFoundError: naming `argument`: no such folder, no matching file.
+        ValueError: naming `argument`: an empty label file, a label twice, fewer than two labels.
     """
     folder = Path(directory)
     if not folder.is_dir():
@@ -102,8 +101,7 @@ def parse_split_sizes(value: str | Sequence[int | float], total: int, argument: 
     three fractions of `total` ("0.8,0.1,0.1": each rounded down, the remainder to train).
 
     Raises:
-        ValueError: naming `argument`, unless the sizes are three positive numbers adding up to at most `total`
-            (fractions: at most 1).
+        ValueError: naming `argument`, unless three positive sizes adding up to at most `total` (fractions: 1).
     """
     parts = [part for part in value.split(",") if part.strip()] if isinstance(value, str) else list(value)
     try:
