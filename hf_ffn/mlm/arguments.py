@@ -260,8 +260,9 @@ class PretrainingArguments:
 
 @dataclass
 class PretrainingDataArguments:
-    """The text of a pre-training run (`hf_ffn.training.corpus`): files or a `datasets` data set, where documents
-    start, what is held out, the blocks, the masking and its fixed maskings, the cache."""
+    """Text files or folders (held-out percentage, split seed, block length, masking rate) and the rest of the data
+    path (`hf_ffn.training.corpus`): file formats and compression, where documents start, a held-out file, the
+    attention scope of a block, the masking split, the fixed maskings, the cache."""
 
     train_files: list[str] | None = option(
         None,

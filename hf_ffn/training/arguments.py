@@ -47,7 +47,8 @@ def option(default: Any, help: str, **metadata: Any) -> Any:
 
 @dataclass
 class ModelArguments:
-    """The checkpoint to start from, the FFN variant / LayerNorm placement to turn it into, how the run executes."""
+    """Which checkpoint to start from, which FFN variant / LayerNorm placement to turn it into, and whether the run
+    executes unpadded (`unpad_tokens`, on by default: an execution switch, not part of the variant)."""
 
     model_name_or_path: str = field(
         metadata={"help": "The BERT or FfnBert checkpoint to start from: a local folder or a hub name."}
