@@ -1,25 +1,23 @@
-"""The arguments of a pre-training run (`hf-ffn mlm`, `hf_ffn.mlm.run`), as dataclasses for
-`HfArgumentParser` (parsed with transformers' `TrainingArguments`): the model (from scratch: its sizes and FFN
-variant, the tokenizer; or a checkpoint to continue) and the text. Bad values raise `ValueError` naming the flag,
-the value and what is allowed, before anything is loaded.
+"""The options of `hf-ffn mlm` as `HfArgumentParser` dataclasses (parsed with transformers' `TrainingArguments`): the
+model (`PretrainingArguments`: from scratch, or a checkpoint to continue) and the text (`PretrainingDataArguments`).
+A bad value raises `ValueError` naming the flag, the value and what is allowed, before anything is loaded.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from transformers import PretrainedConfig
 
 from ..configuration_ffn_bert import FFN_TYPES, HIDDEN_ACTS, LAYER_NORM_POSITIONS, is_gated, parameter_matched_glu_width
 from ..conversion.recipes import parse_width
-from ..training.arguments import ModelArguments, check_training_init
+from ..training.arguments import ModelArguments, check_training_init, option
 from ..training.blocks import ATTENTION_SCOPES
 from ..training.corpus import DOCUMENT_BOUNDARIES, resolve_boundary
 from .config_overrides import CHECKPOINT_KEYS, SCRATCH_KEYS, parse_config_overrides
 
-# The from-scratch model when no size is given: 4 layers × hidden 256, 4 heads, FFN 1024 (BERT's 4·hidden), GELU,
-# Post-LN (BERT-mini's shape, Turc et al. 2019), and an 8,192-token WordPiece vocabulary.
+# The from-scratch model when no size is given: BERT-mini's shape (Turc et al. 2019), an 8,192-token vocabulary.
 SCRATCH_DEFAULTS = {
     "hidden_size": 256,
     "num_hidden_layers": 4,
@@ -36,15 +34,11 @@ GLU_MULTIPLE_OF = 8
 def ffn_width(
     ffn_type: str, intermediate_size: int, width: str | int = "matched", multiple_of: int = GLU_MULTIPLE_OF
 ) -> int:
-    """The FFN width (`intermediate_size` of the config: what enters `down_proj`) of `ffn_type` compared with a
-    standard FFN of width `intermediate_size`: from scratch, and (`PretrainingArguments.model_arguments`) for a
-    checkpoint converted by `hf-ffn mlm`, so `--ffn_width matched` means the same in both.
+    """The FFN width (config `intermediate_size`) of `ffn_type` against a standard FFN of width `intermediate_size`.
 
-    `width`: "matched" (a gated FFN gets the multiple of `multiple_of` nearest to 2/3 of `intermediate_size`, the
-    width with the standard FFN's weight count: 3·d·w = 2·d·I; a tie goes up, to
-    `parameter_matched_glu_width(intermediate_size, multiple_of)`; a standard FFN keeps `intermediate_size`),
-    "keep" (`intermediate_size` for every type) or an int (that width). Examples with `multiple_of=8`: 1024 → 680
-    (2/3 is 682.7; 688 would be +0.8% weights, 680 is −0.4%), 3072 → 2048, 4096 → 2728.
+    `width`: "keep" (`intermediate_size`), an int (that width) or "matched": a gated FFN gets the multiple of
+    `multiple_of` nearest to 2/3 of `intermediate_size` (3·d·w = 2·d·I: the standard FFN's weight count; a tie goes
+    up), a standard FFN keeps `intermediate_size`. With `multiple_of=8`: 1024 → 680, 3072 → 2048, 4096 → 2728.
 
     Raises:
         ValueError: on a `width` that is not "keep", "matched" or a positive int (naming --ffn_width).
@@ -60,200 +54,123 @@ def ffn_width(
 
 
 @dataclass
-class MlmDataArguments:
-    """Text files or folders for masked-language-model training (`PretrainingDataArguments` adds the rest of the
-    data path's options: formats, document boundaries, a validation file, masking, the cache)."""
-
-    train_files: list[str] = field(
-        metadata={
-            "help": "text files (plain, or .xz/.gz/.bz2/.zst-compressed), json or parquet files, or folders of "
-            "them (the files matching --file_pattern)"
-        }
-    )
-    validation_split_percentage: int = field(
-        default=10, metadata={"help": "percentage of the documents held out (whole documents, seeded)"}
-    )
-    split_seed: int = field(default=42, metadata={"help": "seed of the document split and of the fixed eval maskings"})
-    max_seq_length: int = field(default=128, metadata={"help": "tokens per training block"})
-    mlm_probability: float = field(default=0.15, metadata={"help": "fraction of tokens masked (BERT: 0.15)"})
-    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training blocks"})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N validation blocks"})
-
-    def __post_init__(self) -> None:
-        if not 0 < self.validation_split_percentage < 100:
-            raise ValueError(f"--validation_split_percentage must be in 1..99, got {self.validation_split_percentage}")
-        if not 0 < self.mlm_probability < 1:
-            raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}")
-        if self.max_seq_length <= 2:
-            raise ValueError(f"--max_seq_length must be > 2, got {self.max_seq_length}")
-
-
-@dataclass
 class PretrainingArguments:
     """The model of a pre-training run: from scratch (sizes, FFN variant, tokenizer) or a checkpoint to continue."""
 
-    model_name_or_path: str | None = field(
-        default=None,
-        metadata={
-            "help": "BERT or FfnBert checkpoint to continue pre-training (a fresh MLM head if it has none, "
-            "reported as new weights); not given: a new model from the size options below"
-        },
+    model_name_or_path: str | None = option(
+        None,
+        "BERT or FfnBert checkpoint to continue pre-training (a fresh MLM head if it has none, reported as new "
+        "weights); not given: a new model from the size options below",
     )
-    tokenizer_name: str | None = field(
-        default=None,
-        metadata={
-            "help": "an existing tokenizer folder or name; not given: the checkpoint's, or (from scratch) a "
-            "WordPiece tokenizer trained on the training documents with --vocab_size entries"
-        },
+    tokenizer_name: str | None = option(
+        None,
+        "an existing tokenizer folder or name; not given: the checkpoint's, or (from scratch) a WordPiece tokenizer "
+        "trained on the training documents with --vocab_size entries",
     )
-    vocab_size: int | None = field(
-        default=None, metadata={"help": "size of the trained WordPiece vocabulary (from scratch; not given: 8192)"}
+    vocab_size: int | None = option(None, "size of the trained WordPiece vocabulary (from scratch; not given: 8192)")
+    hidden_size: int | None = option(None, "from scratch: hidden size (not given: 256)")
+    num_hidden_layers: int | None = option(None, "from scratch: layers (not given: 4)")
+    num_attention_heads: int | None = option(None, "from scratch: heads (not given: 4)")
+    intermediate_size: int | None = option(
+        None,
+        "from scratch: the standard FFN width (not given: 4 x --hidden_size, 1024 at 256); a gated --ffn_type gets "
+        "the parameter-matched width (see --ffn_width)",
     )
-    hidden_size: int | None = field(default=None, metadata={"help": "from scratch: hidden size (not given: 256)"})
-    num_hidden_layers: int | None = field(default=None, metadata={"help": "from scratch: layers (not given: 4)"})
-    num_attention_heads: int | None = field(default=None, metadata={"help": "from scratch: heads (not given: 4)"})
-    intermediate_size: int | None = field(
-        default=None,
-        metadata={
-            "help": "from scratch: the standard FFN width (not given: 4 x --hidden_size, 1024 at 256); a gated "
-            "--ffn_type gets the parameter-matched width (see --ffn_width)"
-        },
+    hidden_act: str | None = option(
+        None,
+        "from scratch: BERT's hidden_act, the MLM head's activation and the standard FFN's when --ffn_type is not "
+        "given; not given: gelu",
     )
-    hidden_act: str | None = field(
-        default=None,
-        metadata={
-            "help": "from scratch: BERT's hidden_act, the MLM head's activation and the "
-            "standard FFN's when --ffn_type is not given; not given: gelu"
-        },
+    ffn_type: str | None = option(
+        None,
+        "FFN variant, e.g. gelu (BERT), relu, geglu, swiglu, reglu, bilinear; default: --hidden_act's standard FFN "
+        "(from scratch) or the checkpoint's",
     )
-    ffn_type: str | None = field(
-        default=None,
-        metadata={
-            "help": "FFN variant, e.g. gelu (BERT), relu, geglu, swiglu, reglu, bilinear; default: "
-            "--hidden_act's standard FFN (from scratch) or the checkpoint's"
-        },
+    layer_norm_position: str | None = option(
+        None, "post (BERT) or pre (Pre-LN); not given: post (from scratch) or the checkpoint's"
     )
-    layer_norm_position: str | None = field(
-        default=None,
-        metadata={"help": "post (BERT) or pre (Pre-LN); not given: post (from scratch) or the checkpoint's"},
+    ffn_width: str | None = option(
+        None,
+        "FFN width: 'matched' (a gated FFN at the standard FFN's weight count: the multiple of --glu_multiple_of "
+        "nearest to 2/3 of --intermediate_size, or of a checkpoint's; a standard FFN keeps its width), 'keep' (the "
+        "standard width) or an integer; not given: 'matched' from scratch, 'keep' for a checkpoint",
     )
-    ffn_width: str | None = field(
-        default=None,
-        metadata={
-            "help": "FFN width: 'matched' (a gated FFN at the standard FFN's weight count: the multiple of "
-            "--glu_multiple_of nearest to 2/3 of --intermediate_size, or of a checkpoint's; a standard FFN keeps "
-            "its width), 'keep' (the standard width) or an integer; not given: 'matched' from scratch, 'keep' "
-            "for a checkpoint"
-        },
+    glu_multiple_of: int = option(
+        GLU_MULTIPLE_OF,
+        "a matched gated width is the multiple of this nearest to 2/3 of the standard width (8: 1024 -> 680, -0.4%% "
+        "FFN weights; LLaMA's rounding up to 256 would give 768, +12.5%%)",
     )
-    glu_multiple_of: int = field(
-        default=GLU_MULTIPLE_OF,
-        metadata={
-            "help": "a matched gated width is the multiple of this nearest to 2/3 of the standard width "
-            "(8: 1024 -> 680, -0.4%% FFN weights; LLaMA's rounding up to 256 would "
-            "give 768, +12.5%%)"
-        },
+    ffn_init: str = option("preserving", "checkpoint only: how a BERT FFN becomes a gated one, 'preserving' or 'fresh'")
+    seed_modules_by_name: bool = option(
+        False,
+        "from scratch: initialise each module from (--seed, its name) (hf_ffn.mlm.initialisation.seed_by_name), so "
+        "the variants of one seed share every weight outside the FFN",
     )
-    ffn_init: str = field(
-        default="preserving",
-        metadata={"help": "checkpoint only: how a BERT FFN becomes a gated one, 'preserving' or 'fresh'"},
+    sparse_prediction: bool = option(
+        True,
+        "during training decode only the masked positions (MosaicBERT / ModernBERT; the loss is the same, the decoder "
+        "runs on ~15%% of the rows); not saved in config.json",
     )
-    seed_modules_by_name: bool = field(
-        default=False,
-        metadata={
-            "help": "from scratch: initialise each module from (--seed, its name) (hf_ffn.mlm.initialisation."
-            "seed_by_name), so the variants of one seed share every weight outside the FFN"
-        },
+    unpad_tokens: bool = option(
+        True,
+        "unpadded execution during the run (FfnBertConfig.unpad_tokens; packed blocks have no padding, so it changes "
+        "nothing here); the saved model keeps the checkpoint's value",
     )
-    sparse_prediction: bool = field(
-        default=True,
-        metadata={
-            "help": "during training decode only the masked positions (MosaicBERT / ModernBERT; the loss "
-            "is the same, the decoder runs on ~15%% of the rows); not saved in config.json"
-        },
+    padding_free: bool = option(
+        False,
+        "padding-free batches: each batch's blocks concatenated into one row, position_ids restarting at 0 for each "
+        "(DataCollatorWithFlattening), each block computed as if alone",
     )
-    unpad_tokens: bool = field(
-        default=True,
-        metadata={
-            "help": "unpadded execution during the run (FfnBertConfig.unpad_tokens; packed blocks have no "
-            "padding, so it changes nothing here); the saved model keeps the checkpoint's value"
-        },
+    bf16_where_available: bool = option(
+        True,
+        "train in bf16 mixed precision on a CUDA device that supports it, unless --bf16 or --fp16 is given (CPU runs "
+        "stay fp32); fp32 on a GPU: --bf16 false (or --bf16_where_available false)",
     )
-    padding_free: bool = field(
-        default=False,
-        metadata={
-            "help": "padding-free batches: each batch's blocks concatenated into one row, position_ids "
-            "restarting at 0 for each (DataCollatorWithFlattening), each block computed as if alone"
-        },
+    recipe: str = option(
+        "auto",
+        "the training options a run takes unless given: a recipe of hf_ffn/mlm/recipes (scratch-post-ln, "
+        "scratch-pre-ln) or a .json file of option values (copy one to start); auto: from scratch the one of "
+        "--layer_norm_position, none from a checkpoint; none: Trainer's defaults. Printed and saved in run_info.json",
     )
-    bf16_where_available: bool = field(
-        default=True,
-        metadata={
-            "help": "train in bf16 mixed precision on a CUDA device that supports it, unless --bf16 or --fp16 "
-            "is given (CPU runs stay fp32); fp32 on a GPU: --bf16 false (or --bf16_where_available false)"
-        },
+    speed_defaults: bool = option(
+        True,
+        "on a CUDA device, set the speed options not given (hf_ffn/mlm/recipes/cuda.json: --torch_compile, "
+        "--logging_nan_inf_filter false, data loader workers, --unpad_tokens false, --fixed_prediction_rows), printed "
+        "at the start; false: none of them (CPU runs get none either way)",
     )
-    recipe: str = field(
-        default="auto",
-        metadata={
-            "help": "the training options a run takes unless given: a recipe of hf_ffn/mlm/recipes (scratch-post-ln, "
-            "scratch-pre-ln) or a .json file of option values (copy one to start); auto: from scratch the one of "
-            "--layer_norm_position, none from a checkpoint; none: Trainer's defaults. Printed and saved in "
-            "run_info.json"
-        },
-    )
-    speed_defaults: bool = field(
-        default=True,
-        metadata={
-            "help": "on a CUDA device, set the speed options not given (hf_ffn/mlm/recipes/cuda.json: "
-            "--torch_compile, --logging_nan_inf_filter false, data loader workers, --unpad_tokens false, "
-            "--fixed_prediction_rows), printed at the start; false: none of them (CPU runs get none either way)"
-        },
-    )
-    fixed_prediction_rows: bool = field(
-        default=False,
-        metadata={
-            "help": "with --sparse_prediction: decode a fixed number of positions per batch (the masked ones, "
-            "then unmasked ones the loss ignores; hf_ffn.mlm.speed.prediction_rows), so shapes are static "
-            "for --torch_compile and the masked count is never read back from the GPU; the loss is the same"
-        },
+    fixed_prediction_rows: bool = option(
+        False,
+        "with --sparse_prediction: decode a fixed number of positions per batch (the masked ones, then unmasked ones "
+        "the loss ignores; hf_ffn.mlm.speed.prediction_rows), so shapes are static for --torch_compile and the masked "
+        "count is never read back from the GPU; the loss is the same",
     )
 
     # Monitoring and stopping (hf_ffn.training: config_overrides, throughput, early_stopping)
-    config_overrides: str | None = field(
-        default=None,
-        metadata={
-            "help": "config fields to override, as run_mlm.py's: 'hidden_dropout_prob=0.0,initializer_range=0.01' "
-            f"(typed by PretrainedConfig.update_from_string). From scratch: {', '.join(SCRATCH_KEYS)}; with "
-            f"--model_name_or_path only the dropout probabilities ({', '.join(CHECKPOINT_KEYS)})"
-        },
+    config_overrides: str | None = option(
+        None,
+        "config fields to override, as run_mlm.py's: 'hidden_dropout_prob=0.0,initializer_range=0.01' "
+        f"(typed by PretrainedConfig.update_from_string). From scratch: {', '.join(SCRATCH_KEYS)}; with "
+        f"--model_name_or_path only the dropout probabilities ({', '.join(CHECKPOINT_KEYS)})",
     )
-    log_throughput: bool = field(
-        default=True,
-        metadata={
-            "help": "add train_tokens_per_second and achieved train_gflops_per_second (3 x the forward matmul "
-            "FLOPs, hf_ffn.params.mlm_flops) to every training log line and the final one"
-        },
+    log_throughput: bool = option(
+        True,
+        "add train_tokens_per_second and achieved train_gflops_per_second (3 x the forward matmul FLOPs, "
+        "hf_ffn.params.mlm_flops) to every training log line and the final one",
     )
-    early_stopping_patience: int | None = field(
-        default=None,
-        metadata={
-            "help": "stop when the held-out --metric_for_best_model (default: mask_loss, the loss on [MASK] "
-            "positions) has not improved for this many evaluations in a row (transformers' "
-            "EarlyStoppingCallback); needs --eval_strategy steps or epoch, loads the best checkpoint at the end"
-        },
+    early_stopping_patience: int | None = option(
+        None,
+        "stop when the held-out --metric_for_best_model (default: mask_loss, the loss on [MASK] positions) has not "
+        "improved for this many evaluations in a row (transformers' EarlyStoppingCallback); needs --eval_strategy "
+        "steps or epoch, loads the best checkpoint at the end",
     )
-    early_stopping_threshold: float = field(
-        default=0.0,
-        metadata={"help": "with --early_stopping_patience: the least change that counts as an improvement"},
+    early_stopping_threshold: float = option(
+        0.0, "with --early_stopping_patience: the least change that counts as an improvement"
     )
-    stop_at_step: int | None = field(
-        default=None,
-        metadata={
-            "help": "end training after this step of the --max_steps schedule, with a checkpoint there (the "
-            "learning rate not yet decayed; to go on, a run in another --output_dir with --resume_from_checkpoint "
-            "OUTPUT_DIR/checkpoint-N and a later step, or none); not given: the schedule's end"
-        },
+    stop_at_step: int | None = option(
+        None,
+        "end training after this step of the --max_steps schedule, with a checkpoint there (the learning rate not yet "
+        "decayed; to go on, a run in another --output_dir with --resume_from_checkpoint OUTPUT_DIR/checkpoint-N and a "
+        "later step, or none); not given: the schedule's end",
     )
 
     def __post_init__(self) -> None:
@@ -272,30 +189,13 @@ class PretrainingArguments:
             )
         if self.ffn_width is not None:
             parse_width(self.ffn_width, "--ffn_width")
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "glu_multiple_of",
-        ):
+        sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+        for name in (*sizes, "glu_multiple_of"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"--{name} must be a positive integer, got {value}")
         if self.model_name_or_path is not None:
-            scratch_only = [
-                f"--{name}"
-                for name in (
-                    "vocab_size",
-                    "hidden_size",
-                    "num_hidden_layers",
-                    "num_attention_heads",
-                    "intermediate_size",
-                    "hidden_act",
-                )
-                if getattr(self, name) is not None
-            ]
+            scratch_only = [f"--{name}" for name in (*sizes, "hidden_act") if getattr(self, name) is not None]
             if scratch_only:
                 raise ValueError(
                     f"{', '.join(scratch_only)} apply to a model from scratch; with --model_name_or_path "
@@ -330,18 +230,16 @@ class PretrainingArguments:
         return parse_config_overrides(self.config_overrides, self.model_name_or_path is not None)
 
     def scratch(self, name: str):
-        """The value of a from-scratch option: the one given, else `SCRATCH_DEFAULTS[name]`; the standard FFN width
-        not given follows the hidden size, BERT's 4 × `hidden_size` (Devlin et al. 2019; 1024 at the default 256)."""
+        """A from-scratch option's value: the one given, else `SCRATCH_DEFAULTS[name]` (the FFN width: BERT's 4 ×
+        `hidden_size`)."""
         value = getattr(self, name)
         if value is None and name == "intermediate_size":
             return 4 * self.scratch("hidden_size")
         return SCRATCH_DEFAULTS[name] if value is None else value
 
     def model_arguments(self) -> ModelArguments:
-        """The checkpoint, variant and tokenizer as `ModelArguments` (for `load_model` / `load_tokenizer`).
-        `--ffn_width matched` is resolved here to the width `ffn_width` gives (the multiple of `--glu_multiple_of`
-        nearest to 2/3 of the checkpoint's `intermediate_size` for a gated FFN, the same width for a standard one),
-        as from scratch, not the conversion's rounding up to 256 (`parameter_matched_glu_width`)."""
+        """The checkpoint, variant and tokenizer as `ModelArguments`, `--ffn_width matched` resolved by `ffn_width` as
+        from scratch (not the conversion's rounding up to 256)."""
         width = self.ffn_width or "keep"
         if width == "matched" and self.model_name_or_path is not None:
             config, _ = PretrainedConfig.get_config_dict(self.model_name_or_path)
@@ -361,126 +259,102 @@ class PretrainingArguments:
 
 
 @dataclass
-class PretrainingDataArguments(MlmDataArguments):
-    """`MlmDataArguments` (text files or folders, held-out percentage, split seed, block length, masking rate) and
-    the rest of the data path (`hf_ffn.training.corpus`): file formats and compression, where documents start,
-    a held-out file, the attention scope of a block, the masking split, the fixed maskings, the cache."""
+class PretrainingDataArguments:
+    """Text files or folders (held-out percentage, split seed, block length, masking rate) and the rest of the data
+    path (`hf_ffn.training.corpus`): file formats and compression, where documents start, a held-out file, the
+    attention scope of a block, the masking split, the fixed maskings, the cache."""
 
-    train_files: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "text files (plain, or .xz/.gz/.bz2/.zst-compressed), json or parquet files, or folders of "
-            "them (the files matching --file_pattern); or give --dataset_name"
-        },
+    train_files: list[str] | None = option(
+        None,
+        "text files (plain, or .xz/.gz/.bz2/.zst-compressed), json or parquet files, or folders of them (the files "
+        "matching --file_pattern); or give --dataset_name",
     )
-    validation_split_percentage: int | None = field(
-        default=None,
-        metadata={
-            "help": "percentage of the documents held out (whole documents, seeded by --split_seed); not given: 10 "
-            "(not used with --validation_files or a --dataset_name with a validation split)"
-        },
+    validation_split_percentage: int | None = option(
+        None,
+        "percentage of the documents held out (whole documents, seeded by --split_seed); not given: 10 (not used with "
+        "--validation_files or a --dataset_name with a validation split)",
     )
-    dataset_name: str | None = field(
-        default=None,
-        metadata={
-            "help": "a datasets data set instead of --train_files (run_mlm.py's): a hub name, a local loading "
-            "script or folder, or a folder written by save_to_disk; each row of its train split (--text_column) is "
-            "a document; held out: its validation split, else --validation_split_percentage of its rows"
-        },
+    split_seed: int = option(42, "seed of the document split and of the fixed eval maskings")
+    max_seq_length: int = option(128, "tokens per training block")
+    mlm_probability: float = option(0.15, "fraction of tokens masked (BERT: 0.15)")
+    max_train_samples: int | None = option(None, "use only the first N training blocks")
+    max_eval_samples: int | None = option(None, "use only the first N validation blocks")
+
+    dataset_name: str | None = option(
+        None,
+        "a datasets data set instead of --train_files (run_mlm.py's): a hub name, a local loading script or folder, "
+        "or a folder written by save_to_disk; each row of its train split (--text_column) is a document; held out: "
+        "its validation split, else --validation_split_percentage of its rows",
     )
-    dataset_config_name: str | None = field(
-        default=None, metadata={"help": "with --dataset_name: its configuration, e.g. wikitext-103-raw-v1"}
+    dataset_config_name: str | None = option(None, "with --dataset_name: its configuration, e.g. wikitext-103-raw-v1")
+    streaming: bool = option(
+        False,
+        "with --dataset_name: read the data set as training reads it (datasets' streaming), never whole on disk or in "
+        "memory; needs --max_steps, a held-out split of its own or --validation_files, and --tokenizer_name or "
+        "--model_name_or_path",
     )
-    streaming: bool = field(
-        default=False,
-        metadata={
-            "help": "with --dataset_name: read the data set as training reads it (datasets' streaming), never "
-            "whole on disk or in memory; needs --max_steps, a held-out split of its own or --validation_files, "
-            "and --tokenizer_name or --model_name_or_path"
-        },
+    validation_files: list[str] | None = option(
+        None,
+        "held-out text files or folders (as --train_files; run_mlm.py's --validation_file): then every --train_files "
+        "document trains and --validation_split_percentage is not used",
     )
-    validation_files: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "held-out text files or folders (as --train_files; run_mlm.py's --validation_file): then every "
-            "--train_files document trains and --validation_split_percentage is not used"
-        },
+    file_pattern: str = option("*.txt", "the files of a folder that are read (a glob, e.g. '*.txt.xz' or '*.parquet')")
+    text_column: str = option("text", "json / parquet files: the column holding a document per row")
+    document_boundary: str | None = option(
+        None,
+        "where documents start in a text file: empty_line (documents separated by an empty line, BERT's format), file "
+        "(one document per file) or regex (at each --document_start_regex match); not given: regex with "
+        "--document_start_regex, else empty_line",
+        choices=DOCUMENT_BOUNDARIES,
     )
-    file_pattern: str = field(
-        default="*.txt",
-        metadata={"help": "the files of a folder that are read (a glob, e.g. '*.txt.xz' or '*.parquet')"},
+    document_start_regex: str | None = option(
+        None,
+        "a regular expression (multi-line) matching where each document starts inside a file, e.g. '^ = [^=]' for "
+        "WikiText's article titles (implies --document_boundary regex)",
     )
-    text_column: str = field(
-        default="text", metadata={"help": "json / parquet files: the column holding a document per row"}
+    attention_scope: str = option(
+        "block",
+        "block: every token of a packed block attends to the whole block (BERT, run_mlm.py); document: only to its "
+        "own document (position_ids restart at each document; FfnBert computes each document as if alone)",
+        choices=ATTENTION_SCOPES,
     )
-    document_boundary: str | None = field(
-        default=None,
-        metadata={
-            "help": "where documents start in a text file: empty_line (documents separated by an empty line, "
-            "BERT's format), file (one document per file) or regex (at each --document_start_regex match); not "
-            "given: regex with --document_start_regex, else empty_line",
-            "choices": DOCUMENT_BOUNDARIES,
-        },
+    short_block_length: int | None = option(
+        None,
+        "a sequence-length warm-up: the first --short_block_steps steps train on blocks of this many tokens "
+        "(per_device_train_batch_size x max_seq_length / this many blocks a step: as many tokens), then on blocks of "
+        "--max_seq_length, one learning-rate schedule over --max_steps (the first phase is saved in "
+        "OUTPUT_DIR/short_blocks; hf_ffn.mlm.warmup; resumed with --resume_from_checkpoint last; not with "
+        "--early_stopping_patience)",
     )
-    document_start_regex: str | None = field(
-        default=None,
-        metadata={
-            "help": "a regular expression (multi-line) matching where each document starts inside a file, "
-            "e.g. '^ = [^=]' for WikiText's article titles (implies --document_boundary regex)"
-        },
+    short_block_steps: int | None = option(None, "with --short_block_length: the steps on the short blocks")
+    mask_replace_prob: float = option(0.8, "of the chosen tokens, the fraction shown as [MASK] (BERT: 0.8)")
+    random_replace_prob: float = option(
+        0.1, "of the chosen tokens, the fraction replaced by a random token (BERT: 0.1; the rest kept)"
     )
-    attention_scope: str = field(
-        default="block",
-        metadata={
-            "help": "block: every token of a packed block attends to the whole block (BERT, run_mlm.py); "
-            "document: only to its own document (position_ids restart at each document; FfnBert computes each "
-            "document as if alone)",
-            "choices": ATTENTION_SCOPES,
-        },
+    eval_maskings: int = option(
+        1,
+        "the held-out blocks are masked this many times (seeds --split_seed, +1, ...), concatenated: every evaluation "
+        "scores the same tokens",
     )
-    short_block_length: int | None = field(
-        default=None,
-        metadata={
-            "help": "a sequence-length warm-up: the first --short_block_steps steps train on blocks of this many "
-            "tokens (per_device_train_batch_size x max_seq_length / this many blocks a step: as many tokens), "
-            "then on blocks of --max_seq_length, one learning-rate schedule over --max_steps (the first phase is "
-            "saved in OUTPUT_DIR/short_blocks; hf_ffn.mlm.warmup; resumed with --resume_from_checkpoint "
-            "last; not with --early_stopping_patience)"
-        },
+    preprocessing_num_workers: int | None = option(
+        None, "processes reading and tokenizing the text (datasets' num_proc)"
     )
-    short_block_steps: int | None = field(
-        default=None, metadata={"help": "with --short_block_length: the steps on the short blocks"}
-    )
-    mask_replace_prob: float = field(
-        default=0.8, metadata={"help": "of the chosen tokens, the fraction shown as [MASK] (BERT: 0.8)"}
-    )
-    random_replace_prob: float = field(
-        default=0.1,
-        metadata={"help": "of the chosen tokens, the fraction replaced by a random token (BERT: 0.1; the rest kept)"},
-    )
-    eval_maskings: int = field(
-        default=1,
-        metadata={
-            "help": "the held-out blocks are masked this many times (seeds --split_seed, +1, ...), concatenated: "
-            "every evaluation scores the same tokens"
-        },
-    )
-    preprocessing_num_workers: int | None = field(
-        default=None, metadata={"help": "processes reading and tokenizing the text (datasets' num_proc)"}
-    )
-    cache_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "where datasets keeps the documents, tokens and blocks (memory-mapped Arrow; a second run with "
-            "the same files, tokenizer and options reuses them); not given: HF_DATASETS_CACHE"
-        },
+    cache_dir: str | None = option(
+        None,
+        "where datasets keeps the documents, tokens and blocks (memory-mapped Arrow; a second run with the same "
+        "files, tokenizer and options reuses them); not given: HF_DATASETS_CACHE",
     )
 
     def __post_init__(self) -> None:
         self._split_given = self.validation_split_percentage is not None
         if self.validation_split_percentage is None:
             self.validation_split_percentage = 10
-        super().__post_init__()
+        if not 0 < self.validation_split_percentage < 100:
+            raise ValueError(f"--validation_split_percentage must be in 1..99, got {self.validation_split_percentage}")
+        if not 0 < self.mlm_probability < 1:
+            raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}")
+        if self.max_seq_length <= 2:
+            raise ValueError(f"--max_seq_length must be > 2, got {self.max_seq_length}")
         self._check_source()
         if self.document_start_regex is not None:
             try:
@@ -511,8 +385,7 @@ class PretrainingDataArguments(MlmDataArguments):
             )
 
     def _check_short_blocks(self) -> None:
-        """--short_block_length and --short_block_steps: both or neither, 3 <= length < --max_seq_length, steps >= 1
-        (what needs the training options: `short_blocks.check_short_blocks`)."""
+        """Both or neither, 3 <= length < --max_seq_length, steps >= 1 (the rest: `warmup.check_short_blocks`)."""
         length, steps = self.short_block_length, self.short_block_steps
         if (length is None) != (steps is None):
             given, missing = ("length", "steps") if steps is None else ("steps", "length")
@@ -528,8 +401,7 @@ class PretrainingDataArguments(MlmDataArguments):
             raise ValueError(f"--short_block_steps must be a positive integer, got {steps}")
 
     def _check_source(self) -> None:
-        """One corpus: --train_files or --dataset_name; --dataset_config_name and --streaming only with the
-        latter; under --streaming no option that needs the whole data set."""
+        """One corpus; --dataset_config_name and --streaming with --dataset_name; nothing streaming cannot do."""
         if (self.train_files is None) == (self.dataset_name is None):
             raise ValueError(
                 "give one corpus: --train_files (text, json or parquet files or folders) or --dataset_name (a "
@@ -552,8 +424,7 @@ class PretrainingDataArguments(MlmDataArguments):
             )
 
     def corpus_options(self) -> dict:
-        """The keyword arguments of `hf_ffn.training.corpus.load_corpus` (or, with --dataset_name, of
-        `load_hub_corpus`)."""
+        """The keyword arguments of `load_corpus` (or, with --dataset_name, `load_hub_corpus`)."""
         names = ("validation_files", "validation_split_percentage", "split_seed", "file_pattern")
         names += ("document_boundary", "document_start_regex", "text_column", "cache_dir")
         if self.dataset_name is not None:
@@ -563,7 +434,7 @@ class PretrainingDataArguments(MlmDataArguments):
         return {name: getattr(self, name) for name in names} | {"num_proc": self.preprocessing_num_workers}
 
     def masking_options(self) -> dict:
-        """The masking rule as `masking_collator` / `fixed_maskings` / `mlm_trainer` take it."""
+        """The masking rule as `fixed_maskings` and `mlm_trainer` take it."""
         names = ("mlm_probability", "mask_replace_prob", "random_replace_prob")
         return {name: getattr(self, name) for name in names}
 

@@ -1,12 +1,7 @@
-"""`--config_overrides` of `hf-ffn mlm`, as `run_mlm.py`'s: `"hidden_dropout_prob=0.0,initializer_range=0.01"`,
-each value typed by transformers' own parser (`PretrainedConfig.update_from_string`: the type of the config's
-current value; booleans as true/false).
-
-From scratch, the config fields without an option of their own may be overridden (`SCRATCH_KEYS`); the sizes, the
-FFN variant and the execution switches have their options (`OWN_OPTIONS`). For a checkpoint only the dropout
-probabilities (`CHECKPOINT_KEYS`): they change how training regularises, not what the weights mean; every other
-field would change the architecture the weights were trained for (or, as `initializer_range`, touch only weights
-the checkpoint lacks), so it is refused.
+"""`--config_overrides` of `hf-ffn mlm`, as `run_mlm.py`'s (`"hidden_dropout_prob=0.0,initializer_range=0.01"`,
+typed by `PretrainedConfig.update_from_string`): from scratch the fields without an option of their own
+(`SCRATCH_KEYS`), for a checkpoint only the dropout probabilities (`CHECKPOINT_KEYS`: the rest would change what
+the weights were trained for).
 """
 
 from __future__ import annotations
@@ -51,9 +46,8 @@ RANGES = {
 
 
 def parse_config_overrides(text: str | None, checkpoint: bool) -> dict:
-    """The typed overrides of `text` (`"key=value,key=value"`), checked: known key, allowed for a model from
-    scratch (`SCRATCH_KEYS`) or a checkpoint (`CHECKPOINT_KEYS`), a value of the field's type (parsed by
-    `PretrainedConfig.update_from_string`), in range. `None` or empty: `{}`.
+    """The typed overrides of `text` (`"key=value,key=value"`; `{}` for None or empty), each checked: allowed,
+    of the field's type, in range.
 
     Raises:
         ValueError: naming --config_overrides, the key or piece and what is allowed.

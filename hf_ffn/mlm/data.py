@@ -1,7 +1,6 @@
-"""The data phases of a pre-training run (`hf_ffn.mlm.run.run_pretraining`), each printing one line
-with what it did and its seconds (`Phases`): corpus → documents (`corpus_documents`: files, or a `datasets` data
-set, whole or streamed), tokens, blocks and the held-out maskings (`blocks_and_maskings`), the context-free floors
-(`context_free_floors`). The steps themselves are `hf_ffn.training.corpus`'s and `hf_ffn.mlm.floors`'."""
+"""The data phases of a pre-training run, each printing one line with its seconds (`Phases`): corpus → documents
+(`corpus_documents`), tokens, blocks and held-out maskings (`blocks_and_maskings`), the floors (`context_free_floors`).
+"""
 
 from __future__ import annotations
 
@@ -18,8 +17,8 @@ STREAM_FLOOR_BLOCKS = 10_000  # --streaming: the unigram of the floors is counte
 
 
 class Phases:
-    """One printed line per phase of the data path, with its seconds (`done`); silent when `show` is false (every
-    process of a torchrun job but the first). `seconds` keeps them by name for `run_info.json`."""
+    """One printed line per phase of the data path with its seconds (`done`; silent unless `show`), kept by name in
+    `seconds`."""
 
     def __init__(self, show: bool = True, prog: str = "hf-ffn mlm") -> None:
         self.show, self.prog, self.seconds = show, prog, {}
@@ -34,8 +33,7 @@ class Phases:
 
 
 def materialise(dataset, count: int | None):
-    """The first `count` rows (all when None) of a streamed `dataset` as an in-memory `Dataset`; a `Dataset` cut to
-    `count` rows."""
+    """The first `count` rows (None: all) of `dataset`, a stream read into an in-memory `Dataset`."""
     from datasets import Dataset
 
     if not is_streamed(dataset):
@@ -45,11 +43,8 @@ def materialise(dataset, count: int | None):
 
 def corpus_documents(data_args: PretrainingDataArguments, phases: Phases):
     """Corpus → documents (`load_corpus`, or `load_hub_corpus` with --dataset_name), its line printed."""
-    options = data_args.corpus_options()
-    if data_args.dataset_name is None:
-        documents = load_corpus(**options)
-    else:
-        documents = load_hub_corpus(**options)
+    load = load_corpus if data_args.dataset_name is None else load_hub_corpus
+    documents = load(**data_args.corpus_options())
     if data_args.streaming:
         phases.done("reading", f"opened {data_args.dataset_name} as a stream (read as training reads it)")
     else:
@@ -64,9 +59,8 @@ def corpus_documents(data_args: PretrainingDataArguments, phases: Phases):
 def blocks_and_maskings(
     documents, tokenizer: PreTrainedTokenizerBase, data_args: PretrainingDataArguments, phases: Phases | None = None
 ):
-    """Documents → blocks → masks: `(training blocks, held-out blocks masked --eval_maskings times)`, each cut to
-    `--max_train_samples` / `--max_eval_samples` blocks (the held-out ones before masking). Streamed documents give
-    streamed training blocks and held-out blocks read into memory.
+    """Documents → blocks → masks: `(training blocks, held-out blocks masked --eval_maskings times)`, cut to
+    `--max_train_samples` / `--max_eval_samples`; a stream's held-out blocks are read into memory.
 
     Raises:
         ValueError: when the training or held-out text is shorter than one block.
@@ -102,8 +96,7 @@ def blocks_and_maskings(
 def context_free_floors(
     train, evaluation, tokenizer: PreTrainedTokenizerBase, data_args: PretrainingDataArguments
 ) -> dict:
-    """The context-free floors of the evaluation (`hf_ffn.mlm.floors.mlm_floors`): the training blocks'
-    unigram, scored on the held-out maskings under the run's masking rule."""
+    """`mlm_floors` of the training blocks (a stream's first `STREAM_FLOOR_BLOCKS`) on the held-out maskings."""
     masking = data_args.masking_options()
     return mlm_floors(
         train.take(STREAM_FLOOR_BLOCKS) if is_streamed(train) else train,  # a stream counted as it is read

@@ -1,13 +1,7 @@
-"""Ending a run before the end of its schedule, from the command line.
-
-- `--early_stopping_patience`, `--early_stopping_threshold`: transformers' `EarlyStoppingCallback` with the
-  `TrainingArguments` it needs. It stops training once the metric has not improved (by more than the threshold) for
-  `patience` evaluations in a row; it reads the best value Trainer tracks for `metric_for_best_model`, and the best
-  checkpoint is loaded at the end (`load_best_model_at_end`), so the saved model is the best one evaluated.
-- `--stop_at_step N` (`StopAtStep`, checked by `check_stop_at_step`): training ends after step N of the
-  `--max_steps` schedule, with a checkpoint there, so the learning rate has not decayed to 0 (a schedule cut short,
-  as the from-scratch study's units ran: 16,000 steps stopped at 5,000); a later run in another `--output_dir` with
-  `--resume_from_checkpoint OUTPUT_DIR/checkpoint-N` and a later step (or none) goes on under the same schedule.
+"""Ending a run before the end of its schedule: `--early_stopping_patience` / `--early_stopping_threshold`
+(transformers' `EarlyStoppingCallback`; the best checkpoint is loaded at the end) and `--stop_at_step N`
+(`StopAtStep`: a checkpoint after step N of the `--max_steps` schedule, its learning rate not decayed, for a later run
+to go on from).
 """
 
 from __future__ import annotations
@@ -20,15 +14,13 @@ DEFAULT_METRIC = "mask_loss"  # eval_mask_loss: the held-out loss on [MASK] posi
 def early_stopping_callback(
     patience: int | None, threshold: float, training_args: TrainingArguments
 ) -> EarlyStoppingCallback | None:
-    """`EarlyStoppingCallback(patience, threshold)` with `training_args` set up for it (in place):
-    `load_best_model_at_end`, and, unless `--metric_for_best_model` was given, `metric_for_best_model` =
-    `DEFAULT_METRIC` with `greater_is_better=False`. `patience` `None`: no early stopping, `None` returned and
-    `training_args` left alone.
+    """`EarlyStoppingCallback(patience, threshold)` with `training_args` set up for it in place
+    (`load_best_model_at_end`; `metric_for_best_model` `DEFAULT_METRIC`, lower is better, unless given); None for
+    `patience` None.
 
     Raises:
-        ValueError: naming --early_stopping_patience when there is no evaluation during training
-            (`--eval_strategy no`), or when the checkpoints cannot hold the best model (`--save_strategy` neither
-            "best" nor the evaluation's strategy, or `--save_steps` not a multiple of `--eval_steps`).
+        ValueError: naming --early_stopping_patience with no evaluation during training, or checkpoints that cannot
+            hold the best model.
     """
     if patience is None:
         return None
@@ -78,10 +70,8 @@ def check_stop_at_step(
     """Refuse a `--stop_at_step` the run cannot stop at (None: nothing to check).
 
     Raises:
-        ValueError: naming --stop_at_step when --max_steps is not given (the step is one of its schedule), when it
-            is not below --max_steps (at --max_steps the run ends anyway), with a sequence-length warm-up when it is
-            not above --short_block_steps (the first phase always runs its K steps), or when it is not after
-            `resumed_step`, the step of the checkpoint `resume` the run goes on from.
+        ValueError: naming --stop_at_step: no --max_steps, not below it, not above --short_block_steps, or not after
+            `resumed_step` (the step of the checkpoint `resume`).
     """
     if stop is None:
         return

@@ -1,18 +1,8 @@
-"""Evaluation metrics of masked language modelling, the transformers way: `preprocess_logits_for_metrics` reduces
-each evaluation batch's logits to one (loss, prediction) pair per position, so evaluation keeps O(tokens) numbers
-instead of O(tokens × vocabulary) (`run_mlm.py` reduces to the argmax alone), and `compute_metrics` reads the
-inputs (`TrainingArguments.include_for_metrics=["inputs"]`) to tell the scored positions apart:
-
-- [MASK]: the input shows the [MASK] token (80% of the scored positions under BERT's 80/10/10 rule);
-- kept: the input shows the true token (the 10% left unchanged, and the rare random draw that picked the true
-  token: the model sees the same thing in both cases);
-- random: the input shows another token (the rest of the 10% replaced by a random token).
-
-`mask_loss` (loss on the [MASK] positions) is the measure a context-free predictor cannot game: on kept positions
-copying the visible token scores well without any context. `token_loss` is the mean over every scored position,
-each position weighing the same; Trainer's own `eval_loss` is the mean of the per-batch mean losses (each batch
-weighted by its number of sequences), which equals `token_loss` only when every batch holds the same number of
-scored positions (e.g. one evaluation batch).
+"""Evaluation metrics of masked language modelling: `preprocess_logits_for_metrics` keeps one (loss, prediction) pair
+per position (O(tokens), not O(tokens × vocabulary)), and `compute_metrics` reads the inputs to tell the scored
+positions apart: [MASK] (the input shows [MASK]), kept (it shows the true token) and random (another token).
+`mask_loss` is the measure copying the visible token cannot game; `token_loss` weighs every scored position the same
+(Trainer's `eval_loss` averages per-batch means).
 """
 
 from __future__ import annotations
@@ -27,14 +17,12 @@ IGNORE_INDEX = -100  # labels of unscored positions (CrossEntropyLoss's ignore_i
 def per_position_loss_and_prediction(
     logits: torch.Tensor | tuple[torch.Tensor, ...], labels: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`Trainer`'s `preprocess_logits_for_metrics` for a masked-language model: the cross-entropy (nats, computed
-    in float32) and the argmax of each scored position, laid out as `labels`.
+    """`Trainer`'s `preprocess_logits_for_metrics` for a masked-language model: the cross-entropy (nats, in
+    float32) and the argmax of each scored position, laid out as `labels`.
 
     Args:
-        logits: (batch, seq, vocab) when the head decodes every position (upstream `BertForMaskedLM`,
-            `sparse_prediction` off), or (n_scored, vocab), the scored positions of `labels` in row-major order,
-            when `FfnBertConfig.sparse_prediction` is on (its head decodes only those with labels given, also in
-            evaluation). A tuple (the model's outputs after the loss): its first entry.
+        logits: (batch, seq, vocab) (every position decoded), or (n_scored, vocab), the scored positions in
+            row-major order (`FfnBertConfig.sparse_prediction`); a tuple: its first entry.
         labels: (batch, seq), `IGNORE_INDEX` where a position is not scored.
 
     Returns:
@@ -66,8 +54,7 @@ def per_position_loss_and_prediction(
 def mlm_scores(
     losses: np.ndarray, predictions: np.ndarray, labels: np.ndarray, input_ids: np.ndarray, mask_token_id: int
 ) -> dict[str, float]:
-    """The MLM metrics of scored positions (all arrays of one shape, e.g. (blocks, seq); `labels` is `IGNORE_INDEX`
-    where a position is not scored). Means are taken in float64.
+    """The MLM metrics of the scored positions (arrays of one shape, e.g. (blocks, seq)), means in float64.
 
     Returns:
         `mask_loss`, `kept_loss`, `random_loss`, `token_loss` (mean cross-entropy in nats over the [MASK], kept,
@@ -98,9 +85,7 @@ def mlm_scores(
 
 
 class MlmMetrics:
-    """`Trainer`'s `compute_metrics` for a masked-language model evaluated with `per_position_loss_and_prediction`
-    as `preprocess_logits_for_metrics` and `"inputs"` in `TrainingArguments.include_for_metrics`: `mlm_scores` of
-    the whole evaluation set (Trainer prefixes the keys, e.g. `eval_mask_loss`)."""
+    """`Trainer`'s `compute_metrics`: `mlm_scores` of the whole evaluation set (`mlm_metrics_arguments`)."""
 
     def __init__(self, mask_token_id: int):
         self.mask_token_id = mask_token_id
@@ -115,8 +100,7 @@ class MlmMetrics:
 
 
 def mlm_metrics_arguments(mask_token_id: int, training_args) -> dict:
-    """The `Trainer` keyword arguments that evaluate an MLM with these metrics (`compute_metrics`,
-    `preprocess_logits_for_metrics`); adds `"inputs"` to `training_args.include_for_metrics` (in place)."""
+    """The `Trainer` keyword arguments of these metrics; adds `"inputs"` to `training_args.include_for_metrics`."""
     if "inputs" not in training_args.include_for_metrics:
         training_args.include_for_metrics = [*training_args.include_for_metrics, "inputs"]
     return {

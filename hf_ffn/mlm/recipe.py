@@ -1,14 +1,7 @@
-"""The recipes of `hf-ffn mlm` as files (litgpt's `config_hub`, nanoGPT's `config/*.py`): a JSON object of option
-values in `hf_ffn/mlm/recipes/`, to read, copy and pass back as `--recipe FILE`.
-
-- `scratch-post-ln.json`, `scratch-pre-ln.json`: the from-scratch recipe. `--recipe auto` (the default) picks one by
-  `--layer_norm_position` for a run without `--model_name_or_path`; a run from a checkpoint gets none.
-- `cuda.json`: the per-device speed defaults (`hf_ffn.mlm.speed.device_speed_defaults`, with `--speed_defaults`).
-
-A recipe's values become the parser's defaults before `TrainingArguments` is built (`recipe_defaults`, then
-`hf_ffn.training.arguments.parse_arguments(..., defaults=)`): an option given on the command line wins, nothing is set
-afterwards. Its `config_overrides` (an object of config fields) fills the fields `--config_overrides` leaves out, when
-the model's config is built. Its `description` is for the reader.
+"""The recipes of `hf-ffn mlm` as files: JSON objects of option values in `hf_ffn/mlm/recipes/`, to read, copy and
+pass back as `--recipe FILE` (`scratch-*-ln.json`: from scratch, picked by `--recipe auto`; `cuda.json`: the speed
+defaults). A recipe's values become the parser's defaults (an option given wins); its `config_overrides` fill the
+config fields `--config_overrides` leaves out.
 """
 
 from __future__ import annotations
@@ -32,7 +25,7 @@ def recipe_names() -> list[str]:
 
 
 def read_recipe(name_or_file: str) -> dict:
-    """The options of recipe `name_or_file` (a name of `recipe_names()`, or a .json file), its description left out.
+    """The options of recipe `name_or_file` (a shipped name or a .json file), its description left out.
 
     Raises:
         FileNotFoundError: neither a shipped name nor a file (naming --recipe and the shipped names).
@@ -73,17 +66,16 @@ def _option_value(argv: Sequence[str], name: str) -> str | None:
 
 
 def chosen_recipe(recipe: str | None, model_name_or_path: str | None, layer_norm_position: str | None) -> str | None:
-    """The recipe a run gets: `recipe` itself, or for `auto` (and None) the from-scratch one of its LayerNorm
-    placement (`scratch-post-ln` unless `pre`) without a checkpoint, no recipe with one; None for `none`."""
+    """The recipe a run gets: `recipe`, or for `auto` / None the from-scratch one of its LayerNorm placement (none
+    with a checkpoint); None for `none`."""
     if recipe in (None, AUTO):
         return None if model_name_or_path is not None else f"scratch-{layer_norm_position or 'post'}-ln"
     return None if recipe == NONE else recipe
 
 
 def recipe_defaults(parser: HfArgumentParser, argv: Sequence[str]) -> tuple[str | None, dict]:
-    """The recipe `argv` asks for (its `--recipe`, `--model_name_or_path` and `--layer_norm_position`) and its
-    options, checked against `parser`: every key an option of it, `config_overrides` what the model may change
-    (`parse_config_overrides`, from scratch or for a checkpoint). `(None, {})` without a recipe.
+    """The recipe `argv` asks for and its options, each checked to be an option of `parser` and its
+    `config_overrides` by `parse_config_overrides`; `(None, {})` without a recipe.
 
     Raises:
         FileNotFoundError, ValueError: as `read_recipe`; a key that is not an option (naming the recipe and the key).

@@ -1,6 +1,5 @@
-"""What a pre-training run reports (`hf_ffn.mlm.run.run_pretraining`): `run_info.json` (`run_report`),
-its FFN counted beside the standard FFN (`ffn_report`), the one printed line (`summary_line`) and what the model
-card says of the schedule (`card_notes`)."""
+"""What a pre-training run reports: `run_info.json` (`run_report`), its FFN beside the standard FFN (`ffn_report`),
+the one printed line (`summary_line`) and the model card's notes (`card_notes`)."""
 
 from __future__ import annotations
 
@@ -17,23 +16,14 @@ logger = hf_logging.get_logger(__name__)
 
 
 def ffn_report(config: FfnBertConfig, standard_width: int | None = None) -> dict:
-    """The FFN of `config` counted (`hf_ffn.params.config_row`): type, width, weights and biases per layer, all
-    layers' FFN parameters, forward FLOPs per token (matrix products, a multiply-add = 2) per layer and over all
-    layers, and the encoder model's parameters. With `standard_width`, the same for the standard FFN
-    (`config.hidden_act`) at that width under `"standard"`, and the ratio of FFN parameters."""
+    """The FFN of `config` counted (`hf_ffn.params.config_row`, FLOPs over all layers added); with `standard_width`
+    the standard FFN (`config.hidden_act`) at that width under `"standard"`, and the ratio of FFN parameters."""
     row = asdict(config_row(config, "this model"))
     row.pop("model")
     row["ffn_flops_per_token_all_layers"] = row["ffn_flops_per_token"] * config.num_hidden_layers
-    if standard_width is not None and (config.ffn_types[0], config.intermediate_size) != (
-        config.hidden_act,
-        standard_width,
-    ):
-        reference = config_row(
-            FfnBertConfig.from_dict(
-                {**config.to_dict(), "ffn_type": config.hidden_act, "intermediate_size": standard_width}
-            ),
-            "standard",
-        )
+    standard = {"ffn_type": config.hidden_act, "intermediate_size": standard_width}
+    if standard_width is not None and (config.ffn_types[0], config.intermediate_size) != tuple(standard.values()):
+        reference = config_row(FfnBertConfig.from_dict({**config.to_dict(), **standard}), "standard")
         row["standard"] = {key: value for key, value in asdict(reference).items() if key != "model"}
         row["ffn_params_vs_standard"] = row["ffn_params_all_layers"] / reference.ffn_params_all_layers
     return row
@@ -42,22 +32,12 @@ def ffn_report(config: FfnBertConfig, standard_width: int | None = None) -> dict
 def run_report(
     args, data_args, training_args, trainer, built, documents, blocks, train_seconds: float, resumed_from_step: int
 ) -> dict:
-    """`run_info.json`: the model's sizes and parameters, its FFN (`ffn_report`), the conversion, documents, blocks
-    (training; held-out blocks and their maskings), tokens seen and epochs (passes over the training blocks: above
-    1, training text was repeated), execution switches, `train_seconds` (training without the evaluations in it, in
-    this process: after a resume, over the steps after `resumed_from_step`).
-    (`run_pretraining` adds the tokenizer, bf16, the context-free floors (`floors`, `mlm_floors`), the seconds of
-    the data path, each layer's FFN output rms before training (`ffn_output_rms_at_start`, on the first
-    `INIT_RMS_BLOCKS` training blocks: `hf_ffn.mlm.initialisation`), a sequence-length warm-up's first phase
-    (`short_blocks`) and the summary line.)"""
+    """`run_info.json`'s model, FFN, conversion, documents, blocks, steps, tokens seen, epochs (above 1: training
+    text repeated, logged), execution switches and `train_seconds` (`run_pretraining` adds the rest)."""
     model, state, block = trainer.model, trainer.state, data_args.max_seq_length
     train, evaluation = blocks
-    sequences = (
-        state.global_step
-        * training_args.per_device_train_batch_size
-        * training_args.world_size
-        * training_args.gradient_accumulation_steps
-    )
+    per_step = training_args.per_device_train_batch_size * training_args.world_size
+    sequences = state.global_step * per_step * training_args.gradient_accumulation_steps
     sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
     sizes += ("hidden_act", "ffn_type", "layer_norm_position")
     new_head = built["head_note"] or args.model_name_or_path is None
@@ -94,11 +74,9 @@ def run_report(
 def summary_line(report: dict, config: FfnBertConfig, standard_width: int | None, loss: float, results: dict) -> str:
     """The run's one printed line: the FFN, its parameters and FLOPs, the held-out loss, steps, tokens, epochs."""
     ffn = report["ffn"]
-    matched = (
-        f"({ffn['ffn_params_vs_standard']:.3f}x the standard FFN at {standard_width}) "
-        if "ffn_params_vs_standard" in ffn
-        else ""
-    )
+    matched = ""
+    if "ffn_params_vs_standard" in ffn:
+        matched = f"({ffn['ffn_params_vs_standard']:.3f}x the standard FFN at {standard_width}) "
     return (
         f"{report['model']['from']}: {ffn['ffn_type']} FFN width {ffn['intermediate_size']}, "
         f"{config.layer_norm_position}-LN, {ffn['ffn_params_all_layers']:,} FFN parameters {matched}"
@@ -120,7 +98,7 @@ def summary_line(report: dict, config: FfnBertConfig, standard_width: int | None
 
 
 def _stopped(report: dict) -> str:
-    """The words for a run that stopped at its --stop_at_step (`run_info.json`'s `stop_at_step` reached), else ""."""
+    """The words for a run that stopped at its --stop_at_step, else ""."""
     stop = report.get("stop_at_step")
     return (
         f"--stop_at_step {stop['step']} of a --max_steps {stop['max_steps']} schedule"
@@ -130,9 +108,7 @@ def _stopped(report: dict) -> str:
 
 
 def card_notes(report: dict) -> list[str]:
-    """What the model card says of the run's schedule beyond its hyperparameters: the block length and batch, the
-    sequence-length warm-up (`short_blocks`) or the checkpoint the run resumed from, a stop before the schedule's end
-    (`stop_at_step`)."""
+    """The model card's lines on the schedule: blocks, a warm-up or the checkpoint resumed from, an early stop."""
     blocks = report["blocks"]["tokens_per_block"]
     notes = [f"pre-trained on blocks of {blocks} tokens, {report['tokens_seen']:,} tokens in {report['steps']} steps"]
     warm = report.get("short_blocks")

@@ -1,10 +1,6 @@
-"""Per-device speed defaults of `hf-ffn mlm` (`device_speed_defaults`) and the fixed number of decoded positions
-per batch that sparse prediction gets from them (`prediction_rows`, `prediction_positions`).
-
-On a CUDA device a small model's training step is Python, kernel-launch and host-device synchronisation overhead,
-not arithmetic. The defaults below remove it with transformers' and torch's own switches; a CPU run gets none of
-them (its behaviour is unchanged). Each applies only where the user did not give the option; `--speed_defaults
-false` turns them all off (today's path), giving an option turns that one off (e.g. `--torch_compile false`).
+"""Per-device speed defaults of `hf-ffn mlm` (`device_speed_defaults`: on CUDA only, each where the option is not
+given; `--speed_defaults false`: none) and the fixed number of positions sparse prediction decodes per batch
+(`prediction_rows`, `prediction_positions`: static shapes, no masked count read back from the device).
 """
 
 from __future__ import annotations
@@ -29,26 +25,10 @@ CUDA_RECIPE = "cuda"  # hf_ffn/mlm/recipes/cuda.json
 
 
 def device_speed_defaults(device_type: str, given: set[str], cpu_count: int | None = None) -> dict:
-    """The speed options `hf-ffn mlm` sets on `device_type` ("cuda", "cpu", ...), less the ones in `given` (the
-    options the user gave, by name). `{}` off CUDA.
-
-    On CUDA, the values of `hf_ffn/mlm/recipes/cuda.json` (`TrainingArguments` options, then `PretrainingArguments`
-    ones):
-    - `torch_compile=True` (Trainer's own: the model is compiled by inductor, fewer and fused kernels) with
-      `torch_compile_mode="reduce-overhead"` (CUDA graphs: a step's kernels replayed in one launch; the training
-      shapes are static with `fixed_prediction_rows`); a given `torch_compile` leaves the mode to the user;
-    - `accelerator_config={"non_blocking": True}`: the batch's host-to-device copies do not wait for the GPU (from
-      the loader's pinned memory; without it each step waited once per tensor in the batch);
-    - `logging_nan_inf_filter=False` (Trainer otherwise reads every step's loss back to test it for nan/inf: a
-      host-device synchronisation per step);
-    - `dataloader_num_workers` (the file's 4, at most cpu_count // 2) and `dataloader_persistent_workers=True`:
-      batches are collated and masked in worker processes while the GPU computes (pinned memory is Trainer's default); a
-      given `dataloader_num_workers` leaves both to the user;
-    - `unpad_tokens=False`: the packed blocks have no padding, and looking for it reads the mask back every step;
-    - `fixed_prediction_rows=True`: sparse prediction decodes a fixed number of positions per batch
-      (`prediction_rows`), so shapes are static for the compiled graph and no masked count is read back.
-
-    The fused AdamW (`optim="adamw_torch_fused"`) is already `TrainingArguments`' default on torch >= 2.8.
+    """The speed options `hf-ffn mlm` sets on `device_type`, less those in `given` (the options the user gave):
+    `{}` off CUDA; on CUDA `hf_ffn/mlm/recipes/cuda.json` (why each: docs/pretraining.md, "On a GPU"), with at most
+    `cpu_count // 2` loader workers. A given `torch_compile` leaves its mode to the user, a given
+    `dataloader_num_workers` the persistent workers.
 
     Raises:
         ValueError: on a `cpu_count` below 1.
@@ -72,12 +52,9 @@ def device_speed_defaults(device_type: str, given: set[str], cpu_count: int | No
 def apply_speed_defaults(
     arguments: tuple, training_args: TrainingArguments, given: set[str], device_type: str | None = None
 ) -> dict:
-    """Set `device_speed_defaults(device_type, given)` (`device_type`: the run's, `training_args.device.type`,
-    unless given) on whichever of `arguments` (dataclasses: `PretrainingArguments`, ...) or `training_args` has
-    each option, log them once, and return them.
-    Switching `torch_compile` on after `TrainingArguments` was built also sets what its construction derives
-    from it: `torch_compile_backend` "inductor" when none was given (TF32 is left as it is: an fp32 run stays
-    fp32)."""
+    """Set `device_speed_defaults` (on the run's device unless `device_type`) on whichever of `arguments` or
+    `training_args` has each option, log them once, and return them; `torch_compile` switched on also gets
+    `torch_compile_backend` "inductor", as `TrainingArguments` derives it (TF32 left as it is)."""
     device_type = training_args.device.type if device_type is None else device_type
     chosen = device_speed_defaults(device_type, given)
     for name, value in chosen.items():
@@ -99,10 +76,8 @@ def apply_speed_defaults(
 
 
 def use_bf16_where_available(training_args: TrainingArguments, given: set[str] = frozenset()) -> bool:
-    """Switch `training_args` to bf16 mixed precision (`bf16`, and `mixed_precision`, which `TrainingArguments`
-    derives from it at construction) when neither `bf16` nor `fp16` was asked for and a CUDA device supports bf16.
-    `given`: the options the user gave; an explicit `--bf16 false` ("bf16" in `given`) keeps fp32. Returns whether
-    the run trains in bf16."""
+    """Switch `training_args` to bf16 mixed precision when neither `bf16` nor `fp16` was asked for (nor "bf16" in
+    `given`: `--bf16 false`) and a CUDA device supports it. Returns whether the run trains in bf16."""
     if (
         not (training_args.bf16 or training_args.fp16 or training_args.use_cpu or "bf16" in given)
         and torch.cuda.is_available()
@@ -114,8 +89,8 @@ def use_bf16_where_available(training_args: TrainingArguments, given: set[str] =
 
 
 def options_given_by_value(*arguments) -> set[str]:
-    """The options of `arguments` (dataclass instances) whose values differ from their fields' defaults: what a
-    caller of `run_pretraining` without a command line "gave"."""
+    """The options of `arguments` (dataclasses) whose values differ from their defaults: what a caller without a
+    command line "gave"."""
     given = set()
     for args in arguments:
         for spec in dataclasses.fields(args):
@@ -127,10 +102,9 @@ def options_given_by_value(*arguments) -> set[str]:
 
 
 def prediction_rows(positions: int, mlm_probability: float) -> int:
-    """The number of positions sparse prediction decodes in a batch of `positions` tokens whose tokens are masked
-    independently with `mlm_probability`: the mean masked count plus `ROWS_SIGMAS` binomial standard deviations,
-    rounded up to a multiple of `ROWS_MULTIPLE`, at most `positions` (e.g. 4,096 at 0.15: 752 rows for a mean of
-    614). A batch with more masked positions decodes all of its positions (`prediction_positions`).
+    """The positions sparse prediction decodes in a batch of `positions` tokens masked with `mlm_probability`: the
+    mean masked count plus `ROWS_SIGMAS` binomial standard deviations, rounded up to a multiple of `ROWS_MULTIPLE`, at
+    most `positions` (4,096 at 0.15: 752 rows for a mean of 614).
 
     Raises:
         ValueError: on `positions` < 1 or `mlm_probability` outside (0, 1).
@@ -144,10 +118,8 @@ def prediction_rows(positions: int, mlm_probability: float) -> int:
 
 
 def prediction_positions(labels: torch.Tensor, rows: int) -> torch.Tensor:
-    """The flat positions (into `labels.flatten()`) sparse prediction decodes: every labelled position
-    (`labels != -100`) in row-major order, then unlabelled ones in row-major order up to `rows` in all (their
-    labels are -100, so the loss ignores them); all positions when more than `rows` are labelled. Computed on the
-    CPU by the collator, so the model never reads the masked count back from the device.
+    """The flat positions (into `labels.flatten()`) sparse prediction decodes: the labelled ones, then unlabelled
+    ones (which the loss ignores) up to `rows`, each in row-major order; all when more than `rows` are labelled.
 
     Args:
         labels: (batch, seq) or any shape, -100 where a position is not scored.

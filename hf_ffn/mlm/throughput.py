@@ -1,15 +1,8 @@
-"""Training throughput in the log: `ThroughputCallback` adds tokens per second and achieved GFLOP/s to every
-training log line and to the final one.
-
-Tokens are counted where the model computes them: a forward pre-hook on the model (training forwards only) counts
-each batch's non-padding tokens (the `attention_mask`'s non-zero entries when it is (batch, seq), else the
-`input_ids` that are not the pad token, else all of them) and its labelled positions (`labels != -100`: the rows
-the MLM head decodes under sparse prediction). Seconds are wall-clock seconds of training: from one training log
-to the next, less the time spent evaluating and saving checkpoints (which run after a step, before the next).
-FLOPs are `hf_ffn.params.MlmFlops.training_flops` (3 × the forward matrix products, Kaplan et al. 2020): the
-encoder on every counted token, the MLM head on the labelled positions (sparse prediction) or on every counted
-token (full decoder); attention at the block length `MlmFlops.seq_length` (a block whose documents do not attend to
-each other does less). Counts are this process's: under `torchrun` each process logs its own rate.
+"""Training throughput in the log (`ThroughputCallback`): tokens per second and achieved GFLOP/s on every training
+log line and the final one. Tokens are counted by a forward pre-hook (the non-padding tokens, and the labelled
+positions the MLM head decodes under sparse prediction); seconds are training's, less evaluating and saving; FLOPs
+are `hf_ffn.params.MlmFlops.training_flops` (3 × the forward matrix products, Kaplan et al. 2020). Counts are this
+process's: under `torchrun` each logs its own.
 """
 
 from __future__ import annotations
@@ -25,12 +18,9 @@ from .metrics import IGNORE_INDEX
 
 
 class ThroughputCallback(TrainerCallback):
-    """Adds to every training log (the lines with `loss`) `train_tokens_per_second` (non-padding tokens trained on
-    since the previous training log / training seconds since then) and `train_gflops_per_second` (achieved: the
-    FLOPs of those tokens / those seconds / 1e9), and the same over the whole run to the final log (the line with
-    `train_runtime`, also `TrainOutput.metrics`), with `train_tokens` there. The values go into
-    `state.log_history` too. With `--include_num_input_tokens_seen`, transformers' own `train_tokens_per_second`
-    (an average since the start of training) is replaced by this one.
+    """Adds `train_tokens_per_second` and `train_gflops_per_second` (since the previous training log) to every
+    training log line (and `state.log_history`), and the same over the whole run with `train_tokens` to the final
+    one (replacing transformers' own `train_tokens_per_second`).
 
     Args:
         flops: the model's FLOP counts (`hf_ffn.params.mlm_flops`); `None`: tokens per second only.
@@ -56,10 +46,8 @@ class ThroughputCallback(TrainerCallback):
 
     # Counting -------------------------------------------------------------------------------------------------
     def count(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        """Forward pre-hook (`register_forward_pre_hook(..., with_kwargs=True)`): count a training batch. The
-        counts stay on the batch's device (`tokens`, `decoded`: tensors, or ints for a batch without tensors to
-        count) and are read back once per training log line (`on_log`), not once per step: reading a CUDA tensor
-        waits for the GPU."""
+        """Forward pre-hook: count a training batch, on its device (read back once per log line, not per step:
+        reading a CUDA tensor waits for the GPU)."""
         if not module.training:
             return
         input_ids = kwargs.get("input_ids", args[0] if args else None)
@@ -95,15 +83,10 @@ class ThroughputCallback(TrainerCallback):
         self.seconds += now - self.mark
         self.mark = now
 
-    def _paused(self) -> None:
-        """After evaluation or saving: training resumes now, the time since the last mark is not training."""
-        self.mark = self.clock()
-
     def on_evaluate(self, args, state, control, **kwargs):
-        self._paused()
+        self.mark = self.clock()  # training resumes now: the time since the last mark was not training
 
-    def on_save(self, args, state, control, **kwargs):
-        self._paused()
+    on_save = on_evaluate
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs is None:

@@ -1,5 +1,5 @@
 """A WordPiece tokenizer trained from scratch for `hf-ffn mlm` (`train_tokenizer`), its vocabulary kept for pieces
-rather than rare characters (`alphabet_limit`: the characters that cover `CHARACTER_COVERAGE` of the text)."""
+rather than rare characters (`alphabet_limit`)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,7 @@ def _texts(documents):
 
 
 def character_counts(documents) -> Counter:
-    """How often each character occurs in `documents` after BERT's uncased normalisation (lower-casing, accents
-    stripped, CJK characters and punctuation spaced out), whitespace left out: the alphabet WordPiece's trainer sees.
-    """
+    """How often each character occurs in `documents` after BERT's uncased normalisation, whitespace left out."""
     normalizer = BertTokenizer().backend_tokenizer.normalizer
     counts: Counter = Counter()
     for batch in _texts(documents):
@@ -34,12 +32,8 @@ def character_counts(documents) -> Counter:
 
 
 def alphabet_limit(counts: Counter, vocab_size: int, coverage: float = CHARACTER_COVERAGE) -> int:
-    """How many characters a WordPiece vocabulary of `vocab_size` trained on text of these character `counts` keeps
-    (`limit_alphabet` of `tokenizers`' trainer, which keeps the most frequent): the fewest whose occurrences cover
-    `coverage` of all characters (SentencePiece's `character_coverage`), and at most (`vocab_size` − 5) / 2, since a
-    kept character takes up to two entries (itself and its ## form) beside the 5 special tokens.
-
-    Examples: English prose needs about a hundred characters whatever its size, a Chinese text thousands.
+    """The `limit_alphabet` of a WordPiece vocabulary of `vocab_size`: the fewest most frequent characters covering
+    `coverage` of `counts`, at most (`vocab_size` − 5) / 2 (a character takes itself and its ## form).
 
     Raises:
         ValueError: `coverage` outside (0, 1].
@@ -55,20 +49,10 @@ def alphabet_limit(counts: Counter, vocab_size: int, coverage: float = CHARACTER
 
 
 def train_tokenizer(documents, vocab_size: int = 8192) -> PreTrainedTokenizerBase:
-    """BERT's uncased WordPiece tokenizer (`BertTokenizer`: lower-casing, accent stripping, BERT's pre-tokenizer and
-    special tokens [PAD] [UNK] [CLS] [SEP] [MASK]) trained from scratch on `documents` with `tokenizers`' WordPiece
-    trainer (`train_new_from_iterator`). `documents`: a list of texts, or a `datasets.Dataset` with a `text` column
-    (read 1,000 documents at a time, never all in memory at once; read twice: once to count the characters). The
-    vocabulary has at most `vocab_size` entries, special tokens included (fewer when the text has fewer distinct
-    pieces). Not deterministic: two trainings on the same text may number the pieces differently (`run_pretraining`
-    trains on process 0 only and every other process loads its result).
-
-    Pieces must be seen at least twice (`min_frequency=2`, as in `tokenizers`' `BertWordPieceTokenizer.train`), and
-    the alphabet is the `alphabet_limit` most frequent characters, those covering 99.95% of the text. A word holding
-    a character outside it reads as [UNK] (a CJK character alone, since BERT's pre-tokenizer splits those). Without
-    the limit every character of the text enters the vocabulary before any piece: on 40M words of Wikipedia and
-    books, 3,760 of 4,096 entries were single characters or their ## forms (3,656 non-ASCII) and "next" read as
-    ne ##x ##t."""
+    """BERT's uncased WordPiece tokenizer (`BertTokenizer`) trained on `documents` (a list of texts, or a `Dataset`
+    with a `text` column, read twice in batches) with at most `vocab_size` entries, pieces seen at least twice, the
+    alphabet limited by `alphabet_limit` (without it every character of the text enters the vocabulary before any
+    piece). Not deterministic: two trainings may number the pieces differently."""
     limit = alphabet_limit(character_counts(documents), vocab_size)
     return BertTokenizer().train_new_from_iterator(
         _texts(documents), vocab_size=vocab_size, length=len(documents), min_frequency=2, limit_alphabet=limit

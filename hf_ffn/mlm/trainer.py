@@ -1,6 +1,4 @@
-"""Masked language modelling: `mlm_trainer` (a `Trainer` over MLM blocks, the one MLM training path of the
-package) and the note for a checkpoint without an MLM head. The runs (`run_pretraining`, `run_mlm`) are in
-`hf_ffn.mlm.run`, their data path in `hf_ffn.training.corpus`."""
+"""`mlm_trainer`, the one MLM `Trainer` of the package, and the note for a checkpoint without an MLM head."""
 
 from __future__ import annotations
 
@@ -27,18 +25,14 @@ from .speed import prediction_positions, prediction_rows
 logger = hf_logging.get_logger(__name__)
 
 MLM_HEAD_PREFIX = "cls.predictions."
-# transformers' warning when both ends of the tied MLM decoder bias are absent, i.e. the checkpoint has no MLM head
-# at all (a sentence-embedding BERT): nothing is corrupted, the head is new; `run_mlm` says so in its own words.
+# transformers' warning for a checkpoint without an MLM head (a sentence-embedding BERT): nothing is corrupted, the
+# head is new (`new_mlm_head_note` says so).
 ABSENT_HEAD_WARNING = "This checkpoint seem corrupted"
 
 
 class FixedOrRandomMaskCollator:
-    """Masks training batches afresh each time (BERT's dynamic masking, `DataCollatorForLanguageModeling`) but
-    passes batches that already carry `labels` through unchanged: the evaluation set is masked once, with a seed,
-    so perplexity before and after training is measured on the same masked tokens. The masking rule:
-    `masking_collator`'s. With `fixed_prediction_rows`, a batch it masks also gets `prediction_positions`
-    (`hf_ffn.mlm.speed.prediction_positions`: a fixed number of positions per batch shape for sparse
-    prediction to decode)."""
+    """Masks training batches afresh (`masking_collator`) and passes batches that carry `labels` (the fixed
+    maskings) through; with `fixed_prediction_rows` a masked batch gets `prediction_positions` too."""
 
     def __init__(
         self,
@@ -69,7 +63,7 @@ class _DropAbsentHeadWarning(logging.Filter):
 
 @contextlib.contextmanager
 def absent_head_warning_dropped() -> Iterator[None]:
-    """Drop transformers' misleading "checkpoint seem corrupted" warning while an MLM model loads (see above)."""
+    """Drop `ABSENT_HEAD_WARNING` while an MLM model loads."""
     modeling_logger = hf_logging.get_logger("transformers.modeling_utils")
     log_filter = _DropAbsentHeadWarning()
     modeling_logger.addFilter(log_filter)
@@ -80,8 +74,7 @@ def absent_head_warning_dropped() -> Iterator[None]:
 
 
 def new_mlm_head_note(new_weights: list[str], checkpoint: str, vocab_size: int) -> str | None:
-    """The message for a checkpoint without an MLM head (its `cls.predictions.*` weights are newly initialised),
-    else None."""
+    """The message for a checkpoint without an MLM head (new `cls.predictions.*` weights), else None."""
     head = sorted(k for k in new_weights if MLM_HEAD_PREFIX in k)
     if not head:
         return None
@@ -108,21 +101,11 @@ def mlm_trainer(
     random_replace_prob: float = 0.1,
     fixed_prediction_rows: bool = False,
 ) -> Trainer:
-    """A `Trainer` for masked-language-model training of `model` on `train_blocks` (rows of `documents_to_blocks`).
-
-    Training batches are masked afresh each time (BERT's dynamic masking, `masking_collator`: `mlm_probability` of
-    the tokens, BERT's 0.15; of those `mask_replace_prob` [MASK], `random_replace_prob` a random token, the rest
-    kept). `eval_blocks`: fixed maskings (`fixed_maskings`: rows with `labels`), evaluated as they are, or blocks
-    without `labels`, then masked once here with `seed`; either way losses before, during and after training are
-    measured on the same masked tokens. `padding_free`: every batch concatenated into one row
-    (`PaddingFreeCollator`), each block computed as if alone. `callbacks`: extra `TrainerCallback`s (e.g. a
-    study's gradient recorder), added to the Trainer's defaults. `fixed_prediction_rows`: training batches carry
-    `prediction_positions`, a fixed number of positions per batch for sparse prediction to decode
-    (`hf_ffn.mlm.speed.prediction_positions`).
-
-    Every evaluation reports, besides Trainer's `eval_loss`, `hf_ffn.mlm.metrics.mlm_scores` (loss on
-    [MASK] positions `eval_mask_loss`, `eval_token_loss`, accuracies): `"inputs"` is added to
-    `training_args.include_for_metrics` (in place).
+    """A `Trainer` for masked-language-model training of `model` on `train_blocks` (rows of `documents_to_blocks`),
+    masked afresh each batch (`masking_collator`'s rates). `eval_blocks`: fixed maskings (rows with `labels`), or
+    blocks masked once here with `seed`: every evaluation scores the same tokens, and reports `mlm_scores`
+    (`"inputs"` is added to `training_args.include_for_metrics`). `padding_free`: `PaddingFreeCollator`.
+    `fixed_prediction_rows`: training batches carry `prediction_positions` (`hf_ffn.mlm.speed`).
     """
     masking = {"mlm_probability": mlm_probability, "mask_replace_prob": mask_replace_prob}
     masking["random_replace_prob"] = random_replace_prob

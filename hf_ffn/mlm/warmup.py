@@ -1,25 +1,8 @@
-"""A sequence-length warm-up for pre-training (`--short_block_length L --short_block_steps K`): the first K steps
-train on blocks of L tokens, the rest on blocks of `--max_seq_length`, under one learning-rate schedule.
-
-BERT pre-trained 90% of its steps on 128-token sequences and the rest on 512 (Devlin et al. 2019, app. A.2), to
-save compute. Here the point is the plateau (docs/pretraining.md): in studies/pretraining, 4 × 128 models from
-scratch left it after 5–15M tokens when they started on blocks of 32, where runs on blocks of 128 took about 25M
-or more, and the study's grid runs "32, then 128 from step 2,500".
-
-Two Trainer runs, as BERT's two phases (`run_pretraining` calls them; this module gives their arguments):
-
-1. the first phase (`first_phase_arguments`) in `output_dir/short_blocks` (`FIRST_PHASE_FOLDER`): blocks of L, a
-   batch of `per_device_train_batch_size` × `max_seq_length` / L blocks (as many tokens a step), the whole
-   schedule of `--max_steps`, stopped after step K with a checkpoint (`early_stopping.StopAtStep`); its model is
-   saved and evaluated there (on held-out blocks of L) like any run's;
-2. the second in `output_dir`, at blocks of `max_seq_length`, resumed from the first's `checkpoint-K` (Trainer's
-   resume: weights, optimiser, schedule and random state). Resuming at step K within an epoch, Trainer skips the
-   first K batches of the second phase's shuffled blocks (as it skips the batches a resumed run has seen); those
-   blocks are not trained on in that epoch.
-
-The first phase trains the tokenizer (when one is trained); the second takes it from the checkpoint. A model's
-position embeddings cover the longer blocks from the start (512, or `max_seq_length` if longer: a model from scratch
-at longer blocks is refused, its first phase would have fewer positions).
+"""A sequence-length warm-up (`--short_block_length L --short_block_steps K`): the first K steps train on blocks of L
+tokens, the rest on blocks of `--max_seq_length`, under one learning-rate schedule (BERT's two phases, Devlin et al.
+2019, app. A.2; here to leave the plateau sooner: docs/pretraining.md, "Short blocks first"). Two Trainer runs:
+the first in `output_dir/short_blocks`, as many tokens a step, stopped after step K with a checkpoint; the second in
+`output_dir`, resumed from it (Trainer skips the first K batches of its epoch, as for any resumed run).
 """
 
 from __future__ import annotations
@@ -39,16 +22,12 @@ MAX_SCRATCH_LENGTH = 512  # a from-scratch model's positions (`pretraining.scrat
 def check_short_blocks(
     data_args, training_args: TrainingArguments, from_scratch: bool, early_stopping_patience: int | None = None
 ) -> None:
-    """Refuse a warm-up the two phases cannot run (`data_args.short_block_length` set; checked before any work).
+    """Refuse a warm-up the two phases cannot run, before any work.
 
     Raises:
-        ValueError: naming the option when --max_steps is not given (the schedule spans both phases), when
-            --short_block_steps is not below it, when the first phase's batch (`per_device_train_batch_size` ×
-            `max_seq_length` / `short_block_length`) is not a whole number of blocks, when --resume_from_checkpoint
-            is a path (only "last": each phase resumes from its own folder) or "last" with no checkpoint in either
-            folder, with --early_stopping_patience (its callback's state is not in the first phase's checkpoint,
-            and an early stop there would leave no checkpoint-K), or from scratch at blocks longer than
-            `MAX_SCRATCH_LENGTH`.
+        ValueError: naming the option: with --early_stopping_patience, no --max_steps or one not above
+            --short_block_steps, a first-phase batch that is not whole blocks, a --resume_from_checkpoint other
+            than "last" or with no checkpoint, from scratch at blocks longer than `MAX_SCRATCH_LENGTH`.
     """
     length, steps = data_args.short_block_length, data_args.short_block_steps
     option = f"--short_block_length {length} --short_block_steps {steps}"
@@ -95,8 +74,8 @@ def check_short_blocks(
 
 
 def check_first_phase_folder(data_args, training_args: TrainingArguments) -> dict:
-    """What `output_dir/short_blocks` says before the first phase runs: its finished run's `run_info.json` (`{}`
-    without one), after refusing a folder the run cannot go on from.
+    """The finished first phase's `run_info.json` (`{}` without one), after refusing a folder the run cannot go on
+    from.
 
     Raises:
         FileExistsError: a fresh run (no --resume_from_checkpoint) where a finished first phase is.
@@ -123,8 +102,8 @@ def check_first_phase_folder(data_args, training_args: TrainingArguments) -> dic
 
 
 def first_phase_arguments(data_args, training_args: TrainingArguments):
-    """The first phase's data and training arguments: blocks of `short_block_length`, as many tokens a step, its
-    folder `output_dir/short_blocks`, resumed from its own last checkpoint when the run resumes and it has one."""
+    """The first phase's data and training arguments: blocks of L, as many tokens a step, in
+    `output_dir/short_blocks`, resumed from its own last checkpoint when the run resumes."""
     length, steps = data_args.short_block_length, data_args.short_block_steps
     folder = Path(training_args.output_dir) / FIRST_PHASE_FOLDER
     short_data = _changed(data_args, max_seq_length=length, short_block_length=None, short_block_steps=None)
@@ -137,8 +116,8 @@ def first_phase_arguments(data_args, training_args: TrainingArguments):
 
 
 def second_phase_arguments(data_args, training_args: TrainingArguments):
-    """The second phase's data and training arguments: blocks of `max_seq_length` in `output_dir`, resumed from its
-    own last checkpoint (a resumed run that got that far), else from the first phase's `checkpoint-K`.
+    """The second phase's data and training arguments, resumed from its own last checkpoint, else the first phase's
+    `checkpoint-K`.
 
     Raises:
         FileNotFoundError: the first phase's `checkpoint-K` is missing.
@@ -155,16 +134,15 @@ def second_phase_arguments(data_args, training_args: TrainingArguments):
 
 
 def first_phase_done(data_args, training_args: TrainingArguments) -> bool:
-    """Whether a resumed run (--resume_from_checkpoint) finds the first phase's `checkpoint-K`: it skips that phase.
-    A fresh run trains the first phase again (and is refused where that phase's finished model is: `_first_phase`)."""
+    """Whether a resumed run finds the first phase's `checkpoint-K` (then it skips that phase)."""
     folder = Path(training_args.output_dir) / FIRST_PHASE_FOLDER
     resumed = training_args.resume_from_checkpoint is not None
     return resumed and (folder / f"checkpoint-{data_args.short_block_steps}").is_dir()
 
 
 def _changed(arguments, **changes):
-    """A copy of an arguments dataclass with `changes` set as attributes (`__post_init__` is not run again: it has
-    resolved defaults that it would read as given, e.g. --validation_split_percentage)."""
+    """A copy of an arguments dataclass with `changes` set (`__post_init__` not run again: it would read its resolved
+    defaults as given)."""
     arguments = copy.deepcopy(arguments)
     for name, value in changes.items():
         setattr(arguments, name, value)

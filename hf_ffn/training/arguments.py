@@ -1,8 +1,7 @@
-"""The command-line arguments of the fine-tuning scripts, as dataclasses for `HfArgumentParser` (parsed together
-with transformers' `TrainingArguments`, the pattern of `run_glue.py` / `run_mlm.py`).
-
-Each dataclass checks its values in `__post_init__`: a bad value raises `ValueError` naming the flag, the value and
-what is allowed, before anything is loaded.
+"""What the training commands' arguments share: `ModelArguments` (an `HfArgumentParser` dataclass, parsed with
+`TrainingArguments` as in `run_glue.py` / `run_mlm.py`), the numeric options' checks, parsing with one-line errors,
+the default output folder and `--resume_from_checkpoint`. A bad value raises `ValueError` naming the flag, the value
+and what is allowed, before anything is loaded.
 """
 
 from __future__ import annotations
@@ -41,6 +40,11 @@ TRAINING_INITS = tuple(init for init in INITS if init != "pruned")
 PRUNED_ELSEWHERE = "pruned is made by `hf-ffn convert --init pruned` (with calibration text): fine-tune its folder"
 
 
+def option(default: Any, help: str, **metadata: Any) -> Any:
+    """A dataclass field for `HfArgumentParser`: its default and its `--help` text (and e.g. `choices`)."""
+    return field(default=default, metadata={"help": help, **metadata})
+
+
 @dataclass
 class ModelArguments:
     """Which checkpoint to start from, which FFN variant / LayerNorm placement to turn it into, and whether the run
@@ -49,52 +53,38 @@ class ModelArguments:
     model_name_or_path: str = field(
         metadata={"help": "The BERT or FfnBert checkpoint to start from: a local folder or a hub name."}
     )
-    ffn_type: str | None = field(
-        default=None,
-        metadata={
-            "help": "The FFN variant to convert to, e.g. gelu (BERT), geglu or swiglu. Default: the checkpoint's."
-        },
+    ffn_type: str | None = option(
+        None, "The FFN variant to convert to, e.g. gelu (BERT), geglu or swiglu. Default: the checkpoint's."
     )
-    layer_norm_position: str | None = field(
-        default=None,
-        metadata={"help": "The LayerNorm placement: post (BERT) or pre (Pre-LN). Default: the checkpoint's."},
+    layer_norm_position: str | None = option(
+        None, "The LayerNorm placement: post (BERT) or pre (Pre-LN). Default: the checkpoint's."
     )
-    ffn_init: str = field(
-        default="preserving",
-        metadata={
-            "help": "How a BERT FFN becomes a gated one: 'preserving' (copy BERT's weights so the FFN "
-            "computes the same or nearly the same function) or 'fresh' (new random FFN weights). A pruned "
-            "conversion is made by `hf-ffn convert --init pruned`; fine-tune its folder."
-        },
+    ffn_init: str = option(
+        "preserving",
+        "How a BERT FFN becomes a gated one: 'preserving' (copy BERT's weights so the FFN computes the same or nearly "
+        "the same function) or 'fresh' (new random FFN weights). A pruned conversion is made by `hf-ffn convert "
+        "--init pruned`; fine-tune its folder.",
     )
-    ffn_width: str = field(
-        default="keep",
-        metadata={
-            "help": "The gated FFN's width: 'keep' (the checkpoint's intermediate_size), 'matched' (2/3 of it, "
-            "rounded up to 256: the same FFN weight count) or an integer."
-        },
+    ffn_width: str = option(
+        "keep",
+        "The gated FFN's width: 'keep' (the checkpoint's intermediate_size), 'matched' (2/3 of it, rounded up to 256: "
+        "the same FFN weight count) or an integer.",
     )
-    tokenizer_name: str | None = field(
-        default=None, metadata={"help": "The tokenizer folder or name. Default: the one saved with the checkpoint."}
+    tokenizer_name: str | None = option(
+        None, "The tokenizer folder or name. Default: the one saved with the checkpoint."
     )
-    unpad_tokens: bool = field(
-        default=True,
-        metadata={
-            "help": "Unpadded execution during the run (FfnBertConfig.unpad_tokens): every token-wise part "
-            "runs on the real tokens only. The losses ignore pad positions, so they are the same as "
-            "with it off (to fp32 rounding of the weight gradients; with dropout, other random "
-            "draws of the same masks). Turn off with --no_unpad_tokens (or --unpad_tokens false). "
-            "The saved model keeps the checkpoint's value."
-        },
+    unpad_tokens: bool = option(
+        True,
+        "Unpadded execution during the run (FfnBertConfig.unpad_tokens): every token-wise part runs on the real "
+        "tokens only. The losses ignore pad positions, so they are the same as with it off (to fp32 rounding of the "
+        "weight gradients; with dropout, other random draws of the same masks). Turn off with --no_unpad_tokens (or "
+        "--unpad_tokens false). The saved model keeps the checkpoint's value.",
     )
-    padding_free: bool = field(
-        default=False,
-        metadata={
-            "help": "Padding-free batches (transformers' DataCollatorWithFlattening): each batch's sequences "
-            "concatenated into one row, position_ids restarting at 0 for each, no padding; FfnBert "
-            "computes each sequence as if alone and its pooler gives one output per sequence, so "
-            "sequence classification works too (docs/unpadded.md)."
-        },
+    padding_free: bool = option(
+        False,
+        "Padding-free batches (transformers' DataCollatorWithFlattening): each batch's sequences concatenated into "
+        "one row, position_ids restarting at 0 for each, no padding; FfnBert computes each sequence as if alone and "
+        "its pooler gives one output per sequence, so sequence classification works too (docs/unpadded.md).",
     )
 
     def __post_init__(self) -> None:
@@ -125,8 +115,7 @@ class ModelArguments:
 
 
 def check_training_init(value: str) -> None:
-    """Refuse an `--ffn_init` a training run cannot make: `ValueError` listing `TRAINING_INITS` and saying where a
-    pruned conversion is made."""
+    """Refuse an `--ffn_init` a training run cannot make (`ValueError` listing `TRAINING_INITS`)."""
     if value not in TRAINING_INITS:
         raise ValueError(
             f"--ffn_init has unknown value {value!r}; allowed: {', '.join(TRAINING_INITS)} ({PRUNED_ELSEWHERE})"
@@ -135,9 +124,8 @@ def check_training_init(value: str) -> None:
 
 @dataclass(frozen=True)
 class Allowed:
-    """The values a numeric option accepts: `minimum` ≤ value ≤ `maximum` (an end is excluded where `above` /
-    `below` is set; None: no bound), a whole number where `integer`, or one of `unset` (the values meaning "not
-    set", e.g. None, or `max_steps`' -1). `str()` says it in words for the error message."""
+    """The values a numeric option accepts: `minimum` ≤ value ≤ `maximum` (an end excluded where `above` / `below`;
+    None: no bound), a whole number where `integer`, or one of `unset` ("not set"). `str()` says it in words."""
 
     minimum: float | None = None
     maximum: float | None = None
@@ -170,18 +158,15 @@ class Allowed:
 
 
 def _number(value: float) -> str:
-    """A bound as written: a whole number without a decimal point (4294967295, not 4.29497e+09)."""
+    """A bound as written: 4294967295, not 4.29497e+09."""
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 POSITIVE = Allowed(minimum=0, above=True)
 AT_LEAST_ONE = Allowed(minimum=1, integer=True)
 SEED = Allowed(minimum=0, maximum=2**32 - 1, integer=True)  # numpy's seed range (transformers.set_seed seeds it)
-# The numeric options of a fine-tuning run → what each accepts: our dataclasses' fields and the `TrainingArguments`
-# a user sets, checked in one place (`check_numeric_options`) before any data is read. What `TrainingArguments`
-# refuses itself is left to it: warmup_steps < 0 (transformers 5's only warm-up option; below 1 it is a fraction
-# of the steps, so no ratio field), logging_steps 0. A field the installed transformers lacks is skipped.
-# `max_seq_length`'s upper end is the checkpoint's `max_position_embeddings`, known only from the checkpoint.
+# The numeric options of a training run → what each accepts (`check_numeric_options`), before any data is read; what
+# `TrainingArguments` refuses itself is left to it (warmup_steps < 0, logging_steps 0).
 NUMERIC_OPTIONS: dict[str, Allowed] = {
     "max_seq_length": Allowed(minimum=3, integer=True, note="([CLS] and [SEP] take two)"),
     "max_train_samples": AT_LEAST_ONE,
@@ -212,14 +197,11 @@ NUMERIC_OPTIONS: dict[str, Allowed] = {
 
 
 def check_numeric_options(*arguments: Any, max_positions: int | None = None) -> None:
-    """Refuse a numeric option outside what `NUMERIC_OPTIONS` allows, on any of `arguments` (dataclass instances:
-    `ClassificationDataArguments`, `TrainingArguments`, ...; a field they lack is skipped).
-
-    `max_positions`: the checkpoint's `max_position_embeddings`, the most tokens `--max_seq_length` may ask for.
+    """Refuse a numeric option of any of `arguments` (dataclasses) outside what `NUMERIC_OPTIONS` allows;
+    `max_positions`: the checkpoint's `max_position_embeddings`, the most `--max_seq_length` may ask for.
 
     Raises:
-        ValueError: "--max_steps has value 0; allowed: an integer >= 1 or -1 (...)", naming the option, the value
-            and what is allowed.
+        ValueError: "--max_steps has value 0; allowed: an integer >= 1 or -1 (...)".
     """
     for args in arguments:
         for name, allowed in NUMERIC_OPTIONS.items():
@@ -237,22 +219,18 @@ def check_numeric_options(*arguments: Any, max_positions: int | None = None) -> 
 
 
 def resolve_max_seq_length(value: int | None, max_positions: int | None) -> int:
-    """`--max_seq_length` as the run uses it: the value given, else `DEFAULT_MAX_SEQ_LENGTH` or the checkpoint's
-    `max_position_embeddings` (`max_positions`) when it has fewer (so the default never exceeds the checkpoint; a
-    value given above it is refused by `check_numeric_options`)."""
+    """`--max_seq_length` as given, else `DEFAULT_MAX_SEQ_LENGTH` capped at the checkpoint's `max_positions`."""
     if value is not None:
         return value
     return DEFAULT_MAX_SEQ_LENGTH if max_positions is None else min(DEFAULT_MAX_SEQ_LENGTH, max_positions)
 
 
-# A value the type of its option refuses, in words: HfArgumentParser gives each option its field's type (int, float),
-# whose refusal argparse words as "argument --max_steps/--max-steps: invalid int value: 'x'" (`parse_arguments`).
+# A value the type of its option refuses, in words (argparse's own: "argument --max_steps: invalid int value: 'x'").
 _TYPE_WORDS = {int: "an integer", float: "a number"}
 
 
 def one_line_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
-    """`parser.error` without the usage: one line `prog: error: message` on stderr and exit status
-    `EXIT_BAD_INPUT` (argparse prints the whole usage first: ~130 lines with `TrainingArguments`)."""
+    """`parser.error` without the ~130 lines of usage: `prog: error: message` on stderr, exit status 2."""
     print(f"{parser.prog}: error: {message}", file=sys.stderr)
     raise SystemExit(EXIT_BAD_INPUT)
 
@@ -270,11 +248,9 @@ def _typed(kind: type, option: str):
 
 
 def parse_arguments(parser: HfArgumentParser, argv: Sequence[str], defaults: dict | None = None) -> tuple:
-    """`parser`'s dataclasses from `argv`, or from one `.json` file of arguments when `argv` is just its path (the
-    convention of transformers' example scripts: `parse_json_file`, else `parse_args_into_dataclasses`), with
-    `defaults` (option → value, e.g. a recipe's) in place of the fields' own defaults: what `argv` gives wins. A
-    command line argparse refuses (a value of the wrong type, a missing required option) ends in one line naming the
-    option and the value (`one_line_error`), exit status 2, instead of the usage.
+    """`parser`'s dataclasses from `argv`, or from one `.json` file of arguments when `argv` is just its path (as
+    transformers' example scripts), over `defaults` (option → value, e.g. a recipe's). A command line argparse refuses
+    ends in one line naming the option and the value (`one_line_error`).
 
     Raises:
         ValueError: the dataclasses' own checks (`__post_init__`).
@@ -296,8 +272,7 @@ def parse_arguments(parser: HfArgumentParser, argv: Sequence[str], defaults: dic
 
 
 def given_options(parser: HfArgumentParser, argv: Sequence[str]) -> set[str]:
-    """The argument names `argv` sets explicitly (flags given on the command line, as `--name`, `--name=value` or
-    another of the option's spellings, or the keys of its one .json file), whatever their values."""
+    """The argument names `argv` sets explicitly (options given, in any spelling, or its one .json file's keys)."""
     if len(argv) == 1 and argv[0].endswith(".json"):
         return set(json.loads(Path(argv[0]).read_text()))
     named = {arg.partition("=")[0] for arg in argv if arg.startswith("--")}
@@ -305,11 +280,8 @@ def given_options(parser: HfArgumentParser, argv: Sequence[str]) -> set[str]:
 
 
 def fresh_output_dir(base: str | Path, finished: str = "config.json") -> Path:
-    """Where a run given no `--output_dir` saves (instead of Trainer's `./trainer_output`): `base` (a folder under
-    `out/`), or, when that holds a finished run (its file `finished`: a model's `config.json`, healing's
-    `healing.json`), the first of `base-2`, `base-3`, ... that does not: running the same command again trains a new
-    model beside the first. A folder without it (an interrupted run) is used again, so `--resume_from_checkpoint
-    last` finds its checkpoints."""
+    """Where a run given no `--output_dir` saves: `base`, or the first of `base-2`, `base-3`, ... that holds no
+    finished run (its file `finished`); an interrupted run's folder is used again (`--resume_from_checkpoint last`)."""
     base = Path(base)
     candidates = itertools.chain([base], (base.with_name(f"{base.name}-{n}") for n in itertools.count(2)))
     return next(folder for folder in candidates if not (folder / finished).exists())
@@ -325,9 +297,8 @@ EXIT_BAD_INPUT = 2  # argparse's status for a bad command line, and `hf-ffn`'s f
 
 @contextlib.contextmanager
 def bad_input_exits(prog: str) -> Iterator[None]:
-    """Run a script's `main` so that bad input (`ValueError` or `OSError` from inside: a missing column, file or
-    folder, a bad flag value; their messages name the flag and the value) ends in one line, `prog: error: message`
-    on stderr, and exit status `EXIT_BAD_INPUT`, as argparse ends a bad command line, instead of a traceback."""
+    """Bad input inside (`ValueError`, `OSError`) ends as `prog: error: message` on stderr and exit status
+    `EXIT_BAD_INPUT`, as argparse ends a bad command line, instead of a traceback; Ctrl-C as one line, status 130."""
     try:
         yield
     except (ValueError, OSError) as error:
@@ -343,17 +314,13 @@ RESUME_LAST = ("last", "true")
 
 
 def resume_checkpoint(training_args: TrainingArguments) -> str | None:
-    """What to pass as `Trainer.train(resume_from_checkpoint=...)` for `--resume_from_checkpoint`: None (start
-    afresh), a checkpoint path as given, or for "last" (or "true", any case) the newest `checkpoint-N` folder in
-    `--output_dir` that Trainer finished saving (`hf_ffn.files.last_complete_checkpoint`: a folder cut during its save
-    is passed over). Trainer alone would read "last" as a path.
-    Call it before any work: the fine-tuning scripts and `hf-ffn heal` all do.
+    """`Trainer.train`'s `resume_from_checkpoint` for `--resume_from_checkpoint`: None, the path given, or for
+    "last" / "true" (any case) the newest `checkpoint-N` of `--output_dir` saved completely
+    (`hf_ffn.files.last_complete_checkpoint`). Call it before any work.
 
     Raises:
-        ValueError: "last" when `--output_dir` holds no `checkpoint-N` folder, naming the flag and the folder; a
-            `--max_steps` other than the checkpoint's (its `trainer_state.json`'s `max_steps`): Trainer would resume
-            under another learning-rate schedule (a linear decay reaching 0 at the new step), the rate jumping at the
-            checkpoint's step.
+        ValueError: "last" with no checkpoint in `--output_dir`; a `--max_steps` other than the checkpoint's (the
+            learning rate would jump at its step).
     """
     value, output_dir = training_args.resume_from_checkpoint, training_args.output_dir
     if value is None:
@@ -391,6 +358,7 @@ __all__ = [
     "check_numeric_options",
     "check_training_init",
     "one_line_error",
+    "option",
     "parse_arguments",
     "resolve_max_seq_length",
     "resume_checkpoint",

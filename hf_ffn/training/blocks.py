@@ -1,14 +1,8 @@
-"""Documents → blocks → masks, the second half of the MLM data path (the first: `hf_ffn.training.corpus`), one step
-per function, each a batched `Dataset.map` cached as memory-mapped Arrow (or applied lazily to a stream):
+"""Documents → blocks → masks, the second half of the MLM data path (the first: `hf_ffn.training.corpus`), each step a
+batched `Dataset.map` cached as memory-mapped Arrow (or applied lazily to a stream):
 
     blocks = documents_to_blocks(documents, tokenizer, 128)                # DatasetDict of 128-token blocks
     evaluation = fixed_maskings(blocks["validation"], tokenizer, count=3)  # the held-out blocks masked 3 times
-
-- Blocks (`documents_to_blocks`): [CLS] text [SEP] per document, concatenated and cut into blocks (`run_mlm.py`'s
-  `group_texts`); with `attention_scope="document"`, `position_ids` restart at 0 where a document (or a block)
-  starts, and FfnBert lets each document attend only to itself (its packed path, `hf_ffn.unpadding`).
-- Masks: training batches are masked afresh by `masking_collator` (transformers' `DataCollatorForLanguageModeling`);
-  the held-out blocks are masked once per seed (`fixed_maskings`), so every evaluation scores the same tokens.
 """
 
 from __future__ import annotations
@@ -27,10 +21,7 @@ MASK_BATCH = 1000  # blocks masked per call of the collator in `fixed_maskings`
 
 
 def mlm_blocks(documents: Sequence[str], tokenizer: PreTrainedTokenizerBase, block_size: int):
-    """`documents_to_blocks` of a list of texts (an in-memory `Dataset`): a `Dataset` of `block_size`-token blocks
-    with columns `input_ids` and `special_tokens_mask` (each a list of `block_size` ints per row): the documents
-    tokenized ([CLS] text [SEP] each), concatenated and cut (`run_mlm.py`'s `group_texts`; the remainder shorter
-    than a block is dropped, so a block starts with [CLS] only where a document starts)."""
+    """`documents_to_blocks` of a list of texts: a `Dataset` of `block_size`-token blocks."""
     from datasets import Dataset
 
     return documents_to_blocks(Dataset.from_dict({"text": list(documents)}), tokenizer, block_size)
@@ -49,9 +40,8 @@ def _tokens_batch(batch: dict, tokenizer: PreTrainedTokenizerBase) -> dict:
 
 
 def _blocks_batch(batch: dict, block: int, per_document: bool) -> dict:
-    """One `map` batch of tokenized documents → its blocks of `block` tokens (the documents concatenated and cut;
-    the remainder shorter than a block dropped), with `position_ids` restarting at each document and block start
-    when `per_document`."""
+    """One `map` batch of tokenized documents → its blocks of `block` tokens (the remainder dropped), with
+    `position_ids` restarting at each document and block start when `per_document`."""
     lengths = np.array([len(ids) for ids in batch["input_ids"]], dtype=np.int64)
     total = int(lengths.sum())
     count = total // block
@@ -73,17 +63,15 @@ def _blocks_batch(batch: dict, block: int, per_document: bool) -> dict:
 
 
 def _per_split(documents, function, *args):
-    """`function(dataset, *args)` on a `Dataset`, or on each split of a `DatasetDict` / `IterableDatasetDict`
-    (returned as the same kind)."""
+    """`function(dataset, *args)` on a dataset, or on each split of a dict of them (returned as the same kind)."""
     if isinstance(documents, dict):
         return type(documents)({split: function(dataset, *args) for split, dataset in documents.items()})
     return function(documents, *args)
 
 
 def tokenize_documents(documents, tokenizer: PreTrainedTokenizerBase, num_proc: int | None = None):
-    """Documents → tokens: each document (column `text`) tokenized as [CLS] text [SEP]; columns `input_ids` (int32)
-    and `special_tokens_mask` (int8), one row per document. `documents`: a `Dataset`, an `IterableDataset`
-    (tokenized as it is read) or a dict of them (each split alike). A `Dataset.map` cached by `datasets`."""
+    """Documents (column `text`) → [CLS] text [SEP] tokens: columns `input_ids` (int32), `special_tokens_mask` (int8).
+    `documents`: a `Dataset`, an `IterableDataset` or a dict of them."""
     from datasets import Features, Sequence, Value
 
     def tokenize(dataset):
@@ -102,10 +90,7 @@ def tokenize_documents(documents, tokenizer: PreTrainedTokenizerBase, num_proc: 
 
 
 def tokens_to_blocks(tokens, max_seq_length: int = 128, attention_scope: str = "block", num_proc: int | None = None):
-    """Tokens (rows of `tokenize_documents`) → blocks of `max_seq_length` tokens: the documents concatenated in
-    order and cut (`run_mlm.py`'s `group_texts`; the remainder shorter than a block is dropped once per
-    `GROUP_DOCUMENTS` documents, and per worker with `num_proc`); with `attention_scope="document"` also
-    `position_ids` (`documents_to_blocks`). A `Dataset`, `IterableDataset` (cut as it is read) or a dict of them.
+    """Tokens (rows of `tokenize_documents`) → blocks of `max_seq_length` tokens (`documents_to_blocks`).
 
     Raises:
         ValueError: an unknown `attention_scope` (naming --attention_scope).
@@ -142,20 +127,12 @@ def documents_to_blocks(
     attention_scope: str = "block",
     num_proc: int | None = None,
 ):
-    """Documents → blocks: each document tokenized as [CLS] text [SEP], the documents concatenated in order and cut
-    into blocks of `max_seq_length` tokens (`run_mlm.py`'s `group_texts`: a block starts with [CLS] only where a
-    document starts; the remainder shorter than a block is dropped once per `GROUP_DOCUMENTS` documents, and at the
-    end of each worker's share with `num_proc`: another `num_proc` can give a few other blocks).
-
-    `documents`: a `Dataset` (column `text`), an `IterableDataset` (streamed: tokenized and cut as training reads
-    it) or a dict of them (each split cut alike). Returns the same kind, with columns `input_ids` and
-    `special_tokens_mask` (int32 and int8 lists of `max_seq_length` per row), and with
-    `attention_scope="document"` also `position_ids` (0, 1, ... restarting where a document starts and at each
-    block start): FfnBert then computes each document of a block as if it were alone (a padding-free batch,
-    docs/unpadded.md); "block" (BERT, `run_mlm.py`): every token attends to the whole block.
-
-    The two steps are `tokenize_documents` and `tokens_to_blocks`, `Dataset.map` calls cached by `datasets`
-    (`num_proc` workers): the same documents and tokenizer are tokenized once.
+    """Documents → blocks: each document tokenized as [CLS] text [SEP], concatenated in order and cut into blocks of
+    `max_seq_length` tokens (`run_mlm.py`'s `group_texts`; the remainder is dropped once per `GROUP_DOCUMENTS`
+    documents and per `num_proc` worker). `documents`: a `Dataset` (column `text`), an `IterableDataset` or a dict
+    of them; returns the same kind, columns `input_ids` and `special_tokens_mask`, and with
+    `attention_scope="document"` `position_ids` restarting at each document and block start (FfnBert then computes
+    each document as if alone, docs/unpadded.md); "block" (BERT): every token attends to the whole block.
 
     Raises:
         ValueError: an unknown `attention_scope` (naming --attention_scope).
@@ -172,12 +149,8 @@ def masking_collator(
     random_replace_prob: float = 0.1,
     seed: int | None = None,
 ) -> DataCollatorForLanguageModeling:
-    """BERT's masking (Devlin et al. 2019, sec. 3.1), transformers' `DataCollatorForLanguageModeling`:
-    `mlm_probability` of the non-special tokens chosen; of those, `mask_replace_prob` become [MASK],
-    `random_replace_prob` a token drawn uniformly from the whole vocabulary (special tokens included, so a random
-    token may be [MASK] itself), the rest are kept. `labels` = the original token at chosen positions, -100
-    elsewhere. `seed`: its own generator (the same masks whatever else used the global RNG); `None`: torch's global
-    RNG (training batches)."""
+    """BERT's masking (Devlin et al. 2019, sec. 3.1): transformers' `DataCollatorForLanguageModeling` with these
+    rates; `seed`: its own generator, `None`: torch's global RNG (training batches)."""
     return DataCollatorForLanguageModeling(
         tokenizer,
         mlm_probability=mlm_probability,
@@ -202,12 +175,9 @@ def fixed_maskings(
     mask_replace_prob: float = 0.8,
     random_replace_prob: float = 0.1,
 ):
-    """Blocks → masks, fixed: `blocks` (rows of `documents_to_blocks`) masked `count` times by `masking_collator`
-    with seeds `seed`, `seed + 1`, ..., the maskings concatenated (`count` × len(blocks) rows, masking 0 first).
-    Columns `input_ids`, `labels` (-100 where not chosen) and `position_ids` if `blocks` has them; a chosen position
-    shows [MASK] where `input_ids == tokenizer.mask_token_id`, the original token where `input_ids == labels`
-    (kept), another token otherwise (random). The same blocks, tokenizer and options give the same masks, so every
-    evaluation scores the same tokens (cached by `datasets` under a fingerprint of all of them).
+    """Blocks → masks, fixed: `blocks` masked `count` times by `masking_collator` with seeds `seed`, `seed + 1`, ...,
+    concatenated (masking 0 first); columns `input_ids`, `labels` (-100 where not chosen) and `position_ids` if
+    `blocks` has them. The same blocks, tokenizer and options give the same masks (cached under their fingerprint).
     """
     from datasets import concatenate_datasets
     from datasets.fingerprint import Hasher

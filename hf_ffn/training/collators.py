@@ -10,18 +10,11 @@ from transformers import DataCollatorWithFlattening
 
 
 class PaddingFreeCollator:
-    """Padding-free batches as transformers defines them (`DataCollatorWithFlattening`) for an encoder: the
-    examples' token sequences concatenated into one row (1, total_tokens), `position_ids` (1, total_tokens)
-    restarting at 0 for each, no padding. FfnBert computes each sequence as if it were alone (docs/unpadded.md).
-
-    Unlike `DataCollatorWithFlattening` (made for causal LMs: it keeps only `input_ids`, `labels` and
-    `position_ids`, and turns labels into shifted token labels), every token-level column of the features (a list
-    per example: `token_type_ids`, `special_tokens_mask`, token `labels`, an all-ones `attention_mask`) is
-    concatenated the same way, and a sequence-level column (one number per example, e.g. class `labels`) stays one
-    per sequence, (num_sequences,): FfnBert's pooler gives one output per sequence of a padding-free batch.
-    `then`, if given (e.g. MLM masking), collates the one concatenated row instead of plain tensors. Features that
-    carry their own `position_ids` (blocks whose documents attend only to themselves, `documents_to_blocks`) keep
-    them: each starts at 0, so the concatenated row still restarts at every block, and at every document within.
+    """Padding-free batches (`DataCollatorWithFlattening`) for an encoder: the examples concatenated into one row
+    (1, total_tokens), `position_ids` restarting at 0 for each (docs/unpadded.md). Unlike it (made for causal LMs),
+    every token-level column (a list per example) is concatenated the same way and a sequence-level one (e.g. class
+    `labels`) stays one per sequence, (num_sequences,). `then` (e.g. MLM masking) collates the concatenated row;
+    features' own `position_ids` (`documents_to_blocks`) are kept.
     """
 
     def __init__(self, then: Callable[[list[dict]], dict] | None = None):

@@ -1,27 +1,7 @@
-"""The data path of masked-language-model training, one step per function: corpus → documents → blocks → masks.
-
-    documents = load_corpus(["wiki-00.txt.xz"])                            # DatasetDict: train, validation (text)
-    blocks = documents_to_blocks(documents, tokenizer, 128)                # DatasetDict of 128-token blocks
-    evaluation = fixed_maskings(blocks["validation"], tokenizer, count=3)  # the held-out blocks masked 3 times
-
-Everything goes through `datasets`: the files are read by its `text`, `json` and `parquet` builders (compressed
-.xz, .gz, .bz2, .zst text is decompressed as it is read), every step is a `Dataset.map` written to memory-mapped
-Arrow cache files (under `--cache_dir`, else `HF_DATASETS_CACHE`), so a corpus larger than memory is read once and
-a second run with the same files, tokenizer and options loads its tokens from the cache instead of tokenizing
-again. Nothing holds the whole corpus in a Python list (with `document_boundary` "file" or "regex" a file is one
-row, so one file at a time is in memory).
-
-- Documents (`load_documents`): a text file is cut at empty lines (`document_boundary="empty_line"`: BERT's
-  pre-training format, datasets' `sample_by="paragraph"`), is one document (`"file"`), or is cut where
-  `document_start_regex` matches (`"regex"`, e.g. WikiText's ` = Title = ` lines). A json / parquet row is one
-  document (its `text_column`). Text is UTF-8; a byte sequence that is not UTF-8 reads as Latin-1, so nothing is
-  dropped (`LATIN1_FALLBACK`). Documents that are blank after stripping are dropped.
-- Held-out split (`held_out_split`): whole documents, a seeded percentage, or the documents of `validation_files`.
-- Blocks (`documents_to_blocks`): [CLS] text [SEP] per document, concatenated and cut into blocks (`run_mlm.py`'s
-  `group_texts`); with `attention_scope="document"`, `position_ids` restart at 0 where a document (or a block)
-  starts, and FfnBert lets each document attend only to itself (its packed path, `hf_ffn.unpadding`).
-- Masks: training batches are masked afresh by `masking_collator` (transformers' `DataCollatorForLanguageModeling`);
-  the held-out blocks are masked once per seed (`fixed_maskings`), so every evaluation scores the same tokens.
+"""Corpus → documents, the first half of the MLM data path (the second: `hf_ffn.training.blocks`), through `datasets`:
+text (compressed or not), json or parquet files (`load_corpus`) or a `datasets` data set (`load_hub_corpus`), each
+step a `Dataset.map` cached as memory-mapped Arrow, nothing holding the corpus in a Python list; documents cut at
+empty lines, per file or by a regex, the held-out documents chosen whole (docs/pretraining.md, "The data path").
 """
 
 from __future__ import annotations
@@ -42,9 +22,8 @@ TABLE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}  # an
 DOCUMENT_BOUNDARIES = ("empty_line", "file", "regex")
 SAMPLE_BY = {"empty_line": "paragraph", "file": "document", "regex": "document"}  # datasets' text builder
 
-# The decoding error handler of the text builder: bytes that are not UTF-8 are read as Latin-1 (which maps every
-# byte to a character), the package's rule for text files (`hf_ffn.training.readers.decode_text`), byte sequence by
-# byte sequence instead of file by file, so it works while a compressed file is decompressed as it is read.
+# The text builder's decoding error handler: bytes that are not UTF-8 read as Latin-1 (`readers.decode_text`'s rule),
+# byte sequence by byte sequence, so it works while a compressed file is decompressed as it is read.
 LATIN1_FALLBACK = "hf_ffn_latin1_fallback"
 
 
@@ -56,13 +35,11 @@ codecs.register_error(LATIN1_FALLBACK, _latin1)
 
 
 def corpus_files(paths: Sequence[str | Path], pattern: str = "*.txt", argument: str = "--train_files") -> list[Path]:
-    """The files of `paths`, each folder expanded to its files matching `pattern` (sorted by name), all of one
-    format (text, json or parquet, after any compression suffix).
+    """`expand_paths(paths, pattern)`, checked: all of one format (`file_format`), none empty.
 
     Raises:
-        FileNotFoundError: a path that does not exist, a folder without a file matching `pattern` (naming
-            `argument`).
-        ValueError: an empty file; files of more than one format.
+        FileNotFoundError: as `expand_paths`.
+        ValueError: an empty file, a .zst file without zstandard, files of more than one format.
     """
     files = expand_paths(paths, pattern, argument)
     for file in files:
@@ -80,16 +57,14 @@ def corpus_files(paths: Sequence[str | Path], pattern: str = "*.txt", argument: 
 
 
 def file_format(file: Path) -> str:
-    """The format of `file`: "json", "parquet" or "text" (every other suffix), after a compression suffix
-    (`COMPRESSIONS`)."""
+    """ "json", "parquet" or "text" (any other suffix), after a compression suffix."""
     suffixes = [s for s in file.suffixes if s not in COMPRESSIONS]
     return TABLE_FORMATS.get(suffixes[-1] if suffixes else "", "text")
 
 
 def split_documents(texts: Sequence[str], start_regex: str | None) -> list[str]:
-    """Each text cut where `start_regex` (compiled with `re.MULTILINE`) matches: one document from each match to
-    the next (text before the first match is a document of its own); blank pieces dropped. `None`: `texts` as they
-    are. E.g. WikiText's articles start at a line ` = Title = `: `start_regex="^ = [^=]"`."""
+    """Each text cut where `start_regex` (multi-line) matches, e.g. WikiText's `"^ = [^=]"` (text before the first
+    match is a document of its own); blank pieces dropped. `None`: `texts` as they are."""
     if start_regex is None:
         return list(texts)
     pattern = re.compile(start_regex, re.MULTILINE)
@@ -100,15 +75,13 @@ def split_documents(texts: Sequence[str], start_regex: str | None) -> list[str]:
     return documents
 
 
-# A line holding only whitespace (spaces, tabs, a carriage return): under `document_boundary="empty_line"` it
-# separates documents like an empty line (datasets' paragraph reader splits at "\n\n" only; WikiText's files
-# separate paragraphs with lines of one space).
+# A whitespace-only line separates documents like an empty line (datasets' paragraph reader splits at "\n\n" only;
+# WikiText separates paragraphs with lines of one space).
 BLANK_LINE = re.compile(r"\n[^\S\n]*\n")
 
 
 def _documents_batch(batch: dict, start_regex: str | None, blank_lines: bool = False) -> dict:
-    """One `map` batch of rows → its documents: cut by `start_regex` (if given) and, with `blank_lines`, at every
-    whitespace-only line (`BLANK_LINE`), stripped, blank ones dropped."""
+    """One `map` batch of rows → its documents, cut by `start_regex` and (`blank_lines`) at `BLANK_LINE`s."""
     texts = split_documents(batch["text"], start_regex)
     if blank_lines:
         texts = [piece for text in texts for piece in BLANK_LINE.split(text)]
@@ -116,11 +89,10 @@ def _documents_batch(batch: dict, start_regex: str | None, blank_lines: bool = F
 
 
 def resolve_boundary(document_boundary: str | None, document_start_regex: str | None) -> str:
-    """The document boundary of a text file: `document_boundary` as given, else "regex" when a
-    `document_start_regex` is given, else "empty_line".
+    """`document_boundary` as given, else "regex" with a `document_start_regex`, else "empty_line".
 
     Raises:
-        ValueError: an unknown boundary; "regex" without a regex; a regex with another boundary (naming the options).
+        ValueError: an unknown boundary; "regex" without a regex, or a regex with another boundary.
     """
     if document_boundary is None:
         return "empty_line" if document_start_regex is None else "regex"
@@ -146,16 +118,12 @@ def load_documents(
     num_proc: int | None = None,
     argument: str = "--train_files",
 ):
-    """The documents of `files` (all of one format, `corpus_files`) as a `Dataset` with one column `text`, one row
-    per document, in file order, memory-mapped from `datasets`' cache.
-
-    Text files are read by the `text` builder (`sample_by` from `SAMPLE_BY[document_boundary]`; UTF-8, non-UTF-8
-    bytes as Latin-1), cut by `document_start_regex` when `document_boundary="regex"`; json / parquet files by their
-    builders, one document per row of `text_column` (`document_start_regex`, if given, cuts rows further).
+    """The documents of `files` (of one format, `corpus_files`) as a `Dataset` with one column `text`, in file
+    order: text files cut by `document_boundary`, json / parquet files a document per row of `text_column` (cut
+    further by `document_start_regex`, if given).
 
     Raises:
-        ValueError: `text_column` missing from a json / parquet file (naming --text_column and the columns found);
-            no document at all (naming `argument`).
+        ValueError: a file that cannot be read, `text_column` missing, no document at all.
     """
     from datasets import load_dataset
     from datasets.exceptions import DatasetGenerationError
@@ -164,7 +132,7 @@ def load_documents(
     workers = min(num_proc, len(files)) if num_proc and num_proc > 1 else None
     options = {"data_files": {"train": [str(file) for file in files]}, "cache_dir": cache_dir, "num_proc": workers}
     text = {"sample_by": SAMPLE_BY[document_boundary], "encoding_errors": LATIN1_FALLBACK} if kind == "text" else {}
-    if kind == "text":  # UTF-16 text would read as one NUL-spaced document (compressed files: not checked)
+    if kind == "text":  # UTF-16 would read as one NUL-spaced document (compressed files: not checked)
         for file in files:
             if Path(file).suffix not in COMPRESSIONS:
                 with open(file, "rb") as stream:
@@ -192,13 +160,11 @@ def load_documents(
 
 
 def held_out_split(documents, percentage: float, seed: int, argument: str = "--train_files"):
-    """`(train, held_out)`: whole documents, `percentage` of them (at least one, rounded) held out, chosen by a
-    permutation from `numpy.random.default_rng(seed)`: the same documents and seed always give the same split.
-    `documents`: a list (lists returned) or a `Dataset` (`Dataset.select`: index mappings, nothing copied).
+    """`(train, held_out)`: `percentage` of the whole documents (at least one, rounded) held out, chosen by a
+    `numpy.random.default_rng(seed)` permutation. `documents`: a list (lists returned) or a `Dataset` (`select`).
 
     Raises:
-        ValueError: with fewer than two documents, naming `argument` and the options that give more documents or a
-            held-out set of its own.
+        ValueError: with fewer than two documents, naming the options that give more or a held-out set.
     """
     if len(documents) < 2:
         raise ValueError(
@@ -226,11 +192,8 @@ def load_corpus(
     cache_dir: str | None = None,
     num_proc: int | None = None,
 ):
-    """Corpus → documents: a `DatasetDict` with `train` and `validation` splits of documents (column `text`).
-
-    The validation documents are those of `validation_files` (then every document of `train_files` trains), else
-    `validation_split_percentage` of the `train_files` documents, whole, chosen with `split_seed`
-    (`held_out_split`). Files and folders as `corpus_files`, documents as `load_documents`.
+    """Corpus → documents: a `DatasetDict` with `train` and `validation` documents (column `text`), held out by
+    `validation_files`, else `held_out_split(validation_split_percentage, split_seed)`.
 
     Raises:
         FileNotFoundError, ValueError: as `corpus_files`, `load_documents` and `held_out_split`.
@@ -250,12 +213,11 @@ def load_corpus(
 
 
 def _row_documents(dataset, text_column: str, start_regex: str | None, num_proc: int | None, where: str):
-    """The rows of a table (json / parquet files, a `datasets` data set) as documents: column `text_column` renamed
-    `text`, each row one document (cut further by `start_regex` if given), stripped, blank ones dropped. A
-    `Dataset` or an `IterableDataset` (whose columns may be unknown until read: then not checked).
+    """A table's rows (a `Dataset` or `IterableDataset`) as documents: `text_column` renamed `text`, cut by
+    `start_regex`, blank ones dropped.
 
     Raises:
-        ValueError: `text_column` missing (naming --text_column, `where` and the columns found).
+        ValueError: `text_column` missing (where the columns are known).
     """
     columns = dataset.column_names
     if columns is not None and text_column not in columns:
@@ -267,7 +229,7 @@ def _row_documents(dataset, text_column: str, start_regex: str | None, num_proc:
 
 
 def _first_line(error: BaseException) -> str:
-    """`error` as one line: its type and message, the message's lines joined."""
+    """`error`'s type and message, on one line."""
     return f"{type(error).__name__}: " + " ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
@@ -285,20 +247,14 @@ def load_hub_corpus(
     file_pattern: str = "*.txt",
     document_boundary: str | None = None,
 ):
-    """Corpus → documents from a `datasets` data set, as `run_mlm.py`'s `--dataset_name`, `--dataset_config_name`
-    and `--streaming`: a hub name or a local loading script / folder (`load_dataset`), or a folder written by
-    `save_to_disk` (`load_from_disk`). Each row of its `train` split is one document (`text_column`; cut further by
-    `document_start_regex`; blank rows dropped): a `DatasetDict` (an `IterableDatasetDict` when `streaming`: rows
-    read as training reads them, nothing written to disk) with `train` and `validation` splits of documents.
-
-    The validation documents: those of `validation_files` (read as `load_corpus` reads them), else the data set's
-    own `validation` split, else (not streaming) `validation_split_percentage` of the train rows, whole, chosen
-    with `split_seed` (`held_out_split`).
+    """Corpus → documents from a `datasets` data set (`run_mlm.py`'s `--dataset_name`, `--dataset_config_name`,
+    `--streaming`: `load_dataset`, or `load_from_disk` for a `save_to_disk` folder): a `DatasetDict` (streaming: an
+    `IterableDatasetDict`) of `train` and `validation` documents, a row each (`_row_documents`). Held out:
+    `validation_files`, else its own `validation` split, else (not streaming) `held_out_split`.
 
     Raises:
-        ValueError: a data set that cannot be loaded (e.g. offline and not in the cache; naming --dataset_name and
-            the cause), a configuration it lacks (naming --dataset_config_name), no `train` split, a missing
-            `text_column`, streaming without a held-out split (naming the options that give one).
+        ValueError: a data set that cannot be loaded, no `train` split, a missing `text_column`, streaming without a
+            held-out split.
     """
     from datasets import DatasetDict, IterableDatasetDict, load_dataset, load_from_disk
 
@@ -355,15 +311,14 @@ def load_hub_corpus(
 
 
 def is_streamed(dataset) -> bool:
-    """Whether `dataset` is a `datasets.IterableDataset` (streamed: no length, read as it is iterated)."""
+    """Whether `dataset` is a `datasets.IterableDataset` (streamed: no length)."""
     from datasets import IterableDataset
 
     return isinstance(dataset, IterableDataset)
 
 
 def map_batched(dataset, function, num_proc: int | None, desc: str, **options):
-    """`dataset.map(function, batched=True, **options)`; a `Dataset` with `num_proc` and a progress `desc`, an
-    `IterableDataset` lazily (applied as it is read; it takes neither)."""
+    """`dataset.map(function, batched=True, **options)`, with `num_proc` and `desc` unless streamed (lazy)."""
     if is_streamed(dataset):
         return dataset.map(function, batched=True, **options)
     return dataset.map(function, batched=True, num_proc=num_proc, desc=desc, **options)

@@ -1,20 +1,7 @@
-"""Models in and out of a fine-tuning run: checkpoint and tokenizer loading (a variant through
-`hf_ffn.conversion.load_converted`; the checkpoint argument is checked by `hf_ffn.checkpoints.check_checkpoint`,
-re-exported here), output-folder checks, the finished save, the final evaluation and the model card.
-
-Finished output. Trainer writes its resumable checkpoints to `output_dir/checkpoint-N/` as usual. The final
-model, tokenizer, model card and results are written to a staging folder `output_dir/.staging-final/` and then
-moved into `output_dir` with `os.replace`, `config.json` last. `from_pretrained` and `pipeline` need
-`config.json`, so an `output_dir` whose final save was interrupted never loads as a model; a run that fails
-removes its staging folder. An `output_dir` that already holds a finished model (a `config.json`) is refused.
-
-Unpadded execution. `load_model` sets `config.unpad_tokens` to the run's `--unpad_tokens` (on by default: the
-classification and MLM losses ignore pad positions, so it changes no loss), and `save_outputs` writes the
-checkpoint's own value back into the finished model's `config.json`. The switch is a choice of how this run
-executes, not a property of the trained weights: a saved `True` would silently give everyone who loads the model
-zeros at pad positions (a different question-answering span loss, an ONNX export whose shapes depend on the
-mask), and would break the package's promise that a default-config model is upstream BERT, pad positions
-included. Trainer's resumable `checkpoint-N/` folders are this run's state and keep the run's value.
+"""Models in and out of a training run: checkpoint and tokenizer loading, output-folder checks, the final evaluation,
+the model card and the finished save, staged in `output_dir/.staging-final/` and moved in `config.json` last, so an
+interrupted save never leaves a folder that loads as a model. `load_model` sets the run's `unpad_tokens`;
+`save_outputs` writes back the checkpoint's (an execution choice, not a property of the weights: docs/unpadded.md).
 """
 
 from __future__ import annotations
@@ -31,6 +18,7 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
     Trainer,
+    TrainerState,
     TrainingArguments,
 )
 
@@ -60,21 +48,13 @@ CARD_HYPERPARAMETERS = (
 def load_model(
     model_args: ModelArguments, model_class: type[PreTrainedModel], **kwargs
 ) -> tuple[PreTrainedModel, dict]:
-    """`(model, report)`: the checkpoint as `model_class`, turned into the variant `model_args` asks for.
-
-    A variant is built by `hf_ffn.conversion.load_converted` (function-preserving GELU→GeGLU, approximate
-    GELU→SwiGLU, or fresh weights at a kept / parameter-matched / given width); otherwise the checkpoint loads as
-    saved. `kwargs` (e.g. `num_labels`, `id2label`) go to `from_pretrained`. `report` is a JSON-able dict. A
-    variant whose conversion is not function-preserving logs a warning once
-    (`hf_ffn.conversion_warning.warn_if_not_function_preserving`); so does a converted folder loaded as saved.
-    `config.unpad_tokens` is then set to `model_args.unpad_tokens` (after loading, so the conversion report lists
-    only what the conversion changed; `save_outputs` saves the checkpoint's value, see the module docstring).
+    """`(model, report)`: the checkpoint as `model_class`, as saved or turned into the variant `model_args` asks
+    for (`hf_ffn.conversion.load_converted`; a conversion that is not function-preserving logs a warning once), with
+    `config.unpad_tokens = model_args.unpad_tokens`. `kwargs` go to `from_pretrained`; `report` is JSON-able.
 
     Raises:
-        FileNotFoundError: if the checkpoint looks local and is not a checkpoint folder
-            (`hf_ffn.checkpoints.check_checkpoint`).
-        CheckpointNotLoadedError: an encoder weight the checkpoint lacks or names otherwise, a corrupt weights file
-            (`hf_ffn.checkpoints.load_pretrained`).
+        FileNotFoundError: if the checkpoint looks local and is not a checkpoint folder.
+        CheckpointNotLoadedError: an encoder weight the checkpoint lacks or names otherwise, a corrupt weights file.
     """
     check_checkpoint(model_args.model_name_or_path, "--model_name_or_path")
     if not model_args.is_variant:
@@ -93,20 +73,17 @@ def load_model(
                 **kwargs,
             )
         report = json.loads(conversion.to_json())
-        # fine-tuning a conversion that is not function-preserving: the measured difference and the next step, once
         warn_if_not_function_preserving(report)
     model.config.unpad_tokens = model_args.unpad_tokens  # read at every forward
     return model, report
 
 
-# What a resumed run's model must share with its checkpoint (the optimizer state and the weights are its shapes' and
-# its FFN's): a run resumed with another --ffn_type trained silently on as the new variant from the old weights.
+# What a resumed run's model must share with its checkpoint (its weights and optimizer state are of that shape and FFN).
 RESUMED_FIELDS = ("ffn_types", "layer_norm_positions", "intermediate_size", "hidden_size", "num_hidden_layers")
 
 
 def check_resume_matches(config: PretrainedConfig, resume: str | None) -> None:
-    """Refuse to resume from the checkpoint `resume` into a model whose `config` differs from the checkpoint's in a
-    `RESUMED_FIELDS` field (e.g. `--ffn_type relu` given on resuming a GELU run).
+    """Refuse to resume from `resume` into a model whose `config` differs from the checkpoint's in `RESUMED_FIELDS`.
 
     Raises:
         ValueError: naming the checkpoint, the field, both values and the way out (the run's own options).
@@ -124,26 +101,22 @@ def check_resume_matches(config: PretrainedConfig, resume: str | None) -> None:
 
 
 def checkpoint_unpad_tokens(name_or_path: str) -> bool:
-    """The `unpad_tokens` saved in the checkpoint's `config.json`: `False` when absent (upstream BERT has no such
-    field, FfnBert's default is off)."""
+    """The `unpad_tokens` saved in the checkpoint's `config.json`, `False` when absent (upstream BERT)."""
     config_dict, _ = PretrainedConfig.get_config_dict(name_or_path)
     return bool(config_dict.get("unpad_tokens", False))
 
 
 def checkpoint_max_positions(name_or_path: str) -> int | None:
-    """The `max_position_embeddings` saved in the checkpoint's `config.json` (the most tokens one input may have),
-    None when absent."""
+    """The `max_position_embeddings` saved in the checkpoint's `config.json`, None when absent."""
     config_dict, _ = PretrainedConfig.get_config_dict(name_or_path)
     return config_dict.get("max_position_embeddings")
 
 
 def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
-    """The tokenizer named by `--tokenizer_name`, else the one saved with the checkpoint
-    (`hf_ffn.checkpoints.load_tokenizer`).
+    """The tokenizer named by `--tokenizer_name`, else the one saved with the checkpoint.
 
     Raises:
-        CheckpointNotLoadedError: the folder holds no tokenizer (the message names `--tokenizer_name` as the way out
-            when the checkpoint's own was read).
+        CheckpointNotLoadedError: the folder holds no tokenizer.
     """
     if model_args.tokenizer_name:
         return checked_tokenizer(model_args.tokenizer_name, "--tokenizer_name")
@@ -154,13 +127,11 @@ def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
 
 
 def check_output_dir(output_dir: str, resume: str | None = None) -> None:
-    """Refuse an `output_dir` that already holds a finished model (a `config.json`), or, when `resume`
-    (`--resume_from_checkpoint`) is not given, the checkpoints of an interrupted run (Trainer would start again at
-    step 0 and overwrite them).
+    """Refuse an `output_dir` that holds a finished model (a `config.json`), or, unless resuming (`resume`), the
+    checkpoints of an earlier run (`check_not_started`).
 
     Raises:
-        FileExistsError: naming the folder (and, when `resume` is given, how to go on from one of its checkpoints: in
-            another folder); for checkpoints, naming the last one and `--resume_from_checkpoint last`.
+        FileExistsError: naming the folder and the way on.
     """
     if (Path(output_dir) / "config.json").exists():
         go_on = (
@@ -180,8 +151,7 @@ def check_not_started(output_dir: str | os.PathLike, resume: str | None, argumen
     """Refuse to start afresh (`resume` None) in a folder that holds `checkpoint-N` folders of an earlier run.
 
     Raises:
-        FileExistsError: "--output_dir PATH holds the checkpoints of an earlier run (the last: PATH/checkpoint-N); go
-            on with --resume_from_checkpoint last, or choose another --output_dir".
+        FileExistsError: naming the folder, its last complete checkpoint and `--resume_from_checkpoint last`.
     """
     if resume is not None or not Path(output_dir).is_dir() or not any(Path(output_dir).glob("checkpoint-*")):
         return
@@ -200,12 +170,9 @@ def check_not_started(output_dir: str | os.PathLike, resume: str | None, argumen
 def save_finished(
     output_dir: str, save: Callable[[Path], None], main: bool = True, barrier: Callable[[], None] = lambda: None
 ) -> None:
-    """Write the final output with `save(staging_folder)`, then move it into `output_dir`, `config.json` last.
-
-    Each `os.replace` is atomic on one filesystem; `config.json` (which `from_pretrained` needs) arrives only after
-    every other file, so an interrupted save never leaves a folder that loads as a model. The staging folder is
-    removed if `save` fails. Multi-process: every process calls this (`save` may be collective, e.g. FSDP's state
-    dict gather); only `main` prepares, moves and removes the staging folder, `barrier` orders the steps.
+    """Write the final output with `save(staging_folder)`, then move it into `output_dir` (`os.replace`, atomic),
+    `config.json` last. Every process calls it (`save` may be collective); only `main` prepares, moves and removes the
+    staging folder (also when `save` fails), `barrier` orders the steps.
     """
     output = Path(output_dir)
     staging = output / STAGING_FOLDER
@@ -231,10 +198,8 @@ def save_finished(
 
 
 def final_evaluation(trainer: Trainer) -> dict[str, float]:
-    """The validation metrics of the model the trainer holds after training: the last step's, or with
-    `load_best_model_at_end` (early stopping) the best checkpoint's, which Trainer loads at the end. Those logged at
-    that step when `eval_strategy` already evaluated there (no second pass over the same data), else a new
-    `trainer.evaluate()`. (The last step's were once returned for a loaded best model.)"""
+    """The validation metrics of the model the trainer holds after training (the last step's, or with
+    `load_best_model_at_end` the best checkpoint's): those logged at that step, else a new `trainer.evaluate()`."""
     state = trainer.state
     step = state.global_step
     if trainer.args.load_best_model_at_end and state.best_model_checkpoint is not None:
@@ -246,9 +211,8 @@ def final_evaluation(trainer: Trainer) -> dict[str, float]:
 
 
 def training_seconds(log_history: list[dict], train_runtime: float, resumed_from_step: int = 0) -> float:
-    """Seconds spent training: `train_runtime` (this process's `Trainer.train`) minus the evaluations run inside it.
-    A run resumed from the checkpoint of step `resumed_from_step` inherits the log history before it: those
-    evaluations (at steps ≤ `resumed_from_step`) ran in an earlier process and are not subtracted."""
+    """Seconds spent training: `train_runtime` minus the evaluations this process ran in it (those after
+    `resumed_from_step`: a resumed run's log history holds an earlier process's)."""
     return train_runtime - sum(
         entry.get("eval_runtime", 0.0) for entry in log_history if entry.get("step", 0) > resumed_from_step
     )
@@ -258,7 +222,7 @@ def checkpoint_step(checkpoint: str | Path | None) -> int:
     """The step a `Trainer` checkpoint was saved at (its `trainer_state.json`'s `global_step`); 0 for None."""
     if checkpoint is None:
         return 0
-    return int(json.loads((Path(checkpoint) / TRAINER_STATE).read_text())["global_step"])
+    return TrainerState.load_from_json(str(Path(checkpoint) / TRAINER_STATE)).global_step
 
 
 def model_card(
@@ -272,11 +236,9 @@ def model_card(
     config: PretrainedConfig | None = None,
     notes: Sequence[str] = (),
 ) -> ModelCard:
-    """The fine-tuned folder's `ModelCard` (`hf_ffn.model_card.build_training_card`), from the run's arguments:
-    the variant, the data, the hyperparameters and the measured `results`; named after `output_dir`. `config`, the
-    trained model's: the FFN type and LayerNorm placement not given on the command line are read from it
-    (`ffn_type`, else BERT's `hidden_act`; `layer_norm_position`), so the card names what was trained. `notes`: lines
-    on the training the hyperparameters do not tell (a pre-training run's blocks, warm-up and stop)."""
+    """The trained folder's `ModelCard` (`hf_ffn.model_card.build_training_card`): the variant (what `model_args`
+    leaves out read from the trained `config`), the data, the hyperparameters, `results` and `notes` (lines on the
+    training the hyperparameters do not tell)."""
     ffn_type = model_args.ffn_type or getattr(config, "ffn_type", None) or getattr(config, "hidden_act", None)
     layer_norm_position = model_args.layer_norm_position or getattr(config, "layer_norm_position", None)
     return build_training_card(
@@ -310,13 +272,9 @@ def save_outputs(
     output_dir: str,
     unpad_tokens: bool,
 ) -> None:
-    """The finished save of a run (`save_finished`): model (`trainer.save_model`, every process), tokenizer, model
-    card `README.md`, `all_results.json` (`results`), `run_info.json` (`extra`) and `trainer_state.json` (the
-    Trainer's state with its log history, as in a checkpoint), written on process 0.
-
-    `unpad_tokens`: the value the saved `config.json` gets (the checkpoint's, `checkpoint_unpad_tokens`; the run's
-    own switch is an execution choice, see the module docstring); it is set on the model's config before saving.
-    """
+    """The finished save of a run (`save_finished`): model, tokenizer, card `README.md`, `all_results.json`
+    (`results`), `run_info.json` (`extra`), `trainer_state.json`; the saved config gets `unpad_tokens` (the
+    checkpoint's value)."""
     trainer.model.config.unpad_tokens = unpad_tokens
     main = trainer.is_world_process_zero()
 

@@ -1,10 +1,6 @@
-"""Readers of text data, any corpus: labelled text (`read_label_files`: a folder with one text file per label;
-`read_table`: a csv / tsv / json file with named columns; a `datasets` dataset; `read_labelled_texts` picks one),
-the seeded train / validation / test split (`split_dataset`), checked local data files (`check_data_file`) and
-plain-text documents (`read_text_documents`: files or folders of text files), all decoded by `decode_text`.
-
-Everything that can be wrong with the input (a missing or empty file, a column that does not exist) raises naming
-the file or option, the value and what is allowed.
+"""Readers of text data: labelled text (a folder with one file per label, a csv / tsv / json file, a `datasets`
+dataset: `read_labelled_texts` picks one), the seeded train / validation / test split and plain-text documents, all
+decoded by `decode_text`. Bad input raises naming the file or option, the value and what is allowed.
 """
 
 from __future__ import annotations
@@ -29,12 +25,11 @@ DEFAULT_TEXT_COLUMNS = ("text", "sentence")
 
 
 def check_data_file(path: str, argument: str) -> Path:
-    """`path` as a `Path` after checking it exists, is a csv/tsv/json/jsonl file and is not empty.
+    """`path` as a `Path` after checking it is a csv/tsv/json/jsonl file with rows.
 
     Raises:
-        FileNotFoundError: if `path` does not exist or is not a file.
-        ValueError: on an unsupported extension, an empty (or whitespace-only) file, or a csv/tsv file with a header
-            line only.
+        FileNotFoundError: if `path` is not a file.
+        ValueError: an unsupported extension, a blank file, a csv/tsv file with a header only.
     """
     file = Path(path)
     if not file.is_file():
@@ -59,19 +54,13 @@ NOTE_FILES = ("README*", "LICENSE*", "SOURCE*")
 def read_label_files(
     directory: str | Path, argument: str = "--label_dir", pattern: str = "*"
 ) -> tuple[list[str], list[str]]:
-    """`(texts, labels)` of a folder with one text file per label, one example per line (e.g. `pos.txt`,
-    `neg.txt`; or `reviews.pos`, `reviews.neg`).
-
-    The files are those matching `pattern`, sorted by name, without hidden files and notes (`NOTE_FILES`: README*,
-    LICENSE*, SOURCE*). A file's label is its stem (`pos.txt` → "pos"), or its extension when every file has the
-    same stem (`reviews.pos` → "pos"). Lines are stripped, blank lines skipped; files are decoded by
-    `decode_text` (UTF-8, else Latin-1). Examples come file by file in name order, so the same files always give
-    the same lists.
+    """`(texts, labels)` of a folder with one text file per label, one example per line: the files matching
+    `pattern` in name order, hidden files and `NOTE_FILES` left out. A file's label is its stem (`pos.txt` → "pos"),
+    or its extension when every file has the same stem (`reviews.pos` → "pos"); blank lines are skipped.
 
     Raises:
-        FileNotFoundError: naming `argument`, if `directory` is not a folder or holds no matching file.
-        ValueError: naming `argument`, if a label file is empty, two files give the same label, or fewer than two
-            labels are found.
+        FileNotFoundError: naming `argument`: no such folder, no matching file.
+        ValueError: naming `argument`: an empty label file, a label twice, fewer than two labels.
     """
     folder = Path(directory)
     if not folder.is_dir():
@@ -109,11 +98,10 @@ def read_label_files(
 
 def parse_split_sizes(value: str | Sequence[int | float], total: int, argument: str = "--split_sizes") -> list[int]:
     """Three split sizes (train, validation, test) as row counts: `value` is three counts ("8000,1000,1662") or
-    three fractions of `total` ("0.8,0.1,0.1": each rounded down, the remainder added to train).
+    three fractions of `total` ("0.8,0.1,0.1": each rounded down, the remainder to train).
 
     Raises:
-        ValueError: naming `argument`, unless the sizes are three positive numbers adding up to at most `total`
-            (fractions: at most 1).
+        ValueError: naming `argument`, unless three positive sizes adding up to at most `total` (fractions: 1).
     """
     parts = [part for part in value.split(",") if part.strip()] if isinstance(value, str) else list(value)
     try:
@@ -133,8 +121,7 @@ def parse_split_sizes(value: str | Sequence[int | float], total: int, argument: 
 
 
 def split_dataset(dataset, split_sizes: str | Sequence[int | float], seed: int = 42, argument: str = "--split_sizes"):
-    """`dataset` as a `DatasetDict` train / validation / test: shuffled with `Dataset.shuffle(seed=seed)` and cut
-    into `split_sizes` (`parse_split_sizes`: counts or fractions). The same rows and seed always give the same split.
+    """`dataset` as a `DatasetDict` train / validation / test: `Dataset.shuffle(seed=seed)`, cut into `split_sizes`.
 
     Raises:
         ValueError: as `parse_split_sizes`.
@@ -159,8 +146,7 @@ def load_label_files(
     pattern: str = "*",
     argument: str = "--label_dir",
 ):
-    """A folder with one text file per label (`read_label_files`) as a `DatasetDict` with splits train /
-    validation / test (`split_dataset`: seeded shuffle, then `split_sizes`) and columns text, label.
+    """`read_label_files` as a `DatasetDict` (`split_dataset`) with columns text, label.
 
     Raises:
         FileNotFoundError, ValueError: as `read_label_files` and `parse_split_sizes`.
@@ -174,13 +160,10 @@ def load_label_files(
 def read_table(
     path: str | Path, text_column: str | None = None, label_column: str | None = "label", argument: str = "--file"
 ) -> tuple[list[str], list | None]:
-    """`(texts, labels)` of one csv / tsv / json / jsonl file (`check_data_file`; read by `datasets`' csv or json
-    builder) from its named columns: `text_column` (default: the first of `DEFAULT_TEXT_COLUMNS` it has) and
-    `label_column` (None, or a column the file lacks when it is the default "label": no labels).
+    """`(texts, labels)` of one csv / tsv / json / jsonl file (`check_data_file`), as `dataset_columns`.
 
     Raises:
-        FileNotFoundError, ValueError: as `check_data_file`; ValueError naming the column and the file's columns when
-            a named column does not exist.
+        FileNotFoundError, ValueError: as `check_data_file` and `dataset_columns`.
     """
     from datasets import load_dataset
 
@@ -193,7 +176,8 @@ def read_table(
 def dataset_columns(
     dataset, text_column: str | None = None, label_column: str | None = "label", where: str = "the dataset"
 ) -> tuple[list[str], list | None]:
-    """`(texts, labels)` from a `datasets.Dataset`'s columns (the defaults as `read_table`).
+    """`(texts, labels)` from a `datasets.Dataset`'s columns: `text_column` (default: the first of
+    `DEFAULT_TEXT_COLUMNS` it has) and `label_column` (None, or the default "label" absent: no labels).
 
     Raises:
         ValueError: naming the column, `where` and the columns there, when a named column does not exist.
@@ -222,14 +206,8 @@ def read_labelled_texts(
     pattern: str = "*",
     argument: str = "--data",
 ):
-    """`(texts, labels)` (labels None when the data has none) from any of the package's text sources:
-
-    - a csv / tsv / json / jsonl file: `read_table` with `text_column` / `label_column`;
-    - a folder saved by `datasets` (`save_to_disk`: holds `dataset_dict.json` or `state.json`): its `split`, columns
-      as a file's;
-    - another folder: one text file per label (`read_label_files` with `pattern`);
-    - anything else that could be a hub name (`hf_ffn.checkpoints.looks_local` is false): a `datasets` hub
-      dataset (needs hub access), its `split`.
+    """`(texts, labels)` (labels None when the data has none) of a csv / tsv / json / jsonl file (`read_table`), a
+    folder saved by `datasets` (its `split`), a folder of label files (`read_label_files`) or a hub dataset name.
 
     Raises:
         FileNotFoundError, ValueError: as the reader used, naming `argument`.
@@ -258,8 +236,7 @@ def read_labelled_texts(
 
 
 def is_saved_dataset(path: str | Path) -> bool:
-    """Whether `path` is a folder written by `datasets`' `save_to_disk` (it holds `dataset_dict.json` or
-    `state.json`), which `load_from_disk` reads and `load_dataset` refuses."""
+    """Whether `path` is a folder written by `datasets`' `save_to_disk` (`load_from_disk` reads it)."""
     folder = Path(path)
     return (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
 
@@ -269,11 +246,10 @@ WIDE_BOMS = {b"\xff\xfe\x00\x00": "UTF-32", b"\x00\x00\xfe\xff": "UTF-32", b"\xf
 
 
 def check_not_wide(head: bytes, name: str | Path) -> None:
-    """Refuse text whose first bytes `head` are UTF-16 or UTF-32 (a byte-order mark, or NUL bytes, which no text
-    file in UTF-8 or Latin-1 holds): read as UTF-8 else Latin-1 it would be one run-on string of NUL-spaced letters.
+    """Refuse text whose first bytes `head` are UTF-16 or UTF-32 (a byte-order mark, or NUL bytes).
 
     Raises:
-        ValueError: "NAME is UTF-16 text (...): convert it to UTF-8, e.g. iconv -f UTF-16 -t UTF-8 NAME".
+        ValueError: "NAME is UTF-16 text (...): convert it, e.g. `iconv -f UTF-16 -t UTF-8 NAME`".
     """
     wide = next((encoding for bom, encoding in WIDE_BOMS.items() if head.startswith(bom)), None)
     if wide is None and b"\x00" in head:
@@ -286,10 +262,7 @@ def check_not_wide(head: bytes, name: str | Path) -> None:
 
 
 def decode_text(data: bytes, name: str | Path = "the text") -> str:
-    """`data` decoded as UTF-8, or as Latin-1 when that fails.
-
-    Latin-1 maps every byte to a character, so nothing is replaced or dropped (a few State of the Union files are
-    Latin-1). The one decoding rule of the package's text readers (`read_text_documents`, `read_label_files`).
+    """`data` decoded as UTF-8, else as Latin-1 (every byte a character: nothing dropped).
 
     Raises:
         ValueError: UTF-16 or UTF-32 text (`check_not_wide`), naming `name`.
@@ -305,8 +278,7 @@ def expand_paths(paths: Sequence[str | Path], pattern: str, argument: str) -> li
     """The files of `paths` in order, each folder expanded to its files matching `pattern` (sorted by name).
 
     Raises:
-        FileNotFoundError: a path that does not exist, a folder without a file matching `pattern` (naming
-            `argument`, the option the paths came from).
+        FileNotFoundError: a path that does not exist, a folder without a matching file (naming `argument`).
     """
     files: list[Path] = []
     for path in map(Path, paths):
@@ -325,15 +297,11 @@ def expand_paths(paths: Sequence[str | Path], pattern: str, argument: str) -> li
 def read_text_documents(
     paths: Sequence[str | Path], pattern: str = "*.txt", argument: str = "--train_files"
 ) -> list[tuple[str, str]]:
-    """`(file name, text)` for each file in `paths`, each folder expanded to its files matching `pattern`, sorted by
-    name; decoded by `decode_text` (UTF-8, else Latin-1).
-
-    For `../shared/data/state_union` use `pattern="[0-9]*.txt"`: the speeches (`1945-Truman.txt`, ...) without
-    `SOURCE.txt`. `argument` names the option the paths came from in error messages.
+    """`(file name, text)` for each file of `expand_paths(paths, pattern)`, decoded by `decode_text`.
 
     Raises:
-        FileNotFoundError: if a path does not exist or a folder holds no file matching `pattern`.
-        ValueError: if a file is empty (or whitespace only).
+        FileNotFoundError: as `expand_paths`.
+        ValueError: if a file is blank.
     """
     files = expand_paths(paths, pattern, argument)
     documents = []
