@@ -28,7 +28,6 @@ class Swish(nn.Module):
 def get_activation(name: str, config: FfnBertConfig) -> nn.Module:
     """A fresh activation module for `name` (one per layer, for hooks); "leaky_relu", "elu" and "swish" take their
     parameter from `config`, every other name is `ACT2FN[name]`."""
-
     if name == "leaky_relu":
         return nn.LeakyReLU(config.leaky_relu_negative_slope)
     if name == "elu":

@@ -37,7 +37,6 @@ class SparsePredictionMixin:
         `prediction_positions` (k,) int64 (`hf_ffn.mlm.speed.prediction_positions`): decode these flat positions
         instead, a fixed number per batch (no data-dependent shape); `logits` (k, vocab_size), the -100 labels of
         the slack ignored by the loss."""
-
         inputs = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
