@@ -84,6 +84,7 @@ def parity(args: argparse.Namespace) -> int:
         checkpoint, reason = args.model_name_or_path, "given with --model_name_or_path"
     else:
         checkpoint, reason = choose_default_checkpoint()
+    chosen = {"checkpoint": checkpoint, "reason": reason}
     names = ("ffn_type", "layer_norm_position", "intermediate_size")
     overrides = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     if overrides:  # a variant: report what it changes, never fail on a difference
@@ -99,20 +100,8 @@ def parity(args: argparse.Namespace) -> int:
         rows = run_parity(checkpoint, attn_implementation=args.attn, device=args.device, dtype=args.dtype)
     except NotPlainBertError as error:
         if args.json:
-            print(
-                json.dumps(
-                    {
-                        "checkpoint": checkpoint,
-                        "reason": reason,
-                        "exact": None,
-                        "not_plain_bert": True,
-                        "differences": error.reasons,
-                        "ignored_weights": error.ignored_weights,
-                        "message": str(error),
-                    },
-                    indent=2,
-                )
-            )
+            found = {"differences": error.reasons, "ignored_weights": error.ignored_weights, "message": str(error)}
+            print(json.dumps({**chosen, "exact": None, "not_plain_bert": True, **found}, indent=2))
         else:
             print(f"hf-ffn parity: {error}", file=sys.stderr)
         return EXIT_NOT_PLAIN_BERT
@@ -121,8 +110,7 @@ def parity(args: argparse.Namespace) -> int:
     exact, within = all(row.equal for row in bitwise), all(row.holds for row in unpadded)
     if args.json:
         document = {
-            "checkpoint": checkpoint,
-            "reason": reason,
+            **chosen,
             "attn_implementation": args.attn,
             "device": args.device,
             "dtype": args.dtype,

@@ -175,8 +175,7 @@ def run_classification(
     train_seconds = training_seconds(
         trainer.state.log_history, train_output.metrics["train_runtime"], checkpoint_step(resume)
     )
-    results = dict(train_output.metrics)
-    results.update(final_evaluation(trainer))
+    results = {**train_output.metrics, **final_evaluation(trainer)}
     predictions = test_predicted_ids = test_label_ids = None
     if "test" in splits:
         test_output = predict_in_order(trainer, splits["test"])
@@ -215,21 +214,10 @@ def run_classification(
     card = model_card(
         model_args, training_args, "text-classification", dataset_name, results, conversion, metric_names, model.config
     )
-    save_outputs(
-        trainer,
-        tokenizer,
-        card,
-        results,
-        extra,
-        training_args.output_dir,
-        unpad_tokens=checkpoint_unpad_tokens(model_args.model_name_or_path),
-    )
-    return {
-        "results": results,
-        "log_history": trainer.state.log_history,
-        "wall_seconds": time.perf_counter() - start,
-        **extra,
-    }
+    unpad_tokens = checkpoint_unpad_tokens(model_args.model_name_or_path)  # config.json keeps the checkpoint's
+    save_outputs(trainer, tokenizer, card, results, extra, training_args.output_dir, unpad_tokens=unpad_tokens)
+    wall_seconds = time.perf_counter() - start
+    return {"results": results, "log_history": trainer.state.log_history, "wall_seconds": wall_seconds, **extra}
 
 
 __all__ = [

@@ -145,11 +145,7 @@ def check_columns_and_labels(raw, args: ClassificationDataArguments) -> tuple[tu
                     f"{options[column]}: column {column!r} does not exist in the {where(split)}; columns: "
                     f"{', '.join(columns)}"
                 )
-    labelled = [
-        split
-        for split in ("train", "validation", "test")
-        if split in raw and args.label_column in raw[split].column_names
-    ]
+    labelled = [s for s in ("train", "validation", "test") if s in raw and args.label_column in raw[s].column_names]
     is_number = {
         split: check_label_values(raw[split][args.label_column], where(split), args.label_column) for split in labelled
     }
