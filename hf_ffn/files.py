@@ -134,7 +134,6 @@ def one_run_per_output_dir(run: Callable[..., Any] | None = None, *, disposable:
     Taken by process 0 only, re-entrant, its file removed on release. Ctrl-C raises `RunInterrupted`. A failed run
     leaves no folder it created when that holds nothing but `disposable` entries (`hf-ffn mlm`'s `tokenizer`).
 
-
     Raises:
         FileExistsError: "--output_dir PATH is in use by another run ...", when another process holds the lock, or
             `output_dir` (or a parent) is a file.
