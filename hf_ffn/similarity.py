@@ -36,12 +36,8 @@ def length_sorted_batches(tokenizer: PreTrainedTokenizerBase, texts: Sequence[st
     order = np.argsort(lengths, kind="stable")
     for start in range(0, len(order), batch_size):
         index = order[start : start + batch_size]
-        yield (
-            index,
-            tokenizer(
-                [texts[i] for i in index], truncation=True, max_length=max_length, padding=True, return_tensors="pt"
-            ),
-        )
+        batch = [texts[i] for i in index]
+        yield index, tokenizer(batch, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
 
 
 @torch.no_grad()
@@ -112,13 +108,8 @@ def sts_spearman(
     texts = list(pairs["sentence1"]) + list(pairs["sentence2"])
     embeddings = sentence_embeddings(model, tokenizer, texts, batch_size=batch_size, max_length=max_length)
     result = cosine_spearman(embeddings[: len(pairs)], embeddings[len(pairs) :], pairs["label"])
-    return {
-        **result,
-        "pairs": len(pairs),
-        "split": split,
-        "model": str(Path(model_path)),
-        "seconds": time.perf_counter() - start,
-    }
+    seconds = time.perf_counter() - start
+    return {**result, "pairs": len(pairs), "split": split, "model": str(Path(model_path)), "seconds": seconds}
 
 
 __all__ = [

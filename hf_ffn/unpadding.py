@@ -261,12 +261,10 @@ class TokenPacking:
         if (input_ids is None) == (inputs_embeds is None):
             return None  # upstream's forward raises its error
         inputs = input_ids if input_ids is not None else inputs_embeds
-        shape = inputs.shape[:2]
-        packing = cls.from_position_ids(position_ids, attention_mask, *shape)
+        packing = cls.from_position_ids(position_ids, attention_mask, *inputs.shape[:2])
         unpad = config.unpad_tokens and not output_attentions
-        # the kernel where the batch may run packed: the switch on, or a flash kernel (which takes no mask)
-        wanted = unpad or is_flash_attention(config)
-        kernel = packed_attention_kernel(config, inputs.device, dtype) if wanted else None
+        # a kernel where the batch may run packed: the switch on, or a flash kernel (which takes no mask)
+        kernel = packed_attention_kernel(config, inputs.device, dtype) if unpad or is_flash_attention(config) else None
         if packing is None and kernel is not None and unpad:
             packing = cls.from_attention_mask(attention_mask)
         if packing is None:
@@ -405,14 +403,13 @@ def packed_self_attention(
     implementation = attention.config._attn_implementation or "eager"
     attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
     settings = dict(dropout=0.0 if not attention.training else attention.dropout.p, scaling=attention.scaling)
+    longest = packing.buckets[-1][0]
     if packing.kernel == "varlen":  # torch's flash kernel, all sequences in one call: (n_real, heads, head_dim)
-        longest = packing.buckets[-1][0]
         attn_output = flash_varlen_attention(
             query, key, value, packing.cu_seqlens, longest, settings["dropout"], settings["scaling"]
         )
         return attn_output.reshape(num_real, -1)
     if packing.kernel == "flash":
-        longest = packing.buckets[-1][0]
         attn_output, _ = attention_interface(  # (1, heads, n_real, head_dim) in, (1, n_real, heads, head_dim) out
             attention,
             *(x.transpose(0, 1)[None] for x in (query, key, value)),
