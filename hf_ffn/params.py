@@ -34,9 +34,8 @@ PRESETS: dict[str, Dims] = {
     # Devlin et al. 2019, table/sec. 3: L=12, H=768, A=12 and L=24, H=1024, A=16; FFN width 4H; vocab 30522.
     "bert-base": Dims("BERT-base", 768, 3072, 12, 12, 30522, 512, "gelu", "geglu", True),
     "bert-large": Dims("BERT-large", 1024, 4096, 24, 16, 30522, 512, "gelu", "geglu", True),
-    # Touvron et al. 2023 (LLaMA 2): 32 layers, 32 heads, d=4096, vocab 32000, context 4096, SwiGLU without biases;
-    # 4·4096 = 16384 → 11008 by the 2/3 rule. The whole model here is an FfnBertModel (BERT embeddings, Post-LN
-    # encoder, pooler) at these sizes, not LLaMA: only the FFN is LLaMA's.
+    # Touvron et al. 2023 (LLaMA 2): 32 layers, 32 heads, d=4096, vocab 32000, context 4096, SwiGLU without biases
+    # (4·4096 → 11008 by the 2/3 rule); the model is an FfnBertModel at these sizes: only the FFN is LLaMA's.
     "llama-2-7b": Dims("LLaMA-2-7B dims", 4096, 16384, 32, 32, 32000, 4096, "silu", "swiglu", False),
 }
 

@@ -168,13 +168,7 @@ def finetune(
     Raises:
         ValueError: naming an argument that no dataclass has, and as `run_classification` on bad input.
     """
-    arguments = {
-        "model_name_or_path": model_name_or_path,
-        "output_dir": output_dir,
-        "task": task,
-        "seed": seed,
-        **arguments,
-    }
+    arguments = dict(model_name_or_path=model_name_or_path, output_dir=output_dir, task=task, seed=seed, **arguments)
     names = [{field.name for field in dataclasses.fields(cls) if field.init} for cls in ARGUMENT_CLASSES]
     unknown = sorted(set(arguments) - set().union(*names))
     if unknown:
