@@ -57,7 +57,8 @@ def finetune_given_options(argv: Sequence[str]) -> set[str]:
 
 def apply_recipe(training_args: TrainingArguments, recipe: Recipe, given: set[str]) -> dict[str, Any]:
     """Set on `training_args` each `recipe` value whose argument is not in `given` (the user's explicit ones);
-    returns what was set. A warm-up given as `warmup_steps` or `warmup_ratio` counts as the recipe's."""
+    returns what was set. A warm-up given as `warmup_steps` or `warmup_ratio` counts as the recipe's; the epochs
+    are set beside a given `max_steps` too (which overrides them: Trainer's rule)."""
     applied = {}
     for name, value in dataclasses.asdict(recipe).items():
         target = "warmup_steps" if name == "warmup_ratio" else name  # a float below 1: a fraction of the steps
