@@ -39,9 +39,8 @@ def _check_exportable(model: torch.nn.Module, opset_version: int | None) -> None
         raise ValueError(
             f"attn_implementation={attn!r} cannot be exported to ONNX; allowed: {', '.join(EXPORTABLE_ATTENTION)}"
         )
-    dtype = model.dtype
-    if dtype != torch.float32:
-        raise ValueError(f"model dtype is {dtype}; only torch.float32 export is supported (and verified)")
+    if model.dtype != torch.float32:
+        raise ValueError(f"model dtype is {model.dtype}; only torch.float32 export is supported (and verified)")
     for name in ("output_attentions", "output_hidden_states"):
         if getattr(model.config, name, False):
             raise ValueError(f"config.{name}=True is not supported for export; allowed: False")

@@ -121,13 +121,8 @@ def convert_sentence_transformer(
                 raise ValueError("init='pruned' keeps the source's LayerNorm placement; convert to Pre-LN separately")
             calibration = conversion.pop("calibration_ids")
             conversion = {k: v for k, v in conversion.items() if k not in ("init", "layer_norm_position")}
-            model, report = load_pruned(
-                str(backbone),
-                FfnBertModel,
-                input_ids=calibration,
-                score=conversion.pop("prune_score", DEFAULT_SCORE),
-                **conversion,
-            )
+            score = conversion.pop("prune_score", DEFAULT_SCORE)
+            model, report = load_pruned(str(backbone), FfnBertModel, input_ids=calibration, score=score, **conversion)
         else:
             model, report = load_converted(str(backbone), FfnBertModel, **conversion)
         measure_difference(str(backbone), model, report)

@@ -1,15 +1,12 @@
-"""Packed execution (`config.unpad_tokens=True`): the real tokens of a batch in one (n_real, ...) tensor, and
-self-attention within each sequence (docs/unpadded.md).
+"""Packed execution (`config.unpad_tokens=True`, docs/unpadded.md): the real tokens of a batch in one (n_real, ...)
+tensor, and self-attention within each sequence. A padded batch (batch, seq) with a plain padding mask runs packed
+with one sequence per row; a padding-free batch (`DataCollatorWithFlattening`: sequences concatenated along a row,
+`position_ids` restarting at 0, no mask) runs packed, or with the switch off upstream's padded path with a
+block-diagonal mask (`block_diagonal_forward`). Only attention needs the sequences (`packed_self_attention`: per
+length, per group of lengths in training, or in one variable-length kernel call: `packed_attention_kernel`).
 
-Two kinds of batch run packed: a padded batch (batch, seq) with a plain padding mask (one sequence per row), and a
-padding-free batch (`DataCollatorWithFlattening`: sequences concatenated along a row, `position_ids` restarting at 0,
-no mask), which with the switch off runs upstream's padded path with a block-diagonal mask (`block_diagonal_forward`).
-Token-wise ops give each row the same value in any order, so only attention needs the sequences:
-`packed_self_attention` runs it per length, per group of lengths (training: `grouped_attention`) or in one
-variable-length kernel call, chosen per device and dtype (`packed_attention_kernel`).
-
-The model's modules are passed in, never imported; the module imports only torch, transformers and
-`grouped_attention`, so it ships beside a saved model for `trust_remote_code` loading.
+The model's modules are passed in; this module imports only torch, transformers and `grouped_attention`, so it ships
+beside a saved model for `trust_remote_code` loading.
 """
 
 from __future__ import annotations

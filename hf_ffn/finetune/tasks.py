@@ -71,15 +71,8 @@ def load_cola(data_dir: str | Path):
     from datasets import load_dataset
 
     files = _require(Path(data_dir), {"train": "in_domain_train.tsv", "validation": "in_domain_dev.tsv"}, "cola")
-    raw = load_dataset(
-        "csv",
-        data_files=files,
-        sep="\t",
-        header=None,
-        quoting=3,
-        keep_default_na=False,
-        names=["source", "label", "original_label", "sentence"],
-    )
+    names = ["source", "label", "original_label", "sentence"]  # no header; quoting 3 (none): sentences hold quotes
+    raw = load_dataset("csv", data_files=files, sep="\t", header=None, quoting=3, keep_default_na=False, names=names)
     return raw.select_columns(["sentence", "label"])
 
 
