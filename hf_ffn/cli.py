@@ -130,9 +130,8 @@ def add_convert(sub) -> None:
     c.add_argument(
         "--init",
         default="preserving",
-        help="How the new FFN starts: preserving (exact or approximate "
-        "recipes), fresh, or pruned (a narrower GLU keeping the most important units of the full-width "
-        "conversion; needs --calibration_files).",
+        help="How the new FFN starts: preserving (exact or approximate recipes), fresh, or pruned (a narrower GLU "
+        "keeping the most important units of the full-width conversion; needs --calibration_files).",
     )
     c.add_argument(
         "--calibration_files", nargs="+", help="Plain-text files or folders to score units on (--init pruned)."
