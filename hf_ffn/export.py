@@ -1,16 +1,6 @@
-"""ONNX export of FfnBert models with dynamic batch and sequence axes, and a check against PyTorch.
-
-`export_onnx` is a thin wrapper over PyTorch's `torch.export`-based ONNX exporter (`torch.onnx.export(...,
-dynamo=True)`), the only path that works with transformers 5 here. PyTorch's legacy TorchScript exporter
-(`dynamo=False`) does not: called on the model it fails inside transformers' `merge_with_config_defaults`
-decorator (`transformers/utils/generic.py`: `TypeError: BertModel.forward() got multiple values for argument
-'use_cache'`, because the legacy exporter fills every positional argument of `forward` with its default); and
-through a wrapper that passes keyword arguments it traces, but transformers' mask creation is recorded as
-constants (TracerWarning at `transformers/masking_utils.py:229`) and the ONNX graph's outputs are wrong (max |Δ|
-about 2 on a tiny model, even at the export shape). See docs/export.md.
-
-`onnx_max_abs_diff` runs the exported graph with onnxruntime and returns max |ONNX − PyTorch| per output; the
-tests and `scripts/export_onnx_check.py` both use it.
+"""ONNX export of FfnBert models with dynamic batch and sequence axes (`export_onnx`, over PyTorch's
+`torch.export`-based exporter: the legacy TorchScript one fails or exports wrong masks, docs/export.md), and a check
+against PyTorch (`onnx_max_abs_diff`).
 """
 
 from __future__ import annotations
@@ -26,18 +16,13 @@ from .files import atomic_output_file
 from .modeling_ffn_bert import FfnBertPreTrainedModel
 
 ONNX_INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
-# The torch.export-based exporter emits opset 18 or later (its onnxscript function library starts there).
-MIN_OPSET = 18
+MIN_OPSET = 18  # the torch.export-based exporter's onnxscript function library starts there
 EXPORTABLE_ATTENTION = ("eager", "sdpa")  # flash / flex attention kernels have no ONNX translation
 
 
 def example_inputs(vocab_size: int, batch_size: int = 2, seq_len: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
-    """A padded batch (row i has `seq_len - i` real tokens, at least 1) with two segments in row 0 (the second
-    from `seq_len // 2`): `hf_ffn.conversion.measure.padded_batch` with those lengths.
-
-    Returns `input_ids`, `attention_mask`, `token_type_ids` (in that order, `ONNX_INPUT_NAMES`), each
-    (batch_size, seq_len), int64.
-    """
+    """A padded batch (row i has `seq_len - i` real tokens, at least 1; two segments in row 0): `input_ids`,
+    `attention_mask`, `token_type_ids` (`ONNX_INPUT_NAMES`), each (batch_size, seq_len) int64."""
     lengths = [max(1, seq_len - row) for row in range(batch_size)]
     starts = [seq_len // 2] + [None] * (batch_size - 1)
     batch = padded_batch(vocab_size, lengths, starts, seed=seed, seq_len=seq_len)
@@ -54,14 +39,12 @@ def _check_exportable(model: torch.nn.Module, opset_version: int | None) -> None
         raise ValueError(
             f"attn_implementation={attn!r} cannot be exported to ONNX; allowed: {', '.join(EXPORTABLE_ATTENTION)}"
         )
-    dtype = model.dtype
-    if dtype != torch.float32:
-        raise ValueError(f"model dtype is {dtype}; only torch.float32 export is supported (and verified)")
+    if model.dtype != torch.float32:
+        raise ValueError(f"model dtype is {model.dtype}; only torch.float32 export is supported (and verified)")
     for name in ("output_attentions", "output_hidden_states"):
         if getattr(model.config, name, False):
             raise ValueError(f"config.{name}=True is not supported for export; allowed: False")
     if model.config.unpad_tokens:
-        # The unpadded path packs the real tokens (a data-dependent count), which torch.export cannot trace.
         raise ValueError(
             "config.unpad_tokens=True cannot be exported to ONNX (the unpadded path's packed token count depends on "
             "the attention mask, which torch.export cannot trace); set model.config.unpad_tokens = False before "
@@ -82,17 +65,12 @@ def export_onnx(
     batch_size: int = 2,
     seq_len: int = 8,
 ) -> Path:
-    """Export an FfnBert model (any FFN variant / LayerNorm placement) to one ONNX file.
+    """Export an FfnBert model (any FFN variant / LayerNorm placement) to one ONNX file, written atomically.
 
     The graph takes `input_ids`, `attention_mask`, `token_type_ids` (int64, (batch, sequence)) and returns the
-    model output's tensors under their names (FfnBertModel: `last_hidden_state` (batch, sequence, hidden_size),
-    `pooler_output` (batch, hidden_size) when the model has a pooler). With `dynamic=True` batch and sequence are
-    symbolic ("batch", "sequence"; sequence ≤ `max_position_embeddings`), otherwise fixed to the example's
-    (`batch_size`, `seq_len`), which must then be the shapes used at run time. Tracing uses a padded example batch
-    of that size (both ≥ 2: `torch.export` specialises dimensions of size 0 and 1).
-
-    The file is written to a temporary name beside `path` and renamed, so a failed export leaves nothing; it
-    gets an ordinary file's permissions (`0o666 & ~umask`, `hf_ffn.files.atomic_output_file`).
+    model output's tensors under their names (e.g. `last_hidden_state` (batch, sequence, hidden_size)). With
+    `dynamic=True` batch and sequence are symbolic (sequence ≤ `max_position_embeddings`), otherwise fixed to the
+    traced example's (`batch_size`, `seq_len`; both ≥ 2: `torch.export` specialises sizes 0 and 1).
 
     Raises:
         TypeError: if `model` is not an FfnBert model.
@@ -136,11 +114,8 @@ def export_onnx(
 def onnx_max_abs_diff(
     model: FfnBertPreTrainedModel, path: str | os.PathLike, inputs: Mapping[str, torch.Tensor]
 ) -> dict[str, float]:
-    """Max |ONNX − PyTorch| per output (over every position, padding included) for one batch.
-
-    Runs `path` with onnxruntime's CPU provider and `model` (eval mode, no grad) on the same `inputs`
-    (`input_ids`, `attention_mask`, `token_type_ids`). Returns `{output name: max abs difference}`.
-    """
+    """`{output name: max |ONNX − PyTorch|}` over every position, padding included, for one batch of `inputs`
+    (`ONNX_INPUT_NAMES`), the graph run by onnxruntime's CPU provider."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])

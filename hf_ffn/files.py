@@ -1,11 +1,6 @@
-"""Writing files and folders: to a temporary name beside the target, renamed at the end, with the permissions of
-an ordinary file or folder (`0o666 & ~umask`, `0o777 & ~umask`); and one training run per output folder at a time
-(`one_run_per_output_dir`).
-
-`tempfile.mkstemp` / `mkdtemp` create private entries (0600 / 0700), and so does safetensors' `save_file` (hence
-every `save_pretrained`'s `model.safetensors`): left as they are, other users and serving processes could not read
-what hf_ffn writes. `atomic_output_file` and `atomic_output_dir` give the result the mode any `open(path, "w")` or
-`mkdir` would have.
+"""Writing files and folders atomically (a temporary name beside the target, renamed at the end) with the permissions
+of an ordinary file or folder (`tempfile` and safetensors create private ones: 0600 / 0700); and one training run per
+output folder at a time (`one_run_per_output_dir`).
 """
 
 from __future__ import annotations
@@ -19,20 +14,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-# The lock file a training run holds in its output folder (`one_run_per_output_dir`).
-LOCK_FILE = ".hf_ffn.lock"
+LOCK_FILE = ".hf_ffn.lock"  # held by a training run in its output folder (`one_run_per_output_dir`)
 
 
 def current_umask() -> int:
-    """The process umask (read by setting it and restoring it at once: there is no read-only call)."""
+    """The process umask (set and restored at once: there is no read-only call)."""
     umask = os.umask(0)
     os.umask(umask)
     return umask
 
 
 def give_ordinary_permissions(path: str | os.PathLike) -> None:
-    """chmod `path` (a file, or a folder and everything under it) to what `open`/`mkdir` would have created:
-    files `0o666 & ~umask`, folders `0o777 & ~umask`. Links are left alone."""
+    """chmod `path` (a file, or a folder and everything under it, links left alone) to what `open`/`mkdir` would
+    have created: files `0o666 & ~umask`, folders `0o777 & ~umask`."""
     umask = current_umask()
     root = Path(path)
     entries = [root] if not root.is_dir() else [root, *root.rglob("*")]
@@ -46,7 +40,7 @@ def check_folder_path(path: str | os.PathLike, argument: str = "output folder") 
     """Check, before any work, that `path` can be (or already is) a folder.
 
     Raises:
-        FileExistsError: "ARGUMENT 'PATH' is a file, not a folder" when `path` (or a parent) is a file.
+        FileExistsError: when `path` (or a parent) is a file.
     """
     for candidate in (Path(path), *Path(path).parents):
         if candidate.exists() and not candidate.is_dir():
@@ -66,8 +60,8 @@ def check_new_folder(path: str | os.PathLike, argument: str = "output folder") -
 
 @contextlib.contextmanager
 def atomic_output_file(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
-    """Yield a temporary file name beside `path`; after the block it gets ordinary permissions and is renamed to
-    `path` (replacing it). Nothing is left at either name when the block raises (a previous `path` is kept)."""
+    """Yield a temporary file name beside `path`, renamed to `path` with ordinary permissions after the block;
+    nothing is left when the block raises (a previous `path` is kept)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
@@ -83,10 +77,8 @@ def atomic_output_file(path: str | os.PathLike, suffix: str = ".tmp") -> Iterato
 
 @contextlib.contextmanager
 def atomic_output_dir(output_dir: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary folder beside `output_dir`, renamed to `output_dir` only if the block succeeds, with
-    ordinary permissions on it and on everything written into it.
-
-    Nothing is left at `output_dir` (nor the temporary folder) when the block raises.
+    """Yield a temporary folder beside `output_dir`, renamed to `output_dir` with ordinary permissions only if the
+    block succeeds; nothing is left when it raises.
 
     Raises:
         FileExistsError: if `output_dir` exists and is not an empty folder (checked before the block runs).
@@ -107,15 +99,12 @@ def atomic_output_dir(output_dir: str | os.PathLike) -> Iterator[Path]:
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a training run: its message says where the last checkpoint is and how to go on
-    (`one_run_per_output_dir`); the CLI prints it in one line and exits 130."""
+    """Ctrl-C during a training run: its message says where the last checkpoint is and how to go on."""
 
 
 def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
-    """The newest `checkpoint-N` folder of `output_dir` that Trainer finished saving (it holds `trainer_state.json`,
-    which `Trainer._save_checkpoint` writes after the weights and the optimizer), else None. A run cut during a save
-    leaves a newer folder without it, which `transformers.trainer_utils.get_last_checkpoint` would pick and a resume
-    would fail on."""
+    """The newest `checkpoint-N` folder of `output_dir` that Trainer finished saving (its `trainer_state.json` is
+    written last; `get_last_checkpoint` would pick a half-saved one), else None."""
     folder = Path(output_dir)
     steps = [] if not folder.is_dir() else [p for p in folder.glob("checkpoint-*") if p.name[11:].isdigit()]
     complete = [p for p in steps if p.is_dir() and (p / "trainer_state.json").is_file()]
@@ -123,8 +112,7 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
 
 
 def interrupted_message(output_dir: str | os.PathLike) -> str:
-    """Where an interrupted run in `output_dir` can go on from: its newest complete `checkpoint-N`
-    (`last_complete_checkpoint`) and the option that resumes it, or that none was saved."""
+    """Where an interrupted run in `output_dir` can go on from, and the option that resumes it."""
     last = last_complete_checkpoint(output_dir)
     if last is None:
         return f"no checkpoint saved yet in {os.fspath(output_dir)} (one every --save_steps): run again to start over"
@@ -132,8 +120,7 @@ def interrupted_message(output_dir: str | os.PathLike) -> str:
 
 
 def _only_disposable(folder: Path, disposable: tuple[str, ...]) -> bool:
-    """Whether `folder` holds nothing but `disposable` entries: a name (removed whole), or a name with a trailing
-    "/", a folder that itself holds nothing else (e.g. a warm-up's first phase with only its trained tokenizer)."""
+    """Whether `folder` holds nothing but `disposable` entries: names, or "name/" for a folder holding only those."""
     return all(
         path.name in disposable
         or (f"{path.name}/" in disposable and path.is_dir() and _only_disposable(path, disposable))
@@ -142,15 +129,10 @@ def _only_disposable(folder: Path, disposable: tuple[str, ...]) -> bool:
 
 
 def one_run_per_output_dir(run: Callable[..., Any] | None = None, *, disposable: tuple[str, ...] = ()):
-    """Decorate a training run (any function given `TrainingArguments`, positionally or by keyword) so that it holds
-    an exclusive lock on `output_dir/.hf_ffn.lock` while it runs: a second run into the same folder, from another
-    process, is refused at once instead of mixing its checkpoints with the first's. The lock is the OS's (`filelock`:
-    `flock`), so a crashed or killed run holds it no longer; it is taken by process 0 only (every process of a
-    `torchrun` job writes into the same folder), is re-entrant within one process, and its file is removed on release.
-    Ctrl-C ends the run with `RunInterrupted`, naming the last checkpoint and how to resume. A run that fails (or is
-    interrupted) in a folder it created leaves no folder behind when the folder holds nothing but `disposable`
-    entries (`hf-ffn mlm`'s trained `tokenizer`: a rerun trains it again); anything else (a checkpoint, healing's
-    resumable layer-wise fits) is kept. `@one_run_per_output_dir` or `@one_run_per_output_dir(disposable=(...))`.
+    """Decorate a training run (a function given `TrainingArguments`) so that it holds an exclusive OS lock
+    (`filelock`) on `output_dir/.hf_ffn.lock` while it runs: a second run into the same folder is refused at once.
+    Taken by process 0 only, re-entrant, its file removed on release. Ctrl-C raises `RunInterrupted`. A failed run
+    leaves no folder it created when that holds nothing but `disposable` entries (`hf-ffn mlm`'s `tokenizer`).
 
     Raises:
         FileExistsError: "--output_dir PATH is in use by another run ...", when another process holds the lock, or

@@ -1,13 +1,9 @@
 """Attention calls for groups of packed sequences: consecutive length buckets padded to a common length with a key
 mask, so that a batch of many lengths needs a few attention calls instead of one per length.
 
-`attention_groups` chooses the groups (the fewest pairs plus calls, a cost model measured on the CPU; its call cost
-per mode: `call_cost_pairs`);
-`attention_blocks` describes each (`AttentionGroup`: which packed rows, the key mask, where each row goes);
-`PaddedBlocks` and `PackedRows` move rows between the packed layout (n_real, ...) and the groups' padded blocks
-(count·length, ...), each the other's gradient. Used by `hf_ffn.unpadding.packed_self_attention` (training mode;
-eval mode too when `EVAL_CALL_COST_PAIRS` > 0);
-imports only torch, so it ships beside a saved model with `unpadding.py` (`trust_remote_code`).
+`attention_groups` chooses the groups, `attention_blocks` describes each (`AttentionGroup`), `PaddedBlocks` and
+`PackedRows` move rows between the packed layout (n_real, ...) and the padded blocks (count·length, ...). Used by
+`hf_ffn.unpadding.packed_self_attention`; imports only torch, so it ships beside a saved model (`trust_remote_code`).
 """
 
 from __future__ import annotations
@@ -16,33 +12,23 @@ from typing import NamedTuple
 
 import torch
 
-# What one more attention call costs, in query-key pairs per head of the padded work it would save: merging buckets
-# into one masked call pays off when it pads fewer pairs than this. Measured in training steps (docs/unpadded.md,
-# "Why groups in training"): all-MiniLM-L6-v2 (12 heads × 32), sdpa, 1 CPU thread, where a call with its backward
-# (about 20 small ops: 0.2-0.3 ms) costs about as much as 700 pairs; 1000 and 2000 timed best of 0-4096 for the
-# attention sublayer alone (the whole step at 1 thread: the same as 0 within noise; at 2 threads 1.121× against
-# 1.186× of upstream without padding for 0, sdpa; 2000-8000 the same as 1000 within noise). 0: one call per length.
+# What one more attention call costs, in query-key pairs per head of padded work: merging buckets into one masked
+# call pays off when it pads fewer pairs than this. Measured on the CPU in training steps and in eval mode, where 0
+# (one call per length) was as fast (docs/unpadded.md, "Why groups in training").
 CALL_COST_PAIRS = 1000
-# The same in eval mode (no autograd ops, sdpa one fused kernel): 0, one call per length without mask or copies.
-# Re-timed at 2 threads on the quiet machine (docs/unpadded.md, "Why groups in training"): sdpa 1.08× of upstream
-# without padding for 0 against 1.10-1.17× for 300-8000; eager 1.16-1.21× for 0 against 1.15-1.21× for 300-4000:
-# no gain beyond the noise (about ±0.03), while the groups' copies and masks cost memory.
 EVAL_CALL_COST_PAIRS = 0
 
 
 def call_cost_pairs(training: bool) -> float:
-    """The call cost `packed_self_attention` groups with: `CALL_COST_PAIRS` in training mode, else
-    `EVAL_CALL_COST_PAIRS` (read when called, so a test or benchmark may set either)."""
+    """`CALL_COST_PAIRS` in training mode, else `EVAL_CALL_COST_PAIRS` (read when called: tests may set either)."""
     return CALL_COST_PAIRS if training else EVAL_CALL_COST_PAIRS
 
 
 def attention_groups(buckets: tuple[tuple[int, int], ...], call_cost: float | None = None) -> list[int]:
     """Split `buckets` ((length, count), lengths ascending) into consecutive groups, each run as one attention call
-    padded to its longest length: the split that minimises Σ_groups (count · length² + `call_cost`), the pairs
-    computed plus the calls' fixed cost (dynamic programming over the m buckets, O(m²); m ≤ the longest length).
-    Returns the index of each group's last bucket, ascending (the last is m − 1). `call_cost` 0 gives one group
-    per bucket (no padding); a large one gives a single group (every sequence padded to the longest); `None`:
-    `CALL_COST_PAIRS`."""
+    padded to its longest length: the split that minimises Σ_groups (count · length² + `call_cost`) (dynamic
+    programming, O(m²) in the m buckets). Returns the index of each group's last bucket, ascending. `call_cost` 0
+    gives one group per bucket; `None`: `CALL_COST_PAIRS`."""
     call_cost = CALL_COST_PAIRS if call_cost is None else call_cost
     best, last_start = [0.0], []  # best[j]: cost of buckets[:j]; last_start[j - 1]: where its last group starts
     sequences = [0]
@@ -122,9 +108,8 @@ def _rows(blocks: tuple[torch.Tensor, ...], groups: tuple[AttentionGroup, ...]) 
 
 
 class PaddedBlocks(torch.autograd.Function):
-    """Packed rows → the groups' padded blocks (`_blocks`). Its gradient is `_rows` of the blocks' gradients,
-    each real row copied once (autograd's for `index_select` would scatter-add into zeros, per group). Exact: a
-    pad position holds a constant zero, so its gradient belongs to no row."""
+    """Packed rows → the groups' padded blocks (`_blocks`); its gradient is `_rows` of the blocks' gradients (a
+    copy, where autograd's `index_select` backward would scatter-add into zeros)."""
 
     @staticmethod
     def forward(ctx, rows: torch.Tensor, groups: tuple[AttentionGroup, ...]) -> tuple[torch.Tensor, ...]:
@@ -137,8 +122,7 @@ class PaddedBlocks(torch.autograd.Function):
 
 
 class PackedRows(torch.autograd.Function):
-    """The groups' padded blocks → packed rows (`_rows`); its gradient is `_blocks` of the rows' gradient, zeros
-    at pads (a pad query's output is dropped, so no gradient flows from it)."""
+    """The groups' padded blocks → packed rows (`_rows`); its gradient is `_blocks` of the rows', zeros at pads."""
 
     @staticmethod
     def forward(ctx, groups: tuple[AttentionGroup, ...], *blocks: torch.Tensor) -> torch.Tensor:
@@ -151,8 +135,7 @@ class PackedRows(torch.autograd.Function):
 
 
 class AttentionLayout(NamedTuple):
-    """The attention calls of one layer (`TokenPacking.attention_layout`): an `AttentionGroup` per call, and the
-    mask transformers' attention function takes for each (`None` for a group of one length)."""
+    """The attention calls of one layer: an `AttentionGroup` per call and its mask (`None` for one length)."""
 
     groups: tuple[AttentionGroup, ...]
     masks: tuple

@@ -10,8 +10,7 @@ from transformers.utils import logging as hf_logging
 
 @contextlib.contextmanager
 def quiet_transformers() -> Iterator[None]:
-    """Silence transformers' per-load reports and progress bars inside the block (e.g. a job that loads many
-    models and prints its own table); the previous verbosity is restored and progress bars re-enabled after."""
+    """Silence transformers' per-load reports and progress bars inside the block; restored after."""
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()

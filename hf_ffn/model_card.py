@@ -1,8 +1,5 @@
-"""The model card of a fine-tuned folder: `build_training_card` (filled by `hf_ffn.training`) renders
-`hf_ffn/model_cards/fine_tuned.md` with `huggingface_hub.ModelCard.from_template` (front matter from
-`ModelCardData`: library_name, tags, model-index `eval_results`). A converted folder's card is
-`hf_ffn.conversion.build_model_card`.
-"""
+"""The model card of a fine-tuned folder (`build_training_card`: `hf_ffn/model_cards/fine_tuned.md` rendered by
+`huggingface_hub.ModelCard.from_template`). A converted folder's card is `hf_ffn.conversion.build_model_card`."""
 
 from __future__ import annotations
 
@@ -14,18 +11,12 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .model_cards import TEMPLATES
 
-# Trainer's metric prefixes → the names of the splits they were measured on (the card's model-index).
-SPLIT_NAMES = {"eval": "validation", "test": "test"}
+SPLIT_NAMES = {"eval": "validation", "test": "test"}  # Trainer's metric prefixes → the model-index's split names
 
 
 def conversion_summary(conversion: Mapping[str, Any]) -> str:
-    """One line for a fine-tuned model's card: what loading the variant changed.
-
-    `conversion` is `hf_ffn.training.outputs.load_model`'s report: a `ConversionReport` as a dict,
-    `{"conversion": "none", "new_weights": [...]}` for a checkpoint loaded as saved, or
-    `{"conversion": "from scratch", "new_weights": "all"}` for a model `hf-ffn mlm` built
-    (`hf_ffn.mlm.run`).
-    """
+    """One line for a fine-tuned model's card: what loading the variant changed (`conversion`:
+    `hf_ffn.training.outputs.load_model`'s report, or `{"conversion": "from scratch"}` from `hf-ffn mlm`)."""
 
     def listed(keys: Sequence[str]) -> str:
         return f"{len(keys)} ({', '.join(keys)})" if 0 < len(keys) <= 6 else str(len(keys))
@@ -57,13 +48,10 @@ def build_training_card(
 ) -> ModelCard:
     """A `ModelCard` for a fine-tuned model (template `fine_tuned.md`).
 
-    `task`: the pipeline task ("text-classification", "fill-mask"); `base_model`: the checkpoint trained from (None:
-    a model pre-trained from scratch); `variant`: ffn_type, layer_norm_position
-    (the trained model's; None: the checkpoint's, unread), ffn_init, ffn_width; `conversion`: as for
-    `conversion_summary`; `results`: the run's metrics, of which `eval_<metric>` and `test_<metric>` for each of
-    `metric_names` also go into the front matter's `model-index` (`EvalResult`, rounded to 4 decimals; split
-    "validation" or "test", `SPLIT_NAMES`); `notes`: lines under "Training hyperparameters" (the schedule beyond
-    them: a pre-training run's blocks, warm-up, stop).
+    `task`: the pipeline task ("text-classification", "fill-mask"); `base_model`: None for a model pre-trained from
+    scratch; `variant`: ffn_type, layer_norm_position, ffn_init, ffn_width; `results`: the run's metrics, of which
+    `eval_<metric>` and `test_<metric>` of `metric_names` also go into the front matter's `model-index` (rounded to
+    4 decimals); `notes`: lines under "Training hyperparameters".
     """
     ffn_type = variant.get("ffn_type")
     eval_results = [

@@ -1,11 +1,6 @@
-"""FFN parameter arithmetic, read off the real modules: what a standard FFN, a gated FFN of the same width and a
-parameter-matched gated FFN cost at BERT-base, BERT-large and LLaMA-2-7B dimensions; and the forward FLOPs of a
-masked-language model (`mlm_flops`, for the training log's achieved GFLOP/s).
-
-Nothing here is a formula: every count comes from instantiating `FfnBertModel` on the meta device (shapes only,
-no memory) and counting its parameters; FLOPs come from `torch.utils.flop_counter.FlopCounterMode` running the
-layer's FFN on one token (or the whole encoder on one block, the MLM head on one position). `hf-ffn params` prints
-the table.
+"""FFN parameter arithmetic (`hf-ffn params`), read off the real modules on the meta device, not from formulas: what
+a standard FFN, a gated FFN of the same width and a parameter-matched one cost at BERT-base, BERT-large and
+LLaMA-2-7B sizes; and the forward FLOPs of a masked-language model (`mlm_flops`, by `FlopCounterMode`).
 """
 
 from __future__ import annotations
@@ -39,22 +34,16 @@ PRESETS: dict[str, Dims] = {
     # Devlin et al. 2019, table/sec. 3: L=12, H=768, A=12 and L=24, H=1024, A=16; FFN width 4H; vocab 30522.
     "bert-base": Dims("BERT-base", 768, 3072, 12, 12, 30522, 512, "gelu", "geglu", True),
     "bert-large": Dims("BERT-large", 1024, 4096, 24, 16, 30522, 512, "gelu", "geglu", True),
-    # Touvron et al. 2023 (LLaMA 2): 32 layers, 32 heads, d=4096, vocab 32000, context 4096, SwiGLU without biases;
-    # 4·4096 = 16384 → 11008 by the 2/3 rule. The whole model here is an FfnBertModel (BERT embeddings, Post-LN
-    # encoder, pooler) at these sizes, not LLaMA: only the FFN is LLaMA's.
+    # Touvron et al. 2023 (LLaMA 2): 32 layers, 32 heads, d=4096, vocab 32000, context 4096, SwiGLU without biases
+    # (4·4096 → 11008 by the 2/3 rule); the model is an FfnBertModel at these sizes: only the FFN is LLaMA's.
     "llama-2-7b": Dims("LLaMA-2-7B dims", 4096, 16384, 32, 32, 32000, 4096, "silu", "swiglu", False),
 }
 
 
 @dataclass(frozen=True)
 class FfnRow:
-    """One FFN variant at one model size. Counts are per layer unless the name says otherwise.
-
-    `ffn_flops_per_token`: forward FLOPs of one layer's FFN for one token, matrix products only (a multiply-add
-    counts 2, FlopCounterMode's convention); bias adds, the activation and the gating product (O(width) each)
-    are not counted. `ffn_share`: all layers' FFN parameters (weights and biases, not `mlp_norm`) over the
-    whole `FfnBertModel`'s parameters (embeddings, encoder, pooler).
-    """
+    """One FFN variant at one model size, per layer unless the name says otherwise. `ffn_flops_per_token`: matrix
+    products only (a multiply-add counts 2); `ffn_share`: all layers' FFN parameters over the whole model's."""
 
     model: str
     ffn_type: str
@@ -69,26 +58,14 @@ class FfnRow:
 
 def ffn_row(dims: Dims, ffn_type: str, intermediate_size: int) -> FfnRow:
     """Count one variant by building the whole `FfnBertModel` on the meta device."""
-    return config_row(
-        FfnBertConfig(
-            hidden_size=dims.hidden_size,
-            intermediate_size=intermediate_size,
-            num_hidden_layers=dims.num_hidden_layers,
-            num_attention_heads=dims.num_attention_heads,
-            vocab_size=dims.vocab_size,
-            max_position_embeddings=dims.max_position_embeddings,
-            hidden_act=dims.hidden_act,
-            ffn_type=ffn_type,
-            ffn_bias=dims.ffn_bias,
-        ),
-        dims.name,
-    )
+    sizes = {key: value for key, value in asdict(dims).items() if key not in ("name", "gated_ffn_type")}
+    config = FfnBertConfig(**{**sizes, "intermediate_size": intermediate_size, "ffn_type": ffn_type})
+    return config_row(config, dims.name)
 
 
 def config_row(config: FfnBertConfig, name: str) -> FfnRow:
-    """Count the FFN of `config`'s first layer (and all layers' FFN parameters) by building the whole
-    `FfnBertModel` on the meta device; `name` fills `FfnRow.model`. Used by `ffn_row` and by the pre-training
-    report (`hf_ffn.mlm.run`)."""
+    """Count the FFN of `config`'s first layer (and all layers' FFN parameters) on the meta device; `name` fills
+    `FfnRow.model`."""
     with torch.device("meta"):  # shapes only: LLaMA-2-7B sizes would need gigabytes otherwise
         model = FfnBertModel(config)
         token = torch.empty(1, 1, config.hidden_size)  # (batch, seq, hidden): one token
@@ -114,30 +91,22 @@ def config_row(config: FfnBertConfig, name: str) -> FfnRow:
 
 @dataclass(frozen=True)
 class MlmFlops:
-    """Forward FLOPs of a masked-language model, matrix products only (a multiply-add counts 2, FlopCounterMode's
-    convention; LayerNorm, softmax, activations, dropout, embedding lookups and the loss are not counted).
-
-    `encoder_per_token`: the encoder (attention projections, attention scores and values at `seq_length`, FFN)
-    per token of a block of `seq_length` tokens. `head_per_position`: the MLM head (transform and vocabulary
-    decoder) per decoded position.
-    """
+    """Forward FLOPs of a masked-language model, matrix products only (a multiply-add counts 2): the encoder per
+    token of a block of `seq_length` tokens, the MLM head per decoded position."""
 
     seq_length: int
     encoder_per_token: float
     head_per_position: int
 
     def training_flops(self, tokens: int, decoded_positions: int) -> float:
-        """FLOPs of training steps over `tokens` encoded tokens and `decoded_positions` rows through the MLM head
-        (the labelled positions with sparse prediction, every position without): 3 × forward, the backward pass
-        costing two matrix products per forward one (gradients of the input and of the weight): Kaplan et al.
-        2020 (arXiv 2001.08361, sec. 2.1, C ≈ 6N per token = 2N forward + 4N backward)."""
+        """FLOPs of training over `tokens` encoded tokens and `decoded_positions` rows through the MLM head: 3 ×
+        forward (Kaplan et al. 2020, arXiv 2001.08361, sec. 2.1: C ≈ 6N per token, 2N forward + 4N backward)."""
         return 3.0 * (self.encoder_per_token * tokens + self.head_per_position * decoded_positions)
 
 
 def mlm_flops(config: FfnBertConfig, seq_length: int) -> MlmFlops:
-    """Count the forward FLOPs of `FfnBertForMaskedLM(config)` (`MlmFlops`) by running its encoder on one block
-    of `seq_length` tokens and its MLM head on one position, on the meta device (padded execution: unpadded
-    execution does the same products on the real tokens)."""
+    """The forward FLOPs of `FfnBertForMaskedLM(config)`: its encoder run on one block of `seq_length` tokens and its
+    MLM head on one position, on the meta device (padded; unpadded does the same products on the real tokens)."""
     config = FfnBertConfig.from_dict({**config.to_dict(), "unpad_tokens": False, "sparse_prediction": False})
     with torch.device("meta"):
         model = FfnBertForMaskedLM(config)
@@ -152,8 +121,7 @@ def mlm_flops(config: FfnBertConfig, seq_length: int) -> MlmFlops:
 
 
 def param_table(preset: str) -> list[FfnRow]:
-    """Three rows for a preset: the standard FFN, the gated FFN at the same width, and the gated FFN at
-    `parameter_matched_glu_width` (same weight count as the standard one).
+    """The standard FFN, the gated FFN at the same width and at `parameter_matched_glu_width`, for one preset.
 
     Raises:
         ValueError: if `preset` is not a key of `PRESETS`.

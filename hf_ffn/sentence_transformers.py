@@ -1,12 +1,6 @@
-"""sentence-transformers models with an FfnBert backbone (another FFN variant and/or Pre-LN).
-
-`sentence_transformers.SentenceTransformer` builds its first module, `Transformer`, with `AutoConfig` /
-`AutoModel`, so once `import hf_ffn` has registered `model_type="ffn_bert"` any folder saved by hf_ffn loads as a
-backbone: alone (`SentenceTransformer(folder)`, which adds mean pooling) or with the original model's Pooling /
-Normalize / Dense modules. `convert_sentence_transformer` turns a sentence-transformers BERT model folder into a
-variant folder: the backbone is converted with `hf_ffn.conversion.load_converted` (function-preserving where the
-math allows), every other module is kept, and sentence-transformers' own `save` writes the folder.
-See docs/sentence_transformers.md.
+"""sentence-transformers models with an FfnBert backbone (docs/sentence_transformers.md): a sentence-transformers BERT
+folder converted into a variant (`convert_sentence_transformer`) and back (`export_sentence_transformer_to_bert`),
+every module but the backbone kept. `SentenceTransformer` loads any hf_ffn folder through `AutoModel`.
 """
 
 from __future__ import annotations
@@ -36,9 +30,7 @@ from .conversion_warning import warn_if_not_function_preserving
 from .files import atomic_output_dir
 from .modeling_ffn_bert import FfnBertModel
 
-# What marks a sentence-transformers model folder (read by `SentenceTransformer`, written by its `save`).
-MODULES_FILE = "modules.json"
-
+MODULES_FILE = "modules.json"  # what marks a sentence-transformers model folder
 # `type` of the first module in modules.json: the v2-v5 name and the v6 module path.
 TRANSFORMER_MODULE_TYPES = (
     "sentence_transformers.models.Transformer",
@@ -47,10 +39,7 @@ TRANSFORMER_MODULE_TYPES = (
 
 
 def bert_backbone_folder(folder: str | os.PathLike) -> Path:
-    """The folder of the BERT backbone (its `config.json` and weights) of a local sentence-transformers model.
-
-    Reads `modules.json`: its first module must be a sentence-transformers `Transformer` whose `config.json` has
-    `model_type` "bert" or "ffn_bert".
+    """The folder of the BERT backbone (the first module of `modules.json`) of a local sentence-transformers model.
 
     Raises:
         ValueError: no `modules.json` (not a sentence-transformers folder); a first module that is not a
@@ -96,19 +85,11 @@ def convert_sentence_transformer(
     license: str | None = None,
     **conversion: Any,
 ) -> ConversionReport:
-    """Save a copy of a sentence-transformers BERT model whose backbone is an FfnBert variant.
-
-    The backbone is converted by `hf_ffn.conversion.load_converted(backbone, FfnBertModel, **conversion)`
-    (`ffn_type`, `layer_norm_position`, `init`, `width`, ... ; no arguments keeps plain BERT); the other modules
-    (Pooling, Normalize, Dense, ...), the tokenizer and the sentence-transformers settings are kept. The folder
-    is written by `SentenceTransformer.save` into a temporary folder beside `output_dir` and renamed
-    (`hf_ffn.files.atomic_output_dir`), so a failure leaves nothing; `SentenceTransformer(output_dir)` loads
-    it (after `import hf_ffn`, or with `trust_remote_code=True`). A conversion that is not function-preserving logs
-    a warning once, as `convert_checkpoint` does. The folder also holds what `hf-ffn convert` writes for a plain
-    checkpoint (`hf_ffn.conversion.write_converted_folder`): the `auto_map` of every FfnBert Auto class, the backbone's
-    `conversion_report.json` (with the measured difference from the source backbone, `measure_difference`) beside
-    its weights, and hf_ffn's model card (README.md, in place of the one sentence-transformers generates).
-    `hf-ffn convert` runs this for a source with `modules.json`.
+    """Save a copy of a sentence-transformers BERT model whose backbone is an FfnBert variant, written atomically
+    by `SentenceTransformer.save`: the backbone converted by `load_converted(backbone, FfnBertModel,
+    **conversion)` (or `load_pruned` for `init="pruned"`), the other modules, the tokenizer and the settings kept,
+    plus what `hf-ffn convert` writes for a plain checkpoint (`write_converted_folder`: auto_map, the backbone's
+    conversion_report.json, hf_ffn's model card). A conversion that is not function-preserving logs a warning.
 
     Args:
         source: a local sentence-transformers model folder, or a hub name already in the local cache.
@@ -118,8 +99,7 @@ def convert_sentence_transformer(
         **conversion: keyword arguments of `load_converted`.
 
     Returns:
-        The `ConversionReport` of the backbone (which weights were copied, mapped or newly initialised;
-        whether the conversion is exact).
+        The backbone's `ConversionReport`.
 
     Raises:
         FileNotFoundError: `source` looks local and is not a folder with `modules.json` (`check_checkpoint`).
@@ -141,13 +121,8 @@ def convert_sentence_transformer(
                 raise ValueError("init='pruned' keeps the source's LayerNorm placement; convert to Pre-LN separately")
             calibration = conversion.pop("calibration_ids")
             conversion = {k: v for k, v in conversion.items() if k not in ("init", "layer_norm_position")}
-            model, report = load_pruned(
-                str(backbone),
-                FfnBertModel,
-                input_ids=calibration,
-                score=conversion.pop("prune_score", DEFAULT_SCORE),
-                **conversion,
-            )
+            score = conversion.pop("prune_score", DEFAULT_SCORE)
+            model, report = load_pruned(str(backbone), FfnBertModel, input_ids=calibration, score=score, **conversion)
         else:
             model, report = load_converted(str(backbone), FfnBertModel, **conversion)
         measure_difference(str(backbone), model, report)
@@ -162,10 +137,8 @@ def convert_sentence_transformer(
 
 
 def export_sentence_transformer_to_bert(source: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
-    """The inverse of `convert_sentence_transformer` for a default-config FfnBert backbone: the same
-    sentence-transformers model with a plain BERT backbone (`hf_ffn.conversion.export_to_bert`, strict), every
-    other module (Pooling, Normalize, Dense, ...) and the settings kept, written by `SentenceTransformer.save`
-    atomically. `hf-ffn convert --to_bert` runs this for a source with `modules.json`.
+    """The inverse of `convert_sentence_transformer` for a default-config FfnBert backbone: the same model with a
+    plain BERT backbone (`export_to_bert`), every other module kept, written atomically.
 
     Raises:
         FileNotFoundError: `source` looks local and is not a folder with `modules.json` (`check_checkpoint`).

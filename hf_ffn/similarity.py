@@ -1,15 +1,9 @@
-"""Zero-shot sentence similarity: how well a model's frozen sentence embeddings rank STS-B sentence pairs, with no
-training. A second measure of what a conversion or healing keeps, beside the linear probe (`hf_ffn.healing`).
+"""Zero-shot sentence similarity (`hf-ffn sts`): how well a model's frozen sentence embeddings rank STS-B sentence
+pairs, with no training; a second measure of what a conversion or healing keeps (docs/tasks.md, "Zero-shot STS-B").
 
-The measure (Reimers & Gurevych 2019, arXiv 1908.10084, sec. 4.1; the `EmbeddingSimilarityEvaluator` of
-sentence-transformers): embed each sentence by the mean of the last hidden states over its real tokens
-(`mean_pool`, sentence-transformers' `Pooling` with `pooling_mode_mean_tokens`, the pooling all-MiniLM-L6-v2 was
-trained with), take the cosine similarity of the two embeddings of each pair, and report Spearman's rank
-correlation of the cosines with the gold scores (0–5) over the pairs of STS-B test (1,379), ×1 (not ×100).
-all-MiniLM-L6-v2's own model card and the sentence-transformers results table give about 0.82 for it.
-
-    hf-ffn sts --model_name_or_path FOLDER --data_dir ../shared/data/stsb
-    python -c 'from hf_ffn.similarity import sts_spearman; print(sts_spearman("FOLDER", "../shared/data/stsb"))'
+The measure (Reimers & Gurevych 2019, arXiv 1908.10084, sec. 4.1; sentence-transformers'
+`EmbeddingSimilarityEvaluator`): Spearman's rank correlation, ×1, of the cosine similarities of mean-pooled
+embeddings (`mean_pool`, the pooling all-MiniLM-L6-v2 was trained with) with the gold scores (0–5).
 """
 
 from __future__ import annotations
@@ -36,18 +30,14 @@ def mean_pool(last_hidden_state: torch.Tensor, attention_mask: torch.Tensor) -> 
 
 
 def length_sorted_batches(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], batch_size: int, max_length: int):
-    """Yield `(index, batch)`: tokenized batches of `batch_size` texts, shortest first (less padding), truncated to
-    `max_length` tokens and padded to the batch's longest; `index` (numpy int array) gives their texts' positions."""
+    """Yield `(index, batch)`: tokenized batches of `batch_size` texts, shortest first, truncated to `max_length`;
+    `index` (numpy int array) gives their texts' positions."""
     lengths = [len(ids) for ids in tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]]
     order = np.argsort(lengths, kind="stable")
     for start in range(0, len(order), batch_size):
         index = order[start : start + batch_size]
-        yield (
-            index,
-            tokenizer(
-                [texts[i] for i in index], truncation=True, max_length=max_length, padding=True, return_tensors="pt"
-            ),
-        )
+        batch = [texts[i] for i in index]
+        yield index, tokenizer(batch, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
 
 
 @torch.no_grad()
@@ -59,12 +49,8 @@ def sentence_embeddings(
     batch_size: int = 64,
     max_length: int = STS_MAX_LENGTH,
 ) -> np.ndarray:
-    """(len(texts), hidden) float32: the `mean_pool` embedding of each text, in the order of `texts`.
-
-    `model`: a base model (BERT / FfnBert `...Model`) returning `last_hidden_state`; run in eval mode (its mode is
-    restored after), fp32, batches of `batch_size` texts sorted by length (less padding: the padded positions are
-    masked out of attention and of the mean, so the order changes no embedding beyond float rounding).
-    """
+    """(len(texts), hidden) float32: the `mean_pool` embedding of each text, in the order of `texts`, from a base
+    model returning `last_hidden_state`, run in eval mode (its mode restored after) on length-sorted batches."""
     training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -101,10 +87,8 @@ def sts_spearman(
     max_length: int = STS_MAX_LENGTH,
     device: str | None = None,
 ) -> dict:
-    """The zero-shot STS-B measure of the checkpoint folder `model_path` (a BERT teacher, a converted or a healed
-    FfnBert folder: anything `AutoModel` loads, with its tokenizer): Spearman (and Pearson) correlation of the
-    cosine similarities of `mean_pool` embeddings with the gold scores of STS-B `split` (test, validation or train;
-    read by `hf_ffn.finetune.tasks.load_stsb` from `data_dir`).
+    """The zero-shot STS-B measure of the checkpoint folder `model_path` (anything `AutoModel` loads, with its
+    tokenizer) on STS-B `split` (test, validation or train) read from `data_dir`.
 
     Returns:
         {"spearman", "pearson", "pairs", "split", "model", "seconds"}.
@@ -119,19 +103,13 @@ def sts_spearman(
     pairs = load_stsb(data_dir, (split,))[split]
     start = time.perf_counter()
     tokenizer = load_tokenizer(model_path, "--model_name_or_path")
-    # the base model: BertModel / FfnBertModel
-    model, _ = load_pretrained(AutoModel, model_path, "--model_name_or_path")
+    model, _ = load_pretrained(AutoModel, model_path, "--model_name_or_path")  # BertModel / FfnBertModel
     model.to(device or "cpu")
     texts = list(pairs["sentence1"]) + list(pairs["sentence2"])
     embeddings = sentence_embeddings(model, tokenizer, texts, batch_size=batch_size, max_length=max_length)
     result = cosine_spearman(embeddings[: len(pairs)], embeddings[len(pairs) :], pairs["label"])
-    return {
-        **result,
-        "pairs": len(pairs),
-        "split": split,
-        "model": str(Path(model_path)),
-        "seconds": time.perf_counter() - start,
-    }
+    seconds = time.perf_counter() - start
+    return {**result, "pairs": len(pairs), "split": split, "model": str(Path(model_path)), "seconds": seconds}
 
 
 __all__ = [

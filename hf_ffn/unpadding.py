@@ -1,33 +1,12 @@
-"""Packed execution: the real tokens of a batch packed by sequence, and self-attention within each sequence.
+"""Packed execution (`config.unpad_tokens=True`, docs/unpadded.md): the real tokens of a batch in one (n_real, ...)
+tensor, and self-attention within each sequence. A padded batch (batch, seq) with a plain padding mask runs packed
+with one sequence per row; a padding-free batch (`DataCollatorWithFlattening`: sequences concatenated along a row,
+`position_ids` restarting at 0, no mask) runs packed, or with the switch off upstream's padded path with a
+block-diagonal mask (`block_diagonal_forward`). Only attention needs the sequences (`packed_self_attention`: per
+length, per group of lengths in training, or in one variable-length kernel call: `packed_attention_kernel`).
 
-Two kinds of batch hold several sequences whose pad positions need no compute; with `config.unpad_tokens=True`
-both run packed:
-
-- a padded batch (batch, seq) with a plain padding mask: one sequence per row;
-- a padding-free batch as transformers defines it (`DataCollatorWithFlattening`): sequences concatenated along a
-  row, `position_ids` restarting at 0 for each, no padding mask. With the switch off it runs upstream's padded path
-  with a block-diagonal mask (`block_diagonal_forward`): before transformers 5.25 upstream `BertModel` builds no
-  such mask and lets the concatenated sequences attend to each other; from 5.25 it builds the same mask from
-  `position_ids` itself (when no `attention_mask` is given), and the switch-off path is upstream's, bit for bit.
-
-`TokenPacking` (built once per forward) orders the n_real real tokens into one tensor (n_real, ...): sequences
-grouped by length, each sequence's tokens consecutive and in order. Every token-wise op (linear layers, LayerNorm,
-activations, dropout, residual adds) gives each row the same value in any arrangement of rows, so only attention,
-which mixes tokens, needs the sequences: `packed_self_attention` runs transformers' attention function once per
-length (a (sequences, heads, length, head_dim) block, no mask: each sequence attends to itself only), in training
-mode once per group of lengths (`grouped_attention`: a few blocks padded to the group's longest length, with a key
-mask), or once for all sequences with a variable-length kernel: torch's flash attention (CUDA, sdpa, half
-precision) or transformers' flash implementation (`cu_seq_lens_q/k`). Which one runs is chosen per device and
-dtype (`packed_attention_kernel`); where none computes fewer pairs than the padded batch (CUDA in float32 or with
-eager attention, other devices), padded batches run the padded path, so the switch never makes a model slower
-there. Only the buckets' groups are padded; every other op runs on the n_real rows.
-
-Reads bottom-up: `TokenPacking` (where the real tokens are, which sequence each belongs to) → `packed_embeddings`
-→ `packed_self_attention` (the one step of `FfnBertLayer.forward` that differs on packed tokens) →
-`unpadded_model_forward` (`FfnBertModel.forward` on a packed batch). The modules run are the model's own, passed
-in, never imported, so `modeling_ffn_bert` imports this module and not the reverse. It imports only torch and
-transformers (and `grouped_attention`, which imports only torch), so it can be shipped beside a saved model for
-`trust_remote_code` loading.
+The model's modules are passed in; this module imports only torch, transformers and `grouped_attention`, so it ships
+beside a saved model for `trust_remote_code` loading.
 """
 
 from __future__ import annotations
@@ -59,17 +38,13 @@ from .grouped_attention import (
     call_cost_pairs,
 )
 
-# Sequence boundaries a collator may add (`DataCollatorWithFlattening(return_flash_attn_kwargs=True)`,
-# `return_seq_idx=True`): the packed path derives its own from `position_ids` and does not pass these on.
+# Sequence boundaries a collator may add (`DataCollatorWithFlattening`): the packed path derives its own.
 COLLATOR_BOUNDARY_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
 
 logger = logging.getLogger(__name__)
 
-# How packed attention runs (`packed_attention_kernel`), chosen per device and dtype: one name per kernel.
-#   "buckets": transformers' attention function once per length (eval) or per group of lengths (training): the CPU's.
-#   "varlen": torch's flash attention over all packed rows at once (`flash_varlen_attention`): CUDA, sdpa,
-#       bfloat16/float16.
-#   "flash": transformers' flash attention function with the sequence boundaries (`cu_seq_lens_q/k`).
+# How packed attention runs (`packed_attention_kernel`): transformers' attention function per length or group of
+# lengths; torch's flash kernel over all rows (`flash_varlen_attention`); transformers' flash function (`cu_seq_lens`).
 PACKED_ATTENTION_KERNELS = ("buckets", "varlen", "flash")
 HALF_DTYPES = (torch.bfloat16, torch.float16)  # the dtypes flash kernels compute in
 # A fixed choice instead of the per-device one (None): for tests and benchmarks.
@@ -86,20 +61,16 @@ def flash_varlen_attention(
     dropout: float,
     scale: float,
 ) -> torch.Tensor:
-    """Self-attention of every packed sequence in one call of torch's flash attention kernel
-    (`torch.ops.aten._flash_attention_forward`: the op behind `torch.nn.attention.varlen.varlen_attn` and behind SDPA
-    on nested tensors; called directly because `varlen_attn` takes no dropout): query, key, value (n_real, heads,
-    head_dim) in bfloat16/float16 on CUDA, `cu_seqlens` (num_sequences + 1,) int32, the longest length
-    `max_seqlen`, attention dropout probability `dropout`, `scale` (BERT's 1/sqrt(head_dim)) → (n_real, heads,
-    head_dim). Differentiable (its backward is torch's flash backward)."""
+    """Self-attention of every packed sequence in one call of torch's flash kernel (the op behind `varlen_attn`,
+    which takes no dropout): query, key, value (n_real, heads, head_dim) in bfloat16/float16 on CUDA, `cu_seqlens`
+    (num_sequences + 1,) int32, `scale` 1/sqrt(head_dim) → (n_real, heads, head_dim). Differentiable."""
     return torch.ops.aten._flash_attention_forward(
         query, key, value, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout, False, False, scale=scale
     )[0]
 
 
 def compute_dtype(parameter_dtype: torch.dtype, device: torch.device) -> torch.dtype:
-    """The dtype a model's matmuls run in: autocast's on `device` where it is on, else the parameters' (also on a
-    device autocast does not know, e.g. "meta")."""
+    """The dtype a model's matmuls run in: autocast's on `device` where it is on, else the parameters'."""
     try:
         if torch.is_autocast_enabled(device.type):
             return torch.get_autocast_dtype(device.type)
@@ -109,20 +80,10 @@ def compute_dtype(parameter_dtype: torch.dtype, device: torch.device) -> torch.d
 
 
 def packed_attention_kernel(config, device: torch.device, dtype: torch.dtype = torch.float32) -> str | None:
-    """The kernel that runs packed attention for `config._attn_implementation` on `device` computing in `dtype`
-    (`compute_dtype`) (`PACKED_ATTENTION_KERNELS`), or `None` where no kernel computes fewer pairs than the padded
-    batch at no more overhead, so that `unpad_tokens=True` runs the padded path there (never slower than off):
-
-    - a flash implementation (name containing "flash"), any device: "flash" (its variable-length kernel);
-    - CPU, any other implementation: "buckets" (measured fastest there: docs/unpadded.md, "Why length buckets");
-    - CUDA with "sdpa" in bfloat16/float16: "varlen" (one flash call for the whole batch; the buckets' ~20 calls
-      per layer made the switch 2.7-2.9x slower than upstream on an H200, SDPA over nested jagged tensors 4-6x:
-      their Python dispatch);
-    - anything else (CUDA in float32, where torch has no variable-length kernel without nested tensors; CUDA with
-      eager or flex; other devices): `None`.
-
-    `FORCE_PACKED_ATTENTION_KERNEL`, when set, is returned instead. Logged once per (device type, implementation,
-    dtype) at INFO level.
+    """The kernel (`PACKED_ATTENTION_KERNELS`) that runs packed attention for `config._attn_implementation` on
+    `device` in `dtype`, or `None` where none beats the padded batch, which then runs padded (docs/unpadded.md,
+    "What runs where"): "flash" for a flash implementation; "buckets" on the CPU; "varlen" on CUDA with sdpa in
+    bfloat16/float16; else `None`. `FORCE_PACKED_ATTENTION_KERNEL`, when set, instead. Logged once per choice.
 
     Raises:
         ValueError: `FORCE_PACKED_ATTENTION_KERNEL` is not one of `PACKED_ATTENTION_KERNELS` or None.
@@ -156,8 +117,7 @@ def packed_attention_kernel(config, device: torch.device, dtype: torch.dtype = t
 
 @dataclass(frozen=True)
 class TokenPacking:
-    """Where the real tokens of a batch are and which sequence each belongs to: built once per forward, used by
-    every layer.
+    """Where the real tokens of a batch are and which sequence each belongs to: built once per forward.
 
     Attributes:
         indices: (n_real,) int64 positions of the real tokens in the flattened (batch·seq) batch, in packed order:
@@ -165,11 +125,9 @@ class TokenPacking:
         batch_size, seq_len: the input's shape (batch, seq).
         buckets: (length, number of sequences) per distinct length, in packed order: the first length·count packed
             rows are that many sequences of that length, and so on.
-        first_tokens: (num_sequences,) int64 flattened positions of each sequence's first token, in input order
-            (row-major): where a padded batch's pooler reads (token 0 of each row).
-        cu_seqlens: (num_sequences + 1,) int32 cumulative sequence lengths in packed order (flash attention's
-            variable-length kernels).
-        kernel: how packed attention runs (`packed_attention_kernel`), chosen once per forward.
+        first_tokens: (num_sequences,) int64 flattened positions of each sequence's first token, in input order.
+        cu_seqlens: (num_sequences + 1,) int32 cumulative sequence lengths in packed order.
+        kernel: how packed attention runs (`packed_attention_kernel`).
     """
 
     indices: torch.Tensor
@@ -179,43 +137,13 @@ class TokenPacking:
     first_tokens: torch.Tensor
     cu_seqlens: torch.Tensor
     kernel: str = "buckets"
-    # `attention_layout`'s results, one per (attention implementation, dtype, call cost): built once per forward,
-    # read by every layer
+    # `attention_layout`'s results, one per (attention implementation, dtype, call cost)
     mask_cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_sequence_ids(
-        cls, positions: torch.Tensor, sequence_ids: torch.Tensor, batch_size: int, seq_len: int
-    ) -> TokenPacking:
-        """Pack real tokens at flattened `positions` (n_real,) (ascending) belonging to `sequence_ids` (n_real,)
-        (0, 1, ..., non-decreasing along `positions`)."""
-        lengths = torch.bincount(sequence_ids)  # (num_sequences,)
-        # by (length, position): positions ascend within a sequence and sequences do not interleave
-        order = (lengths[sequence_ids] * (batch_size * seq_len) + positions).argsort()
-        sorted_lengths = lengths.sort(stable=True).values
-        values, counts = torch.unique_consecutive(sorted_lengths, return_counts=True)
-        starts = lengths.cumsum(0) - lengths  # offset of each sequence's first token in `positions`
-        buckets = tuple(zip(values.tolist(), counts.tolist(), strict=True))
-        cu_seqlens = nn.functional.pad(sorted_lengths.cumsum(0), (1, 0)).to(torch.int32)
-        return cls(
-            indices=positions[order],
-            batch_size=batch_size,
-            seq_len=seq_len,
-            buckets=buckets,
-            first_tokens=positions[starts],
-            cu_seqlens=cu_seqlens,
-        )
-
-    @classmethod
     def from_attention_mask(cls, attention_mask: torch.Tensor | None) -> TokenPacking | None:
-        """The real tokens of `attention_mask` (batch, seq), one sequence per row, if it is a plain padding mask with
-        padding, else `None`.
-
-        A plain padding mask is 2-D, holds only 0 and 1, has at least one 0, and has a 1 in column 0 of every row
-        (right padding, or holes after the first token: every row has a real token and the pooler's token 0 is
-        real). `None` (so the caller runs the padded path) for `None`, an all-ones mask, a 4-D or custom mask, a
-        float mask with other values, left padding, or a row without real tokens.
-        """
+        """The real tokens of `attention_mask` (batch, seq), one sequence per row, if it is a plain padding mask
+        (2-D, only 0 and 1, at least one 0, a 1 in column 0 of every row), else `None` (the padded path)."""
         if attention_mask is None or attention_mask.dim() != 2:
             return None
         real = attention_mask == 1
@@ -254,18 +182,13 @@ class TokenPacking:
         seq_len: int,
         sequence_start: int = 0,
     ) -> TokenPacking | None:
-        """The sequences of a padding-free batch (`DataCollatorWithFlattening`'s: several sequences per row,
-        `position_ids` counting 0, 1, 2, ... within each), or `None` when every row holds one sequence (its
-        positions go up by 1 everywhere; the usual case, including `position_ids=None`); `sequence_start` is 0
-        (BERT) or `padding_idx + 1` (RoBERTa: the collator's `position_ids_start`).
-
-        Sequences are found with transformers' `find_packed_sequence_indices` (a sequence ends where the position
-        does not go up by 1); `position_ids` of shape (1, seq) apply to every row.
+        """The sequences of a padding-free batch (`position_ids` (batch or 1, seq) counting `sequence_start`, +1,
+        +2, ... within each: 0 for BERT, RoBERTa's `padding_idx + 1`, the collator's `position_ids_start`; found by
+        `find_packed_sequence_indices`), or `None` when every row holds one sequence.
 
         Raises:
-            ValueError: when `position_ids` are not int64/int32 of shape (batch, seq) or (1, seq); when they restart
-                within a row but not as separable sequences (one not starting at `sequence_start`, positions that
-                fall or jump within one), or with an `attention_mask` that marks padding or is 4-D (ambiguous).
+            ValueError: `position_ids` not int64/int32 of shape (batch, seq) or (1, seq); restarting within a row
+                but not at `sequence_start`; or beside an `attention_mask` that marks padding or is 4-D (ambiguous).
         """
         if position_ids is None:
             return None
@@ -305,7 +228,20 @@ class TokenPacking:
                 f"padded batch with attention_mask and no position_ids."
             )
         positions = torch.arange(batch_size * seq_len, device=position_ids.device)
-        return cls.from_sequence_ids(positions, starts.flatten().cumsum(0) - 1, batch_size, seq_len)
+        sequence_ids = starts.flatten().cumsum(0) - 1  # (batch·seq,) 0, 1, ..., non-decreasing
+        lengths = torch.bincount(sequence_ids)  # (num_sequences,)
+        # by (length, position): positions ascend within a sequence and sequences do not interleave
+        order = (lengths[sequence_ids] * (batch_size * seq_len) + positions).argsort()
+        sorted_lengths = lengths.sort(stable=True).values
+        values, counts = torch.unique_consecutive(sorted_lengths, return_counts=True)
+        return cls(
+            indices=positions[order],
+            batch_size=batch_size,
+            seq_len=seq_len,
+            buckets=tuple(zip(values.tolist(), counts.tolist(), strict=True)),
+            first_tokens=positions[lengths.cumsum(0) - lengths],  # each sequence's first token
+            cu_seqlens=nn.functional.pad(sorted_lengths.cumsum(0), (1, 0)).to(torch.int32),
+        )
 
     @classmethod
     def for_batch(
@@ -320,11 +256,10 @@ class TokenPacking:
         dtype: torch.dtype = torch.float32,
         sequence_start: int = 0,
     ) -> TokenPacking | None:
-        """The packing `FfnBertModel.forward` runs for these inputs (`BertModel.forward`'s): a padding-free batch's
+        """The packing `FfnBertModel.forward` runs for `BertModel.forward`'s inputs: a padding-free batch's
         (`from_position_ids`, whatever the config), else, with `config.unpad_tokens`, without `output_attentions`
-        and where the device has a packed attention kernel for `dtype` (`packed_attention_kernel`; the model's
-        `compute_dtype`), a padded batch's (`from_attention_mask`); `None` for the padded path. The packing's
-        `kernel` is that choice. `sequence_start`: as `from_position_ids`.
+        and where `packed_attention_kernel` has a kernel, a padded batch's; `None` for the padded path.
+        `sequence_start`: as `from_position_ids`.
 
         Raises:
             ValueError: as `from_position_ids`.
@@ -332,24 +267,20 @@ class TokenPacking:
         if (input_ids is None) == (inputs_embeds is None):
             return None  # upstream's forward raises its error
         inputs = input_ids if input_ids is not None else inputs_embeds
-        shape = inputs.shape[:2]
-        packing = cls.from_position_ids(position_ids, attention_mask, *shape, sequence_start=sequence_start)
+        packing = cls.from_position_ids(position_ids, attention_mask, *inputs.shape[:2], sequence_start=sequence_start)
         unpad = config.unpad_tokens and not output_attentions
-        # the kernel where the batch may run packed: the switch on, or a flash kernel (which takes no mask)
-        wanted = unpad or is_flash_attention(config)
-        kernel = packed_attention_kernel(config, inputs.device, dtype) if wanted else None
+        # a kernel where the batch may run packed: the switch on, or a flash kernel (which takes no mask)
+        kernel = packed_attention_kernel(config, inputs.device, dtype) if unpad or is_flash_attention(config) else None
         if packing is None and kernel is not None and unpad:
             packing = cls.from_attention_mask(attention_mask)
         if packing is None:
             return None
-        # `kernel` None (the switch off, or no kernel on this device): a padding-free batch runs the block-diagonal
-        # padded path (`FfnBertModel.forward`)
+        # `kernel` None: a padding-free batch runs the block-diagonal padded path (`FfnBertModel.forward`)
         return replace(packing, kernel=kernel)
 
     @property
     def padding_free(self) -> bool:
-        """Whether some row holds several sequences (`from_position_ids`), not one sequence per row
-        (`from_attention_mask`)."""
+        """Whether some row holds several sequences (`from_position_ids`)."""
         return self.first_tokens.numel() > self.batch_size
 
     @property
@@ -368,13 +299,10 @@ class TokenPacking:
         return flat.index_copy_(0, self.indices, packed).view(self.batch_size, self.seq_len, *rest)
 
     def attention_layout(self, config, dtype: torch.dtype, call_cost: float) -> AttentionLayout:
-        """How `packed_self_attention` calls `config._attn_implementation`: one call per bucket, or with a
-        `call_cost` > 0 one per group of consecutive buckets (`attention_groups`), each group's sequences padded to its
-        longest length with the mask transformers' attention function takes for its (count, length) key mask
-        (`create_bidirectional_mask`, as upstream `BertModel.forward` builds it for a padded batch: (count, 1,
-        length, length) bool for sdpa, additive float for eager, a block mask for flex). An implementation
-        without a registered mask function (`ALL_MASK_ATTENTION_FUNCTIONS`, e.g. a custom kernel) gets the buckets,
-        which need no mask. Built once per (implementation, `dtype`, `call_cost`) and kept for every layer."""
+        """How `packed_self_attention` calls `config._attn_implementation`: one call per bucket, or with `call_cost`
+        > 0 one per group of buckets (`attention_groups`) padded to its longest length, with the mask upstream builds
+        for that key mask (`create_bidirectional_mask`). An implementation without a registered mask function gets
+        the buckets. Built once per (implementation, `dtype`, `call_cost`)."""
         key = (config._attn_implementation, dtype, call_cost)
         if key not in self.mask_cache:
             ends = list(range(len(self.buckets)))
@@ -395,14 +323,12 @@ class TokenPacking:
         return self.mask_cache[key]
 
     def first_token_states(self, padded: torch.Tensor) -> torch.Tensor:
-        """(batch, seq, hidden) → (num_sequences, 1, hidden): each sequence's first token, as a batch of one-token
-        rows (what `BertPooler` reads: token 0 of each row)."""
+        """(batch, seq, hidden) → (num_sequences, 1, hidden): each sequence's first token (what `BertPooler` reads)."""
         return padded.reshape(-1, padded.shape[-1]).index_select(0, self.first_tokens)[:, None]
 
 
 def is_flash_attention(config) -> bool:
-    """Whether `config._attn_implementation` is a flash attention kernel (its name contains "flash"): one that takes
-    sequence boundaries (`cu_seq_lens_q/k`) and no mask."""
+    """Whether `config._attn_implementation` is a flash kernel (takes `cu_seq_lens_q/k`, no mask)."""
     return "flash" in (config._attn_implementation or "")
 
 
@@ -417,17 +343,10 @@ def block_diagonal_forward(
     packing: TokenPacking,
     **kwargs,
 ) -> BaseModelOutputWithPoolingAndCrossAttentions:
-    """The padded path (`padded_forward`, upstream `BertModel.forward`) for a padding-free batch, used with the
-    switch off and where attention maps are recorded (`output_attentions`): every token attends to the tokens of
-    its own sequence only, through the mask of `config._attn_implementation` that transformers'
-    `packed_sequence_mask_function` gives `create_bidirectional_mask` (4-D (batch, 1, seq, seq) for eager and sdpa):
-    the mask upstream `BertModel` builds from `position_ids` itself from transformers 5.25 on, so that every
-    per-token output is upstream's bit for bit there (tests/test_parity.py), and on older releases what upstream
-    would give with that mask. An all-ones
-    `attention_mask` is read as no mask (upstream, even from 5.25, then builds none and mixes the sequences).
-    `pooler_output` is (num_sequences, hidden), the pooler at each sequence's first token, as on the packed path
-    (upstream: one per row, (batch, hidden)).
-    """
+    """The padded path (`padded_forward`, upstream `BertModel.forward`) for a padding-free batch, with the switch
+    off or `output_attentions`: each token attends to its own sequence through the block-diagonal mask
+    (`packed_sequence_mask_function`) that upstream builds from `position_ids` itself from transformers 5.25 on (bit
+    for bit there). `pooler_output` is (num_sequences, hidden), one per sequence, as on the packed path."""
     batch_size, seq_len = packing.batch_size, packing.seq_len
     stand_in = model.embeddings.word_embeddings.weight.new_zeros(()).expand(batch_size, seq_len, 1)  # shape, dtype
     sequence_in_row = find_packed_sequence_indices(position_ids.expand(batch_size, seq_len))
@@ -451,13 +370,9 @@ def packed_embeddings(
     position_ids: torch.Tensor | None = None,
     inputs_embeds: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Upstream `BertEmbeddings.forward` for the real tokens only: inputs (batch, seq) (`inputs_embeds`
-    (batch, seq, hidden); `token_type_ids`/`position_ids` may be (1, seq)) → (n_real, hidden).
-
-    Word, token-type and position embeddings are per token, so the embeddings module runs on one packed row
-    (1, n_real) of the gathered inputs: its sum equals the real rows of the padded sum, and its LayerNorm and
-    dropout see real tokens only. Positions default to upstream's 0..seq-1 in every row.
-    """
+    """Upstream `BertEmbeddings.forward` for the real tokens only, run on one packed row (1, n_real): inputs
+    (batch, seq) (`inputs_embeds` (batch, seq, hidden); `token_type_ids`/`position_ids` may be (1, seq)) →
+    (n_real, hidden). Positions default to upstream's 0..seq-1 in every row."""
     if position_ids is None:
         position_ids = embeddings.position_ids[:, : packing.seq_len]
 
@@ -479,21 +394,11 @@ def packed_self_attention(
     """Upstream `BertSelfAttention.forward` for packed tokens, each sequence attending to itself only:
     (n_real, hidden) → (n_real, all_head_size).
 
-    The Q/K/V projections (`attention.query/key/value`, upstream's modules and weights) run on the n_real rows.
-    transformers' attention function for `config._attn_implementation` (`ALL_ATTENTION_FUNCTIONS`: eager, sdpa,
-    flex, ...) is called as upstream calls it, on (sequences, heads, length, head_dim) blocks
-    (`TokenPacking.attention_layout`): in eval mode once per `packing.buckets` entry, a view of that bucket's
-    contiguous rows with no mask (`grouped_attention.EVAL_CALL_COST_PAIRS` 0: measured fastest); in training mode
-    (where each call's autograd ops cost more than the pairs padding adds) once per group of buckets
-    (`grouped_attention.attention_groups` with `CALL_COST_PAIRS`), its rows copied into a block
-    padded to the group's longest length (`PaddedBlocks`, zeros at pads) with the key mask upstream would build
-    for that block, the real rows copied back (`PackedRows`). Flash attention (a name containing "flash") is called
-    once on all rows with the sequence boundaries (`cu_seq_lens_q/k`, `max_length_q/k`), which its variable-length
-    kernel takes. With `packing.kernel` "varlen" (CUDA, sdpa, half precision: `packed_attention_kernel`) torch's
-    flash attention kernel runs once on all rows (`flash_varlen_attention`, dropout as upstream's sdpa call),
-    nothing copied or padded. Compared with the padded
-    batch the keys are the same, with fewer or no masked pads, so the
-    softmax sums run over fewer (zero) terms: equal within fp32 rounding, not bit for bit (docs/unpadded.md).
+    transformers' attention function is called as upstream calls it, on (sequences, heads, length, head_dim)
+    blocks (`TokenPacking.attention_layout`): in eval mode one view per length bucket, no mask; in training mode
+    one padded, masked block per group of buckets (`PaddedBlocks` / `PackedRows`). Kernels "flash" and "varlen"
+    run once on all rows with the sequence boundaries. The softmax sums run over fewer (zero) terms than the padded
+    batch's: equal within fp32 rounding, not bit for bit (docs/unpadded.md).
     """
     num_real, head_dim = hidden_states.shape[0], attention.attention_head_size
 
@@ -504,14 +409,13 @@ def packed_self_attention(
     implementation = attention.config._attn_implementation or "eager"
     attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
     settings = dict(dropout=0.0 if not attention.training else attention.dropout.p, scaling=attention.scaling)
+    longest = packing.buckets[-1][0]
     if packing.kernel == "varlen":  # torch's flash kernel, all sequences in one call: (n_real, heads, head_dim)
-        longest = packing.buckets[-1][0]
         attn_output = flash_varlen_attention(
             query, key, value, packing.cu_seqlens, longest, settings["dropout"], settings["scaling"]
         )
         return attn_output.reshape(num_real, -1)
     if packing.kernel == "flash":
-        longest = max(length for length, _ in packing.buckets)
         attn_output, _ = attention_interface(  # (1, heads, n_real, head_dim) in, (1, n_real, heads, head_dim) out
             attention,
             *(x.transpose(0, 1)[None] for x in (query, key, value)),
@@ -553,14 +457,10 @@ def unpadded_model_forward(
     packing: TokenPacking,
     **kwargs,
 ) -> BaseModelOutputWithPoolingAndCrossAttentions:
-    """Upstream `BertModel.forward` (an encoder: no cache, no cross-attention) on packed tokens, for an
-    `FfnBertModel` whose layers take `packing`.
-
-    Inputs as `BertModel.forward`'s (batch, seq); `attention_mask` was read into `packing` and is not used again.
-    Returns `last_hidden_state` (batch, seq, hidden) with zeros at pad positions and `pooler_output`
-    (num_sequences, hidden) when the model has a pooler: the pooler at each sequence's first token (one per row
-    for a padded batch, as upstream; one per sequence for a padding-free batch). `capture_outputs` (the decorator
-    of upstream's `forward`) adds the recorded `hidden_states`.
+    """Upstream `BertModel.forward` (no cache, no cross-attention) on packed tokens, for an `FfnBertModel` whose
+    layers take `packing` (`attention_mask` was read into it). Returns `last_hidden_state` (batch, seq, hidden),
+    zeros at pads, and `pooler_output` (num_sequences, hidden) when the model has a pooler; `capture_outputs` adds
+    the recorded `hidden_states`.
 
     Raises:
         ValueError: unless exactly one of `input_ids` and `inputs_embeds` is given (upstream's check).

@@ -1,12 +1,6 @@
 """`hf-ffn finetune`: fine-tune an FfnBert variant with transformers' `Trainer` on a task preset or your own labelled
-text (single sentences or pairs, classes or regression), as transformers' `run_glue.py` does. Read top-down:
-
-- `tasks`: the task presets (`TASKS`, `--task NAME`): their readers, columns, splits, metrics and `Recipe`s.
-- `arguments`: `ClassificationDataArguments` (beside `hf_ffn.training.arguments.ModelArguments` and
-  `TrainingArguments`).
-- `data`: the classification splits and their column and label checks.
-- `classification`: `run_classification`, the Trainer run, its metrics and their baseline.
-- `run`: `finetune` / `finetune_main` (the entry point of `hf-ffn finetune`), the preset's recipe, the summary line.
+text, as transformers' `run_glue.py` does. `tasks`: the presets; `arguments`: the data arguments; `data`: the splits
+and their checks; `classification`: the Trainer run and its metrics; `run`: the entry points and the summary line.
 """
 
 from .classification import baseline_metrics, run_classification

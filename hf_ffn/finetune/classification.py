@@ -35,7 +35,7 @@ from ..training.outputs import (
     training_seconds,
 )
 from .arguments import ClassificationDataArguments, check_task_columns
-from .data import check_columns_and_labels, load_classification_datasets, sort_by_length
+from .data import check_columns_and_labels, encode_splits, load_classification_datasets
 from .tasks import get_task
 
 
@@ -46,13 +46,9 @@ def _logits(prediction: EvalPrediction) -> np.ndarray:
 
 
 def classification_metrics(prediction: EvalPrediction) -> dict[str, float]:
-    """Accuracy, `f1_macro` (macro-averaged F1: the unweighted mean of each class's F1), Matthews correlation
-    (GLUE's CoLA metric; Matthews 1975) and, for two classes, `f1_binary`: the F1 of class id 1 alone (GLUE's MRPC
-    F1, of the paraphrase class), all from scikit-learn, of the argmax of the logits. In all_results.json they are
-    `eval_<name>` (validation) and `test_<name>`.
-
-    `prediction.predictions`: logits (examples, num_labels); `prediction.label_ids`: (examples,) class ids.
-    """
+    """Accuracy, `f1_macro` (the unweighted mean of each class's F1), Matthews correlation (GLUE's CoLA metric) and,
+    for two classes, `f1_binary` (the F1 of class id 1: GLUE's MRPC F1), by scikit-learn, of the argmax of the logits
+    (examples, num_labels) against the class ids (examples,)."""
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
     logits = _logits(prediction)
@@ -69,12 +65,8 @@ def classification_metrics(prediction: EvalPrediction) -> dict[str, float]:
 
 
 def regression_metrics(prediction: EvalPrediction) -> dict[str, float]:
-    """Pearson and Spearman correlation (scipy.stats; GLUE's STS-B metrics) and the mean squared error
-    (scikit-learn) of the predicted values against the labels.
-
-    `prediction.predictions`: (examples, 1) or (examples,); `prediction.label_ids`: (examples,) real numbers.
-    A constant prediction has no correlation: Pearson and Spearman are nan then (scipy warns).
-    """
+    """Pearson and Spearman correlation (GLUE's STS-B metrics; nan for a constant prediction) and the mean squared
+    error of the predictions (examples, 1) or (examples,) against the labels (examples,)."""
     from scipy.stats import pearsonr, spearmanr
     from sklearn.metrics import mean_squared_error
 
@@ -88,15 +80,9 @@ def regression_metrics(prediction: EvalPrediction) -> dict[str, float]:
 
 
 def baseline_metrics(label_ids: Sequence[float], num_labels: int | None) -> dict[str, float]:
-    """The metrics of a predictor that ignores its input, scored on `label_ids` (one split's labels) by the same
-    functions as the model: the chance level a fine-tuned score must beat.
-
-    Classes (`num_labels` given): always the majority class of `label_ids` (the most frequent id; a tie goes to the
-    lowest), scored by `classification_metrics`: its accuracy is the majority share, its Matthews correlation 0,
-    its `f1_binary` that of always answering class 1 when 1 is the majority (else 0). Regression (`num_labels`
-    None): always the mean label, scored by `regression_metrics`; a constant has no correlation, so Pearson and
-    Spearman are their chance level 0 (scipy's nan replaced), and the MSE is the labels' variance.
-    """
+    """The metrics of a predictor that ignores its input, on one split's `label_ids`: the chance level a fine-tuned
+    score must beat. Classes (`num_labels` given): always the majority class (a tie goes to the lowest id);
+    regression (`num_labels` None): always the mean label, its correlations counted as 0 (not nan)."""
     labels = np.asarray(label_ids)
     if num_labels is None:
         constant = np.full(len(labels), labels.astype(np.float64).mean())
@@ -114,13 +100,8 @@ BASELINE_PREFIX = "baseline_"  # all_results.json: eval_baseline_accuracy, test_
 
 
 def predict_in_order(trainer: Trainer, dataset, metric_key_prefix: str = "test"):
-    """`trainer.predict(dataset)` with the predictions in the order of `dataset`'s rows.
-
-    Under `train_sampling_strategy="group_by_length"` Trainer also evaluates through a `LengthGroupedSampler`
-    (a seeded shuffle, then sorting by length), so rows of equal length come back in a seed-dependent order and
-    predictions no longer line up with the file. Prediction therefore runs with the sequential sampler; the
-    strategy is restored afterwards (the samplers are the only readers of it).
-    """
+    """`trainer.predict(dataset)` in the order of `dataset`'s rows: with the sequential sampler, not the
+    `LengthGroupedSampler` that `train_sampling_strategy="group_by_length"` also evaluates with."""
     strategy = trainer.args.train_sampling_strategy
     trainer.args.train_sampling_strategy = "random"  # evaluation sampler: sequential
     try:
@@ -133,24 +114,14 @@ def predict_in_order(trainer: Trainer, dataset, metric_key_prefix: str = "test")
 def run_classification(
     model_args: ModelArguments, data_args: ClassificationDataArguments, training_args: TrainingArguments
 ) -> dict[str, Any]:
-    """Fine-tune `FfnBertForSequenceClassification` with `Trainer`; evaluate on validation and test; save.
+    """Fine-tune `FfnBertForSequenceClassification` with `Trainer` on one text column or a pair, classes or a
+    regression (real-number labels: `num_labels=1`, MSE), as `run_glue.py` does; evaluate on validation and test;
+    save. Every input is checked before loading.
 
-    Inputs are one text column, or two (`--text_pair_column`) encoded as a BERT pair (`[CLS] a [SEP] b [SEP]`,
-    token_type_ids 0 then 1). Labels that are classes train a classifier (cross-entropy; metrics
-    `classification_metrics`); real numbers a regression (`num_labels=1`, `problem_type="regression"`: MSE;
-    metrics `regression_metrics`), as in `run_glue.py`. `--task` reads a named task (`hf_ffn.finetune.tasks`) with
-    its columns; its metric names lead the model card.
-
-    Order: every input check (output folder, checkpoint, numeric options `check_numeric_options`, data files,
-    columns, labels), then loading, training, evaluation, and last the finished save (see
-    `hf_ffn.training.outputs`). Returns a dict with `results` (eval_* and
-    test_* metrics and loss; eval_baseline_* and test_baseline_*, the same metrics of a predictor that ignores its
-    input, `baseline_metrics`; train metrics), `log_history` (Trainer's, for eval curves), `train_tokens`
-    (non-padding training tokens seen), `train_seconds` (training time without in-training evaluation),
-    `wall_seconds`, `conversion` (what the variant load changed), `regression`, and, for a labelled test split,
-    `test_predicted_ids` / `test_label_ids` (class ids per test example, in the test split's length-sorted order,
-    which is the same for every run on the same data and tokenizer; for a regression the predicted and true
-    values).
+    Returns a dict with `results` (train, eval_* and test_* metrics, and eval_baseline_* / test_baseline_*:
+    `baseline_metrics`), `log_history`, `train_tokens` (non-padding), `train_seconds` (without in-training
+    evaluation), `wall_seconds`, `conversion`, `regression`, `labels`, and for a test split its predictions
+    (`test_predictions` unlabelled; else `test_predicted_ids` / `test_label_ids` in length-sorted order).
 
     Raises:
         FileNotFoundError, FileExistsError, ValueError: on bad input, before training starts.
@@ -170,39 +141,11 @@ def run_classification(
         data_args = dataclasses.replace(
             data_args, text_column=task.text_column, text_pair_column=task.text_pair_column, label_column="label"
         )
-        raw = task.load(data_args.data_dir)
-    else:
-        raw = load_classification_datasets(data_args)
+    raw = load_classification_datasets(data_args)
     text_columns, labels = check_columns_and_labels(raw, data_args)
     regression = labels is None
     tokenizer = load_tokenizer(model_args)
-
-    label2id = {} if regression else {label: i for i, label in enumerate(labels)}
-
-    def encode(batch: dict) -> dict:
-        # one column: [CLS] a [SEP]; two: [CLS] a [SEP] b [SEP] with token_type_ids 0…0 1…1 (truncation: longest first)
-        encoded = tokenizer(
-            *(batch[column] for column in text_columns), truncation=True, max_length=data_args.max_seq_length
-        )
-        if data_args.label_column in batch:
-            values = batch[data_args.label_column]
-            encoded["labels"] = [float(v) for v in values] if regression else [label2id[v] for v in values]
-        return encoded
-
-    splits = {}
-    for split, limit in (
-        ("train", data_args.max_train_samples),
-        ("validation", data_args.max_eval_samples),
-        ("test", data_args.max_test_samples),
-    ):
-        if split in raw:
-            dataset = raw[split] if limit is None else raw[split].select(range(min(limit, len(raw[split]))))
-            splits[split] = dataset.map(encode, batched=True, remove_columns=dataset.column_names)
-    for split in ("validation", "test"):
-        # shortest first: less padding per batch; the metrics do not depend on the order. An unlabelled test
-        # split keeps its order, so its predictions line up with the file.
-        if split in splits and "labels" in splits[split].column_names:
-            splits[split] = sort_by_length(splits[split])
+    splits = encode_splits(raw, tokenizer, text_columns, labels, data_args)
 
     # Seed before the model is built: the new weights (classifier, fresh FFNs) depend on it, as in run_glue.
     torch.manual_seed(training_args.seed)
@@ -228,13 +171,11 @@ def run_classification(
         compute_metrics=regression_metrics if regression else classification_metrics,
     )
     train_output = trainer.train(resume_from_checkpoint=resume)
-    # before the final evaluation, whose runtime is not training (it joins the log history; subtracting it once gave
-    # a negative time); a resumed run's time is this process's only, over its steps after the checkpoint
+    # before the final evaluation, whose runtime is not training; a resumed run's: this process's steps only
     train_seconds = training_seconds(
         trainer.state.log_history, train_output.metrics["train_runtime"], checkpoint_step(resume)
     )
-    results = dict(train_output.metrics)
-    results.update(final_evaluation(trainer))
+    results = {**train_output.metrics, **final_evaluation(trainer)}
     predictions = test_predicted_ids = test_label_ids = None
     if "test" in splits:
         test_output = predict_in_order(trainer, splits["test"])
@@ -273,21 +214,10 @@ def run_classification(
     card = model_card(
         model_args, training_args, "text-classification", dataset_name, results, conversion, metric_names, model.config
     )
-    save_outputs(
-        trainer,
-        tokenizer,
-        card,
-        results,
-        extra,
-        training_args.output_dir,
-        unpad_tokens=checkpoint_unpad_tokens(model_args.model_name_or_path),
-    )
-    return {
-        "results": results,
-        "log_history": trainer.state.log_history,
-        "wall_seconds": time.perf_counter() - start,
-        **extra,
-    }
+    unpad_tokens = checkpoint_unpad_tokens(model_args.model_name_or_path)  # config.json keeps the checkpoint's
+    save_outputs(trainer, tokenizer, card, results, extra, training_args.output_dir, unpad_tokens=unpad_tokens)
+    wall_seconds = time.perf_counter() - start
+    return {"results": results, "log_history": trainer.state.log_history, "wall_seconds": wall_seconds, **extra}
 
 
 __all__ = [

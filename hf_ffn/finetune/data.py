@@ -1,10 +1,6 @@
-"""The classification splits of `hf-ffn finetune` (`load_classification_datasets`: a task preset, a folder with one
-file per label, a csv/tsv/json file or a `datasets` dataset), their column and label checks, and the length sort of
-the padding-free batches.
-
-Everything that can be wrong with the input (a missing or empty file, a column that does not exist, labels that
-differ between splits) raises before any training starts, naming the file or field, the value and what is allowed.
-"""
+"""The classification splits of `hf-ffn finetune`: read (`load_classification_datasets`), checked before any training
+(`check_columns_and_labels`: each error names the file or option, the value and what is allowed) and tokenized
+(`encode_splits`)."""
 
 from __future__ import annotations
 
@@ -14,21 +10,21 @@ import numpy as np
 
 from ..training.readers import DATA_FILE_EXTENSIONS, DEFAULT_TEXT_COLUMNS, check_data_file, load_label_files
 from .arguments import ClassificationDataArguments
+from .tasks import get_task
 
 
 def load_classification_datasets(args: ClassificationDataArguments):
     """The raw splits (`DatasetDict` with train, validation and, if given, test) from the source `args` names.
 
-    Local files are checked with `check_data_file` and read with `datasets.load_dataset("csv" | "json", ...)` (a
-    .tsv file: the csv builder with `sep="\t"`). `--task` is read by `hf_ffn.finetune.tasks` instead.
-
     Raises:
-        FileNotFoundError, ValueError: as `check_data_file` and `load_label_files`; ValueError if the local files
-            mix formats (csv, tsv, json).
+        FileNotFoundError, ValueError: as `check_data_file`, `load_label_files` and the task's reader; ValueError
+            if the local files mix formats or do not read as one dataset.
     """
     from datasets import load_dataset
     from datasets.exceptions import DatasetGenerationError
 
+    if args.task is not None:
+        return get_task(args.task).load(args.data_dir)
     if args.label_dir is not None:
         return load_label_files(args.label_dir, args.split_sizes, args.split_seed)
     if args.dataset_name is not None:
@@ -63,7 +59,7 @@ def load_classification_datasets(args: ClassificationDataArguments):
 
 
 def _as_number(value) -> float | None:
-    """`value` as a float if it is an int/float or a string that parses as one (bools are not numbers), else None."""
+    """`value` as a float if it is a number or a string that parses as one (not a bool), else None."""
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
@@ -75,14 +71,12 @@ def _as_number(value) -> float | None:
 
 
 def check_label_values(values, where: str, column: str) -> bool:
-    """Whether the labels `values` of one split are real numbers (regression) rather than classes, after checking
-    each is one or the other: a class is a string or an integer, a number an int or float (as `run_glue.py`:
-    a float column means regression).
+    """Whether the labels `values` of one split are real numbers (regression: a float column, as in `run_glue.py`)
+    rather than classes (strings or integers).
 
     Raises:
-        ValueError: naming `--label_column`, `where` (the split) and the row for a missing label (None, NaN, an
-            empty cell), a value of another type (a list, a bool...), or a text column whose labels mix
-            non-integer numbers and words (a number column with a typo in it).
+        ValueError: naming the split and row of a missing label, a value of another type, or a word among
+            non-integer numbers (a typo in a number column).
     """
 
     def refuse(row: int, value, why: str):
@@ -109,13 +103,9 @@ def check_label_values(values, where: str, column: str) -> bool:
 
 
 def check_columns_and_labels(raw, args: ClassificationDataArguments) -> tuple[tuple[str, ...], list | None]:
-    """`(text_columns, labels)`: the text column (and `--text_pair_column`, if given) and the sorted label set, or
-    None for labels that are real numbers (a regression), after checking every split.
-
-    Each split must have the text and label columns and at least one row; every label must be a class or a number
-    (`check_label_values`). For classes, the label set of validation (and of a labelled test split) must equal the
-    training set's; for a regression every split's labels must be numbers. Unlabelled test splits are allowed
-    (predictions only).
+    """`(text_columns, labels)`: the text column (and `--text_pair_column`) and the sorted label set, or None for a
+    regression, after checking that every split has the columns and a row, and that every labelled split has the
+    training split's label set (classes) or only numbers (regression). A test split may be unlabelled.
 
     Raises:
         ValueError: naming the split (and its file) on a missing column, an empty split, a bad label or a differing
@@ -155,11 +145,7 @@ def check_columns_and_labels(raw, args: ClassificationDataArguments) -> tuple[tu
                     f"{options[column]}: column {column!r} does not exist in the {where(split)}; columns: "
                     f"{', '.join(columns)}"
                 )
-    labelled = [
-        split
-        for split in ("train", "validation", "test")
-        if split in raw and args.label_column in raw[split].column_names
-    ]
+    labelled = [s for s in ("train", "validation", "test") if s in raw and args.label_column in raw[s].column_names]
     is_number = {
         split: check_label_values(raw[split][args.label_column], where(split), args.label_column) for split in labelled
     }
@@ -186,7 +172,31 @@ def check_columns_and_labels(raw, args: ClassificationDataArguments) -> tuple[tu
     return text_columns, sorted(train_labels, key=str)
 
 
-def sort_by_length(dataset):
-    """`dataset` sorted by the length of `input_ids` (stable, so ties keep their order)."""
-    lengths = [len(ids) for ids in dataset["input_ids"]]
-    return dataset.select(np.argsort(lengths, kind="stable"))
+def encode_splits(
+    raw, tokenizer, text_columns: tuple[str, ...], labels: list | None, args: ClassificationDataArguments
+):
+    """The tokenized splits, the first `--max_*_samples` rows of each, labels as class ids (floats for a regression);
+    a labelled validation or test split sorted shortest first (less padding; the metrics do not depend on the
+    order), an unlabelled test split kept in order, so its predictions line up with the file."""
+    label2id = {} if labels is None else {label: i for i, label in enumerate(labels)}
+
+    def encode(batch: dict) -> dict:
+        # one column: [CLS] a [SEP]; two: [CLS] a [SEP] b [SEP] with token_type_ids 0…0 1…1 (truncation: longest first)
+        encoded = tokenizer(
+            *(batch[column] for column in text_columns), truncation=True, max_length=args.max_seq_length
+        )
+        if args.label_column in batch:
+            values = batch[args.label_column]
+            encoded["labels"] = [float(v) for v in values] if labels is None else [label2id[v] for v in values]
+        return encoded
+
+    splits = {}
+    limits = {"train": args.max_train_samples, "validation": args.max_eval_samples, "test": args.max_test_samples}
+    for split, limit in limits.items():
+        if split in raw:
+            dataset = raw[split] if limit is None else raw[split].select(range(min(limit, len(raw[split]))))
+            splits[split] = dataset.map(encode, batched=True, remove_columns=dataset.column_names)
+            if split != "train" and "labels" in splits[split].column_names:  # stable: ties keep their order
+                lengths = [len(ids) for ids in splits[split]["input_ids"]]
+                splits[split] = splits[split].select(np.argsort(lengths, kind="stable"))
+    return splits

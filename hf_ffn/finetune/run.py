@@ -1,20 +1,7 @@
-"""`finetune`: fine-tune a BERT or FfnBert checkpoint on a named task preset or on your own data, with the task's
-recipe, and end with one summary line giving the task score. `finetune_main(argv)` is the same from a command line
-(`hf-ffn finetune`, `scripts/finetune_classification.py`). Both run `run_classification` (single sentences or
-pairs, classes or regression; `Trainer` does the training).
-
-The preset rule: a task's `Recipe` (`hf_ffn.finetune.tasks`; BERT's GLUE recipe by default: learning rate 2e-5,
-batch 32, 3 epochs, 10% warm-up) fills the training arguments the user did not set; any the user set (a flag on the
-command line, a key of the .json file of arguments, a keyword of `finetune`) wins. Data given as files gets the same
-default recipe.
-
-The summary line: `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>; baseline=<x.xx> (majority class)`,
-where the score is the mean of the task's metrics ×100 (GLUE's rule; MRPC: F1 of the paraphrase class and
-accuracy) and the baseline the same score of a predictor that ignores its input (the split's majority class; the
-mean label of a regression, whose correlations are 0): a score at the baseline learnt nothing. Data without a task
-is scored by accuracy (classes) or Pearson and Spearman correlation (regression), named after its file or folder,
-on the test split when it has labels, else on validation. Before it, a line says where the run saved: `--output_dir`,
-else a fresh folder under `out/finetune/` (`default_output_dir`).
+"""`hf-ffn finetune`: fine-tune a BERT or FfnBert checkpoint for sequence classification or regression on a task
+preset or your own data, as transformers' `run_glue.py` does (docs/finetuning.md). The task's `Recipe` (BERT's GLUE
+recipe by default) fills the training arguments the user did not set (`apply_recipe`); the run ends with where it
+saved and one summary line: the task score beside that of a predictor that ignores its input (`summarize`).
 """
 
 from __future__ import annotations
@@ -38,29 +25,24 @@ REGRESSION_METRICS = ("pearson", "spearman")
 DEFAULT_OUTPUT_ROOT = Path("out") / "finetune"  # --output_dir left out: `default_output_dir` under it
 
 
-def finetune_description(recipe: Recipe = GLUE_RECIPE) -> str:
-    """`hf-ffn finetune --help`'s description: what the command does and the preset rule, with `recipe`'s values."""
-    return (
-        "Fine-tune a BERT or FfnBert checkpoint, optionally converted first to another FFN variant or LayerNorm "
-        "placement, for sequence classification or regression with transformers' Trainer, and save the model, "
-        "its card and all_results.json in --output_dir. The data comes from one source: --task with --data_dir, "
-        "--train_file, --label_dir or --dataset_name. With --task, the task's recipe (BERT's GLUE recipe: "
-        f"lr {recipe.learning_rate:g}, ".replace("e-0", "e-")
-        + f"batch {recipe.per_device_train_batch_size}, "
-        f"{recipe.num_train_epochs:g} epochs, {recipe.warmup_ratio:.0%} warm-up) replaces Trainer's defaults "
-        "for any option you do not give. The last line gives the score beside its baseline (the majority "
-        "class; the mean label for a regression); all_results.json: f1_macro is the mean of the classes' F1, "
-        "f1_binary the F1 of class id 1."
-    )
-
-
-def finetune_parser() -> HfArgumentParser:
+def finetune_parser(prog: str = "hf-ffn finetune") -> HfArgumentParser:
     """The `HfArgumentParser` of model, data and `TrainingArguments` (its --help shows every default)."""
+    recipe = GLUE_RECIPE
     parser = HfArgumentParser(
-        ARGUMENT_CLASSES, description=finetune_description(), formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        ARGUMENT_CLASSES,
+        prog=prog,
+        description="Fine-tune a BERT or FfnBert checkpoint, optionally converted first to another FFN variant or "
+        "LayerNorm placement, for sequence classification or regression with transformers' Trainer, and save the "
+        "model, its card and all_results.json in --output_dir. The data comes from one source: --task with "
+        "--data_dir, --train_file, --label_dir or --dataset_name. With --task, the task's recipe (BERT's GLUE "
+        f"recipe: lr {recipe.learning_rate:g}, ".replace("e-0", "e-")
+        + f"batch {recipe.per_device_train_batch_size}, {recipe.num_train_epochs:g} epochs, "
+        f"{recipe.warmup_ratio:.0%} warm-up) replaces Trainer's defaults for any option you do not give. The last "
+        "line gives the score beside its baseline (the majority class; the mean label for a regression); "
+        "all_results.json: f1_macro is the mean of the classes' F1, f1_binary the F1 of class id 1.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    output_dir = parser._option_string_actions["--output_dir"]  # Trainer's help names its ./trainer_output
-    output_dir.help = (
+    parser._option_string_actions["--output_dir"].help = (  # Trainer's help names its ./trainer_output
         f"Where the model, its card and all_results.json are saved. Default: {DEFAULT_OUTPUT_ROOT}/<task or data "
         "name>-<checkpoint name>, or the same with -2, -3, ... when that folder holds a finished model. A folder "
         "given here that holds a finished model is refused."
@@ -75,8 +57,8 @@ def finetune_given_options(argv: Sequence[str]) -> set[str]:
 
 def apply_recipe(training_args: TrainingArguments, recipe: Recipe, given: set[str]) -> dict[str, Any]:
     """Set on `training_args` each `recipe` value whose argument is not in `given` (the user's explicit ones);
-    returns what was set. A warm-up the user gave as `warmup_steps` or `warmup_ratio` counts as the recipe's
-    warm-up; `max_steps` leaves `num_train_epochs` without effect (Trainer's rule), so the recipe still sets it."""
+    returns what was set. A warm-up given as `warmup_steps` or `warmup_ratio` counts as the recipe's; the epochs
+    are set beside a given `max_steps` too (which overrides them: Trainer's rule)."""
     applied = {}
     for name, value in dataclasses.asdict(recipe).items():
         target = "warmup_steps" if name == "warmup_ratio" else name  # a float below 1: a fraction of the steps
@@ -88,22 +70,12 @@ def apply_recipe(training_args: TrainingArguments, recipe: Recipe, given: set[st
     return applied
 
 
-def task_metrics(task: str | None, regression: bool) -> tuple[str, ...]:
-    """The metric names a run is scored by: the task's, else accuracy (classes) or Pearson and Spearman
-    (regression)."""
-    if task is not None:
-        return get_task(task).metrics
-    return REGRESSION_METRICS if regression else CLASS_METRICS
-
-
 def summarize(
     name: str, metrics: Sequence[str], results: Mapping[str, float], split: str, regression: bool = False
 ) -> tuple[float, str]:
-    """`(score, line)`: the score (mean of `metrics` in `results` under `split`'s prefix, ×100; GLUE's rule) and
-    the summary line `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>`, followed by
-    `; baseline=<x.xx> (majority class)` (`(constant prediction)` for a `regression`) when `results` holds the
-    split's baseline metrics (`<prefix>baseline_<metric>`, `hf_ffn.finetune.classification.baseline_metrics`):
-    the same score of a predictor that ignores its input.
+    """`(score, line)`: the mean of `metrics` in `results` under `split`'s prefix ×100 (GLUE's rule), and the line
+    `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>`, followed by `; baseline=<x.xx> (majority class)`
+    when `results` holds the split's baseline metrics (`hf_ffn.finetune.classification.baseline_metrics`).
 
     Raises:
         KeyError: naming the missing metric and the split, when `results` lacks one.
@@ -148,21 +120,20 @@ def run_finetuning(
     *,
     quiet: bool = False,
 ) -> dict[str, Any]:
-    """`run_classification` with the task's recipe filling what `given` leaves unset (`apply_recipe`), then the
-    score and the summary line (printed unless `quiet`). Returns `run_classification`'s outcome plus `task`,
-    `task_score`, `score_split`, `summary` and `recipe` (the values the preset set)."""
-    recipe = get_task(data_args.task).recipe if data_args.task is not None else GLUE_RECIPE
-    applied = apply_recipe(training_args, recipe, given)
+    """`run_classification` with the task's recipe filling what `given` leaves unset, then the score and the
+    summary line (printed unless `quiet`). Returns `run_classification`'s outcome plus `task`, `task_score`,
+    `score_split`, `summary` and `recipe` (the values the preset set)."""
+    task = get_task(data_args.task) if data_args.task is not None else None
+    applied = apply_recipe(training_args, task.recipe if task else GLUE_RECIPE, given)
     outcome = run_classification(model_args, data_args, training_args)
-    results = outcome["results"]
-    metrics = task_metrics(data_args.task, outcome["regression"])
-    split = (
-        get_task(data_args.task).report_split
-        if data_args.task is not None
-        else ("test" if all(f"test_{metric}" in results for metric in metrics) else "validation")
-    )  # a labelled test split
+    results, regression = outcome["results"], outcome["regression"]
+    if task is not None:
+        metrics, split = task.metrics, task.report_split
+    else:  # the test split when it has labels
+        metrics = REGRESSION_METRICS if regression else CLASS_METRICS
+        split = "test" if all(f"test_{metric}" in results for metric in metrics) else "validation"
     name = _data_name(data_args)
-    score, line = summarize(name, metrics, results, split, regression=outcome["regression"])
+    score, line = summarize(name, metrics, results, split, regression=regression)
     if not quiet and training_args.process_index == 0:  # from the main process only; the summary line last
         print(f"saved to {training_args.output_dir} (model, tokenizer, model card README.md, all_results.json)")
         print(line, flush=True)
@@ -178,15 +149,13 @@ def finetune(
     quiet: bool = False,
     **arguments: Any,
 ) -> dict[str, Any]:
-    """Fine-tune `model_name_or_path` for sequence classification or regression, print where it saved and one
-    summary line, `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>; baseline=<x.xx> (...)` (`summarize`).
+    """Fine-tune `model_name_or_path` for sequence classification or regression, print where it saved and the
+    summary line (`summarize`).
 
-    Data: `task` (a preset of `hf_ffn.finetune.tasks.TASKS`, with `data_dir=`), or your own: `train_file=` and
-    `validation_file=` (csv / tsv / json / jsonl; `text_column=`, `text_pair_column=` for pairs, `label_column=`;
-    real-number labels make a regression), `label_dir=` (one text file per label, split by `split_sizes=` and
-    `split_seed=`) or `dataset_name=`. `arguments` are any fields of `ModelArguments` (e.g. `ffn_type="geglu"`),
-    `ClassificationDataArguments` and transformers' `TrainingArguments` (e.g. `learning_rate=1e-4`); the task's
-    recipe (BERT's GLUE recipe by default) fills only the training arguments not given here.
+    Data: `task` (a preset of `hf_ffn.finetune.tasks.TASKS`, with `data_dir=`), or `train_file=` and
+    `validation_file=`, `label_dir=` or `dataset_name=` (docs/finetuning.md). `arguments` are any fields of
+    `ModelArguments` (e.g. `ffn_type="geglu"`), `ClassificationDataArguments` and `TrainingArguments` (e.g.
+    `learning_rate=1e-4`); the task's recipe fills only the training arguments not given here.
 
     Example:
         >>> finetune("bert-base-uncased", "out/mrpc", task="mrpc", data_dir="data/mrpc")  # doctest: +SKIP
@@ -194,19 +163,13 @@ def finetune(
         task=mrpc score=84.51 (f1_binary=0.8812, accuracy=0.8090) on validation; baseline=75.50 (majority class)
 
     Returns:
-        `run_classification`'s outcome (results, log_history, ...) plus `task`, `task_score` (float, 0–100),
-        `score_split`, `summary` (the line) and `recipe` (the training values the preset set).
+        `run_finetuning`'s outcome: `run_classification`'s plus `task`, `task_score` (float, 0–100), `score_split`,
+        `summary` (the line) and `recipe`.
 
     Raises:
         ValueError: naming an argument that no dataclass has, and as `run_classification` on bad input.
     """
-    arguments = {
-        "model_name_or_path": model_name_or_path,
-        "output_dir": output_dir,
-        "task": task,
-        "seed": seed,
-        **arguments,
-    }
+    arguments = dict(model_name_or_path=model_name_or_path, output_dir=output_dir, task=task, seed=seed, **arguments)
     names = [{field.name for field in dataclasses.fields(cls) if field.init} for cls in ARGUMENT_CLASSES]
     unknown = sorted(set(arguments) - set().union(*names))
     if unknown:
@@ -223,22 +186,18 @@ def finetune(
 
 
 def finetune_argv(argv: Sequence[str], prog: str = "hf-ffn finetune") -> dict[str, Any]:
-    """`finetune` from a command line: `argv` (flags of `finetune_parser`, or one .json file of them) parsed by
-    `HfArgumentParser`, the preset filling the training flags not given, `--output_dir` defaulting to
-    `default_output_dir`. Prints where it saved and the summary line (the model, its card and all_results.json are
-    in --output_dir) and returns `run_finetuning`'s outcome."""
-    parser = finetune_parser()
-    parser.prog = prog
+    """`finetune` from a command line (`argv`: flags of `finetune_parser`, or one .json file of them);
+    `--output_dir` defaults to `default_output_dir`. Returns `run_finetuning`'s outcome."""
+    parser = finetune_parser(prog)
     model_args, data_args, training_args = parse_arguments(parser, argv)
-    given = finetune_given_options(argv)
+    given = given_options(parser, argv)
     if "output_dir" not in given:  # not Trainer's ./trainer_output: a fresh folder under out/finetune/
         training_args.output_dir = str(default_output_dir(model_args, data_args))
     return run_finetuning(model_args, data_args, training_args, given)
 
 
 def finetune_main(argv: Sequence[str], prog: str = "hf-ffn finetune") -> int:
-    """`finetune_argv` for a console entry point: returns the exit status, 0 (bad input raises `ValueError` /
-    `OSError` naming the flag; wrap in `bad_input_exits(prog)` for argparse's one-line message and status 2)."""
+    """`finetune_argv` for a console entry point: returns 0 (bad input raises `ValueError` / `OSError`)."""
     finetune_argv(argv, prog)
     return 0
 
@@ -249,11 +208,9 @@ __all__ = [
     "default_output_dir",
     "finetune",
     "finetune_argv",
-    "finetune_description",
     "finetune_main",
     "finetune_parser",
     "finetune_given_options",
     "run_finetuning",
     "summarize",
-    "task_metrics",
 ]

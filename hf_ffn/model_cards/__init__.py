@@ -1,6 +1,5 @@
-"""Model card templates (Jinja, rendered by `huggingface_hub.ModelCard.from_template`), filled by
-`hf_ffn.conversion.card` (converted folders: one per family of variants, `gated.md` and `standard.md`, plus the body
-they share, `_body.md`) and `hf_ffn.model_card` (fine-tuned folders: `fine_tuned.md`)."""
+"""Model card templates (Jinja), filled by `hf_ffn.conversion.card` (converted folders) and `hf_ffn.model_card`
+(fine-tuned folders)."""
 
 from pathlib import Path
 
