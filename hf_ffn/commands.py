@@ -71,6 +71,7 @@ def parity(args: argparse.Namespace) -> int:
     from .checkpoints import check_checkpoint
     from .parity import (
         NotPlainBertError,
+        checkpoint_family,
         choose_default_checkpoint,
         format_table,
         rows_as_dicts,
@@ -128,7 +129,9 @@ def parity(args: argparse.Namespace) -> int:
         )
         print(format_table(rows))
         equal = sum(row.equal for row in bitwise)
-        verdict = "EXACT: every output equals upstream BERT bit for bit" if exact else "NOT EXACT"
+        family = checkpoint_family(checkpoint)
+        upstream = "BERT" if family.upstream_type == "bert" else family.upstream_class(family.heads[0]).__name__
+        verdict = f"EXACT: every output equals upstream {upstream} bit for bit" if exact else "NOT EXACT"
         print(f"\n{equal}/{len(bitwise)} outputs equal (torch.equal). {verdict}")
         if unpadded:
             held = sum(row.holds for row in unpadded)

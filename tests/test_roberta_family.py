@@ -42,6 +42,7 @@ from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
 import hf_ffn
 from hf_ffn import FfnRobertaConfig, FfnRobertaForMaskedLM, FfnRobertaModel
 from hf_ffn.checkpoint_names import PRELAYERNORM_KEY_MAPPING
+from hf_ffn.cli import main
 from hf_ffn.configuration_ffn_roberta import ROBERTA_MODEL_TYPES
 from hf_ffn.modeling_ffn_roberta import AUTO_MAP, HEAD_CLASSES
 from hf_ffn.parity import (
@@ -620,3 +621,16 @@ def test_parity_job_names_the_families_for_another_model_type(tmp_path):
     GPT2Config(n_layer=1, n_embd=32, n_head=2).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match=r"model_type='gpt2'; hf-ffn parity compares .*bert.*roberta-prelayernorm"):
         run_parity(str(tmp_path))
+
+
+def test_parity_command_on_an_xlm_roberta_folder_and_another_family(family_folders, tmp_path, capsys):
+    folder = family_folders["xlm-roberta"]["AutoModel"]
+    assert main(["parity", "--model_name_or_path", folder, "--attn", "sdpa"]) == 0
+    out = capsys.readouterr().out
+    assert "EXACT: every output equals upstream XLMRobertaModel bit for bit" in out
+    assert "FfnRobertaForMultipleChoice" in out and "OK" in out.splitlines()[-1]
+    GPT2Config(n_layer=1, n_embd=32, n_head=2).save_pretrained(tmp_path / "gpt2")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["parity", "--model_name_or_path", str(tmp_path / "gpt2")])
+    assert exit_info.value.code == 2
+    assert "model_type='gpt2'; hf-ffn parity compares" in capsys.readouterr().err
