@@ -69,9 +69,9 @@ def missing_package_message(error: ImportError) -> str | None:
 
 def parity(args: argparse.Namespace) -> int:
     from .checkpoints import check_checkpoint
+    from .families import checkpoint_family
     from .parity import (
         NotPlainBertError,
-        checkpoint_family,
         choose_default_checkpoint,
         format_table,
         rows_as_dicts,

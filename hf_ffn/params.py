@@ -107,7 +107,7 @@ class MlmFlops:
 def mlm_flops(config: FfnBertConfig, seq_length: int) -> MlmFlops:
     """The forward FLOPs of `FfnBertForMaskedLM(config)`: its encoder run on one block of `seq_length` tokens and its
     MLM head on one position, on the meta device (padded; unpadded does the same products on the real tokens)."""
-    config = FfnBertConfig.from_dict({**config.to_dict(), "unpad_tokens": False, "sparse_prediction": False})
+    config = type(config).from_dict({**config.to_dict(), "unpad_tokens": False, "sparse_prediction": False})
     with torch.device("meta"):
         model = FfnBertForMaskedLM(config)
         block = torch.zeros(1, seq_length, dtype=torch.long)  # (batch, seq)

@@ -30,6 +30,7 @@ from transformers import (
     GPT2Config,
     ModernBertConfig,
     RobertaConfig,
+    RobertaForMaskedLM,
     RobertaModel,
     RobertaPreLayerNormConfig,
     RobertaTokenizer,
@@ -44,12 +45,12 @@ from hf_ffn import FfnRobertaConfig, FfnRobertaForMaskedLM, FfnRobertaModel
 from hf_ffn.checkpoint_names import PRELAYERNORM_KEY_MAPPING
 from hf_ffn.cli import main
 from hf_ffn.configuration_ffn_roberta import ROBERTA_MODEL_TYPES
+from hf_ffn.families import checkpoint_family
 from hf_ffn.modeling_ffn_roberta import AUTO_MAP, HEAD_CLASSES
 from hf_ffn.parity import (
     FLATTENED,
     UNPADDED_FP32_TOLERANCE,
     UPSTREAM_MASKS_PACKED_SEQUENCES,
-    checkpoint_family,
     compare_outputs,
     quiet_transformers,
     run_parity,
@@ -619,7 +620,9 @@ def test_parity_job_holds_for_every_family_and_a_wrong_eps_breaks_it(family_fold
 
 def test_parity_job_names_the_families_for_another_model_type(tmp_path):
     GPT2Config(n_layer=1, n_embd=32, n_head=2).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match=r"model_type='gpt2'; hf-ffn parity compares .*bert.*roberta-prelayernorm"):
+    with pytest.raises(
+        ValueError, match=r"model_type='gpt2'; hf_ffn loads checkpoints of the families .*bert.*roberta-prelayernorm"
+    ):
         run_parity(str(tmp_path))
 
 
@@ -633,4 +636,107 @@ def test_parity_command_on_an_xlm_roberta_folder_and_another_family(family_folde
     with pytest.raises(SystemExit) as exit_info:
         main(["parity", "--model_name_or_path", str(tmp_path / "gpt2")])
     assert exit_info.value.code == 2
-    assert "model_type='gpt2'; hf-ffn parity compares" in capsys.readouterr().err
+    assert "model_type='gpt2'; hf_ffn loads checkpoints of the families" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# hf-ffn finetune on a RoBERTa checkpoint (its tokenizer, RobertaClassificationHead on <s>)
+# ---------------------------------------------------------------------------------------------------------------
+SENTENCES = [
+    ("a fine warm funny film", "pos"),
+    ("dull and far too long", "neg"),
+    ("warm funny and kind", "pos"),
+    ("a long dull mess", "neg"),
+    ("kind and fine", "pos"),
+    ("too dull", "neg"),
+]
+
+
+@pytest.fixture(scope="module")
+def roberta_checkpoint(tmp_path_factory) -> str:
+    """A tiny RoBERTa folder with a byte-level BPE tokenizer trained on `SENTENCES` (vocabulary ~300)."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    folder = tmp_path_factory.mktemp("roberta_checkpoint")
+    bpe = ByteLevelBPETokenizer()
+    texts = [text for text, _ in SENTENCES]
+    bpe.train_from_iterator(
+        texts, vocab_size=300, min_frequency=1, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    )
+    bpe.save_model(str(folder))
+    tokenizer = RobertaTokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"))
+    torch.manual_seed(0)
+    model = perturb_constants(RobertaForMaskedLM(RobertaConfig(**{**TINY_ROBERTA, "vocab_size": len(tokenizer)})))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_finetune_a_roberta_checkpoint(roberta_checkpoint, tmp_path):
+    from hf_ffn.finetune import finetune
+
+    files = {}
+    for split in ("train", "validation"):
+        files[f"{split}_file"] = str(tmp_path / f"{split}.csv")
+        lines = ["sentence,label", *(f"{text},{label}" for text, label in SENTENCES)]
+        (tmp_path / f"{split}.csv").write_text("\n".join(lines) + "\n")
+    options = dict(max_steps=3, logging_steps=1, optim="sgd", learning_rate=0.5, per_device_train_batch_size=3)
+    options |= dict(report_to="none", use_cpu=True, save_strategy="no", quiet=True, **files)
+    padded = finetune(roberta_checkpoint, str(tmp_path / "padded"), **options)
+    losses = [e["loss"] for e in padded["log_history"] if "loss" in e]
+    assert len(losses) == 3 and losses[-1] != losses[0]
+    # the classification head reads each row's <s>: a padding-free row of several sequences would give one output
+    with pytest.raises(ValueError, match=r"--padding_free: .* is a roberta checkpoint, whose classification head"):
+        finetune(roberta_checkpoint, str(tmp_path / "flat"), padding_free=True, **options)
+    # the saved model is FfnRoberta's, and upstream's RobertaForSequenceClassification reads it bit for bit
+    with quiet_transformers():
+        ours = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "padded").eval()
+        theirs, info = transformers.RobertaForSequenceClassification.from_pretrained(
+            tmp_path / "padded", output_loading_info=True
+        )
+    assert type(ours).__name__ == "FfnRobertaForSequenceClassification"
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "padded")
+    batch = tokenizer([text for text, _ in SENTENCES], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(ours(**batch).logits, theirs.eval()(**batch).logits)
+
+
+def test_converting_a_roberta_checkpoint_is_refused_naming_the_options(roberta_checkpoint, tmp_path):
+    from hf_ffn.finetune import finetune
+
+    (tmp_path / "train.csv").write_text("sentence,label\n" + "\n".join(f"{t},{lab}" for t, lab in SENTENCES) + "\n")
+    with pytest.raises(ValueError, match=r"is a roberta checkpoint: converting it \(--ffn_type"):
+        finetune(
+            roberta_checkpoint,
+            str(tmp_path / "out"),
+            train_file=str(tmp_path / "train.csv"),
+            ffn_type="geglu",
+            validation_file=str(tmp_path / "train.csv"),
+            max_steps=1,
+            report_to="none",
+            use_cpu=True,
+            quiet=True,
+        )
+
+
+def test_mlm_continues_pretraining_a_roberta_checkpoint(roberta_checkpoint, tmp_path):
+    """`hf-ffn mlm --model_name_or_path ROBERTA`: its own tokenizer (<s> … </s> blocks) and RobertaLMHead; the saved
+    folder is FfnRoberta's and loads in upstream's RobertaForMaskedLM, no weight missing, the same logits."""
+    texts = [" ".join(text for text, _ in SENTENCES[i:] + SENTENCES[:i]) for i in range(len(SENTENCES))] * 3
+    (tmp_path / "train.txt").write_text("\n\n".join(texts) + "\n")
+    argv = ["mlm", "--model_name_or_path", roberta_checkpoint, "--train_files", str(tmp_path / "train.txt")]
+    argv += ["--max_steps", "2", "--max_seq_length", "16", "--per_device_train_batch_size", "4", "--report_to", "none"]
+    assert main([*argv, "--output_dir", str(tmp_path / "out"), "--use_cpu", "true"]) == 0
+    with quiet_transformers():
+        ours = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "out").eval()
+        theirs, info = transformers.RobertaForMaskedLM.from_pretrained(tmp_path / "out", output_loading_info=True)
+        before = transformers.RobertaForMaskedLM.from_pretrained(roberta_checkpoint)
+    assert type(ours).__name__ == "FfnRobertaForMaskedLM"
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    batch = tokenizer(["a fine warm film", "too dull"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = ours(**batch).logits
+        assert torch.equal(logits, theirs.eval()(**batch).logits)
+        assert not torch.equal(logits, before.eval()(**batch).logits)  # it trained

@@ -17,6 +17,7 @@ import torch
 from transformers import EvalPrediction, Trainer, TrainingArguments
 
 from ..checkpoints import check_checkpoint
+from ..families import checkpoint_family
 from ..files import one_run_per_output_dir
 from ..modeling_ffn_bert import FfnBertForSequenceClassification
 from ..training.arguments import ModelArguments, check_numeric_options, resolve_max_seq_length, resume_checkpoint
@@ -131,6 +132,13 @@ def run_classification(
     resume = resume_checkpoint(training_args)
     check_task_columns(data_args)
     check_checkpoint(model_args.model_name_or_path, "--model_name_or_path")
+    family = checkpoint_family(model_args.model_name_or_path, "--model_name_or_path")  # BERT's or RoBERTa's classes
+    if model_args.padding_free and family.upstream_type != "bert":
+        raise ValueError(
+            f"--padding_free: {model_args.model_name_or_path} is a {family.upstream_type} checkpoint, whose "
+            f"classification head reads the first token of each row, and a padding-free row holds several sequences; "
+            f"allowed for BERT checkpoints only (without --padding_free this one trains on padded batches)"
+        )
     max_positions = checkpoint_max_positions(model_args.model_name_or_path)
     check_numeric_options(data_args, training_args, max_positions=max_positions)  # --max_steps 0, lr <= 0, ...
     data_args = dataclasses.replace(

@@ -23,7 +23,7 @@ def ffn_report(config: FfnBertConfig, standard_width: int | None = None) -> dict
     row["ffn_flops_per_token_all_layers"] = row["ffn_flops_per_token"] * config.num_hidden_layers
     standard = {"ffn_type": config.hidden_act, "intermediate_size": standard_width}
     if standard_width is not None and (config.ffn_types[0], config.intermediate_size) != tuple(standard.values()):
-        reference = config_row(FfnBertConfig.from_dict({**config.to_dict(), **standard}), "standard")
+        reference = config_row(type(config).from_dict({**config.to_dict(), **standard}), "standard")
         row["standard"] = {key: value for key, value in asdict(reference).items() if key != "model"}
         row["ffn_params_vs_standard"] = row["ffn_params_all_layers"] / reference.ffn_params_all_layers
     return row

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
-import transformers
 from torch import nn
 from transformers import BertModel
-from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from ..checkpoint_names import is_variant_key
 from ..checkpoints import (
@@ -22,11 +20,10 @@ from ..checkpoints import (
     load_pretrained,
     weights_bert_ignores,
 )
-from ..configuration_ffn_bert import BERT_MODEL_TYPES, FfnBertConfig
-from ..configuration_ffn_roberta import ROBERTA_MODEL_TYPES, FfnRobertaConfig
+from ..configuration_ffn_bert import FfnBertConfig
+from ..families import Family, checkpoint_family
 from ..logging_utils import quiet_transformers
-from ..modeling_ffn_bert import HEAD_CLASSES, FfnBertModel, HeadClass
-from ..modeling_ffn_roberta import HEAD_CLASSES as ROBERTA_HEAD_CLASSES
+from ..modeling_ffn_bert import HEAD_CLASSES, FfnBertModel
 from ..modeling_ffn_roberta import saved_model_type
 from .batches import TIME_FLIES_IDS, UPSTREAM_MASKS_PACKED_SEQUENCES, example_batch, flattened_batch, head_inputs
 from .compare import ParityRow, compare_outputs, compare_tensors, tensor_difference
@@ -46,39 +43,6 @@ FLATTENED_AUTO_CLASSES = frozenset(
 FLATTENED_HEADS: tuple[type, ...] = tuple(h.bert for h in HEAD_CLASSES if h.auto_class in FLATTENED_AUTO_CLASSES)
 PER_SEQUENCE_OUTPUTS = frozenset({"pooler_output", "seq_relationship_logits"})
 FLATTENED = " (flattened)"  # the suffix of a flattened-batch row's output name
-
-
-@dataclass(frozen=True)
-class Family:
-    """A family of checkpoints the parity job compares: hf_ffn's config class and head table, and the `model_type`
-    whose upstream classes are the reference (`upstream_class`: e.g. `XLMRobertaForMaskedLM` for "xlm-roberta")."""
-
-    config_class: type[FfnBertConfig]
-    heads: tuple[HeadClass, ...]
-    upstream_type: str
-
-    def upstream_class(self, head: HeadClass) -> type:
-        """Upstream's class for `head`: its Auto class's entry for the family's upstream config class."""
-        return getattr(transformers, head.auto_class)._model_mapping[CONFIG_MAPPING[self.upstream_type]]
-
-
-def checkpoint_family(checkpoint: str) -> Family:
-    """The `Family` of `checkpoint`, by its config.json's `model_type` (an hf_ffn folder is compared with the
-    upstream family it reproduces: ffn_bert with BERT, ffn_roberta with RoBERTa).
-
-    Raises:
-        ValueError: a `model_type` of no supported family, naming it and the supported ones.
-    """
-    model_type = saved_model_type(checkpoint) or "bert"
-    if model_type in BERT_MODEL_TYPES:
-        return Family(FfnBertConfig, HEAD_CLASSES, "bert")
-    if model_type in ROBERTA_MODEL_TYPES:
-        upstream = "roberta" if model_type == FfnRobertaConfig.model_type else model_type
-        return Family(FfnRobertaConfig, ROBERTA_HEAD_CLASSES, upstream)
-    raise ValueError(
-        f"{checkpoint} has model_type={model_type!r}; hf-ffn parity compares checkpoints of the families "
-        f"{', '.join(BERT_MODEL_TYPES + ROBERTA_MODEL_TYPES)}"
-    )
 
 
 class NotPlainBertError(ValueError):
@@ -429,8 +393,6 @@ __all__ = [
     "FLATTENED",
     "FLATTENED_AUTO_CLASSES",
     "FLATTENED_HEADS",
-    "Family",
-    "checkpoint_family",
     "HEAD_PAIRS",
     "PER_SEQUENCE_OUTPUTS",
     "PARITY_DTYPES",

@@ -1,0 +1,65 @@
+"""Which hf_ffn classes a checkpoint loads into, by its config.json's `model_type`: BERT's (`FfnBert*`) or the RoBERTa
+family's (`FfnRoberta*`), and which upstream classes it reproduces (the parity job's reference)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import transformers
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+from .configuration_ffn_bert import BERT_MODEL_TYPES, FfnBertConfig
+from .configuration_ffn_roberta import ROBERTA_MODEL_TYPES, FfnRobertaConfig
+from .modeling_ffn_bert import HEAD_CLASSES, HeadClass
+from .modeling_ffn_roberta import HEAD_CLASSES as ROBERTA_HEAD_CLASSES
+from .modeling_ffn_roberta import saved_model_type
+
+SUPPORTED_MODEL_TYPES = BERT_MODEL_TYPES + ROBERTA_MODEL_TYPES
+
+
+@dataclass(frozen=True)
+class Family:
+    """A family of checkpoints: hf_ffn's config class and head table, and the `model_type` whose upstream classes it
+    reproduces (`upstream_class`: e.g. `XLMRobertaForMaskedLM` for "xlm-roberta")."""
+
+    config_class: type[FfnBertConfig]
+    heads: tuple[HeadClass, ...]
+    upstream_type: str
+
+    def upstream_class(self, head: HeadClass) -> type:
+        """Upstream's class for `head`: its Auto class's entry for the family's upstream config class."""
+        return getattr(transformers, head.auto_class)._model_mapping[CONFIG_MAPPING[self.upstream_type]]
+
+    def ffn_class(self, auto_class: str) -> type:
+        """hf_ffn's class of this family for `auto_class` (e.g. "AutoModelForSequenceClassification").
+
+        Raises:
+            ValueError: a head the family does not have (e.g. BERT's next-sentence head for RoBERTa).
+        """
+        for head in self.heads:
+            if head.auto_class == auto_class:
+                return head.ffn_bert
+        raise ValueError(f"the {self.upstream_type} family has no {auto_class} head in hf_ffn")
+
+
+def checkpoint_family(checkpoint: str, argument: str = "checkpoint") -> Family:
+    """The `Family` of `checkpoint`, by its config.json's `model_type` (an hf_ffn folder is of the upstream family it
+    reproduces: ffn_bert of BERT, ffn_roberta of RoBERTa; a folder without config.json is taken for BERT, whose
+    loading then says what is missing).
+
+    Raises:
+        ValueError: a `model_type` of no supported family, naming `argument`, it and the supported ones.
+    """
+    model_type = saved_model_type(checkpoint) or "bert"
+    if model_type in BERT_MODEL_TYPES:
+        return Family(FfnBertConfig, HEAD_CLASSES, "bert")
+    if model_type in ROBERTA_MODEL_TYPES:
+        upstream = "roberta" if model_type == FfnRobertaConfig.model_type else model_type
+        return Family(FfnRobertaConfig, ROBERTA_HEAD_CLASSES, upstream)
+    raise ValueError(
+        f"{argument} {checkpoint} has model_type={model_type!r}; hf_ffn loads checkpoints of the families "
+        f"{', '.join(SUPPORTED_MODEL_TYPES)}"
+    )
+
+
+__all__ = ["SUPPORTED_MODEL_TYPES", "Family", "checkpoint_family"]
