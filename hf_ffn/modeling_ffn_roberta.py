@@ -26,6 +26,8 @@ This file imports from `hf_ffn` only `modeling_ffn_bert`, its config, naming and
 
 # No `from __future__ import annotations`: transformers reads `forward`'s `Unpack[TransformersKwargs]` at run time.
 import torch
+import transformers
+from packaging.version import Version
 from torch import nn
 from transformers import PreTrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPoolingAndCrossAttentions
@@ -53,6 +55,10 @@ from .unpadding import TokenPacking, block_diagonal_forward, compute_dtype, unpa
 # FfnBert's weight renames (BERT's FFN names on disk ↔ role names in memory), for `model_type="ffn_roberta"` too.
 register_weight_renamings(FfnRobertaConfig.model_type)
 
+# The oldest transformers FfnRoberta is proven bit for bit against (tests/test_roberta_family.py runs on the pin and
+# the newest release); older releases' RoBERTa-family heads differ (5.6's XLMRobertaForMultipleChoice has no pooler).
+MIN_TRANSFORMERS = (5, 25)
+
 # `from_pretrained` keywords that say where a checkpoint's config.json is (read to tell its family).
 HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
 
@@ -78,6 +84,20 @@ class FfnRobertaPreTrainedModel(FfnBertPreTrainedModel, RobertaPreTrainedModel):
     config: FfnRobertaConfig
     base_model_prefix = "roberta"
     _no_split_modules = ["RobertaEmbeddings", "FfnBertLayer"]
+
+    def __init__(self, config: FfnRobertaConfig, *args, **kwargs):
+        """`PreTrainedModel.__init__`, on a transformers release FfnRoberta is proven on.
+
+        Raises:
+            ValueError: on a release older than `MIN_TRANSFORMERS` (its RoBERTa-family classes differ).
+        """
+        if Version(transformers.__version__).release < MIN_TRANSFORMERS:
+            raise ValueError(
+                f"FfnRoberta needs transformers >= {'.'.join(map(str, MIN_TRANSFORMERS))} (installed: "
+                f"{transformers.__version__}): its parity with upstream's RoBERTa classes is proven there; "
+                f"pip install 'transformers>={'.'.join(map(str, MIN_TRANSFORMERS))}'"
+            )
+        super().__init__(config, *args, **kwargs)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -252,6 +272,7 @@ AUTO_MAP: dict[str, str] = {"AutoConfig": f"{FfnRobertaConfig.__module__.rsplit(
 __all__ = [
     "AUTO_MAP",
     "HEAD_CLASSES",
+    "MIN_TRANSFORMERS",
     "FfnRobertaForMaskedLM",
     "FfnRobertaForMultipleChoice",
     "FfnRobertaForQuestionAnswering",

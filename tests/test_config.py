@@ -400,3 +400,22 @@ def test_common_arguments_init():
         if got != value:
             wrong[key] = (got, value)
     assert not wrong
+
+
+def test_ffn_roberta_is_built_only_on_the_transformers_it_is_proven_on():
+    """FfnRoberta's parity is proven from transformers 5.25 (tests/test_roberta_family.py); on an older release (CI's
+    floor environment, 5.6, where XLMRobertaForMultipleChoice has no pooler) building one is refused, not silently
+    different."""
+    import transformers
+    from packaging.version import Version
+
+    from hf_ffn import FfnRobertaConfig, FfnRobertaModel
+    from hf_ffn.modeling_ffn_roberta import MIN_TRANSFORMERS
+
+    sizes = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37)
+    config = FfnRobertaConfig(vocab_size=99, max_position_embeddings=16, **sizes)
+    if Version(transformers.__version__).release >= MIN_TRANSFORMERS:
+        assert FfnRobertaModel(config).embeddings.padding_idx == 1
+    else:
+        with pytest.raises(ValueError, match=r"FfnRoberta needs transformers >= 5\.25 \(installed: 5\."):
+            FfnRobertaModel(config)
