@@ -57,6 +57,9 @@ MODEL_SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_atte
 DROPOUT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout")
 # Model types whose checkpoints have BERT's layout and config fields.
 BERT_MODEL_TYPES = ("bert", "ffn_bert")
+# Model types whose checkpoints have RoBERTa's layout and config fields: `FfnRobertaConfig`'s (RoBERTa-PreLayerNorm:
+# with its norms renamed, `checkpoint_names.PRELAYERNORM_KEY_MAPPING`).
+ROBERTA_MODEL_TYPES = ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm", "ffn_roberta")
 
 
 def is_gated(ffn_type: str) -> bool:
@@ -411,9 +414,15 @@ def _check_model_type(model_type: str, source: str, config_class: type | None = 
     allowed = (FfnBertConfig if config_class is None else config_class).checkpoint_model_types
     if model_type not in allowed:
         if allowed == BERT_MODEL_TYPES:
+            family = (  # where a RoBERTa-family checkpoint goes instead
+                "; a RoBERTa-family checkpoint loads into FfnRobertaConfig / FfnRoberta*, which hf-ffn parity, "
+                "finetune and mlm take (docs/switches.md#model-families)"
+                if model_type in ROBERTA_MODEL_TYPES
+                else ""
+            )
             raise ValueError(
                 f"{source} has model_type={model_type!r}; FfnBert loads BERT-shaped checkpoints only "
-                f"(allowed: {', '.join(BERT_MODEL_TYPES)})"
+                f"(allowed: {', '.join(BERT_MODEL_TYPES)}){family}"
             )
         raise ValueError(
             f"{source} has model_type={model_type!r}; {config_class.__name__} loads only checkpoints of model_type "

@@ -16,11 +16,8 @@ from typing import Any
 
 from huggingface_hub.dataclasses import strict
 
-from .configuration_ffn_bert import FfnBertConfig
+from .configuration_ffn_bert import ROBERTA_MODEL_TYPES, FfnBertConfig
 
-# Model types whose checkpoints have RoBERTa's layout and config fields (RoBERTa-PreLayerNorm: with its norms
-# renamed, `checkpoint_names.PRELAYERNORM_KEY_MAPPING`).
-ROBERTA_MODEL_TYPES = ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm", "ffn_roberta")
 # The one Pre-LN family: its checkpoints load with this placement.
 PRE_LAYER_NORM_MODEL_TYPES = ("roberta-prelayernorm",)
 

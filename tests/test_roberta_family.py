@@ -740,3 +740,13 @@ def test_mlm_continues_pretraining_a_roberta_checkpoint(roberta_checkpoint, tmp_
         logits = ours(**batch).logits
         assert torch.equal(logits, theirs.eval()(**batch).logits)
         assert not torch.equal(logits, before.eval()(**batch).logits)  # it trained
+
+
+def test_convert_of_a_roberta_checkpoint_says_which_commands_take_it(family_folders, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", family_folders["roberta"]["AutoModel"], str(tmp_path / "out"), "--ffn_type", "geglu"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "model_type='roberta'; FfnBert loads BERT-shaped checkpoints only (allowed: bert, ffn_bert)" in error
+    assert "loads into FfnRobertaConfig / FfnRoberta*, which hf-ffn parity, finetune and mlm take" in error
+    assert not (tmp_path / "out").exists()

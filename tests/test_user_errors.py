@@ -352,7 +352,8 @@ def test_an_import_error_of_no_optional_package_keeps_its_traceback(monkeypatch)
 
 def test_optional_packages_are_the_extras_of_pyproject():
     """`OPTIONAL_PACKAGES` names each distribution of an extra with that extra, and every extra's distribution is
-    in it (the test extra's own tools, pytest and ruff, are not imported by hf_ffn); the test extra holds the rest."""
+    in it (the test extra's own tools, pytest, pytest-xdist and ruff, are not imported by hf_ffn); the test extra
+    holds the rest."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
 
@@ -360,7 +361,7 @@ def test_optional_packages_are_the_extras_of_pyproject():
         return {re.match(r"[\w.-]+", requirement)[0] for requirement in requirements}
 
     declared = {(name, extra) for extra, requirements in extras.items() for name in names(requirements)}
-    declared -= {(name, "test") for name in ("pytest", "ruff", "hf_ffn")}
+    declared -= {(name, "test") for name in ("pytest", "pytest-xdist", "ruff", "hf_ffn")}
     assert {(distribution, extra) for distribution, extra, _ in OPTIONAL_PACKAGES.values()} == declared
     assert "hf_ffn[checkpoint,export,sentence-transformers]" in extras["test"]
 
