@@ -416,7 +416,7 @@ def _check_model_type(model_type: str, source: str, config_class: type | None = 
         if allowed == BERT_MODEL_TYPES:
             family = (  # where a RoBERTa-family checkpoint goes instead
                 "; a RoBERTa-family checkpoint loads into FfnRobertaConfig / FfnRoberta*, which hf-ffn parity, "
-                "finetune and mlm take (docs/switches.md#model-families)"
+                "convert, finetune and mlm take (docs/switches.md#model-families)"
                 if model_type in ROBERTA_MODEL_TYPES
                 else ""
             )

@@ -41,6 +41,22 @@ class Family:
                 return head.ffn_bert
         raise ValueError(f"the {self.upstream_type} family has no {auto_class} head in hf_ffn")
 
+    def head_for(self, architecture: str) -> HeadClass | None:
+        """The head whose hf_ffn or upstream class is named `architecture` (a config's `architectures[0]`)."""
+        for head in self.heads:
+            if architecture in (head.ffn_bert.__name__, head.bert.__name__, self.upstream_class(head).__name__):
+                return head
+        return None
+
+    def same_head(self, model_class: type) -> type:
+        """This family's hf_ffn class with the Auto class of `model_class` (an hf_ffn class of any family).
+
+        Raises:
+            ValueError: `model_class`'s head is one this family lacks.
+        """
+        auto_class = next(h.auto_class for h in HEAD_CLASSES + ROBERTA_HEAD_CLASSES if h.ffn_bert is model_class)
+        return self.ffn_class(auto_class)
+
 
 def checkpoint_family(checkpoint: str, argument: str = "checkpoint") -> Family:
     """The `Family` of `checkpoint`, by its config.json's `model_type` (an hf_ffn folder is of the upstream family it

@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from transformers import BertConfig, BertForPreTraining, BertModel, RobertaConfig, RobertaModel
+from transformers import BertConfig, BertForPreTraining, BertModel, GPT2Config
 
 from hf_ffn import FfnBertForPreTraining
 from hf_ffn.conversion import bert_key, ffn_recipe, load_converted, measure_difference
@@ -219,9 +219,10 @@ def test_measure_difference_from_an_ffn_bert_variant_source_keeps_its_weights(ti
 # Bad input
 # ---------------------------------------------------------------------------------------------------------------
 def test_bad_input_names_what_is_wrong(tiny_bert_checkpoint, tiny_relu_checkpoint, tmp_path):
-    RobertaModel(RobertaConfig(**TINY)).save_pretrained(tmp_path / "roberta")
+    # a RoBERTa-family checkpoint converts (tests/test_roberta_family.py); another family does not
+    GPT2Config(n_layer=1, n_embd=32, n_head=2).save_pretrained(tmp_path / "gpt2")
     cases = [
-        (dict(checkpoint=str(tmp_path / "roberta")), "model_type='roberta'"),
+        (dict(checkpoint=str(tmp_path / "gpt2")), "model_type='gpt2'; hf_ffn loads checkpoints of the families"),
         (dict(checkpoint=tiny_relu_checkpoint, ffn_type="swiglu"), "allowed for 'relu': any standard activation"),
         (
             dict(checkpoint=tiny_bert_checkpoint, ffn_type="bilinear"),

@@ -702,22 +702,27 @@ def test_finetune_a_roberta_checkpoint(roberta_checkpoint, tmp_path):
         assert torch.equal(ours(**batch).logits, theirs.eval()(**batch).logits)
 
 
-def test_converting_a_roberta_checkpoint_is_refused_naming_the_options(roberta_checkpoint, tmp_path):
+def test_finetune_converts_a_roberta_checkpoint_to_geglu_exactly(roberta_checkpoint, tmp_path):
     from hf_ffn.finetune import finetune
 
     (tmp_path / "train.csv").write_text("sentence,label\n" + "\n".join(f"{t},{lab}" for t, lab in SENTENCES) + "\n")
-    with pytest.raises(ValueError, match=r"is a roberta checkpoint: converting it \(--ffn_type"):
-        finetune(
-            roberta_checkpoint,
-            str(tmp_path / "out"),
-            train_file=str(tmp_path / "train.csv"),
-            ffn_type="geglu",
-            validation_file=str(tmp_path / "train.csv"),
-            max_steps=1,
-            report_to="none",
-            use_cpu=True,
-            quiet=True,
-        )
+    files = dict(train_file=str(tmp_path / "train.csv"), validation_file=str(tmp_path / "train.csv"))
+    outcome = finetune(
+        roberta_checkpoint,
+        str(tmp_path / "out"),
+        ffn_type="geglu",
+        max_steps=1,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        quiet=True,
+        **files,
+    )
+    assert outcome["conversion"]["exact"] is True and outcome["conversion"]["model_class"] == (
+        "FfnRobertaForSequenceClassification"
+    )
+    saved = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (saved["model_type"], saved["ffn_type"]) == ("ffn_roberta", "geglu")
 
 
 def test_mlm_continues_pretraining_a_roberta_checkpoint(roberta_checkpoint, tmp_path):
@@ -742,11 +747,60 @@ def test_mlm_continues_pretraining_a_roberta_checkpoint(roberta_checkpoint, tmp_
         assert not torch.equal(logits, before.eval()(**batch).logits)  # it trained
 
 
-def test_convert_of_a_roberta_checkpoint_says_which_commands_take_it(family_folders, tmp_path, capsys):
+@pytest.mark.parametrize("family", ["roberta", "xlm-roberta", "camembert"])
+def test_convert_a_roberta_family_checkpoint(family_folders, tmp_path, capsys, family):
+    """`hf-ffn convert` on a Post-LN RoBERTa-family folder: GeGLU exact (the converted MaskedLM's logits
+    `torch.equal` to upstream's on the source), Pre-LN not function-preserving (reported as such)."""
+    source = family_folders[family]["AutoModelForMaskedLM"]
+    assert main(["convert", source, str(tmp_path / "geglu"), "--ffn_type", "geglu"]) == 0
+    report = json.loads((tmp_path / "geglu" / "conversion_report.json").read_text())
+    assert report["exact"] is True and report["model_class"] == "FfnRobertaForMaskedLM"
+    assert report["difference"]["reference"] == f"transformers.{upstream_class(family, HEAD_CLASSES[1]).__name__}"
+    batch = roberta_batch()
+    with quiet_transformers():
+        converted = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "geglu").eval()
+        reference = upstream_class(family, HEAD_CLASSES[1]).from_pretrained(source).eval()
+    assert type(converted).__name__ == "FfnRobertaForMaskedLM" and converted.config.ffn_type == "geglu"
+    with torch.no_grad():
+        assert torch.equal(converted(**batch).logits, reference(**batch).logits)
+    assert main(["convert", source, str(tmp_path / "pre"), "--layer_norm_position", "pre"]) == 0
+    report = json.loads((tmp_path / "pre" / "conversion_report.json").read_text())
+    assert report["exact"] is False and report["difference"]["logits"]["equal"] is False
+    assert "not function-preserving" in capsys.readouterr().out
+
+
+def test_convert_of_a_pre_layer_norm_roberta_is_refused(family_folders, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["convert", family_folders["roberta"]["AutoModel"], str(tmp_path / "out"), "--ffn_type", "geglu"])
+        main(
+            [
+                "convert",
+                family_folders["roberta-prelayernorm"]["AutoModel"],
+                str(tmp_path / "out"),
+                "--ffn_type",
+                "geglu",
+            ]
+        )
+    assert exit_info.value.code == 2 and "conversion starts from plain BERT" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_heal_of_a_roberta_student_says_which_commands_take_it(family_folders, tmp_path, capsys):
+    source = family_folders["roberta"]["AutoModelForMaskedLM"]
+    assert main(["convert", source, str(tmp_path / "geglu"), "--ffn_type", "geglu"]) == 0
+    (tmp_path / "text.txt").write_text("a b c\n" * 50)
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            [
+                "heal",
+                "--student",
+                str(tmp_path / "geglu"),
+                "--train_files",
+                str(tmp_path / "text.txt"),
+                "--output_dir",
+                str(tmp_path / "heal"),
+            ]
+        )
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
-    assert "model_type='roberta'; FfnBert loads BERT-shaped checkpoints only (allowed: bert, ffn_bert)" in error
-    assert "loads into FfnRobertaConfig / FfnRoberta*, which hf-ffn parity, finetune and mlm take" in error
-    assert not (tmp_path / "out").exists()
+    assert "model_type='ffn_roberta'; FfnBert loads BERT-shaped checkpoints only (allowed: bert, ffn_bert)" in error
+    assert "which hf-ffn parity, convert, finetune and mlm take" in error

@@ -16,6 +16,7 @@ from transformers import BertConfig, PretrainedConfig, PreTrainedTokenizerBase
 from ..checkpoints import REPORT_FILE, check_checkpoint, load_pretrained, load_tokenizer
 from ..configuration_ffn_bert import FfnBertConfig
 from ..conversion_warning import warn_if_not_function_preserving
+from ..families import checkpoint_family
 from ..files import atomic_output_dir
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel, head_class_for
@@ -83,13 +84,16 @@ def write_converted_folder(
 
 
 def ffn_class_for(checkpoint: str | PretrainedConfig) -> type[FfnBertPreTrainedModel]:
-    """The FfnBert twin of the checkpoint's (or config's) `architectures[0]`; `FfnBertModel` for none or another."""
+    """The hf_ffn twin of the checkpoint's (or config's) `architectures[0]` (FfnBert's, or FfnRoberta's for a
+    RoBERTa-family checkpoint: `hf_ffn.families`); the family's base model for none or another."""
     if isinstance(checkpoint, PretrainedConfig):
         architectures = checkpoint.architectures or []
-    else:
-        architectures = PretrainedConfig.get_config_dict(checkpoint)[0].get("architectures") or []
-    head = head_class_for(architectures[0]) if architectures else None
-    return head.ffn_bert if head is not None else FfnBertModel
+        head = head_class_for(architectures[0]) if architectures else None
+        return head.ffn_bert if head is not None else FfnBertModel
+    architectures = PretrainedConfig.get_config_dict(checkpoint)[0].get("architectures") or []
+    family = checkpoint_family(checkpoint)
+    head = family.head_for(architectures[0]) if architectures else None
+    return (head or family.heads[0]).ffn_bert
 
 
 def convert_checkpoint(

@@ -17,6 +17,7 @@ from transformers import PreTrainedModel
 from ..checkpoint_names import FINAL_NORM, GATE_PROJ, bert_key
 from ..checkpoints import check_checkpoint, load_pretrained
 from ..configuration_ffn_bert import FfnBertConfig, is_gated, parameter_matched_glu_width
+from ..families import checkpoint_family
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel
 from .recipes import INITS, FfnRecipe, ffn_recipe, parse_width
@@ -87,10 +88,11 @@ def plan_conversion(
     for reserved in RESERVED_KEYWORDS:
         if reserved in from_pretrained_kwargs:
             raise ValueError(f"{reserved} is set by load_converted (use width=), not as a keyword")
-    source_config = FfnBertConfig.from_pretrained(checkpoint)  # raises ValueError for non-BERT model_type
+    config_class = checkpoint_family(checkpoint).config_class  # BERT's or RoBERTa's; another family raises
+    source_config = config_class.from_pretrained(checkpoint)
     if not source_config.is_default_bert:
         raise ValueError(
-            f"{checkpoint} is an FfnBert checkpoint with a non-default config (its config.ffn_type "
+            f"{checkpoint} is a checkpoint with a non-default config (its config.ffn_type "
             f"{source_config.ffn_type!r}, config.layer_norm_position {source_config.layer_norm_position!r}, ...); "
             f"conversion starts from plain BERT"
         )
@@ -99,7 +101,7 @@ def plan_conversion(
         k: v for k, v in (("ffn_type", ffn_type), ("layer_norm_position", layer_norm_position)) if v is not None
     }
     # Validate the names before touching weights (FfnBertConfig raises naming the field and allowed values).
-    probe = FfnBertConfig.from_dict(source_config.to_dict(), warn_reused_weights=False, **overrides)
+    probe = config_class.from_dict(source_config.to_dict(), warn_reused_weights=False, **overrides)
     target_types = probe.ffn_types
     new_width = target_width(width, source_config.intermediate_size, target_types)
     width_changed = new_width != source_config.intermediate_size
@@ -284,10 +286,12 @@ def load_converted(
     width: str | int = "keep",
     **from_pretrained_kwargs,
 ) -> tuple[FfnBertPreTrainedModel, ConversionReport]:
-    """Load a BERT checkpoint into an FfnBert variant, preserving its function where possible.
+    """Load a BERT (or RoBERTa-family) checkpoint into an FfnBert (FfnRoberta) variant, preserving its function where
+    possible.
 
     Args:
-        checkpoint: a BERT folder or hub name (`model_type` "bert"), or a default-config FfnBert one.
+        checkpoint: a BERT folder or hub name (`model_type` "bert"), or a default-config FfnBert one; or one of the
+            RoBERTa family (`hf_ffn.families`: then the FfnRoberta class of `model_class`'s head is loaded).
         model_class: any FfnBert class (`FfnBertModel` or a head). Head weights the checkpoint lacks are new.
         ffn_type: target FFN (one name or one per layer); None keeps the source's. `hidden_act` stays the source's.
         layer_norm_position: "post"/"pre" (or one per layer); None keeps the source's. Post → Pre keeps weights.
@@ -315,6 +319,7 @@ def load_converted(
         width=width,
         from_pretrained_kwargs=from_pretrained_kwargs,
     )
+    model_class = checkpoint_family(checkpoint).same_head(model_class)  # a RoBERTa checkpoint: FfnRoberta's head
     model, info = load_planned(plan, model_class, from_pretrained_kwargs)
     mapped, fresh_keys = apply_plan(model, plan)
     return model, conversion_report(plan, model, info, mapped, fresh_keys)

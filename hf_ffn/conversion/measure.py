@@ -9,13 +9,13 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import BertModel, PretrainedConfig, PreTrainedModel
+from transformers import PretrainedConfig, PreTrainedModel
 
 from ..checkpoint_names import is_variant_key
 from ..checkpoints import load_tokenizer
-from ..configuration_ffn_bert import FfnBertConfig
+from ..families import checkpoint_family
 from ..logging_utils import quiet_transformers
-from ..modeling_ffn_bert import HEAD_CLASSES, FfnBertModel, FfnBertPreTrainedModel
+from ..modeling_ffn_bert import FfnBertPreTrainedModel
 from .report import ConversionReport
 
 SENTENCE_PAIRS = [
@@ -163,16 +163,18 @@ def measure_difference(
         {"reference": class name, "inputs": description, "parameters": {"scope", "reference", "candidate"},
         output name: {"max_abs_diff", "mean_abs_diff", "equal"} for each compared output}.
     """
-    upstream_of = {head.ffn_bert: head.bert for head in HEAD_CLASSES}
-    ffn_bert_of = {head.bert: head.ffn_bert for head in HEAD_CLASSES}
+    family = checkpoint_family(source)  # the source's upstream classes: BERT's, or its RoBERTa family's
+    upstream_of = {head.ffn_bert: family.upstream_class(head) for head in family.heads}
+    ffn_bert_of = {family.upstream_class(head): head.ffn_bert for head in family.heads}
+    base = family.upstream_class(family.heads[0])  # BertModel, RobertaModel, ...
     attn = model.config._attn_implementation
     with quiet_transformers():
-        config = FfnBertConfig.from_pretrained(source)
+        config = family.config_class.from_pretrained(source)
         batch = inputs if inputs is not None else example_batch(source, config)
         new_outside_ffn = report is not None and any(not is_variant_key(k) for k in report.new)
-        upstream = upstream_of.get(type(model), BertModel)
+        upstream = upstream_of.get(type(model), base)
         if new_outside_ffn or report is None:
-            upstream, candidate = BertModel, model.base_model
+            upstream, candidate = base, model.base_model
         else:
             candidate = model
         if not config.is_default_bert:
@@ -192,7 +194,7 @@ def measure_difference(
         "candidate": sum(p.numel() for p in candidate.parameters()),
     }
     diffs = output_difference(reference, candidate, head_inputs(upstream, batch))
-    if upstream in (BertModel, FfnBertModel) and candidate is not model:
+    if upstream in (base, family.heads[0].ffn_bert) and candidate is not model:
         diffs = {"last_hidden_state": diffs["last_hidden_state"]}
     result.update(diffs)
     if report is not None:

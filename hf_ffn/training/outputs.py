@@ -24,13 +24,11 @@ from transformers import (
 
 from ..checkpoints import CheckpointNotLoadedError, check_checkpoint, load_pretrained
 from ..checkpoints import load_tokenizer as checked_tokenizer
-from ..configuration_ffn_bert import FfnBertConfig
 from ..conversion import load_converted
 from ..conversion_warning import warn_if_not_function_preserving
 from ..families import checkpoint_family
 from ..files import give_ordinary_permissions, last_complete_checkpoint
 from ..model_card import build_training_card
-from ..modeling_ffn_bert import HEAD_CLASSES
 from ..options import options_named
 from .arguments import CONVERSION_OPTIONS, ModelArguments
 
@@ -59,15 +57,8 @@ def load_model(
         CheckpointNotLoadedError: an encoder weight the checkpoint lacks or names otherwise, a corrupt weights file.
     """
     check_checkpoint(model_args.model_name_or_path, "--model_name_or_path")
-    family = checkpoint_family(model_args.model_name_or_path, "--model_name_or_path")
-    if family.config_class is not FfnBertConfig:  # the family's head of the same Auto class (FfnRoberta*)
-        if model_args.is_variant:
-            raise ValueError(
-                f"--model_name_or_path {model_args.model_name_or_path} is a {family.upstream_type} checkpoint: "
-                f"converting it (--ffn_type, --layer_norm_position, --ffn_init) takes BERT checkpoints only so far; "
-                f"without those options it trains as it is"
-            )
-        model_class = family.ffn_class(next(h.auto_class for h in HEAD_CLASSES if h.ffn_bert is model_class))
+    # the checkpoint family's head of the same Auto class (FfnRoberta* for a RoBERTa-family checkpoint)
+    model_class = checkpoint_family(model_args.model_name_or_path, "--model_name_or_path").same_head(model_class)
     if not model_args.is_variant:
         model, info = load_pretrained(model_class, model_args.model_name_or_path, "--model_name_or_path", **kwargs)
         resized = [str(k[0]) if isinstance(k, tuple) else str(k) for k in info["mismatched_keys"]]  # a head
