@@ -103,8 +103,11 @@ def sts_spearman(
     pairs = load_stsb(data_dir, (split,))[split]
     start = time.perf_counter()
     tokenizer = load_tokenizer(model_path, "--model_name_or_path")
-    model, _ = load_pretrained(AutoModel, model_path, "--model_name_or_path")  # BertModel / FfnBertModel
+    model, _ = load_pretrained(AutoModel, model_path, "--model_name_or_path")  # BertModel / FfnBertModel / ...
     model.to(device or "cpu")
+    # no longer than the model has positions for (RoBERTa's count from padding_idx + 1)
+    offset = getattr(model.base_model.embeddings, "padding_idx", -1) + 1
+    max_length = min(max_length, model.config.max_position_embeddings - offset)
     texts = list(pairs["sentence1"]) + list(pairs["sentence2"])
     embeddings = sentence_embeddings(model, tokenizer, texts, batch_size=batch_size, max_length=max_length)
     result = cosine_spearman(embeddings[: len(pairs)], embeddings[len(pairs) :], pairs["label"])

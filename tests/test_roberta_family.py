@@ -804,3 +804,18 @@ def test_heal_of_a_roberta_student_says_which_commands_take_it(family_folders, t
     error = capsys.readouterr().err
     assert "model_type='ffn_roberta'; FfnBert loads BERT-shaped checkpoints only (allowed: bert, ffn_bert)" in error
     assert "which hf-ffn parity, convert, finetune and mlm take" in error
+
+
+def test_sts_on_a_roberta_checkpoint_truncates_to_its_positions(roberta_checkpoint, tmp_path):
+    """`hf-ffn sts` on a RoBERTa with 64 positions (62 usable: they count from padding_idx + 1) and sentences longer
+    than that: truncated to 62 tokens (at 128, `STS_MAX_LENGTH`, the position embedding was indexed out of range)."""
+    from hf_ffn.similarity import sts_spearman
+
+    from .test_tasks import write_stsb
+
+    folder = write_stsb(tmp_path / "stsb")
+    long_pair = " ".join(["a fine warm funny film"] * 20)
+    with (folder / "sts-test.csv").open("a") as f:
+        f.write(f"main-captions\tMSRvid\t2012test\t9999\t2.5\t{long_pair}\t{long_pair} too dull\n")
+    result = sts_spearman(roberta_checkpoint, str(folder))
+    assert result["pairs"] >= 2 and -1 <= result["spearman"] <= 1
