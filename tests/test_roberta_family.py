@@ -733,6 +733,8 @@ def test_mlm_continues_pretraining_a_roberta_checkpoint(roberta_checkpoint, tmp_
     argv = ["mlm", "--model_name_or_path", roberta_checkpoint, "--train_files", str(tmp_path / "train.txt")]
     argv += ["--max_steps", "2", "--max_seq_length", "16", "--per_device_train_batch_size", "4", "--report_to", "none"]
     assert main([*argv, "--output_dir", str(tmp_path / "out"), "--use_cpu", "true"]) == 0
+    # RobertaLMHead decodes every position: the run says so rather than report --sparse_prediction's default
+    assert json.loads((tmp_path / "out" / "run_info.json").read_text())["sparse_prediction"] is False
     with quiet_transformers():
         ours = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "out").eval()
         theirs, info = transformers.RobertaForMaskedLM.from_pretrained(tmp_path / "out", output_loading_info=True)

@@ -29,6 +29,7 @@ from ..configuration_ffn_bert import FfnBertConfig
 from ..files import one_run_per_output_dir
 from ..modeling_ffn_bert import FfnBertForMaskedLM
 from ..params import mlm_flops
+from ..sparse_prediction import SparsePredictionMixin
 from ..training.arguments import (
     ModelArguments,
     bad_input_exits,
@@ -306,6 +307,9 @@ def _model(
                 f"--tokenizer_name {args.tokenizer_name!r} has {len(tokenizer)} tokens, more than the "
                 f"checkpoint's vocab_size {model.config.vocab_size}"
             )
+    if args.sparse_prediction and not isinstance(model, SparsePredictionMixin):  # e.g. FfnRobertaForMaskedLM
+        logger.warning(f"--sparse_prediction: {type(model).__name__} decodes every position (no sparse prediction)")
+        args.sparse_prediction = False  # so the throughput, the collator and run_info.json say what runs
     model.config.sparse_prediction = args.sparse_prediction  # read at every forward, like unpad_tokens
     model.config.unpad_tokens = args.unpad_tokens
     return model, built
