@@ -821,3 +821,22 @@ def test_sts_on_a_roberta_checkpoint_truncates_to_its_positions(roberta_checkpoi
         f.write(f"main-captions\tMSRvid\t2012test\t9999\t2.5\t{long_pair}\t{long_pair} too dull\n")
     result = sts_spearman(roberta_checkpoint, str(folder))
     assert result["pairs"] >= 2 and -1 <= result["spearman"] <= 1
+
+
+def test_parity_on_a_roberta_variant_is_a_report_against_roberta(family_folders, tmp_path, capsys):
+    """A converted RoBERTa (GeGLU) is not plain RoBERTa: `hf-ffn parity` exits 3 naming RobertaModel, and the report
+    it points to (`--ffn_type geglu` on the source) runs against upstream RobertaModel."""
+    source = family_folders["roberta"]["AutoModelForMaskedLM"]
+    assert main(["convert", source, str(tmp_path / "geglu"), "--ffn_type", "geglu"]) == 0
+    capsys.readouterr()
+    assert main(["parity", "--model_name_or_path", str(tmp_path / "geglu")]) == 3
+    error = capsys.readouterr().err
+    assert (
+        "is not a plain-Roberta checkpoint: ffn_type" in error and "Upstream RobertaModel cannot represent it" in error
+    )
+    assert f"run `hf-ffn parity --model_name_or_path {source} --ffn_type geglu`" in error
+    assert main(["parity", "--model_name_or_path", source, "--ffn_type", "geglu", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["config"]["ffn_type"] == "geglu" and report["new_weights"]  # gate_proj: new (a report, not a copy)
+    assert report["parameters"]["variant"] > report["parameters"]["bert"]
+    assert report["last_hidden_state"]["equal"] is False

@@ -53,26 +53,28 @@ class NotPlainBertError(ValueError):
             weights `BertModel` would drop (`weights_bert_ignores`).
     """
 
-    def __init__(self, checkpoint: str, config: FfnBertConfig):
+    def __init__(self, checkpoint: str, config: FfnBertConfig, upstream: str = "BertModel"):
         self.checkpoint = checkpoint
         self.reasons = config.non_default_fields()
         self.ignored_weights = weights_bert_ignores(config)
+        name = "BERT" if upstream == "BertModel" else upstream.removesuffix("Model")  # the family, as it says it
         ignored = (
-            f"loading it into BertModel would ignore {len(self.ignored_weights)} weights "
-            f"({', '.join(group_layer_keys(self.ignored_weights))}) and run BERT's own FFN and LayerNorm placement"
+            f"loading it into {upstream} would ignore {len(self.ignored_weights)} weights "
+            f"({', '.join(group_layer_keys(self.ignored_weights))}) and run {name}'s own FFN and LayerNorm placement"
             if self.ignored_weights
-            else "BertModel would run BERT's own FFN and LayerNorm placement on these weights"
+            else f"{upstream} would run {name}'s own FFN and LayerNorm placement on these weights"
         )
-        source = conversion_source(checkpoint) or "BERT_CHECKPOINT"
+        source = conversion_source(checkpoint) or f"{name.upper()}_CHECKPOINT"
         variant = f"--ffn_type {','.join(dict.fromkeys(config.ffn_types))}"
         if config.layer_norm_positions != ["post"] * config.num_hidden_layers:
             variant += f" --layer_norm_position {config.layer_norm_positions[0]}"
+        export = " (`hf-ffn convert FOLDER OUT --to_bert` exports those)" if name == "BERT" else ""
         super().__init__(
-            f"{checkpoint} is not a plain-BERT checkpoint: {'; '.join(self.reasons)}. Upstream BertModel cannot "
-            f"represent it: {ignored}, so comparing outputs with BERT would only measure the variant. To see what "
-            f"the variant changes relative to its BERT source, run `hf-ffn parity --model_name_or_path {source} "
-            f"{variant}` (a report). Only default-config FfnBert folders are plain BERT (`hf-ffn convert FOLDER OUT "
-            f"--to_bert` exports those)."
+            f"{checkpoint} is not a plain-{name} checkpoint: {'; '.join(self.reasons)}. Upstream {upstream} cannot "
+            f"represent it: {ignored}, so comparing outputs with {name} would only measure the variant. To see what "
+            f"the variant changes relative to its {name} source, run `hf-ffn parity --model_name_or_path {source} "
+            f"{variant}` (a report). Only default-config {'FfnBert' if name == 'BERT' else 'hf_ffn'} folders are "
+            f"plain {name}{export}."
         )
 
 
@@ -202,7 +204,7 @@ def run_parity(
         config = family.config_class.from_pretrained(checkpoint)
         # only an hf_ffn folder can be a variant (an upstream one is its family's model: RoBERTa-PreLayerNorm's Pre-LN)
         if saved_model_type(checkpoint) == family.config_class.model_type and not config.is_default_bert:
-            raise NotPlainBertError(str(checkpoint), config)
+            raise NotPlainBertError(str(checkpoint), config, family.upstream_class(family.heads[0]).__name__)
         batch = {key: value.to(device) for key, value in example_batch(checkpoint, config).items()}
         want_attentions = attn_implementation == "eager"
         folders = head_folders(checkpoint, tmp, seed, family)
@@ -330,23 +332,26 @@ def ffn_rows(
 
 
 def variant_report(checkpoint: str, attn_implementation: str = "eager", **overrides) -> dict:
-    """What an FfnBert variant changes relative to the BERT checkpoint (a report, never a failure).
+    """What a variant changes relative to the checkpoint (a report, never a failure).
 
-    Returns a dict: the overrides, parameter counts, `new_weights`, `unused_weights`, `mismatched_weights`, and the
-    `tensor_difference` of `last_hidden_state` and each hidden state against upstream `BertModel` on real tokens.
+    Returns a dict: the overrides, parameter counts (`bert`: the checkpoint's upstream base model, e.g. `BertModel`
+    or `RobertaModel`), `new_weights`, `unused_weights`, `mismatched_weights`, and the `tensor_difference` of
+    `last_hidden_state` and each hidden state against that upstream model on real tokens.
 
     Raises:
         FileNotFoundError, CheckpointNotLoadedError: as `run_parity`.
         ValueError: if the checkpoint is not BERT-shaped or an override is invalid.
     """
     check_checkpoint(checkpoint)
+    family = checkpoint_family(checkpoint)  # BERT's classes, or the RoBERTa family's (RobertaModel / FfnRobertaModel)
     # Fails early, clearly, on a bad request; no "weights reused" warning: the report lists reused and new weights.
-    config = FfnBertConfig.from_pretrained(checkpoint, warn_reused_weights=False, **overrides)
+    config = family.config_class.from_pretrained(checkpoint, warn_reused_weights=False, **overrides)
     batch = example_batch(checkpoint, config)
     torch.manual_seed(0)
-    reference = load_pretrained(BertModel, checkpoint, attn_implementation=attn_implementation)[0].eval()
+    upstream, ours = family.upstream_class(family.heads[0]), family.heads[0].ffn_bert
+    reference = load_pretrained(upstream, checkpoint, attn_implementation=attn_implementation)[0].eval()
     variant, info = load_pretrained(  # what the variant adds or re-sizes may be new; the rest must load
-        FfnBertModel, checkpoint, may_be_new=is_variant_key, config=config, attn_implementation=attn_implementation
+        ours, checkpoint, may_be_new=is_variant_key, config=config, attn_implementation=attn_implementation
     )
     variant.eval()
     with torch.no_grad():
