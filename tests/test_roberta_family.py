@@ -840,3 +840,16 @@ def test_parity_on_a_roberta_variant_is_a_report_against_roberta(family_folders,
     assert report["config"]["ffn_type"] == "geglu" and report["new_weights"]  # gate_proj: new (a report, not a copy)
     assert report["parameters"]["variant"] > report["parameters"]["bert"]
     assert report["last_hidden_state"]["equal"] is False
+
+
+def test_finetune_max_seq_length_is_capped_at_a_robertas_usable_positions(roberta_checkpoint, tmp_path):
+    """A RoBERTa's positions count from padding_idx + 1: 64 position embeddings hold 62 tokens (roberta-base's 514
+    hold 512), so --max_seq_length 64 is refused before training (it indexed the position table out of range)."""
+    from hf_ffn.finetune import finetune
+    from hf_ffn.training.outputs import checkpoint_max_positions
+
+    assert checkpoint_max_positions(roberta_checkpoint) == TINY_ROBERTA["max_position_embeddings"] - 2
+    (tmp_path / "train.csv").write_text("sentence,label\n" + "\n".join(f"{t},{lab}" for t, lab in SENTENCES) + "\n")
+    files = dict(train_file=str(tmp_path / "train.csv"), validation_file=str(tmp_path / "train.csv"))
+    with pytest.raises(ValueError, match=r"--max_seq_length has value 64; allowed: .*62"):
+        finetune(roberta_checkpoint, str(tmp_path / "out"), max_seq_length=64, report_to="none", quiet=True, **files)

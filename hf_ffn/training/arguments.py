@@ -198,7 +198,8 @@ NUMERIC_OPTIONS: dict[str, Allowed] = {
 
 def check_numeric_options(*arguments: Any, max_positions: int | None = None) -> None:
     """Refuse a numeric option of any of `arguments` (dataclasses) outside what `NUMERIC_OPTIONS` allows;
-    `max_positions`: the checkpoint's `max_position_embeddings`, the most `--max_seq_length` may ask for.
+    `max_positions`: the most tokens a sequence of the checkpoint holds (`checkpoint_max_positions`), the most
+    `--max_seq_length` may ask for.
 
     Raises:
         ValueError: "--max_steps has value 0; allowed: an integer >= 1 or -1 (...)".

@@ -24,6 +24,7 @@ from transformers import (
 
 from ..checkpoints import CheckpointNotLoadedError, check_checkpoint, load_pretrained
 from ..checkpoints import load_tokenizer as checked_tokenizer
+from ..configuration_ffn_bert import ROBERTA_MODEL_TYPES
 from ..conversion import load_converted
 from ..conversion_warning import warn_if_not_function_preserving
 from ..families import checkpoint_family
@@ -109,9 +110,14 @@ def checkpoint_unpad_tokens(name_or_path: str) -> bool:
 
 
 def checkpoint_max_positions(name_or_path: str) -> int | None:
-    """The `max_position_embeddings` saved in the checkpoint's `config.json`, None when absent."""
+    """The most tokens one sequence of the checkpoint can hold: the `max_position_embeddings` in its `config.json`,
+    less a RoBERTa-family model's offset (its positions count from `pad_token_id + 1`: roberta-base's 514 hold 512);
+    None when absent."""
     config_dict, _ = PretrainedConfig.get_config_dict(name_or_path)
-    return config_dict.get("max_position_embeddings")
+    positions = config_dict.get("max_position_embeddings")
+    if positions is not None and config_dict.get("model_type") in ROBERTA_MODEL_TYPES:
+        positions -= config_dict.get("pad_token_id", 1) + 1
+    return positions
 
 
 def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
