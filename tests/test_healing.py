@@ -20,6 +20,7 @@ from hf_ffn.healing import (
     DistillationLoss,
     DistillationTrainer,
     HealArguments,
+    LayerwiseArguments,
     compare_to_teacher,
     dropout_off,
     linear_probe,
@@ -257,7 +258,12 @@ BAD_INPUTS = {
         FileNotFoundError,
         r"holds no file matching '\*\.txt'",
     ),
-    "empty text": (None, {"train_files": ["EMPTY_FILE"]}, ValueError, "is empty"),
+    "blank text": (
+        None,
+        {"train_files": ["EMPTY_FILE"]},
+        ValueError,
+        r"no document in .*empty.txt \(the text is blank\)",
+    ),
     "text shorter than a block": (None, {"train_files": ["SHORT_FILE"]}, ValueError, "shorter than one block"),
     "missing eval data": (
         None,
@@ -540,3 +546,91 @@ def test_healed_folder_keeps_the_sentence_transformers_modules_of_its_student(se
     assert not (healed / "pytorch_model.bin").exists()
     assert (healed / "model.safetensors").is_file() and (healed / "conversion_report.json").is_file()
     assert "cosine not measured (no --eval_data), no probe" in capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def _pre_ln_student(setup, folder):
+    convert_checkpoint(str(setup / "teacher"), folder, layer_norm_position="pre")
+    return folder
+
+
+def test_compressed_files_heal_exactly_as_the_plain_files(setup, tmp_path):
+    """--train_files reads compressed text through datasets (hf-ffn mlm's reader): an .xz copy of the text gives the
+    same blocks, so the same healed weights (torch.equal)."""
+    import lzma
+
+    student = _pre_ln_student(setup, tmp_path / "pre")
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    for file in sorted((setup / "text").glob("*.txt")):
+        (packed / f"{file.name}.xz").write_bytes(lzma.compress(file.read_bytes()))
+    plain = run_healing(heal_args(setup, student), training_args(tmp_path / "plain", max_steps=2))
+    xz = sorted(str(p) for p in packed.iterdir())
+    compressed = run_healing(heal_args(setup, student, train_files=xz), training_args(tmp_path / "xz", max_steps=2))
+    assert compressed["data"]["documents"] == plain["data"]["documents"] == 3
+    assert compressed["data"]["blocks"] == plain["data"]["blocks"] > 0
+    healed_plain, healed_xz = weights(plain["healed_dir"]), weights(compressed["healed_dir"])
+    assert healed_plain.keys() == healed_xz.keys()
+    assert all(torch.equal(healed_plain[k], healed_xz[k]) for k in healed_plain)
+
+
+def test_a_token_budget_sets_the_steps_and_a_stream_heals(setup, tmp_path):
+    """--max_train_tokens N runs ceil(N / (block × batch)) steps; --dataset_name (a save_to_disk folder) with
+    --streaming feeds the same end-to-end stage from a stream, and the layer-wise calibration from its first blocks."""
+    from datasets import Dataset
+
+    student = _pre_ln_student(setup, tmp_path / "pre")
+    tokens = 2 * BLOCK * 4 + 1  # just over 2 steps of 4 blocks: 3 steps
+    healing = run_healing(
+        heal_args(setup, student, max_train_tokens=tokens), training_args(tmp_path / "t", max_steps=-1)
+    )
+    assert healing["steps"] == 3 and healing["training"]["max_steps"] == 3
+    assert healing["data"]["end_to_end_tokens"] == 3 * BLOCK * 4
+    saved = tmp_path / "saved"
+    texts = [p.read_text() for p in sorted((setup / "text").glob("*.txt"))]
+    Dataset.from_dict({"text": texts}).save_to_disk(saved)
+    streamed = run_healing(
+        heal_args(setup, student, train_files=None, dataset_name=str(saved), streaming=True, method="layerwise"),
+        training_args(tmp_path / "s", max_steps=2),
+        layerwise_args=LayerwiseArguments(layerwise_tokens=4 * BLOCK, layerwise_steps=2),
+    )
+    assert streamed["data"]["documents"] == streamed["data"]["blocks"] == "streamed"
+    assert streamed["steps"] == 2 and streamed["layerwise"]["tokens"] == 4 * BLOCK
+    assert streamed["after"]["agreement"]["cosine_mean"] > streamed["before"]["agreement"]["cosine_mean"]
+
+
+def test_a_time_budget_stops_the_end_to_end_stage_and_saves(setup, tmp_path):
+    """--max_train_minutes: the run stops at the first step past the budget, saves that checkpoint and says so."""
+    student = _pre_ln_student(setup, tmp_path / "pre")
+    healing = run_healing(
+        heal_args(setup, student, max_train_minutes=1e-9), training_args(tmp_path / "run", max_steps=50)
+    )
+    assert healing["steps"] == 1 and healing["data"]["stopped_by_time_budget"] is True
+    assert (tmp_path / "run" / "checkpoint-1" / "trainer_state.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"train_files": None}, "--train_files FILES_OR_FOLDERS or --dataset_name NAME"),
+        ({"dataset_name": "x"}, "--train_files FILES_OR_FOLDERS or --dataset_name NAME"),
+        ({"streaming": True}, "--streaming reads a --dataset_name"),
+        ({"max_train_tokens": 0}, "--max_train_tokens must be > 0, got 0"),
+        ({"max_train_minutes": -1.0}, "--max_train_minutes must be > 0, got -1.0"),
+    ],
+)
+def test_bad_data_or_budget_options_are_refused(setup, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        heal_args(setup, "student", **overrides)
+
+
+def test_budget_options_that_contradict_the_run_are_refused(setup, tmp_path):
+    student = _pre_ln_student(setup, tmp_path / "pre")
+    with pytest.raises(ValueError, match="--max_train_tokens 100 and --max_steps 4 both set"):
+        run_healing(heal_args(setup, student, max_train_tokens=100), training_args(tmp_path / "a"))
+    saved = tmp_path / "saved"
+    from datasets import Dataset
+
+    Dataset.from_dict({"text": ["a b c"] * 2}).save_to_disk(saved)
+    args = heal_args(setup, student, train_files=None, dataset_name=str(saved), streaming=True)
+    with pytest.raises(ValueError, match="needs --max_steps or --max_train_tokens"):
+        run_healing(args, training_args(tmp_path / "b", max_steps=-1))

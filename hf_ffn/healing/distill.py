@@ -16,6 +16,7 @@ the target is the teacher's inference function, and a student equal to it gets l
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 
 HIDDEN_LOSSES = ("mse", "cosine")
 LAYER_CHOICES = ("last", "all")
@@ -167,6 +168,22 @@ def encoder_outputs(
     return {"last_hidden_state": base.last_hidden_state, "hidden_states": base.hidden_states, "logits": logits}
 
 
+class TimeBudgetCallback(TrainerCallback):
+    """Stop training after `minutes` of this process's training (`hf-ffn heal --max_train_minutes`), saving a
+    checkpoint at the step it stops at. `stopped` is True when it stopped the run."""
+
+    def __init__(self, minutes: float) -> None:
+        self.seconds, self.start, self.stopped = 60 * minutes, None, False
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if time.perf_counter() - self.start >= self.seconds and state.global_step < state.max_steps:
+            control.should_training_stop = control.should_save = self.stopped = True
+        return control
+
+
 class DistillationTrainer(Trainer):
     """`Trainer` whose loss (`compute_loss`, the only override) is `DistillationLoss` between the student (`model`)
     and a frozen, unwrapped `teacher`. The loss is a mean over the micro-batch's real tokens, so
@@ -195,6 +212,7 @@ __all__ = [
     "HIDDEN_LOSSES",
     "LAYER_CHOICES",
     "TRAIN_PARTS",
+    "TimeBudgetCallback",
     "dropout_off",
     "encoder_outputs",
     "is_trainable",

@@ -105,7 +105,7 @@ def healing_section(healing: dict) -> str:
     on = "last_hidden_state" if args["layers"] == "last" else "every hidden state"
     kl = " + KL on MLM logits" if args["mlm_kl_weight"] else ""
     batch = training["per_device_train_batch_size"] * training["world_size"] * training["gradient_accumulation_steps"]
-    files = ", ".join(map(str, data["train_files"]))
+    files = ", ".join(map(str, data["train_files"])) if data.get("train_files") else f"`{data['dataset_name']}`"
     return (
         layerwise_section(healing.get("layerwise"))
         + f"""

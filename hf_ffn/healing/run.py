@@ -36,11 +36,19 @@ from ..files import check_new_folder, one_run_per_output_dir
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertForMaskedLM, FfnBertModel, FfnBertPreTrainedModel
 from ..training.arguments import resume_checkpoint
-from ..training.blocks import mlm_blocks
+from ..training.blocks import documents_to_blocks
 from ..training.collators import PaddingFreeCollator
+from ..training.corpus import corpus_files, is_streamed, load_documents, load_hub_corpus
 from ..training.outputs import check_not_started
-from ..training.readers import read_labelled_texts, read_text_documents
-from .distill import DistillationLoss, DistillationTrainer, dropout_off, select_trainable, unpadded
+from ..training.readers import read_labelled_texts
+from .distill import (
+    DistillationLoss,
+    DistillationTrainer,
+    TimeBudgetCallback,
+    dropout_off,
+    select_trainable,
+    unpadded,
+)
 from .healed_folder import save_healed
 from .layerwise import METHODS, LayerwiseArguments, heal_layerwise, prepare_layerwise
 from .metrics import PROBE_FOLDS, AgreementCallback, measure_agreement, subset_indices
@@ -54,7 +62,40 @@ class HealArguments:
     """What to heal, from which teacher, on which text, with which loss; parsed with `TrainingArguments`."""
 
     student: str = field(metadata={"help": "converted FfnBert folder (hf-ffn convert's output) to heal"})
-    train_files: list[str] = field(metadata={"help": "plain-text files or folders of *.txt files to distil on"})
+    train_files: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "text to distil on: text files (a document each; compressed .xz/.gz/.bz2/.zst too), json/jsonl/"
+            "parquet files (a document per row of --text_column), or folders of *.txt files; or --dataset_name"
+        },
+    )
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "a datasets data set to distil on instead (hub name, or a save_to_disk folder)"},
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "its configuration"})
+    text_column: str = field(default="text", metadata={"help": "text column of --dataset_name or json/parquet files"})
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "read --dataset_name as a stream (as training reads it; needs --max_steps or --max_train_tokens): "
+            "the layer-wise calibration is then its first blocks, not blocks evenly spaced over the whole text"
+        },
+    )
+    max_train_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "budget of the end-to-end stage in training tokens: sets --max_steps to ceil(N / (max_seq_length "
+            "× batch size × gradient accumulation × processes))"
+        },
+    )
+    max_train_minutes: float | None = field(
+        default=None,
+        metadata={
+            "help": "stop the end-to-end stage after N minutes of this process's training (a checkpoint is saved; "
+            "the learning-rate schedule stays that of --max_steps); the healed model is the one it stopped at"
+        },
+    )
     teacher: str | None = field(
         default=None,
         metadata={
@@ -118,6 +159,15 @@ class HealArguments:
 
     def __post_init__(self) -> None:
         self.loss = DistillationLoss(self.hidden_loss, self.layers, self.mlm_kl_weight, self.temperature)
+        if (self.train_files is None) == (self.dataset_name is None):
+            raise ValueError(
+                "give the text to distil on as --train_files FILES_OR_FOLDERS or --dataset_name NAME (one of them)"
+            )
+        if self.streaming and self.dataset_name is None:
+            raise ValueError("--streaming reads a --dataset_name as a stream; --train_files are read whole")
+        for name in ("max_train_tokens", "max_train_minutes"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise ValueError(f"--{name} must be > 0, got {getattr(self, name)}")
         if self.max_eval_snippets is not None and self.max_eval_snippets < 2:
             raise ValueError(f"--max_eval_snippets must be at least 2, got {self.max_eval_snippets}")
         for name in ("curve_snippets", "curve_steps"):
@@ -218,6 +268,68 @@ def load_teacher(
     return model.eval().requires_grad_(False)
 
 
+def training_documents(heal_args: HealArguments):
+    """The text to distil on as documents (a `Dataset`, or with --streaming an `IterableDataset`, column `text`):
+    `--train_files` a document per text file or per json/parquet row (`hf_ffn.training.corpus.load_documents`), or
+    the `train` split of `--dataset_name` (`load_hub_corpus`). Nothing is held out of it: the held-out text is
+    `--eval_data`.
+
+    Raises:
+        FileNotFoundError, ValueError: a missing or empty file, a data set that cannot be loaded, no such column.
+    """
+    if heal_args.train_files is not None:
+        files = corpus_files(heal_args.train_files, argument="--train_files")
+        return load_documents(files, "file", text_column=heal_args.text_column)
+    splits = load_hub_corpus(
+        heal_args.dataset_name,
+        heal_args.dataset_config_name,
+        streaming=heal_args.streaming,
+        text_column=heal_args.text_column,
+        validation_split_percentage=None,  # only the train split: the held-out text is --eval_data
+    )
+    return splits["train"]
+
+
+def training_blocks(documents, tokenizer: PreTrainedTokenizerBase, heal_args: HealArguments):
+    """`documents` → blocks of --max_seq_length tokens (`documents_to_blocks`, as `hf-ffn mlm` cuts them), the
+    first --max_train_samples, with an all-ones `attention_mask`.
+
+    Raises:
+        ValueError: the text is shorter than one block (not checked on a stream).
+    """
+    block = heal_args.max_seq_length
+    blocks = documents_to_blocks(documents, tokenizer, block).remove_columns("special_tokens_mask")
+    if is_streamed(blocks):
+        blocks = blocks.take(heal_args.max_train_samples) if heal_args.max_train_samples else blocks
+        return blocks.map(lambda row: {"attention_mask": [1] * block})
+    if len(blocks) == 0:
+        where = "--train_files" if heal_args.train_files is not None else "--dataset_name"
+        raise ValueError(f"{where}: the text is shorter than one block of --max_seq_length {block} tokens")
+    if heal_args.max_train_samples:
+        blocks = blocks.select(range(min(heal_args.max_train_samples, len(blocks))))
+    return blocks.add_column("attention_mask", [[1] * block] * len(blocks))
+
+
+def set_steps_for_tokens(heal_args: HealArguments, training_args: TrainingArguments) -> None:
+    """--max_train_tokens N → `training_args.max_steps` = ceil(N / tokens per optimizer step).
+
+    Raises:
+        ValueError: --max_steps given as well.
+    """
+    if training_args.max_steps > 0:
+        raise ValueError(
+            f"--max_train_tokens {heal_args.max_train_tokens} and --max_steps {training_args.max_steps} both set the "
+            f"end-to-end stage's length; give one"
+        )
+    per_step = (
+        heal_args.max_seq_length
+        * training_args.train_batch_size
+        * training_args.gradient_accumulation_steps
+        * training_args.world_size
+    )
+    training_args.max_steps = -(-heal_args.max_train_tokens // per_step)
+
+
 @one_run_per_output_dir
 def run_healing(
     heal_args: HealArguments,
@@ -246,7 +358,7 @@ def run_healing(
                 f"{', '.join(ignored)} set the layer-wise stage, which --method end_to_end does not "
                 f"run; remove them, or use --method layerwise"
             )
-    documents = read_text_documents(heal_args.train_files)
+    documents = training_documents(heal_args)
     models = check_models(heal_args)
     teacher_path, tokenizer = models.teacher, models.tokenizer
     healed_dir = Path(heal_args.healed_dir or Path(training_args.output_dir) / "healed")
@@ -272,21 +384,23 @@ def run_healing(
                 f"snippets per label, but the {PROBE_FOLDS}-fold probe needs at least {PROBE_FOLDS} of "
                 f"each; give a larger number or --probe false"
             )
+    if heal_args.max_train_tokens is not None:
+        set_steps_for_tokens(heal_args, training_args)
+    if heal_args.streaming and training_args.max_steps <= 0:
+        raise ValueError(
+            "--streaming: a stream has no length, so the end-to-end stage needs --max_steps or --max_train_tokens"
+        )
     check_not_started(training_args.output_dir, training_args.resume_from_checkpoint)
     resume = resume_checkpoint(training_args)
-    blocks = mlm_blocks([text for _, text in documents], tokenizer, heal_args.max_seq_length)
-    if len(blocks) == 0:
-        raise ValueError(
-            f"--train_files: the text is shorter than one block of --max_seq_length {heal_args.max_seq_length} tokens"
-        )
-    if heal_args.max_train_samples:
-        blocks = blocks.select(range(min(heal_args.max_train_samples, len(blocks))))
-    blocks = blocks.remove_columns("special_tokens_mask")
-    blocks = blocks.add_column("attention_mask", [[1] * heal_args.max_seq_length] * len(blocks))
+    blocks = training_blocks(documents, tokenizer, heal_args)
     layerwise_dir = Path(training_args.output_dir) / "layerwise"
     layerwise_args = layerwise_args or LayerwiseArguments()
     if heal_args.method == "layerwise":  # refuse a mismatched resume before loading or measuring a model
-        input_ids = torch.tensor(blocks["input_ids"])
+        first = None  # a stream's calibration: its first blocks, as many as the memory cap could use
+        if is_streamed(blocks):
+            first = -(-layerwise_args.layerwise_tokens // heal_args.max_seq_length)
+        rows = [row["input_ids"] for row in blocks.take(first)] if first else blocks["input_ids"]
+        input_ids = torch.tensor(rows)
         prepare_layerwise(
             models.student_config, models.teacher_config, input_ids, layerwise_args, layerwise_dir, training_args.seed
         )
@@ -323,6 +437,9 @@ def run_healing(
 
     before = measure("before") if main else None
     callbacks = list(callbacks or [])
+    time_budget = TimeBudgetCallback(heal_args.max_train_minutes) if heal_args.max_train_minutes else None
+    if time_budget:
+        callbacks.append(time_budget)
     if curve_texts and heal_args.curve_snippets:
         callbacks.append(
             AgreementCallback(
@@ -388,9 +505,16 @@ def run_healing(
         "train_parts": heal_args.train_parts,
         "data": {
             "train_files": heal_args.train_files,
-            "documents": len(documents),
-            "blocks": len(blocks),
+            "dataset_name": heal_args.dataset_name,
+            "documents": "streamed" if is_streamed(documents) else len(documents),
+            "blocks": "streamed" if is_streamed(blocks) else len(blocks),
             "block_tokens": heal_args.max_seq_length,
+            "end_to_end_tokens": steps
+            * heal_args.max_seq_length
+            * training_args.train_batch_size
+            * training_args.gradient_accumulation_steps
+            * training_args.world_size,
+            "stopped_by_time_budget": bool(time_budget and time_budget.stopped),
         },
         "heldout": {"eval_data": heal_args.eval_data, "snippets": len(texts or []), "curve_snippets": len(curve_texts)},
         "before": before,

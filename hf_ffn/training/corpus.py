@@ -238,7 +238,7 @@ def load_hub_corpus(
     dataset_config_name: str | None = None,
     streaming: bool = False,
     validation_files: Sequence[str | Path] | None = None,
-    validation_split_percentage: float = 10,
+    validation_split_percentage: float | None = 10,
     split_seed: int = 42,
     text_column: str = "text",
     document_start_regex: str | None = None,
@@ -250,7 +250,8 @@ def load_hub_corpus(
     """Corpus → documents from a `datasets` data set (`run_mlm.py`'s `--dataset_name`, `--dataset_config_name`,
     `--streaming`: `load_dataset`, or `load_from_disk` for a `save_to_disk` folder): a `DatasetDict` (streaming: an
     `IterableDatasetDict`) of `train` and `validation` documents, a row each (`_row_documents`). Held out:
-    `validation_files`, else its own `validation` split, else (not streaming) `held_out_split`.
+    `validation_files`, else its own `validation` split, else (not streaming) `held_out_split`; with
+    `validation_split_percentage` None, only the `train` split (nothing held out).
 
     Raises:
         ValueError: a data set that cannot be loaded, no `train` split, a missing `text_column`, streaming without a
@@ -290,6 +291,9 @@ def load_hub_corpus(
         if name in splits
     }
     train = documents["train"]
+    kind = IterableDatasetDict if streaming else DatasetDict
+    if validation_split_percentage is None and not validation_files:
+        return kind(train=train)
     if validation_files:
         files = corpus_files(validation_files, file_pattern, "--validation_files")
         options = (document_boundary, document_start_regex, text_column, cache_dir, num_proc, "--validation_files")
@@ -306,7 +310,6 @@ def load_hub_corpus(
         )
     else:
         train, validation = held_out_split(train, validation_split_percentage, split_seed, "--dataset_name")
-    kind = IterableDatasetDict if streaming else DatasetDict
     return kind(train=train, validation=validation)
 
 
