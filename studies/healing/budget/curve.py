@@ -5,10 +5,10 @@
         --eval-data ../shared/data/rt_polarity                         # every unit not yet recorded, in order
     python -m studies.healing.budget.curve report                      # studies/healing/budget/README table
 
-One unit = (variant, budget, seed): `hf-ffn heal` with the variant's layer-wise stage (hf_ffn.variants, 65,536
-calibration tokens evenly spaced over the unit's text), then an end-to-end stage of one pass over `budget` tokens of
-the corpus (cosine loss on the last hidden state, learning rate 1e-4, 10% warm-up, linear decay, batch 16 × 128).
-Budget 0 is the layer-wise stage alone on the same text. The held-out text (`--eval-data`, rt_polarity) is never
+One unit = (variant, budget, seed), one `hf-ffn heal` run. Budget 0: the variant's layer-wise stage (hf_ffn.variants,
+65,536 calibration tokens evenly spaced over the first ~197k tokens of the corpus). Budget B > 0: from that healed
+model, an end-to-end stage of one pass over the first B tokens (cosine loss on the last hidden state, learning rate
+1e-4, 10% warm-up, linear decay, batch 16 × 128). The held-out text (`--eval-data`, rt_polarity) is never
 trained on. Each finished unit writes `records/VARIANT-BUDGET-sSEED.json` (commit it); an interrupted unit resumes
 from its checkpoint on the next `run`.
 """
@@ -32,7 +32,8 @@ BUDGETS = (0, 262_144, 1_048_576, 4_194_304, 16_777_216)  # end-to-end tokens (0
 BLOCK, BATCH, CALIBRATION = 128, 16, 65_536
 BYTES_PER_TOKEN = 4.73  # all-MiniLM-L6-v2's WordPiece on wiki-00 (2 MB measured); the text is cut 10% above it
 # (variant, budget, seed) in the order they run: the curve at seed 0, then seeds 1 and 2 at the largest run budget
-UNITS = [(v, b, 0) for b in BUDGETS[:4] for v in VARIANTS] + [(v, BUDGETS[3], s) for s in (1, 2) for v in VARIANTS]
+UNITS = [(v, b, 0) for b in BUDGETS[:4] for v in VARIANTS]
+UNITS += [(v, b, s) for s in (1, 2) for v in VARIANTS for b in (0, BUDGETS[3])]
 
 
 def unit_name(variant: str, budget: int, seed: int) -> str:
@@ -69,22 +70,24 @@ def student(variant: str, teacher: str, calibration: Path, work: Path) -> Path:
     return folder
 
 
-def heal_command(variant: str, budget: int, seed: int, folder: Path, text: Path, run_dir: Path, eval_data: str):
+def heal_command(variant: str, budget: int, seed: int, work: Path, text: Path, teacher: str, eval_data: str):
+    """Budget 0: the variant's layer-wise stage on the student; else the end-to-end stage of `budget` tokens from
+    the seed's layer-wise result (its `healed/` folder), which is the same start for every budget."""
     from hf_ffn.variants import get_variant
 
-    layerwise = {k: v for k, v in get_variant(variant).heal.items() if k != "max_steps"}
+    run_dir = work / "runs" / unit_name(variant, budget, seed)
+    command = ["--teacher", teacher, "--train_files", str(text), "--eval_data", eval_data, "--output_dir", str(run_dir)]
+    command += ["--max_seq_length", str(BLOCK), "--seed", str(seed), "--use_cpu", "true", "--report_to", "none"]
+    if budget == 0:
+        layerwise = {k: v for k, v in get_variant(variant).heal.items()}
+        return ["--student", str(work / "students" / variant), *command, *[f"--{k}={v}" for k, v in layerwise.items()]]
     steps = budget // (BATCH * BLOCK)
-    blocks = max(budget, CALIBRATION) // BLOCK
-    command = ["--student", str(folder), "--train_files", str(text), "--eval_data", eval_data]
-    command += ["--output_dir", str(run_dir), "--max_seq_length", str(BLOCK), "--max_train_samples", str(blocks)]
-    command += [f"--{k}={v}" for k, v in layerwise.items()]
-    command += ["--max_steps", str(steps), "--seed", str(seed), "--use_cpu", "true", "--report_to", "none"]
-    if steps:
-        command += ["--hidden_loss", "cosine", "--learning_rate", "1e-4", "--warmup_steps", str(max(1, steps // 10))]
-        command += ["--lr_scheduler_type", "linear", "--per_device_train_batch_size", str(BATCH)]
-        command += ["--save_steps", str(max(50, steps // 8)), "--save_total_limit", "1", "--logging_steps", "25"]
-        command += ["--dataloader_num_workers", "0"]
-    return command
+    start = work / "runs" / unit_name(variant, 0, seed) / "healed"
+    command += ["--method", "end_to_end", "--max_train_tokens", str(budget), "--max_train_samples", str(steps * BATCH)]
+    command += ["--hidden_loss", "cosine", "--learning_rate", "1e-4", "--warmup_steps", str(max(1, steps // 10))]
+    command += ["--lr_scheduler_type", "linear", "--per_device_train_batch_size", str(BATCH)]
+    command += ["--save_steps", str(max(50, steps // 8)), "--save_total_limit", "1", "--logging_steps", "25"]
+    return ["--student", str(start), *command, "--dataloader_num_workers", "0"]
 
 
 def run(args: argparse.Namespace) -> None:
@@ -103,9 +106,11 @@ def run(args: argparse.Namespace) -> None:
             print(f"{name}: recorded", flush=True)
             continue
         text = corpus_text(corpus, budget, work)
-        folder = student(variant, teacher, corpus_text(corpus, 0, work), work)
+        student(variant, teacher, corpus_text(corpus, 0, work), work)
+        if budget and not (RECORDS / f"{unit_name(variant, 0, seed)}.json").is_file():
+            raise SystemExit(f"{name}: run its layer-wise stage first ({unit_name(variant, 0, seed)})")
         run_dir = work / "runs" / name
-        command = heal_command(variant, budget, seed, folder, text, run_dir, args.eval_data)
+        command = heal_command(variant, budget, seed, work, text, teacher, args.eval_data)
         if any(run_dir.glob("checkpoint-*")):
             command += ["--resume_from_checkpoint", "last"]
         run_dir.mkdir(parents=True, exist_ok=True)
