@@ -15,11 +15,14 @@ from transformers import BertConfig, PretrainedConfig, PreTrainedTokenizerBase
 
 from ..checkpoints import REPORT_FILE, check_checkpoint, load_pretrained, load_tokenizer
 from ..configuration_ffn_bert import FfnBertConfig
+from ..configuration_ffn_roberta import FfnRobertaConfig
 from ..conversion_warning import warn_if_not_function_preserving
 from ..families import checkpoint_family
 from ..files import atomic_output_dir
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel, head_class_for
+from ..modeling_ffn_roberta import HEAD_CLASSES as ROBERTA_HEAD_CLASSES
+from ..modeling_ffn_roberta import FfnRobertaModel
 from .card import build_model_card
 from .loader import load_converted
 from .measure import measure_difference
@@ -88,6 +91,9 @@ def ffn_class_for(checkpoint: str | PretrainedConfig) -> type[FfnBertPreTrainedM
     RoBERTa-family checkpoint: `hf_ffn.families`); the family's base model for none or another."""
     if isinstance(checkpoint, PretrainedConfig):
         architectures = checkpoint.architectures or []
+        if isinstance(checkpoint, FfnRobertaConfig):
+            name = architectures[0] if architectures else None
+            return next((h.ffn_bert for h in ROBERTA_HEAD_CLASSES if name == h.ffn_bert.__name__), FfnRobertaModel)
         head = head_class_for(architectures[0]) if architectures else None
         return head.ffn_bert if head is not None else FfnBertModel
     architectures = PretrainedConfig.get_config_dict(checkpoint)[0].get("architectures") or []

@@ -13,6 +13,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 
 from ..checkpoint_names import is_variant_key
 from ..checkpoints import load_tokenizer
+from ..configuration_ffn_roberta import FfnRobertaConfig
 from ..families import checkpoint_family
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertPreTrainedModel
@@ -78,14 +79,20 @@ def padded_batch(
 
 def example_batch(checkpoint: str, config: PretrainedConfig) -> dict[str, torch.Tensor]:
     """A padded batch (3, seq) of sentence pairs of unequal lengths: `SENTENCE_PAIRS` through the checkpoint's
-    tokenizer, or `padded_batch` over `config`'s vocabulary when it has none."""
+    tokenizer (truncated to the tokens a sequence can hold: `max_position_embeddings`, less `pad_token_id + 1` for
+    the RoBERTa family, whose positions count from there), or `padded_batch` over `config`'s vocabulary when it has
+    none."""
     try:
         tokenizer = load_tokenizer(checkpoint)
     except (OSError, ValueError, TypeError):
         tokenizer = None
     if tokenizer is not None:
         first, second = zip(*SENTENCE_PAIRS, strict=False)
-        batch = tokenizer(list(first), list(second), padding=True, return_tensors="pt")
+        offset = config.pad_token_id + 1 if isinstance(config, FfnRobertaConfig) else 0
+        limit = config.max_position_embeddings - offset
+        batch = tokenizer(
+            list(first), list(second), padding=True, truncation=True, max_length=limit, return_tensors="pt"
+        )
         return {
             k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask") if k in batch
         }  # RoBERTa: no types

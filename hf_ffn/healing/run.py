@@ -32,6 +32,7 @@ from transformers import (
 from ..checkpoints import check_checkpoint, conversion_source, load_pretrained, load_tokenizer
 from ..configuration_ffn_bert import FfnBertConfig
 from ..conversion import REPORT_FILE, ffn_class_for
+from ..families import Family, checkpoint_family
 from ..files import check_new_folder, one_run_per_output_dir
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertForMaskedLM, FfnBertModel, FfnBertPreTrainedModel
@@ -53,7 +54,7 @@ from .healed_folder import save_healed
 from .layerwise import METHODS, LayerwiseArguments, heal_layerwise, prepare_layerwise
 from .metrics import PROBE_FOLDS, AgreementCallback, measure_agreement, subset_indices
 
-MLM_CLASSES = ("FfnBertForMaskedLM", "FfnBertForPreTraining")
+MLM_CLASSES = ("FfnBertForMaskedLM", "FfnBertForPreTraining", "FfnRobertaForMaskedLM")
 HEALING_FILE = "healing.json"  # the run's whole record, in --output_dir
 
 
@@ -184,6 +185,7 @@ class HealModels:
     """What `check_models` read, each once (the teacher's tokenizer is only compared)."""
 
     teacher: str
+    teacher_family: Family
     teacher_config: PretrainedConfig
     student_config: FfnBertConfig
     student_class: type[FfnBertPreTrainedModel]
@@ -206,7 +208,20 @@ def check_models(heal_args: HealArguments) -> HealModels:
     if teacher is None:
         raise ValueError(f"--teacher not given and --student {str(student)!r} has no {REPORT_FILE} naming its source")
     check_checkpoint(teacher, "--teacher")
-    s_config = FfnBertConfig.from_pretrained(student)
+    s_config = AutoConfig.from_pretrained(student)  # FfnBertConfig, FfnRobertaConfig (converted folders)
+    if not isinstance(s_config, FfnBertConfig):  # a plain upstream folder, or one of no supported family (raises)
+        s_config = checkpoint_family(str(student), "--student").config_class.from_pretrained(student)
+    t_family = checkpoint_family(teacher, "--teacher")
+    if type(s_config) is not t_family.config_class:
+        raise ValueError(
+            f"--student {str(student)!r} is a {s_config.model_type} folder, --teacher {teacher!r} of the "
+            f"{t_family.upstream_type} family; distillation pairs a conversion with its own source"
+        )
+    if heal_args.padding_free and type(s_config) is not FfnBertConfig:
+        raise ValueError(
+            f"--padding_free: --student {str(student)!r} is a {s_config.model_type} folder, whose positions count "
+            f"from pad_token_id + 1, which the padding-free collator does not give; allowed: BERT checkpoints"
+        )
     try:
         t_config = AutoConfig.from_pretrained(teacher)
     except OSError as error:
@@ -241,7 +256,7 @@ def check_models(heal_args: HealArguments) -> HealModels:
             f"teacher {teacher!r} and student {str(student)!r} tokenizers differ ({len(t_vocab)} vs "
             f"{len(s_vocab)} tokens; e.g. {only}); distillation needs the same vocabulary"
         )
-    return HealModels(teacher, t_config, s_config, student_class, tokenizer)
+    return HealModels(teacher, t_family, t_config, s_config, student_class, tokenizer)
 
 
 def load_teacher(
@@ -449,7 +464,8 @@ def run_healing(
     layerwise = None
     if heal_args.method == "layerwise":
         with quiet_transformers():
-            teacher_layers, _ = load_pretrained(FfnBertModel, teacher_path, "--teacher", add_pooling_layer=False)
+            base_class = models.teacher_family.heads[0].ffn_bert  # FfnBertModel, FfnRobertaModel
+            teacher_layers, _ = load_pretrained(base_class, teacher_path, "--teacher", add_pooling_layer=False)
         layerwise = heal_layerwise(
             student.base_model, teacher_layers, input_ids, layerwise_args, layerwise_dir, training_args.seed
         )
