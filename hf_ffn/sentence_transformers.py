@@ -1,6 +1,7 @@
-"""sentence-transformers models with an FfnBert backbone (docs/sentence_transformers.md): a sentence-transformers BERT
-folder converted into a variant (`convert_sentence_transformer`) and back (`export_sentence_transformer_to_bert`),
-every module but the backbone kept. `SentenceTransformer` loads any hf_ffn folder through `AutoModel`.
+"""sentence-transformers models with an FfnBert or FfnRoberta backbone (docs/sentence_transformers.md): a
+sentence-transformers BERT or RoBERTa-family folder converted into a variant (`convert_sentence_transformer`; the
+backbone's family picks FfnBert or FfnRoberta) and a BERT one back (`export_sentence_transformer_to_bert`), every
+module but the backbone kept. `SentenceTransformer` loads any hf_ffn folder through `AutoModel`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from huggingface_hub import snapshot_download
 from transformers import AutoModel
 
 from .checkpoints import check_checkpoint, looks_local
-from .configuration_ffn_bert import BERT_MODEL_TYPES
 from .conversion import (
     ConversionReport,
     export_to_bert,
@@ -27,6 +27,7 @@ from .conversion import (
 )
 from .conversion.pruning import DEFAULT_SCORE
 from .conversion_warning import warn_if_not_function_preserving
+from .families import SUPPORTED_MODEL_TYPES
 from .files import atomic_output_dir
 from .modeling_ffn_bert import FfnBertModel
 
@@ -38,12 +39,13 @@ TRANSFORMER_MODULE_TYPES = (
 )
 
 
-def bert_backbone_folder(folder: str | os.PathLike) -> Path:
-    """The folder of the BERT backbone (the first module of `modules.json`) of a local sentence-transformers model.
+def backbone_folder(folder: str | os.PathLike) -> Path:
+    """The folder of the backbone (the first module of `modules.json`) of a local sentence-transformers model, a BERT
+    or RoBERTa-family one (`hf_ffn.families.SUPPORTED_MODEL_TYPES`).
 
     Raises:
         ValueError: no `modules.json` (not a sentence-transformers folder); a first module that is not a
-            `Transformer`; a backbone without `config.json` or whose `model_type` is not BERT-shaped.
+            `Transformer`; a backbone without `config.json` or whose `model_type` is of no family hf_ffn loads.
     """
     folder = Path(folder)
     modules_file = folder / MODULES_FILE
@@ -64,12 +66,15 @@ def bert_backbone_folder(folder: str | os.PathLike) -> Path:
     if not config_file.is_file():
         raise ValueError(f"the backbone folder {backbone} of {folder} has no config.json")
     model_type = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
-    if model_type not in BERT_MODEL_TYPES:
+    if model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(
-            f"{folder}: the backbone ({config_file}) has model_type={model_type!r}, which is not BERT-shaped; "
-            f"allowed: {', '.join(BERT_MODEL_TYPES)}"
+            f"{folder}: the backbone ({config_file}) has model_type={model_type!r}, of no family hf_ffn loads; "
+            f"allowed: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
     return backbone
+
+
+bert_backbone_folder = backbone_folder  # its name before the RoBERTa family
 
 
 def is_sentence_transformer(name_or_path: str | os.PathLike) -> bool:
@@ -85,9 +90,10 @@ def convert_sentence_transformer(
     license: str | None = None,
     **conversion: Any,
 ) -> ConversionReport:
-    """Save a copy of a sentence-transformers BERT model whose backbone is an FfnBert variant, written atomically
-    by `SentenceTransformer.save`: the backbone converted by `load_converted(backbone, FfnBertModel,
-    **conversion)` (or `load_pruned` for `init="pruned"`), the other modules, the tokenizer and the settings kept,
+    """Save a copy of a sentence-transformers BERT (RoBERTa-family) model whose backbone is an FfnBert (FfnRoberta)
+    variant, written atomically by `SentenceTransformer.save`: the backbone converted by `load_converted(backbone,
+    FfnBertModel, **conversion)` (which loads a RoBERTa-family backbone into `FfnRobertaModel`; or `load_pruned` for
+    `init="pruned"`), the other modules, the tokenizer and the settings kept,
     plus what `hf-ffn convert` writes for a plain checkpoint (`write_converted_folder`: auto_map, the backbone's
     conversion_report.json, hf_ffn's model card). A conversion that is not function-preserving logs a warning.
 
@@ -103,8 +109,8 @@ def convert_sentence_transformer(
 
     Raises:
         FileNotFoundError: `source` looks local and is not a folder with `modules.json` (`check_checkpoint`).
-        ValueError: `source` is not a sentence-transformers model with a BERT backbone (see
-            `bert_backbone_folder`), or `load_converted` rejects the conversion arguments.
+        ValueError: `source` is not a sentence-transformers model with a BERT or RoBERTa-family backbone (see
+            `backbone_folder`), or `load_converted` rejects the conversion arguments.
         FileExistsError: `output_dir` exists and is not empty.
     """
     from sentence_transformers import SentenceTransformer  # optional dependency (the `sentence-transformers` extra)
@@ -114,7 +120,7 @@ def convert_sentence_transformer(
     with atomic_output_dir(output_dir) as tmp:  # raises FileExistsError first, for a non-empty output_dir
         if not looks_local(source):
             folder = Path(snapshot_download(str(source)))
-        backbone = bert_backbone_folder(folder)
+        backbone = backbone_folder(folder)
         torch.manual_seed(seed)
         if conversion.get("init") == "pruned":  # init="pruned" needs calibration blocks (hf_ffn.conversion.pruning)
             if conversion.get("layer_norm_position") is not None:
@@ -127,10 +133,10 @@ def convert_sentence_transformer(
             model, report = load_converted(str(backbone), FfnBertModel, **conversion)
         measure_difference(str(backbone), model, report)
         st_model = SentenceTransformer(str(folder), device="cpu")
-        st_model[0].model = model  # same forward signature (BertModel.forward), so the module's bookkeeping holds
+        st_model[0].model = model  # same forward (BertModel's, RobertaModel's): the module's bookkeeping holds
         st_model.save(str(tmp))  # the backbone (through model.save_pretrained), the tokenizer and every module
         write_converted_folder(
-            tmp, model, report, model_dir=bert_backbone_folder(tmp), base_model=base_model, license=license
+            tmp, model, report, model_dir=backbone_folder(tmp), base_model=base_model, license=license
         )
     warn_if_not_function_preserving(report, folder=output_dir)  # as convert_checkpoint: the difference, the next step
     return report
@@ -142,7 +148,7 @@ def export_sentence_transformer_to_bert(source: str | os.PathLike, output_dir: s
 
     Raises:
         FileNotFoundError: `source` looks local and is not a folder with `modules.json` (`check_checkpoint`).
-        ValueError: not a sentence-transformers model with a BERT-shaped backbone (`bert_backbone_folder`), or a
+        ValueError: not a sentence-transformers model with a BERT-shaped backbone (`backbone_folder`), or a
             backbone that is not plain BERT (`export_to_bert` names each non-default switch).
         FileExistsError: `output_dir` exists and is not empty.
     """
@@ -153,7 +159,7 @@ def export_sentence_transformer_to_bert(source: str | os.PathLike, output_dir: s
     with atomic_output_dir(output_dir) as tmp, tempfile.TemporaryDirectory() as scratch:
         if not looks_local(source):
             folder = Path(snapshot_download(str(source)))
-        bert_folder = export_to_bert(bert_backbone_folder(folder), Path(scratch) / "bert")
+        bert_folder = export_to_bert(backbone_folder(folder), Path(scratch) / "bert")
         st_model = SentenceTransformer(str(folder), device="cpu")
         st_model[0].model = AutoModel.from_pretrained(bert_folder)  # upstream BertModel: the same forward
         st_model.save(str(tmp))
@@ -163,6 +169,7 @@ def export_sentence_transformer_to_bert(source: str | os.PathLike, output_dir: s
 __all__ = [
     "MODULES_FILE",
     "TRANSFORMER_MODULE_TYPES",
+    "backbone_folder",
     "bert_backbone_folder",
     "convert_sentence_transformer",
     "export_sentence_transformer_to_bert",

@@ -6,17 +6,10 @@ import torch
 from hf_ffn import FfnBertModel
 from hf_ffn.export import example_inputs, export_onnx, onnx_max_abs_diff
 
-from .conftest import tiny_config
+from .conftest import ONNX_FP32_ATOL, tiny_config
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
-
-# fp32 tolerance. Not bit-exact because onnxruntime runs other kernels than PyTorch for the same ops (its own
-# MatMul/Gemm blocking and summation order, fused LayerNorm, Erf and Softmax implementations): each op differs
-# by a few float32 ulps (~1e-7 relative) and the differences add up over layers. The outputs are LayerNorm-ed
-# (|x| ~ 1), so 1e-5 absolute is ~100 ulps: far below any real bug (a wrong gate/up order or a missing norm
-# moves outputs by ~1e-1, see the negative control) and above the ~5e-7 measured here.
-ONNX_FP32_ATOL = 1e-5
 
 # One graph with every layer kind: BERT's own (GELU, Post-LN), GeGLU (Post-LN), SwiGLU (Pre-LN) and GELU (Pre-LN,
 # so the encoder ends with final_norm). Each torch.export-based export takes 10-30 s on 2 cores, so CI exports

@@ -108,9 +108,14 @@ def _write_st_folder(folder, model_type="bert", first_type="sentence_transformer
     return folder
 
 
-def test_backbone_that_is_not_bert_raises(tmp_path):
-    folder = _write_st_folder(tmp_path / "roberta", model_type="roberta")
-    with pytest.raises(ValueError, match=r"model_type='roberta'.*not BERT-shaped; allowed: bert, ffn_bert"):
+def test_backbone_of_another_family_raises(tmp_path):
+    """An MPNet backbone (all-mpnet-base-v2's): of no family hf_ffn loads (RoBERTa's converts: its tests are in
+    tests/test_roberta_commands.py)."""
+    folder = _write_st_folder(tmp_path / "mpnet", model_type="mpnet")
+    with pytest.raises(
+        ValueError,
+        match=r"model_type='mpnet', of no family hf_ffn loads; allowed: bert, ffn_bert, roberta, .*ffn_roberta",
+    ):
         convert_sentence_transformer(folder, tmp_path / "out", ffn_type="geglu")
     assert not (tmp_path / "out").exists()
 

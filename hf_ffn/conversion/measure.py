@@ -13,7 +13,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 
 from ..checkpoint_names import is_variant_key
 from ..checkpoints import load_tokenizer
-from ..configuration_ffn_roberta import FfnRobertaConfig
+from ..configuration_ffn_roberta import ROBERTA_MODEL_TYPES
 from ..families import checkpoint_family
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertPreTrainedModel
@@ -77,21 +77,30 @@ def padded_batch(
     return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
 
 
+def usable_positions(config: PretrainedConfig) -> int:
+    """The most tokens one sequence can hold: `max_position_embeddings`, less a RoBERTa-family model's offset (its
+    positions count from `pad_token_id + 1`: roberta-base's 514 hold 512)."""
+    offset = (config.pad_token_id or 0) + 1 if config.model_type in ROBERTA_MODEL_TYPES else 0
+    return config.max_position_embeddings - offset
+
+
 def example_batch(checkpoint: str, config: PretrainedConfig) -> dict[str, torch.Tensor]:
     """A padded batch (3, seq) of sentence pairs of unequal lengths: `SENTENCE_PAIRS` through the checkpoint's
-    tokenizer (truncated to the tokens a sequence can hold: `max_position_embeddings`, less `pad_token_id + 1` for
-    the RoBERTa family, whose positions count from there), or `padded_batch` over `config`'s vocabulary when it has
-    none."""
+    tokenizer, or `padded_batch` over `config`'s vocabulary when it has none. Pairs longer than the model's
+    positions (`usable_positions`: a small vocabulary splits them into many tokens) are truncated to them."""
     try:
         tokenizer = load_tokenizer(checkpoint)
     except (OSError, ValueError, TypeError):
         tokenizer = None
     if tokenizer is not None:
         first, second = zip(*SENTENCE_PAIRS, strict=False)
-        offset = config.pad_token_id + 1 if isinstance(config, FfnRobertaConfig) else 0
-        limit = config.max_position_embeddings - offset
         batch = tokenizer(
-            list(first), list(second), padding=True, truncation=True, max_length=limit, return_tensors="pt"
+            list(first),
+            list(second),
+            padding=True,
+            truncation=True,
+            max_length=usable_positions(config),
+            return_tensors="pt",
         )
         return {
             k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask") if k in batch
@@ -220,4 +229,5 @@ __all__ = [
     "output_difference",
     "padded_batch",
     "tensor_difference",
+    "usable_positions",
 ]

@@ -19,6 +19,7 @@ from torch import nn
 
 from ..checkpoints import load_pretrained
 from ..configuration_ffn_bert import is_gated, parameter_matched_glu_width
+from ..families import checkpoint_family
 from ..modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel
 from ..training.blocks import mlm_blocks
 from ..training.readers import read_text_documents
@@ -275,7 +276,8 @@ def load_pruned(
             f"(allowed: a GLU-family name such as swiglu, geglu)"
         )
     new_width = parameter_width(width, source_width)
-    teacher = load_pretrained(FfnBertModel, checkpoint, add_pooling_layer=False)[0].eval()
+    teacher_class = checkpoint_family(checkpoint).same_head(FfnBertModel)  # a RoBERTa's: FfnRobertaModel
+    teacher = load_pretrained(teacher_class, checkpoint, add_pooling_layer=False)[0].eval()
     layers = prune_model(model.base_model, teacher, input_ids, new_width, score, ridge)
     report.init = "pruned"
     report.config_changes["intermediate_size"] = [source_width, new_width]
