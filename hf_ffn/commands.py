@@ -296,8 +296,7 @@ def mlm(args: argparse.Namespace) -> int:
 
 
 def compare(args: argparse.Namespace) -> int:
-    from .comparing import SMOKE_TASKS, default_variants, heals, run_comparison
-    from .families import checkpoint_family
+    from .comparing import SMOKE_TASKS, SMOKE_VARIANTS, run_comparison
     from .finetune.tasks import TASKS
     from .variants import VARIANTS
 
@@ -320,13 +319,7 @@ def compare(args: argparse.Namespace) -> int:
         if unknown:
             values = repr(unknown[0]) if len(unknown) == 1 else repr(unknown)
             raise ValueError(f"{option} has unknown value {values}; allowed: {', '.join(allowed)}")
-    variants = args.variants or default_variants(checkpoint, args.smoke)
-    if args.variants is None and not heals(checkpoint):
-        print(
-            f"[compare] {checkpoint} is a {checkpoint_family(checkpoint).upstream_type} checkpoint, which hf-ffn heal "
-            f"does not take: comparing the variants that need no healing ({' '.join(variants)})",
-            flush=True,
-        )
+    variants = args.variants or list(SMOKE_VARIANTS if args.smoke else VARIANTS)
     tasks = args.tasks or list(SMOKE_TASKS if args.smoke else TASKS)
     seeds = args.seeds or ([0] if args.smoke else [0, 1, 2])
     # the fine-tuning options compare passes on (hf_ffn.cli.COMPARE_OVERRIDES), those given

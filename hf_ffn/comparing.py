@@ -3,8 +3,8 @@
 
 Each variant (`hf_ffn.variants.VARIANTS`) is converted, healed where the conversion is not function-preserving, and
 fine-tuned on every task for every seed, into one resumable output folder; a RoBERTa-family checkpoint (its own
-tokenizer, `RobertaClassificationHead`, positions from `padding_idx + 1`: `hf-ffn finetune`'s) compares the variants
-that need no healing (`HEALED_FAMILIES`); the table gives each variant's paired
+tokenizer, `RobertaClassificationHead`, positions from `padding_idx + 1`: `hf-ffn finetune`'s, healed by `hf-ffn
+heal` against upstream's class) compares them as a BERT's; the table gives each variant's paired
 difference from the baseline with its Student-t interval over seeds (`paired_t_interval`). Layout and how to read
 the table: docs/comparing.md. scipy and matplotlib (the `plots` extra) are imported by the functions that need them.
 """
@@ -23,7 +23,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .families import checkpoint_family
 from .finetune.run import finetune
 from .finetune.tasks import get_task
 from .healing import HealArguments, LayerwiseArguments, run_healing
@@ -77,41 +76,6 @@ SMOKE_FINETUNING = {
 SMOKE_HEALING = {"layerwise_tokens": 2048, "layerwise_steps": 10, "max_steps": 0, "max_seq_length": 64}
 SMOKE_VARIANTS = ("gelu-post", "swiglu-approx")
 SMOKE_TASKS = ("stsb",)
-# The families (`Family.upstream_type`) whose checkpoints `hf-ffn heal` takes: hf_ffn.healing loads its teacher and
-# student as FfnBert. A checkpoint of another family compares the variants whose conversion is exact, no healing.
-HEALED_FAMILIES = ("bert",)
-
-
-def heals(checkpoint: str) -> bool:
-    """Whether `hf-ffn heal` takes `checkpoint`'s family (`HEALED_FAMILIES`)."""
-    return checkpoint_family(checkpoint).upstream_type in HEALED_FAMILIES
-
-
-def default_variants(checkpoint: str, smoke: bool = False) -> list[str]:
-    """The variants compared when none are named: `SMOKE_VARIANTS` (`smoke`) or all of them; for a checkpoint of a
-    family heal does not take, the variants that need no healing (smoke or not: two)."""
-    if heals(checkpoint):
-        return list(SMOKE_VARIANTS if smoke else VARIANTS)
-    return [name for name, variant in VARIANTS.items() if variant.exact]
-
-
-def check_family_variants(checkpoint: str, names: Sequence[str]) -> None:
-    """Refuse, before any work, variants that need healing for a checkpoint whose family heal does not take.
-
-    Raises:
-        ValueError: naming the variants, the checkpoint's family and the variants allowed for it.
-    """
-    if heals(checkpoint):
-        return
-    healed = [name for name in names if not get_variant(name).exact]
-    if healed:
-        family = checkpoint_family(checkpoint).upstream_type
-        allowed = ", ".join(name for name, variant in VARIANTS.items() if variant.exact)
-        values = repr(healed[0]) if len(healed) == 1 else repr(healed)
-        raise ValueError(
-            f"variants has value {values}, which needs healing, and hf-ffn heal takes BERT checkpoints only; "
-            f"{checkpoint} is a {family} checkpoint: allowed for it: {allowed} (their conversion is exact)"
-        )
 
 
 def smoke_finetuning(checkpoint: str | Path) -> dict[str, Any]:
@@ -264,16 +228,12 @@ def prepare_variant(
     exact = json.loads(report.read_text()).get("exact", variant.exact) if report.exists() else variant.exact
     if variant.exact and exact:  # the conversion report is the truth for this checkpoint (e.g. a ReLU BERT)
         return str(converted)
-    if not heals(checkpoint):  # e.g. GeGLU on a ReLU RoBERTa: not exact, and heal takes BERT only
-        raise ValueError(
-            f"variant {variant.name!r}: the conversion of {checkpoint} is not function-preserving ({report}), and "
-            f"healing it needs hf-ffn heal, which takes BERT checkpoints only; allowed here: variants that convert "
-            f"this checkpoint exactly"
-        )
     if not (healed / "config.json").exists():
         from transformers import TrainingArguments
 
         recipe = {**(variant.heal or {}), **(SMOKE_HEALING if smoke else {})}
+        if smoke:  # blocks no longer than a sequence of the checkpoint can be
+            recipe["max_seq_length"] = smoke_finetuning(checkpoint)["max_seq_length"]
         classes = (HealArguments, LayerwiseArguments, TrainingArguments)
         names = [{f.name for f in dataclasses.fields(cls) if f.init} for cls in classes]
         unknown = sorted(set(recipe) - set().union(*names))
@@ -456,8 +416,7 @@ def run_comparison(
 
     Args:
         checkpoint: a BERT or RoBERTa-family checkpoint folder or hub name (the baseline as it is).
-        variants: names of `hf_ffn.variants.VARIANTS`; the baseline (`BASELINE`) is added when missing. For a
-            family heal does not take (`HEALED_FAMILIES`), only variants that need no healing.
+        variants: names of `hf_ffn.variants.VARIANTS`; the baseline (`BASELINE`) is added when missing.
         tasks: names of `hf_ffn.finetune.tasks.TASKS`, read from `data_dir/<task>`.
         seeds: fine-tuning seeds, paired across variants.
         output_dir: the comparison folder; an existing one is resumed (finished runs are skipped).
@@ -480,7 +439,6 @@ def run_comparison(
         raise ValueError("tasks: give at least one task")
     if not seeds:
         raise ValueError("seeds: give at least one seed")
-    check_family_variants(str(checkpoint), names)
     finetuning = {**(smoke_finetuning(checkpoint) if smoke else {}), **finetuning}
     settings = {
         "checkpoint": str(checkpoint),
@@ -531,7 +489,6 @@ def run_comparison(
 __all__ = [
     "BASELINE",
     "FIGURE",
-    "HEALED_FAMILIES",
     "RUNS",
     "SETTINGS",
     "SINGLE_SEED_NOTE",
@@ -542,12 +499,9 @@ __all__ = [
     "SMOKE_VARIANTS",
     "TABLE",
     "VARIANTS",
-    "check_family_variants",
     "check_settings",
-    "default_variants",
     "finetune_run",
     "format_table",
-    "heals",
     "mean_std",
     "paired_differences",
     "paired_t_interval",

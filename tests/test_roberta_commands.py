@@ -34,55 +34,39 @@ def tokenized(folder) -> dict[str, torch.Tensor]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# hf-ffn compare: the variants that need no healing (heal takes BERT only), fine-tuned through `hf-ffn finetune`
+# hf-ffn compare: converted, healed by hf-ffn heal against upstream's class, fine-tuned through `hf-ffn finetune`
 # ---------------------------------------------------------------------------------------------------------------
-def test_compare_on_a_roberta_checkpoint(roberta_checkpoint, tmp_path, capsys):
+def test_compare_on_a_roberta_checkpoint(roberta_checkpoint, tmp_path):
     data = tmp_path / "data"
     write_stsb(data / "stsb")
     output = tmp_path / "compare"
     argv = ["compare", "--model_name_or_path", roberta_checkpoint, "--data_dir", str(data), "--tasks", "stsb"]
-    argv += ["--seeds", "0", "--output_dir", str(output), "--smoke", "--max_steps", "2"]
-    assert main(argv) == 0
-    printed = capsys.readouterr().out
-    assert "is a roberta checkpoint, which hf-ffn heal does not take: comparing the variants that need no " in printed
+    argv += ["--variants", "geglu", "swiglu-approx", "--seeds", "0", "--output_dir", str(output), "--smoke"]
+    assert main([*argv, "--max_steps", "2"]) == 0
     # --smoke's 64 tokens capped at the 62 its positions hold (from padding_idx + 1): it ran instead of refusing
     assert json.loads((output / "settings.json").read_text())["finetuning"]["max_seq_length"] == 62
-    runs = [json.loads(line) for line in (output / "runs.jsonl").read_text().splitlines()]
-    assert [(r["variant"], r["start"]) for r in runs] == [
-        (name, str(output / "variants" / name / "converted")) for name in ("gelu-post", "geglu")
-    ]  # both exact: not healed
+    runs = {r["variant"]: r for r in map(json.loads, (output / "runs.jsonl").read_text().splitlines())}
+    assert list(runs) == ["gelu-post", "geglu", "swiglu-approx"]
+    variants = output / "variants"
+    assert runs["geglu"]["start"] == str(variants / "geglu" / "converted")  # exact: not healed
+    assert runs["swiglu-approx"]["start"] == str(variants / "swiglu-approx" / "healed")
     batch = tokenized(roberta_checkpoint)
     with quiet_transformers(), torch.no_grad():
         expected = RobertaForMaskedLM.from_pretrained(roberta_checkpoint).eval()(**batch).logits
-        for run in runs:  # each start is FfnRoberta, upstream's function bit for bit
-            report = json.loads(
-                (output / "variants" / run["variant"] / "converted" / "conversion_report.json").read_text()
-            )
+        for name in ("gelu-post", "geglu"):  # each exact start is FfnRoberta, upstream's function bit for bit
+            report = json.loads((variants / name / "converted" / "conversion_report.json").read_text())
             assert report["exact"] is True and report["difference"]["reference"] == "transformers.RobertaForMaskedLM"
-            start = transformers.AutoModelForMaskedLM.from_pretrained(run["start"]).eval()
+            start = transformers.AutoModelForMaskedLM.from_pretrained(runs[name]["start"]).eval()
             assert type(start).__name__ == "FfnRobertaForMaskedLM"
             assert torch.equal(start(**batch).logits, expected)
-    for r in runs:  # fine-tuned as hf-ffn finetune does a RoBERTa: RobertaClassificationHead, its own tokenizer
+        healed = transformers.AutoModelForMaskedLM.from_pretrained(runs["swiglu-approx"]["start"]).eval()
+        assert type(healed).__name__ == "FfnRobertaForMaskedLM" and healed.config.ffn_types == ["swiglu", "swiglu"]
+    for r in runs.values():  # fine-tuned as hf-ffn finetune does a RoBERTa: RobertaClassificationHead, its tokenizer
         config = json.loads((output / "runs" / r["variant"] / "stsb" / "seed0" / "config.json").read_text())
         assert config["architectures"] == ["FfnRobertaForSequenceClassification"]
         assert r["score"] == pytest.approx(50 * (r["metrics"]["pearson"] + r["metrics"]["spearman"]))
     table = (output / "comparison.md").read_text()
-    assert f"| stsb | gelu-post | 0 | {runs[0]['score']:.2f} | (baseline) |  |" in table
-
-
-def test_compare_refuses_a_healed_variant_of_a_roberta_before_any_work(roberta_checkpoint, tmp_path, capsys):
-    write_stsb(tmp_path / "stsb")
-    argv = ["compare", "--model_name_or_path", roberta_checkpoint, "--data_dir", str(tmp_path), "--tasks", "stsb"]
-    argv += ["--variants", "swiglu-approx", "--output_dir", str(tmp_path / "out"), "--smoke"]
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    error = capsys.readouterr().err
-    assert exit_info.value.code == 2 and error.count("\n") == 1
-    assert (
-        "--variants has value 'swiglu-approx', which needs healing, and hf-ffn heal takes BERT checkpoints only; "
-        f"{roberta_checkpoint} is a roberta checkpoint: allowed for it: gelu-post, geglu" in error
-    )
-    assert not (tmp_path / "out").exists()
+    assert f"| stsb | gelu-post | 0 | {runs['gelu-post']['score']:.2f} | (baseline) |  |" in table
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -83,3 +83,6 @@ def test_heal_refuses_a_teacher_of_another_family(roberta_checkpoint, tmp_path):
     flat = HealArguments(student=str(tmp_path / "pre"), train_files=[str(text)], padding_free=True)
     with pytest.raises(ValueError, match=r"--padding_free: .* is a ffn_roberta folder, whose positions count from"):
         run_healing(flat, training)
+    long = HealArguments(student=str(tmp_path / "pre"), train_files=[str(text)], max_seq_length=63)
+    with pytest.raises(ValueError, match=r"--max_seq_length 63: a sequence of --student .* holds at most 62 tokens"):
+        run_healing(long, training)  # its 64 positions count from padding_idx + 1: blocks of 63 would not fit

@@ -32,6 +32,7 @@ from transformers import (
 from ..checkpoints import check_checkpoint, conversion_source, load_pretrained, load_tokenizer
 from ..configuration_ffn_bert import FfnBertConfig
 from ..conversion import REPORT_FILE, ffn_class_for
+from ..conversion.measure import usable_positions
 from ..families import Family, checkpoint_family
 from ..files import check_new_folder, one_run_per_output_dir
 from ..logging_utils import quiet_transformers
@@ -241,6 +242,12 @@ def check_models(heal_args: HealArguments) -> HealModels:
                 f"student {s_config.layer_norm_positions}): a Pre-LN layer's output is the un-normalised residual "
                 f"stream, a Post-LN one's is normalised; use --layers last"
             )
+    if heal_args.max_seq_length > usable_positions(s_config):
+        raise ValueError(
+            f"--max_seq_length {heal_args.max_seq_length}: a sequence of --student {str(student)!r} holds at most "
+            f"{usable_positions(s_config)} tokens (max_position_embeddings {s_config.max_position_embeddings}); "
+            f"give at most that"
+        )
     student_class = ffn_class_for(s_config)
     if heal_args.mlm_kl_weight > 0 and student_class.__name__ not in MLM_CLASSES:
         raise ValueError(
