@@ -424,8 +424,8 @@ def _check_model_type(model_type: str, source: str, config_class: type | None = 
                 )
             elif model_type in ELECTRA_MODEL_TYPES:
                 family = (
-                    "; an ELECTRA checkpoint loads into FfnElectraConfig / FfnElectra*, which hf-ffn parity and "
-                    "convert take (docs/switches.md#model-families)"
+                    "; an ELECTRA checkpoint loads into FfnElectraConfig / FfnElectra*, which hf-ffn parity, convert "
+                    "and finetune take (docs/switches.md#model-families)"
                 )
             raise ValueError(
                 f"{source} has model_type={model_type!r}; FfnBert loads BERT-shaped checkpoints only "

@@ -7,7 +7,7 @@ cell loads upstream and FfnElectra from the same folder and asserts `torch.equal
 each attention map, each logit), eager and sdpa. Then: padding-free batches, `unpad_tokens=True` within
 `UNPADDED_FP32_TOLERANCE`, variants that must differ (GeGLU, Pre-LN, another activation), folders both ways, the
 parity job and `hf-ffn convert` on an ELECTRA folder, electra-small's and electra-base's real shapes, the real
-checkpoint when cached, remote code without hf_ffn, and one-line errors.
+checkpoint when cached, remote code without hf_ffn, one-line errors, and `finetune` on an ELECTRA discriminator.
 """
 
 import json
@@ -640,3 +640,74 @@ def test_trust_remote_code_without_hf_ffn(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "REMOTE_OK transformers_modules" in result.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# hf-ffn finetune on an ELECTRA discriminator (its WordPiece tokenizer, ElectraClassificationHead on [CLS])
+# ---------------------------------------------------------------------------------------------------------------
+SENTENCES = [
+    ("a fine warm funny film", "pos"),
+    ("dull and far too long", "neg"),
+    ("warm funny and kind", "pos"),
+    ("a long dull mess", "neg"),
+    ("kind and fine", "pos"),
+    ("too dull", "neg"),
+]
+
+
+@pytest.fixture(scope="module")
+def electra_checkpoint(tmp_path_factory) -> str:
+    """A tiny ELECTRA discriminator folder (embedding 19 → hidden 32) with a WordPiece vocabulary of `SENTENCES`."""
+    folder = tmp_path_factory.mktemp("electra_checkpoint")
+    words = sorted({word for text, _ in SENTENCES for word in text.split()})
+    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    tokenizer = transformers.BertTokenizer(vocab=str(folder / "vocab.txt"))
+    torch.manual_seed(0)
+    config = ElectraConfig(**{**SIZES["projected"], "vocab_size": len(tokenizer)})
+    perturb_constants(ElectraForPreTraining(config)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_finetune_an_electra_checkpoint(electra_checkpoint, tmp_path):
+    """`finetune` on an ELECTRA discriminator trains FfnElectraForSequenceClassification; upstream's
+    ElectraForSequenceClassification reads the saved folder (no weight missing) to the same logits; the padding-free
+    option is refused (the classification head reads each row's first token)."""
+    from hf_ffn.finetune import finetune
+
+    files = {}
+    for split in ("train", "validation"):
+        files[f"{split}_file"] = str(tmp_path / f"{split}.csv")
+        lines = ["sentence,label", *(f"{text},{label}" for text, label in SENTENCES)]
+        (tmp_path / f"{split}.csv").write_text("\n".join(lines) + "\n")
+    options = dict(max_steps=3, logging_steps=1, optim="sgd", learning_rate=0.5, per_device_train_batch_size=3)
+    options |= dict(report_to="none", use_cpu=True, save_strategy="no", quiet=True, **files)
+    outcome = finetune(electra_checkpoint, str(tmp_path / "out"), **options)
+    losses = [e["loss"] for e in outcome["log_history"] if "loss" in e]
+    assert len(losses) == 3 and losses[-1] != losses[0]
+    with pytest.raises(ValueError, match=r"--padding_free: .* is a electra checkpoint, whose classification head"):
+        finetune(electra_checkpoint, str(tmp_path / "flat"), padding_free=True, **options)
+    with quiet_transformers():
+        ours = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "out").eval()
+        theirs, info = transformers.ElectraForSequenceClassification.from_pretrained(
+            tmp_path / "out", output_loading_info=True
+        )
+    assert type(ours).__name__ == "FfnElectraForSequenceClassification"
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    batch = tokenizer([text for text, _ in SENTENCES], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(ours(**batch).logits, theirs.eval()(**batch).logits)
+
+
+def test_finetune_converts_an_electra_checkpoint_to_geglu_exactly(electra_checkpoint, tmp_path):
+    from hf_ffn.finetune import finetune
+
+    (tmp_path / "train.csv").write_text("sentence,label\n" + "\n".join(f"{t},{lab}" for t, lab in SENTENCES) + "\n")
+    files = dict(train_file=str(tmp_path / "train.csv"), validation_file=str(tmp_path / "train.csv"))
+    options = dict(max_steps=1, report_to="none", use_cpu=True, save_strategy="no", quiet=True, **files)
+    outcome = finetune(electra_checkpoint, str(tmp_path / "out"), ffn_type="geglu", **options)
+    assert outcome["conversion"]["exact"] is True
+    assert outcome["conversion"]["model_class"] == "FfnElectraForSequenceClassification"
+    saved = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (saved["model_type"], saved["ffn_type"], saved["embedding_size"]) == ("ffn_electra", "geglu", 19)
