@@ -4,7 +4,9 @@ Importing the package registers `FfnBertConfig` (`model_type="ffn_bert"`) and th
 classes (`AutoConfig`, `AutoModel`, `AutoModelForMaskedLM`, ...; the table is `modeling_ffn_bert.HEAD_CLASSES`)
 and BERT's tokenizer with `AutoTokenizer`; likewise `FfnRobertaConfig` (`model_type="ffn_roberta"`: RoBERTa,
 XLM-RoBERTa, CamemBERT and RoBERTa-PreLayerNorm checkpoints), its models (`modeling_ffn_roberta.HEAD_CLASSES`) and
-RoBERTa's tokenizer. transformers' own `bert` and `roberta` registrations are left untouched. Inside the
+RoBERTa's tokenizer, and `FfnElectraConfig` (`model_type="ffn_electra"`: ELECTRA checkpoints), its models
+(`modeling_ffn_electra.HEAD_CLASSES`) and ELECTRA's tokenizer. transformers' own `bert`, `roberta` and `electra`
+registrations are left untouched. Inside the
 `hf-ffn` console command (argv[0] `hf-ffn`) this waits for a subcommand (`register_auto_classes`), so that
 `hf-ffn --help` answers without importing torch and transformers.
 
@@ -27,11 +29,13 @@ def register_auto_classes() -> None:
     whose `--help` must not wait for torch and transformers: there `hf_ffn.cli.main` calls it before a subcommand
     runs."""
     import transformers
-    from transformers import AutoConfig, AutoTokenizer, BertTokenizer, RobertaTokenizer
+    from transformers import AutoConfig, AutoTokenizer, BertTokenizer, ElectraTokenizer, RobertaTokenizer
 
     from .configuration_ffn_bert import FfnBertConfig
+    from .configuration_ffn_electra import FfnElectraConfig
     from .configuration_ffn_roberta import FfnRobertaConfig
     from .modeling_ffn_bert import HEAD_CLASSES
+    from .modeling_ffn_electra import HEAD_CLASSES as ELECTRA_HEAD_CLASSES
     from .modeling_ffn_roberta import HEAD_CLASSES as ROBERTA_HEAD_CLASSES
 
     # exist_ok: importing twice (or alongside remote code that registered the same names) must not fail.
@@ -44,6 +48,11 @@ def register_auto_classes() -> None:
     for head in ROBERTA_HEAD_CLASSES:
         getattr(transformers, head.auto_class).register(FfnRobertaConfig, head.ffn_bert, exist_ok=True)
     AutoTokenizer.register(FfnRobertaConfig, tokenizer_class=RobertaTokenizer, exist_ok=True)
+    # FfnElectra (model_type "ffn_electra"): ELECTRA's tokenizer, as upstream maps "electra"
+    AutoConfig.register(FfnElectraConfig.model_type, FfnElectraConfig, exist_ok=True)
+    for head in ELECTRA_HEAD_CLASSES:
+        getattr(transformers, head.auto_class).register(FfnElectraConfig, head.ffn_bert, exist_ok=True)
+    AutoTokenizer.register(FfnElectraConfig, tokenizer_class=ElectraTokenizer, exist_ok=True)
     # trust_remote_code: `save_pretrained` then copies configuration_ffn_bert.py and modeling_ffn_bert.py (with the
     # files they import relatively: activations.py, checkpoint_names.py, unpadding.py, grouped_attention.py,
     # sparse_prediction.py) next to the weights and writes `auto_map`, so the folder loads where hf_ffn is not
@@ -55,6 +64,9 @@ def register_auto_classes() -> None:
     FfnRobertaConfig.register_for_auto_class()
     for head in ROBERTA_HEAD_CLASSES:
         head.ffn_bert.register_for_auto_class(head.auto_class)
+    FfnElectraConfig.register_for_auto_class()
+    for head in ELECTRA_HEAD_CLASSES:
+        head.ffn_bert.register_for_auto_class(head.auto_class)
 
 
 def __getattr__(name: str):
@@ -65,7 +77,8 @@ def __getattr__(name: str):
 
     if name in __all__ or name in ("AUTO_MAP", "HEAD_CLASSES"):
         modules = ("configuration_ffn_bert", "modeling_ffn_bert", "conversion_warning", "variants")
-        for module in modules + ("configuration_ffn_roberta", "modeling_ffn_roberta"):
+        families = ("configuration_ffn_roberta", "modeling_ffn_roberta", "configuration_ffn_electra")
+        for module in modules + families + ("modeling_ffn_electra",):
             value = getattr(importlib.import_module(f".{module}", __name__), name, None)
             if value is not None:
                 return value
@@ -80,6 +93,7 @@ if Path(sys.argv[0] if sys.argv else "").name not in ("hf-ffn", "hf-ffn.exe"):  
         is_gated,
         parameter_matched_glu_width,
     )
+    from .configuration_ffn_electra import FfnElectraConfig
     from .configuration_ffn_roberta import FfnRobertaConfig
     from .conversion_warning import warn_if_not_function_preserving
     from .modeling_ffn_bert import (
@@ -97,6 +111,16 @@ if Path(sys.argv[0] if sys.argv else "").name not in ("hf-ffn", "hf-ffn.exe"):  
         FfnBertMLP,
         FfnBertModel,
         FfnBertPreTrainedModel,
+    )
+    from .modeling_ffn_electra import (
+        FfnElectraForMaskedLM,
+        FfnElectraForMultipleChoice,
+        FfnElectraForPreTraining,
+        FfnElectraForQuestionAnswering,
+        FfnElectraForSequenceClassification,
+        FfnElectraForTokenClassification,
+        FfnElectraModel,
+        FfnElectraPreTrainedModel,
     )
     from .modeling_ffn_roberta import (
         FfnRobertaForMaskedLM,
@@ -131,6 +155,15 @@ __all__ = [
     "FfnBertMLP",
     "FfnBertModel",
     "FfnBertPreTrainedModel",
+    "FfnElectraConfig",
+    "FfnElectraForMaskedLM",
+    "FfnElectraForMultipleChoice",
+    "FfnElectraForPreTraining",
+    "FfnElectraForQuestionAnswering",
+    "FfnElectraForSequenceClassification",
+    "FfnElectraForTokenClassification",
+    "FfnElectraModel",
+    "FfnElectraPreTrainedModel",
     "FfnRobertaConfig",
     "FfnRobertaForMaskedLM",
     "FfnRobertaForMultipleChoice",

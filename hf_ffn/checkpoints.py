@@ -74,8 +74,9 @@ def hub_name_unreachable(name: str | os.PathLike, argument: str = "checkpoint") 
     )
 
 
-# An encoder weight under any base-model prefix: what a checkpoint must supply (heads and the pooler may be new).
-ENCODER_KEY = re.compile(r"(^|\.)(embeddings|encoder)\.")
+# An encoder weight under any base-model prefix: what a checkpoint must supply (heads and the pooler may be new);
+# `embeddings_project` is ELECTRA's projection of its embeddings to hidden_size.
+ENCODER_KEY = re.compile(r"(^|\.)(embeddings|embeddings_project|encoder)\.")
 # The files one of which a folder's tokenizer vocabulary is read from.
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "sentencepiece.bpe.model", "spiece.model")
 

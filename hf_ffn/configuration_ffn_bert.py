@@ -60,6 +60,8 @@ BERT_MODEL_TYPES = ("bert", "ffn_bert")
 # Model types whose checkpoints have RoBERTa's layout and config fields: `FfnRobertaConfig`'s (RoBERTa-PreLayerNorm:
 # with its norms renamed, `checkpoint_names.PRELAYERNORM_KEY_MAPPING`).
 ROBERTA_MODEL_TYPES = ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm", "ffn_roberta")
+# Model types whose checkpoints have ELECTRA's layout and config fields (`embedding_size`, ...): `FfnElectraConfig`'s.
+ELECTRA_MODEL_TYPES = ("electra", "ffn_electra")
 
 
 def is_gated(ffn_type: str) -> bool:
@@ -414,12 +416,17 @@ def _check_model_type(model_type: str, source: str, config_class: type | None = 
     allowed = (FfnBertConfig if config_class is None else config_class).checkpoint_model_types
     if model_type not in allowed:
         if allowed == BERT_MODEL_TYPES:
-            family = (  # where a RoBERTa-family checkpoint goes instead
-                "; a RoBERTa-family checkpoint loads into FfnRobertaConfig / FfnRoberta*, which hf-ffn parity, "
-                "convert, finetune and mlm take (docs/switches.md#model-families)"
-                if model_type in ROBERTA_MODEL_TYPES
-                else ""
-            )
+            family = ""  # where a checkpoint of another supported family goes instead
+            if model_type in ROBERTA_MODEL_TYPES:
+                family = (
+                    "; a RoBERTa-family checkpoint loads into FfnRobertaConfig / FfnRoberta*, which hf-ffn parity, "
+                    "convert, finetune and mlm take (docs/switches.md#model-families)"
+                )
+            elif model_type in ELECTRA_MODEL_TYPES:
+                family = (
+                    "; an ELECTRA checkpoint loads into FfnElectraConfig / FfnElectra*, which hf-ffn parity, convert "
+                    "and finetune take (docs/switches.md#model-families)"
+                )
             raise ValueError(
                 f"{source} has model_type={model_type!r}; FfnBert loads BERT-shaped checkpoints only "
                 f"(allowed: {', '.join(BERT_MODEL_TYPES)}){family}"

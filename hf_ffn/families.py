@@ -1,5 +1,6 @@
-"""Which hf_ffn classes a checkpoint loads into, by its config.json's `model_type`: BERT's (`FfnBert*`) or the RoBERTa
-family's (`FfnRoberta*`), and which upstream classes it reproduces (the parity job's reference)."""
+"""Which hf_ffn classes a checkpoint loads into, by its config.json's `model_type`: BERT's (`FfnBert*`), the RoBERTa
+family's (`FfnRoberta*`) or ELECTRA's (`FfnElectra*`), and which upstream classes it reproduces (the parity job's
+reference)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import transformers
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from .configuration_ffn_bert import BERT_MODEL_TYPES, FfnBertConfig
+from .configuration_ffn_electra import ELECTRA_MODEL_TYPES, FfnElectraConfig
 from .configuration_ffn_roberta import ROBERTA_MODEL_TYPES, FfnRobertaConfig
 from .modeling_ffn_bert import HEAD_CLASSES, HeadClass
+from .modeling_ffn_electra import HEAD_CLASSES as ELECTRA_HEAD_CLASSES
 from .modeling_ffn_roberta import HEAD_CLASSES as ROBERTA_HEAD_CLASSES
 from .modeling_ffn_roberta import saved_model_type
 
-SUPPORTED_MODEL_TYPES = BERT_MODEL_TYPES + ROBERTA_MODEL_TYPES
+SUPPORTED_MODEL_TYPES = BERT_MODEL_TYPES + ROBERTA_MODEL_TYPES + ELECTRA_MODEL_TYPES
+# Every family's head table: an hf_ffn class of any family names its Auto class here (`Family.same_head`).
+ALL_HEAD_CLASSES: tuple[HeadClass, ...] = HEAD_CLASSES + ROBERTA_HEAD_CLASSES + ELECTRA_HEAD_CLASSES
 
 
 @dataclass(frozen=True)
@@ -34,7 +39,7 @@ class Family:
         """hf_ffn's class of this family for `auto_class` (e.g. "AutoModelForSequenceClassification").
 
         Raises:
-            ValueError: a head the family does not have (e.g. BERT's next-sentence head for RoBERTa).
+            ValueError: a head the family does not have (e.g. BERT's next-sentence head for RoBERTa or ELECTRA).
         """
         for head in self.heads:
             if head.auto_class == auto_class:
@@ -54,14 +59,14 @@ class Family:
         Raises:
             ValueError: `model_class`'s head is one this family lacks.
         """
-        auto_class = next(h.auto_class for h in HEAD_CLASSES + ROBERTA_HEAD_CLASSES if h.ffn_bert is model_class)
+        auto_class = next(h.auto_class for h in ALL_HEAD_CLASSES if h.ffn_bert is model_class)
         return self.ffn_class(auto_class)
 
 
 def checkpoint_family(checkpoint: str, argument: str = "checkpoint") -> Family:
     """The `Family` of `checkpoint`, by its config.json's `model_type` (an hf_ffn folder is of the upstream family it
-    reproduces: ffn_bert of BERT, ffn_roberta of RoBERTa; a folder without config.json is taken for BERT, whose
-    loading then says what is missing).
+    reproduces: ffn_bert of BERT, ffn_roberta of RoBERTa, ffn_electra of ELECTRA; a folder without config.json is
+    taken for BERT, whose loading then says what is missing).
 
     Raises:
         ValueError: a `model_type` of no supported family, naming `argument`, it and the supported ones.
@@ -72,10 +77,12 @@ def checkpoint_family(checkpoint: str, argument: str = "checkpoint") -> Family:
     if model_type in ROBERTA_MODEL_TYPES:
         upstream = "roberta" if model_type == FfnRobertaConfig.model_type else model_type
         return Family(FfnRobertaConfig, ROBERTA_HEAD_CLASSES, upstream)
+    if model_type in ELECTRA_MODEL_TYPES:
+        return Family(FfnElectraConfig, ELECTRA_HEAD_CLASSES, "electra")
     raise ValueError(
         f"{argument} {checkpoint} has model_type={model_type!r}; hf_ffn loads checkpoints of the families "
         f"{', '.join(SUPPORTED_MODEL_TYPES)}"
     )
 
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "Family", "checkpoint_family"]
+__all__ = ["ALL_HEAD_CLASSES", "SUPPORTED_MODEL_TYPES", "Family", "checkpoint_family"]

@@ -357,7 +357,7 @@ def block_diagonal_forward(
         and_mask_function=packed_sequence_mask_function(sequence_in_row),
     )
     outputs = padded_forward(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
-    if model.pooler is not None:
+    if getattr(model, "pooler", None) is not None:  # ELECTRA has none
         outputs.pooler_output = model.pooler(packing.first_token_states(outputs.last_hidden_state))
     return outputs
 
@@ -458,9 +458,10 @@ def unpadded_model_forward(
     **kwargs,
 ) -> BaseModelOutputWithPoolingAndCrossAttentions:
     """Upstream `BertModel.forward` (no cache, no cross-attention) on packed tokens, for an `FfnBertModel` whose
-    layers take `packing` (`attention_mask` was read into it). Returns `last_hidden_state` (batch, seq, hidden),
-    zeros at pads, and `pooler_output` (num_sequences, hidden) when the model has a pooler; `capture_outputs` adds
-    the recorded `hidden_states`.
+    layers take `packing` (`attention_mask` was read into it); an ELECTRA's `embeddings_project` follows the
+    embeddings, as in `ElectraModel.forward`. Returns `last_hidden_state` (batch, seq, hidden), zeros at pads, and
+    `pooler_output` (num_sequences, hidden) when the model has a pooler; `capture_outputs` adds the recorded
+    `hidden_states`.
 
     Raises:
         ValueError: unless exactly one of `input_ids` and `inputs_embeds` is given (upstream's check).
@@ -469,9 +470,12 @@ def unpadded_model_forward(
         raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
     for name in COLLATOR_BOUNDARY_KWARGS:
         kwargs.pop(name, None)
-    hidden_states = packed_embeddings(  # (n_real, hidden)
+    hidden_states = packed_embeddings(  # (n_real, embedding_size)
         model.embeddings, packing, input_ids, token_type_ids, position_ids, inputs_embeds
     )
+    projection = getattr(model, "embeddings_project", None)  # ELECTRA's, when embedding_size != hidden_size
+    if projection is not None:
+        hidden_states = projection(hidden_states)  # (n_real, hidden)
     # Hidden states are recorded by hooks on each layer's input and output: they travel padded while recorded.
     if kwargs.get("output_hidden_states", model.config.output_hidden_states):
         hidden_states = packing.pad(hidden_states)
@@ -479,7 +483,8 @@ def unpadded_model_forward(
     if hidden_states.dim() == 3:  # recorded: padded, and the final norm may have written the pads
         hidden_states = packing.unpad(hidden_states)
     sequence_output = packing.pad(hidden_states)  # (batch, seq, hidden), zeros at pad positions
-    pooled_output = model.pooler(packing.first_token_states(sequence_output)) if model.pooler is not None else None
+    pooler = getattr(model, "pooler", None)  # ELECTRA has none
+    pooled_output = pooler(packing.first_token_states(sequence_output)) if pooler is not None else None
     return BaseModelOutputWithPoolingAndCrossAttentions(last_hidden_state=sequence_output, pooler_output=pooled_output)
 
 

@@ -1,6 +1,6 @@
 """The parity job (`hf-ffn parity`): a checkpoint of a supported family (BERT; RoBERTa, XLM-RoBERTa, CamemBERT,
-RoBERTa-PreLayerNorm) loaded into its own upstream transformers classes and into hf_ffn's, compared output by output
-with `torch.equal` (`run_parity`); `variant_report` shows what a non-default BERT variant changes."""
+RoBERTa-PreLayerNorm; ELECTRA) loaded into its own upstream transformers classes and into hf_ffn's, compared output by
+output with `torch.equal` (`run_parity`); `variant_report` shows what a non-default BERT variant changes."""
 
 from __future__ import annotations
 
@@ -177,8 +177,8 @@ def run_parity(
     class; compare all outputs.
 
     Args:
-        checkpoint: a folder or hub name of a BERT, RoBERTa, XLM-RoBERTa, CamemBERT or RoBERTa-PreLayerNorm
-            checkpoint, or of a default-config FfnBert / FfnRoberta one.
+        checkpoint: a folder or hub name of a BERT, RoBERTa, XLM-RoBERTa, CamemBERT, RoBERTa-PreLayerNorm or ELECTRA
+            checkpoint, or of a default-config FfnBert / FfnRoberta / FfnElectra one.
         attn_implementation: "eager" (attention maps are compared too) or "sdpa".
         seed: seeds the heads that the checkpoint lacks (created once by upstream, saved, loaded by both).
         device: where both models run ("cpu", "cuda", "cuda:1", ...).
@@ -222,7 +222,9 @@ def run_parity(
                 cand_out = candidate(**inputs, output_hidden_states=True, output_attentions=want_attentions)
             rows += compare_outputs(ffn_class.__name__, ref_out, cand_out)
             if head.auto_class == "AutoModel":
-                rows += ffn_rows(reference, candidate, batch, time_flies=family.upstream_type == "bert")
+                # BERT's and ELECTRA's checkpoints share bert-base-uncased's vocabulary
+                time_flies = family.upstream_type in ("bert", "electra")
+                rows += ffn_rows(reference, candidate, batch, time_flies=time_flies)
             if UPSTREAM_MASKS_PACKED_SEQUENCES and head.auto_class in FLATTENED_AUTO_CLASSES:
                 rows += flattened_rows(reference, candidate, batch, output_attentions=want_attentions)
         base = family.heads[0]  # AutoModel
@@ -251,7 +253,8 @@ def unpadded_rows(
 ) -> list[ParityRow]:
     """`ffn_class` (`FfnBertModel`) with `unpad_tokens=True` against `upstream_class` (`BertModel`), both from
     `checkpoint`, on the padded
-    `batch` (on `device`), compared on the real tokens (`last_hidden_state`, every hidden state, `pooler_output`).
+    `batch` (on `device`), compared on the real tokens (`last_hidden_state`, every hidden state, `pooler_output` where
+    the model has a pooler: ELECTRA has none).
     Each row carries its tolerance:
 
     - float32: |unpadded − upstream| ≤ `UNPADDED_FP32_TOLERANCE` · max |upstream|.
@@ -270,7 +273,9 @@ def unpadded_rows(
         model = model_class.from_pretrained(checkpoint, dtype=run_dtype, **load, **config).to(device).eval()
         with torch.no_grad():
             out = model(**batch, output_hidden_states=True)
-        tensors = {"last_hidden_state": out.last_hidden_state[real], "pooler_output": out.pooler_output}
+        tensors = {"last_hidden_state": out.last_hidden_state[real]}
+        if getattr(out, "pooler_output", None) is not None:
+            tensors["pooler_output"] = out.pooler_output
         tensors |= {f"hidden_states[{i}]": h[real] for i, h in enumerate(out.hidden_states)}
         return {name: t.float() for name, t in tensors.items()}
 
@@ -295,10 +300,11 @@ def flattened_rows(
     reference: nn.Module, candidate: nn.Module, batch: dict[str, torch.Tensor], output_attentions: bool = False
 ) -> list[ParityRow]:
     """Parity rows of one head (eval mode) on `batch` as one padding-free row (`flattened_batch`; positions from
-    `padding_idx + 1` for RoBERTa's embeddings, as upstream counts them), named `... (flattened)`, without
-    `PER_SEQUENCE_OUTPUTS`."""
-    padding_idx = getattr(reference.base_model.embeddings, "padding_idx", None)
-    start = 0 if type(reference.base_model.embeddings).__name__ == "BertEmbeddings" else padding_idx + 1
+    `padding_idx + 1` for RoBERTa's embeddings, as upstream counts them, from 0 for BERT's and ELECTRA's), named
+    `... (flattened)`, without `PER_SEQUENCE_OUTPUTS`."""
+    embeddings = reference.base_model.embeddings
+    # RoBERTa's embeddings count positions from `padding_idx + 1` (they make their own from `input_ids`)
+    start = embeddings.padding_idx + 1 if hasattr(embeddings, "create_position_ids_from_input_ids") else 0
     inputs = flattened_batch(batch, position_ids_start=start)
     with torch.no_grad():
         ref_out = reference(**inputs, output_hidden_states=True, output_attentions=output_attentions)
@@ -343,7 +349,7 @@ def variant_report(checkpoint: str, attn_implementation: str = "eager", **overri
         ValueError: if the checkpoint is not BERT-shaped or an override is invalid.
     """
     check_checkpoint(checkpoint)
-    family = checkpoint_family(checkpoint)  # BERT's classes, or the RoBERTa family's (RobertaModel / FfnRobertaModel)
+    family = checkpoint_family(checkpoint)  # its family: BertModel / FfnBertModel, RobertaModel / FfnRobertaModel, ...
     # Fails early, clearly, on a bad request; no "weights reused" warning: the report lists reused and new weights.
     config = family.config_class.from_pretrained(checkpoint, warn_reused_weights=False, **overrides)
     batch = example_batch(checkpoint, config)
