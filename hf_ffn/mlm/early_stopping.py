@@ -61,17 +61,13 @@ class StopAtStep(TrainerCallback):
 
 
 def check_stop_at_step(
-    stop: int | None,
-    training_args: TrainingArguments,
-    short_block_steps: int | None = None,
-    resume: str | None = None,
-    resumed_step: int = 0,
+    stop: int | None, training_args: TrainingArguments, resume: str | None = None, resumed_step: int = 0
 ):
     """Refuse a `--stop_at_step` the run cannot stop at (None: nothing to check).
 
     Raises:
-        ValueError: naming --stop_at_step: no --max_steps, not below it, not above --short_block_steps, or not after
-            `resumed_step` (the step of the checkpoint `resume`).
+        ValueError: naming --stop_at_step: no --max_steps, not below it, or not after `resumed_step` (the step of
+            the checkpoint `resume`).
     """
     if stop is None:
         return
@@ -82,10 +78,6 @@ def check_stop_at_step(
         raise ValueError(
             f"{option} must be below --max_steps {training_args.max_steps} (the schedule's last step; to end there, "
             f"drop --stop_at_step)"
-        )
-    if short_block_steps is not None and stop <= short_block_steps:
-        raise ValueError(
-            f"{option} must be above --short_block_steps {short_block_steps} (the first phase runs its steps whole)"
         )
     if stop <= resumed_step:
         raise ValueError(
