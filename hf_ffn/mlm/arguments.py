@@ -437,12 +437,3 @@ class PretrainingDataArguments:
         """The masking rule as `fixed_maskings` and `mlm_trainer` take it."""
         names = ("mlm_probability", "mask_replace_prob", "random_replace_prob")
         return {name: getattr(self, name) for name in names}
-
-
-__all__ = [
-    "GLU_MULTIPLE_OF",
-    "ffn_width",
-    "SCRATCH_DEFAULTS",
-    "PretrainingArguments",
-    "PretrainingDataArguments",
-]

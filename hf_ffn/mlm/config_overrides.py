@@ -88,6 +88,3 @@ def parse_config_overrides(text: str | None, checkpoint: bool) -> dict:
     except ValueError as error:
         raise ValueError(f"{OPTION}: {error}") from None
     return overrides
-
-
-__all__ = ["CHECKPOINT_KEYS", "OWN_OPTIONS", "SCRATCH_KEYS", "parse_config_overrides"]

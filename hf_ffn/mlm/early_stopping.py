@@ -84,6 +84,3 @@ def check_stop_at_step(
             f"{option}: the checkpoint resumed from ({resume}) is at step {resumed_step} already; give a later step, "
             f"or drop --stop_at_step to train to --max_steps"
         )
-
-
-__all__ = ["DEFAULT_METRIC", "StopAtStep", "check_stop_at_step", "early_stopping_callback"]

@@ -123,6 +123,3 @@ def card_notes(report: dict) -> list[str]:
     if _stopped(report):
         notes.append(f"stopped after step {report['steps']}: {_stopped(report)} (the learning rate not decayed to 0)")
     return notes
-
-
-__all__ = ["card_notes", "ffn_report", "run_report", "summary_line"]

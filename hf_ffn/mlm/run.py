@@ -424,6 +424,3 @@ def _print_outcome(outcome: dict, output_dir: str) -> None:
     print(outcome["summary"])
     print(f"saved to {output_dir} (report: run_info.json)")
     print(LOAD_HINT.format(folder=output_dir))
-
-
-__all__ = ["pretraining_config", "pretraining_main", "pretraining_parser", "run_mlm", "run_pretraining"]

@@ -112,6 +112,3 @@ class ThroughputCallback(TrainerCallback):
         if self.hook is not None:
             self.hook.remove()
             self.hook = None
-
-
-__all__ = ["ThroughputCallback"]

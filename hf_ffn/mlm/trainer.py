@@ -122,6 +122,3 @@ def mlm_trainer(
         callbacks=callbacks,
         **mlm_metrics_arguments(tokenizer.mask_token_id, training_args),
     )
-
-
-__all__ = ["absent_head_warning_dropped", "mlm_trainer", "new_mlm_head_note"]
