@@ -12,7 +12,7 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from .config_overrides import parse_config_overrides
+from .arguments import parse_config_overrides
 
 RECIPES = Path(__file__).with_name("recipes")
 AUTO, NONE = "auto", "none"

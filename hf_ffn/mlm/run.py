@@ -53,15 +53,21 @@ from ..training.outputs import (
 )
 from .arguments import PretrainingArguments, PretrainingDataArguments, ffn_width
 from .data import pretraining_data
-from .early_stopping import StopAtStep, check_stop_at_step, early_stopping_callback
 from .floors import plateau_verdict
 from .initialisation import ffn_output_rms, seed_by_name
 from .recipe import CONFIG_KEY, config_text, recipe_defaults
 from .report import card_notes, run_report, summary_line
 from .speed import apply_speed_defaults, options_given_by_value, use_bf16_where_available
-from .throughput import ThroughputCallback
 from .tokenizer import scratch_positions
-from .trainer import absent_head_warning_dropped, mlm_trainer, new_mlm_head_note
+from .trainer import (
+    StopAtStep,
+    ThroughputCallback,
+    absent_head_warning_dropped,
+    check_stop_at_step,
+    early_stopping_callback,
+    mlm_trainer,
+    new_mlm_head_note,
+)
 from .warmup import first_phase_arguments, second_phase_arguments
 
 logger = hf_logging.get_logger(__name__)
