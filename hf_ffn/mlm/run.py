@@ -1,7 +1,7 @@
 """`hf-ffn mlm`: masked-language-model pre-training of an FfnBert variant with transformers' `Trainer`, from scratch
-or continued from a checkpoint, in the shape of transformers' `run_mlm.py`. The recipe, the data path and what a run
-reports: docs/pretraining.md. A gated FFN asked for at a standard width I gets the parameter-matched width 2I/3
-(Shazeer 2020), as the multiple of `--glu_multiple_of` nearest to it (`ffn_width`).
+or continued from a checkpoint, in the shape of transformers' `run_mlm.py`: check the options, the data path
+(`hf_ffn.mlm.data`), the model, the Trainer, train and evaluate, report, save. The recipe, the data path and what a
+run reports: docs/pretraining.md.
 """
 
 from __future__ import annotations
@@ -126,12 +126,10 @@ def run_pretraining(
     recipe: dict | None = None,
 ) -> dict:
     """Pre-train an `FfnBertForMaskedLM` (from scratch, or continued from `args.model_name_or_path`) and save it,
-    with its tokenizer, model card, `all_results.json` and `run_info.json`, in `output_dir` (docs/pretraining.md).
-
-    With `data_args.short_block_length`, the warm-up's first phase runs first in `output_dir/short_blocks`
-    (`hf_ffn.mlm.warmup`). `callbacks`: extra `TrainerCallback`s. `given`: the option names the user gave (None: those
-    whose values differ from their defaults), which the speed defaults and bf16 leave alone. `recipe`: the recipe's
-    name and the values the run took from it (`hf_ffn.mlm.recipe`), recorded in `run_info.json`.
+    with its tokenizer, model card, `all_results.json` and `run_info.json`, in `output_dir` (docs/pretraining.md); a
+    warm-up's first phase first (`hf_ffn.mlm.warmup`). `given`: the option names the user gave (None: those whose
+    values differ from their defaults), which the speed defaults and bf16 leave alone. `recipe`: the recipe's name
+    and the values the run took from it, recorded in `run_info.json`.
 
     Returns:
         `{"results": metrics, "log_history": [...], "summary": one line, "wall_seconds": ..., **report}`.
@@ -161,7 +159,7 @@ def _train(args, data_args, training_args, callbacks, given, recipe, first_phase
     model, built = _model(args, tokenizer, data_args, training_args, resume, (recipe or {}).get(CONFIG_KEY))
     check_resume_matches(model.config, resume)
     first = [block["input_ids"] for block in itertools.islice(train, INIT_RMS_BLOCKS)]
-    init_rms = ffn_output_rms(model, torch.tensor(first, dtype=torch.long))
+    init_rms = ffn_output_rms(model, torch.stack([torch.as_tensor(ids) for ids in first]).long())
     bf16 = use_bf16_where_available(training_args, given) if args.bf16_where_available else training_args.bf16
     throughput = ThroughputCallback(
         mlm_flops(model.config, data_args.max_seq_length), args.sparse_prediction, tokenizer.pad_token_id
