@@ -1,5 +1,5 @@
 """`hf-ffn mlm`'s training side: the evaluation metrics ([MASK]-position loss, token loss, accuracy:
-`hf_ffn.mlm.metrics`), tokens per second and GFLOP/s in the log (`hf_ffn.mlm.throughput`,
+`hf_ffn.mlm.metrics`), tokens per second and GFLOP/s in the log (`hf_ffn.mlm.trainer`,
 `hf_ffn.params.mlm_flops`), `--config_overrides` and `--early_stopping_patience`. Tiny models on a tiny corpus."""
 
 import json
@@ -15,12 +15,10 @@ from transformers import BertConfig, BertForMaskedLM, TrainerControl, TrainerSta
 from transformers.utils import logging as hf_logging
 
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
-from hf_ffn.mlm.arguments import PretrainingArguments
-from hf_ffn.mlm.config_overrides import parse_config_overrides
+from hf_ffn.mlm.arguments import PretrainingArguments, parse_config_overrides
 from hf_ffn.mlm.metrics import mlm_scores, per_position_loss_and_prediction
 from hf_ffn.mlm.run import pretraining_config, pretraining_main, pretraining_parser, run_pretraining
-from hf_ffn.mlm.throughput import ThroughputCallback
-from hf_ffn.mlm.trainer import mlm_trainer
+from hf_ffn.mlm.trainer import ThroughputCallback, mlm_trainer
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.params import MlmFlops, mlm_flops
 from hf_ffn.training.blocks import mlm_blocks

@@ -27,10 +27,10 @@ from transformers.utils import logging as hf_logging
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
 from hf_ffn.mlm import run as pretraining_module
 from hf_ffn.mlm.arguments import PretrainingArguments, PretrainingDataArguments, ffn_width
-from hf_ffn.mlm.early_stopping import StopAtStep, check_stop_at_step
 from hf_ffn.mlm.report import ffn_report
 from hf_ffn.mlm.run import pretraining_main, pretraining_parser, run_pretraining
 from hf_ffn.mlm.speed import use_bf16_where_available
+from hf_ffn.mlm.trainer import StopAtStep, check_stop_at_step
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.blocks import masking_collator, mlm_blocks
 from hf_ffn.training.corpus import held_out_split, split_documents

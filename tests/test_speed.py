@@ -19,8 +19,7 @@ from hf_ffn.mlm.speed import (
     prediction_rows,
     use_bf16_where_available,
 )
-from hf_ffn.mlm.throughput import ThroughputCallback
-from hf_ffn.mlm.trainer import FixedOrRandomMaskCollator
+from hf_ffn.mlm.trainer import FixedOrRandomMaskCollator, ThroughputCallback
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.arguments import given_options
 

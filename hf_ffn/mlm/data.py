@@ -1,17 +1,24 @@
-"""The data phases of a pre-training run, each printing one line with its seconds (`Phases`): corpus → documents
-(`corpus_documents`), tokens, blocks and held-out maskings (`blocks_and_maskings`), the floors (`context_free_floors`).
+"""The data path of a pre-training run, one step after the other, each printing one line with its seconds
+(`pretraining_data`): corpus → documents (`hf_ffn.training.corpus`) → tokenizer (`hf_ffn.mlm.tokenizer`) → blocks
+and the held-out maskings (`hf_ffn.training.blocks`) → the context-free floors (`hf_ffn.mlm.floors`).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase, TrainingArguments
 
 from ..training.blocks import fixed_maskings, tokenize_documents, tokens_to_blocks
-from ..training.corpus import is_streamed, load_corpus, load_hub_corpus
-from .arguments import PretrainingDataArguments
+from ..training.corpus import load_corpus, load_hub_corpus
+from .arguments import PretrainingArguments, PretrainingDataArguments
 from .floors import mlm_floors, never_chosen_ids
+from .tokenizer import run_tokenizer
+
+if TYPE_CHECKING:
+    from datasets import Dataset, IterableDataset
 
 STREAM_FLOOR_BLOCKS = 10_000  # --streaming: the unigram of the floors is counted on the first this many blocks
 
@@ -32,40 +39,50 @@ class Phases:
             print(f"{self.prog}: {what} ({self.seconds[name]:.1f} s)", flush=True)
 
 
-def materialise(dataset, count: int | None):
-    """The first `count` rows (None: all) of `dataset`, a stream read into an in-memory `Dataset`."""
-    from datasets import Dataset
+@dataclass
+class PretrainingData:
+    """What the data path hands the Trainer and the report."""
 
-    if not is_streamed(dataset):
-        return dataset if count is None else dataset.select(range(min(count, len(dataset))))
-    return Dataset.from_list(list(dataset if count is None else dataset.take(count)))
+    documents: dict  # split → documents (`Dataset`, or `IterableDataset` when streamed)
+    tokenizer: PreTrainedTokenizerBase
+    tokenizer_source: str
+    train: Dataset | IterableDataset  # blocks, masked afresh each batch
+    evaluation: Dataset  # the held-out blocks masked --eval_maskings times
+    floors: dict  # `mlm_floors`
+    masking: dict  # `PretrainingDataArguments.masking_options`
+    phase_seconds: dict = field(default_factory=dict)
 
 
-def corpus_documents(data_args: PretrainingDataArguments, phases: Phases):
-    """Corpus → documents (`load_corpus`, or `load_hub_corpus` with --dataset_name), its line printed."""
+def pretraining_data(
+    args: PretrainingArguments,
+    data_args: PretrainingDataArguments,
+    training_args: TrainingArguments,
+    resume: str | None,
+    show: bool = True,
+) -> PretrainingData:
+    """Corpus → documents → tokenizer → blocks (cut to `--max_train_samples` / `--max_eval_samples`) → held-out
+    maskings → floors; a stream's held-out blocks are read into memory, its floors counted on its first
+    `STREAM_FLOOR_BLOCKS` blocks.
+
+    Raises:
+        ValueError: when the training or held-out text is shorter than one block (and as the steps raise).
+    """
+    from datasets import Dataset  # deferred: `hf-ffn mlm --help` answers without datasets
+
+    phases = Phases(show)
     load = load_corpus if data_args.dataset_name is None else load_hub_corpus
     documents = load(**data_args.corpus_options())
     if data_args.streaming:
         phases.done("reading", f"opened {data_args.dataset_name} as a stream (read as training reads it)")
     else:
         counts = {split: len(docs) for split, docs in documents.items()}
-        phases.done(
-            "reading",
-            f"read {sum(counts.values()):,} documents: {counts['train']:,} train, {counts['validation']:,} held out",
-        )
-    return documents
+        held_out = f"{counts['train']:,} train, {counts['validation']:,} held out"
+        phases.done("reading", f"read {sum(counts.values()):,} documents: {held_out}")
 
+    tokenizer, source = run_tokenizer(args, documents["train"], training_args, resume, data_args.max_seq_length)
+    if args.tokenizer_name is None and args.model_name_or_path is None and resume is None:
+        phases.done("tokenizer", f"trained a WordPiece tokenizer of {len(tokenizer):,} tokens")
 
-def blocks_and_maskings(
-    documents, tokenizer: PreTrainedTokenizerBase, data_args: PretrainingDataArguments, phases: Phases | None = None
-):
-    """Documents → blocks → masks: `(training blocks, held-out blocks masked --eval_maskings times)`, cut to
-    `--max_train_samples` / `--max_eval_samples`; a stream's held-out blocks are read into memory.
-
-    Raises:
-        ValueError: when the training or held-out text is shorter than one block.
-    """
-    phases = phases or Phases(show=False)
     workers, block = data_args.preprocessing_num_workers, data_args.max_seq_length
     tokens = tokenize_documents(documents, tokenizer, workers)
     if not data_args.streaming:
@@ -74,46 +91,33 @@ def blocks_and_maskings(
         count = pc.sum(pc.list_value_length(tokens["train"].data.column("input_ids"))).as_py() or 0
         phases.done("tokenizing", f"tokenized the documents: {count:,} training tokens")
     blocks = tokens_to_blocks(tokens, block, data_args.attention_scope, workers)
-    train, evaluation = blocks["train"], materialise(blocks["validation"], data_args.max_eval_samples)
-    if not is_streamed(train) and data_args.max_train_samples:
-        train = train.select(range(min(data_args.max_train_samples, len(train))))
-    elif data_args.max_train_samples:
-        train = train.take(data_args.max_train_samples)
-    if len(evaluation) == 0 or (not is_streamed(train) and len(train) == 0):
+    train, evaluation, streamed = blocks["train"], blocks["validation"], data_args.streaming
+    held_out, trained = data_args.max_eval_samples, data_args.max_train_samples
+    if streamed:
+        evaluation = Dataset.from_list(list(evaluation if held_out is None else evaluation.take(held_out)))
+        train = train.take(trained) if trained else train
+    else:
+        evaluation = evaluation if held_out is None else evaluation.select(range(min(held_out, len(evaluation))))
+        train = train.select(range(min(trained, len(train)))) if trained else train
+    if len(evaluation) == 0 or (not streamed and len(train) == 0):
         raise ValueError(
             f"--max_seq_length {block}: the training or held-out text is shorter than one block "
-            f"({'streamed' if is_streamed(train) else len(train)} and {len(evaluation)} blocks)"
+            f"({'streamed' if streamed else len(train)} and {len(evaluation)} blocks)"
         )
-    trained = "streamed" if is_streamed(train) else f"{len(train):,}"
+    trained = "streamed" if streamed else f"{len(train):,}"
     phases.done("blocks", f"cut blocks of {block}: {trained} training, {len(evaluation):,} held out")
-    masked = fixed_maskings(
-        evaluation, tokenizer, data_args.eval_maskings, data_args.split_seed, **data_args.masking_options()
-    )
-    phases.done("maskings", f"masked the held-out blocks {data_args.eval_maskings} time(s): {len(masked):,} rows")
-    return train, masked
-
-
-def context_free_floors(
-    train, evaluation, tokenizer: PreTrainedTokenizerBase, data_args: PretrainingDataArguments
-) -> dict:
-    """`mlm_floors` of the training blocks (a stream's first `STREAM_FLOOR_BLOCKS`) on the held-out maskings."""
     masking = data_args.masking_options()
-    return mlm_floors(
-        train.take(STREAM_FLOOR_BLOCKS) if is_streamed(train) else train,  # a stream counted as it is read
-        evaluation,
+    masked = fixed_maskings(evaluation, tokenizer, data_args.eval_maskings, data_args.split_seed, **masking)
+    phases.done("maskings", f"masked the held-out blocks {data_args.eval_maskings} time(s): {len(masked):,} rows")
+
+    floors = mlm_floors(
+        train.take(STREAM_FLOOR_BLOCKS) if streamed else train,  # a stream counted as it is read
+        masked,
         len(tokenizer),
         tokenizer.mask_token_id,
         never_chosen_ids(tokenizer),
         masking["mask_replace_prob"],
         masking["random_replace_prob"],
     )
-
-
-__all__ = [
-    "STREAM_FLOOR_BLOCKS",
-    "Phases",
-    "blocks_and_maskings",
-    "context_free_floors",
-    "corpus_documents",
-    "materialise",
-]
+    phases.done("floors", f"context-free floors: unigram at [MASK] {floors['unigram_mask']:.4f} nats")
+    return PretrainingData(documents, tokenizer, source, train, masked, floors, masking, phases.seconds)

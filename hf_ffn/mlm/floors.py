@@ -157,14 +157,3 @@ def plateau_verdict(mask_loss: float, unigram_mask: float, margin: float = PLATE
         "margin": margin,
         "message": message,
     }
-
-
-__all__ = [
-    "PLATEAU_MARGIN",
-    "plateau_verdict",
-    "context_free_losses",
-    "mlm_floors",
-    "never_chosen_ids",
-    "unigram_counts",
-    "unigram_distribution",
-]

@@ -70,6 +70,3 @@ def ffn_output_rms(model: nn.Module, input_ids: torch.Tensor, attention_mask: to
         model.train(training)
     keep = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
     return [float(out[keep].float().pow(2).mean().sqrt()) for out in outputs]
-
-
-__all__ = ["ffn_output_rms", "name_seed", "seed_by_name"]

@@ -107,6 +107,3 @@ def mlm_metrics_arguments(mask_token_id: int, training_args) -> dict:
         "compute_metrics": MlmMetrics(mask_token_id),
         "preprocess_logits_for_metrics": per_position_loss_and_prediction,
     }
-
-
-__all__ = ["IGNORE_INDEX", "MlmMetrics", "mlm_metrics_arguments", "mlm_scores", "per_position_loss_and_prediction"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from .config_overrides import parse_config_overrides
+from .arguments import parse_config_overrides
 
 RECIPES = Path(__file__).with_name("recipes")
 AUTO, NONE = "auto", "none"
@@ -95,6 +95,3 @@ def recipe_defaults(parser: HfArgumentParser, argv: Sequence[str]) -> tuple[str 
     except ValueError as error:
         raise ValueError(f"--recipe {name}: {error}") from error
     return name, recipe
-
-
-__all__ = ["AUTO", "NONE", "RECIPES", "chosen_recipe", "config_text", "read_recipe", "recipe_defaults", "recipe_names"]

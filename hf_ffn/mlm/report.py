@@ -10,7 +10,6 @@ from transformers.utils import logging as hf_logging
 
 from ..configuration_ffn_bert import FfnBertConfig
 from ..params import config_row
-from ..training.corpus import is_streamed
 
 logger = hf_logging.get_logger(__name__)
 
@@ -30,18 +29,19 @@ def ffn_report(config: FfnBertConfig, standard_width: int | None = None) -> dict
 
 
 def run_report(
-    args, data_args, training_args, trainer, built, documents, blocks, train_seconds: float, resumed_from_step: int
+    args, data_args, training_args, trainer, built, data, train_seconds: float, resumed_from_step: int
 ) -> dict:
     """`run_info.json`'s model, FFN, conversion, documents, blocks, steps, tokens seen, epochs (above 1: training
     text repeated, logged), execution switches and `train_seconds` (`run_pretraining` adds the rest)."""
     model, state, block = trainer.model, trainer.state, data_args.max_seq_length
-    train, evaluation = blocks
+    train, evaluation, documents = data.train, data.evaluation, data.documents
     per_step = training_args.per_device_train_batch_size * training_args.world_size
     sequences = state.global_step * per_step * training_args.gradient_accumulation_steps
     sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
     sizes += ("hidden_act", "ffn_type", "layer_norm_position")
     new_head = built["head_note"] or args.model_name_or_path is None
-    epochs = None if is_streamed(train) else sequences / len(train)  # a stream's length is not known
+    streamed = data_args.streaming  # a stream's length is not known
+    epochs = None if streamed else sequences / len(train)
     if epochs is not None and epochs > 1:
         logger.warning(f"the run saw its training blocks {epochs:.3g} times (epochs > 1): training text repeated")
     return {
@@ -53,9 +53,9 @@ def run_report(
         "mlm_head": "newly initialised" if new_head else "from the checkpoint",
         "ffn": ffn_report(model.config, built["standard_width"]),
         "conversion": built["conversion"],
-        "documents": {split: "streamed" if is_streamed(docs) else len(docs) for split, docs in documents.items()},
+        "documents": {split: "streamed" if streamed else len(docs) for split, docs in documents.items()},
         "blocks": {
-            "train": "streamed" if is_streamed(train) else len(train),
+            "train": "streamed" if streamed else len(train),
             "validation": len(evaluation) // data_args.eval_maskings,
             "validation_maskings": data_args.eval_maskings,
             "tokens_per_block": block,
@@ -123,6 +123,3 @@ def card_notes(report: dict) -> list[str]:
     if _stopped(report):
         notes.append(f"stopped after step {report['steps']}: {_stopped(report)} (the learning rate not decayed to 0)")
     return notes
-
-
-__all__ = ["card_notes", "ffn_report", "run_report", "summary_line"]

@@ -1,12 +1,13 @@
 """`hf-ffn mlm`: masked-language-model pre-training of an FfnBert variant with transformers' `Trainer`, from scratch
-or continued from a checkpoint, in the shape of transformers' `run_mlm.py`. The recipe, the data path and what a run
-reports: docs/pretraining.md. A gated FFN asked for at a standard width I gets the parameter-matched width 2I/3
-(Shazeer 2020), as the multiple of `--glu_multiple_of` nearest to it (`ffn_width`).
+or continued from a checkpoint, in the shape of transformers' `run_mlm.py`: check the options, the data path
+(`hf_ffn.mlm.data`), the model, the Trainer, train and evaluate, report, save. The recipe, the data path and what a
+run reports: docs/pretraining.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import time
@@ -14,7 +15,6 @@ from pathlib import Path
 
 import torch
 from transformers import (
-    AutoTokenizer,
     HfArgumentParser,
     PreTrainedTokenizerBase,
     Trainer,
@@ -47,35 +47,33 @@ from ..training.outputs import (
     checkpoint_unpad_tokens,
     final_evaluation,
     load_model,
-    load_tokenizer,
     model_card,
     save_outputs,
     training_seconds,
 )
 from .arguments import PretrainingArguments, PretrainingDataArguments, ffn_width
-from .data import Phases, blocks_and_maskings, context_free_floors, corpus_documents, materialise
-from .early_stopping import StopAtStep, check_stop_at_step, early_stopping_callback
+from .data import pretraining_data
 from .floors import plateau_verdict
 from .initialisation import ffn_output_rms, seed_by_name
 from .recipe import CONFIG_KEY, config_text, recipe_defaults
 from .report import card_notes, run_report, summary_line
 from .speed import apply_speed_defaults, options_given_by_value, use_bf16_where_available
-from .throughput import ThroughputCallback
-from .tokenizer import train_tokenizer
-from .trainer import absent_head_warning_dropped, mlm_trainer, new_mlm_head_note
-from .warmup import (
-    check_first_phase_folder,
-    check_short_blocks,
-    first_phase_arguments,
-    first_phase_done,
-    second_phase_arguments,
+from .tokenizer import scratch_positions
+from .trainer import (
+    StopAtStep,
+    ThroughputCallback,
+    absent_head_warning_dropped,
+    check_stop_at_step,
+    early_stopping_callback,
+    mlm_trainer,
+    new_mlm_head_note,
 )
+from .warmup import first_phase_arguments, second_phase_arguments
 
 logger = hf_logging.get_logger(__name__)
 
 DEFAULT_OUTPUT_ROOT = Path("out") / "mlm"  # --output_dir left out: a fresh folder under it (`fresh_output_dir`)
 INIT_RMS_BLOCKS = 8  # training blocks the FFN output rms at the start is measured on (`ffn_output_rms`)
-TOKENIZER_FOLDER = "tokenizer"  # where a trained tokenizer is saved in --output_dir as soon as it is trained
 # The saved config.json has an `auto_map` (remote code), so AutoTokenizer asks about remote code unless hf_ffn is
 # imported or trust_remote_code is given (docs/conversion.md, "Without hf_ffn").
 LOAD_HINT = (
@@ -118,12 +116,6 @@ def pretraining_config(
     return config
 
 
-def scratch_positions(max_seq_length: int) -> int:
-    """A from-scratch model's `max_position_embeddings` (and its trained tokenizer's `model_max_length`): BERT's 512,
-    or the block length when longer."""
-    return max(512, max_seq_length)
-
-
 @one_run_per_output_dir(disposable=("tokenizer", "short_blocks/"))  # TOKENIZER_FOLDER, FIRST_PHASE_FOLDER
 def run_pretraining(
     args: PretrainingArguments,
@@ -134,12 +126,10 @@ def run_pretraining(
     recipe: dict | None = None,
 ) -> dict:
     """Pre-train an `FfnBertForMaskedLM` (from scratch, or continued from `args.model_name_or_path`) and save it,
-    with its tokenizer, model card, `all_results.json` and `run_info.json`, in `output_dir` (docs/pretraining.md).
-
-    With `data_args.short_block_length`, the warm-up's first phase runs first in `output_dir/short_blocks`
-    (`hf_ffn.mlm.warmup`). `callbacks`: extra `TrainerCallback`s. `given`: the option names the user gave (None: those
-    whose values differ from their defaults), which the speed defaults and bf16 leave alone. `recipe`: the recipe's
-    name and the values the run took from it (`hf_ffn.mlm.recipe`), recorded in `run_info.json`.
+    with its tokenizer, model card, `all_results.json` and `run_info.json`, in `output_dir` (docs/pretraining.md); a
+    warm-up's first phase first (`hf_ffn.mlm.warmup`). `given`: the option names the user gave (None: those whose
+    values differ from their defaults), which the speed defaults and bf16 leave alone. `recipe`: the recipe's name
+    and the values the run took from it, recorded in `run_info.json`.
 
     Returns:
         `{"results": metrics, "log_history": [...], "summary": one line, "wall_seconds": ..., **report}`.
@@ -162,24 +152,17 @@ def _train(args, data_args, training_args, callbacks, given, recipe, first_phase
     resume, stopping = _check_arguments(args, data_args, training_args)
     given = options_given_by_value(args, data_args, training_args) if given is None else given
     speed = apply_speed_defaults((args,), training_args, given) if args.speed_defaults else {}
-    phases = Phases(show=training_args.process_index == 0)
-    documents = corpus_documents(data_args, phases)
-    tokenizer, tokenizer_source = _tokenizer(args, documents["train"], training_args, resume, data_args.max_seq_length)
-    if args.tokenizer_name is None and args.model_name_or_path is None and resume is None:
-        phases.done("tokenizer", f"trained a WordPiece tokenizer of {len(tokenizer):,} tokens")
-    train, evaluation = blocks_and_maskings(documents, tokenizer, data_args, phases)
-    floors = context_free_floors(train, evaluation, tokenizer, data_args)
-    phases.done("floors", f"context-free floors: unigram at [MASK] {floors['unigram_mask']:.4f} nats")
+    data = pretraining_data(args, data_args, training_args, resume, show=training_args.process_index == 0)
+    train, evaluation, tokenizer = data.train, data.evaluation, data.tokenizer
     data_seconds = time.perf_counter() - start  # reading, the tokenizer, tokenizing, blocks, maskings (or the cache)
 
     model, built = _model(args, tokenizer, data_args, training_args, resume, (recipe or {}).get(CONFIG_KEY))
     check_resume_matches(model.config, resume)
-    first = materialise(train, INIT_RMS_BLOCKS)
-    init_rms = ffn_output_rms(model, torch.tensor(first[:INIT_RMS_BLOCKS]["input_ids"], dtype=torch.long))
+    first = [block["input_ids"] for block in itertools.islice(train, INIT_RMS_BLOCKS)]
+    init_rms = ffn_output_rms(model, torch.stack([torch.as_tensor(ids) for ids in first]).long())
     bf16 = use_bf16_where_available(training_args, given) if args.bf16_where_available else training_args.bf16
-    throughput = ThroughputCallback(
-        mlm_flops(model.config, data_args.max_seq_length), args.sparse_prediction, tokenizer.pad_token_id
-    )
+    flops = mlm_flops(model.config, data_args.max_seq_length)
+    throughput = ThroughputCallback(flops, args.sparse_prediction, tokenizer.pad_token_id)
     trainer = mlm_trainer(
         model,
         tokenizer,
@@ -193,33 +176,31 @@ def _train(args, data_args, training_args, callbacks, given, recipe, first_phase
             *(callbacks or []),
             *([StopAtStep(args.stop_at_step)] if args.stop_at_step else []),
         ],
-        **data_args.masking_options(),
+        **data.masking,
         fixed_prediction_rows=args.sparse_prediction and args.fixed_prediction_rows,
     )
     # read before training: the Trainer may delete the checkpoint it resumed from (--save_total_limit)
     resumed_from_step = checkpoint_step(resume)
     results, train_seconds = _train_and_evaluate(trainer, resume, stopping, resumed_from_step)
 
-    report = run_report(
-        args, data_args, training_args, trainer, built, documents, (train, evaluation), train_seconds, resumed_from_step
-    )
+    report = run_report(args, data_args, training_args, trainer, built, data, train_seconds, resumed_from_step)
     stop = args.stop_at_step  # not reached in a warm-up's first phase, nor after an earlier early stop
     from_scratch = args.model_name_or_path is None
     report |= {
-        "tokenizer": {"source": tokenizer_source, "vocab_size": len(tokenizer)},
+        "tokenizer": {"source": data.tokenizer_source, "vocab_size": len(tokenizer)},
         "bf16": bool(bf16),
         "speed_defaults": speed,
-        "floors": floors,
+        "floors": data.floors,
         "ffn_output_rms_at_start": init_rms,
         "data_seconds": data_seconds,
-        "phase_seconds": phases.seconds,
+        "phase_seconds": data.phase_seconds,
         "recipe": recipe or {},
         "short_blocks": first_phase,
         "resumed_from": resume,
         "stop_at_step": None
         if stop is None
         else {"step": stop, "max_steps": training_args.max_steps, "reached": trainer.state.global_step == stop},
-        "plateau": plateau_verdict(results["eval_mask_loss"], floors["unigram_mask"]) if from_scratch else None,
+        "plateau": plateau_verdict(results["eval_mask_loss"], data.floors["unigram_mask"]) if from_scratch else None,
     }
     report["summary"] = summary_line(report, model.config, built["standard_width"], results["eval_loss"], results)
     _save(args, data_args, training_args, trainer, tokenizer, results, report, built)
@@ -248,26 +229,6 @@ def _check_arguments(args: PretrainingArguments, data_args: PretrainingDataArgum
     if args.model_name_or_path is not None:
         check_checkpoint(args.model_name_or_path, "--model_name_or_path")
     return resume, stopping
-
-
-def _tokenizer(
-    args: PretrainingArguments, train_docs, training_args: TrainingArguments, resume: str | None, max_seq_length: int
-) -> tuple[PreTrainedTokenizerBase, str]:
-    """The run's tokenizer and where it came from: the resumed checkpoint's, the one named, or one trained on
-    `train_docs` by process 0 and saved at once in `output_dir/tokenizer` (every process of a `torchrun` job loads it:
-    one vocabulary)."""
-    if resume is not None and (Path(resume) / "tokenizer_config.json").is_file():
-        return AutoTokenizer.from_pretrained(resume), f"from the checkpoint {resume}"
-    if args.tokenizer_name is not None or args.model_name_or_path is not None:
-        return load_tokenizer(args.model_arguments()), args.tokenizer_name or args.model_name_or_path
-    folder = Path(training_args.output_dir) / TOKENIZER_FOLDER
-    with training_args.main_process_first(local=False, desc="training the tokenizer"):
-        if training_args.process_index == 0:
-            trained = train_tokenizer(train_docs, args.scratch("vocab_size"))
-            trained.model_max_length = scratch_positions(max_seq_length)  # else 1e30: truncation=True never cuts
-            trained.save_pretrained(folder)
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-    return tokenizer, f"WordPiece trained on the training documents ({args.scratch('vocab_size')} asked)"
 
 
 def _model(
@@ -368,13 +329,9 @@ def _first_phase(args, data_args, training_args, callbacks, given, recipe) -> di
     """A sequence-length warm-up's first phase, trained in `output_dir/short_blocks` up to its `checkpoint-K`
     (skipped when a resumed run finds it there); returns what `run_info.json`'s `short_blocks` keeps of it."""
     check_output_dir(training_args.output_dir, training_args.resume_from_checkpoint)
-    from_scratch = args.model_name_or_path is None
-    check_short_blocks(data_args, training_args, from_scratch, args.early_stopping_patience)
-    check_stop_at_step(args.stop_at_step, training_args, data_args.short_block_steps)
-    short_data, short_training = first_phase_arguments(data_args, training_args)
+    short_data, short_training, info = first_phase_arguments(args, data_args, training_args)
     folder = Path(short_training.output_dir)
-    info = check_first_phase_folder(data_args, training_args)
-    if not first_phase_done(data_args, training_args):
+    if info is None:  # still to train
         stop = StopAtStep(data_args.short_block_steps)
         _train(args, short_data, short_training, [*(callbacks or []), stop], given, recipe)
         info = json.loads((folder / "run_info.json").read_text())
@@ -470,6 +427,3 @@ def _print_outcome(outcome: dict, output_dir: str) -> None:
     print(outcome["summary"])
     print(f"saved to {output_dir} (report: run_info.json)")
     print(LOAD_HINT.format(folder=output_dir))
-
-
-__all__ = ["pretraining_config", "pretraining_main", "pretraining_parser", "run_mlm", "run_pretraining"]

@@ -132,13 +132,3 @@ def prediction_positions(labels: torch.Tensor, rows: int) -> torch.Tensor:
     order = torch.argsort(unlabelled, stable=True)  # labelled (0) first, each group in row-major order
     labelled = unlabelled.numel() - int(unlabelled.sum())
     return order if labelled > rows else order[:rows]
-
-
-__all__ = [
-    "apply_speed_defaults",
-    "device_speed_defaults",
-    "options_given_by_value",
-    "prediction_positions",
-    "prediction_rows",
-    "use_bf16_where_available",
-]

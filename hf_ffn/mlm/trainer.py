@@ -1,13 +1,25 @@
-"""`mlm_trainer`, the one MLM `Trainer` of the package, and the note for a checkpoint without an MLM head."""
+"""`mlm_trainer`, the one MLM `Trainer` of the package, its callbacks and the note for a checkpoint without an MLM head.
+
+Callbacks: `ThroughputCallback` (tokens per second and achieved GFLOP/s on every training log line and the final one:
+tokens counted by a forward pre-hook, the non-padding tokens and the labelled positions the MLM head decodes under
+sparse prediction; seconds are training's, less evaluating and saving; FLOPs are
+`hf_ffn.params.MlmFlops.training_flops`, 3 × the forward matrix products, Kaplan et al. 2020; counts are this
+process's: under `torchrun` each logs its own), `early_stopping_callback` (`--early_stopping_patience`, transformers'
+`EarlyStoppingCallback`; the best checkpoint is loaded at the end) and `StopAtStep` (`--stop_at_step N`: a checkpoint
+after step N of the `--max_steps` schedule, its learning rate not decayed, for a later run to go on from).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import torch
 from transformers import (
+    DataCollatorForLanguageModeling,
+    EarlyStoppingCallback,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     Trainer,
@@ -17,9 +29,10 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from ..training.blocks import fixed_maskings, masking_collator
+from ..params import MlmFlops
+from ..training.blocks import fixed_maskings
 from ..training.collators import PaddingFreeCollator
-from .metrics import mlm_metrics_arguments
+from .metrics import IGNORE_INDEX, mlm_metrics_arguments
 from .speed import prediction_positions, prediction_rows
 
 logger = hf_logging.get_logger(__name__)
@@ -30,9 +43,10 @@ MLM_HEAD_PREFIX = "cls.predictions."
 ABSENT_HEAD_WARNING = "This checkpoint seem corrupted"
 
 
-class FixedOrRandomMaskCollator:
-    """Masks training batches afresh (`masking_collator`) and passes batches that carry `labels` (the fixed
-    maskings) through; with `fixed_prediction_rows` a masked batch gets `prediction_positions` too."""
+class FixedOrRandomMaskCollator(DataCollatorForLanguageModeling):
+    """BERT's masking (Devlin et al. 2019, sec. 3.1) of training batches, afresh each batch (torch's global RNG);
+    batches that carry `labels` (the fixed maskings) pass through; with `fixed_prediction_rows` a masked batch gets
+    `prediction_positions` too."""
 
     def __init__(
         self,
@@ -42,13 +56,18 @@ class FixedOrRandomMaskCollator:
         random_replace_prob: float = 0.1,
         fixed_prediction_rows: bool = False,
     ):
-        self.mlm = masking_collator(tokenizer, mlm_probability, mask_replace_prob, random_replace_prob)
-        self.mlm_probability, self.fixed_prediction_rows = mlm_probability, fixed_prediction_rows
+        super().__init__(
+            tokenizer,
+            mlm_probability=mlm_probability,
+            mask_replace_prob=mask_replace_prob,
+            random_replace_prob=random_replace_prob,
+        )
+        self.fixed_prediction_rows = fixed_prediction_rows
 
-    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+    def __call__(self, features: list[dict], return_tensors: str | None = None) -> dict[str, torch.Tensor]:
         if "labels" in features[0]:
             return default_data_collator(features)
-        batch = self.mlm(features)
+        batch = super().__call__(features, return_tensors)
         if self.fixed_prediction_rows:
             labels = batch["labels"]
             rows = prediction_rows(labels.numel(), self.mlm_probability)
@@ -102,7 +121,7 @@ def mlm_trainer(
     fixed_prediction_rows: bool = False,
 ) -> Trainer:
     """A `Trainer` for masked-language-model training of `model` on `train_blocks` (rows of `documents_to_blocks`),
-    masked afresh each batch (`masking_collator`'s rates). `eval_blocks`: fixed maskings (rows with `labels`), or
+    masked afresh each batch (`FixedOrRandomMaskCollator`). `eval_blocks`: fixed maskings (rows with `labels`), or
     blocks masked once here with `seed`: every evaluation scores the same tokens, and reports `mlm_scores`
     (`"inputs"` is added to `training_args.include_for_metrics`). `padding_free`: `PaddingFreeCollator`.
     `fixed_prediction_rows`: training batches carry `prediction_positions` (`hf_ffn.mlm.speed`).
@@ -124,4 +143,176 @@ def mlm_trainer(
     )
 
 
-__all__ = ["absent_head_warning_dropped", "mlm_trainer", "new_mlm_head_note"]
+DEFAULT_METRIC = "mask_loss"  # eval_mask_loss: the held-out loss on [MASK] positions (hf_ffn.mlm.metrics)
+
+
+def early_stopping_callback(
+    patience: int | None, threshold: float, training_args: TrainingArguments
+) -> EarlyStoppingCallback | None:
+    """`EarlyStoppingCallback(patience, threshold)` with `training_args` set up for it in place
+    (`load_best_model_at_end`; `metric_for_best_model` `DEFAULT_METRIC`, lower is better, unless given); None for
+    `patience` None.
+
+    Raises:
+        ValueError: naming --early_stopping_patience with no evaluation during training, or checkpoints that cannot
+            hold the best model.
+    """
+    if patience is None:
+        return None
+    option = f"--early_stopping_patience {patience}"
+    eval_strategy, save_strategy = str(training_args.eval_strategy.value), str(training_args.save_strategy.value)
+    if eval_strategy == "no":
+        raise ValueError(
+            f"{option} stops after evaluations that do not improve: give --eval_strategy steps (and --eval_steps) "
+            f"or epoch; got --eval_strategy no"
+        )
+    if save_strategy != "best":
+        if save_strategy != eval_strategy:
+            raise ValueError(
+                f"{option} loads the best checkpoint at the end: --save_strategy must be 'best' or "
+                f"--eval_strategy's {eval_strategy!r}; got {save_strategy!r}"
+            )
+        if eval_strategy == "steps" and training_args.save_steps % training_args.eval_steps != 0:
+            raise ValueError(
+                f"{option} loads the best checkpoint at the end: --save_steps ({training_args.save_steps:g}) must "
+                f"be a multiple of --eval_steps ({training_args.eval_steps:g}), or --save_strategy best"
+            )
+    training_args.load_best_model_at_end = True
+    if training_args.metric_for_best_model is None:
+        training_args.metric_for_best_model = DEFAULT_METRIC
+        training_args.greater_is_better = False
+    return EarlyStoppingCallback(early_stopping_patience=patience, early_stopping_threshold=threshold)
+
+
+class StopAtStep(TrainerCallback):
+    """Ends training after step `step` with a checkpoint (`should_save`) that a later run can resume from."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.step:
+            control.should_training_stop = control.should_save = True
+
+
+def check_stop_at_step(
+    stop: int | None, training_args: TrainingArguments, resume: str | None = None, resumed_step: int = 0
+):
+    """Refuse a `--stop_at_step` the run cannot stop at (None: nothing to check).
+
+    Raises:
+        ValueError: naming --stop_at_step: no --max_steps, not below it, or not after `resumed_step` (the step of
+            the checkpoint `resume`).
+    """
+    if stop is None:
+        return
+    option = f"--stop_at_step {stop}"
+    if training_args.max_steps <= 0:
+        raise ValueError(f"{option}: give --max_steps (the run stops at a step of its schedule)")
+    if stop >= training_args.max_steps:
+        raise ValueError(
+            f"{option} must be below --max_steps {training_args.max_steps} (the schedule's last step; to end there, "
+            f"drop --stop_at_step)"
+        )
+    if stop <= resumed_step:
+        raise ValueError(
+            f"{option}: the checkpoint resumed from ({resume}) is at step {resumed_step} already; give a later step, "
+            f"or drop --stop_at_step to train to --max_steps"
+        )
+
+
+class ThroughputCallback(TrainerCallback):
+    """Adds `train_tokens_per_second` and `train_gflops_per_second` (since the previous training log) to every
+    training log line (and `state.log_history`), and the same over the whole run with `train_tokens` to the final
+    one (replacing transformers' own `train_tokens_per_second`).
+
+    Args:
+        flops: the model's FLOP counts (`hf_ffn.params.mlm_flops`); `None`: tokens per second only.
+        sparse_prediction: whether the MLM head decodes only the labelled positions (else every token).
+        pad_token_id: the pad token, for batches without an attention mask.
+        clock: seconds (a fake clock in tests); `time.perf_counter` by default.
+    """
+
+    def __init__(
+        self,
+        flops: MlmFlops | None = None,
+        sparse_prediction: bool = True,
+        pad_token_id: int | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        self.flops, self.sparse_prediction = flops, sparse_prediction
+        self.pad_token_id, self.clock = pad_token_id, clock
+        self.tokens = self.decoded = 0  # since the last training log
+        self.total_tokens = self.total_decoded = 0
+        self.seconds = self.total_seconds = 0.0
+        self.mark = None  # the clock when training (not evaluation or saving) last resumed
+        self.hook = None
+
+    # Counting -------------------------------------------------------------------------------------------------
+    def count(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        """Forward pre-hook: count a training batch, on its device (read back once per log line, not per step:
+        reading a CUDA tensor waits for the GPU)."""
+        if not module.training:
+            return
+        input_ids = kwargs.get("input_ids", args[0] if args else None)
+        attention_mask, labels = kwargs.get("attention_mask"), kwargs.get("labels")
+        if attention_mask is not None and attention_mask.dim() == 2:
+            tokens = (attention_mask != 0).sum()  # also for masks that number the documents of a row
+        elif input_ids is not None and self.pad_token_id is not None:
+            tokens = (input_ids != self.pad_token_id).sum()
+        else:
+            tokens = input_ids.numel() if input_ids is not None else 0
+        decoded = (labels != IGNORE_INDEX).sum() if labels is not None and self.sparse_prediction else tokens
+        self.tokens = self.tokens + tokens
+        self.decoded = self.decoded + decoded
+
+    def rates(self, tokens: int, decoded: int, seconds: float) -> dict[str, float]:
+        """Tokens per second and achieved GFLOP/s of `tokens` (and `decoded` head rows) in `seconds`."""
+        if seconds <= 0:
+            return {}
+        rates = {"train_tokens_per_second": round(tokens / seconds, 3)}
+        if self.flops is not None:
+            rates["train_gflops_per_second"] = round(self.flops.training_flops(tokens, decoded) / seconds / 1e9, 3)
+        return rates
+
+    # Trainer events -------------------------------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if model is not None and self.hook is None:
+            # run eagerly under torch.compile (a hook outside the compiled graph)
+            self.hook = model.register_forward_pre_hook(torch.compiler.disable(self.count), with_kwargs=True)
+        self.mark = self.clock()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = self.clock()  # a step ends; logging, evaluation and saving follow
+        self.seconds += now - self.mark
+        self.mark = now
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self.mark = self.clock()  # training resumes now: the time since the last mark was not training
+
+    on_save = on_evaluate
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is None:
+            return
+        self.tokens, self.decoded = int(self.tokens), int(self.decoded)  # the one read-back per log line
+        if "loss" in logs:  # a training log line
+            added = self.rates(self.tokens, self.decoded, self.seconds)
+            self.total_tokens += self.tokens
+            self.total_decoded += self.decoded
+            self.total_seconds += self.seconds
+            self.tokens = self.decoded = 0
+            self.seconds = 0.0
+        elif "train_runtime" in logs:  # the final line: the whole run
+            tokens, decoded = self.total_tokens + self.tokens, self.total_decoded + self.decoded
+            added = {"train_tokens": tokens, **self.rates(tokens, decoded, self.total_seconds + self.seconds)}
+        else:
+            return
+        logs.update(added)
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1].update(added)  # Trainer copied `logs` there before calling on_log
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.hook is not None:
+            self.hook.remove()
+            self.hook = None

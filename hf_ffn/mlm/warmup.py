@@ -19,6 +19,34 @@ FIRST_PHASE_FOLDER = "short_blocks"  # the first phase's run, inside --output_di
 MAX_SCRATCH_LENGTH = 512  # a from-scratch model's positions (`pretraining.scratch_positions`) for any block up to it
 
 
+def first_phase_arguments(args, data_args, training_args: TrainingArguments):
+    """`(short_data, short_training, info)`, after refusing a warm-up the two phases cannot run: the first phase's data
+    and training arguments (blocks of L, as many tokens a step, in `output_dir/short_blocks`, resumed from its own
+    last checkpoint when the run resumes) and, when a resumed run finds its `checkpoint-K` (it then skips that phase),
+    its `run_info.json` (`{}` when cut before its save); None when the phase is still to train.
+
+    Raises:
+        ValueError, FileExistsError: as `check_short_blocks` and `check_first_phase_folder`.
+    """
+    check_short_blocks(data_args, training_args, args.model_name_or_path is None, args.early_stopping_patience)
+    length, steps = data_args.short_block_length, data_args.short_block_steps
+    if args.stop_at_step is not None and args.stop_at_step <= steps:
+        raise ValueError(
+            f"--stop_at_step {args.stop_at_step} must be above --short_block_steps {steps} (the first phase runs its "
+            f"steps whole)"
+        )
+    folder = Path(training_args.output_dir) / FIRST_PHASE_FOLDER
+    short_data = _changed(data_args, max_seq_length=length, short_block_length=None, short_block_steps=None)
+    batch = training_args.per_device_train_batch_size * data_args.max_seq_length // length
+    resume = _last_checkpoint(folder, below=steps + 1) if training_args.resume_from_checkpoint else None
+    short_training = _changed(
+        training_args, output_dir=str(folder), per_device_train_batch_size=batch, resume_from_checkpoint=resume
+    )
+    info = check_first_phase_folder(data_args, training_args)
+    done = training_args.resume_from_checkpoint is not None and (folder / f"checkpoint-{steps}").is_dir()
+    return short_data, short_training, info if done else None
+
+
 def check_short_blocks(
     data_args, training_args: TrainingArguments, from_scratch: bool, early_stopping_patience: int | None = None
 ) -> None:
@@ -101,20 +129,6 @@ def check_first_phase_folder(data_args, training_args: TrainingArguments) -> dic
     return info
 
 
-def first_phase_arguments(data_args, training_args: TrainingArguments):
-    """The first phase's data and training arguments: blocks of L, as many tokens a step, in
-    `output_dir/short_blocks`, resumed from its own last checkpoint when the run resumes."""
-    length, steps = data_args.short_block_length, data_args.short_block_steps
-    folder = Path(training_args.output_dir) / FIRST_PHASE_FOLDER
-    short_data = _changed(data_args, max_seq_length=length, short_block_length=None, short_block_steps=None)
-    batch = training_args.per_device_train_batch_size * data_args.max_seq_length // length
-    resume = _last_checkpoint(folder, below=steps + 1) if training_args.resume_from_checkpoint else None
-    short_training = _changed(
-        training_args, output_dir=str(folder), per_device_train_batch_size=batch, resume_from_checkpoint=resume
-    )
-    return short_data, short_training
-
-
 def second_phase_arguments(data_args, training_args: TrainingArguments):
     """The second phase's data and training arguments, resumed from its own last checkpoint, else the first phase's
     `checkpoint-K`.
@@ -131,13 +145,6 @@ def second_phase_arguments(data_args, training_args: TrainingArguments):
         resume = str(first)
     long_data = _changed(data_args, short_block_length=None, short_block_steps=None)
     return long_data, _changed(training_args, resume_from_checkpoint=resume)
-
-
-def first_phase_done(data_args, training_args: TrainingArguments) -> bool:
-    """Whether a resumed run finds the first phase's `checkpoint-K` (then it skips that phase)."""
-    folder = Path(training_args.output_dir) / FIRST_PHASE_FOLDER
-    resumed = training_args.resume_from_checkpoint is not None
-    return resumed and (folder / f"checkpoint-{data_args.short_block_steps}").is_dir()
 
 
 def _changed(arguments, **changes):
@@ -158,13 +165,3 @@ def _last_checkpoint(folder: Path, below: int | None = None) -> str | None:
     ]
     steps = [step for step in steps if below is None or step < below]
     return str(folder / f"checkpoint-{max(steps)}") if steps else None
-
-
-__all__ = [
-    "FIRST_PHASE_FOLDER",
-    "check_first_phase_folder",
-    "check_short_blocks",
-    "first_phase_arguments",
-    "first_phase_done",
-    "second_phase_arguments",
-]

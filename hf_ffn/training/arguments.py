@@ -24,7 +24,6 @@ from transformers.trainer import TRAINER_STATE_NAME
 from ..configuration_ffn_bert import FFN_TYPES, LAYER_NORM_POSITIONS
 from ..conversion.recipes import INITS, parse_width
 from ..files import last_complete_checkpoint
-from .readers import DEFAULT_SPLIT
 
 DEFAULT_MAX_SEQ_LENGTH = 128  # tokens per fine-tuning input (run_glue.py's default), capped by the checkpoint
 
@@ -340,27 +339,3 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
             f"learning rate would jump at its step. Give --max_steps {scheduled}"
         )
     return checkpoint
-
-
-__all__ = [
-    "folder_name",
-    "fresh_output_dir",
-    "given_options",
-    "CONVERSION_OPTIONS",
-    "DEFAULT_MAX_SEQ_LENGTH",
-    "NUMERIC_OPTIONS",
-    "DEFAULT_SPLIT",
-    "EXIT_BAD_INPUT",
-    "RESUME_LAST",
-    "TRAINING_INITS",
-    "Allowed",
-    "ModelArguments",
-    "bad_input_exits",
-    "check_numeric_options",
-    "check_training_init",
-    "one_line_error",
-    "option",
-    "parse_arguments",
-    "resolve_max_seq_length",
-    "resume_checkpoint",
-]

@@ -12,8 +12,6 @@ from collections.abc import Sequence
 import numpy as np
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
-from .corpus import map_batched
-
 ATTENTION_SCOPES = ("block", "document")
 TOKENIZE_DOCUMENTS = 100  # documents per `map` batch when tokenizing (a book is ~100k tokens)
 GROUP_DOCUMENTS = 1000  # documents per `map` batch when blocks are cut: the remainder is dropped once per batch
@@ -62,6 +60,11 @@ def _blocks_batch(batch: dict, block: int, per_document: bool) -> dict:
     return blocks
 
 
+def _workers(dataset, num_proc: int | None, desc: str) -> dict:
+    """`Dataset.map`'s `num_proc` and `desc`; none for a stream (an `IterableDataset`, no length: mapped lazily)."""
+    return {"num_proc": num_proc, "desc": desc} if hasattr(dataset, "__len__") else {}
+
+
 def _per_split(documents, function, *args):
     """`function(dataset, *args)` on a dataset, or on each split of a dict of them (returned as the same kind)."""
     if isinstance(documents, dict):
@@ -75,11 +78,10 @@ def tokenize_documents(documents, tokenizer: PreTrainedTokenizerBase, num_proc: 
     from datasets import Features, Sequence, Value
 
     def tokenize(dataset):
-        return map_batched(
-            dataset,
+        return dataset.map(
             _tokens_batch,
-            num_proc,
-            "tokenizing",
+            batched=True,
+            **_workers(dataset, num_proc, "tokenizing"),
             batch_size=TOKENIZE_DOCUMENTS,
             fn_kwargs={"tokenizer": tokenizer},
             remove_columns=["text"],
@@ -106,11 +108,10 @@ def tokens_to_blocks(tokens, max_seq_length: int = 128, attention_scope: str = "
     columns = {"input_ids": ids, "special_tokens_mask": mask} | ({"position_ids": ids} if per_document else {})
 
     def cut(dataset):
-        blocks = map_batched(
-            dataset.with_format("numpy"),  # numpy rows: a batch of long documents is not a list of ints
+        blocks = dataset.with_format("numpy").map(  # numpy rows: a batch of long documents is not a list of ints
             _blocks_batch,
-            num_proc,
-            f"blocks of {max_seq_length}",
+            batched=True,
+            **_workers(dataset, num_proc, f"blocks of {max_seq_length}"),
             batch_size=GROUP_DOCUMENTS,
             fn_kwargs={"block": max_seq_length, "per_document": per_document},
             features=Features(columns),

@@ -325,18 +325,3 @@ def map_batched(dataset, function, num_proc: int | None, desc: str, **options):
     if is_streamed(dataset):
         return dataset.map(function, batched=True, **options)
     return dataset.map(function, batched=True, num_proc=num_proc, desc=desc, **options)
-
-
-__all__ = [
-    "COMPRESSIONS",
-    "DOCUMENT_BOUNDARIES",
-    "corpus_files",
-    "file_format",
-    "held_out_split",
-    "load_corpus",
-    "load_documents",
-    "load_hub_corpus",
-    "is_streamed",
-    "resolve_boundary",
-    "split_documents",
-]

@@ -297,22 +297,3 @@ def save_outputs(
         trainer.state.save_to_json(str(folder / TRAINER_STATE))  # the log history: every evaluation of the run
 
     save_finished(output_dir, save, main=main, barrier=trainer.accelerator.wait_for_everyone)
-
-
-__all__ = [
-    "STAGING_FOLDER",
-    "check_checkpoint",
-    "checkpoint_max_positions",
-    "checkpoint_unpad_tokens",
-    "check_not_started",
-    "check_resume_matches",
-    "check_output_dir",
-    "checkpoint_step",
-    "final_evaluation",
-    "load_model",
-    "load_tokenizer",
-    "model_card",
-    "save_finished",
-    "save_outputs",
-    "training_seconds",
-]

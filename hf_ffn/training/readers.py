@@ -311,22 +311,3 @@ def read_text_documents(
             raise ValueError(f"{argument}: text file {str(file)!r} is empty")
         documents.append((file.name, text))
     return documents
-
-
-__all__ = [
-    "DATA_FILE_EXTENSIONS",
-    "DEFAULT_TEXT_COLUMNS",
-    "NOTE_FILES",
-    "check_data_file",
-    "dataset_columns",
-    "check_not_wide",
-    "decode_text",
-    "is_saved_dataset",
-    "load_label_files",
-    "parse_split_sizes",
-    "read_label_files",
-    "read_labelled_texts",
-    "read_table",
-    "read_text_documents",
-    "split_dataset",
-]

@@ -25,9 +25,9 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from hf_ffn.mlm.early_stopping import StopAtStep
 from hf_ffn.mlm.floors import mlm_floors, never_chosen_ids
 from hf_ffn.mlm.metrics import mlm_scores
+from hf_ffn.mlm.trainer import StopAtStep
 from hf_ffn.modeling_ffn_bert import FfnBertForMaskedLM
 from hf_ffn.training.blocks import documents_to_blocks, fixed_maskings
 from hf_ffn.training.corpus import held_out_split, load_corpus, load_documents
