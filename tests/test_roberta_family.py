@@ -786,26 +786,20 @@ def test_convert_of_a_pre_layer_norm_roberta_is_refused(family_folders, tmp_path
     assert not (tmp_path / "out").exists()
 
 
-def test_heal_of_a_roberta_student_says_which_commands_take_it(family_folders, tmp_path, capsys):
-    source = family_folders["roberta"]["AutoModelForMaskedLM"]
-    assert main(["convert", source, str(tmp_path / "geglu"), "--ffn_type", "geglu"]) == 0
-    (tmp_path / "text.txt").write_text("a b c\n" * 50)
-    with pytest.raises(SystemExit) as exit_info:
-        main(
-            [
-                "heal",
-                "--student",
-                str(tmp_path / "geglu"),
-                "--train_files",
-                str(tmp_path / "text.txt"),
-                "--output_dir",
-                str(tmp_path / "heal"),
-            ]
-        )
-    assert exit_info.value.code == 2
-    error = capsys.readouterr().err
-    assert "model_type='ffn_roberta'; FfnBert loads BERT-shaped checkpoints only (allowed: bert, ffn_bert)" in error
-    assert "which hf-ffn parity, convert, finetune and mlm take" in error
+def test_heal_of_a_roberta_student_through_the_cli(roberta_checkpoint, tmp_path):
+    """`hf-ffn heal` takes a converted RoBERTa (it used to refuse it): the run ends (exit 0) with its layer-wise
+    fits on the 512 calibration tokens asked, the teacher recorded, and the healed folder FfnRoberta's."""
+    assert main(["convert", roberta_checkpoint, str(tmp_path / "geglu"), "--ffn_type", "geglu"]) == 0
+    text = " ".join(t for t, _ in SENTENCES * 40)
+    (tmp_path / "text.txt").write_text(text + "\n")
+    argv = ["heal", "--student", str(tmp_path / "geglu"), "--train_files", str(tmp_path / "text.txt")]
+    argv += ["--output_dir", str(tmp_path / "heal"), "--max_seq_length", "32", "--layerwise_tokens", "512"]
+    argv += ["--layerwise_steps", "0", "--report_to", "none", "--use_cpu", "true"]
+    assert main(argv) == 0
+    healing = json.loads((tmp_path / "heal" / "healing.json").read_text())
+    assert healing["teacher"] == roberta_checkpoint and healing["layerwise"]["tokens"] == 512
+    config = json.loads((tmp_path / "heal" / "healed" / "config.json").read_text())
+    assert config["model_type"] == "ffn_roberta" and config["architectures"] == ["FfnRobertaForMaskedLM"]
 
 
 def test_sts_on_a_roberta_checkpoint_truncates_to_its_positions(roberta_checkpoint, tmp_path):

@@ -28,12 +28,12 @@ from pathlib import Path
 HERE = Path(__file__).parent
 RECORDS = HERE / "records"
 VARIANTS = ("pre-ln", "swiglu-matched")
-BUDGETS = (0, 262_144, 1_048_576, 4_194_304, 16_777_216)  # end-to-end tokens (0: layer-wise only)
+BUDGETS = (0, 65_536, 262_144, 1_048_576, 4_194_304, 16_777_216)  # end-to-end tokens (0: layer-wise only)
 BLOCK, BATCH, CALIBRATION = 128, 16, 65_536
 BYTES_PER_TOKEN = 4.73  # all-MiniLM-L6-v2's WordPiece on wiki-00 (2 MB measured); the text is cut 10% above it
 # (variant, budget, seed) in the order they run: the curve at seed 0, then seeds 1 and 2 at the largest run budget
-UNITS = [(v, b, 0) for b in BUDGETS[:4] for v in VARIANTS]
-UNITS += [(v, b, s) for s in (1, 2) for v in VARIANTS for b in (0, BUDGETS[3])]
+UNITS = [(v, b, 0) for b in BUDGETS[:5] for v in VARIANTS]
+UNITS += [(v, b, s) for s in (1, 2) for v in VARIANTS for b in (0, BUDGETS[4])]
 
 
 def unit_name(variant: str, budget: int, seed: int) -> str:
@@ -116,15 +116,17 @@ def run(args: argparse.Namespace) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
         load = os.getloadavg()
-        print(f"{name}: running (log {run_dir / 'log.txt'})", flush=True)
-        with open(run_dir / "log.txt", "a") as log:
-            log.write(f"\n# {time.strftime('%F %T')} hf-ffn heal {' '.join(command)}\n")
-            log.flush()
-            code = subprocess.call(
-                [sys.executable, "-m", "hf_ffn.cli", "heal", *command], env=env, stdout=log, stderr=subprocess.STDOUT
-            )
-        if code != 0:
-            raise SystemExit(f"{name}: hf-ffn heal exited with {code}; see {run_dir / 'log.txt'}")
+        if not (run_dir / "healing.json").is_file():  # else finished, not yet recorded (the runner was stopped)
+            print(f"{name}: running (log {run_dir / 'log.txt'})", flush=True)
+            with open(run_dir / "log.txt", "a") as log:
+                log.write(f"\n# {time.strftime('%F %T')} hf-ffn heal {' '.join(command)}\n")
+                log.flush()
+                code = subprocess.call(
+                    [sys.executable, "-m", "hf_ffn.cli", "heal", *command], env=env, stdout=log,
+                    stderr=subprocess.STDOUT,
+                )  # fmt: skip
+            if code != 0:
+                raise SystemExit(f"{name}: hf-ffn heal exited with {code}; see {run_dir / 'log.txt'}")
         healing = json.loads((run_dir / "healing.json").read_text())
         keep = {k: healing[k] for k in ("before", "after", "curve", "losses", "steps", "train_seconds", "wall_seconds")}
         layer_seconds = (healing["layerwise"] or {}).get("seconds", 0.0)
@@ -141,32 +143,83 @@ def run(args: argparse.Namespace) -> None:
             load_average_after=os.getloadavg(),
             machine=platform.processor() or platform.machine(),
             finished=time.strftime("%F %T"),
+            commit=subprocess.run(
+                ["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True
+            ).stdout.strip(),  # noqa: E501
         )
         record.write_text(json.dumps(keep, indent=1, default=str) + "\n", encoding="utf-8")
         print(f"{name}: recorded {record}", flush=True)
 
 
+def points(record: dict) -> tuple[float, float]:
+    """(mean cosine to the teacher, probe Δ in points) of a record's healed model."""
+    after = record["after"]
+    return after["agreement"]["cosine_mean"], 100 * after["probe"]["difference"]
+
+
+def extrapolation(rows: list[dict]) -> str:
+    """A power law 1 − cosine = c · tokens^k fitted (least squares in logs) to a variant's seed-0 end-to-end points;
+    the tokens (and hours at their mean rate) at which it would reach cosine 0.99. Needs two points."""
+    import math
+
+    fit = [(r["budget_tokens"], 1 - points(r)[0]) for r in rows if r["budget_tokens"] and r["seed"] == 0]
+    if len(fit) < 2:
+        return "fewer than two end-to-end points: no extrapolation"
+    xs, ys = [math.log(t) for t, _ in fit], [math.log(e) for _, e in fit]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    k = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    if k >= 0:
+        return f"1 − cosine does not fall with tokens (exponent {k:+.3f}): more of this stage does not reach 0.99"
+    tokens = math.exp(mx + (math.log(0.01) - my) / k)
+    rate = sum(r["end_to_end_tokens"] for r in rows if r["budget_tokens"]) / sum(
+        r["train_seconds"] for r in rows if r["budget_tokens"]
+    )
+    return (
+        f"1 − cosine ∝ tokens^{k:.3f} over {fit[0][0]:,}–{fit[-1][0]:,} tokens; cosine 0.99 at ~{tokens:,.0f} tokens "
+        f"(~{tokens / rate / 3600:,.1f} h at this machine's {rate:,.0f} tokens/s), if the trend held"
+    )
+
+
 def report(args: argparse.Namespace) -> None:
-    """The curve table from the records (markdown, to stdout and `--output`)."""
+    """The curve table and each variant's extrapolation from `records/` (markdown, to stdout and `--output`)."""
     rows = [json.loads(p.read_text()) for p in sorted(RECORDS.glob("*.json"))]
-    rows.sort(key=lambda r: (r["variant"], r["budget_tokens"], r["seed"]))
+    rows.sort(key=lambda r: (r["variant"], r["seed"], r["budget_tokens"]))
+    start = {(r["variant"], r["seed"]): r for r in rows if r["budget_tokens"] == 0}
     lines = [
-        "| variant | end-to-end tokens | seed | mean cosine before → after | probe Δ points before → after "
-        "| end-to-end tokens/s | minutes (wall) |",
-        "|---|---|---|---|---|---|---|",
+        "| variant | seed | end-to-end tokens | mean cosine | probe Δ points | end-to-end tokens/s "
+        "| minutes: stage (total) | load average before → after |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        before, after = r["before"], r["after"]
+        cosine, probe = points(r)
+        before = r["before"]
+        first = start.get((r["variant"], r["seed"]))
+        total = r["wall_seconds"] + (first["wall_seconds"] if r["budget_tokens"] and first else 0)
         rate = f"{r['end_to_end_tokens'] / r['train_seconds']:,.0f}" if r["train_seconds"] else "–"
+        what = "converted → layer-wise" if r["budget_tokens"] == 0 else "layer-wise → end to end"
+        load = f"{r['load_average_before'][0]:.1f} → {r['load_average_after'][0]:.1f}"
         lines.append(
-            f"| {r['variant']} | {r['budget_tokens']:,} | {r['seed']} | {before['agreement']['cosine_mean']:.4f} → "
-            f"**{after['agreement']['cosine_mean']:.4f}** | {100 * before['probe']['difference']:+.2f} → "
-            f"**{100 * after['probe']['difference']:+.2f}** | {rate} | {r['wall_seconds'] / 60:.1f} |"
+            f"| {r['variant']} | {r['seed']} | {r['budget_tokens']:,} ({what}) | "
+            f"{before['agreement']['cosine_mean']:.4f} → **{cosine:.4f}** | "
+            f"{100 * before['probe']['difference']:+.2f} → **{probe:+.2f}** | {rate} | "
+            f"{r['wall_seconds'] / 60:.1f} ({total / 60:.1f}) | {load} |"
         )
-    table = "\n".join(lines) + "\n"
-    print(table)
+    variants = sorted({r["variant"] for r in rows})
+    notes = [f"- {v}: {extrapolation([r for r in rows if r['variant'] == v])}" for v in variants]
+    teacher = rows[0]["after"]["probe"]["teacher"]["accuracy"] if rows else None
+    head = (
+        "Generated by `python -m studies.healing.budget.curve report --output studies/healing/budget/curve.md` "
+        "from `records/`. Mean embedding cosine to all-MiniLM-L6-v2 and the 5-fold probe's accuracy difference "
+        f"from it (teacher {100 * teacher:.2f}%) on all 10,662 rt_polarity snippets; 1 torch thread; load "
+        "averages (2 cores, shared with other jobs) as recorded."
+        if rows
+        else "No unit recorded yet."
+    )
+    table = "\n".join(lines) + "\n\nExtrapolation (seed 0):\n\n" + "\n".join(notes) if rows else ""
+    text = f"{head}\n\n{table}\n"
+    print(text)
     if args.output:
-        Path(args.output).write_text(table, encoding="utf-8")
+        Path(args.output).write_text(text, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> None:
