@@ -571,6 +571,11 @@ def test_compressed_files_heal_exactly_as_the_plain_files(setup, tmp_path):
     healed_plain, healed_xz = weights(plain["healed_dir"]), weights(compressed["healed_dir"])
     assert healed_plain.keys() == healed_xz.keys()
     assert all(torch.equal(healed_plain[k], healed_xz[k]) for k in healed_plain)
+    # one large file of paragraphs: --document_boundary empty_line makes each paragraph a document
+    joined = tmp_path / "joined.txt"
+    joined.write_text("\n\n".join(file.read_text().strip() for file in sorted((setup / "text").glob("*.txt"))))
+    paragraphs = heal_args(setup, student, train_files=[str(joined)], document_boundary="empty_line")
+    assert run_healing(paragraphs, training_args(tmp_path / "p", max_steps=1))["data"]["documents"] == 3
 
 
 def test_a_token_budget_sets_the_steps_and_a_stream_heals(setup, tmp_path):
@@ -615,6 +620,7 @@ def test_a_time_budget_stops_the_end_to_end_stage_and_saves(setup, tmp_path):
         ({"dataset_name": "x"}, "--train_files FILES_OR_FOLDERS or --dataset_name NAME"),
         ({"streaming": True}, "--streaming reads a --dataset_name"),
         ({"max_train_tokens": 0}, "--max_train_tokens must be > 0, got 0"),
+        ({"document_boundary": "regex"}, "--document_boundary has unknown value 'regex'; allowed: file, empty_line"),
         ({"max_train_minutes": -1.0}, "--max_train_minutes must be > 0, got -1.0"),
     ],
 )

@@ -77,6 +77,13 @@ class HealArguments:
     )
     dataset_config_name: str | None = field(default=None, metadata={"help": "its configuration"})
     text_column: str = field(default="text", metadata={"help": "text column of --dataset_name or json/parquet files"})
+    document_boundary: str = field(
+        default="file",
+        metadata={
+            "help": "where a document of a --train_files text file ends: file (the whole file) or empty_line (an "
+            "empty line; for a large corpus in few files, so a file is not tokenized as one document)",
+        },
+    )
     streaming: bool = field(
         default=False,
         metadata={
@@ -164,6 +171,10 @@ class HealArguments:
         if (self.train_files is None) == (self.dataset_name is None):
             raise ValueError(
                 "give the text to distil on as --train_files FILES_OR_FOLDERS or --dataset_name NAME (one of them)"
+            )
+        if self.document_boundary not in ("file", "empty_line"):
+            raise ValueError(
+                f"--document_boundary has unknown value {self.document_boundary!r}; allowed: file, empty_line"
             )
         if self.streaming and self.dataset_name is None:
             raise ValueError("--streaming reads a --dataset_name as a stream; --train_files are read whole")
@@ -301,7 +312,7 @@ def training_documents(heal_args: HealArguments):
     """
     if heal_args.train_files is not None:
         files = corpus_files(heal_args.train_files, argument="--train_files")
-        return load_documents(files, "file", text_column=heal_args.text_column)
+        return load_documents(files, heal_args.document_boundary, text_column=heal_args.text_column)
     splits = load_hub_corpus(
         heal_args.dataset_name,
         heal_args.dataset_config_name,
