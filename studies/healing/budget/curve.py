@@ -116,7 +116,8 @@ def run(args: argparse.Namespace) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
         load = os.getloadavg()
-        if not (run_dir / "healing.json").is_file():  # else finished, not yet recorded (the runner was stopped)
+        ran = not (run_dir / "healing.json").is_file()  # else finished, not yet recorded (the runner was stopped)
+        if ran:
             print(f"{name}: running (log {run_dir / 'log.txt'})", flush=True)
             with open(run_dir / "log.txt", "a") as log:
                 log.write(f"\n# {time.strftime('%F %T')} hf-ffn heal {' '.join(command)}\n")
@@ -139,8 +140,8 @@ def run(args: argparse.Namespace) -> None:
             layerwise=healing["layerwise"],
             layerwise_seconds=layer_seconds,
             threads=args.threads,
-            load_average_before=load,
-            load_average_after=os.getloadavg(),
+            load_average_before=load if ran else None,  # unknown for a run this process did not watch
+            load_average_after=os.getloadavg() if ran else None,
             machine=platform.processor() or platform.machine(),
             finished=time.strftime("%F %T"),
             commit=subprocess.run(
@@ -197,7 +198,8 @@ def report(args: argparse.Namespace) -> None:
         total = r["wall_seconds"] + (first["wall_seconds"] if r["budget_tokens"] and first else 0)
         rate = f"{r['end_to_end_tokens'] / r['train_seconds']:,.0f}" if r["train_seconds"] else "–"
         what = "converted → layer-wise" if r["budget_tokens"] == 0 else "layer-wise → end to end"
-        load = f"{r['load_average_before'][0]:.1f} → {r['load_average_after'][0]:.1f}"
+        loads = r["load_average_before"], r["load_average_after"]
+        load = f"{loads[0][0]:.1f} → {loads[1][0]:.1f}" if loads[0] else "not recorded"
         lines.append(
             f"| {r['variant']} | {r['seed']} | {r['budget_tokens']:,} ({what}) | "
             f"{before['agreement']['cosine_mean']:.4f} → **{cosine:.4f}** | "

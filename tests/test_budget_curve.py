@@ -1,0 +1,46 @@
+"""The healing budget curve's runner (studies/healing/budget/curve.py): its `hf-ffn heal` calls parse as the command
+takes them and mean what the study says; its extrapolation fits the power law it names."""
+
+import math
+from pathlib import Path
+
+import pytest
+
+from hf_ffn.cli import passthrough_parser
+from studies.healing.budget import curve
+
+
+@pytest.mark.parametrize("budget", [0, 262_144])
+def test_each_unit_is_a_heal_call_that_parses(budget, tmp_path):
+    command = curve.heal_command("pre-ln", budget, 1, tmp_path, Path("text.txt"), "TEACHER", "EVAL")
+    heal, layerwise, training = passthrough_parser("heal").parse_args_into_dataclasses(command)
+    assert heal.teacher == "TEACHER" and heal.eval_data == "EVAL" and training.seed == 1
+    assert training.output_dir == str(tmp_path / "runs" / f"pre-ln-{budget}-s1")
+    if budget == 0:  # the variant's layer-wise recipe on the converted student, no end-to-end stage
+        assert heal.student == str(tmp_path / "students" / "pre-ln") and heal.method == "layerwise"
+        assert training.max_steps == 0 and layerwise.layerwise_parts == "layer" and layerwise.layerwise_steps == 1000
+    else:  # one pass over the budget from the seed's layer-wise result
+        assert heal.student == str(tmp_path / "runs" / "pre-ln-0-s1" / "healed") and heal.method == "end_to_end"
+        assert heal.max_train_tokens == budget and heal.max_train_samples == budget // curve.BLOCK
+        assert heal.hidden_loss == "cosine" and training.per_device_train_batch_size == curve.BATCH
+        assert training.warmup_steps == budget // (curve.BLOCK * curve.BATCH) // 10
+
+
+def record(tokens: int, cosine: float, seconds: float = 100.0) -> dict:
+    return {
+        "budget_tokens": tokens, "seed": 0, "end_to_end_tokens": tokens, "train_seconds": seconds,
+        "after": {"agreement": {"cosine_mean": cosine}, "probe": {"difference": 0.0}},
+    }  # fmt: skip
+
+
+def test_the_extrapolation_recovers_a_power_law():
+    rows = [record(t, 1 - 0.5 * t**-0.25) for t in (65_536, 262_144, 1_048_576)]  # 1 − cosine = 0.5 t^-1/4
+    text = curve.extrapolation(rows)
+    tokens = (0.5 / 0.01) ** 4  # where 0.5 t^-1/4 = 0.01
+    rate = sum(r["end_to_end_tokens"] for r in rows) / sum(r["train_seconds"] for r in rows)
+    assert "tokens^-0.250" in text and f"~{tokens:,.0f} tokens" in text
+    assert f"~{tokens / rate / 3600:,.1f} h" in text
+    flat = [record(t, 0.9) for t in (65_536, 262_144)]
+    assert "does not fall with tokens" in curve.extrapolation(flat)
+    assert "fewer than two" in curve.extrapolation(rows[:1])
+    assert math.isclose(curve.points(rows[0])[0], rows[0]["after"]["agreement"]["cosine_mean"])
