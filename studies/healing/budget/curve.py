@@ -158,6 +158,17 @@ def points(record: dict) -> tuple[float, float]:
     return after["agreement"]["cosine_mean"], 100 * after["probe"]["difference"]
 
 
+def probe_interval(probe: dict) -> str:
+    """The probe's Δ (points) with a 95% Student-t interval over its folds' paired differences (the folds share
+    training data, so the interval is a rough guide, narrower than one over independent samples would be)."""
+    from scipy.stats import t
+
+    folds = len(probe["student"]["folds"])
+    half = t.ppf(0.975, folds - 1) * 100 * probe["difference_std"] / folds**0.5
+    delta = 100 * probe["difference"]
+    return f"{delta:+.2f} [{delta - half:+.2f}, {delta + half:+.2f}]"
+
+
 def extrapolation(rows: list[dict]) -> str:
     """A power law 1 − cosine = c · tokens^k fitted (least squares in logs) to a variant's seed-0 end-to-end points;
     the tokens (and hours at their mean rate) at which it would reach cosine 0.99. Needs two points."""
@@ -187,7 +198,7 @@ def report(args: argparse.Namespace) -> None:
     rows.sort(key=lambda r: (r["variant"], r["seed"], r["budget_tokens"]))
     start = {(r["variant"], r["seed"]): r for r in rows if r["budget_tokens"] == 0}
     lines = [
-        "| variant | seed | end-to-end tokens | mean cosine | probe Δ points | end-to-end tokens/s "
+        "| variant | seed | end-to-end tokens | mean cosine | probe Δ points [95% over folds] | end-to-end tokens/s "
         "| minutes: stage (total) | load average before → after |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -203,7 +214,7 @@ def report(args: argparse.Namespace) -> None:
         lines.append(
             f"| {r['variant']} | {r['seed']} | {r['budget_tokens']:,} ({what}) | "
             f"{before['agreement']['cosine_mean']:.4f} → **{cosine:.4f}** | "
-            f"{100 * before['probe']['difference']:+.2f} → **{probe:+.2f}** | {rate} | "
+            f"{100 * before['probe']['difference']:+.2f} → **{probe_interval(r['after']['probe'])}** | {rate} | "
             f"{r['wall_seconds'] / 60:.1f} ({total / 60:.1f}) | {load} |"
         )
     variants = sorted({r["variant"] for r in rows})
