@@ -90,6 +90,27 @@ def heal_command(variant: str, budget: int, seed: int, work: Path, text: Path, t
     return ["--student", str(start), *command, "--dataloader_num_workers", "0"]
 
 
+def portable_record(record: dict, work: Path) -> dict:
+    """`record` with its absolute paths as a reader writes them: the work folder as `out/heal_budget`, the bundled
+    checkpoint as BUNDLED, the rest relative to the repository root (`studies.common.environment.portable_path`)."""
+    from hf_ffn.parity import bundled_checkpoint
+    from studies.common.environment import BUNDLED, portable_path
+
+    text = json.dumps(record, default=str)
+    text = text.replace(str(work.resolve()), "out/heal_budget").replace(str(Path(bundled_checkpoint())), BUNDLED)
+
+    def walk(value):
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, str) and " " in value:  # a command line
+            return " ".join(portable_path(w) if os.path.isabs(w) else w for w in value.split(" "))
+        return portable_path(value) if isinstance(value, str) and os.path.isabs(value) else value
+
+    return walk(json.loads(text))
+
+
 def run(args: argparse.Namespace) -> None:
     teacher = args.teacher
     if teacher is None:
@@ -148,7 +169,7 @@ def run(args: argparse.Namespace) -> None:
                 ["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True
             ).stdout.strip(),  # noqa: E501
         )
-        record.write_text(json.dumps(keep, indent=1, default=str) + "\n", encoding="utf-8")
+        record.write_text(json.dumps(portable_record(keep, work), indent=1) + "\n", encoding="utf-8")
         print(f"{name}: recorded {record}", flush=True)
 
 
