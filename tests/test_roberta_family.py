@@ -786,26 +786,17 @@ def test_convert_of_a_pre_layer_norm_roberta_is_refused(family_folders, tmp_path
     assert not (tmp_path / "out").exists()
 
 
-def test_heal_of_a_roberta_student_says_which_commands_take_it(family_folders, tmp_path, capsys):
+def test_to_bert_of_a_roberta_folder_says_which_commands_take_it(family_folders, tmp_path, capsys):
+    """`convert --to_bert` writes plain BERT folders: a RoBERTa one is refused in one line saying every other command
+    takes it (heal, compare, ... take the family since issue 57)."""
     source = family_folders["roberta"]["AutoModelForMaskedLM"]
-    assert main(["convert", source, str(tmp_path / "geglu"), "--ffn_type", "geglu"]) == 0
-    (tmp_path / "text.txt").write_text("a b c\n" * 50)
     with pytest.raises(SystemExit) as exit_info:
-        main(
-            [
-                "heal",
-                "--student",
-                str(tmp_path / "geglu"),
-                "--train_files",
-                str(tmp_path / "text.txt"),
-                "--output_dir",
-                str(tmp_path / "heal"),
-            ]
-        )
+        main(["convert", source, str(tmp_path / "bert"), "--to_bert"])
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
-    assert "model_type='ffn_roberta'; FfnBert loads BERT-shaped checkpoints only (allowed: bert, ffn_bert)" in error
-    assert "which hf-ffn parity, convert, finetune and mlm take" in error
+    assert "model_type='roberta'; FfnBert loads BERT-shaped checkpoints only (allowed: bert, ffn_bert)" in error
+    assert "which every hf-ffn command takes but convert --to_bert (it writes plain BERT folders" in error
+    assert not (tmp_path / "bert").exists()
 
 
 def test_sts_on_a_roberta_checkpoint_truncates_to_its_positions(roberta_checkpoint, tmp_path):
