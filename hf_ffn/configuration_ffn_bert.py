@@ -417,16 +417,14 @@ def _check_model_type(model_type: str, source: str, config_class: type | None = 
     if model_type not in allowed:
         if allowed == BERT_MODEL_TYPES:
             family = ""  # where a checkpoint of another supported family goes instead
+            commands = (
+                "which every hf-ffn command takes but convert --to_bert (it writes plain BERT folders; "
+                "docs/switches.md#model-families)"
+            )
             if model_type in ROBERTA_MODEL_TYPES:
-                family = (
-                    "; a RoBERTa-family checkpoint loads into FfnRobertaConfig / FfnRoberta*, which hf-ffn parity, "
-                    "convert, finetune and mlm take (docs/switches.md#model-families)"
-                )
+                family = f"; a RoBERTa-family checkpoint loads into FfnRobertaConfig / FfnRoberta*, {commands}"
             elif model_type in ELECTRA_MODEL_TYPES:
-                family = (
-                    "; an ELECTRA checkpoint loads into FfnElectraConfig / FfnElectra*, which hf-ffn parity, convert "
-                    "and finetune take (docs/switches.md#model-families)"
-                )
+                family = f"; an ELECTRA checkpoint loads into FfnElectraConfig / FfnElectra*, {commands}"
             raise ValueError(
                 f"{source} has model_type={model_type!r}; FfnBert loads BERT-shaped checkpoints only "
                 f"(allowed: {', '.join(BERT_MODEL_TYPES)}){family}"

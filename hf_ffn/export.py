@@ -1,16 +1,18 @@
-"""ONNX export of FfnBert and FfnRoberta models with dynamic batch and sequence axes (`export_onnx`, over PyTorch's
-`torch.export`-based exporter: the legacy TorchScript one fails or exports wrong masks, docs/export.md), and a check
-against PyTorch (`onnx_max_abs_diff`).
+"""ONNX export of FfnBert, FfnRoberta and FfnElectra models with dynamic batch and sequence axes (`export_onnx`, over
+PyTorch's `torch.export`-based exporter: the legacy TorchScript one fails or exports wrong masks, docs/export.md), and
+a check against PyTorch (`onnx_max_abs_diff`).
 
 An FfnRoberta graph takes what RoBERTa's tokenizer gives, `input_ids` and `attention_mask` (no `token_type_ids`: one
-token type), and computes upstream's positions inside it (from `padding_idx + 1`, pads at `padding_idx`).
+token type), and computes upstream's positions inside it (from `padding_idx + 1`, pads at `padding_idx`). An
+FfnElectra graph takes BERT's three inputs (ELECTRA's tokenizer is BERT's) and runs `embeddings_project` where the
+model has one. Every model is traced through its own `forward` (with no `position_ids` and `unpad_tokens=False` it
+reads no tensor's values to choose a path).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -18,7 +20,7 @@ import torch
 from .conversion.measure import padded_batch, tensor_difference, usable_positions
 from .files import atomic_output_file
 from .modeling_ffn_bert import FfnBertPreTrainedModel
-from .modeling_ffn_roberta import FfnRobertaModel, FfnRobertaPreTrainedModel
+from .modeling_ffn_roberta import FfnRobertaPreTrainedModel
 
 ONNX_INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")  # an FfnBert graph's
 ROBERTA_ONNX_INPUT_NAMES = ("input_ids", "attention_mask")  # an FfnRoberta graph's: RoBERTa's tokenizer gives these
@@ -44,7 +46,8 @@ def example_inputs(
 
 
 def onnx_input_names(model: FfnBertPreTrainedModel) -> tuple[str, ...]:
-    """The graph inputs of `model`: `ROBERTA_ONNX_INPUT_NAMES` for FfnRoberta, else `ONNX_INPUT_NAMES`."""
+    """The graph inputs of `model`: `ROBERTA_ONNX_INPUT_NAMES` for FfnRoberta, else (FfnBert, FfnElectra: BERT's
+    tokenizer) `ONNX_INPUT_NAMES`."""
     return ROBERTA_ONNX_INPUT_NAMES if isinstance(model, FfnRobertaPreTrainedModel) else ONNX_INPUT_NAMES
 
 
@@ -59,28 +62,11 @@ def model_example_inputs(
     )
 
 
-@contextmanager
-def _traceable(model: FfnBertPreTrainedModel) -> Iterator[None]:
-    """Inside the block, an FfnRoberta base model runs upstream `RobertaModel.forward` (`super().forward`): the path
-    `FfnRobertaModel.forward` takes for every graph input (no `position_ids`, `unpad_tokens=False`, eager/sdpa
-    attention: no packing), bit for bit. Its own `forward` asks whether a padding mask is all ones before it looks
-    whether `position_ids` were given at all (`_reads_packing`): a data-dependent branch `torch.export` cannot trace.
-    FfnBert: unchanged."""
-    base = model.base_model
-    if not isinstance(base, FfnRobertaModel):
-        yield
-        return
-    base.forward = super(FfnRobertaModel, base).forward  # an instance attribute: nn.Module.__call__ reads it
-    try:
-        yield
-    finally:
-        del base.forward
-
-
 def _check_exportable(model: torch.nn.Module, opset_version: int | None) -> None:
     if not isinstance(model, FfnBertPreTrainedModel):
         raise TypeError(
-            f"model must be an FfnBert model or an FfnRoberta one (FfnBertPreTrainedModel), got {type(model).__name__}"
+            f"model must be an hf_ffn model (FfnBert, FfnRoberta or FfnElectra: FfnBertPreTrainedModel), got "
+            f"{type(model).__name__}"
         )
     if model.training:
         raise ValueError("model is in training mode (dropout would be exported); call model.eval() first")
@@ -115,18 +101,18 @@ def export_onnx(
     batch_size: int = 2,
     seq_len: int = 8,
 ) -> Path:
-    """Export an FfnBert or FfnRoberta model (any FFN variant / LayerNorm placement) to one ONNX file, written
-    atomically.
+    """Export an FfnBert, FfnRoberta or FfnElectra model (any FFN variant / LayerNorm placement) to one ONNX file,
+    written atomically.
 
-    The graph takes `onnx_input_names(model)` (FfnBert: `input_ids`, `attention_mask`, `token_type_ids`; FfnRoberta:
-    `input_ids`, `attention_mask`; int64, (batch, sequence)) and returns the model output's tensors under their names
-    (e.g. `last_hidden_state` (batch, sequence, hidden_size)). With `dynamic=True` batch and sequence are symbolic
-    (sequence ≤ the tokens the positions hold: `max_position_embeddings`, a RoBERTa's less `padding_idx + 1`),
-    otherwise fixed to the traced example's (`batch_size`, `seq_len`; both ≥ 2: `torch.export` specialises sizes 0
-    and 1).
+    The graph takes `onnx_input_names(model)` (FfnBert and FfnElectra: `input_ids`, `attention_mask`,
+    `token_type_ids`; FfnRoberta: `input_ids`, `attention_mask`; int64, (batch, sequence)) and returns the model
+    output's tensors under their names (e.g. `last_hidden_state` (batch, sequence, hidden_size)). With `dynamic=True`
+    batch and sequence are symbolic (sequence ≤ the tokens the positions hold: `max_position_embeddings`, a RoBERTa's
+    less `padding_idx + 1`), otherwise fixed to the traced example's (`batch_size`, `seq_len`; both ≥ 2:
+    `torch.export` specialises sizes 0 and 1).
 
     Raises:
-        TypeError: if `model` is not an FfnBert or FfnRoberta model.
+        TypeError: if `model` is not an hf_ffn model (FfnBert, FfnRoberta, FfnElectra).
         ValueError: model in training mode, attention other than eager/sdpa, a dtype other than float32,
             `output_attentions` / `output_hidden_states` or `unpad_tokens` set in the config, `opset_version` < 18, or
             `batch_size` / `seq_len` < 2 or `seq_len` above the tokens the positions hold.
@@ -150,18 +136,17 @@ def export_onnx(
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _traceable(model):
-        program = torch.onnx.export(
-            model,
-            (),
-            kwargs=inputs,
-            dynamo=True,
-            dynamic_shapes=dynamic_shapes,
-            input_names=list(input_names),
-            output_names=output_names,
-            opset_version=opset_version,
-            verbose=False,
-        )
+    program = torch.onnx.export(
+        model,
+        (),
+        kwargs=inputs,
+        dynamo=True,
+        dynamic_shapes=dynamic_shapes,
+        input_names=list(input_names),
+        output_names=output_names,
+        opset_version=opset_version,
+        verbose=False,
+    )
     with atomic_output_file(path, suffix=".onnx.tmp") as tmp:  # an ordinary file (umask), renamed at the end
         program.save(str(tmp), external_data=False)  # one self-contained file (models under the 2 GB protobuf limit)
     return path

@@ -4,6 +4,7 @@ reference)."""
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import transformers
@@ -22,6 +23,17 @@ SUPPORTED_MODEL_TYPES = BERT_MODEL_TYPES + ROBERTA_MODEL_TYPES + ELECTRA_MODEL_T
 ALL_HEAD_CLASSES: tuple[HeadClass, ...] = HEAD_CLASSES + ROBERTA_HEAD_CLASSES + ELECTRA_HEAD_CLASSES
 
 
+# How the documentation writes each upstream family's name (a model card's "a RoBERTa checkpoint").
+FAMILY_NAMES = {
+    "bert": "BERT",
+    "roberta": "RoBERTa",
+    "xlm-roberta": "XLM-RoBERTa",
+    "camembert": "CamemBERT",
+    "roberta-prelayernorm": "RoBERTa-PreLayerNorm",
+    "electra": "ELECTRA",
+}
+
+
 @dataclass(frozen=True)
 class Family:
     """A family of checkpoints: hf_ffn's config class and head table, and the `model_type` whose upstream classes it
@@ -34,6 +46,17 @@ class Family:
     def upstream_class(self, head: HeadClass) -> type:
         """Upstream's class for `head`: its Auto class's entry for the family's upstream config class."""
         return getattr(transformers, head.auto_class)._model_mapping[CONFIG_MAPPING[self.upstream_type]]
+
+    @property
+    def name(self) -> str:
+        """The family's name as written in prose: "BERT", "RoBERTa", "XLM-RoBERTa", "ELECTRA", ..."""
+        return FAMILY_NAMES.get(self.upstream_type, self.upstream_type)
+
+    @property
+    def has_pooler(self) -> bool:
+        """Whether the family's base model has a pooler (built unless `add_pooling_layer=False`): BERT's and RoBERTa's
+        do, ELECTRA's has none (and no such argument)."""
+        return "add_pooling_layer" in inspect.signature(self.heads[0].ffn_bert.__init__).parameters
 
     def ffn_class(self, auto_class: str) -> type:
         """hf_ffn's class of this family for `auto_class` (e.g. "AutoModelForSequenceClassification").
@@ -72,6 +95,18 @@ def checkpoint_family(checkpoint: str, argument: str = "checkpoint") -> Family:
         ValueError: a `model_type` of no supported family, naming `argument`, it and the supported ones.
     """
     model_type = saved_model_type(checkpoint) or "bert"
+    family = model_type_family(model_type)
+    if family is None:
+        raise ValueError(
+            f"{argument} {checkpoint} has model_type={model_type!r}; hf_ffn loads checkpoints of the families "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    return family
+
+
+def model_type_family(model_type: str) -> Family | None:
+    """The `Family` of a config's `model_type` (an upstream one or hf_ffn's own: "ffn_electra" is ELECTRA's); None
+    for a `model_type` of no supported family."""
     if model_type in BERT_MODEL_TYPES:
         return Family(FfnBertConfig, HEAD_CLASSES, "bert")
     if model_type in ROBERTA_MODEL_TYPES:
@@ -79,10 +114,14 @@ def checkpoint_family(checkpoint: str, argument: str = "checkpoint") -> Family:
         return Family(FfnRobertaConfig, ROBERTA_HEAD_CLASSES, upstream)
     if model_type in ELECTRA_MODEL_TYPES:
         return Family(FfnElectraConfig, ELECTRA_HEAD_CLASSES, "electra")
-    raise ValueError(
-        f"{argument} {checkpoint} has model_type={model_type!r}; hf_ffn loads checkpoints of the families "
-        f"{', '.join(SUPPORTED_MODEL_TYPES)}"
-    )
+    return None
 
 
-__all__ = ["ALL_HEAD_CLASSES", "SUPPORTED_MODEL_TYPES", "Family", "checkpoint_family"]
+__all__ = [
+    "ALL_HEAD_CLASSES",
+    "FAMILY_NAMES",
+    "SUPPORTED_MODEL_TYPES",
+    "Family",
+    "checkpoint_family",
+    "model_type_family",
+]

@@ -178,7 +178,9 @@ class FfnRobertaModel(FfnRobertaPreTrainedModel, RobertaModel):
             input_ids,
             attention_mask,
             token_type_ids,
-            position_ids if _reads_packing(attention_mask) else None,
+            # given ids first: `_reads_packing` reads the mask's values, which `torch.export` cannot trace (ONNX
+            # export passes no position_ids, so it never asks)
+            position_ids if position_ids is not None and _reads_packing(attention_mask) else None,
             inputs_embeds,
             output_attentions=output_attentions,
             dtype=dtype,

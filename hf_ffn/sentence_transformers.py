@@ -1,7 +1,8 @@
-"""sentence-transformers models with an FfnBert or FfnRoberta backbone (docs/sentence_transformers.md): a
-sentence-transformers BERT or RoBERTa-family folder converted into a variant (`convert_sentence_transformer`; the
-backbone's family picks FfnBert or FfnRoberta) and a BERT one back (`export_sentence_transformer_to_bert`), every
-module but the backbone kept. `SentenceTransformer` loads any hf_ffn folder through `AutoModel`.
+"""sentence-transformers models with an FfnBert, FfnRoberta or FfnElectra backbone (docs/sentence_transformers.md): a
+sentence-transformers BERT, RoBERTa-family or ELECTRA folder converted into a variant (`convert_sentence_transformer`;
+the backbone's family picks FfnBert, FfnRoberta or FfnElectra) and a BERT one back
+(`export_sentence_transformer_to_bert`), every module but the backbone kept. `SentenceTransformer` loads any hf_ffn
+folder through `AutoModel`.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ TRANSFORMER_MODULE_TYPES = (
 
 
 def backbone_folder(folder: str | os.PathLike) -> Path:
-    """The folder of the backbone (the first module of `modules.json`) of a local sentence-transformers model, a BERT
-    or RoBERTa-family one (`hf_ffn.families.SUPPORTED_MODEL_TYPES`).
+    """The folder of the backbone (the first module of `modules.json`) of a local sentence-transformers model, of a
+    family hf_ffn loads (BERT, RoBERTa, ELECTRA: `hf_ffn.families.SUPPORTED_MODEL_TYPES`).
 
     Raises:
         ValueError: no `modules.json` (not a sentence-transformers folder); a first module that is not a
@@ -90,9 +91,10 @@ def convert_sentence_transformer(
     license: str | None = None,
     **conversion: Any,
 ) -> ConversionReport:
-    """Save a copy of a sentence-transformers BERT (RoBERTa-family) model whose backbone is an FfnBert (FfnRoberta)
-    variant, written atomically by `SentenceTransformer.save`: the backbone converted by `load_converted(backbone,
-    FfnBertModel, **conversion)` (which loads a RoBERTa-family backbone into `FfnRobertaModel`; or `load_pruned` for
+    """Save a copy of a sentence-transformers BERT (RoBERTa-family, ELECTRA) model whose backbone is an FfnBert
+    (FfnRoberta, FfnElectra) variant, written atomically by `SentenceTransformer.save`: the backbone converted by
+    `load_converted(backbone, FfnBertModel, **conversion)` (which loads a RoBERTa-family backbone into
+    `FfnRobertaModel`, an ELECTRA one into `FfnElectraModel`; or `load_pruned` for
     `init="pruned"`), the other modules, the tokenizer and the settings kept,
     plus what `hf-ffn convert` writes for a plain checkpoint (`write_converted_folder`: auto_map, the backbone's
     conversion_report.json, hf_ffn's model card). A conversion that is not function-preserving logs a warning.
@@ -109,7 +111,7 @@ def convert_sentence_transformer(
 
     Raises:
         FileNotFoundError: `source` looks local and is not a folder with `modules.json` (`check_checkpoint`).
-        ValueError: `source` is not a sentence-transformers model with a BERT or RoBERTa-family backbone (see
+        ValueError: `source` is not a sentence-transformers model with a backbone of a family hf_ffn loads (see
             `backbone_folder`), or `load_converted` rejects the conversion arguments.
         FileExistsError: `output_dir` exists and is not empty.
     """
@@ -133,7 +135,7 @@ def convert_sentence_transformer(
             model, report = load_converted(str(backbone), FfnBertModel, **conversion)
         measure_difference(str(backbone), model, report)
         st_model = SentenceTransformer(str(folder), device="cpu")
-        st_model[0].model = model  # same forward (BertModel's, RobertaModel's): the module's bookkeeping holds
+        st_model[0].model = model  # same forward as Bert/Roberta/ElectraModel's: the module's bookkeeping holds
         st_model.save(str(tmp))  # the backbone (through model.save_pretrained), the tokenizer and every module
         write_converted_folder(
             tmp, model, report, model_dir=backbone_folder(tmp), base_model=base_model, license=license

@@ -80,5 +80,5 @@ def test_unsupported_export_options_raise(tmp_path, change, kwargs, message):
 
 
 def test_export_rejects_non_ffn_bert_model(tmp_path):
-    with pytest.raises(TypeError, match="FfnBert model"):
+    with pytest.raises(TypeError, match=r"model must be an hf_ffn model \(FfnBert, FfnRoberta or FfnElectra"):
         export_onnx(torch.nn.Linear(2, 2), tmp_path / "m.onnx")

@@ -802,6 +802,19 @@ def test_heal_of_a_roberta_student_through_the_cli(roberta_checkpoint, tmp_path)
     assert config["model_type"] == "ffn_roberta" and config["architectures"] == ["FfnRobertaForMaskedLM"]
 
 
+def test_to_bert_of_a_roberta_folder_says_which_commands_take_it(family_folders, tmp_path, capsys):
+    """`convert --to_bert` writes plain BERT folders: a RoBERTa one is refused in one line saying every other command
+    takes it (heal, compare, ... take the family since issue 57)."""
+    source = family_folders["roberta"]["AutoModelForMaskedLM"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", source, str(tmp_path / "bert"), "--to_bert"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "model_type='roberta'; FfnBert loads BERT-shaped checkpoints only (allowed: bert, ffn_bert)" in error
+    assert "which every hf-ffn command takes but convert --to_bert (it writes plain BERT folders" in error
+    assert not (tmp_path / "bert").exists()
+
+
 def test_sts_on_a_roberta_checkpoint_truncates_to_its_positions(roberta_checkpoint, tmp_path):
     """`hf-ffn sts` on a RoBERTa with 64 positions (62 usable: they count from padding_idx + 1) and sentences longer
     than that: truncated to 62 tokens (at 128, `STS_MAX_LENGTH`, the position embedding was indexed out of range)."""

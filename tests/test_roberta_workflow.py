@@ -4,6 +4,7 @@ own class) → finetune (a few steps), on a tiny seeded RoBERTa with its byte-le
 import pytest
 import torch
 import transformers
+from huggingface_hub import ModelCard
 
 from hf_ffn.conversion import convert_checkpoint
 from hf_ffn.finetune import finetune
@@ -32,6 +33,11 @@ def test_convert_heal_finetune_a_roberta_checkpoint(roberta_checkpoint, tmp_path
     student = tmp_path / "pre"
     report = convert_checkpoint(roberta_checkpoint, student, layer_norm_position="pre")
     assert report.difference["reference"] == "transformers.RobertaForMaskedLM"
+    card = ModelCard.load(student / "README.md")  # the card names the family and its upstream class, not BERT
+    assert card.data.tags[:3] == ["hf_ffn", "ffn_roberta", "roberta"] and "bert" not in card.data.tags
+    assert "converted with hf_ffn into a RoBERTa with a **standard**" in card.text
+    assert "this head's upstream class: `transformers.RobertaForMaskedLM`" in card.text
+    assert "tokenizer = RobertaTokenizer.from_pretrained" in card.text
     args = HealArguments(
         student=str(student), train_files=[str(text)], eval_data=str(snippets), max_seq_length=32, probe=False
     )

@@ -626,9 +626,10 @@ TOKENIZER_SCRIPT = textwrap.dedent(
 )
 
 
-def documented_tokenizer_lines() -> list[str]:
-    """The tokenizer lines of the model card's "How to load" (the converted-folder template)."""
-    body = (REPO / "hf_ffn" / "model_cards" / "_body.md").read_text(encoding="utf-8")
+def documented_tokenizer_lines(folder: Path) -> list[str]:
+    """The tokenizer lines of a converted folder's model card's "How to load" (the template, rendered for the
+    folder's family: BERT's tokenizer class here)."""
+    body = (folder / "README.md").read_text(encoding="utf-8")
     return [line for line in body.splitlines() if line.startswith("tokenizer = ")]
 
 
@@ -638,7 +639,7 @@ def test_documented_tokenizer_call_needs_no_prompt_without_hf_ffn(swiglu_pre_fol
     for path in swiglu_pre_folder.iterdir():  # the converted folder (its config has auto_map.AutoConfig) ...
         (folder / path.name).write_bytes(path.read_bytes())
     AutoTokenizer.from_pretrained(bundled_checkpoint).save_pretrained(folder)  # ... with a real BERT tokenizer
-    lines = documented_tokenizer_lines()
+    lines = documented_tokenizer_lines(swiglu_pre_folder)
     assert lines == [
         'tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder", trust_remote_code=False)',
         'tokenizer = BertTokenizer.from_pretrained("path/to/this/folder")',

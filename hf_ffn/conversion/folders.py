@@ -15,14 +15,11 @@ from transformers import BertConfig, PretrainedConfig, PreTrainedTokenizerBase
 
 from ..checkpoints import REPORT_FILE, check_checkpoint, load_pretrained, load_tokenizer
 from ..configuration_ffn_bert import FfnBertConfig
-from ..configuration_ffn_roberta import FfnRobertaConfig
 from ..conversion_warning import warn_if_not_function_preserving
-from ..families import checkpoint_family
+from ..families import checkpoint_family, model_type_family
 from ..files import atomic_output_dir
 from ..logging_utils import quiet_transformers
-from ..modeling_ffn_bert import FfnBertModel, FfnBertPreTrainedModel, head_class_for
-from ..modeling_ffn_roberta import HEAD_CLASSES as ROBERTA_HEAD_CLASSES
-from ..modeling_ffn_roberta import FfnRobertaModel
+from ..modeling_ffn_bert import FfnBertPreTrainedModel, head_class_for
 from .card import build_model_card
 from .loader import load_converted
 from .measure import measure_difference
@@ -87,17 +84,15 @@ def write_converted_folder(
 
 
 def ffn_class_for(checkpoint: str | PretrainedConfig) -> type[FfnBertPreTrainedModel]:
-    """The hf_ffn twin of the checkpoint's (or config's) `architectures[0]` (FfnBert's, or FfnRoberta's for a
-    RoBERTa-family checkpoint: `hf_ffn.families`); the family's base model for none or another."""
+    """The hf_ffn twin of the checkpoint's (or config's) `architectures[0]` in its family (`hf_ffn.families`: FfnBert's,
+    FfnRoberta's for a RoBERTa-family checkpoint, FfnElectra's for an ELECTRA one); the family's base model for none
+    or another. A config of no supported family is taken for BERT's."""
     if isinstance(checkpoint, PretrainedConfig):
         architectures = checkpoint.architectures or []
-        if isinstance(checkpoint, FfnRobertaConfig):
-            name = architectures[0] if architectures else None
-            return next((h.ffn_bert for h in ROBERTA_HEAD_CLASSES if name == h.ffn_bert.__name__), FfnRobertaModel)
-        head = head_class_for(architectures[0]) if architectures else None
-        return head.ffn_bert if head is not None else FfnBertModel
-    architectures = PretrainedConfig.get_config_dict(checkpoint)[0].get("architectures") or []
-    family = checkpoint_family(checkpoint)
+        family = model_type_family(checkpoint.model_type) or model_type_family("bert")
+    else:
+        architectures = PretrainedConfig.get_config_dict(checkpoint)[0].get("architectures") or []
+        family = checkpoint_family(checkpoint)
     head = family.head_for(architectures[0]) if architectures else None
     return (head or family.heads[0]).ffn_bert
 

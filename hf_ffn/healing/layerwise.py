@@ -33,7 +33,7 @@ from transformers.utils.logging import tqdm  # transformers' progress bars (off 
 
 from ..configuration_ffn_bert import FfnBertConfig
 from ..conversion.pruning import GramStatistics, accumulate, relative_error, solve_down
-from ..modeling_ffn_bert import FfnBertModel
+from ..modeling_ffn_bert import FfnBertPreTrainedModel
 from .distill import dropout_off
 from .layerwise_folder import calibration_digest, check_resume_arguments, load_layer, save_layer
 
@@ -191,6 +191,15 @@ class NormedLayer(nn.Module):
 def relative_squared_error(prediction: torch.Tensor, target: torch.Tensor) -> float:
     """‖prediction − target‖² / ‖target‖² over all elements (float64 sums)."""
     return float((prediction.detach().double() - target.double()).pow(2).sum() / target.double().pow(2).sum())
+
+
+def encoder_input(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    """What `model`'s encoder reads for `input_ids` (blocks, seq): its embeddings, then (an ELECTRA whose
+    `embedding_size` differs from `hidden_size`) its `embeddings_project`, as the model's own forward runs them;
+    (blocks, seq, hidden)."""
+    hidden = model.embeddings(input_ids=input_ids)
+    projection = getattr(model, "embeddings_project", None)  # ELECTRA's: (.., embedding_size) → (.., hidden_size)
+    return hidden if projection is None else projection(hidden)
 
 
 @torch.no_grad()
@@ -399,15 +408,16 @@ def prepare_layerwise(
 
 
 def heal_layerwise(
-    student: FfnBertModel,
-    teacher: FfnBertModel,
+    student: FfnBertPreTrainedModel,
+    teacher: FfnBertPreTrainedModel,
     input_ids: torch.Tensor,
     args: LayerwiseArguments,
     work_dir: str | Path,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Fit `student` (an FfnBert base model, in place) layer by layer to `teacher` (an FfnBert base model of the same
-    depth and hidden size) on the calibration blocks `input_ids` (blocks, seq).
+    """Fit `student` (an hf_ffn base model of any family, in place) layer by layer to `teacher` (one of the same family,
+    depth and hidden size) on the calibration blocks `input_ids` (blocks, seq); each layer's input starts from
+    `encoder_input` (the embeddings, projected in an ELECTRA).
 
     Returns:
         {"arguments", "tokens", "blocks", "activation_bytes", "layers": one record per layer (errors before/after,
@@ -424,8 +434,8 @@ def heal_layerwise(
     records: list[dict] = []
     held_bytes = 0
     with dropout_off(student), torch.no_grad():
-        t_hidden = torch.cat([teacher.embeddings(input_ids=ids) for ids in input_ids.split(16)])
-        s_hidden = torch.cat([student.embeddings(input_ids=ids) for ids in input_ids.split(16)])
+        t_hidden = torch.cat([encoder_input(teacher, ids) for ids in input_ids.split(16)])
+        s_hidden = torch.cat([encoder_input(student, ids) for ids in input_ids.split(16)])
     progress = tqdm(total=len(student.encoder.layer), desc="layer-wise healing", unit="layer")
     for i, (s_layer, t_layer) in enumerate(zip(student.encoder.layer, teacher.encoder.layer, strict=False)):
         t_out, x, y = run_layer(t_layer, t_hidden, mlp_io=True)
@@ -512,6 +522,7 @@ __all__ = [
     "adam_fit",
     "apply_chunked",
     "calibration_blocks",
+    "encoder_input",
     "fit_ffn",
     "fit_final_norm",
     "fit_whole_layer",

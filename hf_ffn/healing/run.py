@@ -31,12 +31,13 @@ from transformers import (
 
 from ..checkpoints import check_checkpoint, conversion_source, load_pretrained, load_tokenizer
 from ..configuration_ffn_bert import FfnBertConfig
+from ..configuration_ffn_roberta import FfnRobertaConfig
 from ..conversion import REPORT_FILE, ffn_class_for
 from ..conversion.measure import usable_positions
 from ..families import Family, checkpoint_family
 from ..files import check_new_folder, one_run_per_output_dir
 from ..logging_utils import quiet_transformers
-from ..modeling_ffn_bert import FfnBertForMaskedLM, FfnBertModel, FfnBertPreTrainedModel
+from ..modeling_ffn_bert import FfnBertPreTrainedModel
 from ..training.arguments import resume_checkpoint
 from ..training.blocks import documents_to_blocks
 from ..training.collators import PaddingFreeCollator
@@ -55,7 +56,7 @@ from .healed_folder import save_healed
 from .layerwise import METHODS, LayerwiseArguments, heal_layerwise, prepare_layerwise
 from .metrics import PROBE_FOLDS, AgreementCallback, measure_agreement, subset_indices
 
-MLM_CLASSES = ("FfnBertForMaskedLM", "FfnBertForPreTraining", "FfnRobertaForMaskedLM")
+MLM_CLASSES = ("FfnBertForMaskedLM", "FfnBertForPreTraining", "FfnRobertaForMaskedLM", "FfnElectraForMaskedLM")
 HEALING_FILE = "healing.json"  # the run's whole record, in --output_dir
 
 
@@ -63,7 +64,9 @@ HEALING_FILE = "healing.json"  # the run's whole record, in --output_dir
 class HealArguments:
     """What to heal, from which teacher, on which text, with which loss; parsed with `TrainingArguments`."""
 
-    student: str = field(metadata={"help": "converted FfnBert folder (hf-ffn convert's output) to heal"})
+    student: str = field(
+        metadata={"help": "converted folder (hf-ffn convert's output: FfnBert, FfnRoberta or FfnElectra) to heal"}
+    )
     train_files: list[str] | None = field(
         default=None,
         metadata={
@@ -108,7 +111,8 @@ class HealArguments:
     teacher: str | None = field(
         default=None,
         metadata={
-            "help": "the source checkpoint (BERT or FfnBert); default: the student's conversion_report.json source"
+            "help": "the source checkpoint (BERT, RoBERTa-family or ELECTRA, or its hf_ffn twin); default: the "
+            "student's conversion_report.json source"
         },
     )
     healed_dir: str | None = field(
@@ -161,8 +165,9 @@ class HealArguments:
         metadata={
             "help": "padding-free batches (DataCollatorWithFlattening): each batch's blocks concatenated into one row, "
             "position_ids restarting at 0 per block, run packed (unpad_tokens during training: each block's attention "
-            "over its own keys); the teacher then runs as FfnBert (upstream BERT would mix the blocks: they carry an "
-            "all-ones attention_mask)"
+            "over its own keys); the teacher then runs as hf_ffn's class of its family, FfnBert or FfnElectra "
+            "(upstream's would mix the blocks: they carry an all-ones attention_mask); not for the RoBERTa family, "
+            "whose positions count from pad_token_id + 1"
         },
     )
 
@@ -229,10 +234,11 @@ def check_models(heal_args: HealArguments) -> HealModels:
             f"--student {str(student)!r} is a {s_config.model_type} folder, --teacher {teacher!r} of the "
             f"{t_family.upstream_type} family; distillation pairs a conversion with its own source"
         )
-    if heal_args.padding_free and type(s_config) is not FfnBertConfig:
+    if heal_args.padding_free and isinstance(s_config, FfnRobertaConfig):
         raise ValueError(
             f"--padding_free: --student {str(student)!r} is a {s_config.model_type} folder, whose positions count "
-            f"from pad_token_id + 1, which the padding-free collator does not give; allowed: BERT checkpoints"
+            f"from pad_token_id + 1, which the padding-free collator does not give; allowed: BERT and ELECTRA "
+            f"checkpoints (positions from 0)"
         )
     try:
         t_config = AutoConfig.from_pretrained(teacher)
@@ -280,8 +286,9 @@ def check_models(heal_args: HealArguments) -> HealModels:
 def load_teacher(
     teacher: str, with_head: bool, config: PretrainedConfig | None = None, padding_free: bool = False
 ) -> torch.nn.Module:
-    """The teacher (upstream BERT or FfnBert, as the checkpoint is; with `padding_free` always FfnBert, which keeps
-    the sequences of a padding-free batch apart where upstream BERT may not), eval mode, frozen.
+    """The teacher (upstream's class of its family, or hf_ffn's, as the checkpoint is; with `padding_free` always
+    hf_ffn's class of its family, FfnBert or FfnElectra, which keeps the sequences of a padding-free batch apart where
+    upstream's may not), eval mode, frozen.
 
     Raises:
         CheckpointNotLoadedError: an encoder weight the checkpoint lacks, a corrupt file
@@ -290,9 +297,10 @@ def load_teacher(
     """
     auto = AutoModelForMaskedLM if with_head else AutoModel
     if padding_free:
-        auto = FfnBertForMaskedLM if with_head else FfnBertModel
-        if config is not None and not isinstance(config, FfnBertConfig):  # a BERT checkpoint's config
-            config = FfnBertConfig.from_dict(config.to_dict())
+        family = checkpoint_family(teacher, "--teacher")
+        auto = family.ffn_class("AutoModelForMaskedLM" if with_head else "AutoModel")
+        if config is not None and not isinstance(config, family.config_class):  # an upstream checkpoint's config
+            config = family.config_class.from_dict(config.to_dict())
     model, info = load_pretrained(auto, teacher, "--teacher", config=config)
     if with_head and info["missing_keys"]:
         raise ValueError(
@@ -482,8 +490,9 @@ def run_healing(
     layerwise = None
     if heal_args.method == "layerwise":
         with quiet_transformers():
-            base_class = models.teacher_family.heads[0].ffn_bert  # FfnBertModel, FfnRobertaModel
-            teacher_layers, _ = load_pretrained(base_class, teacher_path, "--teacher", add_pooling_layer=False)
+            base_class = models.teacher_family.heads[0].ffn_bert  # FfnBertModel, FfnRobertaModel, FfnElectraModel
+            no_pooler = {"add_pooling_layer": False} if models.teacher_family.has_pooler else {}  # ELECTRA has none
+            teacher_layers, _ = load_pretrained(base_class, teacher_path, "--teacher", **no_pooler)
         layerwise = heal_layerwise(
             student.base_model, teacher_layers, input_ids, layerwise_args, layerwise_dir, training_args.seed
         )
