@@ -249,7 +249,7 @@ def test_run_logs_tokens_per_second_and_metrics(corpus, tmp_path):
 def test_config_overrides_typed_by_transformers_and_applied_from_scratch(tokenizer):
     args = PretrainingArguments(config_overrides="hidden_dropout_prob=0.0,initializer_range=0.01,ffn_bias=false")
     assert args.config_updates() == {"hidden_dropout_prob": 0.0, "initializer_range": 0.01, "ffn_bias": False}
-    config = pretraining_config(args, tokenizer, 32)
+    config = pretraining_config(args, tokenizer, 512)
     assert (config.hidden_dropout_prob, config.initializer_range, config.ffn_bias) == (0.0, 0.01, False)
     assert config.attention_probs_dropout_prob == 0.1  # BERT's, not overridden
     model = FfnBertForMaskedLM(config)

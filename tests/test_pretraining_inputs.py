@@ -194,7 +194,7 @@ def test_scratch_recipe_sets_what_is_not_given_and_leaves_a_checkpoint_alone(tok
     assert (training_args.adam_beta2, training_args.max_grad_norm, training_args.weight_decay) == (0.98, 0.5, 0.01)
     assert training_args.adam_epsilon == 1e-6
     # the user's dropout kept, the recipe's other config fields added
-    built = pretraining_config(args, AutoTokenizer.from_pretrained(tokenizer_folder), 32, config)
+    built = pretraining_config(args, AutoTokenizer.from_pretrained(tokenizer_folder), 512, config)
     assert (built.hidden_dropout_prob, built.attention_probs_dropout_prob, built.initializer_range) == (0.2, 0.0, 0.05)
     post_line = ["--train_files", "x", "--output_dir", "o"]
     name, post = recipe_defaults(pretraining_parser(), post_line)

@@ -20,17 +20,11 @@ from transformers.utils import logging as hf_logging
 from hf_ffn import FfnBertForMaskedLM, FfnBertForSequenceClassification, FfnBertModel, modeling_ffn_bert
 from hf_ffn.checkpoints import check_checkpoint
 from hf_ffn.finetune.arguments import ClassificationDataArguments
+from hf_ffn.finetune.readers import load_label_files, parse_split_sizes, read_labelled_texts, read_table
 from hf_ffn.training.arguments import ModelArguments, resume_checkpoint
 from hf_ffn.training.blocks import masking_collator, mlm_blocks
 from hf_ffn.training.outputs import STAGING_FOLDER, save_finished
-from hf_ffn.training.readers import (
-    load_label_files,
-    parse_split_sizes,
-    read_label_files,
-    read_labelled_texts,
-    read_table,
-    read_text_documents,
-)
+from hf_ffn.training.readers import read_label_files, read_text_documents
 
 from .conftest import tiny_config
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..training.arguments import DEFAULT_MAX_SEQ_LENGTH, check_numeric_options
-from ..training.readers import DEFAULT_SPLIT
+from .readers import DEFAULT_SPLIT
 from .tasks import TASKS, get_task
 
 

@@ -8,8 +8,8 @@ import math
 
 import numpy as np
 
-from ..training.readers import DATA_FILE_EXTENSIONS, DEFAULT_TEXT_COLUMNS, check_data_file, load_label_files
 from .arguments import ClassificationDataArguments
+from .readers import DATA_FILE_EXTENSIONS, DEFAULT_TEXT_COLUMNS, check_data_file, load_label_files
 from .tasks import get_task
 
 

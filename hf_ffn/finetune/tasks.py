@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..training.readers import decode_text, load_label_files
+from ..training.readers import decode_text
+from .readers import load_label_files
 
 STSB_COLUMNS = 7  # genre, file, year, id, score, sentence 1, sentence 2 (later columns ignored)
 

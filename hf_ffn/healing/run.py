@@ -36,6 +36,7 @@ from ..conversion import REPORT_FILE, ffn_class_for
 from ..conversion.measure import usable_positions
 from ..families import Family, checkpoint_family
 from ..files import check_new_folder, one_run_per_output_dir
+from ..finetune.readers import read_labelled_texts
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertPreTrainedModel
 from ..training.arguments import resume_checkpoint
@@ -43,7 +44,6 @@ from ..training.blocks import documents_to_blocks
 from ..training.collators import PaddingFreeCollator
 from ..training.corpus import corpus_files, is_streamed, load_documents, load_hub_corpus
 from ..training.outputs import check_not_started
-from ..training.readers import read_labelled_texts
 from .distill import (
     DistillationLoss,
     DistillationTrainer,

@@ -19,7 +19,7 @@ from ..configuration_ffn_bert import (
     parameter_matched_glu_width,
 )
 from ..conversion.recipes import parse_width
-from ..training.arguments import ModelArguments, check_training_init, option
+from ..training.arguments import ModelArguments, check_choices, check_training_init, option
 from ..training.blocks import ATTENTION_SCOPES
 from ..training.corpus import DOCUMENT_BOUNDARIES, resolve_boundary
 
@@ -437,6 +437,7 @@ class PretrainingDataArguments:
     )
 
     def __post_init__(self) -> None:
+        check_choices(self)  # --document_boundary, --attention_scope
         self._split_given = self.validation_split_percentage is not None
         if self.validation_split_percentage is None:
             self.validation_split_percentage = 10
@@ -455,10 +456,6 @@ class PretrainingDataArguments:
                     f"--document_start_regex {self.document_start_regex!r} is not a regular expression: {error}"
                 ) from None
         self.document_boundary = resolve_boundary(self.document_boundary, self.document_start_regex)
-        if self.attention_scope not in ATTENTION_SCOPES:
-            raise ValueError(
-                f"--attention_scope has unknown value {self.attention_scope!r}; allowed: {', '.join(ATTENTION_SCOPES)}"
-            )
         self._check_short_blocks()
         for name in ("mask_replace_prob", "random_replace_prob"):
             if not 0 <= getattr(self, name) <= 1:

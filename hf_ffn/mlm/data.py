@@ -15,7 +15,7 @@ from ..training.blocks import fixed_maskings, tokenize_documents, tokens_to_bloc
 from ..training.corpus import load_corpus, load_hub_corpus
 from .arguments import PretrainingArguments, PretrainingDataArguments
 from .floors import mlm_floors, never_chosen_ids
-from .tokenizer import run_tokenizer
+from .tokenizer import run_tokenizer, scratch_positions
 
 if TYPE_CHECKING:
     from datasets import Dataset, IterableDataset
@@ -50,6 +50,7 @@ class PretrainingData:
     evaluation: Dataset  # the held-out blocks masked --eval_maskings times
     floors: dict  # `mlm_floors`
     masking: dict  # `PretrainingDataArguments.masking_options`
+    positions: int  # a from-scratch model's `max_position_embeddings` (`scratch_positions`)
     phase_seconds: dict = field(default_factory=dict)
 
 
@@ -120,4 +121,5 @@ def pretraining_data(
         masking["random_replace_prob"],
     )
     phases.done("floors", f"context-free floors: unigram at [MASK] {floors['unigram_mask']:.4f} nats")
-    return PretrainingData(documents, tokenizer, source, train, masked, floors, masking, phases.seconds)
+    positions = scratch_positions(block)
+    return PretrainingData(documents, tokenizer, source, train, masked, floors, masking, positions, phases.seconds)

@@ -58,7 +58,6 @@ from .initialisation import ffn_output_rms, seed_by_name
 from .recipe import CONFIG_KEY, config_text, recipe_defaults
 from .report import card_notes, run_report, summary_line
 from .speed import apply_speed_defaults, options_given_by_value, use_bf16_where_available
-from .tokenizer import scratch_positions
 from .trainer import (
     StopAtStep,
     ThroughputCallback,
@@ -86,11 +85,11 @@ LOAD_HINT = (
 def pretraining_config(
     args: PretrainingArguments,
     tokenizer: PreTrainedTokenizerBase,
-    max_seq_length: int,
+    max_position_embeddings: int,
     recipe_config: dict | None = None,
 ) -> FfnBertConfig:
-    """The from-scratch `FfnBertConfig` of `args` (sizes, `ffn_width`, the tokenizer's vocabulary and pad id,
-    `scratch_positions`), `--config_overrides` over the recipe's config fields `recipe_config`.
+    """The from-scratch `FfnBertConfig` of `args` (sizes, `ffn_width`, the tokenizer's vocabulary and pad id),
+    `--config_overrides` over the recipe's config fields `recipe_config`.
 
     Raises:
         ValueError: on sizes a model cannot be built with (e.g. hidden size not divisible by the heads).
@@ -109,7 +108,7 @@ def pretraining_config(
         hidden_act=hidden_act,
         ffn_type=ffn_type,
         layer_norm_position=args.scratch("layer_norm_position"),
-        max_position_embeddings=scratch_positions(max_seq_length),
+        max_position_embeddings=max_position_embeddings,
         **{**(recipe_config or {}), **args.config_updates()},
     )
     config.check_model_fields()
@@ -140,14 +139,18 @@ def run_pretraining(
     start = time.perf_counter()
     first_phase = None
     if data_args.short_block_length is not None:
-        first_phase = _first_phase(args, data_args, training_args, callbacks, given, recipe)
-        data_args, training_args = second_phase_arguments(data_args, training_args)
+        check_output_dir(training_args.output_dir, training_args.resume_from_checkpoint)
+        short = first_phase_arguments(args, data_args, training_args)
+        long = second_phase_arguments(data_args, training_args)
+        first_phase = _first_phase(args, data_args.short_block_steps, *short, callbacks, given, recipe)
+        data_args, training_args = long
     outcome = _train(args, data_args, training_args, callbacks, given, recipe, first_phase)
     return {**outcome, "wall_seconds": time.perf_counter() - start}
 
 
-def _train(args, data_args, training_args, callbacks, given, recipe, first_phase: dict | None = None) -> dict:
-    """One Trainer run (the whole run, or one phase of a warm-up): check, read, build, train, evaluate, save."""
+def _train(args, data_args, training_args, callbacks, given, recipe, first_phase=None, stop_at=None) -> dict:
+    """One Trainer run (the whole run, or one phase of a warm-up, `stop_at` its last step): check, read, build,
+    train, evaluate, save."""
     start = time.perf_counter()
     resume, stopping = _check_arguments(args, data_args, training_args)
     given = options_given_by_value(args, data_args, training_args) if given is None else given
@@ -156,10 +159,44 @@ def _train(args, data_args, training_args, callbacks, given, recipe, first_phase
     train, evaluation, tokenizer = data.train, data.evaluation, data.tokenizer
     data_seconds = time.perf_counter() - start  # reading, the tokenizer, tokenizing, blocks, maskings (or the cache)
 
-    model, built = _model(args, tokenizer, data_args, training_args, resume, (recipe or {}).get(CONFIG_KEY))
+    # the model, after seeding: the same initial weights for the same seed
+    set_seed(training_args.seed)
+    from_scratch = args.model_name_or_path is None
+    if from_scratch:
+        config = pretraining_config(args, tokenizer, data.positions, (recipe or {}).get(CONFIG_KEY))
+        model = FfnBertForMaskedLM(config)
+        if args.seed_modules_by_name:
+            seed_by_name(model, training_args.seed)
+        conversion, saved_unpad, head_note = {"conversion": "from scratch", "new_weights": "all"}, False, None
+        card_args = ModelArguments(  # the card: "Pre-trained from scratch", with what was built
+            model_name_or_path=None,
+            ffn_type=config.ffn_type,
+            layer_norm_position=config.layer_norm_position,
+            ffn_width=str(config.intermediate_size),
+        )
+    else:
+        card_args = args.model_arguments()
+        with absent_head_warning_dropped():
+            model, conversion = load_model(card_args, FfnBertForMaskedLM, **args.config_updates())
+        new_weights = conversion.get("new_weights", conversion.get("new", []))
+        head_note = new_mlm_head_note(new_weights, args.model_name_or_path, model.config.vocab_size)
+        if head_note and resume is None:  # logged at the run's start only
+            logger.warning(head_note)
+        saved_unpad = checkpoint_unpad_tokens(args.model_name_or_path)
+        if len(tokenizer) > model.config.vocab_size:
+            raise ValueError(
+                f"--tokenizer_name {args.tokenizer_name!r} has {len(tokenizer)} tokens, more than the "
+                f"checkpoint's vocab_size {model.config.vocab_size}"
+            )
+    if args.sparse_prediction and not isinstance(model, SparsePredictionMixin):  # e.g. FfnRobertaForMaskedLM
+        logger.warning(f"--sparse_prediction: {type(model).__name__} decodes every position (no sparse prediction)")
+        args.sparse_prediction = False  # so the throughput, the collator and run_info.json say what runs
+    model.config.sparse_prediction = args.sparse_prediction  # read at every forward, like unpad_tokens
+    model.config.unpad_tokens = args.unpad_tokens
     check_resume_matches(model.config, resume)
     first = [block["input_ids"] for block in itertools.islice(train, INIT_RMS_BLOCKS)]
     init_rms = ffn_output_rms(model, torch.stack([torch.as_tensor(ids) for ids in first]).long())
+
     bf16 = use_bf16_where_available(training_args, given) if args.bf16_where_available else training_args.bf16
     flops = mlm_flops(model.config, data_args.max_seq_length)
     throughput = ThroughputCallback(flops, args.sparse_prediction, tokenizer.pad_token_id)
@@ -174,7 +211,7 @@ def _train(args, data_args, training_args, callbacks, given, recipe, first_phase
         callbacks=[
             *([throughput] if args.log_throughput else []),
             *(callbacks or []),
-            *([StopAtStep(args.stop_at_step)] if args.stop_at_step else []),
+            *([StopAtStep(stop_at or args.stop_at_step)] if stop_at or args.stop_at_step else []),
         ],
         **data.masking,
         fixed_prediction_rows=args.sparse_prediction and args.fixed_prediction_rows,
@@ -183,9 +220,10 @@ def _train(args, data_args, training_args, callbacks, given, recipe, first_phase
     resumed_from_step = checkpoint_step(resume)
     results, train_seconds = _train_and_evaluate(trainer, resume, stopping, resumed_from_step)
 
+    built = {"conversion": conversion, "head_note": head_note}
+    built["standard_width"] = args.scratch("intermediate_size") if from_scratch else None
     report = run_report(args, data_args, training_args, trainer, built, data, train_seconds, resumed_from_step)
     stop = args.stop_at_step  # not reached in a warm-up's first phase, nor after an earlier early stop
-    from_scratch = args.model_name_or_path is None
     report |= {
         "tokenizer": {"source": data.tokenizer_source, "vocab_size": len(tokenizer)},
         "bf16": bool(bf16),
@@ -203,7 +241,22 @@ def _train(args, data_args, training_args, callbacks, given, recipe, first_phase
         "plateau": plateau_verdict(results["eval_mask_loss"], data.floors["unigram_mask"]) if from_scratch else None,
     }
     report["summary"] = summary_line(report, model.config, built["standard_width"], results["eval_loss"], results)
-    _save(args, data_args, training_args, trainer, tokenizer, results, report, built)
+
+    # the finished run in output_dir, its config with sparse_prediction off (upstream BertForMaskedLM's outputs)
+    dataset = data_args.dataset_name or ", ".join(data_args.train_files)
+    card = model_card(
+        card_args,
+        training_args,
+        "fill-mask",
+        dataset,
+        results,
+        conversion,
+        ("perplexity",),
+        model.config,
+        notes=card_notes(report),
+    )
+    model.config.sparse_prediction = False
+    save_outputs(trainer, tokenizer, card, results, report, training_args.output_dir, unpad_tokens=saved_unpad)
     return {"results": results, "log_history": trainer.state.log_history, **report}
 
 
@@ -231,51 +284,6 @@ def _check_arguments(args: PretrainingArguments, data_args: PretrainingDataArgum
     return resume, stopping
 
 
-def _model(
-    args: PretrainingArguments,
-    tokenizer: PreTrainedTokenizerBase,
-    data_args: PretrainingDataArguments,
-    training_args: TrainingArguments,
-    resume: str | None = None,
-    recipe_config: dict | None = None,
-) -> tuple[FfnBertForMaskedLM, dict]:
-    """The model to train, built from scratch or loaded, after seeding with `training_args.seed` (the same initial
-    weights for the same seed), and what was built: `conversion`, `saved_unpad` (the saved config's `unpad_tokens`),
-    `head_note` (logged unless resuming: it was logged at the run's start), `standard_width`.
-
-    Raises:
-        ValueError: a `--tokenizer_name` with more tokens than the checkpoint's vocabulary.
-    """
-    set_seed(training_args.seed)
-    if args.model_name_or_path is None:
-        model = FfnBertForMaskedLM(pretraining_config(args, tokenizer, data_args.max_seq_length, recipe_config))
-        if args.seed_modules_by_name:
-            seed_by_name(model, training_args.seed)
-        built = {"conversion": {"conversion": "from scratch", "new_weights": "all"}, "saved_unpad": False}
-        built |= {"head_note": None, "standard_width": args.scratch("intermediate_size")}
-    else:
-        with absent_head_warning_dropped():
-            model, conversion = load_model(args.model_arguments(), FfnBertForMaskedLM, **args.config_updates())
-        head_note = new_mlm_head_note(
-            conversion.get("new_weights", conversion.get("new", [])), args.model_name_or_path, model.config.vocab_size
-        )
-        if head_note and resume is None:
-            logger.warning(head_note)
-        built = {"conversion": conversion, "saved_unpad": checkpoint_unpad_tokens(args.model_name_or_path)}
-        built |= {"head_note": head_note, "standard_width": None}
-        if len(tokenizer) > model.config.vocab_size:
-            raise ValueError(
-                f"--tokenizer_name {args.tokenizer_name!r} has {len(tokenizer)} tokens, more than the "
-                f"checkpoint's vocab_size {model.config.vocab_size}"
-            )
-    if args.sparse_prediction and not isinstance(model, SparsePredictionMixin):  # e.g. FfnRobertaForMaskedLM
-        logger.warning(f"--sparse_prediction: {type(model).__name__} decodes every position (no sparse prediction)")
-        args.sparse_prediction = False  # so the throughput, the collator and run_info.json say what runs
-    model.config.sparse_prediction = args.sparse_prediction  # read at every forward, like unpad_tokens
-    model.config.unpad_tokens = args.unpad_tokens
-    return model, built
-
-
 def _train_and_evaluate(
     trainer: Trainer, resume: str | None, stopping: TrainerCallback | None, resumed_from_step: int = 0
 ) -> tuple[dict, float]:
@@ -297,53 +305,23 @@ def _train_and_evaluate(
     return results, train_seconds
 
 
-def _save(args, data_args, training_args, trainer, tokenizer, results: dict, report: dict, built: dict) -> None:
-    """The finished run in `output_dir` (`save_outputs`), its config with `sparse_prediction` off (upstream
-    `BertForMaskedLM`'s outputs)."""
-    model = trainer.model
-    if args.model_name_or_path is not None:
-        card_args = args.model_arguments()
-    else:  # the card: "Pre-trained from scratch", with what was built
-        card_args = ModelArguments(
-            model_name_or_path=None,
-            ffn_type=model.config.ffn_type,
-            layer_norm_position=model.config.layer_norm_position,
-            ffn_width=str(model.config.intermediate_size),
-        )
-    card = model_card(
-        card_args,
-        training_args,
-        "fill-mask",
-        data_args.dataset_name or ", ".join(data_args.train_files),
-        results,
-        built["conversion"],
-        ("perplexity",),
-        model.config,
-        notes=card_notes(report),
-    )
-    model.config.sparse_prediction = False
-    save_outputs(trainer, tokenizer, card, results, report, training_args.output_dir, unpad_tokens=built["saved_unpad"])
-
-
-def _first_phase(args, data_args, training_args, callbacks, given, recipe) -> dict:
-    """A sequence-length warm-up's first phase, trained in `output_dir/short_blocks` up to its `checkpoint-K`
-    (skipped when a resumed run finds it there); returns what `run_info.json`'s `short_blocks` keeps of it."""
-    check_output_dir(training_args.output_dir, training_args.resume_from_checkpoint)
-    short_data, short_training, info = first_phase_arguments(args, data_args, training_args)
+def _first_phase(args, steps: int, short_data, short_training, info, callbacks, given, recipe) -> dict:
+    """A sequence-length warm-up's first phase (`first_phase_arguments`), trained in `output_dir/short_blocks` up to
+    its `checkpoint-K` (skipped when a resumed run finds it there); returns what `run_info.json`'s `short_blocks`
+    keeps of it."""
     folder = Path(short_training.output_dir)
     if info is None:  # still to train
-        stop = StopAtStep(data_args.short_block_steps)
-        _train(args, short_data, short_training, [*(callbacks or []), stop], given, recipe)
+        _train(args, short_data, short_training, callbacks, given, recipe, stop_at=steps)
         info = json.loads((folder / "run_info.json").read_text())
     results = json.loads((folder / "all_results.json").read_text()) if (folder / "all_results.json").is_file() else {}
     if not info:  # cut after its checkpoint-K, before its final evaluation and save
         logger.warning(
-            f"{folder}: the first phase has its checkpoint-{data_args.short_block_steps} but no final evaluation "
+            f"{folder}: the first phase has its checkpoint-{steps} but no final evaluation "
             f"(cut before its save); run_info.json's short_blocks has no loss or summary for it"
         )
     return {
         "short_block_length": short_data.max_seq_length,
-        "short_block_steps": data_args.short_block_steps,
+        "short_block_steps": steps,
         "batch_size": short_training.per_device_train_batch_size,
         "output_dir": str(folder),
         "eval_mask_loss": results.get("eval_mask_loss"),

@@ -1,6 +1,6 @@
-"""Per-device speed defaults of `hf-ffn mlm` (`device_speed_defaults`: on CUDA only, each where the option is not
-given; `--speed_defaults false`: none) and the fixed number of positions sparse prediction decodes per batch
-(`prediction_rows`, `prediction_positions`: static shapes, no masked count read back from the device).
+"""The CUDA speed defaults of `hf-ffn mlm` (`device_speed_defaults`) and the fixed number of positions sparse
+prediction decodes per batch (`prediction_rows`, `prediction_positions`: static shapes); docs/pretraining.md, "On a
+GPU".
 """
 
 from __future__ import annotations
@@ -25,10 +25,8 @@ CUDA_RECIPE = "cuda"  # hf_ffn/mlm/recipes/cuda.json
 
 
 def device_speed_defaults(device_type: str, given: set[str], cpu_count: int | None = None) -> dict:
-    """The speed options `hf-ffn mlm` sets on `device_type`, less those in `given` (the options the user gave):
-    `{}` off CUDA; on CUDA `hf_ffn/mlm/recipes/cuda.json` (why each: docs/pretraining.md, "On a GPU"), with at most
-    `cpu_count // 2` loader workers. A given `torch_compile` leaves its mode to the user, a given
-    `dataloader_num_workers` the persistent workers.
+    """`hf_ffn/mlm/recipes/cuda.json` on CUDA (`{}` elsewhere), at most `cpu_count // 2` loader workers, less the
+    options in `given` (a given `torch_compile` also keeps its mode, `dataloader_num_workers` its persistence).
 
     Raises:
         ValueError: on a `cpu_count` below 1.
@@ -52,9 +50,9 @@ def device_speed_defaults(device_type: str, given: set[str], cpu_count: int | No
 def apply_speed_defaults(
     arguments: tuple, training_args: TrainingArguments, given: set[str], device_type: str | None = None
 ) -> dict:
-    """Set `device_speed_defaults` (on the run's device unless `device_type`) on whichever of `arguments` or
-    `training_args` has each option, log them once, and return them; `torch_compile` switched on also gets
-    `torch_compile_backend` "inductor", as `TrainingArguments` derives it (TF32 left as it is)."""
+    """Set `device_speed_defaults` (of the run's device unless `device_type`) on whichever of `arguments` or
+    `training_args` has each option, log and return them; `torch_compile` also gets the "inductor" backend, as
+    `TrainingArguments` derives it."""
     device_type = training_args.device.type if device_type is None else device_type
     chosen = device_speed_defaults(device_type, given)
     for name, value in chosen.items():
@@ -89,8 +87,7 @@ def use_bf16_where_available(training_args: TrainingArguments, given: set[str] =
 
 
 def options_given_by_value(*arguments) -> set[str]:
-    """The options of `arguments` (dataclasses) whose values differ from their defaults: what a caller without a
-    command line "gave"."""
+    """The options of `arguments` (dataclasses) whose values differ from their defaults."""
     given = set()
     for args in arguments:
         for spec in dataclasses.fields(args):

@@ -131,18 +131,10 @@ def check_first_phase_folder(data_args, training_args: TrainingArguments) -> dic
 
 def second_phase_arguments(data_args, training_args: TrainingArguments):
     """The second phase's data and training arguments, resumed from its own last checkpoint, else the first phase's
-    `checkpoint-K`.
-
-    Raises:
-        FileNotFoundError: the first phase's `checkpoint-K` is missing.
-    """
-    steps = data_args.short_block_steps
+    `checkpoint-K`."""
     resume = _last_checkpoint(Path(training_args.output_dir)) if training_args.resume_from_checkpoint else None
     if resume is None:
-        first = Path(training_args.output_dir) / FIRST_PHASE_FOLDER / f"checkpoint-{steps}"
-        if not first.is_dir():
-            raise FileNotFoundError(f"{first}: the first phase's checkpoint at --short_block_steps {steps} is missing")
-        resume = str(first)
+        resume = str(Path(training_args.output_dir) / FIRST_PHASE_FOLDER / f"checkpoint-{data_args.short_block_steps}")
     long_data = _changed(data_args, short_block_length=None, short_block_steps=None)
     return long_data, _changed(training_args, resume_from_checkpoint=resume)
 

@@ -113,6 +113,19 @@ class ModelArguments:
         )
 
 
+def check_choices(arguments: Any) -> None:
+    """Refuse a field of the dataclass `arguments` outside its `choices` metadata (what argparse checks on a command
+    line, for arguments built in Python); None passes.
+
+    Raises:
+        ValueError: "--NAME has unknown value 'x'; allowed: a, b".
+    """
+    for spec in dataclasses.fields(arguments):
+        value, allowed = getattr(arguments, spec.name), spec.metadata.get("choices")
+        if allowed and value is not None and value not in allowed:
+            raise ValueError(f"--{spec.name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
+
+
 def check_training_init(value: str) -> None:
     """Refuse an `--ffn_init` a training run cannot make (`ValueError` listing `TRAINING_INITS`)."""
     if value not in TRAINING_INITS:

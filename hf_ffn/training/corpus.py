@@ -1,7 +1,6 @@
-"""Corpus → documents, the first half of the MLM data path (the second: `hf_ffn.training.blocks`), through `datasets`:
-text (compressed or not), json or parquet files (`load_corpus`) or a `datasets` data set (`load_hub_corpus`), each
-step a `Dataset.map` cached as memory-mapped Arrow, nothing holding the corpus in a Python list; documents cut at
-empty lines, per file or by a regex, the held-out documents chosen whole (docs/pretraining.md, "The data path").
+"""Corpus → documents, the first half of the MLM data path (the second: `hf_ffn.training.blocks`): text, json or
+parquet files (`load_corpus`) or a `datasets` data set (`load_hub_corpus`), each step a cached `Dataset.map`; the
+held-out documents chosen whole (docs/pretraining.md, "The data path").
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ DOCUMENT_BOUNDARIES = ("empty_line", "file", "regex")
 SAMPLE_BY = {"empty_line": "paragraph", "file": "document", "regex": "document"}  # datasets' text builder
 
 # The text builder's decoding error handler: bytes that are not UTF-8 read as Latin-1 (`readers.decode_text`'s rule),
-# byte sequence by byte sequence, so it works while a compressed file is decompressed as it is read.
+# per byte sequence, so it works on a file decompressed as it is read.
 LATIN1_FALLBACK = "hf_ffn_latin1_fallback"
 
 
@@ -57,7 +56,7 @@ def corpus_files(paths: Sequence[str | Path], pattern: str = "*.txt", argument: 
 
 
 def file_format(file: Path) -> str:
-    """ "json", "parquet" or "text" (any other suffix), after a compression suffix."""
+    """ "json", "parquet" or "text" (any other suffix), a compression suffix skipped."""
     suffixes = [s for s in file.suffixes if s not in COMPRESSIONS]
     return TABLE_FORMATS.get(suffixes[-1] if suffixes else "", "text")
 
@@ -118,9 +117,8 @@ def load_documents(
     num_proc: int | None = None,
     argument: str = "--train_files",
 ):
-    """The documents of `files` (of one format, `corpus_files`) as a `Dataset` with one column `text`, in file
-    order: text files cut by `document_boundary`, json / parquet files a document per row of `text_column` (cut
-    further by `document_start_regex`, if given).
+    """The documents of `files` (of one format, `corpus_files`) as a `Dataset` (column `text`), in file order: text
+    cut by `document_boundary`, a json / parquet row of `text_column` each (cut by `document_start_regex`, if given).
 
     Raises:
         ValueError: a file that cannot be read, `text_column` missing, no document at all.
@@ -192,8 +190,8 @@ def load_corpus(
     cache_dir: str | None = None,
     num_proc: int | None = None,
 ):
-    """Corpus → documents: a `DatasetDict` with `train` and `validation` documents (column `text`), held out by
-    `validation_files`, else `held_out_split(validation_split_percentage, split_seed)`.
+    """Corpus → `DatasetDict` of `train` and `validation` documents (column `text`), held out by `validation_files`,
+    else `held_out_split(validation_split_percentage, split_seed)`.
 
     Raises:
         FileNotFoundError, ValueError: as `corpus_files`, `load_documents` and `held_out_split`.
@@ -213,8 +211,7 @@ def load_corpus(
 
 
 def _row_documents(dataset, text_column: str, start_regex: str | None, num_proc: int | None, where: str):
-    """A table's rows (a `Dataset` or `IterableDataset`) as documents: `text_column` renamed `text`, cut by
-    `start_regex`, blank ones dropped.
+    """A table's rows (`Dataset` or `IterableDataset`) as documents: `text_column` as `text`, cut by `start_regex`.
 
     Raises:
         ValueError: `text_column` missing (where the columns are known).
@@ -247,11 +244,10 @@ def load_hub_corpus(
     file_pattern: str = "*.txt",
     document_boundary: str | None = None,
 ):
-    """Corpus → documents from a `datasets` data set (`run_mlm.py`'s `--dataset_name`, `--dataset_config_name`,
-    `--streaming`: `load_dataset`, or `load_from_disk` for a `save_to_disk` folder): a `DatasetDict` (streaming: an
-    `IterableDatasetDict`) of `train` and `validation` documents, a row each (`_row_documents`). Held out:
-    `validation_files`, else its own `validation` split, else (not streaming) `held_out_split`; with
-    `validation_split_percentage` None, only the `train` split (nothing held out).
+    """Corpus → documents from a `datasets` data set (`run_mlm.py`'s `--dataset_name`; `load_from_disk` for a
+    `save_to_disk` folder): a `DatasetDict` (streaming: `IterableDatasetDict`) of `train` and `validation`, a document
+    per row. Held out: `validation_files`, else its `validation` split, else (not streaming) `held_out_split`;
+    `validation_split_percentage` None: `train` only.
 
     Raises:
         ValueError: a data set that cannot be loaded, no `train` split, a missing `text_column`, streaming without a

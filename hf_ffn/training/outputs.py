@@ -1,7 +1,6 @@
-"""Models in and out of a training run: checkpoint and tokenizer loading, output-folder checks, the final evaluation,
-the model card and the finished save, staged in `output_dir/.staging-final/` and moved in `config.json` last, so an
-interrupted save never leaves a folder that loads as a model. `load_model` sets the run's `unpad_tokens`;
-`save_outputs` writes back the checkpoint's (an execution choice, not a property of the weights: docs/unpadded.md).
+"""Models in and out of a training run: loading, output-folder checks, the final evaluation, the model card and the
+finished save (staged, `config.json` moved in last: an interrupted save never loads as a model). `unpad_tokens` is
+the run's while it trains, the checkpoint's once saved (docs/unpadded.md).
 """
 
 from __future__ import annotations
@@ -49,9 +48,9 @@ CARD_HYPERPARAMETERS = (
 def load_model(
     model_args: ModelArguments, model_class: type[PreTrainedModel], **kwargs
 ) -> tuple[PreTrainedModel, dict]:
-    """`(model, report)`: the checkpoint as `model_class`, as saved or turned into the variant `model_args` asks
-    for (`hf_ffn.conversion.load_converted`; a conversion that is not function-preserving logs a warning once), with
-    `config.unpad_tokens = model_args.unpad_tokens`. `kwargs` go to `from_pretrained`; `report` is JSON-able.
+    """`(model, report)`: the checkpoint as `model_class`, as saved or as the variant `model_args` asks for
+    (`load_converted`; warns once if not function-preserving), `unpad_tokens` the run's. `kwargs`: to
+    `from_pretrained`; `report` is JSON-able.
 
     Raises:
         FileNotFoundError: if the checkpoint looks local and is not a checkpoint folder.
@@ -110,9 +109,8 @@ def checkpoint_unpad_tokens(name_or_path: str) -> bool:
 
 
 def checkpoint_max_positions(name_or_path: str) -> int | None:
-    """The most tokens one sequence of the checkpoint can hold: the `max_position_embeddings` in its `config.json`,
-    less a RoBERTa-family model's offset (its positions count from `pad_token_id + 1`: roberta-base's 514 hold 512);
-    None when absent."""
+    """The most tokens one sequence of the checkpoint holds: its `max_position_embeddings`, less a RoBERTa-family
+    model's offset `pad_token_id + 1` (roberta-base's 514 hold 512); None when absent."""
     config_dict, _ = PretrainedConfig.get_config_dict(name_or_path)
     positions = config_dict.get("max_position_embeddings")
     if positions is not None and config_dict.get("model_type") in ROBERTA_MODEL_TYPES:
@@ -178,10 +176,8 @@ def check_not_started(output_dir: str | os.PathLike, resume: str | None, argumen
 def save_finished(
     output_dir: str, save: Callable[[Path], None], main: bool = True, barrier: Callable[[], None] = lambda: None
 ) -> None:
-    """Write the final output with `save(staging_folder)`, then move it into `output_dir` (`os.replace`, atomic),
-    `config.json` last. Every process calls it (`save` may be collective); only `main` prepares, moves and removes the
-    staging folder (also when `save` fails), `barrier` orders the steps.
-    """
+    """`save(staging_folder)`, then each file moved into `output_dir` (`os.replace`), `config.json` last. Every
+    process calls it (`save` may be collective); only `main` touches the staging folder; `barrier` orders the steps."""
     output = Path(output_dir)
     staging = output / STAGING_FOLDER
     if main:
@@ -206,8 +202,8 @@ def save_finished(
 
 
 def final_evaluation(trainer: Trainer) -> dict[str, float]:
-    """The validation metrics of the model the trainer holds after training (the last step's, or with
-    `load_best_model_at_end` the best checkpoint's): those logged at that step, else a new `trainer.evaluate()`."""
+    """The validation metrics of the trained model (the last step's, or the best checkpoint's with
+    `load_best_model_at_end`): those logged at that step, else `trainer.evaluate()`."""
     state = trainer.state
     step = state.global_step
     if trainer.args.load_best_model_at_end and state.best_model_checkpoint is not None:
@@ -244,9 +240,8 @@ def model_card(
     config: PretrainedConfig | None = None,
     notes: Sequence[str] = (),
 ) -> ModelCard:
-    """The trained folder's `ModelCard` (`hf_ffn.model_card.build_training_card`): the variant (what `model_args`
-    leaves out read from the trained `config`), the data, the hyperparameters, `results` and `notes` (lines on the
-    training the hyperparameters do not tell)."""
+    """The trained folder's `ModelCard` (`build_training_card`): the variant (what `model_args` leaves out read from
+    `config`), the data, the hyperparameters, `results` and `notes`."""
     ffn_type = model_args.ffn_type or getattr(config, "ffn_type", None) or getattr(config, "hidden_act", None)
     layer_norm_position = model_args.layer_norm_position or getattr(config, "layer_norm_position", None)
     return build_training_card(
@@ -280,9 +275,8 @@ def save_outputs(
     output_dir: str,
     unpad_tokens: bool,
 ) -> None:
-    """The finished save of a run (`save_finished`): model, tokenizer, card `README.md`, `all_results.json`
-    (`results`), `run_info.json` (`extra`), `trainer_state.json`; the saved config gets `unpad_tokens` (the
-    checkpoint's value)."""
+    """The finished save (`save_finished`): model (config with `unpad_tokens`), tokenizer, card `README.md`,
+    `all_results.json` (`results`), `run_info.json` (`extra`), `trainer_state.json`."""
     trainer.model.config.unpad_tokens = unpad_tokens
     main = trainer.is_world_process_zero()
 
