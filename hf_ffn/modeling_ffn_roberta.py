@@ -97,7 +97,10 @@ class FfnRobertaPreTrainedModel(FfnBertPreTrainedModel, RobertaPreTrainedModel):
                 f"{transformers.__version__}): its parity with upstream's RoBERTa classes is proven there; "
                 f"pip install 'transformers>={'.'.join(map(str, MIN_TRANSFORMERS))}'"
             )
-        super().__init__(config, *args, **kwargs)
+        # Not `super().__init__`: in a model's MRO that is upstream's `RobertaModel.__init__` / `RobertaFor*.__init__`,
+        # which would build (and initialise) a whole upstream model, XLM-R's 250,002-row embedding included, before
+        # this one replaces its modules (as `FfnElectraPreTrainedModel.__init__`).
+        PreTrainedModel.__init__(self, config, *args, **kwargs)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):

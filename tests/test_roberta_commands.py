@@ -257,7 +257,10 @@ def test_lora_adapter_of_a_default_ffn_roberta_loads_on_upstream_roberta(tmp_pat
         upstream = RobertaForSequenceClassification.from_pretrained(tmp_path / "base")
     theirs = peft.PeftModel.from_pretrained(upstream, tmp_path / "adapter").eval()
     with torch.no_grad():
-        ours = model.eval()(**batch).logits
-        assert torch.equal(theirs(**batch).logits, ours)
-        plain = FfnRobertaForSequenceClassification.from_pretrained(tmp_path / "base").eval()(**batch).logits
-    assert (ours - plain).abs().max() > 0.1 * plain.abs().max()  # the adapter is active
+        ours = model.eval()(**batch, output_hidden_states=True)
+        assert torch.equal(theirs(**batch).logits, ours.logits)
+        plain = FfnRobertaForSequenceClassification.from_pretrained(tmp_path / "base").eval()
+        plain = plain(**batch, output_hidden_states=True)
+    # the adapter is active: it moves the encoder's output (the tiny random classifier's logits move far less)
+    moved, scale = (ours.hidden_states[-1] - plain.hidden_states[-1]).abs().max(), plain.hidden_states[-1].abs().max()
+    assert moved > 0.1 * scale and not torch.equal(ours.logits, plain.logits), (moved, scale)
