@@ -1,5 +1,7 @@
 """The model card of a fine-tuned folder (`build_training_card`: `hf_ffn/model_cards/fine_tuned.md` rendered by
-`huggingface_hub.ModelCard.from_template`). A converted folder's card is `hf_ffn.conversion.build_model_card`."""
+`huggingface_hub.ModelCard.from_template`); it names the model's family (BERT, RoBERTa, XLM-RoBERTa, ELECTRA...), its
+upstream class and tokenizer as a converted folder's card does (`hf_ffn.model_cards.card_family`, `family_lines`). A
+converted folder's card is `hf_ffn.conversion.build_model_card`."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .model_cards import TEMPLATES
+from .model_cards import TEMPLATES, card_family, family_lines
 
 SPLIT_NAMES = {"eval": "validation", "test": "test"}  # Trainer's metric prefixes → the model-index's split names
 
@@ -35,6 +37,7 @@ def conversion_summary(conversion: Mapping[str, Any]) -> str:
 
 def build_training_card(
     *,
+    model,
     name: str,
     task: str,
     base_model: str | None,
@@ -48,12 +51,15 @@ def build_training_card(
 ) -> ModelCard:
     """A `ModelCard` for a fine-tuned model (template `fine_tuned.md`).
 
+    `model`: the trained model (its family, head and upstream class are named: `card_family` of `base_model`);
     `task`: the pipeline task ("text-classification", "fill-mask"); `base_model`: None for a model pre-trained from
     scratch; `variant`: ffn_type, layer_norm_position, ffn_init, ffn_width; `results`: the run's metrics, of which
     `eval_<metric>` and `test_<metric>` of `metric_names` also go into the front matter's `model-index` (rounded to
     4 decimals); `notes`: lines under "Training hyperparameters".
     """
     ffn_type = variant.get("ffn_type")
+    family = card_family(model, base_model)
+    lines = family_lines(model, family)
     eval_results = [
         EvalResult(
             task_type=task,
@@ -69,7 +75,14 @@ def build_training_card(
     ]
     card_data = ModelCardData(
         library_name="transformers",
-        tags=["hf_ffn", "ffn_bert", ffn_type if isinstance(ffn_type, str) else "per-layer-ffn", task],
+        # the model's type and its family's ("ffn_bert", "bert"; "ffn_roberta", "xlm-roberta"; ...), as converted cards
+        tags=[
+            "hf_ffn",
+            model.config.model_type,
+            family.upstream_type,
+            ffn_type if isinstance(ffn_type, str) else "per-layer-ffn",
+            task,
+        ],
         model_name=name,
         eval_results=eval_results or None,
     )
@@ -87,6 +100,7 @@ def build_training_card(
         ],
         hyperparameters=json.dumps(dict(hyperparameters)),
         notes=list(notes),
+        **lines,
     )
 
 

@@ -109,6 +109,15 @@ def test_convert_heal_finetune_an_electra_checkpoint(electra_checkpoint, tmp_pat
     encoder = healed.electra.state_dict()
     changed = [k for k, v in tuned.electra.state_dict().items() if k in encoder and not torch.equal(v, encoder[k])]
     assert changed, "fine-tuning started from the healed encoder and trained it"
+    card = ModelCard.load(tmp_path / "tuned" / "README.md")  # the fine-tuned card names ELECTRA too, not BERT
+    assert card.data.tags[:3] == ["hf_ffn", "ffn_electra", "electra"] and "ffn_bert" not in card.data.tags
+    text = card.text
+    assert f"from `{healing['healed_dir']}` (an ELECTRA checkpoint)" in text
+    assert "upstream ELECTRA's: embeddings, `embeddings_project`, self-attention and heads\n  (`transformers" in text
+    assert "this head's upstream class: `transformers.ElectraForSequenceClassification`" in text
+    assert "registers the `ffn_electra` model type" in text
+    assert "the tokenizer is ELECTRA's own\n(`BertTokenizer`)" in text  # transformers maps ELECTRA to BERT's tokenizer
+    assert "BERT" not in text
 
 
 def test_the_layerwise_fit_starts_from_the_projected_embeddings():

@@ -75,6 +75,13 @@ def test_convert_heal_finetune_a_roberta_checkpoint(roberta_checkpoint, tmp_path
     encoder = healed.roberta.state_dict()
     changed = [k for k, v in tuned.roberta.state_dict().items() if k in encoder and not torch.equal(v, encoder[k])]
     assert changed, "fine-tuning started from the healed encoder and trained it"
+    card = ModelCard.load(tmp_path / "tuned" / "README.md")  # the fine-tuned card names RoBERTa too, not BERT
+    assert card.data.tags[:3] == ["hf_ffn", "ffn_roberta", "roberta"] and "ffn_bert" not in card.data.tags
+    assert f"from `{healing['healed_dir']}` (a RoBERTa checkpoint)" in card.text
+    assert "upstream RoBERTa's: embeddings, self-attention and heads\n  (`transformers.models.roberta`;" in card.text
+    assert "this head's upstream class: `transformers.RobertaForSequenceClassification`" in card.text
+    assert "registers the `ffn_roberta` model type" in card.text
+    assert "the tokenizer is RoBERTa's own\n(`RobertaTokenizer`)" in card.text and "BERT's" not in card.text
 
 
 def test_heal_refuses_a_teacher_of_another_family(roberta_checkpoint, tmp_path):  # noqa: F811
@@ -92,3 +99,42 @@ def test_heal_refuses_a_teacher_of_another_family(roberta_checkpoint, tmp_path):
     long = HealArguments(student=str(tmp_path / "pre"), train_files=[str(text)], max_seq_length=63)
     with pytest.raises(ValueError, match=r"--max_seq_length 63: a sequence of --student .* holds at most 62 tokens"):
         run_healing(long, training)  # its 64 positions count from padding_idx + 1: blocks of 63 would not fit
+
+
+@pytest.mark.parametrize(
+    "source_type, model_class, expected",
+    [
+        ("xlm-roberta", "FfnRobertaForSequenceClassification", ("XLM-RoBERTa", "xlm-roberta", "XLMRoberta")),
+        ("camembert", "FfnRobertaForMaskedLM", ("CamemBERT", "camembert", "Camembert")),
+        (None, "FfnBertForMaskedLM", ("BERT", "bert", "Bert")),  # from scratch: BERT's card, with its family tag
+    ],
+)
+def test_a_fine_tuned_card_names_the_source_family(tmp_path, source_type, model_class, expected):
+    """`build_training_card` names the family of the checkpoint the run started from, as a converted card does (an
+    XLM-RoBERTa's, where the model's config says only RoBERTa's), its upstream class for the head, its tokenizer."""
+    import hf_ffn
+    from hf_ffn.model_card import build_training_card
+
+    name, tag, prefix = expected
+    family_config = {"xlm-roberta": hf_ffn.FfnRobertaConfig, "camembert": hf_ffn.FfnRobertaConfig}
+    config_class = family_config.get(source_type, hf_ffn.FfnBertConfig)
+    sizes = dict(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24)
+    model = getattr(hf_ffn, model_class)(config_class(**sizes, max_position_embeddings=24))
+    base = None
+    if source_type is not None:  # the source checkpoint's config.json, of the upstream family
+        transformers.AutoConfig.for_model(source_type, **sizes).save_pretrained(tmp_path / "source")
+        base = str(tmp_path / "source")
+    task = "fill-mask" if "MaskedLM" in model_class else "text-classification"
+    card = build_training_card(
+        model=model, name="run", task=task, base_model=base, dataset="d", variant={"ffn_type": "gelu"},
+        conversion={"new_weights": []}, results={}, metric_names=(), hyperparameters={},
+    )  # fmt: skip
+    assert card.data.tags == ["hf_ffn", model.config.model_type, tag, "gelu", task]
+    upstream = f"{prefix}For{model_class.split('For')[1]}"
+    assert f"this head's upstream class: `transformers.{upstream}`" in card.text
+    assert f"the tokenizer is {name}'s own\n(`{prefix}Tokenizer`)" in card.text
+    assert f"registers the `{model.config.model_type}` model type" in card.text
+    if base:
+        assert f"from `{base}` ({'an' if name[0] in 'AEIOX' else 'a'} {name} checkpoint)" in card.text
+    else:
+        assert "Pre-trained from scratch with hf_ffn (`fill-mask`) on d." in card.text

@@ -1,6 +1,6 @@
 """The model card of a converted folder: `build_model_card` fills `hf_ffn/model_cards/gated.md` (any GLU-family
 layer) or `standard.md`, then `_body.md`, with `huggingface_hub.ModelCard.from_template`; the card names the model's
-family (BERT, RoBERTa, XLM-RoBERTa, ELECTRA...: `card_family`) and its upstream class."""
+family (BERT, RoBERTa, XLM-RoBERTa, ELECTRA...: `hf_ffn.model_cards.card_family`) and its upstream class."""
 
 from __future__ import annotations
 
@@ -11,13 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
-from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES
 
 from ..configuration_ffn_bert import FfnBertConfig, is_gated
 from ..conversion_warning import not_function_preserving_message
-from ..families import ALL_HEAD_CLASSES, Family, model_type_family
-from ..model_cards import TEMPLATES
-from ..modeling_ffn_roberta import saved_model_type
+from ..families import ALL_HEAD_CLASSES
+from ..model_cards import TEMPLATES, card_family, family_lines
 from .report import ConversionReport
 
 CONFIG_FIELDS = (
@@ -38,36 +36,6 @@ CONFIG_FIELDS = (
 def template_family(config: FfnBertConfig) -> str:
     """ "gated" if any layer's FFN is GLU-family, else "standard"."""
     return "gated" if any(is_gated(t) for t in config.ffn_types) else "standard"
-
-
-def card_family(model, report: ConversionReport) -> Family:
-    """The family a card names: the source checkpoint's (an XLM-RoBERTa's, where the converted config says only
-    RoBERTa's) when its config.json can be read and is of the model's family, else that of the model's config."""
-    own = model_type_family(model.config.model_type) or model_type_family("bert")
-    source = model_type_family(saved_model_type(report.source) or "")
-    return source if source is not None and source.config_class is own.config_class else own
-
-
-def family_lines(model, family: Family) -> dict[str, str]:
-    """What the card says of `model`'s family: its name, its upstream class for this head (e.g.
-    `transformers.ElectraForPreTraining`), what of upstream's the model keeps, the family's tokenizer class."""
-    head = next((h for h in family.heads if h.ffn_bert is type(model)), family.heads[0])
-    upstream = family.upstream_class(head)
-    parts = ["embeddings"]
-    if getattr(model.base_model, "embeddings_project", None) is not None:  # ELECTRA's, embedding_size → hidden_size
-        parts.append("`embeddings_project`")
-    parts.append("self-attention")
-    if getattr(model.base_model, "pooler", None) is not None:
-        parts.append("pooler")
-    return {
-        "family_name": family.name,
-        "a_family": f"{'an' if family.name[0] in 'AEIOX' else 'a'} {family.name}",  # an ELECTRA, an XLM-RoBERTa
-        "model_type": model.config.model_type,
-        "upstream_class": f"transformers.{upstream.__name__}",
-        "upstream_module": upstream.__module__.rsplit(".", 1)[0],
-        "upstream_parts": ", ".join(parts) + " and heads",
-        "tokenizer_class": TOKENIZER_MAPPING_NAMES.get(family.upstream_type) or "BertTokenizer",
-    }
 
 
 def source_card_data(checkpoint: str) -> dict[str, Any]:
@@ -108,7 +76,7 @@ def build_model_card(
         base_model = report.source
     base_model = base_model or source_data.get("base_model")
     template = template_family(config)
-    family = card_family(model, report)
+    family = card_family(model, report.source)
     lines = family_lines(model, family)
     ffn_names = sorted(set(config.ffn_types))
     lns = sorted(set(config.layer_norm_positions))

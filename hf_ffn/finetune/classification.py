@@ -220,7 +220,7 @@ def run_classification(
         )
     metric_names = task.metrics if task else ("pearson", "spearman") if regression else ("accuracy", "f1_macro")
     card = model_card(
-        model_args, training_args, "text-classification", dataset_name, results, conversion, metric_names, model.config
+        model_args, training_args, "text-classification", dataset_name, results, conversion, metric_names, model
     )
     unpad_tokens = checkpoint_unpad_tokens(model_args.model_name_or_path)  # config.json keeps the checkpoint's
     save_outputs(trainer, tokenizer, card, results, extra, training_args.output_dir, unpad_tokens=unpad_tokens)

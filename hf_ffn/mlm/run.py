@@ -252,7 +252,7 @@ def _train(args, data_args, training_args, callbacks, given, recipe, first_phase
         results,
         conversion,
         ("perplexity",),
-        model.config,
+        model,
         notes=card_notes(report),
     )
     model.config.sparse_prediction = False

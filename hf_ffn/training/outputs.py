@@ -237,14 +237,16 @@ def model_card(
     results: dict[str, float],
     conversion: dict,
     metric_names: Sequence[str],
-    config: PretrainedConfig | None = None,
+    model: PreTrainedModel,
     notes: Sequence[str] = (),
 ) -> ModelCard:
-    """The trained folder's `ModelCard` (`build_training_card`): the variant (what `model_args` leaves out read from
-    `config`), the data, the hyperparameters, `results` and `notes`."""
+    """The trained folder's `ModelCard` (`build_training_card`): the model's family and upstream class, the variant
+    (what `model_args` leaves out read from `model.config`), the data, the hyperparameters, `results` and `notes`."""
+    config = model.config
     ffn_type = model_args.ffn_type or getattr(config, "ffn_type", None) or getattr(config, "hidden_act", None)
     layer_norm_position = model_args.layer_norm_position or getattr(config, "layer_norm_position", None)
     return build_training_card(
+        model=model,
         name=Path(training_args.output_dir).name,
         task=task,
         base_model=model_args.model_name_or_path,
