@@ -1,9 +1,10 @@
 """ELECTRA through the commands (issue 57, item 3): the whole workflow convert → heal (a few steps, the teacher
 upstream's `Electra*` class) → finetune (a few steps), `hf-ffn heal` end to end and padding-free, `hf-ffn compare`,
-ONNX export, sentence-transformers and the converted folder's card, on the tiny seeded ELECTRA discriminator of
-tests/test_electra_family.py (`electra_checkpoint`: embedding_size 19 projected to hidden 32 by `embeddings_project`,
-a WordPiece vocabulary of its sentences). Where the ops are the same, `torch.equal`; ONNX within `ONNX_FP32_ATOL`
-(another runtime's kernels; tests/conftest.py says why).
+ONNX export, sentence-transformers, PEFT LoRA, `hf-ffn mlm` from a generator and the cards, on the tiny seeded ELECTRA
+discriminator of tests/test_electra_family.py (`electra_checkpoint`: embedding_size 19 projected to hidden 32 by
+`embeddings_project`, a WordPiece vocabulary of its sentences) and a generator of the same shapes. Where the ops are
+the same, `torch.equal`; ONNX within `ONNX_FP32_ATOL` (another runtime's kernels; tests/conftest.py says why); merged
+LoRA within fp32 rounding (W + s·BA against Wx + s·B(Ax)).
 """
 
 import json
@@ -15,9 +16,9 @@ import transformers
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from torch import nn
-from transformers import ElectraConfig, ElectraForPreTraining
+from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining, ElectraForSequenceClassification
 
-from hf_ffn import FfnElectraConfig, FfnElectraModel
+from hf_ffn import FfnElectraConfig, FfnElectraForSequenceClassification, FfnElectraModel
 from hf_ffn.cli import main
 from hf_ffn.conversion import convert_checkpoint
 from hf_ffn.finetune import finetune
@@ -319,3 +320,144 @@ def test_a_converted_electra_folder_card_names_electra(electra_checkpoint, tmp_p
     assert "registers the `ffn_electra` model type" in text and "`modeling_ffn_electra.py`" in text
     assert "from transformers import AutoModelForPreTraining" in text and "BERT" not in text
     assert ElectraConfig.from_pretrained(electra_checkpoint).embedding_size == 19
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# PEFT LoRA on an FfnElectra model: BERT's target names (query/value, the FFN's projections)
+# ---------------------------------------------------------------------------------------------------------------
+TARGETS = ["query", "value", "gate_proj", "up_proj", "down_proj"]
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def test_lora_on_ffn_electra_trains_saves_and_loads(tmp_path):
+    """A SwiGLU FfnElectra classifier over projected embeddings (19 → 32): LoRA wraps exactly the attention's query /
+    value and the FFN's three projections (not `embeddings_project`, not the classifier), trains only the adapters,
+    and the saved adapter reloads on the base folder to the same logits, bit for bit."""
+    peft = pytest.importorskip("peft")
+    from peft.tuners.lora import Linear as LoraLinear
+
+    torch.manual_seed(0)
+    config = FfnElectraConfig(**SIZES["projected"], **NO_DROPOUT, ffn_type="swiglu", num_labels=2)
+    perturb_constants(FfnElectraForSequenceClassification(config)).save_pretrained(tmp_path / "base")
+    with quiet_transformers():
+        base = FfnElectraForSequenceClassification.from_pretrained(tmp_path / "base")
+    model = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, task_type="SEQ_CLS"))
+    wrapped = sorted(name for name, module in model.named_modules() if isinstance(module, LoraLinear))
+    layer = "base_model.model.electra.encoder.layer"
+    assert wrapped == sorted(
+        [f"{layer}.{i}.attention.self.{t}" for i in range(2) for t in ("query", "value")]
+        + [f"{layer}.{i}.mlp.{t}" for i in range(2) for t in ("gate_proj", "up_proj", "down_proj")]
+    )
+    frozen = {name: p.detach().clone() for name, p in model.named_parameters() if not p.requires_grad}
+    assert "base_model.model.electra.embeddings_project.weight" in frozen
+    batch = electra_batch()
+    labels = torch.tensor([0, 1, 0])
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    model.train()
+    losses = []
+    for _ in range(5):
+        loss = model(**batch, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0], losses
+    # the classifier is PEFT's modules_to_save for SEQ_CLS (trained copy); every other base weight is unchanged
+    assert all(torch.equal(p, frozen[name]) for name, p in model.named_parameters() if name in frozen)
+    assert any(not torch.equal(p, torch.zeros_like(p)) for n, p in model.named_parameters() if "lora_B" in n)
+    model.eval()
+    with torch.no_grad():
+        adapted = model(**batch).logits
+    model.save_pretrained(tmp_path / "adapter")
+    saved = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert sorted(saved["target_modules"]) == sorted(TARGETS)
+    with quiet_transformers():
+        fresh = FfnElectraForSequenceClassification.from_pretrained(tmp_path / "base")
+    loaded = peft.PeftModel.from_pretrained(fresh, tmp_path / "adapter").eval()
+    with torch.no_grad():
+        assert torch.equal(loaded(**batch).logits, adapted)
+        merged = loaded.merge_and_unload()
+        assert type(merged) is FfnElectraForSequenceClassification
+        assert type(merged.electra.encoder.layer[0].mlp.gate_proj) is nn.Linear
+        # merged W + s·BA against W x + s·B(A x): same maths, other fp32 rounding
+        torch.testing.assert_close(merged(**batch).logits, adapted, rtol=1e-5, atol=1e-5)
+
+
+def test_lora_adapter_of_a_default_ffn_electra_loads_on_upstream_electra(tmp_path):
+    """query/value adapters are named as upstream's: an adapter trained on a default-config FfnElectra loads on
+    upstream ElectraForSequenceClassification (same base folder) to the same logits, bit for bit."""
+    peft = pytest.importorskip("peft")
+
+    torch.manual_seed(1)
+    config = FfnElectraConfig(**SIZES["projected"], **NO_DROPOUT, num_labels=2)
+    perturb_constants(FfnElectraForSequenceClassification(config)).save_pretrained(tmp_path / "base")
+    with quiet_transformers():
+        base = FfnElectraForSequenceClassification.from_pretrained(tmp_path / "base")
+    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"], task_type="SEQ_CLS")
+    model = peft.get_peft_model(base, lora)
+    for name, p in model.named_parameters():  # a trained adapter: B ≠ 0
+        if "lora_B" in name:
+            nn.init.normal_(p, std=2.0)
+    model.save_pretrained(tmp_path / "adapter")
+    batch = electra_batch()
+    with quiet_transformers():
+        upstream = ElectraForSequenceClassification.from_pretrained(tmp_path / "base")
+        plain = FfnElectraForSequenceClassification.from_pretrained(tmp_path / "base").eval()
+    theirs = peft.PeftModel.from_pretrained(upstream, tmp_path / "adapter").eval()
+    with torch.no_grad():
+        ours = model.eval()(**batch, output_hidden_states=True)
+        assert torch.equal(theirs(**batch).logits, ours.logits)
+        plain = plain(**batch, output_hidden_states=True)
+    # the adapter is active: it moves the encoder's output (and so the logits)
+    moved, scale = (ours.hidden_states[-1] - plain.hidden_states[-1]).abs().max(), plain.hidden_states[-1].abs().max()
+    assert moved > 0.1 * scale and not torch.equal(ours.logits, plain.logits), (moved, scale)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# hf-ffn mlm: continued pre-training from an ELECTRA generator (ElectraForMaskedLM)
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def electra_generator(tmp_path_factory) -> str:
+    """A tiny ELECTRA generator folder (upstream ElectraForMaskedLM: embedding 19 → hidden 32, the generator head back
+    to 19 and `generator_lm_head` tied to the word embeddings) with the discriminator's WordPiece vocabulary."""
+    folder = tmp_path_factory.mktemp("electra_generator")
+    words = sorted({word for text, _ in SENTENCES for word in text.split()})
+    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    tokenizer = transformers.BertTokenizer(vocab=str(folder / "vocab.txt"))
+    torch.manual_seed(0)
+    config = ElectraConfig(**{**SIZES["projected"], "vocab_size": len(tokenizer)})
+    perturb_constants(ElectraForMaskedLM(config)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_mlm_continues_pretraining_an_electra_generator(electra_generator, tmp_path):
+    """`hf-ffn mlm --model_name_or_path GENERATOR`: FfnElectraForMaskedLM with the generator's own head and WordPiece
+    tokenizer trains 2 steps; the saved folder is FfnElectra's, loads in upstream's ElectraForMaskedLM (no weight
+    missing or unexpected) to the same logits, which moved; its card names ELECTRA."""
+    texts = [" ".join(text for text, _ in SENTENCES[i:] + SENTENCES[:i]) for i in range(len(SENTENCES))] * 3
+    (tmp_path / "train.txt").write_text("\n\n".join(texts) + "\n")
+    argv = ["mlm", "--model_name_or_path", electra_generator, "--train_files", str(tmp_path / "train.txt")]
+    argv += ["--max_steps", "2", "--max_seq_length", "16", "--per_device_train_batch_size", "4", "--report_to", "none"]
+    assert main([*argv, "--output_dir", str(tmp_path / "out"), "--use_cpu", "true"]) == 0
+    run_info = json.loads((tmp_path / "out" / "run_info.json").read_text())
+    # the generator's head decodes every position; it was loaded, not newly initialised
+    assert run_info["sparse_prediction"] is False and run_info["mlm_head"] == "from the checkpoint"
+    assert run_info["conversion"]["new_weights"] == []
+    with quiet_transformers():
+        ours = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "out").eval()
+        theirs, info = ElectraForMaskedLM.from_pretrained(tmp_path / "out", output_loading_info=True)
+        before = ElectraForMaskedLM.from_pretrained(electra_generator).eval()
+    assert type(ours).__name__ == "FfnElectraForMaskedLM" and ours.config.embedding_size == 19
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    batch = tokenizer(["a fine warm film", "too dull"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = ours(**batch).logits
+        assert logits.shape == (2, batch["input_ids"].shape[1], len(tokenizer))
+        assert torch.equal(logits, theirs.eval()(**batch).logits)
+        assert not torch.equal(logits, before(**batch).logits)  # it trained
+    card = ModelCard.load(tmp_path / "out" / "README.md")
+    assert card.data.tags == ["hf_ffn", "ffn_electra", "electra", "gelu", "fill-mask"]
+    assert f"from `{electra_generator}` (an ELECTRA checkpoint)" in card.text
+    assert "this head's upstream class: `transformers.ElectraForMaskedLM`" in card.text
