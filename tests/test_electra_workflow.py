@@ -150,6 +150,32 @@ def test_heal_an_electra_end_to_end_and_padding_free(electra_checkpoint, tmp_pat
     assert healing["steps"] == 3 and healing["layerwise"] is None
 
 
+def test_heal_train_parts_all_counts_only_what_the_loss_reaches(electra_checkpoint, tmp_path):
+    """`--train_parts all` on an ELECTRA discriminator: `trainable_parameters` is the base model's (embeddings,
+    `embeddings_project`, encoder), not the discriminator head the hidden-state loss never reaches (it once counted
+    it); that head is saved as it was, while the embeddings trained."""
+    text, snippets = texts(tmp_path / "text")
+    convert_checkpoint(electra_checkpoint, tmp_path / "pre", layer_norm_position="pre")
+    args = HealArguments(
+        student=str(tmp_path / "pre"), train_files=[str(text)], eval_data=str(snippets), max_seq_length=32,
+        probe=False, method="end_to_end", train_parts="all",
+    )  # fmt: skip
+    healing = run_healing(args, training(tmp_path / "heal", steps=2))
+    with quiet_transformers():
+        student = transformers.AutoModelForPreTraining.from_pretrained(tmp_path / "pre")
+    base = sum(p.numel() for n, p in student.named_parameters() if n.startswith("electra."))
+    head = sum(p.numel() for n, p in student.named_parameters() if n.startswith("discriminator_predictions."))
+    assert head == 32 * 32 + 32 + 32 + 1 and healing["trainable_parameters"] == base, (healing, base, head)
+    source, saved = (
+        load_file(f"{tmp_path}/pre/model.safetensors"),
+        load_file(f"{healing['healed_dir']}/model.safetensors"),
+    )
+    for name in ("discriminator_predictions.dense.weight", "discriminator_predictions.dense_prediction.weight"):
+        assert torch.equal(saved[name], source[name]), name
+    for name in (*PROJECTION, "electra.embeddings.word_embeddings.weight"):
+        assert not torch.equal(saved[name], source[name]), name
+
+
 def test_heal_refuses_what_an_electra_student_cannot_do(electra_checkpoint, tmp_path):
     from hf_ffn.parity import bundled_checkpoint
 

@@ -640,3 +640,62 @@ def test_budget_options_that_contradict_the_run_are_refused(setup, tmp_path):
     args = heal_args(setup, student, train_files=None, dataset_name=str(saved), streaming=True)
     with pytest.raises(ValueError, match="needs --max_steps or --max_train_tokens"):
         run_healing(args, training_args(tmp_path / "b", max_steps=-1))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --train_parts: the trainable set is what the distillation loss reaches, in every family and head
+# ---------------------------------------------------------------------------------------------------------------
+STUDENTS = [
+    ("FfnBertForMaskedLM", "FfnBertConfig"),
+    ("FfnBertForPreTraining", "FfnBertConfig"),
+    ("FfnBertForSequenceClassification", "FfnBertConfig"),
+    ("FfnRobertaForMaskedLM", "FfnRobertaConfig"),
+    ("FfnRobertaForSequenceClassification", "FfnRobertaConfig"),
+    ("FfnElectraForPreTraining", "FfnElectraConfig"),
+    ("FfnElectraForMaskedLM", "FfnElectraConfig"),
+]
+
+
+def reached_by_the_loss(student, teacher, with_head: bool) -> set[str]:
+    """The parameters of `student` that one distillation loss (MSE on the last hidden state, plus the KL on MLM
+    logits with `with_head`) against `teacher` gives a nonzero gradient, on a padded batch."""
+    from hf_ffn.healing.distill import encoder_outputs
+
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(3, 99, (3, 9), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 6:] = attention_mask[2, 3:] = 0
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    student.requires_grad_(True).zero_grad()
+    with torch.no_grad():
+        target = encoder_outputs(teacher, teacher.base_model, inputs, hidden_states=False)
+    ours = encoder_outputs(student, student.base_model, inputs, hidden_states=False)
+    DistillationLoss(mlm_kl_weight=1.0 if with_head else 0.0)(ours, target, attention_mask).backward()
+    return {n for n, p in student.named_parameters() if p.grad is not None and bool(p.grad.abs().max() > 0)}
+
+
+@pytest.mark.parametrize("model_class, config_class", STUDENTS, ids=[s[0] for s in STUDENTS])
+def test_trainable_parts_are_what_the_loss_reaches(model_class, config_class):
+    """`select_trainable(model, "all")` is exactly the set of parameters the loss gives a gradient: never a head
+    outside the base model (RoBERTa's lm_head, ELECTRA's discriminator and generator heads, a classifier, BERT's
+    next-sentence head: they once counted as trainable), the MLM head only with the KL term; "ffn_norms" and "ffn"
+    select only reached parameters too (the FFNs among them)."""
+    from hf_ffn.healing.distill import select_trainable
+
+    config = getattr(hf_ffn, config_class)(**TINY, ffn_type="swiglu", layer_norm_position="pre", num_labels=2)
+    config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0
+    torch.manual_seed(0)
+    student = getattr(hf_ffn, model_class)(config).eval()
+    teacher = getattr(hf_ffn, model_class)(config).eval()  # another seeded draw: a nonzero loss
+    mlm = model_class.endswith(("MaskedLM", "BertForPreTraining"))
+    for with_head in (False, True) if mlm else (False,):
+        reached = reached_by_the_loss(student, teacher, with_head)
+        selected = set(select_trainable(student, "all", with_head))
+        assert selected == reached, (with_head, selected - reached, reached - selected)
+        assert {n for n, p in student.named_parameters() if p.requires_grad} == reached
+        heads = {n for n in reached if not n.startswith(f"{student.base_model_prefix}.")}
+        assert bool(heads) == with_head, heads  # the MLM head is reached by the KL term only
+        for parts in ("ffn", "ffn_norms"):
+            selected = set(select_trainable(student, parts, with_head))
+            assert selected <= reached and any(".mlp." in n for n in selected), (parts, selected - reached)
+        student.zero_grad()

@@ -28,18 +28,28 @@ from transformers import Trainer, TrainerCallback
 
 HIDDEN_LOSSES = ("mse", "cosine")
 LAYER_CHOICES = ("last", "all")
-# Which parameters train (in-memory FfnBert names). The pooler never trains: the loss does not reach it.
+# Which parameters train (in-memory FfnBert names). Only what the loss reaches: never the pooler, nor a head outside
+# the base model (a classifier, ELECTRA's discriminator head, BERT's next-sentence head), the MLM head only with the
+# KL term.
 TRAIN_PARTS = {
     "ffn": "the FFNs (encoder.layer.*.mlp.*)",
     "ffn_norms": "the FFNs and every LayerNorm (embedding, attention output, mlp_norm, final_norm)",
     "encoder": "every encoder layer (attention, FFN, LayerNorms) and final_norm; not the embeddings",
     "all": "everything the loss reaches: embeddings and encoder (and the MLM head with the KL term)",
 }
+# The MLM heads the KL term reads (`encoder_outputs`' logits), in-memory names: BERT's `cls.predictions` (also
+# FfnBertForPreTraining's; not its `cls.seq_relationship`), RoBERTa's `lm_head`, ELECTRA's generator head.
+MLM_HEAD_PREFIXES = ("cls.predictions.", "lm_head.", "generator_predictions.", "generator_lm_head.")
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids")
 
 
-def is_trainable(name: str, parts: str, with_head: bool) -> bool:
-    """Whether parameter `name` (in-memory name) trains for `parts`.
+def is_trainable(name: str, parts: str, with_head: bool, base_prefix: str | None = None) -> bool:
+    """Whether parameter `name` (in-memory name) trains for `parts`: only if the distillation loss reaches it.
+
+    `base_prefix`: the base model's attribute in a model with a head (`base_model_prefix`: "bert", "roberta",
+    "electra"), so that a parameter outside it is the head's; None for a bare base model's names. A head's parameter
+    trains only with the KL term (`with_head`) and only in the MLM head it reads (`MLM_HEAD_PREFIXES`): for "all",
+    and its LayerNorm for "ffn_norms".
 
     Raises:
         ValueError: if `parts` is not a key of `TRAIN_PARTS`.
@@ -49,24 +59,29 @@ def is_trainable(name: str, parts: str, with_head: bool) -> bool:
     is_norm = "LayerNorm" in name or "mlp_norm" in name or "final_norm" in name
     if "pooler." in name:
         return False
+    if base_prefix is not None and not name.startswith(f"{base_prefix}."):  # a head's
+        reached = with_head and name.startswith(MLM_HEAD_PREFIXES)
+        return reached and (parts == "all" or (parts == "ffn_norms" and is_norm))
     if parts == "ffn":
         return ".mlp." in name
     if parts == "ffn_norms":
         return ".mlp." in name or is_norm
     if parts == "encoder":
         return "encoder." in name
-    return "cls." not in name or with_head
+    return True
 
 
 def select_trainable(model: nn.Module, parts: str, with_head: bool = False) -> list[str]:
-    """Set `requires_grad` on each parameter of `model` by `is_trainable`; return the trainable names.
+    """Set `requires_grad` on each parameter of `model` by `is_trainable` (its head's parameters: those outside
+    `model.base_model`); return the trainable names.
 
     Raises:
         ValueError: on an unknown `parts`, or when nothing is selected.
     """
+    base_prefix = None if getattr(model, "base_model", model) is model else model.base_model_prefix
     names = []
     for name, parameter in model.named_parameters():
-        trainable = is_trainable(name, parts, with_head)
+        trainable = is_trainable(name, parts, with_head, base_prefix)
         parameter.requires_grad_(trainable)
         if trainable:
             names.append(name)
@@ -211,6 +226,7 @@ __all__ = [
     "DistillationTrainer",
     "HIDDEN_LOSSES",
     "LAYER_CHOICES",
+    "MLM_HEAD_PREFIXES",
     "TRAIN_PARTS",
     "TimeBudgetCallback",
     "dropout_off",
