@@ -38,8 +38,10 @@ def test_the_extrapolation_recovers_a_power_law():
     text = curve.extrapolation(rows)
     tokens = (0.5 / 0.01) ** 4  # where 0.5 t^-1/4 = 0.01
     rate = sum(r["end_to_end_tokens"] for r in rows) / sum(r["train_seconds"] for r in rows)
-    assert "tokens^-0.250" in text and f"~{tokens:,.0f} tokens" in text
-    assert f"~{tokens / rate / 3600:,.1f} h" in text
+    assert "tokens^-0.250" in text and f"~{tokens:.2e} tokens" in text and "(3 points)" in text
+    assert f"~{tokens / rate / 3600:.2e} h" in text and "no device pays" not in text
+    slow = [record(t, 1 - 0.5 * t**-0.01) for t in (65_536, 262_144)]  # 0.99 only past 1e170 tokens
+    assert "no device pays that" in curve.extrapolation(slow)
     flat = [record(t, 0.9) for t in (65_536, 262_144)]
     assert "does not fall with tokens" in curve.extrapolation(flat)
     assert "fewer than two" in curve.extrapolation(rows[:1])

@@ -207,9 +207,11 @@ def extrapolation(rows: list[dict]) -> str:
     rate = sum(r["end_to_end_tokens"] for r in rows if r["budget_tokens"]) / sum(
         r["train_seconds"] for r in rows if r["budget_tokens"]
     )
+    hours = tokens / rate / 3600
+    verdict = " (no device pays that: at this recipe, a limit of the method)" if hours > 24 * 365 * 100 else ""
     return (
-        f"1 − cosine ∝ tokens^{k:.3f} over {fit[0][0]:,}–{fit[-1][0]:,} tokens; cosine 0.99 at ~{tokens:,.0f} tokens "
-        f"(~{tokens / rate / 3600:,.1f} h at this machine's {rate:,.0f} tokens/s), if the trend held"
+        f"1 − cosine ∝ tokens^{k:.3f} over {fit[0][0]:,}–{fit[-1][0]:,} tokens ({len(fit)} points); cosine 0.99 at "
+        f"~{tokens:.2e} tokens (~{hours:.2e} h at this machine's {rate:,.0f} tokens/s), if the trend held{verdict}"
     )
 
 
