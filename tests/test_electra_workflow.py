@@ -28,6 +28,7 @@ from hf_ffn.logging_utils import quiet_transformers
 
 from . import test_electra_family
 from .conftest import ONNX_FP32_ATOL
+from .peft_checks import check_lora_adapter_loads_on_upstream, check_lora_trains_saves_and_loads
 from .test_electra_family import SENTENCES, SIZES, electra_batch, perturb_constants
 from .test_tasks import write_stsb
 
@@ -351,7 +352,6 @@ def test_a_converted_electra_folder_card_names_electra(electra_checkpoint, tmp_p
 # ---------------------------------------------------------------------------------------------------------------
 # PEFT LoRA on an FfnElectra model: BERT's target names (query/value, the FFN's projections)
 # ---------------------------------------------------------------------------------------------------------------
-TARGETS = ["query", "value", "gate_proj", "up_proj", "down_proj"]
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
@@ -359,84 +359,25 @@ def test_lora_on_ffn_electra_trains_saves_and_loads(tmp_path):
     """A SwiGLU FfnElectra classifier over projected embeddings (19 → 32): LoRA wraps exactly the attention's query /
     value and the FFN's three projections (not `embeddings_project`, not the classifier), trains only the adapters,
     and the saved adapter reloads on the base folder to the same logits, bit for bit."""
-    peft = pytest.importorskip("peft")
-    from peft.tuners.lora import Linear as LoraLinear
-
     torch.manual_seed(0)
     config = FfnElectraConfig(**SIZES["projected"], **NO_DROPOUT, ffn_type="swiglu", num_labels=2)
     perturb_constants(FfnElectraForSequenceClassification(config)).save_pretrained(tmp_path / "base")
-    with quiet_transformers():
-        base = FfnElectraForSequenceClassification.from_pretrained(tmp_path / "base")
-    model = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, task_type="SEQ_CLS"))
-    wrapped = sorted(name for name, module in model.named_modules() if isinstance(module, LoraLinear))
-    layer = "base_model.model.electra.encoder.layer"
-    assert wrapped == sorted(
-        [f"{layer}.{i}.attention.self.{t}" for i in range(2) for t in ("query", "value")]
-        + [f"{layer}.{i}.mlp.{t}" for i in range(2) for t in ("gate_proj", "up_proj", "down_proj")]
+    model = check_lora_trains_saves_and_loads(
+        FfnElectraForSequenceClassification, tmp_path / "base", electra_batch(), "electra", tmp_path
     )
-    frozen = {name: p.detach().clone() for name, p in model.named_parameters() if not p.requires_grad}
-    assert "base_model.model.electra.embeddings_project.weight" in frozen
-    batch = electra_batch()
-    labels = torch.tensor([0, 1, 0])
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
-    model.train()
-    losses = []
-    for _ in range(5):
-        loss = model(**batch, labels=labels).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
-    assert losses[-1] < losses[0], losses
-    # the classifier is PEFT's modules_to_save for SEQ_CLS (trained copy); every other base weight is unchanged
-    assert all(torch.equal(p, frozen[name]) for name, p in model.named_parameters() if name in frozen)
-    assert any(not torch.equal(p, torch.zeros_like(p)) for n, p in model.named_parameters() if "lora_B" in n)
-    model.eval()
-    with torch.no_grad():
-        adapted = model(**batch).logits
-    model.save_pretrained(tmp_path / "adapter")
-    saved = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
-    assert sorted(saved["target_modules"]) == sorted(TARGETS)
-    with quiet_transformers():
-        fresh = FfnElectraForSequenceClassification.from_pretrained(tmp_path / "base")
-    loaded = peft.PeftModel.from_pretrained(fresh, tmp_path / "adapter").eval()
-    with torch.no_grad():
-        assert torch.equal(loaded(**batch).logits, adapted)
-        merged = loaded.merge_and_unload()
-        assert type(merged) is FfnElectraForSequenceClassification
-        assert type(merged.electra.encoder.layer[0].mlp.gate_proj) is nn.Linear
-        # merged W + s·BA against W x + s·B(A x): same maths, other fp32 rounding
-        torch.testing.assert_close(merged(**batch).logits, adapted, rtol=1e-5, atol=1e-5)
+    assert not model.get_parameter("base_model.model.electra.embeddings_project.weight").requires_grad
 
 
 def test_lora_adapter_of_a_default_ffn_electra_loads_on_upstream_electra(tmp_path):
     """query/value adapters are named as upstream's: an adapter trained on a default-config FfnElectra loads on
     upstream ElectraForSequenceClassification (same base folder) to the same logits, bit for bit."""
-    peft = pytest.importorskip("peft")
-
     torch.manual_seed(1)
     config = FfnElectraConfig(**SIZES["projected"], **NO_DROPOUT, num_labels=2)
     perturb_constants(FfnElectraForSequenceClassification(config)).save_pretrained(tmp_path / "base")
-    with quiet_transformers():
-        base = FfnElectraForSequenceClassification.from_pretrained(tmp_path / "base")
-    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"], task_type="SEQ_CLS")
-    model = peft.get_peft_model(base, lora)
-    for name, p in model.named_parameters():  # a trained adapter: B ≠ 0
-        if "lora_B" in name:
-            nn.init.normal_(p, std=2.0)
-    model.save_pretrained(tmp_path / "adapter")
-    batch = electra_batch()
-    with quiet_transformers():
-        upstream = ElectraForSequenceClassification.from_pretrained(tmp_path / "base")
-        plain = FfnElectraForSequenceClassification.from_pretrained(tmp_path / "base").eval()
-    theirs = peft.PeftModel.from_pretrained(upstream, tmp_path / "adapter").eval()
-    with torch.no_grad():
-        ours = model.eval()(**batch, output_hidden_states=True)
-        assert torch.equal(theirs(**batch).logits, ours.logits)
-        plain = plain(**batch, output_hidden_states=True)
-    # the adapter is active: it moves the encoder's output (and so the logits)
-    moved, scale = (ours.hidden_states[-1] - plain.hidden_states[-1]).abs().max(), plain.hidden_states[-1].abs().max()
-    assert moved > 0.1 * scale and not torch.equal(ours.logits, plain.logits), (moved, scale)
+    check_lora_adapter_loads_on_upstream(
+        FfnElectraForSequenceClassification, ElectraForSequenceClassification, tmp_path / "base", electra_batch(),
+        tmp_path,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------------
