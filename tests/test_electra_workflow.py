@@ -21,7 +21,6 @@ from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTrainin
 from hf_ffn import FfnElectraConfig, FfnElectraForSequenceClassification, FfnElectraModel
 from hf_ffn.cli import main
 from hf_ffn.conversion import convert_checkpoint
-from hf_ffn.finetune import finetune
 from hf_ffn.healing import HealArguments, LayerwiseArguments, run_healing
 from hf_ffn.healing.layerwise import encoder_input
 from hf_ffn.logging_utils import quiet_transformers
@@ -31,6 +30,7 @@ from .conftest import ONNX_FP32_ATOL
 from .peft_checks import check_lora_adapter_loads_on_upstream, check_lora_trains_saves_and_loads
 from .test_electra_family import SENTENCES, SIZES, electra_batch, perturb_constants
 from .test_tasks import write_stsb
+from .workflow_checks import finetune_three_steps
 
 electra_checkpoint = test_electra_family.electra_checkpoint  # its module fixture (embedding 19 → hidden 32), here
 
@@ -92,20 +92,7 @@ def test_convert_heal_finetune_an_electra_checkpoint(electra_checkpoint, tmp_pat
     assert {"ffn_electra", "electra"} <= set(card.data.tags) and "bert" not in card.data.tags
     assert "into an ELECTRA with" in card.text and "`transformers.ElectraForPreTraining`" in card.text
 
-    files = {}
-    for split in ("train", "validation"):
-        files[f"{split}_file"] = str(tmp_path / f"{split}.csv")
-        lines = ["sentence,label", *(f"{t},{label}" for t, label in SENTENCES)]
-        (tmp_path / f"{split}.csv").write_text("\n".join(lines) + "\n")
-    options = dict(max_steps=3, logging_steps=1, optim="sgd", learning_rate=0.5, per_device_train_batch_size=3)
-    result = finetune(
-        healing["healed_dir"], str(tmp_path / "tuned"), report_to="none", use_cpu=True, save_strategy="no",
-        quiet=True, **options, **files,
-    )  # fmt: skip
-    losses = [e["loss"] for e in result["log_history"] if "loss" in e]
-    assert len(losses) == 3 and losses[-1] != losses[0]
-    with quiet_transformers():
-        tuned = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "tuned")
+    tuned = finetune_three_steps(healing["healed_dir"], tmp_path / "tuned", SENTENCES)
     assert type(tuned).__name__ == "FfnElectraForSequenceClassification"
     assert tuned.config.layer_norm_positions == ["pre", "pre"] and tuned.config.embedding_size == 19
     encoder = healed.electra.state_dict()

@@ -7,11 +7,11 @@ import transformers
 from huggingface_hub import ModelCard
 
 from hf_ffn.conversion import convert_checkpoint
-from hf_ffn.finetune import finetune
 from hf_ffn.healing import HealArguments, LayerwiseArguments, run_healing
 from hf_ffn.logging_utils import quiet_transformers
 
 from .test_roberta_family import SENTENCES, roberta_checkpoint  # noqa: F401 (the fixture)
+from .workflow_checks import finetune_three_steps
 
 
 def texts(folder, words: int = 2000):
@@ -56,20 +56,7 @@ def test_convert_heal_finetune_a_roberta_checkpoint(roberta_checkpoint, tmp_path
     assert type(healed).__name__ == "FfnRobertaForMaskedLM" and healed.config.layer_norm_positions == ["pre", "pre"]
     assert not info["missing_keys"] and not info["unexpected_keys"]
 
-    files = {}
-    for split in ("train", "validation"):
-        files[f"{split}_file"] = str(tmp_path / f"{split}.csv")
-        lines = ["sentence,label", *(f"{t},{label}" for t, label in SENTENCES)]
-        (tmp_path / f"{split}.csv").write_text("\n".join(lines) + "\n")
-    options = dict(max_steps=3, logging_steps=1, optim="sgd", learning_rate=0.5, per_device_train_batch_size=3)
-    result = finetune(
-        healing["healed_dir"], str(tmp_path / "tuned"), report_to="none", use_cpu=True, save_strategy="no",
-        quiet=True, **options, **files,
-    )  # fmt: skip
-    losses = [e["loss"] for e in result["log_history"] if "loss" in e]
-    assert len(losses) == 3 and losses[-1] != losses[0]
-    with quiet_transformers():
-        tuned = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "tuned")
+    tuned = finetune_three_steps(healing["healed_dir"], tmp_path / "tuned", SENTENCES)
     assert type(tuned).__name__ == "FfnRobertaForSequenceClassification"
     assert tuned.config.layer_norm_positions == ["pre", "pre"]
     encoder = healed.roberta.state_dict()
