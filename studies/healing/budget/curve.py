@@ -31,13 +31,22 @@ VARIANTS = ("pre-ln", "swiglu-matched")
 BUDGETS = (0, 65_536, 262_144, 1_048_576, 4_194_304, 16_777_216)  # end-to-end tokens (0: layer-wise only)
 BLOCK, BATCH, CALIBRATION = 128, 16, 65_536
 BYTES_PER_TOKEN = 4.73  # all-MiniLM-L6-v2's WordPiece on wiki-00 (2 MB measured); the text is cut 10% above it
-# (variant, budget, seed) in the order they run: the curve at seed 0, then seeds 1 and 2 at the largest run budget
-UNITS = [(v, b, 0) for b in BUDGETS[:5] for v in VARIANTS]
-UNITS += [(v, b, s) for s in (1, 2) for v in VARIANTS for b in (0, BUDGETS[4])]
+# End-to-end recipes: the study's default ("", the curve) and the method probes at one budget (issue 58: "whatever
+# the curve says pays"), each as `hf-ffn heal` options replacing the default's
+RECIPES = {
+    "": {"learning_rate": "1e-4", "layers": "last"},
+    "lr1e-3": {"learning_rate": "1e-3", "layers": "last"},  # 10x the rate
+    "lr1e-3-all": {"learning_rate": "1e-3", "layers": "all"},  # and every hidden state, not only the last
+}
+# (variant, budget, seed, recipe) in the order they run: the method probes at 262,144 tokens first (the curve's
+# default recipe bought +0.009 cosine there), then the rest of the curve, then seeds 1 and 2 at the largest budget
+UNITS = [(v, BUDGETS[2], 0, r) for r in ("lr1e-3", "lr1e-3-all") for v in VARIANTS]
+UNITS += [(v, b, 0, "") for b in BUDGETS[:5] for v in VARIANTS]
+UNITS += [(v, b, s, "") for s in (1, 2) for v in VARIANTS for b in (0, BUDGETS[4])]
 
 
-def unit_name(variant: str, budget: int, seed: int) -> str:
-    return f"{variant}-{budget}-s{seed}"
+def unit_name(variant: str, budget: int, seed: int, recipe: str = "") -> str:
+    return f"{variant}-{budget}-s{seed}" + (f"-{recipe}" if recipe else "")
 
 
 def corpus_text(corpus: Path, tokens: int, work: Path) -> Path:
@@ -70,12 +79,14 @@ def student(variant: str, teacher: str, calibration: Path, work: Path) -> Path:
     return folder
 
 
-def heal_command(variant: str, budget: int, seed: int, work: Path, text: Path, teacher: str, eval_data: str):
+def heal_command(
+    variant: str, budget: int, seed: int, work: Path, text: Path, teacher: str, eval_data: str, recipe: str = ""
+):
     """Budget 0: the variant's layer-wise stage on the student; else the end-to-end stage of `budget` tokens from
-    the seed's layer-wise result (its `healed/` folder), which is the same start for every budget."""
+    the seed's layer-wise result (its `healed/` folder), which is the same start for every budget and recipe."""
     from hf_ffn.variants import get_variant
 
-    run_dir = work / "runs" / unit_name(variant, budget, seed)
+    run_dir = work / "runs" / unit_name(variant, budget, seed, recipe)
     command = ["--teacher", teacher, "--train_files", str(text), "--eval_data", eval_data, "--output_dir", str(run_dir)]
     command += ["--max_seq_length", str(BLOCK), "--seed", str(seed), "--use_cpu", "true", "--report_to", "none"]
     if budget == 0:
@@ -84,7 +95,8 @@ def heal_command(variant: str, budget: int, seed: int, work: Path, text: Path, t
     steps = budget // (BATCH * BLOCK)
     start = work / "runs" / unit_name(variant, 0, seed) / "healed"
     command += ["--method", "end_to_end", "--max_train_tokens", str(budget), "--max_train_samples", str(steps * BATCH)]
-    command += ["--hidden_loss", "cosine", "--learning_rate", "1e-4", "--warmup_steps", str(max(1, steps // 10))]
+    command += ["--hidden_loss", "cosine", "--warmup_steps", str(max(1, steps // 10))]
+    command += [f"--{k}={v}" for k, v in RECIPES[recipe].items()]
     command += ["--lr_scheduler_type", "linear", "--per_device_train_batch_size", str(BATCH)]
     command += ["--save_steps", str(max(50, steps // 8)), "--save_total_limit", "1", "--logging_steps", "25"]
     return ["--student", str(start), *command, "--dataloader_num_workers", "0"]
@@ -120,8 +132,8 @@ def run(args: argparse.Namespace) -> None:
     work, corpus = Path(args.work_dir), Path(args.corpus)
     RECORDS.mkdir(exist_ok=True)
     units = UNITS if args.units is None else [u for u in UNITS if unit_name(*u) in args.units]
-    for variant, budget, seed in units:
-        name = unit_name(variant, budget, seed)
+    for variant, budget, seed, recipe in units:
+        name = unit_name(variant, budget, seed, recipe)
         record = RECORDS / f"{name}.json"
         if record.is_file():
             print(f"{name}: recorded", flush=True)
@@ -131,7 +143,7 @@ def run(args: argparse.Namespace) -> None:
         if budget and not (RECORDS / f"{unit_name(variant, 0, seed)}.json").is_file():
             raise SystemExit(f"{name}: run its layer-wise stage first ({unit_name(variant, 0, seed)})")
         run_dir = work / "runs" / name
-        command = heal_command(variant, budget, seed, work, text, teacher, args.eval_data)
+        command = heal_command(variant, budget, seed, work, text, teacher, args.eval_data, recipe)
         if any(run_dir.glob("checkpoint-*")):
             command += ["--resume_from_checkpoint", "last"]
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -156,6 +168,7 @@ def run(args: argparse.Namespace) -> None:
             variant=variant,
             budget_tokens=budget,
             seed=seed,
+            recipe=recipe,
             command=f"hf-ffn heal {' '.join(command)}",
             end_to_end_tokens=healing["steps"] * BATCH * BLOCK,
             layerwise=healing["layerwise"],
@@ -195,6 +208,7 @@ def extrapolation(rows: list[dict]) -> str:
     the tokens (and hours at their mean rate) at which it would reach cosine 0.99. Needs two points."""
     import math
 
+    rows = [r for r in rows if not r.get("recipe")]  # the curve's recipe only; the probes are single points
     fit = [(r["budget_tokens"], 1 - points(r)[0]) for r in rows if r["budget_tokens"] and r["seed"] == 0]
     if len(fit) < 2:
         return "fewer than two end-to-end points: no extrapolation"
@@ -215,15 +229,24 @@ def extrapolation(rows: list[dict]) -> str:
     )
 
 
+def recipe_text(record: dict) -> str:
+    """The end-to-end recipe's name and options as the table shows them (the layer-wise stage has none)."""
+    if not record["budget_tokens"]:
+        return "–"
+    name = record.get("recipe", "")
+    options = ", ".join(f"{k} {v}" for k, v in RECIPES[name].items())
+    return f"{name or 'curve'} ({options})"
+
+
 def report(args: argparse.Namespace) -> None:
     """The curve table and each variant's extrapolation from `records/` (markdown, to stdout and `--output`)."""
     rows = [json.loads(p.read_text()) for p in sorted(RECORDS.glob("*.json"))]
-    rows.sort(key=lambda r: (r["variant"], r["seed"], r["budget_tokens"]))
+    rows.sort(key=lambda r: (r["variant"], r["seed"], r.get("recipe", ""), r["budget_tokens"]))
     start = {(r["variant"], r["seed"]): r for r in rows if r["budget_tokens"] == 0}
     lines = [
-        "| variant | seed | end-to-end tokens | mean cosine | probe Δ points [95% over folds] | end-to-end tokens/s "
+        "| variant | seed | recipe | end-to-end tokens | mean cosine | probe Δ points [95% over folds] | end-to-end tokens/s "
         "| minutes: stage (total) | load average before → after |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         cosine, probe = points(r)
@@ -235,7 +258,7 @@ def report(args: argparse.Namespace) -> None:
         loads = r["load_average_before"], r["load_average_after"]
         load = f"{loads[0][0]:.1f} → {loads[1][0]:.1f}" if loads[0] else "not recorded"
         lines.append(
-            f"| {r['variant']} | {r['seed']} | {r['budget_tokens']:,} ({what}) | "
+            f"| {r['variant']} | {r['seed']} | {recipe_text(r)} | {r['budget_tokens']:,} ({what}) | "
             f"{before['agreement']['cosine_mean']:.4f} → **{cosine:.4f}** | "
             f"{100 * before['probe']['difference']:+.2f} → **{probe_interval(r['after']['probe'])}** | {rate} | "
             f"{r['wall_seconds'] / 60:.1f} ({total / 60:.1f}) | {load} |"
