@@ -244,8 +244,8 @@ def report(args: argparse.Namespace) -> None:
     rows.sort(key=lambda r: (r["variant"], r["seed"], r.get("recipe", ""), r["budget_tokens"]))
     start = {(r["variant"], r["seed"]): r for r in rows if r["budget_tokens"] == 0}
     lines = [
-        "| variant | seed | recipe | end-to-end tokens | mean cosine | probe Δ points [95% over folds] | end-to-end tokens/s "
-        "| minutes: stage (total) | load average before → after |",
+        "| variant | seed | recipe | end-to-end tokens | mean cosine | probe Δ points [95% over folds] "
+        "| end-to-end tokens/s | minutes: stage (total) | load average before → after |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
