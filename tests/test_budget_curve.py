@@ -49,15 +49,16 @@ def test_the_extrapolation_recovers_a_power_law():
 
 
 def test_a_method_probe_changes_only_its_options_and_stays_off_the_curve(tmp_path):
-    command = curve.heal_command("swiglu-matched", 262_144, 0, tmp_path, Path("t.txt"), "T", "E", "lr1e-3-all")
+    command = curve.heal_command("swiglu-matched", 262_144, 0, tmp_path, Path("t.txt"), "T", "E", "short0.5")
     heal, _, training = passthrough_parser("heal").parse_args_into_dataclasses(command)
-    assert training.output_dir == str(tmp_path / "runs" / "swiglu-matched-262144-s0-lr1e-3-all")
-    assert training.learning_rate == 1e-3 and heal.layers == "all" and heal.hidden_loss == "cosine"
+    assert training.output_dir == str(tmp_path / "runs" / "swiglu-matched-262144-s0-short0.5")
+    assert heal.short_seq_probability == 0.5 and training.learning_rate == 1e-4 and heal.hidden_loss == "cosine"
+    assert heal.max_seq_length == curve.BLOCK  # the held-out snippets measured as in the curve
     assert heal.student == str(tmp_path / "runs" / "swiglu-matched-0-s0" / "healed")  # the curve's start
     default = passthrough_parser("heal").parse_args_into_dataclasses(
         curve.heal_command("swiglu-matched", 262_144, 0, tmp_path, Path("t.txt"), "T", "E")
     )
-    assert default[2].learning_rate == 1e-4 and default[0].layers == "last"
+    assert default[2].learning_rate == 1e-4 and default[0].layers == "last" and default[0].short_seq_probability == 0
     rows = [record(t, 1 - 0.5 * t**-0.25) for t in (65_536, 262_144)]
     probe = dict(record(262_144, 0.999), recipe="lr1e-3")  # a probe far off the curve changes no fit
     assert curve.extrapolation(rows + [probe]) == curve.extrapolation(rows)

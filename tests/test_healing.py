@@ -699,3 +699,55 @@ def test_trainable_parts_are_what_the_loss_reaches(model_class, config_class):
             selected = set(select_trainable(student, parts, with_head))
             assert selected <= reached and any(".mlp." in n for n in selected), (parts, selected - reached)
         student.zero_grad()
+
+
+def test_short_blocks_are_bert_short_sequences_seeded_by_index():
+    """--short_seq_probability p: a block is cut with probability p to a length uniform in [2, its length], the
+    rest padded (mask 0); the draw depends only on (seed, index), so a resumed run cuts the same blocks."""
+    from hf_ffn.healing.data import short_block
+
+    row = {"input_ids": list(range(101, 101 + BLOCK))}
+    cuts = [short_block(row, index, 0.5, 0, seed=3) for index in range(2000)]
+    lengths = [sum(cut["attention_mask"]) for cut in cuts]
+    shortened = [n for n in lengths if n < BLOCK]
+    expected = 0.5 * (BLOCK - 2) / (BLOCK - 1)  # p times the chance the drawn length is not the block's own
+    assert abs(len(shortened) / 2000 - expected) < 0.04  # ~3.5 binomial standard deviations
+    assert min(lengths) == 2 and set(lengths) == set(range(2, BLOCK + 1))
+    for cut, n in zip(cuts, lengths, strict=True):
+        assert cut["input_ids"] == row["input_ids"][:n] + [0] * (BLOCK - n)
+        assert cut["attention_mask"] == [1] * n + [0] * (BLOCK - n)
+    assert [short_block(row, index, 0.5, 0, seed=3) for index in range(2000)] == cuts
+    assert [short_block(row, index, 0.5, 0, seed=4) for index in range(2000)] != cuts
+    assert all(short_block(row, index, 0.0, 0, seed=3)["attention_mask"] == [1] * BLOCK for index in range(50))
+
+
+def test_short_blocks_reach_the_end_to_end_stage_padded(setup, tmp_path, monkeypatch):
+    """With --short_seq_probability 1 every training batch the loss sees holds cut blocks whose pads are masked."""
+    student = _pre_ln_student(setup, tmp_path / "pre")
+    seen = []
+    compute_loss = DistillationTrainer.compute_loss
+
+    def recording(self, model, inputs, *args, **kwargs):
+        seen.append((inputs["input_ids"].clone(), inputs["attention_mask"].clone()))
+        return compute_loss(self, model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(DistillationTrainer, "compute_loss", recording)
+    run_healing(heal_args(setup, student, short_seq_probability=1.0), training_args(tmp_path / "run", max_steps=2))
+    assert len(seen) == 2
+    for input_ids, mask in seen:
+        lengths = mask.sum(1)
+        assert input_ids.shape[1] == BLOCK and bool((lengths < BLOCK).any()) and bool((lengths >= 2).all())
+        assert torch.equal(mask, (torch.arange(BLOCK) < lengths[:, None]).long())  # a prefix each
+        assert bool((input_ids[mask == 0] == 0).all())  # the pad id of BERT's vocabulary
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"short_seq_probability": 1.5}, r"--short_seq_probability must be in \[0, 1\], got 1.5"),
+        ({"short_seq_probability": 0.1, "padding_free": True}, "--padding_free would train on those pads"),
+    ],
+)
+def test_bad_short_block_options_are_refused(setup, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        heal_args(setup, "student", **overrides)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import TYPE_CHECKING
 
 from transformers import PreTrainedTokenizerBase, TrainingArguments
@@ -47,13 +48,35 @@ def training_blocks(documents, tokenizer: PreTrainedTokenizerBase, heal_args: He
     blocks = documents_to_blocks(documents, tokenizer, block).remove_columns("special_tokens_mask")
     if is_streamed(blocks):
         blocks = blocks.take(heal_args.max_train_samples) if heal_args.max_train_samples else blocks
-        return blocks.map(lambda row: {"attention_mask": [1] * block})
-    if len(blocks) == 0:
+    elif len(blocks) == 0:
         where = "--train_files" if heal_args.train_files is not None else "--dataset_name"
         raise ValueError(f"{where}: the text is shorter than one block of --max_seq_length {block} tokens")
-    if heal_args.max_train_samples:
+    elif heal_args.max_train_samples:
         blocks = blocks.select(range(min(heal_args.max_train_samples, len(blocks))))
-    return blocks.add_column("attention_mask", [[1] * block] * len(blocks))
+    return blocks.map(lambda row: {"attention_mask": [1] * block})
+
+
+def end_to_end_blocks(blocks, probability: float, pad_token_id: int, seed: int):
+    """The end-to-end stage's blocks: `blocks`, each cut with `probability` by `short_block` (seeded by `seed` and
+    the block's index); the layer-wise stage's calibration takes the blocks whole."""
+    if probability == 0:
+        return blocks
+    cut = lambda row, index: short_block(row, index, probability, pad_token_id, seed)  # noqa: E731
+    return blocks.map(cut, with_indices=True)
+
+
+def short_block(row: dict, index: int, probability: float, pad_token_id: int, seed: int) -> dict:
+    """BERT's short sequences (`short_seq_prob` of google-research/bert `create_pretraining_data.py`): with
+    `probability`, block `index` is cut to a length drawn uniformly from [2, its length] and padded back with
+    `pad_token_id` (attention_mask 0 there), so the student also fits the short inputs it is used on; else all of
+    it. The draw depends only on (`seed`, `index`): the same blocks are cut on every run and on resuming."""
+    ids = row["input_ids"]
+    draw = random.Random(f"{seed}:{index}")
+    length = draw.randint(2, len(ids)) if draw.random() < probability else len(ids)
+    return {
+        "input_ids": ids[:length] + [pad_token_id] * (len(ids) - length),
+        "attention_mask": [1] * length + [0] * (len(ids) - length),
+    }
 
 
 def set_steps_for_tokens(heal_args: HealArguments, training_args: TrainingArguments) -> None:

@@ -43,7 +43,7 @@ from ..training.arguments import resume_checkpoint
 from ..training.collators import PaddingFreeCollator
 from ..training.corpus import is_streamed
 from ..training.outputs import check_not_started
-from .data import set_steps_for_tokens, training_blocks, training_documents
+from .data import end_to_end_blocks, set_steps_for_tokens, training_blocks, training_documents
 from .distill import (
     DistillationLoss,
     DistillationTrainer,
@@ -147,6 +147,13 @@ class HealArguments:
     curve_steps: int = field(default=0, metadata={"help": "measure the subset every N steps (0: at the end only)"})
     max_seq_length: int = field(default=128, metadata={"help": "tokens per training block"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N blocks"})
+    short_seq_probability: float = field(
+        default=0.0,
+        metadata={
+            "help": "the fraction of blocks cut to a length drawn uniformly from 2 to --max_seq_length (padded; "
+            "BERT's short_seq_prob), so the end-to-end stage also fits short inputs (0: every block whole)"
+        },
+    )
     hidden_loss: str = field(default="mse", metadata={"help": "mse or cosine, on hidden states at real tokens"})
     layers: str = field(default="last", metadata={"help": "last (last_hidden_state) or all (every hidden state)"})
     mlm_kl_weight: float = field(default=0.0, metadata={"help": "weight of KL on MLM logits (needs both heads)"})
@@ -195,6 +202,13 @@ class HealArguments:
             raise ValueError(f"--method has unknown value {self.method!r}; allowed: {', '.join(METHODS)}")
         if self.max_seq_length <= 2:
             raise ValueError(f"--max_seq_length must be > 2, got {self.max_seq_length}")
+        if not 0 <= self.short_seq_probability <= 1:
+            raise ValueError(f"--short_seq_probability must be in [0, 1], got {self.short_seq_probability}")
+        if self.short_seq_probability and self.padding_free:
+            raise ValueError(
+                "--short_seq_probability pads the blocks it cuts; --padding_free would train on those pads "
+                "(its collator ignores attention_mask): give one of them"
+            )
 
 
 @dataclass
@@ -441,7 +455,9 @@ def run_healing(
         trainer = DistillationTrainer(
             model=student,
             args=training_args,
-            train_dataset=blocks,
+            train_dataset=end_to_end_blocks(
+                blocks, heal_args.short_seq_probability, tokenizer.pad_token_id, training_args.seed
+            ),
             data_collator=collator,
             teacher=teacher,
             distillation_loss=heal_args.loss,
