@@ -62,3 +62,31 @@ def test_a_method_probe_changes_only_its_options_and_stays_off_the_curve(tmp_pat
     rows = [record(t, 1 - 0.5 * t**-0.25) for t in (65_536, 262_144)]
     probe = dict(record(262_144, 0.999), recipe="lr1e-3")  # a probe far off the curve changes no fit
     assert curve.extrapolation(rows + [probe]) == curve.extrapolation(rows)
+
+
+def test_the_length_table_measures_agreement_at_real_tokens():
+    """studies/healing/budget/lengths.py: a model agrees with itself exactly (cosine 1 per token and pooled), counts
+    only real tokens, and a perturbed copy agrees less."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from hf_ffn.parity import bundled_checkpoint
+    from studies.healing.budget import lengths
+
+    from .conftest import TINY
+
+    tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint())
+    torch.manual_seed(0)
+    config = BertConfig(**{**TINY, "vocab_size": tokenizer.vocab_size, "initializer_range": 0.3})  # layers that matter
+    teacher = BertModel(config).eval()
+    texts = ["a short one", "a somewhat longer text than the first of them", "mid length text"]
+    real = sum(len(tokenizer(t)["input_ids"]) for t in texts) / len(texts)
+    mean_tokens, token_cos, pooled_cos = lengths.agreement(teacher, teacher, tokenizer, texts, 128)
+    assert math.isclose(mean_tokens, real) and math.isclose(token_cos, 1, abs_tol=1e-6)
+    assert math.isclose(pooled_cos, 1, abs_tol=1e-6)
+    assert lengths.agreement(teacher, teacher, tokenizer, texts, 4)[0] == 4  # truncated: every text reaches 4
+    student = BertModel(config).eval()
+    student.load_state_dict(teacher.state_dict())
+    with torch.no_grad():
+        student.encoder.layer[1].output.dense.weight.mul_(3.0)
+    assert lengths.agreement(teacher, student, tokenizer, texts, 128)[1] < 0.999
