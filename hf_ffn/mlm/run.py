@@ -1,7 +1,6 @@
 """`hf-ffn mlm`: masked-language-model pre-training of an FfnBert variant with transformers' `Trainer`, from scratch
-or continued from a checkpoint, in the shape of transformers' `run_mlm.py`: check the options, the data path
-(`hf_ffn.mlm.data`), the model, the Trainer, train and evaluate, report, save. The recipe, the data path and what a
-run reports: docs/pretraining.md.
+or continued from a checkpoint, in the shape of `run_mlm.py`: check the options, the data (`hf_ffn.mlm.data`), the
+model, the Trainer, train and evaluate, report, save (docs/pretraining.md).
 """
 
 from __future__ import annotations
@@ -88,12 +87,8 @@ def pretraining_config(
     max_position_embeddings: int,
     recipe_config: dict | None = None,
 ) -> FfnBertConfig:
-    """The from-scratch `FfnBertConfig` of `args` (sizes, `ffn_width`, the tokenizer's vocabulary and pad id),
-    `--config_overrides` over the recipe's config fields `recipe_config`.
-
-    Raises:
-        ValueError: on sizes a model cannot be built with (e.g. hidden size not divisible by the heads).
-    """
+    """The from-scratch `FfnBertConfig` of `args` and the tokenizer, `--config_overrides` over the recipe's
+    `recipe_config` (`ValueError` on sizes a model cannot be built with)."""
     hidden_act = args.scratch("hidden_act")
     ffn_type = args.ffn_type or hidden_act
     config = FfnBertConfig(
@@ -125,16 +120,12 @@ def run_pretraining(
     recipe: dict | None = None,
 ) -> dict:
     """Pre-train an `FfnBertForMaskedLM` (from scratch, or continued from `args.model_name_or_path`) and save it,
-    with its tokenizer, model card, `all_results.json` and `run_info.json`, in `output_dir` (docs/pretraining.md); a
-    warm-up's first phase first (`hf_ffn.mlm.warmup`). `given`: the option names the user gave (None: those whose
-    values differ from their defaults), which the speed defaults and bf16 leave alone. `recipe`: the recipe's name
-    and the values the run took from it, recorded in `run_info.json`.
+    with its tokenizer, model card, `all_results.json` and `run_info.json`, in `output_dir`; a warm-up's first phase
+    first (`hf_ffn.mlm.warmup`). `given`: the options the user gave (None: those not at their defaults), which the
+    speed defaults and bf16 leave alone; `recipe`: its name and the values taken from it, for `run_info.json`.
 
-    Returns:
-        `{"results": metrics, "log_history": [...], "summary": one line, "wall_seconds": ..., **report}`.
-
-    Raises:
-        FileNotFoundError, FileExistsError, ValueError: on bad input, before training starts.
+    Returns `{"results", "log_history", "summary", "wall_seconds", **report}`; raises `FileNotFoundError`,
+    `FileExistsError`, `ValueError` on bad input, before training starts.
     """
     start = time.perf_counter()
     first_phase = None
@@ -149,15 +140,14 @@ def run_pretraining(
 
 
 def _train(args, data_args, training_args, callbacks, given, recipe, first_phase=None, stop_at=None) -> dict:
-    """One Trainer run (the whole run, or one phase of a warm-up, `stop_at` its last step): check, read, build,
-    train, evaluate, save."""
+    """One Trainer run (the whole run, or a warm-up's phase, `stop_at` its last step)."""
     start = time.perf_counter()
     resume, stopping = _check_arguments(args, data_args, training_args)
     given = options_given_by_value(args, data_args, training_args) if given is None else given
     speed = apply_speed_defaults((args,), training_args, given) if args.speed_defaults else {}
     data = pretraining_data(args, data_args, training_args, resume, show=training_args.process_index == 0)
     train, evaluation, tokenizer = data.train, data.evaluation, data.tokenizer
-    data_seconds = time.perf_counter() - start  # reading, the tokenizer, tokenizing, blocks, maskings (or the cache)
+    data_seconds = time.perf_counter() - start
 
     # the model, after seeding: the same initial weights for the same seed
     set_seed(training_args.seed)
@@ -216,8 +206,7 @@ def _train(args, data_args, training_args, callbacks, given, recipe, first_phase
         **data.masking,
         fixed_prediction_rows=args.sparse_prediction and args.fixed_prediction_rows,
     )
-    # read before training: the Trainer may delete the checkpoint it resumed from (--save_total_limit)
-    resumed_from_step = checkpoint_step(resume)
+    resumed_from_step = checkpoint_step(resume)  # before training: --save_total_limit may delete the checkpoint
     results, train_seconds = _train_and_evaluate(trainer, resume, stopping, resumed_from_step)
 
     built = {"conversion": conversion, "head_note": head_note}
@@ -244,16 +233,9 @@ def _train(args, data_args, training_args, callbacks, given, recipe, first_phase
 
     # the finished run in output_dir, its config with sparse_prediction off (upstream BertForMaskedLM's outputs)
     dataset = data_args.dataset_name or ", ".join(data_args.train_files)
+    notes = card_notes(report)
     card = model_card(
-        card_args,
-        training_args,
-        "fill-mask",
-        dataset,
-        results,
-        conversion,
-        ("perplexity",),
-        model,
-        notes=card_notes(report),
+        card_args, training_args, "fill-mask", dataset, results, conversion, ("perplexity",), model, notes
     )
     model.config.sparse_prediction = False
     save_outputs(trainer, tokenizer, card, results, report, training_args.output_dir, unpad_tokens=saved_unpad)
@@ -261,8 +243,7 @@ def _train(args, data_args, training_args, callbacks, given, recipe, first_phase
 
 
 def _check_arguments(args: PretrainingArguments, data_args: PretrainingDataArguments, training_args: TrainingArguments):
-    """Refuse bad options before anything is read; returns the checkpoint to resume from and the
-    `EarlyStoppingCallback` (None without `--early_stopping_patience`)."""
+    """Refuse bad options before anything is read; returns the checkpoint to resume from and the early stopping."""
     check_output_dir(training_args.output_dir, training_args.resume_from_checkpoint)
     check_numeric_options(training_args)  # --max_steps 0, --learning_rate <= 0, --num_train_epochs 0, ...
     if data_args.streaming:
@@ -288,12 +269,11 @@ def _train_and_evaluate(
     trainer: Trainer, resume: str | None, stopping: TrainerCallback | None, resumed_from_step: int = 0
 ) -> tuple[dict, float]:
     """Evaluate ("before"; not when resuming), train, evaluate again; returns the metrics with the perplexities and
-    the training seconds without the evaluations."""
+    the training seconds."""
     before = {} if resume else trainer.evaluate(metric_key_prefix="before")
     if stopping is not None:  # after the "before" evaluation, which it would misread (no eval_ metrics)
         trainer.add_callback(stopping)
     train_output = trainer.train(resume_from_checkpoint=resume)
-    # before the final evaluation, whose runtime is not training; a resumed run's time is this process's only
     train_seconds = training_seconds(
         trainer.state.log_history, train_output.metrics["train_runtime"], resumed_from_step
     )
@@ -306,9 +286,8 @@ def _train_and_evaluate(
 
 
 def _first_phase(args, steps: int, short_data, short_training, info, callbacks, given, recipe) -> dict:
-    """A sequence-length warm-up's first phase (`first_phase_arguments`), trained in `output_dir/short_blocks` up to
-    its `checkpoint-K` (skipped when a resumed run finds it there); returns what `run_info.json`'s `short_blocks`
-    keeps of it."""
+    """A warm-up's first phase, trained in `output_dir/short_blocks` up to its `checkpoint-K` (skipped when `info`
+    says it is there); returns `run_info.json`'s `short_blocks`."""
     folder = Path(short_training.output_dir)
     if info is None:  # still to train
         _train(args, short_data, short_training, callbacks, given, recipe, stop_at=steps)
@@ -330,13 +309,8 @@ def _first_phase(args, steps: int, short_data, short_training, info, callbacks, 
 
 
 def run_mlm(model_args: ModelArguments, data_args: PretrainingDataArguments, training_args: TrainingArguments) -> dict:
-    """`run_pretraining` of the checkpoint `model_args` names, as the variant it asks for (`scripts/finetune_mlm.py`).
-
-    Raises:
-        FileNotFoundError, FileExistsError, ValueError: on bad input, before training starts.
-    """
-    args = PretrainingArguments(**dataclasses.asdict(model_args))  # the fields of ModelArguments, as given
-    return run_pretraining(args, data_args, training_args)
+    """`run_pretraining` of the checkpoint `model_args` names, as the variant it asks for (scripts/finetune_mlm.py)."""
+    return run_pretraining(PretrainingArguments(**dataclasses.asdict(model_args)), data_args, training_args)
 
 
 def pretraining_parser(prog: str = "hf-ffn mlm") -> HfArgumentParser:
@@ -357,8 +331,8 @@ def pretraining_parser(prog: str = "hf-ffn mlm") -> HfArgumentParser:
 
 
 def pretraining_main(argv: list[str], prog: str = "hf-ffn mlm") -> int:
-    """`hf-ffn mlm`: `argv` (or one `.json` file of arguments) parsed over its recipe's defaults, the recipe's values
-    printed, pre-training, the report printed. Returns 0; bad input ends as `prog: error: ...`, exit status 2."""
+    """`hf-ffn mlm`: `argv` parsed over its recipe's defaults, pre-training, the report printed. Returns 0; bad input
+    ends as `prog: error: ...`, exit status 2."""
     with bad_input_exits(prog):
         parser = pretraining_parser(prog)
         name, recipe = recipe_defaults(parser, argv)
@@ -381,8 +355,9 @@ def _recipe_used(prog, name, recipe: dict, config: dict, given: set[str], args, 
     """The recipe's values the run takes (the options not given, the config fields `--config_overrides` leaves),
     printed as one line."""
     used = {option: value for option, value in recipe.items() if option not in given}
-    if {key: value for key, value in config.items() if key not in args.config_updates()}:
-        used[CONFIG_KEY] = {key: value for key, value in config.items() if key not in args.config_updates()}
+    config = {key: value for key, value in config.items() if key not in args.config_updates()}
+    if config:
+        used[CONFIG_KEY] = config
     if used and training_args.process_index == 0:
         shown = {**used, **({CONFIG_KEY: config_text(used[CONFIG_KEY])} if CONFIG_KEY in used else {})}
         options = " ".join(f"--{option} {value}" for option, value in shown.items())
