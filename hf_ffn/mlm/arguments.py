@@ -331,8 +331,9 @@ class PretrainingArguments:
 
 @dataclass
 class PretrainingDataArguments:
-    """The text and its data path (`hf_ffn.mlm.data`): files or a data set, the held-out part, documents, blocks,
-    the maskings, the cache."""
+    """Text files or folders (held-out percentage, split seed, block length, masking rate) and the rest of the data
+    path (`hf_ffn.training.corpus`): file formats and compression, where documents start, a held-out file, the
+    attention scope of a block, the masking split, the fixed maskings, the cache."""
 
     train_files: list[str] | None = option(
         None,
