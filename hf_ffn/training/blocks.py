@@ -12,8 +12,6 @@ from collections.abc import Sequence
 import numpy as np
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
-from .corpus import map_batched
-
 ATTENTION_SCOPES = ("block", "document")
 TOKENIZE_DOCUMENTS = 100  # documents per `map` batch when tokenizing (a book is ~100k tokens)
 GROUP_DOCUMENTS = 1000  # documents per `map` batch when blocks are cut: the remainder is dropped once per batch
@@ -62,6 +60,12 @@ def _blocks_batch(batch: dict, block: int, per_document: bool) -> dict:
     return blocks
 
 
+def _map(dataset, function, num_proc: int | None, desc: str, **options):
+    """`dataset.map(function, batched=True, **options)`, with `num_proc` and `desc` unless a stream (mapped lazily)."""
+    workers = {"num_proc": num_proc, "desc": desc} if hasattr(dataset, "__len__") else {}
+    return dataset.map(function, batched=True, **workers, **options)
+
+
 def _per_split(documents, function):
     """`function(dataset)` on a dataset, or on each split of a dict of them (returned as the same kind)."""
     if isinstance(documents, dict):
@@ -78,9 +82,7 @@ def tokenize_documents(documents, tokenizer: PreTrainedTokenizerBase, num_proc: 
     options = {"fn_kwargs": {"tokenizer": tokenizer}, "remove_columns": ["text"], "features": features}
     return _per_split(
         documents,
-        lambda split: map_batched(
-            split, _tokens_batch, num_proc, "tokenizing", batch_size=TOKENIZE_DOCUMENTS, **options
-        ),
+        lambda split: _map(split, _tokens_batch, num_proc, "tokenizing", batch_size=TOKENIZE_DOCUMENTS, **options),
     )
 
 
@@ -103,7 +105,7 @@ def tokens_to_blocks(tokens, max_seq_length: int = 128, attention_scope: str = "
 
     def cut(dataset):  # numpy rows: a batch of long documents is not a list of ints
         desc = f"blocks of {max_seq_length}"
-        blocks = map_batched(
+        blocks = _map(
             dataset.with_format("numpy"), _blocks_batch, num_proc, desc, batch_size=GROUP_DOCUMENTS, **options
         )
         return blocks.with_format(None)
