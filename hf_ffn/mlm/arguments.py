@@ -37,16 +37,10 @@ SCRATCH_KEYS = (
     "elu_alpha",
     "swish_beta",
 )
-OWN_OPTIONS = {
-    "vocab_size": "--vocab_size",
-    "hidden_size": "--hidden_size",
-    "num_hidden_layers": "--num_hidden_layers",
-    "num_attention_heads": "--num_attention_heads",
+OWN_OPTIONS = {  # config field → the option (or what) that sets it
+    **{name: f"--{name}" for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")},
     "intermediate_size": "--intermediate_size and --ffn_width",
-    "hidden_act": "--hidden_act",
-    "ffn_type": "--ffn_type",
-    "layer_norm_position": "--layer_norm_position",
-    "sparse_prediction": "--sparse_prediction",
+    **{name: f"--{name}" for name in ("hidden_act", "ffn_type", "layer_norm_position", "sparse_prediction")},
     "unpad_tokens": "--unpad_tokens",
     "max_position_embeddings": "--max_seq_length (512 or the block length, the larger)",
     "pad_token_id": "the tokenizer",

@@ -60,20 +60,14 @@ def _option_value(argv: Sequence[str], name: str) -> str | None:
     return None
 
 
-def chosen_recipe(recipe: str | None, model_name_or_path: str | None, layer_norm_position: str | None) -> str | None:
-    """The recipe a run gets: `recipe`, or for `auto` / None the from-scratch one of its LayerNorm placement (none
-    with a checkpoint); None for `none`."""
-    if recipe in (None, AUTO):
-        return None if model_name_or_path is not None else f"scratch-{layer_norm_position or 'post'}-ln"
-    return None if recipe == NONE else recipe
-
-
 def recipe_defaults(parser: HfArgumentParser, argv: Sequence[str]) -> tuple[str | None, dict]:
-    """The recipe `argv` asks for and its options, each checked to be an option of `parser` and its
-    `config_overrides` by `parse_config_overrides`; `(None, {})` without a recipe (errors as `read_recipe`)."""
-    checkpoint = _option_value(argv, "model_name_or_path")
-    name = chosen_recipe(_option_value(argv, "recipe"), checkpoint, _option_value(argv, "layer_norm_position"))
-    if name is None:
+    """The recipe `argv` asks for (`auto`, the default: from scratch the one of its LayerNorm placement, none from a
+    checkpoint) and its options, each checked to be an option of `parser` and its `config_overrides` by
+    `parse_config_overrides`; `(None, {})` without a recipe (errors as `read_recipe`)."""
+    checkpoint, name = _option_value(argv, "model_name_or_path"), _option_value(argv, "recipe")
+    if name in (None, AUTO):
+        name = None if checkpoint is not None else f"scratch-{_option_value(argv, 'layer_norm_position') or 'post'}-ln"
+    if name in (None, NONE):
         return None, {}
     recipe = read_recipe(name)
     options = {action.dest for action in parser._actions}

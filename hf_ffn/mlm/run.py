@@ -146,23 +146,79 @@ def _train(args, data_args, training_args, callbacks, given, recipe, first_phase
     given = options_given_by_value(args, data_args, training_args) if given is None else given
     speed = apply_speed_defaults((args,), training_args, given) if args.speed_defaults else {}
     data = pretraining_data(args, data_args, training_args, resume, show=training_args.process_index == 0)
-    train, evaluation, tokenizer = data.train, data.evaluation, data.tokenizer
     data_seconds = time.perf_counter() - start
+    model, card_args, built, saved_unpad = _model(args, training_args, data, recipe, resume)
+    first = [block["input_ids"] for block in itertools.islice(data.train, INIT_RMS_BLOCKS)]
+    init_rms = ffn_output_rms(model, torch.stack([torch.as_tensor(ids) for ids in first]).long())
 
-    # the model, after seeding: the same initial weights for the same seed
-    set_seed(training_args.seed)
+    bf16 = use_bf16_where_available(training_args, given) if args.bf16_where_available else training_args.bf16
+    throughput = ThroughputCallback(
+        mlm_flops(model.config, data_args.max_seq_length), args.sparse_prediction, data.tokenizer.pad_token_id
+    )
+    trainer = mlm_trainer(
+        model,
+        data.tokenizer,
+        data.train,
+        data.evaluation,
+        training_args,
+        seed=data_args.split_seed,
+        padding_free=args.padding_free,
+        callbacks=[
+            *([throughput] if args.log_throughput else []),
+            *(callbacks or []),
+            *([StopAtStep(stop_at or args.stop_at_step)] if stop_at or args.stop_at_step else []),
+        ],
+        **data.masking,
+        fixed_prediction_rows=args.sparse_prediction and args.fixed_prediction_rows,
+    )
+    resumed_from_step = checkpoint_step(resume)  # before training: --save_total_limit may delete the checkpoint
+    results, train_seconds = _train_and_evaluate(trainer, resume, stopping, resumed_from_step)
+
+    report = run_report(args, data_args, training_args, trainer, built, data, train_seconds, resumed_from_step)
+    stop = args.stop_at_step  # not reached in a warm-up's first phase, nor after an earlier early stop
+    stopped = {"step": stop, "max_steps": training_args.max_steps, "reached": trainer.state.global_step == stop}
     from_scratch = args.model_name_or_path is None
-    if from_scratch:
+    report |= {
+        "tokenizer": {"source": data.tokenizer_source, "vocab_size": len(data.tokenizer)},
+        "bf16": bool(bf16),
+        "speed_defaults": speed,
+        "floors": data.floors,
+        "ffn_output_rms_at_start": init_rms,
+        "data_seconds": data_seconds,
+        "phase_seconds": data.phase_seconds,
+        "recipe": recipe or {},
+        "short_blocks": first_phase,
+        "resumed_from": resume,
+        "stop_at_step": None if stop is None else stopped,
+        "plateau": plateau_verdict(results["eval_mask_loss"], data.floors["unigram_mask"]) if from_scratch else None,
+    }
+    report["summary"] = summary_line(report, model.config, built["standard_width"], results["eval_loss"], results)
+
+    # the finished run in output_dir, its config with sparse_prediction off (upstream BertForMaskedLM's outputs)
+    dataset = data_args.dataset_name or ", ".join(data_args.train_files)
+    notes, conversion = card_notes(report), built["conversion"]
+    card = model_card(
+        card_args, training_args, "fill-mask", dataset, results, conversion, ("perplexity",), model, notes
+    )
+    model.config.sparse_prediction = False
+    save_outputs(trainer, data.tokenizer, card, results, report, training_args.output_dir, unpad_tokens=saved_unpad)
+    return {"results": results, "log_history": trainer.state.log_history, **report}
+
+
+def _model(args, training_args, data, recipe, resume):
+    """`(model, card_args, built, saved_unpad_tokens)`, seeded first (the same initial weights for the same seed):
+    from scratch (`pretraining_config`), or the checkpoint as the variant asked for."""
+    set_seed(training_args.seed)
+    tokenizer = data.tokenizer
+    if args.model_name_or_path is None:
         config = pretraining_config(args, tokenizer, data.positions, (recipe or {}).get(CONFIG_KEY))
         model = FfnBertForMaskedLM(config)
         if args.seed_modules_by_name:
             seed_by_name(model, training_args.seed)
         conversion, saved_unpad, head_note = {"conversion": "from scratch", "new_weights": "all"}, False, None
-        card_args = ModelArguments(  # the card: "Pre-trained from scratch", with what was built
-            model_name_or_path=None,
-            ffn_type=config.ffn_type,
-            layer_norm_position=config.layer_norm_position,
-            ffn_width=str(config.intermediate_size),
+        # the card: "Pre-trained from scratch", with what was built
+        card_args = ModelArguments(
+            None, config.ffn_type, config.layer_norm_position, ffn_width=str(config.intermediate_size)
         )
     else:
         card_args = args.model_arguments()
@@ -184,62 +240,9 @@ def _train(args, data_args, training_args, callbacks, given, recipe, first_phase
     model.config.sparse_prediction = args.sparse_prediction  # read at every forward, like unpad_tokens
     model.config.unpad_tokens = args.unpad_tokens
     check_resume_matches(model.config, resume)
-    first = [block["input_ids"] for block in itertools.islice(train, INIT_RMS_BLOCKS)]
-    init_rms = ffn_output_rms(model, torch.stack([torch.as_tensor(ids) for ids in first]).long())
-
-    bf16 = use_bf16_where_available(training_args, given) if args.bf16_where_available else training_args.bf16
-    flops = mlm_flops(model.config, data_args.max_seq_length)
-    throughput = ThroughputCallback(flops, args.sparse_prediction, tokenizer.pad_token_id)
-    trainer = mlm_trainer(
-        model,
-        tokenizer,
-        train,
-        evaluation,
-        training_args,
-        seed=data_args.split_seed,
-        padding_free=args.padding_free,
-        callbacks=[
-            *([throughput] if args.log_throughput else []),
-            *(callbacks or []),
-            *([StopAtStep(stop_at or args.stop_at_step)] if stop_at or args.stop_at_step else []),
-        ],
-        **data.masking,
-        fixed_prediction_rows=args.sparse_prediction and args.fixed_prediction_rows,
-    )
-    resumed_from_step = checkpoint_step(resume)  # before training: --save_total_limit may delete the checkpoint
-    results, train_seconds = _train_and_evaluate(trainer, resume, stopping, resumed_from_step)
-
-    built = {"conversion": conversion, "head_note": head_note}
-    built["standard_width"] = args.scratch("intermediate_size") if from_scratch else None
-    report = run_report(args, data_args, training_args, trainer, built, data, train_seconds, resumed_from_step)
-    stop = args.stop_at_step  # not reached in a warm-up's first phase, nor after an earlier early stop
-    report |= {
-        "tokenizer": {"source": data.tokenizer_source, "vocab_size": len(tokenizer)},
-        "bf16": bool(bf16),
-        "speed_defaults": speed,
-        "floors": data.floors,
-        "ffn_output_rms_at_start": init_rms,
-        "data_seconds": data_seconds,
-        "phase_seconds": data.phase_seconds,
-        "recipe": recipe or {},
-        "short_blocks": first_phase,
-        "resumed_from": resume,
-        "stop_at_step": None
-        if stop is None
-        else {"step": stop, "max_steps": training_args.max_steps, "reached": trainer.state.global_step == stop},
-        "plateau": plateau_verdict(results["eval_mask_loss"], data.floors["unigram_mask"]) if from_scratch else None,
-    }
-    report["summary"] = summary_line(report, model.config, built["standard_width"], results["eval_loss"], results)
-
-    # the finished run in output_dir, its config with sparse_prediction off (upstream BertForMaskedLM's outputs)
-    dataset = data_args.dataset_name or ", ".join(data_args.train_files)
-    notes = card_notes(report)
-    card = model_card(
-        card_args, training_args, "fill-mask", dataset, results, conversion, ("perplexity",), model, notes
-    )
-    model.config.sparse_prediction = False
-    save_outputs(trainer, tokenizer, card, results, report, training_args.output_dir, unpad_tokens=saved_unpad)
-    return {"results": results, "log_history": trainer.state.log_history, **report}
+    standard_width = args.scratch("intermediate_size") if args.model_name_or_path is None else None
+    built = {"conversion": conversion, "head_note": head_note, "standard_width": standard_width}
+    return model, card_args, built, saved_unpad
 
 
 def _check_arguments(args: PretrainingArguments, data_args: PretrainingDataArguments, training_args: TrainingArguments):

@@ -45,8 +45,7 @@ def apply_speed_defaults(
     arguments: tuple, training_args: TrainingArguments, given: set[str], device_type: str | None = None
 ) -> dict:
     """Set `device_speed_defaults` (of the run's device unless `device_type`) on whichever of `arguments` or
-    `training_args` has each option, log and return them; `torch_compile` also gets the "inductor" backend, as
-    `TrainingArguments` derives it."""
+    `training_args` has each option, log and return them (`torch_compile` with the "inductor" backend)."""
     device_type = training_args.device.type if device_type is None else device_type
     chosen = device_speed_defaults(device_type, given)
     for name, value in chosen.items():
@@ -69,7 +68,7 @@ def apply_speed_defaults(
 
 def use_bf16_where_available(training_args: TrainingArguments, given: set[str] = frozenset()) -> bool:
     """Switch `training_args` to bf16 mixed precision when neither `bf16` nor `fp16` was asked for (nor "bf16" in
-    `given`: `--bf16 false`) and a CUDA device supports it. Returns whether the run trains in bf16."""
+    `given`: `--bf16 false`) and a CUDA device supports it; returns whether the run trains in bf16."""
     if (
         not (training_args.bf16 or training_args.fp16 or training_args.use_cpu or "bf16" in given)
         and torch.cuda.is_available()
