@@ -26,17 +26,8 @@ from ..training.corpus import DOCUMENT_BOUNDARIES, resolve_boundary
 # the dropout probabilities (the rest would change what the weights were trained for).
 OVERRIDES = "--config_overrides"
 CHECKPOINT_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
-SCRATCH_KEYS = (
-    *CHECKPOINT_KEYS,
-    "initializer_range",
-    "layer_norm_eps",
-    "type_vocab_size",
-    "embedding_layer_norm",
-    "ffn_bias",
-    "leaky_relu_negative_slope",
-    "elu_alpha",
-    "swish_beta",
-)
+SCRATCH_KEYS = (*CHECKPOINT_KEYS, "initializer_range", "layer_norm_eps", "type_vocab_size", "embedding_layer_norm")
+SCRATCH_KEYS += ("ffn_bias", "leaky_relu_negative_slope", "elu_alpha", "swish_beta")
 OWN_OPTIONS = {  # config field → the option (or what) that sets it
     **{name: f"--{name}" for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")},
     "intermediate_size": "--intermediate_size and --ffn_width",

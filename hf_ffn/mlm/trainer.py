@@ -193,13 +193,8 @@ class ThroughputCallback(TrainerCallback):
     training log line (and `state.log_history`), and the same over the whole run with `train_tokens` to the final
     one (replacing transformers' own). Tokens: the non-padding ones, counted by a forward pre-hook, and the rows the
     head decodes; seconds: training's, less evaluating and saving; FLOPs: `MlmFlops.training_flops` (3 × the forward
-    matmuls, Kaplan et al. 2020). Under `torchrun` each process counts its own.
-
-    Args:
-        flops: the model's FLOP counts (`hf_ffn.params.mlm_flops`); `None`: tokens per second only.
-        sparse_prediction: whether the MLM head decodes only the labelled positions (else every token).
-        pad_token_id: the pad token, for batches without an attention mask.
-        clock: seconds (a fake clock in tests); `time.perf_counter` by default.
+    matmuls, Kaplan et al. 2020). Under `torchrun` each process counts its own. `flops`: `hf_ffn.params.mlm_flops`
+    (None: tokens per second only); `pad_token_id`: for batches without an attention mask; `clock`: fake in tests.
     """
 
     def __init__(

@@ -34,16 +34,8 @@ from ..options import options_named
 from .arguments import CONVERSION_OPTIONS, ModelArguments
 
 STAGING_FOLDER = ".staging-final"
-CARD_HYPERPARAMETERS = (
-    "learning_rate",
-    "num_train_epochs",
-    "max_steps",
-    "per_device_train_batch_size",
-    "seed",
-    "weight_decay",
-    "warmup_steps",
-    "lr_scheduler_type",
-)
+CARD_HYPERPARAMETERS = ("learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size", "seed")
+CARD_HYPERPARAMETERS += ("weight_decay", "warmup_steps", "lr_scheduler_type")
 
 
 def load_model(
