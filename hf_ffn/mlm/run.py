@@ -152,9 +152,8 @@ def _train(args, data_args, training_args, callbacks, given, recipe, first_phase
     init_rms = ffn_output_rms(model, torch.stack([torch.as_tensor(ids) for ids in first]).long())
 
     bf16 = use_bf16_where_available(training_args, given) if args.bf16_where_available else training_args.bf16
-    throughput = ThroughputCallback(
-        mlm_flops(model.config, data_args.max_seq_length), args.sparse_prediction, data.tokenizer.pad_token_id
-    )
+    flops = mlm_flops(model.config, data_args.max_seq_length)
+    throughput = ThroughputCallback(flops, args.sparse_prediction, data.tokenizer.pad_token_id)
     trainer = mlm_trainer(
         model,
         data.tokenizer,
