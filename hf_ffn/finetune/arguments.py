@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..training.arguments import DEFAULT_MAX_SEQ_LENGTH, check_numeric_options
+from ..training.arguments import DEFAULT_MAX_SEQ_LENGTH, check_numeric_options, option
 from .readers import DEFAULT_SPLIT
 from .tasks import TASKS, get_task
 
@@ -31,63 +31,43 @@ class ClassificationDataArguments:
     A second text column (`--text_pair_column`) makes the inputs BERT sentence pairs; real-number labels make the
     run a regression (`num_labels=1`, MSE), as in transformers' `run_glue.py`."""
 
-    task: str | None = field(
-        default=None,
-        metadata={
-            "help": f"A named task: {', '.join(TASKS)}. It is read from --data_dir with its own columns, "
-            "splits and metric, and trained with its recipe (BERT's GLUE recipe) for every training option "
-            "not given (hf_ffn.finetune.tasks.TASKS)."
-        },
+    task: str | None = option(
+        None,
+        f"A named task: {', '.join(TASKS)}. It is read from --data_dir with its own columns, splits and metric, and "
+        "trained with its recipe (BERT's GLUE recipe) for every training option not given "
+        "(hf_ffn.finetune.tasks.TASKS).",
     )
-    data_dir: str | None = field(
-        default=None, metadata={"help": "The folder holding --task's files (that task's folder of the data)."}
+    data_dir: str | None = option(None, "The folder holding --task's files (that task's folder of the data).")
+    train_file: str | None = option(None, "A csv, tsv, json or jsonl file with the training data.")
+    validation_file: str | None = option(None, "The validation file, in the same format (required with --train_file).")
+    test_file: str | None = option(None, "The test file, in the same format; labels are optional.")
+    dataset_name: str | None = option(None, "A dataset on the hub (needs hub access).")
+    dataset_config_name: str | None = option(None, "The hub dataset's configuration.")
+    label_dir: str | None = option(
+        None,
+        "A folder with one text file per label, one example per line (pos.txt, neg.txt: the label is the file's stem, "
+        "or its extension when all files share a stem); split seeded into train, validation and test by --split_sizes.",
     )
-    train_file: str | None = field(
-        default=None, metadata={"help": "A csv, tsv, json or jsonl file with the training data."}
+    split_sizes: str = option(
+        DEFAULT_SPLIT, "The train,validation,test sizes of --label_dir's split: three row counts or three fractions."
     )
-    validation_file: str | None = field(
-        default=None, metadata={"help": "The validation file, in the same format (required with --train_file)."}
+    split_seed: int = option(
+        42, "The seed of the --label_dir split (fixed: the same split for every run on the same files)."
     )
-    test_file: str | None = field(
-        default=None, metadata={"help": "The test file, in the same format; labels are optional."}
+    text_column: str | None = option(None, "The text column. Default: 'text' or 'sentence'.")
+    text_pair_column: str | None = option(
+        None, "A second text column: the inputs become BERT pairs ([SEP] between, token_type_ids)."
     )
-    dataset_name: str | None = field(default=None, metadata={"help": "A dataset on the hub (needs hub access)."})
-    dataset_config_name: str | None = field(default=None, metadata={"help": "The hub dataset's configuration."})
-    label_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "A folder with one text file per label, one example per line (pos.txt, neg.txt: the label "
-            "is the file's stem, or its extension when all files share a stem); split seeded into "
-            "train, validation and test by --split_sizes."
-        },
+    label_column: str = option("label", "The label column.")
+    max_seq_length: int | None = option(
+        None,
+        f"Inputs are truncated to this many tokens ([CLS] and [SEP] included), at most the checkpoint's "
+        f"max_position_embeddings. Default: {DEFAULT_MAX_SEQ_LENGTH}, or the checkpoint's max_position_embeddings when "
+        "it has fewer.",
     )
-    split_sizes: str = field(
-        default=DEFAULT_SPLIT,
-        metadata={
-            "help": "The train,validation,test sizes of --label_dir's split: three row counts or three fractions."
-        },
-    )
-    split_seed: int = field(
-        default=42,
-        metadata={"help": "The seed of the --label_dir split (fixed: the same split for every run on the same files)."},
-    )
-    text_column: str | None = field(default=None, metadata={"help": "The text column. Default: 'text' or 'sentence'."})
-    text_pair_column: str | None = field(
-        default=None,
-        metadata={"help": "A second text column: the inputs become BERT pairs ([SEP] between, token_type_ids)."},
-    )
-    label_column: str = field(default="label", metadata={"help": "The label column."})
-    max_seq_length: int | None = field(
-        default=None,
-        metadata={
-            "help": f"Inputs are truncated to this many tokens ([CLS] and [SEP] included), at most the checkpoint's "
-            f"max_position_embeddings. Default: {DEFAULT_MAX_SEQ_LENGTH}, or the checkpoint's "
-            "max_position_embeddings when it has fewer."
-        },
-    )
-    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training rows."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation rows."})
-    max_test_samples: int | None = field(default=None, metadata={"help": "Use only the first N test rows."})
+    max_train_samples: int | None = option(None, "Use only the first N training rows.")
+    max_eval_samples: int | None = option(None, "Use only the first N validation rows.")
+    max_test_samples: int | None = option(None, "Use only the first N test rows.")
 
     def __post_init__(self) -> None:
         sources = [

@@ -117,15 +117,11 @@ def run_classification(
 ) -> dict[str, Any]:
     """Fine-tune `FfnBertForSequenceClassification` with `Trainer` on one text column or a pair, classes or a
     regression (real-number labels: `num_labels=1`, MSE), as `run_glue.py` does; evaluate on validation and test;
-    save. Every input is checked before loading.
+    save. Every input is checked before loading (`FileNotFoundError`, `FileExistsError`, `ValueError`).
 
-    Returns a dict with `results` (train, eval_* and test_* metrics, and eval_baseline_* / test_baseline_*:
-    `baseline_metrics`), `log_history`, `train_tokens` (non-padding), `train_seconds` (without in-training
-    evaluation), `wall_seconds`, `conversion`, `regression`, `labels`, and for a test split its predictions
-    (`test_predictions` unlabelled; else `test_predicted_ids` / `test_label_ids` in length-sorted order).
-
-    Raises:
-        FileNotFoundError, FileExistsError, ValueError: on bad input, before training starts.
+    Returns `results` (train, eval_*, test_* and their baseline_* metrics), `log_history`, `train_tokens`,
+    `train_seconds` (without evaluations), `wall_seconds`, `conversion`, `regression`, `labels`, and a test split's
+    predictions (`test_predictions` unlabelled; else `test_predicted_ids` / `test_label_ids`, length-sorted).
     """
     start = time.perf_counter()
     check_output_dir(training_args.output_dir, training_args.resume_from_checkpoint)
@@ -157,14 +153,9 @@ def run_classification(
 
     # Seed before the model is built: the new weights (classifier, fresh FFNs) depend on it, as in run_glue.
     torch.manual_seed(training_args.seed)
-    if regression:
-        head = {"num_labels": 1, "problem_type": "regression"}
-    else:
-        head = {
-            "num_labels": len(labels),
-            "id2label": {i: str(label) for i, label in enumerate(labels)},
-            "label2id": {str(label): i for i, label in enumerate(labels)},
-        }
+    head = {"num_labels": 1, "problem_type": "regression"} if regression else {"num_labels": len(labels)}
+    if not regression:
+        head |= {"id2label": dict(enumerate(map(str, labels))), "label2id": {str(x): i for i, x in enumerate(labels)}}
     model, conversion = load_model(model_args, FfnBertForSequenceClassification, **head)
     check_resume_matches(model.config, resume)
     # Count the non-padding tokens trained on (for tokens/s); the attribute is read when `train` starts.
@@ -179,7 +170,6 @@ def run_classification(
         compute_metrics=regression_metrics if regression else classification_metrics,
     )
     train_output = trainer.train(resume_from_checkpoint=resume)
-    # before the final evaluation, whose runtime is not training; a resumed run's: this process's steps only
     train_seconds = training_seconds(
         trainer.state.log_history, train_output.metrics["train_runtime"], checkpoint_step(resume)
     )
@@ -226,13 +216,3 @@ def run_classification(
     save_outputs(trainer, tokenizer, card, results, extra, training_args.output_dir, unpad_tokens=unpad_tokens)
     wall_seconds = time.perf_counter() - start
     return {"results": results, "log_history": trainer.state.log_history, "wall_seconds": wall_seconds, **extra}
-
-
-__all__ = [
-    "BASELINE_PREFIX",
-    "baseline_metrics",
-    "classification_metrics",
-    "predict_in_order",
-    "regression_metrics",
-    "run_classification",
-]

@@ -14,12 +14,8 @@ from .tasks import get_task
 
 
 def load_classification_datasets(args: ClassificationDataArguments):
-    """The raw splits (`DatasetDict` with train, validation and, if given, test) from the source `args` names.
-
-    Raises:
-        FileNotFoundError, ValueError: as `check_data_file`, `load_label_files` and the task's reader; ValueError
-            if the local files mix formats or do not read as one dataset.
-    """
+    """The raw splits (`DatasetDict` with train, validation and, if given, test) from the source `args` names;
+    `ValueError` also when local files mix formats or do not read as one dataset."""
     from datasets import load_dataset
     from datasets.exceptions import DatasetGenerationError
 
@@ -60,24 +56,16 @@ def load_classification_datasets(args: ClassificationDataArguments):
 
 def _as_number(value) -> float | None:
     """`value` as a float if it is a number or a string that parses as one (not a bool), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
     try:
-        return float(value)
+        return None if isinstance(value, bool) else float(value)
     except (TypeError, ValueError):
         return None
 
 
 def check_label_values(values, where: str, column: str) -> bool:
     """Whether the labels `values` of one split are real numbers (regression: a float column, as in `run_glue.py`)
-    rather than classes (strings or integers).
-
-    Raises:
-        ValueError: naming the split and row of a missing label, a value of another type, or a word among
-            non-integer numbers (a typo in a number column).
-    """
+    rather than classes (strings or integers); `ValueError` naming the row of a missing label, a value of another
+    type, or a word among non-integer numbers (a typo in a number column)."""
 
     def refuse(row: int, value, why: str):
         raise ValueError(
@@ -105,12 +93,8 @@ def check_label_values(values, where: str, column: str) -> bool:
 def check_columns_and_labels(raw, args: ClassificationDataArguments) -> tuple[tuple[str, ...], list | None]:
     """`(text_columns, labels)`: the text column (and `--text_pair_column`) and the sorted label set, or None for a
     regression, after checking that every split has the columns and a row, and that every labelled split has the
-    training split's label set (classes) or only numbers (regression). A test split may be unlabelled.
-
-    Raises:
-        ValueError: naming the split (and its file) on a missing column, an empty split, a bad label or a differing
-            label set.
-    """
+    training split's label set (classes) or only numbers (regression); a test split may be unlabelled. Errors name
+    the split and its file."""
     sources = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}
 
     def where(split: str) -> str:

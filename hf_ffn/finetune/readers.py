@@ -26,12 +26,8 @@ DEFAULT_TEXT_COLUMNS = ("text", "sentence")
 
 
 def check_data_file(path: str, argument: str) -> Path:
-    """`path` as a `Path` after checking it is a csv/tsv/json/jsonl file with rows.
-
-    Raises:
-        FileNotFoundError: if `path` is not a file.
-        ValueError: an unsupported extension, a blank file, a csv/tsv file with a header only.
-    """
+    """`path` as a `Path` after checking it is a csv/tsv/json/jsonl file with rows (`FileNotFoundError`: no file;
+    `ValueError`: another extension, a blank file, a header only)."""
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"{argument}: data file {str(file)!r} does not exist (or is not a file)")
@@ -50,11 +46,8 @@ def check_data_file(path: str, argument: str) -> Path:
 
 def parse_split_sizes(value: str | Sequence[int | float], total: int, argument: str = "--split_sizes") -> list[int]:
     """Three split sizes (train, validation, test) as row counts: `value` is three counts ("8000,1000,1662") or
-    three fractions of `total` ("0.8,0.1,0.1": each rounded down, the remainder to train).
-
-    Raises:
-        ValueError: naming `argument`, unless three positive sizes adding up to at most `total` (fractions: 1).
-    """
+    three fractions of `total` ("0.8,0.1,0.1": each rounded down, the remainder to train); `ValueError` naming
+    `argument` unless three positive sizes adding up to at most `total` (fractions: 1)."""
     parts = [part for part in value.split(",") if part.strip()] if isinstance(value, str) else list(value)
     try:
         numbers = [float(part) for part in parts]
@@ -73,22 +66,14 @@ def parse_split_sizes(value: str | Sequence[int | float], total: int, argument: 
 
 
 def split_dataset(dataset, split_sizes: str | Sequence[int | float], seed: int = 42, argument: str = "--split_sizes"):
-    """`dataset` as a `DatasetDict` train / validation / test: `Dataset.shuffle(seed=seed)`, cut into `split_sizes`.
-
-    Raises:
-        ValueError: as `parse_split_sizes`.
-    """
+    """`dataset` as a `DatasetDict` train / validation / test: `Dataset.shuffle(seed=seed)`, cut into `split_sizes`."""
     from datasets import DatasetDict
 
     sizes = parse_split_sizes(split_sizes, len(dataset), argument)
     shuffled = dataset.shuffle(seed=seed).flatten_indices()
     bounds = np.cumsum([0] + sizes)
-    return DatasetDict(
-        {
-            name: shuffled.select(range(bounds[i], bounds[i + 1]))
-            for i, name in enumerate(("train", "validation", "test"))
-        }
-    )
+    names = ("train", "validation", "test")
+    return DatasetDict({name: shuffled.select(range(bounds[i], bounds[i + 1])) for i, name in enumerate(names)})
 
 
 def load_label_files(
@@ -98,11 +83,7 @@ def load_label_files(
     pattern: str = "*",
     argument: str = "--label_dir",
 ):
-    """`read_label_files` as a `DatasetDict` (`split_dataset`) with columns text, label.
-
-    Raises:
-        FileNotFoundError, ValueError: as `read_label_files` and `parse_split_sizes`.
-    """
+    """`read_label_files` as a `DatasetDict` (`split_dataset`) with columns text, label."""
     from datasets import Dataset
 
     texts, labels = read_label_files(directory, argument, pattern)
@@ -112,11 +93,7 @@ def load_label_files(
 def read_table(
     path: str | Path, text_column: str | None = None, label_column: str | None = "label", argument: str = "--file"
 ) -> tuple[list[str], list | None]:
-    """`(texts, labels)` of one csv / tsv / json / jsonl file (`check_data_file`), as `dataset_columns`.
-
-    Raises:
-        FileNotFoundError, ValueError: as `check_data_file` and `dataset_columns`.
-    """
+    """`(texts, labels)` of one csv / tsv / json / jsonl file (`check_data_file`), as `dataset_columns`."""
     from datasets import load_dataset
 
     file = check_data_file(str(path), argument)
@@ -129,11 +106,8 @@ def dataset_columns(
     dataset, text_column: str | None = None, label_column: str | None = "label", where: str = "the dataset"
 ) -> tuple[list[str], list | None]:
     """`(texts, labels)` from a `datasets.Dataset`'s columns: `text_column` (default: the first of
-    `DEFAULT_TEXT_COLUMNS` it has) and `label_column` (None, or the default "label" absent: no labels).
-
-    Raises:
-        ValueError: naming the column, `where` and the columns there, when a named column does not exist.
-    """
+    `DEFAULT_TEXT_COLUMNS` it has) and `label_column` (None, or the default "label" absent: no labels); `ValueError`
+    naming `where` and its columns when a named column does not exist."""
     columns = dataset.column_names
     if text_column is None:
         found = [name for name in DEFAULT_TEXT_COLUMNS if name in columns]
@@ -159,11 +133,7 @@ def read_labelled_texts(
     argument: str = "--data",
 ):
     """`(texts, labels)` (labels None when the data has none) of a csv / tsv / json / jsonl file (`read_table`), a
-    folder saved by `datasets` (its `split`), a folder of label files (`read_label_files`) or a hub dataset name.
-
-    Raises:
-        FileNotFoundError, ValueError: as the reader used, naming `argument`.
-    """
+    folder saved by `datasets` (its `split`), a folder of label files (`read_label_files`) or a hub dataset name."""
     path = Path(source)
     if path.is_file():
         return read_table(path, text_column, label_column, argument)

@@ -51,7 +51,7 @@ def finetune_parser(prog: str = "hf-ffn finetune") -> HfArgumentParser:
 
 
 def finetune_given_options(argv: Sequence[str]) -> set[str]:
-    """The argument names `argv` sets explicitly (`given_options` of `finetune_parser`)."""
+    """The argument names `argv` sets explicitly."""
     return given_options(finetune_parser(), argv)
 
 
@@ -75,11 +75,7 @@ def summarize(
 ) -> tuple[float, str]:
     """`(score, line)`: the mean of `metrics` in `results` under `split`'s prefix ×100 (GLUE's rule), and the line
     `task=<name> score=<x.xx> (<metric>=<v>, ...) on <split>`, followed by `; baseline=<x.xx> (majority class)`
-    when `results` holds the split's baseline metrics (`hf_ffn.finetune.classification.baseline_metrics`).
-
-    Raises:
-        KeyError: naming the missing metric and the split, when `results` lacks one.
-    """
+    when `results` holds the split's `baseline_metrics`. Raises `KeyError` naming a missing metric."""
     prefix = "eval_" if split == "validation" else f"{split}_"
     missing = [prefix + metric for metric in metrics if prefix + metric not in results]
     if missing:
@@ -150,24 +146,16 @@ def finetune(
     **arguments: Any,
 ) -> dict[str, Any]:
     """Fine-tune `model_name_or_path` for sequence classification or regression, print where it saved and the
-    summary line (`summarize`).
-
-    Data: `task` (a preset of `hf_ffn.finetune.tasks.TASKS`, with `data_dir=`), or `train_file=` and
-    `validation_file=`, `label_dir=` or `dataset_name=` (docs/finetuning.md). `arguments` are any fields of
-    `ModelArguments` (e.g. `ffn_type="geglu"`), `ClassificationDataArguments` and `TrainingArguments` (e.g.
-    `learning_rate=1e-4`); the task's recipe fills only the training arguments not given here.
+    summary line. Data: `task` (with `data_dir=`), `train_file=` and `validation_file=`, `label_dir=` or
+    `dataset_name=` (docs/finetuning.md); `arguments`: any fields of `ModelArguments` (e.g. `ffn_type="geglu"`),
+    `ClassificationDataArguments` and `TrainingArguments`; the task's recipe fills only the training ones not given.
 
     Example:
         >>> finetune("bert-base-uncased", "out/mrpc", task="mrpc", data_dir="data/mrpc")  # doctest: +SKIP
         saved to out/mrpc (model, tokenizer, model card README.md, all_results.json)
         task=mrpc score=84.51 (f1_binary=0.8812, accuracy=0.8090) on validation; baseline=75.50 (majority class)
 
-    Returns:
-        `run_finetuning`'s outcome: `run_classification`'s plus `task`, `task_score` (float, 0–100), `score_split`,
-        `summary` (the line) and `recipe`.
-
-    Raises:
-        ValueError: naming an argument that no dataclass has, and as `run_classification` on bad input.
+    Returns `run_finetuning`'s outcome; raises `ValueError` on an argument no dataclass has, and on bad input.
     """
     arguments = dict(model_name_or_path=model_name_or_path, output_dir=output_dir, task=task, seed=seed, **arguments)
     names = [{field.name for field in dataclasses.fields(cls) if field.init} for cls in ARGUMENT_CLASSES]
@@ -186,8 +174,8 @@ def finetune(
 
 
 def finetune_argv(argv: Sequence[str], prog: str = "hf-ffn finetune") -> dict[str, Any]:
-    """`finetune` from a command line (`argv`: flags of `finetune_parser`, or one .json file of them);
-    `--output_dir` defaults to `default_output_dir`. Returns `run_finetuning`'s outcome."""
+    """`finetune` from a command line (or one .json file of its flags); `--output_dir` defaults to
+    `default_output_dir`. Returns `run_finetuning`'s outcome."""
     parser = finetune_parser(prog)
     model_args, data_args, training_args = parse_arguments(parser, argv)
     given = given_options(parser, argv)
@@ -200,17 +188,3 @@ def finetune_main(argv: Sequence[str], prog: str = "hf-ffn finetune") -> int:
     """`finetune_argv` for a console entry point: returns 0 (bad input raises `ValueError` / `OSError`)."""
     finetune_argv(argv, prog)
     return 0
-
-
-__all__ = [
-    "DEFAULT_OUTPUT_ROOT",
-    "apply_recipe",
-    "default_output_dir",
-    "finetune",
-    "finetune_argv",
-    "finetune_main",
-    "finetune_parser",
-    "finetune_given_options",
-    "run_finetuning",
-    "summarize",
-]

@@ -35,12 +35,8 @@ def _require(folder: Path, names: Mapping[str, str], task: str) -> dict[str, str
 
 def read_stsb(path: str | Path):
     """One STS Benchmark file (tab-separated despite its name; lines of 7 or 9 columns, which the csv builder
-    refuses) as a `Dataset` with columns sentence1, sentence2 (str) and label (float, 0–5).
-
-    Raises:
-        ValueError: naming the file and line when a line has fewer than 7 columns or a score that is not a number
-            in [0, 5]; when the file has no lines.
-    """
+    refuses) as a `Dataset` with columns sentence1, sentence2 (str) and label (float, 0–5); `ValueError` naming the
+    file and line on fewer than 7 columns or a score outside [0, 5], or no lines."""
     from datasets import Dataset
 
     rows: dict[str, list] = {"sentence1": [], "sentence2": [], "label": []}
@@ -155,18 +151,3 @@ def task_score(task: str, metrics: Mapping[str, float], prefix: str = "") -> flo
     """The GLUE-style score of one run on `task`: the mean of the task's metrics (`prefix` + name), ×100."""
     names = get_task(task).metrics
     return 100 * sum(metrics[prefix + name] for name in names) / len(names)
-
-
-__all__ = [
-    "GLUE_RECIPE",
-    "STSB_COLUMNS",
-    "TASKS",
-    "Recipe",
-    "Task",
-    "get_task",
-    "load_cola",
-    "load_mrpc",
-    "load_stsb",
-    "read_stsb",
-    "task_score",
-]

@@ -1,6 +1,5 @@
-"""The options of `hf-ffn mlm` as `HfArgumentParser` dataclasses (parsed with transformers' `TrainingArguments`): the
-model (`PretrainingArguments`: from scratch, or a checkpoint to continue) and the text (`PretrainingDataArguments`).
-A bad value raises `ValueError` naming the flag, the value and what is allowed, before anything is loaded.
+"""The options of `hf-ffn mlm` beside `TrainingArguments`: the model (`PretrainingArguments`) and the text
+(`PretrainingDataArguments`). A bad value raises `ValueError` naming the flag, the value and what is allowed.
 """
 
 from __future__ import annotations
@@ -19,41 +18,25 @@ from ..configuration_ffn_bert import (
     parameter_matched_glu_width,
 )
 from ..conversion.recipes import parse_width
-from ..training.arguments import ModelArguments, check_choices, check_training_init, option
+from ..training.arguments import ModelArguments, check_choice, check_choices, check_training_init, option
 from ..training.blocks import ATTENTION_SCOPES
 from ..training.corpus import DOCUMENT_BOUNDARIES, resolve_boundary
 
-# `--config_overrides`, as `run_mlm.py`'s (typed by `PretrainedConfig.update_from_string`): from scratch the fields
-# without an option of their own, for a checkpoint only the dropout probabilities (the rest would change what the
-# weights were trained for).
+# `--config_overrides` (run_mlm.py's): from scratch the fields without an option of their own, for a checkpoint only
+# the dropout probabilities (the rest would change what the weights were trained for).
 OVERRIDES = "--config_overrides"
 CHECKPOINT_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
-SCRATCH_KEYS = (
-    *CHECKPOINT_KEYS,
-    "initializer_range",
-    "layer_norm_eps",
-    "type_vocab_size",
-    "embedding_layer_norm",
-    "ffn_bias",
-    "leaky_relu_negative_slope",
-    "elu_alpha",
-    "swish_beta",
-)
-OWN_OPTIONS = {
-    "vocab_size": "--vocab_size",
-    "hidden_size": "--hidden_size",
-    "num_hidden_layers": "--num_hidden_layers",
-    "num_attention_heads": "--num_attention_heads",
+SCRATCH_KEYS = (*CHECKPOINT_KEYS, "initializer_range", "layer_norm_eps", "type_vocab_size", "embedding_layer_norm")
+SCRATCH_KEYS += ("ffn_bias", "leaky_relu_negative_slope", "elu_alpha", "swish_beta")
+OWN_OPTIONS = {  # config field → the option (or what) that sets it
+    **{name: f"--{name}" for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")},
     "intermediate_size": "--intermediate_size and --ffn_width",
-    "hidden_act": "--hidden_act",
-    "ffn_type": "--ffn_type",
-    "layer_norm_position": "--layer_norm_position",
-    "sparse_prediction": "--sparse_prediction",
+    **{name: f"--{name}" for name in ("hidden_act", "ffn_type", "layer_norm_position", "sparse_prediction")},
     "unpad_tokens": "--unpad_tokens",
     "max_position_embeddings": "--max_seq_length (512 or the block length, the larger)",
     "pad_token_id": "the tokenizer",
 }
-# (low, high, low included): checked here, so the error names the option before a model is built
+# (low, high, low included): checked here, so the error names the option
 RANGES = {
     "hidden_dropout_prob": (0.0, 1.0, True),
     "attention_probs_dropout_prob": (0.0, 1.0, True),
@@ -64,12 +47,8 @@ RANGES = {
 
 
 def parse_config_overrides(text: str | None, checkpoint: bool) -> dict:
-    """The typed overrides of `text` (`"key=value,key=value"`; `{}` for None or empty), each checked: allowed,
-    of the field's type, in range.
-
-    Raises:
-        ValueError: naming --config_overrides, the key or piece and what is allowed.
-    """
+    """The typed overrides of `text` (`"key=value,..."`, typed by `PretrainedConfig.update_from_string`), each
+    checked: allowed, of the field's type, in range (`ValueError` naming --config_overrides and the key)."""
     if not text:
         return {}
     allowed = CHECKPOINT_KEYS if checkpoint else SCRATCH_KEYS
@@ -95,10 +74,10 @@ def parse_config_overrides(text: str | None, checkpoint: bool) -> dict:
         except ValueError as error:
             kind = type(getattr(FfnBertConfig(), key)).__name__
             raise ValueError(f"{OVERRIDES}: {key}={value!r} is not a {kind} ({error})") from None
-        overrides[key] = getattr(template, key)
+        overrides[key] = number = getattr(template, key)
         if key in RANGES:
             low, high, closed = RANGES[key]
-            if not ((low <= overrides[key]) if closed else (low < overrides[key])) or not overrides[key] < high:
+            if not (low <= number if closed else low < number) or not number < high:
                 interval = f"{'[' if closed else '('}{low:g}, {high:g})"
                 raise ValueError(f"{OVERRIDES}: {key} must be in {interval}, got {value}")
     try:
@@ -125,15 +104,9 @@ GLU_MULTIPLE_OF = 8
 def ffn_width(
     ffn_type: str, intermediate_size: int, width: str | int = "matched", multiple_of: int = GLU_MULTIPLE_OF
 ) -> int:
-    """The FFN width (config `intermediate_size`) of `ffn_type` against a standard FFN of width `intermediate_size`.
-
-    `width`: "keep" (`intermediate_size`), an int (that width) or "matched": a gated FFN gets the multiple of
-    `multiple_of` nearest to 2/3 of `intermediate_size` (3·d·w = 2·d·I: the standard FFN's weight count; a tie goes
-    up), a standard FFN keeps `intermediate_size`. With `multiple_of=8`: 1024 → 680, 3072 → 2048, 4096 → 2728.
-
-    Raises:
-        ValueError: on a `width` that is not "keep", "matched" or a positive int (naming --ffn_width).
-    """
+    """The FFN width of `ffn_type` against a standard FFN of `intermediate_size`: `width` "keep", an int, or
+    "matched": a gated FFN gets the multiple of `multiple_of` nearest to 2/3 of it (3·d·w = 2·d·I, a tie goes up; at
+    8: 1024 → 680, 3072 → 2048), a standard FFN keeps it. Raises `ValueError` naming --ffn_width on a bad `width`."""
     width = parse_width(width, "--ffn_width")
     if isinstance(width, int):
         return width
@@ -265,13 +238,9 @@ class PretrainingArguments:
     )
 
     def __post_init__(self) -> None:
-        for name, value, allowed in (
-            ("ffn_type", self.ffn_type, FFN_TYPES),
-            ("layer_norm_position", self.layer_norm_position, LAYER_NORM_POSITIONS),
-            ("hidden_act", self.hidden_act, HIDDEN_ACTS),
-        ):
-            if value is not None and value not in allowed:
-                raise ValueError(f"--{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
+        check_choice("ffn_type", self.ffn_type, FFN_TYPES)
+        check_choice("layer_norm_position", self.layer_norm_position, LAYER_NORM_POSITIONS)
+        check_choice("hidden_act", self.hidden_act, HIDDEN_ACTS)
         check_training_init(self.ffn_init)
         if self.seed_modules_by_name and self.model_name_or_path is not None:
             raise ValueError(
@@ -298,12 +267,9 @@ class PretrainingArguments:
                 f"from scratch is newly initialised"
             )
         self.config_updates()  # checked now, before anything is loaded
-        if self.early_stopping_patience is not None and self.early_stopping_patience <= 0:
-            raise ValueError(
-                f"--early_stopping_patience must be a positive integer, got {self.early_stopping_patience}"
-            )
-        if self.stop_at_step is not None and self.stop_at_step <= 0:
-            raise ValueError(f"--stop_at_step must be a positive integer, got {self.stop_at_step}")
+        for name in ("early_stopping_patience", "stop_at_step"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise ValueError(f"--{name} must be a positive integer, got {getattr(self, name)}")
         threshold = self.early_stopping_threshold
         if threshold < 0 or (threshold and self.early_stopping_patience is None):
             raise ValueError(
@@ -317,20 +283,19 @@ class PretrainingArguments:
             )
 
     def config_updates(self) -> dict:
-        """`--config_overrides` as typed config fields (`parse_config_overrides`), `{}` when not given."""
+        """`--config_overrides` as typed config fields (`parse_config_overrides`)."""
         return parse_config_overrides(self.config_overrides, self.model_name_or_path is not None)
 
     def scratch(self, name: str):
-        """A from-scratch option's value: the one given, else `SCRATCH_DEFAULTS[name]` (the FFN width: BERT's 4 ×
-        `hidden_size`)."""
+        """A from-scratch option's value: the one given, else `SCRATCH_DEFAULTS[name]` (the FFN width: 4 × hidden)."""
         value = getattr(self, name)
         if value is None and name == "intermediate_size":
             return 4 * self.scratch("hidden_size")
         return SCRATCH_DEFAULTS[name] if value is None else value
 
     def model_arguments(self) -> ModelArguments:
-        """The checkpoint, variant and tokenizer as `ModelArguments`, `--ffn_width matched` resolved by `ffn_width` as
-        from scratch (not the conversion's rounding up to 256)."""
+        """The checkpoint, variant and tokenizer as `ModelArguments`, `--ffn_width matched` resolved by `ffn_width`
+        (not the conversion's rounding up to 256)."""
         width = self.ffn_width or "keep"
         if width == "matched" and self.model_name_or_path is not None:
             config, _ = PretrainedConfig.get_config_dict(self.model_name_or_path)
@@ -448,13 +413,12 @@ class PretrainingDataArguments:
         if self.max_seq_length <= 2:
             raise ValueError(f"--max_seq_length must be > 2, got {self.max_seq_length}")
         self._check_source()
-        if self.document_start_regex is not None:
-            try:
-                re.compile(self.document_start_regex, re.MULTILINE)
-            except re.error as error:
-                raise ValueError(
-                    f"--document_start_regex {self.document_start_regex!r} is not a regular expression: {error}"
-                ) from None
+        try:
+            re.compile(self.document_start_regex or "", re.MULTILINE)
+        except re.error as error:
+            raise ValueError(
+                f"--document_start_regex {self.document_start_regex!r} is not a regular expression: {error}"
+            ) from None
         self.document_boundary = resolve_boundary(self.document_boundary, self.document_start_regex)
         self._check_short_blocks()
         for name in ("mask_replace_prob", "random_replace_prob"):
@@ -465,12 +429,9 @@ class PretrainingDataArguments:
                 f"--mask_replace_prob {self.mask_replace_prob} + --random_replace_prob {self.random_replace_prob} "
                 f"must be at most 1 (the rest of the chosen tokens are kept)"
             )
-        if self.eval_maskings < 1:
-            raise ValueError(f"--eval_maskings must be a positive integer, got {self.eval_maskings}")
-        if self.preprocessing_num_workers is not None and self.preprocessing_num_workers < 1:
-            raise ValueError(
-                f"--preprocessing_num_workers must be a positive integer, got {self.preprocessing_num_workers}"
-            )
+        for name in ("eval_maskings", "preprocessing_num_workers"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be a positive integer, got {getattr(self, name)}")
 
     def _check_short_blocks(self) -> None:
         """Both or neither, 3 <= length < --max_seq_length, steps >= 1 (the rest: `warmup.check_short_blocks`)."""
@@ -512,7 +473,7 @@ class PretrainingDataArguments:
             )
 
     def corpus_options(self) -> dict:
-        """The keyword arguments of `load_corpus` (or, with --dataset_name, `load_hub_corpus`)."""
+        """The keyword arguments of `load_corpus` (with --dataset_name: `load_hub_corpus`)."""
         names = ("validation_files", "validation_split_percentage", "split_seed", "file_pattern")
         names += ("document_boundary", "document_start_regex", "text_column", "cache_dir")
         if self.dataset_name is not None:

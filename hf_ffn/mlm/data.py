@@ -24,19 +24,16 @@ STREAM_FLOOR_BLOCKS = 10_000  # --streaming: the unigram of the floors is counte
 
 
 class Phases:
-    """One printed line per phase of the data path with its seconds (`done`; silent unless `show`), kept by name in
-    `seconds`."""
+    """A printed line per phase of the data path with its seconds (unless not `show`), kept in `seconds`."""
 
-    def __init__(self, show: bool = True, prog: str = "hf-ffn mlm") -> None:
-        self.show, self.prog, self.seconds = show, prog, {}
-        self._last = time.perf_counter()
+    def __init__(self, show: bool = True) -> None:
+        self.show, self.seconds, self._last = show, {}, time.perf_counter()
 
     def done(self, name: str, what: str) -> None:
         now = time.perf_counter()
-        self.seconds[name] = now - self._last
-        self._last = now
+        self.seconds[name], self._last = now - self._last, now
         if self.show:
-            print(f"{self.prog}: {what} ({self.seconds[name]:.1f} s)", flush=True)
+            print(f"hf-ffn mlm: {what} ({self.seconds[name]:.1f} s)", flush=True)
 
 
 @dataclass
@@ -63,11 +60,7 @@ def pretraining_data(
 ) -> PretrainingData:
     """Corpus → documents → tokenizer → blocks (cut to `--max_train_samples` / `--max_eval_samples`) → held-out
     maskings → floors; a stream's held-out blocks are read into memory, its floors counted on its first
-    `STREAM_FLOOR_BLOCKS` blocks.
-
-    Raises:
-        ValueError: when the training or held-out text is shorter than one block (and as the steps raise).
-    """
+    `STREAM_FLOOR_BLOCKS` blocks. Raises `ValueError` on text shorter than one block (and as the steps raise)."""
     from datasets import Dataset  # deferred: `hf-ffn mlm --help` answers without datasets
 
     phases = Phases(show)

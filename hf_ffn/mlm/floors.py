@@ -29,11 +29,7 @@ STREAM_COUNT_BATCH = 1_000  # blocks per batch from a stream (`IterableDataset`:
 
 def unigram_counts(blocks, vocab_size: int) -> np.ndarray:
     """The count of each token id among the non-special tokens of `blocks` (`documents_to_blocks` rows, streamed or
-    not), read a batch at a time: int64, shape (vocab_size,).
-
-    Raises:
-        ValueError: a token id ≥ `vocab_size`.
-    """
+    not), read a batch at a time: int64 (vocab_size,); `ValueError` on a token id ≥ `vocab_size`."""
     counts = np.zeros(vocab_size, dtype=np.int64)
     size = COUNT_BATCH if hasattr(blocks, "__len__") else STREAM_COUNT_BATCH
     for batch in blocks.select_columns(["input_ids", "special_tokens_mask"]).with_format("numpy").iter(size):
@@ -64,17 +60,8 @@ def context_free_losses(
     mask_replace_prob: float = 0.8,
     random_replace_prob: float = 0.1,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The losses (nats) of the unigram and of the copy-aware predictor (module docstring) at the scored positions.
-
-    Args:
-        input_ids, labels: integer arrays of one shape (e.g. (blocks, seq)); `labels` is `IGNORE_INDEX` where a
-            position is not scored.
-        q: the unigram distribution, shape (V,), V = the vocabulary the random replacements are drawn from.
-
-    Returns:
-        `(unigram, copy_aware)`: float64 arrays of the scored positions (row-major order), −log q(label) and
-        −log P(label | shown token).
-    """
+    """`(unigram, copy_aware)`: float64 losses (nats) at the scored positions (row-major) of `input_ids` and `labels`
+    (one shape, `IGNORE_INDEX` where not scored), −log q(label) and −log P(label | shown token); `q`: (V,)."""
     scored = labels != IGNORE_INDEX
     y, v = labels[scored].astype(np.int64), input_ids[scored].astype(np.int64)
     p_keep, uniform = 1.0 - mask_replace_prob - random_replace_prob, random_replace_prob / len(q)
@@ -96,16 +83,9 @@ def mlm_floors(
     mask_replace_prob: float = 0.8,
     random_replace_prob: float = 0.1,
 ) -> dict:
-    """The context-free floors of an MLM evaluation: q from `train_blocks`, scored on `maskings` (`fixed_maskings`).
-
-    Args:
-        vocab_size: the ids random replacements are drawn from (`len(tokenizer)`).
-        never_chosen: ids never chosen for masking (`never_chosen_ids(tokenizer)`).
-
-    Returns:
-        `unigram_mask`, `copy_aware`, `copy_aware_mask`, `copy_aware_kept`, `copy_aware_random` (nats; `nan` where a
-        kind has no position), `smoothing` ("add-one") and `training_tokens_counted`.
-    """
+    """The context-free floors of an MLM evaluation, q from `train_blocks` (`vocab_size`: `len(tokenizer)`), scored
+    on `maskings`: `unigram_mask`, `copy_aware`, `copy_aware_mask`, `copy_aware_kept`, `copy_aware_random` (nats;
+    `nan` where a kind has no position), `smoothing` and `training_tokens_counted`."""
     counts = unigram_counts(train_blocks, vocab_size)
     q = unigram_distribution(counts, never_chosen)
     kinds = {"unigram_mask": "mask", "copy_aware": "all", "copy_aware_mask": "mask"}
@@ -132,13 +112,8 @@ PLATEAU_DOCS = "docs/pretraining.md#the-plateau-a-model-that-has-not-learned-to-
 
 
 def plateau_verdict(mask_loss: float, unigram_mask: float, margin: float = PLATEAU_MARGIN) -> dict:
-    """Whether a model has learned to use context: its held-out [MASK] loss at least `margin` nats below the
-    unigram floor `unigram_mask`.
-
-    Returns:
-        `{"learned": bool, "mask_loss", "unigram_mask", "below_floor" (unigram_mask − mask_loss, nats), "margin",
-        "message"}`; `message` is the one plain line a run prints when it has not learned, else "".
-    """
+    """Whether a model has learned to use context (its held-out [MASK] loss at least `margin` nats below the unigram
+    floor): `learned`, `mask_loss`, `unigram_mask`, `below_floor` (nats), `margin`, `message` (printed, else "")."""
     below = unigram_mask - mask_loss
     learned = bool(below >= margin)
     message = (
@@ -149,11 +124,5 @@ def plateau_verdict(mask_loss: float, unigram_mask: float, margin: float = PLATE
         f"below): the model has not learned to use context yet and predicts "
         f"frequent tokens; train longer or raise the learning rate ({PLATEAU_DOCS})"
     )
-    return {
-        "learned": learned,
-        "mask_loss": mask_loss,
-        "unigram_mask": unigram_mask,
-        "below_floor": below,
-        "margin": margin,
-        "message": message,
-    }
+    verdict = {"learned": learned, "mask_loss": mask_loss, "unigram_mask": unigram_mask, "below_floor": below}
+    return verdict | {"margin": margin, "message": message}

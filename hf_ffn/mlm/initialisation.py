@@ -52,11 +52,7 @@ def seed_by_name(model: nn.Module, seed: int) -> nn.Module:
 @torch.no_grad()
 def ffn_output_rms(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> list:
     """The root mean square of each encoder layer's FFN output (`layer.mlp`) on `input_ids` (batch, seq) in
-    evaluation mode (`attention_mask` (batch, seq): only its 1 positions counted).
-
-    Returns:
-        One float per layer (the rms over the counted tokens and the hidden features).
-    """
+    evaluation mode, over the tokens (only `attention_mask`'s 1 positions) and features: one float per layer."""
     encoder = model.base_model.encoder
     outputs: list[torch.Tensor] = []
     hooks = [layer.mlp.register_forward_hook(lambda m, i, o: outputs.append(o)) for layer in encoder.layer]

@@ -1,6 +1,5 @@
-"""Evaluation metrics of masked language modelling: `preprocess_logits_for_metrics` keeps one (loss, prediction) pair
-per position (O(tokens), not O(tokens × vocabulary)), and `compute_metrics` reads the inputs to tell the scored
-positions apart: [MASK] (the input shows [MASK]), kept (it shows the true token) and random (another token).
+"""Evaluation metrics of masked language modelling: one (loss, prediction) pair kept per position (O(tokens), not
+O(tokens × vocabulary)), the scored positions told apart by the input: [MASK], kept (the true token) or random.
 `mask_loss` is the measure copying the visible token cannot game; `token_loss` weighs every scored position the same
 (Trainer's `eval_loss` averages per-batch means).
 """
@@ -17,21 +16,10 @@ IGNORE_INDEX = -100  # labels of unscored positions (CrossEntropyLoss's ignore_i
 def per_position_loss_and_prediction(
     logits: torch.Tensor | tuple[torch.Tensor, ...], labels: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`Trainer`'s `preprocess_logits_for_metrics` for a masked-language model: the cross-entropy (nats, in
-    float32) and the argmax of each scored position, laid out as `labels`.
-
-    Args:
-        logits: (batch, seq, vocab) (every position decoded), or (n_scored, vocab), the scored positions in
-            row-major order (`FfnBertConfig.sparse_prediction`); a tuple: its first entry.
-        labels: (batch, seq), `IGNORE_INDEX` where a position is not scored.
-
-    Returns:
-        `(losses, predictions)`, both (batch, seq): float32 losses (0 where not scored) and int64 argmax token ids
-        (`IGNORE_INDEX` where not scored).
-
-    Raises:
-        ValueError: if the logits' shape fits neither layout.
-    """
+    """`Trainer`'s `preprocess_logits_for_metrics`: `(losses, predictions)`, both laid out as `labels` (batch, seq):
+    the float32 cross-entropy (nats; 0 where not scored) and the argmax (`IGNORE_INDEX` where not scored).
+    `logits`: (batch, seq, vocab), or (n_scored, vocab) under sparse prediction (row-major); a tuple: its first entry.
+    Raises `ValueError` if the logits' shape fits neither layout."""
     if isinstance(logits, (tuple, list)):
         logits = logits[0]
     scored = labels != IGNORE_INDEX
@@ -54,14 +42,9 @@ def per_position_loss_and_prediction(
 def mlm_scores(
     losses: np.ndarray, predictions: np.ndarray, labels: np.ndarray, input_ids: np.ndarray, mask_token_id: int
 ) -> dict[str, float]:
-    """The MLM metrics of the scored positions (arrays of one shape, e.g. (blocks, seq)), means in float64.
-
-    Returns:
-        `mask_loss`, `kept_loss`, `random_loss`, `token_loss` (mean cross-entropy in nats over the [MASK], kept,
-        randomly replaced and all scored positions; `nan` where a kind has no position), `accuracy` and
-        `mask_accuracy` (fraction of argmax == label over all scored and over [MASK] positions), and the counts
-        `scored_tokens` and `mask_tokens`.
-    """
+    """The MLM metrics of the scored positions (arrays of one shape, e.g. (blocks, seq)), means in float64:
+    `mask_loss`, `kept_loss`, `random_loss`, `token_loss` (nats; `nan` where a kind has no position), `accuracy`,
+    `mask_accuracy` (argmax == label over all scored and over [MASK] positions), `scored_tokens`, `mask_tokens`."""
     scored = labels != IGNORE_INDEX
     masked = scored & (input_ids == mask_token_id)
     kept = scored & (input_ids == labels)

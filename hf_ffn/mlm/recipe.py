@@ -1,7 +1,6 @@
-"""The recipes of `hf-ffn mlm` as files: JSON objects of option values in `hf_ffn/mlm/recipes/`, to read, copy and
-pass back as `--recipe FILE` (`scratch-*-ln.json`: from scratch, picked by `--recipe auto`; `cuda.json`: the speed
-defaults). A recipe's values become the parser's defaults (an option given wins); its `config_overrides` fill the
-config fields `--config_overrides` leaves out.
+"""The recipes of `hf-ffn mlm`: JSON objects of option values in `hf_ffn/mlm/recipes/` (`scratch-*-ln.json`: from
+scratch, picked by `--recipe auto`; `cuda.json`: the speed defaults), or a copy given as `--recipe FILE`. Its values
+become the parser's defaults (an option given wins); its `config_overrides` fill those `--config_overrides` leaves.
 """
 
 from __future__ import annotations
@@ -25,12 +24,8 @@ def recipe_names() -> list[str]:
 
 
 def read_recipe(name_or_file: str) -> dict:
-    """The options of recipe `name_or_file` (a shipped name or a .json file), its description left out.
-
-    Raises:
-        FileNotFoundError: neither a shipped name nor a file (naming --recipe and the shipped names).
-        ValueError: a file that is not a JSON object, or whose `config_overrides` is not one.
-    """
+    """The options of recipe `name_or_file` (a shipped name or a .json file), its description left out
+    (`FileNotFoundError`: neither; `ValueError`: not a JSON object, or its `config_overrides` not one)."""
     path = RECIPES / f"{name_or_file}.json" if name_or_file in recipe_names() else Path(name_or_file)
     if not path.is_file():
         raise FileNotFoundError(
@@ -65,24 +60,14 @@ def _option_value(argv: Sequence[str], name: str) -> str | None:
     return None
 
 
-def chosen_recipe(recipe: str | None, model_name_or_path: str | None, layer_norm_position: str | None) -> str | None:
-    """The recipe a run gets: `recipe`, or for `auto` / None the from-scratch one of its LayerNorm placement (none
-    with a checkpoint); None for `none`."""
-    if recipe in (None, AUTO):
-        return None if model_name_or_path is not None else f"scratch-{layer_norm_position or 'post'}-ln"
-    return None if recipe == NONE else recipe
-
-
 def recipe_defaults(parser: HfArgumentParser, argv: Sequence[str]) -> tuple[str | None, dict]:
-    """The recipe `argv` asks for and its options, each checked to be an option of `parser` and its
-    `config_overrides` by `parse_config_overrides`; `(None, {})` without a recipe.
-
-    Raises:
-        FileNotFoundError, ValueError: as `read_recipe`; a key that is not an option (naming the recipe and the key).
-    """
-    checkpoint = _option_value(argv, "model_name_or_path")
-    name = chosen_recipe(_option_value(argv, "recipe"), checkpoint, _option_value(argv, "layer_norm_position"))
-    if name is None:
+    """The recipe `argv` asks for (`auto`, the default: from scratch the one of its LayerNorm placement, none from a
+    checkpoint) and its options, each checked to be an option of `parser` and its `config_overrides` by
+    `parse_config_overrides`; `(None, {})` without a recipe (errors as `read_recipe`)."""
+    checkpoint, name = _option_value(argv, "model_name_or_path"), _option_value(argv, "recipe")
+    if name in (None, AUTO):
+        name = None if checkpoint is not None else f"scratch-{_option_value(argv, 'layer_norm_position') or 'post'}-ln"
+    if name in (None, NONE):
         return None, {}
     recipe = read_recipe(name)
     options = {action.dest for action in parser._actions}

@@ -31,8 +31,8 @@ def ffn_report(config: FfnBertConfig, standard_width: int | None = None) -> dict
 def run_report(
     args, data_args, training_args, trainer, built, data, train_seconds: float, resumed_from_step: int
 ) -> dict:
-    """`run_info.json`'s model, FFN, conversion, documents, blocks, steps, tokens seen, epochs (above 1: training
-    text repeated, logged), execution switches and `train_seconds` (`run_pretraining` adds the rest)."""
+    """`run_info.json`'s model, FFN, conversion, documents, blocks, steps, tokens, epochs (above 1 logged), execution
+    switches and `train_seconds` (`run_pretraining` adds the rest)."""
     model, state, block = trainer.model, trainer.state, data_args.max_seq_length
     train, evaluation, documents = data.train, data.evaluation, data.documents
     per_step = training_args.per_device_train_batch_size * training_args.world_size

@@ -1,7 +1,6 @@
 """`hf-ffn mlm`: masked-language-model pre-training of an FfnBert variant with transformers' `Trainer`, from scratch
-or continued from a checkpoint, in the shape of transformers' `run_mlm.py`: check the options, the data path
-(`hf_ffn.mlm.data`), the model, the Trainer, train and evaluate, report, save. The recipe, the data path and what a
-run reports: docs/pretraining.md.
+or continued from a checkpoint, in the shape of `run_mlm.py`: check the options, the data (`hf_ffn.mlm.data`), the
+model, the Trainer, train and evaluate, report, save (docs/pretraining.md).
 """
 
 from __future__ import annotations
@@ -88,12 +87,8 @@ def pretraining_config(
     max_position_embeddings: int,
     recipe_config: dict | None = None,
 ) -> FfnBertConfig:
-    """The from-scratch `FfnBertConfig` of `args` (sizes, `ffn_width`, the tokenizer's vocabulary and pad id),
-    `--config_overrides` over the recipe's config fields `recipe_config`.
-
-    Raises:
-        ValueError: on sizes a model cannot be built with (e.g. hidden size not divisible by the heads).
-    """
+    """The from-scratch `FfnBertConfig` of `args` and the tokenizer, `--config_overrides` over the recipe's
+    `recipe_config` (`ValueError` on sizes a model cannot be built with)."""
     hidden_act = args.scratch("hidden_act")
     ffn_type = args.ffn_type or hidden_act
     config = FfnBertConfig(
@@ -125,16 +120,12 @@ def run_pretraining(
     recipe: dict | None = None,
 ) -> dict:
     """Pre-train an `FfnBertForMaskedLM` (from scratch, or continued from `args.model_name_or_path`) and save it,
-    with its tokenizer, model card, `all_results.json` and `run_info.json`, in `output_dir` (docs/pretraining.md); a
-    warm-up's first phase first (`hf_ffn.mlm.warmup`). `given`: the option names the user gave (None: those whose
-    values differ from their defaults), which the speed defaults and bf16 leave alone. `recipe`: the recipe's name
-    and the values the run took from it, recorded in `run_info.json`.
+    with its tokenizer, model card, `all_results.json` and `run_info.json`, in `output_dir`; a warm-up's first phase
+    first (`hf_ffn.mlm.warmup`). `given`: the options the user gave (None: those not at their defaults), which the
+    speed defaults and bf16 leave alone; `recipe`: its name and the values taken from it, for `run_info.json`.
 
-    Returns:
-        `{"results": metrics, "log_history": [...], "summary": one line, "wall_seconds": ..., **report}`.
-
-    Raises:
-        FileNotFoundError, FileExistsError, ValueError: on bad input, before training starts.
+    Returns `{"results", "log_history", "summary", "wall_seconds", **report}`; raises `FileNotFoundError`,
+    `FileExistsError`, `ValueError` on bad input, before training starts.
     """
     start = time.perf_counter()
     first_phase = None
@@ -149,30 +140,84 @@ def run_pretraining(
 
 
 def _train(args, data_args, training_args, callbacks, given, recipe, first_phase=None, stop_at=None) -> dict:
-    """One Trainer run (the whole run, or one phase of a warm-up, `stop_at` its last step): check, read, build,
-    train, evaluate, save."""
+    """One Trainer run (the whole run, or a warm-up's phase, `stop_at` its last step)."""
     start = time.perf_counter()
     resume, stopping = _check_arguments(args, data_args, training_args)
     given = options_given_by_value(args, data_args, training_args) if given is None else given
     speed = apply_speed_defaults((args,), training_args, given) if args.speed_defaults else {}
     data = pretraining_data(args, data_args, training_args, resume, show=training_args.process_index == 0)
-    train, evaluation, tokenizer = data.train, data.evaluation, data.tokenizer
-    data_seconds = time.perf_counter() - start  # reading, the tokenizer, tokenizing, blocks, maskings (or the cache)
+    data_seconds = time.perf_counter() - start
+    model, card_args, built, saved_unpad = _model(args, training_args, data, recipe, resume)
+    first = [block["input_ids"] for block in itertools.islice(data.train, INIT_RMS_BLOCKS)]
+    init_rms = ffn_output_rms(model, torch.stack([torch.as_tensor(ids) for ids in first]).long())
 
-    # the model, after seeding: the same initial weights for the same seed
-    set_seed(training_args.seed)
+    bf16 = use_bf16_where_available(training_args, given) if args.bf16_where_available else training_args.bf16
+    flops = mlm_flops(model.config, data_args.max_seq_length)
+    throughput = ThroughputCallback(flops, args.sparse_prediction, data.tokenizer.pad_token_id)
+    trainer = mlm_trainer(
+        model,
+        data.tokenizer,
+        data.train,
+        data.evaluation,
+        training_args,
+        seed=data_args.split_seed,
+        padding_free=args.padding_free,
+        callbacks=[
+            *([throughput] if args.log_throughput else []),
+            *(callbacks or []),
+            *([StopAtStep(stop_at or args.stop_at_step)] if stop_at or args.stop_at_step else []),
+        ],
+        **data.masking,
+        fixed_prediction_rows=args.sparse_prediction and args.fixed_prediction_rows,
+    )
+    resumed_from_step = checkpoint_step(resume)  # before training: --save_total_limit may delete the checkpoint
+    results, train_seconds = _train_and_evaluate(trainer, resume, stopping, resumed_from_step)
+
+    report = run_report(args, data_args, training_args, trainer, built, data, train_seconds, resumed_from_step)
+    stop = args.stop_at_step  # not reached in a warm-up's first phase, nor after an earlier early stop
+    stopped = {"step": stop, "max_steps": training_args.max_steps, "reached": trainer.state.global_step == stop}
     from_scratch = args.model_name_or_path is None
-    if from_scratch:
+    report |= {
+        "tokenizer": {"source": data.tokenizer_source, "vocab_size": len(data.tokenizer)},
+        "bf16": bool(bf16),
+        "speed_defaults": speed,
+        "floors": data.floors,
+        "ffn_output_rms_at_start": init_rms,
+        "data_seconds": data_seconds,
+        "phase_seconds": data.phase_seconds,
+        "recipe": recipe or {},
+        "short_blocks": first_phase,
+        "resumed_from": resume,
+        "stop_at_step": None if stop is None else stopped,
+        "plateau": plateau_verdict(results["eval_mask_loss"], data.floors["unigram_mask"]) if from_scratch else None,
+    }
+    report["summary"] = summary_line(report, model.config, built["standard_width"], results["eval_loss"], results)
+
+    # the finished run in output_dir, its config with sparse_prediction off (upstream BertForMaskedLM's outputs)
+    dataset = data_args.dataset_name or ", ".join(data_args.train_files)
+    notes, conversion = card_notes(report), built["conversion"]
+    card = model_card(
+        card_args, training_args, "fill-mask", dataset, results, conversion, ("perplexity",), model, notes
+    )
+    model.config.sparse_prediction = False
+    save_outputs(trainer, data.tokenizer, card, results, report, training_args.output_dir, unpad_tokens=saved_unpad)
+    return {"results": results, "log_history": trainer.state.log_history, **report}
+
+
+def _model(args, training_args, data, recipe, resume):
+    """`(model, card_args, built, saved_unpad_tokens)`, seeded first (the same initial weights for the same seed):
+    from scratch (`pretraining_config`), or the checkpoint as the variant asked for."""
+    set_seed(training_args.seed)
+    tokenizer = data.tokenizer
+    if args.model_name_or_path is None:
         config = pretraining_config(args, tokenizer, data.positions, (recipe or {}).get(CONFIG_KEY))
         model = FfnBertForMaskedLM(config)
         if args.seed_modules_by_name:
             seed_by_name(model, training_args.seed)
         conversion, saved_unpad, head_note = {"conversion": "from scratch", "new_weights": "all"}, False, None
-        card_args = ModelArguments(  # the card: "Pre-trained from scratch", with what was built
-            model_name_or_path=None,
-            ffn_type=config.ffn_type,
-            layer_norm_position=config.layer_norm_position,
-            ffn_width=str(config.intermediate_size),
+        # the card: "Pre-trained from scratch", with what was built
+        card_args = ModelArguments(
+            None, config.ffn_type, config.layer_norm_position, ffn_width=str(config.intermediate_size)
         )
     else:
         card_args = args.model_arguments()
@@ -194,75 +239,13 @@ def _train(args, data_args, training_args, callbacks, given, recipe, first_phase
     model.config.sparse_prediction = args.sparse_prediction  # read at every forward, like unpad_tokens
     model.config.unpad_tokens = args.unpad_tokens
     check_resume_matches(model.config, resume)
-    first = [block["input_ids"] for block in itertools.islice(train, INIT_RMS_BLOCKS)]
-    init_rms = ffn_output_rms(model, torch.stack([torch.as_tensor(ids) for ids in first]).long())
-
-    bf16 = use_bf16_where_available(training_args, given) if args.bf16_where_available else training_args.bf16
-    flops = mlm_flops(model.config, data_args.max_seq_length)
-    throughput = ThroughputCallback(flops, args.sparse_prediction, tokenizer.pad_token_id)
-    trainer = mlm_trainer(
-        model,
-        tokenizer,
-        train,
-        evaluation,
-        training_args,
-        seed=data_args.split_seed,
-        padding_free=args.padding_free,
-        callbacks=[
-            *([throughput] if args.log_throughput else []),
-            *(callbacks or []),
-            *([StopAtStep(stop_at or args.stop_at_step)] if stop_at or args.stop_at_step else []),
-        ],
-        **data.masking,
-        fixed_prediction_rows=args.sparse_prediction and args.fixed_prediction_rows,
-    )
-    # read before training: the Trainer may delete the checkpoint it resumed from (--save_total_limit)
-    resumed_from_step = checkpoint_step(resume)
-    results, train_seconds = _train_and_evaluate(trainer, resume, stopping, resumed_from_step)
-
-    built = {"conversion": conversion, "head_note": head_note}
-    built["standard_width"] = args.scratch("intermediate_size") if from_scratch else None
-    report = run_report(args, data_args, training_args, trainer, built, data, train_seconds, resumed_from_step)
-    stop = args.stop_at_step  # not reached in a warm-up's first phase, nor after an earlier early stop
-    report |= {
-        "tokenizer": {"source": data.tokenizer_source, "vocab_size": len(tokenizer)},
-        "bf16": bool(bf16),
-        "speed_defaults": speed,
-        "floors": data.floors,
-        "ffn_output_rms_at_start": init_rms,
-        "data_seconds": data_seconds,
-        "phase_seconds": data.phase_seconds,
-        "recipe": recipe or {},
-        "short_blocks": first_phase,
-        "resumed_from": resume,
-        "stop_at_step": None
-        if stop is None
-        else {"step": stop, "max_steps": training_args.max_steps, "reached": trainer.state.global_step == stop},
-        "plateau": plateau_verdict(results["eval_mask_loss"], data.floors["unigram_mask"]) if from_scratch else None,
-    }
-    report["summary"] = summary_line(report, model.config, built["standard_width"], results["eval_loss"], results)
-
-    # the finished run in output_dir, its config with sparse_prediction off (upstream BertForMaskedLM's outputs)
-    dataset = data_args.dataset_name or ", ".join(data_args.train_files)
-    card = model_card(
-        card_args,
-        training_args,
-        "fill-mask",
-        dataset,
-        results,
-        conversion,
-        ("perplexity",),
-        model,
-        notes=card_notes(report),
-    )
-    model.config.sparse_prediction = False
-    save_outputs(trainer, tokenizer, card, results, report, training_args.output_dir, unpad_tokens=saved_unpad)
-    return {"results": results, "log_history": trainer.state.log_history, **report}
+    standard_width = args.scratch("intermediate_size") if args.model_name_or_path is None else None
+    built = {"conversion": conversion, "head_note": head_note, "standard_width": standard_width}
+    return model, card_args, built, saved_unpad
 
 
 def _check_arguments(args: PretrainingArguments, data_args: PretrainingDataArguments, training_args: TrainingArguments):
-    """Refuse bad options before anything is read; returns the checkpoint to resume from and the
-    `EarlyStoppingCallback` (None without `--early_stopping_patience`)."""
+    """Refuse bad options before anything is read; returns the checkpoint to resume from and the early stopping."""
     check_output_dir(training_args.output_dir, training_args.resume_from_checkpoint)
     check_numeric_options(training_args)  # --max_steps 0, --learning_rate <= 0, --num_train_epochs 0, ...
     if data_args.streaming:
@@ -288,12 +271,11 @@ def _train_and_evaluate(
     trainer: Trainer, resume: str | None, stopping: TrainerCallback | None, resumed_from_step: int = 0
 ) -> tuple[dict, float]:
     """Evaluate ("before"; not when resuming), train, evaluate again; returns the metrics with the perplexities and
-    the training seconds without the evaluations."""
+    the training seconds."""
     before = {} if resume else trainer.evaluate(metric_key_prefix="before")
     if stopping is not None:  # after the "before" evaluation, which it would misread (no eval_ metrics)
         trainer.add_callback(stopping)
     train_output = trainer.train(resume_from_checkpoint=resume)
-    # before the final evaluation, whose runtime is not training; a resumed run's time is this process's only
     train_seconds = training_seconds(
         trainer.state.log_history, train_output.metrics["train_runtime"], resumed_from_step
     )
@@ -306,9 +288,8 @@ def _train_and_evaluate(
 
 
 def _first_phase(args, steps: int, short_data, short_training, info, callbacks, given, recipe) -> dict:
-    """A sequence-length warm-up's first phase (`first_phase_arguments`), trained in `output_dir/short_blocks` up to
-    its `checkpoint-K` (skipped when a resumed run finds it there); returns what `run_info.json`'s `short_blocks`
-    keeps of it."""
+    """A warm-up's first phase, trained in `output_dir/short_blocks` up to its `checkpoint-K` (skipped when `info`
+    says it is there); returns `run_info.json`'s `short_blocks`."""
     folder = Path(short_training.output_dir)
     if info is None:  # still to train
         _train(args, short_data, short_training, callbacks, given, recipe, stop_at=steps)
@@ -330,13 +311,8 @@ def _first_phase(args, steps: int, short_data, short_training, info, callbacks, 
 
 
 def run_mlm(model_args: ModelArguments, data_args: PretrainingDataArguments, training_args: TrainingArguments) -> dict:
-    """`run_pretraining` of the checkpoint `model_args` names, as the variant it asks for (`scripts/finetune_mlm.py`).
-
-    Raises:
-        FileNotFoundError, FileExistsError, ValueError: on bad input, before training starts.
-    """
-    args = PretrainingArguments(**dataclasses.asdict(model_args))  # the fields of ModelArguments, as given
-    return run_pretraining(args, data_args, training_args)
+    """`run_pretraining` of the checkpoint `model_args` names, as the variant it asks for (scripts/finetune_mlm.py)."""
+    return run_pretraining(PretrainingArguments(**dataclasses.asdict(model_args)), data_args, training_args)
 
 
 def pretraining_parser(prog: str = "hf-ffn mlm") -> HfArgumentParser:
@@ -357,8 +333,8 @@ def pretraining_parser(prog: str = "hf-ffn mlm") -> HfArgumentParser:
 
 
 def pretraining_main(argv: list[str], prog: str = "hf-ffn mlm") -> int:
-    """`hf-ffn mlm`: `argv` (or one `.json` file of arguments) parsed over its recipe's defaults, the recipe's values
-    printed, pre-training, the report printed. Returns 0; bad input ends as `prog: error: ...`, exit status 2."""
+    """`hf-ffn mlm`: `argv` parsed over its recipe's defaults, pre-training, the report printed. Returns 0; bad input
+    ends as `prog: error: ...`, exit status 2."""
     with bad_input_exits(prog):
         parser = pretraining_parser(prog)
         name, recipe = recipe_defaults(parser, argv)
@@ -381,8 +357,9 @@ def _recipe_used(prog, name, recipe: dict, config: dict, given: set[str], args, 
     """The recipe's values the run takes (the options not given, the config fields `--config_overrides` leaves),
     printed as one line."""
     used = {option: value for option, value in recipe.items() if option not in given}
-    if {key: value for key, value in config.items() if key not in args.config_updates()}:
-        used[CONFIG_KEY] = {key: value for key, value in config.items() if key not in args.config_updates()}
+    config = {key: value for key, value in config.items() if key not in args.config_updates()}
+    if config:
+        used[CONFIG_KEY] = config
     if used and training_args.process_index == 0:
         shown = {**used, **({CONFIG_KEY: config_text(used[CONFIG_KEY])} if CONFIG_KEY in used else {})}
         options = " ".join(f"--{option} {value}" for option, value in shown.items())

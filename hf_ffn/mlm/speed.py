@@ -1,7 +1,5 @@
-"""The CUDA speed defaults of `hf-ffn mlm` (`device_speed_defaults`) and the fixed number of positions sparse
-prediction decodes per batch (`prediction_rows`, `prediction_positions`: static shapes); docs/pretraining.md, "On a
-GPU".
-"""
+"""The CUDA speed defaults of `hf-ffn mlm` and the fixed number of positions sparse prediction decodes per batch
+(static shapes); docs/pretraining.md, "On a GPU"."""
 
 from __future__ import annotations
 
@@ -26,11 +24,7 @@ CUDA_RECIPE = "cuda"  # hf_ffn/mlm/recipes/cuda.json
 
 def device_speed_defaults(device_type: str, given: set[str], cpu_count: int | None = None) -> dict:
     """`hf_ffn/mlm/recipes/cuda.json` on CUDA (`{}` elsewhere), at most `cpu_count // 2` loader workers, less the
-    options in `given` (a given `torch_compile` also keeps its mode, `dataloader_num_workers` its persistence).
-
-    Raises:
-        ValueError: on a `cpu_count` below 1.
-    """
+    options in `given` (a given `torch_compile` also keeps its mode, `dataloader_num_workers` its persistence)."""
     if device_type != "cuda":
         return {}
     cpu_count = (os.cpu_count() or 1) if cpu_count is None else cpu_count
@@ -51,8 +45,7 @@ def apply_speed_defaults(
     arguments: tuple, training_args: TrainingArguments, given: set[str], device_type: str | None = None
 ) -> dict:
     """Set `device_speed_defaults` (of the run's device unless `device_type`) on whichever of `arguments` or
-    `training_args` has each option, log and return them; `torch_compile` also gets the "inductor" backend, as
-    `TrainingArguments` derives it."""
+    `training_args` has each option, log and return them (`torch_compile` with the "inductor" backend)."""
     device_type = training_args.device.type if device_type is None else device_type
     chosen = device_speed_defaults(device_type, given)
     for name, value in chosen.items():
@@ -75,7 +68,7 @@ def apply_speed_defaults(
 
 def use_bf16_where_available(training_args: TrainingArguments, given: set[str] = frozenset()) -> bool:
     """Switch `training_args` to bf16 mixed precision when neither `bf16` nor `fp16` was asked for (nor "bf16" in
-    `given`: `--bf16 false`) and a CUDA device supports it. Returns whether the run trains in bf16."""
+    `given`: `--bf16 false`) and a CUDA device supports it; returns whether the run trains in bf16."""
     if (
         not (training_args.bf16 or training_args.fp16 or training_args.use_cpu or "bf16" in given)
         and torch.cuda.is_available()
@@ -101,11 +94,7 @@ def options_given_by_value(*arguments) -> set[str]:
 def prediction_rows(positions: int, mlm_probability: float) -> int:
     """The positions sparse prediction decodes in a batch of `positions` tokens masked with `mlm_probability`: the
     mean masked count plus `ROWS_SIGMAS` binomial standard deviations, rounded up to a multiple of `ROWS_MULTIPLE`, at
-    most `positions` (4,096 at 0.15: 752 rows for a mean of 614).
-
-    Raises:
-        ValueError: on `positions` < 1 or `mlm_probability` outside (0, 1).
-    """
+    most `positions` (4,096 at 0.15: 752 rows for a mean of 614)."""
     if positions < 1:
         raise ValueError(f"positions has value {positions!r}; allowed: an integer >= 1")
     if not 0 < mlm_probability < 1:
@@ -115,16 +104,9 @@ def prediction_rows(positions: int, mlm_probability: float) -> int:
 
 
 def prediction_positions(labels: torch.Tensor, rows: int) -> torch.Tensor:
-    """The flat positions (into `labels.flatten()`) sparse prediction decodes: the labelled ones, then unlabelled
-    ones (which the loss ignores) up to `rows`, each in row-major order; all when more than `rows` are labelled.
-
-    Args:
-        labels: (batch, seq) or any shape, -100 where a position is not scored.
-        rows: the fixed count (`prediction_rows`).
-
-    Returns:
-        int64 (rows,), or (labels.numel(),) when more than `rows` positions are labelled.
-    """
+    """The flat positions (into `labels.flatten()`, -100 where not scored) sparse prediction decodes: int64 (rows,),
+    the labelled ones, then unlabelled ones (the loss ignores them), each in row-major order; all when more than
+    `rows` are labelled."""
     unlabelled = (labels.flatten() == IGNORE_INDEX).to(torch.int8)
     order = torch.argsort(unlabelled, stable=True)  # labelled (0) first, each group in row-major order
     labelled = unlabelled.numel() - int(unlabelled.sum())

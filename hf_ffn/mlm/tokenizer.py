@@ -40,11 +40,7 @@ def character_counts(documents) -> Counter:
 
 def alphabet_limit(counts: Counter, vocab_size: int, coverage: float = CHARACTER_COVERAGE) -> int:
     """The `limit_alphabet` of a WordPiece vocabulary of `vocab_size`: the fewest most frequent characters covering
-    `coverage` of `counts`, at most (`vocab_size` − 5) / 2 (a character takes itself and its ## form).
-
-    Raises:
-        ValueError: `coverage` outside (0, 1].
-    """
+    `coverage` (in (0, 1]) of `counts`, at most (`vocab_size` − 5) / 2 (a character takes itself and its ## form)."""
     if not 0 < coverage <= 1:
         raise ValueError(f"coverage has value {coverage}; allowed: a share in (0, 1]")
     needed, covered, total = 0, 0, sum(counts.values())

@@ -1,18 +1,9 @@
-"""`mlm_trainer`, the one MLM `Trainer` of the package, its callbacks and the note for a checkpoint without an MLM head.
-
-Callbacks: `ThroughputCallback` (tokens per second and achieved GFLOP/s on every training log line and the final one:
-tokens counted by a forward pre-hook, the non-padding tokens and the labelled positions the MLM head decodes under
-sparse prediction; seconds are training's, less evaluating and saving; FLOPs are
-`hf_ffn.params.MlmFlops.training_flops`, 3 × the forward matrix products, Kaplan et al. 2020; counts are this
-process's: under `torchrun` each logs its own), `early_stopping_callback` (`--early_stopping_patience`, transformers'
-`EarlyStoppingCallback`; the best checkpoint is loaded at the end) and `StopAtStep` (`--stop_at_step N`: a checkpoint
-after step N of the `--max_steps` schedule, its learning rate not decayed, for a later run to go on from).
-"""
+"""`mlm_trainer`, the one MLM `Trainer` of the package, and its callbacks: `ThroughputCallback`, early stopping
+(`--early_stopping_patience`), `StopAtStep` (`--stop_at_step`); the note for a checkpoint without an MLM head."""
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from collections.abc import Callable, Iterator
 
@@ -49,19 +40,10 @@ class FixedOrRandomMaskCollator(DataCollatorForLanguageModeling):
     `prediction_positions` too."""
 
     def __init__(
-        self,
-        tokenizer: PreTrainedTokenizerBase,
-        mlm_probability: float,
-        mask_replace_prob: float = 0.8,
-        random_replace_prob: float = 0.1,
-        fixed_prediction_rows: bool = False,
+        self, tokenizer, mlm_probability, mask_replace_prob=0.8, random_replace_prob=0.1, fixed_prediction_rows=False
     ):
-        super().__init__(
-            tokenizer,
-            mlm_probability=mlm_probability,
-            mask_replace_prob=mask_replace_prob,
-            random_replace_prob=random_replace_prob,
-        )
+        rates = {"mask_replace_prob": mask_replace_prob, "random_replace_prob": random_replace_prob}
+        super().__init__(tokenizer, mlm_probability=mlm_probability, **rates)
         self.fixed_prediction_rows = fixed_prediction_rows
 
     def __call__(self, features: list[dict], return_tensors: str | None = None) -> dict[str, torch.Tensor]:
@@ -75,16 +57,11 @@ class FixedOrRandomMaskCollator(DataCollatorForLanguageModeling):
         return batch
 
 
-class _DropAbsentHeadWarning(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return ABSENT_HEAD_WARNING not in record.getMessage()
-
-
 @contextlib.contextmanager
 def absent_head_warning_dropped() -> Iterator[None]:
     """Drop `ABSENT_HEAD_WARNING` while an MLM model loads."""
     modeling_logger = hf_logging.get_logger("transformers.modeling_utils")
-    log_filter = _DropAbsentHeadWarning()
+    log_filter = lambda record: ABSENT_HEAD_WARNING not in record.getMessage()  # noqa: E731
     modeling_logger.addFilter(log_filter)
     try:
         yield
@@ -122,11 +99,10 @@ def mlm_trainer(
 ) -> Trainer:
     """A `Trainer` for masked-language-model training of `model` on `train_blocks` (rows of `documents_to_blocks`),
     masked afresh each batch (`FixedOrRandomMaskCollator`). `eval_blocks`: fixed maskings (rows with `labels`), or
-    blocks masked once here with `seed`: every evaluation scores the same tokens, and reports `mlm_scores`
-    (`"inputs"` is added to `training_args.include_for_metrics`). `padding_free`: `PaddingFreeCollator`.
-    `fixed_prediction_rows`: training batches carry `prediction_positions` (`hf_ffn.mlm.speed`).
+    blocks masked once here with `seed`: every evaluation scores the same tokens, and reports `mlm_scores`.
+    `padding_free`: `PaddingFreeCollator`; `fixed_prediction_rows`: batches carry `prediction_positions`.
     """
-    masking = {"mlm_probability": mlm_probability, "mask_replace_prob": mask_replace_prob}
+    masking = dict(mlm_probability=mlm_probability, mask_replace_prob=mask_replace_prob)
     masking["random_replace_prob"] = random_replace_prob
     collator = FixedOrRandomMaskCollator(tokenizer, **masking, fixed_prediction_rows=fixed_prediction_rows)
     if "labels" not in eval_blocks.column_names:
@@ -150,13 +126,8 @@ def early_stopping_callback(
     patience: int | None, threshold: float, training_args: TrainingArguments
 ) -> EarlyStoppingCallback | None:
     """`EarlyStoppingCallback(patience, threshold)` with `training_args` set up for it in place
-    (`load_best_model_at_end`; `metric_for_best_model` `DEFAULT_METRIC`, lower is better, unless given); None for
-    `patience` None.
-
-    Raises:
-        ValueError: naming --early_stopping_patience with no evaluation during training, or checkpoints that cannot
-            hold the best model.
-    """
+    (`load_best_model_at_end`; `metric_for_best_model` `DEFAULT_METRIC` unless given); None for `patience` None.
+    Raises `ValueError` naming --early_stopping_patience without evaluations, or checkpoints that miss the best."""
     if patience is None:
         return None
     option = f"--early_stopping_patience {patience}"
@@ -198,12 +169,8 @@ class StopAtStep(TrainerCallback):
 def check_stop_at_step(
     stop: int | None, training_args: TrainingArguments, resume: str | None = None, resumed_step: int = 0
 ):
-    """Refuse a `--stop_at_step` the run cannot stop at (None: nothing to check).
-
-    Raises:
-        ValueError: naming --stop_at_step: no --max_steps, not below it, or not after `resumed_step` (the step of
-            the checkpoint `resume`).
-    """
+    """Refuse a `--stop_at_step` the run cannot stop at: no --max_steps, not below it, or not after `resumed_step`
+    (the step of the checkpoint `resume`)."""
     if stop is None:
         return
     option = f"--stop_at_step {stop}"
@@ -224,13 +191,10 @@ def check_stop_at_step(
 class ThroughputCallback(TrainerCallback):
     """Adds `train_tokens_per_second` and `train_gflops_per_second` (since the previous training log) to every
     training log line (and `state.log_history`), and the same over the whole run with `train_tokens` to the final
-    one (replacing transformers' own `train_tokens_per_second`).
-
-    Args:
-        flops: the model's FLOP counts (`hf_ffn.params.mlm_flops`); `None`: tokens per second only.
-        sparse_prediction: whether the MLM head decodes only the labelled positions (else every token).
-        pad_token_id: the pad token, for batches without an attention mask.
-        clock: seconds (a fake clock in tests); `time.perf_counter` by default.
+    one (replacing transformers' own). Tokens: the non-padding ones, counted by a forward pre-hook, and the rows the
+    head decodes; seconds: training's, less evaluating and saving; FLOPs: `MlmFlops.training_flops` (3 × the forward
+    matmuls, Kaplan et al. 2020). Under `torchrun` each process counts its own. `flops`: `hf_ffn.params.mlm_flops`
+    (None: tokens per second only); `pad_token_id`: for batches without an attention mask; `clock`: fake in tests.
     """
 
     def __init__(
@@ -248,7 +212,6 @@ class ThroughputCallback(TrainerCallback):
         self.mark = None  # the clock when training (not evaluation or saving) last resumed
         self.hook = None
 
-    # Counting -------------------------------------------------------------------------------------------------
     def count(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         """Forward pre-hook: count a training batch, on its device (read back once per log line, not per step:
         reading a CUDA tensor waits for the GPU)."""
@@ -275,7 +238,6 @@ class ThroughputCallback(TrainerCallback):
             rates["train_gflops_per_second"] = round(self.flops.training_flops(tokens, decoded) / seconds / 1e9, 3)
         return rates
 
-    # Trainer events -------------------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if model is not None and self.hook is None:
             # run eagerly under torch.compile (a hook outside the compiled graph)

@@ -1,8 +1,7 @@
-"""A sequence-length warm-up (`--short_block_length L --short_block_steps K`): the first K steps train on blocks of L
-tokens, the rest on blocks of `--max_seq_length`, under one learning-rate schedule (BERT's two phases, Devlin et al.
-2019, app. A.2; here to leave the plateau sooner: docs/pretraining.md, "Short blocks first"). Two Trainer runs:
-the first in `output_dir/short_blocks`, as many tokens a step, stopped after step K with a checkpoint; the second in
-`output_dir`, resumed from it (Trainer skips the first K batches of its epoch, as for any resumed run).
+"""A sequence-length warm-up (`--short_block_length L --short_block_steps K`; BERT's two phases, Devlin et al. 2019,
+app. A.2; docs/pretraining.md, "Short blocks first"): two Trainer runs under one learning-rate schedule, the first K
+steps on blocks of L tokens in `output_dir/short_blocks` (as many tokens a step, a checkpoint after step K), the rest
+on blocks of `--max_seq_length` in `output_dir`, resumed from it.
 """
 
 from __future__ import annotations
@@ -16,17 +15,17 @@ from transformers import TrainingArguments
 from ..training.arguments import RESUME_LAST
 
 FIRST_PHASE_FOLDER = "short_blocks"  # the first phase's run, inside --output_dir
-MAX_SCRATCH_LENGTH = 512  # a from-scratch model's positions (`pretraining.scratch_positions`) for any block up to it
+MAX_SCRATCH_LENGTH = 512  # a from-scratch model's positions (`tokenizer.scratch_positions`) for any block up to it
 
 
 def first_phase_arguments(args, data_args, training_args: TrainingArguments):
     """`(short_data, short_training, info)`, after refusing a warm-up the two phases cannot run: the first phase's data
-    and training arguments (blocks of L, as many tokens a step, in `output_dir/short_blocks`, resumed from its own
-    last checkpoint when the run resumes) and, when a resumed run finds its `checkpoint-K` (it then skips that phase),
-    its `run_info.json` (`{}` when cut before its save); None when the phase is still to train.
+    and training arguments (resumed from its own last checkpoint when the run resumes) and, when a resumed run finds
+    its `checkpoint-K`, its `run_info.json` (`{}` when cut before its save); None when the phase is still to train.
 
     Raises:
-        ValueError, FileExistsError: as `check_short_blocks` and `check_first_phase_folder`.
+        ValueError, FileExistsError: as `check_short_blocks`; a fresh run where a finished first phase is, or a
+            resumed one whose L or K differ from the first phase's.
     """
     check_short_blocks(data_args, training_args, args.model_name_or_path is None, args.early_stopping_patience)
     length, steps = data_args.short_block_length, data_args.short_block_steps
@@ -42,7 +41,20 @@ def first_phase_arguments(args, data_args, training_args: TrainingArguments):
     short_training = _changed(
         training_args, output_dir=str(folder), per_device_train_batch_size=batch, resume_from_checkpoint=resume
     )
-    info = check_first_phase_folder(data_args, training_args)
+    finished = (folder / "run_info.json").is_file()
+    if finished and training_args.resume_from_checkpoint is None:
+        raise FileExistsError(
+            f"--output_dir {training_args.output_dir!r}: its first phase ({folder}) is a finished earlier run; "
+            f"give --resume_from_checkpoint last to go on from it, or choose another folder"
+        )
+    info = json.loads((folder / "run_info.json").read_text()) if finished else {}
+    ran = (info["blocks"]["tokens_per_block"], info["steps"]) if finished else (length, steps)
+    if ran != (length, steps):
+        raise ValueError(
+            f"--short_block_length {length} --short_block_steps {steps} with --resume_from_checkpoint: the first "
+            f"phase in {folder} ran {ran[1]} steps on blocks of {ran[0]}; resume with --short_block_length {ran[0]} "
+            f"--short_block_steps {ran[1]}, or start afresh in another folder"
+        )
     done = training_args.resume_from_checkpoint is not None and (folder / f"checkpoint-{steps}").is_dir()
     return short_data, short_training, info if done else None
 
@@ -50,13 +62,7 @@ def first_phase_arguments(args, data_args, training_args: TrainingArguments):
 def check_short_blocks(
     data_args, training_args: TrainingArguments, from_scratch: bool, early_stopping_patience: int | None = None
 ) -> None:
-    """Refuse a warm-up the two phases cannot run, before any work.
-
-    Raises:
-        ValueError: naming the option: with --early_stopping_patience, no --max_steps or one not above
-            --short_block_steps, a first-phase batch that is not whole blocks, a --resume_from_checkpoint other
-            than "last" or with no checkpoint, from scratch at blocks longer than `MAX_SCRATCH_LENGTH`.
-    """
+    """Refuse a warm-up the two phases cannot run, before any work (`ValueError` naming the option)."""
     length, steps = data_args.short_block_length, data_args.short_block_steps
     option = f"--short_block_length {length} --short_block_steps {steps}"
     if early_stopping_patience is not None:
@@ -101,34 +107,6 @@ def check_short_blocks(
         )
 
 
-def check_first_phase_folder(data_args, training_args: TrainingArguments) -> dict:
-    """The finished first phase's `run_info.json` (`{}` without one), after refusing a folder the run cannot go on
-    from.
-
-    Raises:
-        FileExistsError: a fresh run (no --resume_from_checkpoint) where a finished first phase is.
-        ValueError: a resumed run whose L or K differ from those the finished first phase ran.
-    """
-    folder = Path(training_args.output_dir) / FIRST_PHASE_FOLDER
-    if not (folder / "run_info.json").is_file():
-        return {}
-    if training_args.resume_from_checkpoint is None:
-        raise FileExistsError(
-            f"--output_dir {training_args.output_dir!r}: its first phase ({folder}) is a finished earlier run; "
-            f"give --resume_from_checkpoint last to go on from it, or choose another folder"
-        )
-    info = json.loads((folder / "run_info.json").read_text())
-    ran = (info["blocks"]["tokens_per_block"], info["steps"])
-    if ran != (data_args.short_block_length, data_args.short_block_steps):
-        raise ValueError(
-            f"--short_block_length {data_args.short_block_length} --short_block_steps {data_args.short_block_steps} "
-            f"with --resume_from_checkpoint: the first phase in {folder} ran {ran[1]} steps on blocks of "
-            f"{ran[0]}; resume with --short_block_length {ran[0]} --short_block_steps {ran[1]}, or start afresh "
-            f"in another folder"
-        )
-    return info
-
-
 def second_phase_arguments(data_args, training_args: TrainingArguments):
     """The second phase's data and training arguments, resumed from its own last checkpoint, else the first phase's
     `checkpoint-K`."""
@@ -140,8 +118,8 @@ def second_phase_arguments(data_args, training_args: TrainingArguments):
 
 
 def _changed(arguments, **changes):
-    """A copy of an arguments dataclass with `changes` set (`__post_init__` not run again: it would read its resolved
-    defaults as given)."""
+    """A copy of an arguments dataclass with `changes` set (not `dataclasses.replace`: `__post_init__` would read its
+    resolved defaults as given)."""
     arguments = copy.deepcopy(arguments)
     for name, value in changes.items():
         setattr(arguments, name, value)
@@ -150,10 +128,6 @@ def _changed(arguments, **changes):
 
 def _last_checkpoint(folder: Path, below: int | None = None) -> str | None:
     """The newest `checkpoint-N` folder in `folder` (N < `below` when given), or None."""
-    steps = [
-        int(path.name.removeprefix("checkpoint-"))
-        for path in folder.glob("checkpoint-*")
-        if path.name.removeprefix("checkpoint-").isdigit()
-    ]
+    steps = [int(path.name[11:]) for path in folder.glob("checkpoint-*") if path.name[11:].isdigit()]
     steps = [step for step in steps if below is None or step < below]
     return str(folder / f"checkpoint-{max(steps)}") if steps else None

@@ -1,7 +1,6 @@
-"""What the training commands' arguments share: `ModelArguments` (an `HfArgumentParser` dataclass, parsed with
-`TrainingArguments` as in `run_glue.py` / `run_mlm.py`), the numeric options' checks, parsing with one-line errors,
-the default output folder and `--resume_from_checkpoint`. A bad value raises `ValueError` naming the flag, the value
-and what is allowed, before anything is loaded.
+"""What the training commands' arguments share: `ModelArguments` (parsed with `TrainingArguments`, as in
+`run_glue.py`), the numeric options' checks, parsing with one-line errors, the default output folder and
+`--resume_from_checkpoint`. A bad value raises `ValueError` naming the flag, the value and what is allowed.
 """
 
 from __future__ import annotations
@@ -26,7 +25,8 @@ from ..conversion.recipes import INITS, parse_width
 from ..files import last_complete_checkpoint
 
 DEFAULT_MAX_SEQ_LENGTH = 128  # tokens per fine-tuning input (run_glue.py's default), capped by the checkpoint
-
+EXIT_BAD_INPUT = 2  # argparse's status for a bad command line, and `hf-ffn`'s for bad input
+RESUME_LAST = ("last", "true")  # `--resume_from_checkpoint` values for the newest checkpoint-N of --output_dir
 # `load_converted`'s keywords → the options of `ModelArguments` that set them (errors name the option).
 CONVERSION_OPTIONS = {
     "ffn_type": "--ffn_type",
@@ -34,14 +34,35 @@ CONVERSION_OPTIONS = {
     "init": "--ffn_init",
     "width": "--ffn_width",
 }
-# The `--ffn_init` values a training run takes: "pruned" needs calibration text, which only `hf-ffn convert` reads.
-TRAINING_INITS = tuple(init for init in INITS if init != "pruned")
-PRUNED_ELSEWHERE = "pruned is made by `hf-ffn convert --init pruned` (with calibration text): fine-tune its folder"
+TRAINING_INITS = tuple(init for init in INITS if init != "pruned")  # "pruned" needs `hf-ffn convert`'s calibration
 
 
 def option(default: Any, help: str, **metadata: Any) -> Any:
     """A dataclass field for `HfArgumentParser`: its default and its `--help` text (and e.g. `choices`)."""
     return field(default=default, metadata={"help": help, **metadata})
+
+
+def check_choice(name: str, value: Any, allowed: Sequence[str]) -> None:
+    """Refuse `value` (None passes) outside `allowed`: "--NAME has unknown value 'x'; allowed: a, b"."""
+    if value is not None and value not in allowed:
+        raise ValueError(f"--{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
+
+
+def check_choices(arguments: Any) -> None:
+    """`check_choice` of each field of the dataclass `arguments` with `choices` metadata (what argparse checks on a
+    command line, for arguments built in Python)."""
+    for spec in dataclasses.fields(arguments):
+        if spec.metadata.get("choices"):
+            check_choice(spec.name, getattr(arguments, spec.name), spec.metadata["choices"])
+
+
+def check_training_init(value: str) -> None:
+    """Refuse an `--ffn_init` a training run cannot make (`ValueError` listing `TRAINING_INITS`)."""
+    if value not in TRAINING_INITS:
+        raise ValueError(
+            f"--ffn_init has unknown value {value!r}; allowed: {', '.join(TRAINING_INITS)} (pruned is made by "
+            f"`hf-ffn convert --init pruned` (with calibration text): fine-tune its folder)"
+        )
 
 
 @dataclass
@@ -87,13 +108,8 @@ class ModelArguments:
     )
 
     def __post_init__(self) -> None:
-        checks = (
-            ("ffn_type", self.ffn_type, FFN_TYPES),
-            ("layer_norm_position", self.layer_norm_position, LAYER_NORM_POSITIONS),
-        )
-        for name, value, allowed in checks:
-            if value is not None and value not in allowed:
-                raise ValueError(f"--{name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
+        check_choice("ffn_type", self.ffn_type, FFN_TYPES)
+        check_choice("layer_norm_position", self.layer_norm_position, LAYER_NORM_POSITIONS)
         check_training_init(self.ffn_init)
         parse_width(self.ffn_width, "--ffn_width")
 
@@ -105,39 +121,14 @@ class ModelArguments:
     @property
     def is_variant(self) -> bool:
         """Whether the checkpoint is to be changed at all (else it loads as saved)."""
-        return (
-            self.ffn_type is not None
-            or self.layer_norm_position is not None
-            or self.width != "keep"
-            or self.ffn_init != "preserving"
-        )
-
-
-def check_choices(arguments: Any) -> None:
-    """Refuse a field of the dataclass `arguments` outside its `choices` metadata (what argparse checks on a command
-    line, for arguments built in Python); None passes.
-
-    Raises:
-        ValueError: "--NAME has unknown value 'x'; allowed: a, b".
-    """
-    for spec in dataclasses.fields(arguments):
-        value, allowed = getattr(arguments, spec.name), spec.metadata.get("choices")
-        if allowed and value is not None and value not in allowed:
-            raise ValueError(f"--{spec.name} has unknown value {value!r}; allowed: {', '.join(allowed)}")
-
-
-def check_training_init(value: str) -> None:
-    """Refuse an `--ffn_init` a training run cannot make (`ValueError` listing `TRAINING_INITS`)."""
-    if value not in TRAINING_INITS:
-        raise ValueError(
-            f"--ffn_init has unknown value {value!r}; allowed: {', '.join(TRAINING_INITS)} ({PRUNED_ELSEWHERE})"
-        )
+        changed = self.ffn_type is not None or self.layer_norm_position is not None
+        return changed or self.width != "keep" or self.ffn_init != "preserving"
 
 
 @dataclass(frozen=True)
 class Allowed:
-    """The values a numeric option accepts: `minimum` ≤ value ≤ `maximum` (an end excluded where `above` / `below`;
-    None: no bound), a whole number where `integer`, or one of `unset` ("not set"). `str()` says it in words."""
+    """A numeric option's values: `minimum` ≤ value ≤ `maximum` (an end excluded where `above` / `below`; None: no
+    bound), whole where `integer`, or one of `unset`. `str()` says it in words."""
 
     minimum: float | None = None
     maximum: float | None = None
@@ -152,21 +143,14 @@ class Allowed:
             return True
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:  # nan
             return False
-        if self.integer and float(value) != int(value):
-            return False
         low = self.minimum is None or (value > self.minimum if self.above else value >= self.minimum)
         high = self.maximum is None or (value < self.maximum if self.below else value <= self.maximum)
-        return low and high
+        return not (self.integer and float(value) != int(value)) and low and high
 
     def __str__(self) -> str:
-        kind = "an integer" if self.integer else "a number"
-        bounds = []
-        if self.minimum is not None:
-            bounds.append(f"{'>' if self.above else '>='} {_number(self.minimum)}")
-        if self.maximum is not None:
-            bounds.append(f"{'<' if self.below else '<='} {_number(self.maximum)}")
-        text = f"{kind} {' and '.join(bounds)}" if bounds else kind
-        return text + (f" {self.note}" if self.note else "")
+        ends = ((">" if self.above else ">=", self.minimum), ("<" if self.below else "<=", self.maximum))
+        bounds = " and ".join(f"{sign} {_number(end)}" for sign, end in ends if end is not None)
+        return " ".join(filter(None, ("an integer" if self.integer else "a number", bounds, self.note)))
 
 
 def _number(value: float) -> str:
@@ -177,41 +161,33 @@ def _number(value: float) -> str:
 POSITIVE = Allowed(minimum=0, above=True)
 AT_LEAST_ONE = Allowed(minimum=1, integer=True)
 SEED = Allowed(minimum=0, maximum=2**32 - 1, integer=True)  # numpy's seed range (transformers.set_seed seeds it)
-# The numeric options of a training run → what each accepts (`check_numeric_options`), before any data is read; what
-# `TrainingArguments` refuses itself is left to it (warmup_steps < 0, logging_steps 0).
+# The numeric options of a training run → what each accepts (`check_numeric_options`), before any data is read;
+# transformers 5.25 does not check these (it refuses warmup_steps < 0 and logging_steps 0 itself).
 NUMERIC_OPTIONS: dict[str, Allowed] = {
     "max_seq_length": Allowed(minimum=3, integer=True, note="([CLS] and [SEP] take two)"),
-    "max_train_samples": AT_LEAST_ONE,
-    "max_eval_samples": AT_LEAST_ONE,
-    "max_test_samples": AT_LEAST_ONE,
+    **dict.fromkeys(("max_train_samples", "max_eval_samples", "max_test_samples"), AT_LEAST_ONE),
     "split_seed": SEED,
     "max_steps": Allowed(
         minimum=1, integer=True, unset=(-1,), note="or -1 (Trainer's unset: --num_train_epochs decides)"
     ),
     "num_train_epochs": POSITIVE,
     "learning_rate": POSITIVE,
-    "per_device_train_batch_size": AT_LEAST_ONE,
-    "per_device_eval_batch_size": AT_LEAST_ONE,
-    "gradient_accumulation_steps": AT_LEAST_ONE,
-    "eval_accumulation_steps": AT_LEAST_ONE,
+    **dict.fromkeys(("per_device_train_batch_size", "per_device_eval_batch_size"), AT_LEAST_ONE),
+    **dict.fromkeys(("gradient_accumulation_steps", "eval_accumulation_steps"), AT_LEAST_ONE),
     "weight_decay": Allowed(minimum=0),
     "max_grad_norm": Allowed(minimum=0, note="(0 turns clipping off)"),
-    "adam_beta1": Allowed(minimum=0, maximum=1, below=True),
-    "adam_beta2": Allowed(minimum=0, maximum=1, below=True),
+    **dict.fromkeys(("adam_beta1", "adam_beta2"), Allowed(minimum=0, maximum=1, below=True)),
     "adam_epsilon": POSITIVE,
     "label_smoothing_factor": Allowed(minimum=0, maximum=1, below=True),
-    "logging_steps": POSITIVE,
-    "eval_steps": POSITIVE,
-    "save_steps": POSITIVE,
+    **dict.fromkeys(("logging_steps", "eval_steps", "save_steps"), POSITIVE),
     "seed": SEED,
     "dataloader_num_workers": Allowed(minimum=0, integer=True),
 }
 
 
 def check_numeric_options(*arguments: Any, max_positions: int | None = None) -> None:
-    """Refuse a numeric option of any of `arguments` (dataclasses) outside what `NUMERIC_OPTIONS` allows;
-    `max_positions`: the most tokens a sequence of the checkpoint holds (`checkpoint_max_positions`), the most
-    `--max_seq_length` may ask for.
+    """Refuse a numeric option of any of `arguments` (dataclasses) outside `NUMERIC_OPTIONS`; `max_positions` (the
+    checkpoint's, `checkpoint_max_positions`) caps `--max_seq_length`.
 
     Raises:
         ValueError: "--max_steps has value 0; allowed: an integer >= 1 or -1 (...)".
@@ -220,15 +196,11 @@ def check_numeric_options(*arguments: Any, max_positions: int | None = None) -> 
         for name, allowed in NUMERIC_OPTIONS.items():
             if not hasattr(args, name):
                 continue
-            value = getattr(args, name)
             if name == "max_seq_length" and max_positions is not None:
-                allowed = dataclasses.replace(
-                    allowed,
-                    maximum=max_positions,
-                    note="([CLS] and [SEP] take two; the checkpoint's max_position_embeddings)",
-                )
-            if not allowed.admits(value):
-                raise ValueError(f"--{name} has value {value!r}; allowed: {allowed}")
+                note = "([CLS] and [SEP] take two; the checkpoint's max_position_embeddings)"
+                allowed = dataclasses.replace(allowed, maximum=max_positions, note=note)
+            if not allowed.admits(getattr(args, name)):
+                raise ValueError(f"--{name} has value {getattr(args, name)!r}; allowed: {allowed}")
 
 
 def resolve_max_seq_length(value: int | None, max_positions: int | None) -> int:
@@ -238,14 +210,13 @@ def resolve_max_seq_length(value: int | None, max_positions: int | None) -> int:
     return DEFAULT_MAX_SEQ_LENGTH if max_positions is None else min(DEFAULT_MAX_SEQ_LENGTH, max_positions)
 
 
-# A value the type of its option refuses, in words (argparse's own: "argument --max_steps: invalid int value: 'x'").
-_TYPE_WORDS = {int: "an integer", float: "a number"}
-
-
 def one_line_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
     """`parser.error` without the ~130 lines of usage: `prog: error: message` on stderr, exit status 2."""
     print(f"{parser.prog}: error: {message}", file=sys.stderr)
     raise SystemExit(EXIT_BAD_INPUT)
+
+
+_TYPE_WORDS = {int: "an integer", float: "a number"}  # argparse's own: "invalid int value: 'x'"
 
 
 def _typed(kind: type, option: str):
@@ -260,10 +231,14 @@ def _typed(kind: type, option: str):
     return parse
 
 
+def _json_argv(argv: Sequence[str]) -> dict | None:
+    """The options of `argv`'s one `.json` file (as transformers' example scripts take them), else None."""
+    return json.loads(Path(argv[0]).read_text()) if len(argv) == 1 and argv[0].endswith(".json") else None
+
+
 def parse_arguments(parser: HfArgumentParser, argv: Sequence[str], defaults: dict | None = None) -> tuple:
-    """`parser`'s dataclasses from `argv`, or from one `.json` file of arguments when `argv` is just its path (as
-    transformers' example scripts), over `defaults` (option → value, e.g. a recipe's). A command line argparse refuses
-    ends in one line naming the option and the value (`one_line_error`).
+    """`parser`'s dataclasses from `argv` (or its one `.json` file) over `defaults` (option → value, e.g. a
+    recipe's); a command line argparse refuses ends in one line naming the option and the value.
 
     Raises:
         ValueError: the dataclasses' own checks (`__post_init__`).
@@ -273,10 +248,10 @@ def parse_arguments(parser: HfArgumentParser, argv: Sequence[str], defaults: dic
     for action in parser._actions:
         if action.type in _TYPE_WORDS:
             action.type = _typed(action.type, action.option_strings[0])
-    defaults = dict(defaults or {})
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_dict({**defaults, **json.loads(Path(argv[0]).read_text())})
-    parser.set_defaults(**defaults)
+    from_file = _json_argv(argv)
+    if from_file is not None:
+        return parser.parse_dict({**(defaults or {}), **from_file})
+    parser.set_defaults(**(defaults or {}))
     try:
         return parser.parse_args_into_dataclasses(args=list(argv))
     except argparse.ArgumentError as error:  # named by its first spelling: --max_steps, not --max_steps/--max-steps
@@ -286,8 +261,9 @@ def parse_arguments(parser: HfArgumentParser, argv: Sequence[str], defaults: dic
 
 def given_options(parser: HfArgumentParser, argv: Sequence[str]) -> set[str]:
     """The argument names `argv` sets explicitly (options given, in any spelling, or its one .json file's keys)."""
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return set(json.loads(Path(argv[0]).read_text()))
+    from_file = _json_argv(argv)
+    if from_file is not None:
+        return set(from_file)
     named = {arg.partition("=")[0] for arg in argv if arg.startswith("--")}
     return {action.dest for action in parser._actions if named & set(action.option_strings)}
 
@@ -305,31 +281,23 @@ def folder_name(name_or_path: str) -> str:
     return Path(name_or_path.rstrip("/\\")).name
 
 
-EXIT_BAD_INPUT = 2  # argparse's status for a bad command line, and `hf-ffn`'s for bad input
-
-
 @contextlib.contextmanager
 def bad_input_exits(prog: str) -> Iterator[None]:
     """Bad input inside (`ValueError`, `OSError`) ends as `prog: error: message` on stderr and exit status
-    `EXIT_BAD_INPUT`, as argparse ends a bad command line, instead of a traceback; Ctrl-C as one line, status 130."""
+    `EXIT_BAD_INPUT`, as argparse ends a bad command line; Ctrl-C as one line, status 130."""
     try:
         yield
     except (ValueError, OSError) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT) from None
-    except KeyboardInterrupt as error:  # Ctrl-C: one line, as `hf-ffn` (a training run names its last checkpoint)
+    except KeyboardInterrupt as error:  # a training run's names its last checkpoint
         print(f"{prog}: interrupted{f'; {error}' if str(error) else ''}", file=sys.stderr)
         raise SystemExit(130) from None
 
 
-# `--resume_from_checkpoint` values that mean "the newest checkpoint-N folder in --output_dir".
-RESUME_LAST = ("last", "true")
-
-
 def resume_checkpoint(training_args: TrainingArguments) -> str | None:
-    """`Trainer.train`'s `resume_from_checkpoint` for `--resume_from_checkpoint`: None, the path given, or for
-    "last" / "true" (any case) the newest `checkpoint-N` of `--output_dir` saved completely
-    (`hf_ffn.files.last_complete_checkpoint`). Call it before any work.
+    """`Trainer.train`'s `resume_from_checkpoint`: None, the path given, or for "last" / "true" (any case) the newest
+    `checkpoint-N` of `--output_dir` saved completely (`last_complete_checkpoint`).
 
     Raises:
         ValueError: "last" with no checkpoint in `--output_dir`; a `--max_steps` other than the checkpoint's (the
@@ -338,12 +306,10 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
     value, output_dir = training_args.resume_from_checkpoint, training_args.output_dir
     if value is None:
         return None
-    checkpoint = value
-    if value.lower() in RESUME_LAST:
-        checkpoint = last_complete_checkpoint(output_dir)
-        if checkpoint is None:
-            raise ValueError(f"--resume_from_checkpoint {value}: no checkpoint-N folder in --output_dir {output_dir!r}")
-    state = Path(checkpoint) / TRAINER_STATE_NAME  # Trainer's file in every checkpoint
+    checkpoint = last_complete_checkpoint(output_dir) if value.lower() in RESUME_LAST else value
+    if checkpoint is None:
+        raise ValueError(f"--resume_from_checkpoint {value}: no checkpoint-N folder in --output_dir {output_dir!r}")
+    state = Path(checkpoint) / TRAINER_STATE_NAME
     scheduled = TrainerState.load_from_json(str(state)).max_steps if state.is_file() else None
     if training_args.max_steps > 0 and scheduled and scheduled != training_args.max_steps:
         raise ValueError(

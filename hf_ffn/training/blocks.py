@@ -60,16 +60,17 @@ def _blocks_batch(batch: dict, block: int, per_document: bool) -> dict:
     return blocks
 
 
-def _workers(dataset, num_proc: int | None, desc: str) -> dict:
-    """`Dataset.map`'s `num_proc` and `desc`; none for a stream (an `IterableDataset`, no length: mapped lazily)."""
-    return {"num_proc": num_proc, "desc": desc} if hasattr(dataset, "__len__") else {}
+def _map(dataset, function, num_proc: int | None, desc: str, **options):
+    """`dataset.map(function, batched=True, **options)`, with `num_proc` and `desc` unless a stream (mapped lazily)."""
+    workers = {"num_proc": num_proc, "desc": desc} if hasattr(dataset, "__len__") else {}
+    return dataset.map(function, batched=True, **workers, **options)
 
 
-def _per_split(documents, function, *args):
-    """`function(dataset, *args)` on a dataset, or on each split of a dict of them (returned as the same kind)."""
+def _per_split(documents, function):
+    """`function(dataset)` on a dataset, or on each split of a dict of them (returned as the same kind)."""
     if isinstance(documents, dict):
-        return type(documents)({split: function(dataset, *args) for split, dataset in documents.items()})
-    return function(documents, *args)
+        return type(documents)({split: function(dataset) for split, dataset in documents.items()})
+    return function(documents)
 
 
 def tokenize_documents(documents, tokenizer: PreTrainedTokenizerBase, num_proc: int | None = None):
@@ -77,18 +78,12 @@ def tokenize_documents(documents, tokenizer: PreTrainedTokenizerBase, num_proc: 
     `documents`: a `Dataset`, an `IterableDataset` or a dict of them."""
     from datasets import Features, Sequence, Value
 
-    def tokenize(dataset):
-        return dataset.map(
-            _tokens_batch,
-            batched=True,
-            **_workers(dataset, num_proc, "tokenizing"),
-            batch_size=TOKENIZE_DOCUMENTS,
-            fn_kwargs={"tokenizer": tokenizer},
-            remove_columns=["text"],
-            features=Features(input_ids=Sequence(Value("int32")), special_tokens_mask=Sequence(Value("int8"))),
-        )
-
-    return _per_split(documents, tokenize)
+    features = Features(input_ids=Sequence(Value("int32")), special_tokens_mask=Sequence(Value("int8")))
+    options = {"fn_kwargs": {"tokenizer": tokenizer}, "remove_columns": ["text"], "features": features}
+    return _per_split(
+        documents,
+        lambda split: _map(split, _tokens_batch, num_proc, "tokenizing", batch_size=TOKENIZE_DOCUMENTS, **options),
+    )
 
 
 def tokens_to_blocks(tokens, max_seq_length: int = 128, attention_scope: str = "block", num_proc: int | None = None):
@@ -106,15 +101,12 @@ def tokens_to_blocks(tokens, max_seq_length: int = 128, attention_scope: str = "
     ids, mask = Sequence(Value("int32")), Sequence(Value("int8"))
     per_document = attention_scope == "document"
     columns = {"input_ids": ids, "special_tokens_mask": mask} | ({"position_ids": ids} if per_document else {})
+    options = {"fn_kwargs": {"block": max_seq_length, "per_document": per_document}, "features": Features(columns)}
 
-    def cut(dataset):
-        blocks = dataset.with_format("numpy").map(  # numpy rows: a batch of long documents is not a list of ints
-            _blocks_batch,
-            batched=True,
-            **_workers(dataset, num_proc, f"blocks of {max_seq_length}"),
-            batch_size=GROUP_DOCUMENTS,
-            fn_kwargs={"block": max_seq_length, "per_document": per_document},
-            features=Features(columns),
+    def cut(dataset):  # numpy rows: a batch of long documents is not a list of ints
+        desc = f"blocks of {max_seq_length}"
+        blocks = _map(
+            dataset.with_format("numpy"), _blocks_batch, num_proc, desc, batch_size=GROUP_DOCUMENTS, **options
         )
         return blocks.with_format(None)
 
@@ -134,9 +126,6 @@ def documents_to_blocks(
     of them; returns the same kind, columns `input_ids` and `special_tokens_mask`, and with
     `attention_scope="document"` `position_ids` restarting at each document and block start (FfnBert then computes
     each document as if alone, docs/unpadded.md); "block" (BERT): every token attends to the whole block.
-
-    Raises:
-        ValueError: an unknown `attention_scope` (naming --attention_scope).
     """
     return tokens_to_blocks(
         tokenize_documents(documents, tokenizer, num_proc), max_seq_length, attention_scope, num_proc
@@ -150,8 +139,7 @@ def masking_collator(
     random_replace_prob: float = 0.1,
     seed: int | None = None,
 ) -> DataCollatorForLanguageModeling:
-    """BERT's masking (Devlin et al. 2019, sec. 3.1): transformers' `DataCollatorForLanguageModeling` with these
-    rates; `seed`: its own generator, `None`: torch's global RNG (training batches)."""
+    """BERT's masking (Devlin et al. 2019, sec. 3.1) with these rates; `seed`: its own generator, None: torch's."""
     return DataCollatorForLanguageModeling(
         tokenizer,
         mlm_probability=mlm_probability,
@@ -183,21 +171,20 @@ def fixed_maskings(
     from datasets import concatenate_datasets
     from datasets.fingerprint import Hasher
 
-    maskings = []
-    for k in range(count):
-        collator = masking_collator(tokenizer, mlm_probability, mask_replace_prob, random_replace_prob, seed + k)
-        fingerprint = Hasher.hash(
-            (blocks._fingerprint, seed + k, mlm_probability, mask_replace_prob, random_replace_prob, MASK_BATCH)
-            + (len(tokenizer), tokenizer.mask_token_id, tuple(tokenizer.all_special_ids))
-        )
-        masked = blocks.map(
+    rates = (mlm_probability, mask_replace_prob, random_replace_prob)
+    maskings = [
+        blocks.map(
             _masked_batch,
             batched=True,
             batch_size=MASK_BATCH,
-            fn_kwargs={"collator": collator},
+            fn_kwargs={"collator": masking_collator(tokenizer, *rates, seed + k)},
             remove_columns=[column for column in blocks.column_names if column != "position_ids"],
-            new_fingerprint=fingerprint,
+            new_fingerprint=Hasher.hash(
+                (blocks._fingerprint, seed + k, *rates, MASK_BATCH)
+                + (len(tokenizer), tokenizer.mask_token_id, tuple(tokenizer.all_special_ids))
+            ),
             desc=f"masking {k + 1} of {count}",
         )
-        maskings.append(masked)
+        for k in range(count)
+    ]
     return concatenate_datasets(maskings) if count > 1 else maskings[0]

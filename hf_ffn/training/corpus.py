@@ -24,13 +24,9 @@ SAMPLE_BY = {"empty_line": "paragraph", "file": "document", "regex": "document"}
 # The text builder's decoding error handler: bytes that are not UTF-8 read as Latin-1 (`readers.decode_text`'s rule),
 # per byte sequence, so it works on a file decompressed as it is read.
 LATIN1_FALLBACK = "hf_ffn_latin1_fallback"
-
-
-def _latin1(error: UnicodeDecodeError) -> tuple[str, int]:
-    return error.object[error.start : error.end].decode("latin-1"), error.end
-
-
-codecs.register_error(LATIN1_FALLBACK, _latin1)
+codecs.register_error(
+    LATIN1_FALLBACK, lambda error: (error.object[error.start : error.end].decode("latin-1"), error.end)
+)
 
 
 def corpus_files(paths: Sequence[str | Path], pattern: str = "*.txt", argument: str = "--train_files") -> list[Path]:
@@ -88,11 +84,8 @@ def _documents_batch(batch: dict, start_regex: str | None, blank_lines: bool = F
 
 
 def resolve_boundary(document_boundary: str | None, document_start_regex: str | None) -> str:
-    """`document_boundary` as given, else "regex" with a `document_start_regex`, else "empty_line".
-
-    Raises:
-        ValueError: an unknown boundary; "regex" without a regex, or a regex with another boundary.
-    """
+    """`document_boundary` as given, else "regex" with a `document_start_regex`, else "empty_line" (`ValueError`: an
+    unknown boundary; "regex" without a regex, or a regex with another boundary)."""
     if document_boundary is None:
         return "empty_line" if document_start_regex is None else "regex"
     if document_boundary not in DOCUMENT_BOUNDARIES:
@@ -160,10 +153,7 @@ def load_documents(
 def held_out_split(documents, percentage: float, seed: int, argument: str = "--train_files"):
     """`(train, held_out)`: `percentage` of the whole documents (at least one, rounded) held out, chosen by a
     `numpy.random.default_rng(seed)` permutation. `documents`: a list (lists returned) or a `Dataset` (`select`).
-
-    Raises:
-        ValueError: with fewer than two documents, naming the options that give more or a held-out set.
-    """
+    Raises `ValueError` with fewer than two documents."""
     if len(documents) < 2:
         raise ValueError(
             f"{argument}: need at least two documents (whole documents are held out for validation), got "
@@ -191,11 +181,7 @@ def load_corpus(
     num_proc: int | None = None,
 ):
     """Corpus → `DatasetDict` of `train` and `validation` documents (column `text`), held out by `validation_files`,
-    else `held_out_split(validation_split_percentage, split_seed)`.
-
-    Raises:
-        FileNotFoundError, ValueError: as `corpus_files`, `load_documents` and `held_out_split`.
-    """
+    else `held_out_split(validation_split_percentage, split_seed)`."""
     from datasets import DatasetDict
 
     files = {"--train_files": corpus_files(train_files, file_pattern, "--train_files")}
@@ -211,11 +197,8 @@ def load_corpus(
 
 
 def _row_documents(dataset, text_column: str, start_regex: str | None, num_proc: int | None, where: str):
-    """A table's rows (`Dataset` or `IterableDataset`) as documents: `text_column` as `text`, cut by `start_regex`.
-
-    Raises:
-        ValueError: `text_column` missing (where the columns are known).
-    """
+    """A table's rows (`Dataset` or `IterableDataset`) as documents: `text_column` as `text`, cut by `start_regex`
+    (`ValueError`: `text_column` missing, where the columns are known)."""
     columns = dataset.column_names
     if columns is not None and text_column not in columns:
         raise ValueError(f"--text_column {text_column!r}: no such column in {where}; columns: {', '.join(columns)}")
@@ -223,11 +206,6 @@ def _row_documents(dataset, text_column: str, start_regex: str | None, num_proc:
     if text_column != "text":
         dataset = dataset.rename_column(text_column, "text")
     return map_batched(dataset, _documents_batch, num_proc, "documents", fn_kwargs={"start_regex": start_regex})
-
-
-def _first_line(error: BaseException) -> str:
-    """`error`'s type and message, on one line."""
-    return f"{type(error).__name__}: " + " ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
 def load_hub_corpus(
@@ -247,12 +225,8 @@ def load_hub_corpus(
     """Corpus → documents from a `datasets` data set (`run_mlm.py`'s `--dataset_name`; `load_from_disk` for a
     `save_to_disk` folder): a `DatasetDict` (streaming: `IterableDatasetDict`) of `train` and `validation`, a document
     per row. Held out: `validation_files`, else its `validation` split, else (not streaming) `held_out_split`;
-    `validation_split_percentage` None: `train` only.
-
-    Raises:
-        ValueError: a data set that cannot be loaded, no `train` split, a missing `text_column`, streaming without a
-            held-out split.
-    """
+    `validation_split_percentage` None: `train` only. Raises `ValueError` on a data set that cannot be loaded or
+    held out."""
     from datasets import DatasetDict, IterableDatasetDict, load_dataset, load_from_disk
 
     where = f"--dataset_name {dataset_name!r}"
@@ -277,7 +251,10 @@ def load_hub_corpus(
         from datasets import config
 
         unreachable = isinstance(error, (ConnectionError, FileNotFoundError)) and config.HF_HUB_OFFLINE
-        raise ValueError(f"{where} cannot be loaded{offline if unreachable else ''}: {_first_line(error)}") from error
+        message = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+        raise ValueError(
+            f"{where} cannot be loaded{offline if unreachable else ''}: {type(error).__name__}: {message}"
+        ) from error
     if not isinstance(splits, dict) or "train" not in splits:
         found = ", ".join(splits) if isinstance(splits, dict) else type(splits).__name__
         raise ValueError(f"{where}: no 'train' split to train on; splits: {found}")
@@ -310,7 +287,7 @@ def load_hub_corpus(
 
 
 def is_streamed(dataset) -> bool:
-    """Whether `dataset` is a `datasets.IterableDataset` (streamed: no length)."""
+    """Whether `dataset` is a `datasets.IterableDataset` (no length)."""
     from datasets import IterableDataset
 
     return isinstance(dataset, IterableDataset)

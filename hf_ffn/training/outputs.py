@@ -20,6 +20,7 @@ from transformers import (
     TrainerState,
     TrainingArguments,
 )
+from transformers.trainer import TRAINER_STATE_NAME
 
 from ..checkpoints import CheckpointNotLoadedError, check_checkpoint, load_pretrained
 from ..checkpoints import load_tokenizer as checked_tokenizer
@@ -33,31 +34,21 @@ from ..options import options_named
 from .arguments import CONVERSION_OPTIONS, ModelArguments
 
 STAGING_FOLDER = ".staging-final"
-CARD_HYPERPARAMETERS = (
-    "learning_rate",
-    "num_train_epochs",
-    "max_steps",
-    "per_device_train_batch_size",
-    "seed",
-    "weight_decay",
-    "warmup_steps",
-    "lr_scheduler_type",
-)
+CARD_HYPERPARAMETERS = ("learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size", "seed")
+CARD_HYPERPARAMETERS += ("weight_decay", "warmup_steps", "lr_scheduler_type")
 
 
 def load_model(
     model_args: ModelArguments, model_class: type[PreTrainedModel], **kwargs
 ) -> tuple[PreTrainedModel, dict]:
-    """`(model, report)`: the checkpoint as `model_class`, as saved or as the variant `model_args` asks for
-    (`load_converted`; warns once if not function-preserving), `unpad_tokens` the run's. `kwargs`: to
-    `from_pretrained`; `report` is JSON-able.
+    """`(model, report)`: the checkpoint as `model_class` of its family, as saved or as the variant `model_args` asks
+    for (`load_converted`; warns if not function-preserving), `unpad_tokens` the run's. `kwargs`: to `from_pretrained`.
 
     Raises:
         FileNotFoundError: if the checkpoint looks local and is not a checkpoint folder.
         CheckpointNotLoadedError: an encoder weight the checkpoint lacks or names otherwise, a corrupt weights file.
     """
     check_checkpoint(model_args.model_name_or_path, "--model_name_or_path")
-    # the checkpoint family's head of the same Auto class (FfnRoberta* for a RoBERTa-family checkpoint)
     model_class = checkpoint_family(model_args.model_name_or_path, "--model_name_or_path").same_head(model_class)
     if not model_args.is_variant:
         model, info = load_pretrained(model_class, model_args.model_name_or_path, "--model_name_or_path", **kwargs)
@@ -85,11 +76,8 @@ RESUMED_FIELDS = ("ffn_types", "layer_norm_positions", "intermediate_size", "hid
 
 
 def check_resume_matches(config: PretrainedConfig, resume: str | None) -> None:
-    """Refuse to resume from `resume` into a model whose `config` differs from the checkpoint's in `RESUMED_FIELDS`.
-
-    Raises:
-        ValueError: naming the checkpoint, the field, both values and the way out (the run's own options).
-    """
+    """Refuse to resume from `resume` into a model whose `config` differs from the checkpoint's in `RESUMED_FIELDS`
+    (`ValueError` naming the checkpoint, the field and both values)."""
     if resume is None or not (Path(resume) / "config.json").is_file():
         return
     saved = checkpoint_family(resume).config_class.from_pretrained(resume, warn_reused_weights=False)
@@ -119,11 +107,7 @@ def checkpoint_max_positions(name_or_path: str) -> int | None:
 
 
 def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
-    """The tokenizer named by `--tokenizer_name`, else the one saved with the checkpoint.
-
-    Raises:
-        CheckpointNotLoadedError: the folder holds no tokenizer.
-    """
+    """The tokenizer named by `--tokenizer_name`, else the checkpoint's (`CheckpointNotLoadedError`: none there)."""
     if model_args.tokenizer_name:
         return checked_tokenizer(model_args.tokenizer_name, "--tokenizer_name")
     try:
@@ -133,12 +117,8 @@ def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
 
 
 def check_output_dir(output_dir: str, resume: str | None = None) -> None:
-    """Refuse an `output_dir` that holds a finished model (a `config.json`), or, unless resuming (`resume`), the
-    checkpoints of an earlier run (`check_not_started`).
-
-    Raises:
-        FileExistsError: naming the folder and the way on.
-    """
+    """Refuse (`FileExistsError`) an `output_dir` that holds a finished model (a `config.json`), or, unless resuming
+    (`resume`), the checkpoints of an earlier run (`check_not_started`)."""
     if (Path(output_dir) / "config.json").exists():
         go_on = (
             f"; to go on from one of its checkpoints, run in another --output_dir with --resume_from_checkpoint "
@@ -154,11 +134,7 @@ def check_output_dir(output_dir: str, resume: str | None = None) -> None:
 
 
 def check_not_started(output_dir: str | os.PathLike, resume: str | None, argument: str = "--output_dir") -> None:
-    """Refuse to start afresh (`resume` None) in a folder that holds `checkpoint-N` folders of an earlier run.
-
-    Raises:
-        FileExistsError: naming the folder, its last complete checkpoint and `--resume_from_checkpoint last`.
-    """
+    """Refuse (`FileExistsError`) to start afresh (`resume` None) in a folder holding an earlier run's checkpoints."""
     if resume is not None or not Path(output_dir).is_dir() or not any(Path(output_dir).glob("checkpoint-*")):
         return
     last = last_complete_checkpoint(output_dir)
@@ -226,7 +202,7 @@ def checkpoint_step(checkpoint: str | Path | None) -> int:
     """The step a `Trainer` checkpoint was saved at (its `trainer_state.json`'s `global_step`); 0 for None."""
     if checkpoint is None:
         return 0
-    return TrainerState.load_from_json(str(Path(checkpoint) / TRAINER_STATE)).global_step
+    return TrainerState.load_from_json(str(Path(checkpoint) / TRAINER_STATE_NAME)).global_step
 
 
 def model_card(
@@ -265,9 +241,6 @@ def model_card(
     )
 
 
-TRAINER_STATE = "trainer_state.json"  # Trainer's name, in each checkpoint and (save_outputs) in the finished folder
-
-
 def save_outputs(
     trainer: Trainer,
     tokenizer: PreTrainedTokenizerBase,
@@ -290,6 +263,6 @@ def save_outputs(
         card.save(folder / "README.md")
         (folder / "all_results.json").write_text(json.dumps(results, indent=2) + "\n")
         (folder / "run_info.json").write_text(json.dumps(extra, indent=2, default=str) + "\n")
-        trainer.state.save_to_json(str(folder / TRAINER_STATE))  # the log history: every evaluation of the run
+        trainer.state.save_to_json(str(folder / TRAINER_STATE_NAME))  # the log history: every evaluation of the run
 
     save_finished(output_dir, save, main=main, barrier=trainer.accelerator.wait_for_everyone)

@@ -15,13 +15,12 @@ NOTE_FILES = ("README*", "LICENSE*", "SOURCE*")
 def read_label_files(
     directory: str | Path, argument: str = "--label_dir", pattern: str = "*"
 ) -> tuple[list[str], list[str]]:
-    """`(texts, labels)` of a folder with one text file per label, one example per line: the files matching
-    `pattern` in name order, hidden files and `NOTE_FILES` left out. A file's label is its stem (`pos.txt` → "pos"),
-    or its extension when every file has the same stem (`reviews.pos` → "pos"); blank lines are skipped.
+    """`(texts, labels)` of a folder with one text file per label, one example per line (blank lines skipped): the
+    files matching `pattern` in name order, hidden files and `NOTE_FILES` left out. A file's label is its stem
+    (`pos.txt` → "pos"), or its extension when every file has the same stem (`reviews.pos` → "pos").
 
     Raises:
-        FileNotFoundError: naming `argument`: no such folder, no matching file.
-        ValueError: naming `argument`: an empty label file, a label twice, fewer than two labels.
+        FileNotFoundError, ValueError: naming `argument`: no such folder or file, an empty file, a label twice, one.
     """
     folder = Path(directory)
     if not folder.is_dir():
@@ -68,11 +67,8 @@ WIDE_BOMS = {b"\xff\xfe\x00\x00": "UTF-32", b"\x00\x00\xfe\xff": "UTF-32", b"\xf
 
 
 def check_not_wide(head: bytes, name: str | Path) -> None:
-    """Refuse text whose first bytes `head` are UTF-16 or UTF-32 (a byte-order mark, or NUL bytes).
-
-    Raises:
-        ValueError: "NAME is UTF-16 text (...): convert it, e.g. `iconv -f UTF-16 -t UTF-8 NAME`".
-    """
+    """Refuse (`ValueError`, naming `iconv`) text whose first bytes `head` are UTF-16 or UTF-32 (a byte-order mark,
+    or NUL bytes)."""
     wide = next((encoding for bom, encoding in WIDE_BOMS.items() if head.startswith(bom)), None)
     if wide is None and b"\x00" in head:
         wide = "UTF-16 or UTF-32"
@@ -84,11 +80,7 @@ def check_not_wide(head: bytes, name: str | Path) -> None:
 
 
 def decode_text(data: bytes, name: str | Path = "the text") -> str:
-    """`data` decoded as UTF-8, else as Latin-1 (every byte a character: nothing dropped).
-
-    Raises:
-        ValueError: UTF-16 or UTF-32 text (`check_not_wide`), naming `name`.
-    """
+    """`data` decoded as UTF-8, else as Latin-1 (every byte a character), after `check_not_wide`."""
     check_not_wide(data[:4096], name)
     try:
         return data.decode("utf-8")
@@ -97,11 +89,8 @@ def decode_text(data: bytes, name: str | Path = "the text") -> str:
 
 
 def expand_paths(paths: Sequence[str | Path], pattern: str, argument: str) -> list[Path]:
-    """The files of `paths` in order, each folder expanded to its files matching `pattern` (sorted by name).
-
-    Raises:
-        FileNotFoundError: a path that does not exist, a folder without a matching file (naming `argument`).
-    """
+    """The files of `paths` in order, each folder expanded to its files matching `pattern` (sorted by name);
+    `FileNotFoundError` naming `argument` for a missing path or a folder without a matching file."""
     files: list[Path] = []
     for path in map(Path, paths):
         if path.is_dir():
@@ -119,12 +108,8 @@ def expand_paths(paths: Sequence[str | Path], pattern: str, argument: str) -> li
 def read_text_documents(
     paths: Sequence[str | Path], pattern: str = "*.txt", argument: str = "--train_files"
 ) -> list[tuple[str, str]]:
-    """`(file name, text)` for each file of `expand_paths(paths, pattern)`, decoded by `decode_text`.
-
-    Raises:
-        FileNotFoundError: as `expand_paths`.
-        ValueError: if a file is blank.
-    """
+    """`(file name, text)` for each file of `expand_paths(paths, pattern)`, decoded by `decode_text` (`ValueError`:
+    a blank file)."""
     files = expand_paths(paths, pattern, argument)
     documents = []
     for file in files:
