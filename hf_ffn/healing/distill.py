@@ -1,5 +1,5 @@
-"""Distillation of a converted FfnBert (the student) from its source checkpoint (the teacher): the loss, the
-`Trainer` subclass that computes it, which parameters train, and dropout off during distillation.
+"""The end-to-end stage of `hf-ffn heal` (`distill`): a converted FfnBert (the student) distilled from its source
+checkpoint (the teacher) by `DistillationTrainer`, on the parameters `select_trainable` picks.
 
 Loss (`DistillationLoss`), at real tokens (attention_mask 1) only:
 
@@ -19,12 +19,17 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import Trainer, TrainerCallback
+from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
+
+from ..training.collators import PaddingFreeCollator
+
+if TYPE_CHECKING:
+    from .run import HealArguments
 
 HIDDEN_LOSSES = ("mse", "cosine")
 LAYER_CHOICES = ("last", "all")
@@ -44,16 +49,10 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids")
 
 
 def is_trainable(name: str, parts: str, with_head: bool, base_prefix: str | None = None) -> bool:
-    """Whether parameter `name` (in-memory name) trains for `parts`: only if the distillation loss reaches it.
-
-    `base_prefix`: the base model's attribute in a model with a head (`base_model_prefix`: "bert", "roberta",
-    "electra"), so that a parameter outside it is the head's; None for a bare base model's names. A head's parameter
-    trains only with the KL term (`with_head`) and only in the MLM head it reads (`MLM_HEAD_PREFIXES`): for "all",
-    and its LayerNorm for "ffn_norms".
-
-    Raises:
-        ValueError: if `parts` is not a key of `TRAIN_PARTS`.
-    """
+    """Whether parameter `name` (in-memory name) trains for `parts` (ValueError if not a key of `TRAIN_PARTS`):
+    only if the loss reaches it. `base_prefix`: the base model's attribute in a model with a head ("bert", ...), so
+    that a name outside it is the head's (None: a bare base model). A head's parameter trains only with the KL term
+    (`with_head`), in the MLM head it reads (`MLM_HEAD_PREFIXES`): for "all", and its LayerNorm for "ffn_norms"."""
     if parts not in TRAIN_PARTS:
         raise ValueError(f"--train_parts has unknown value {parts!r}; allowed: {', '.join(TRAIN_PARTS)}")
     is_norm = "LayerNorm" in name or "mlp_norm" in name or "final_norm" in name
@@ -72,12 +71,8 @@ def is_trainable(name: str, parts: str, with_head: bool, base_prefix: str | None
 
 
 def select_trainable(model: nn.Module, parts: str, with_head: bool = False) -> list[str]:
-    """Set `requires_grad` on each parameter of `model` by `is_trainable` (its head's parameters: those outside
-    `model.base_model`); return the trainable names.
-
-    Raises:
-        ValueError: on an unknown `parts`, or when nothing is selected.
-    """
+    """Set `requires_grad` on each parameter of `model` by `is_trainable`; return the trainable names (ValueError:
+    an unknown `parts`, or none selected)."""
     base_prefix = None if getattr(model, "base_model", model) is model else model.base_model_prefix
     names = []
     for name, parameter in model.named_parameters():
@@ -201,8 +196,7 @@ class TimeBudgetCallback(TrainerCallback):
 
 class DistillationTrainer(Trainer):
     """`Trainer` whose loss (`compute_loss`, the only override) is `DistillationLoss` between the student (`model`)
-    and a frozen, unwrapped `teacher`. The loss is a mean over the micro-batch's real tokens, so
-    `loss_is_scaled_for_ga = False` lets Trainer divide it by the gradient-accumulation steps."""
+    and a frozen, unwrapped `teacher`; a mean over real tokens, so Trainer divides it by the accumulation steps."""
 
     def __init__(self, *args, teacher: nn.Module, distillation_loss: DistillationLoss, **kwargs):
         super().__init__(*args, **kwargs)
@@ -221,17 +215,34 @@ class DistillationTrainer(Trainer):
         return (loss, student) if return_outputs else loss
 
 
-__all__ = [
-    "DistillationLoss",
-    "DistillationTrainer",
-    "HIDDEN_LOSSES",
-    "LAYER_CHOICES",
-    "MLM_HEAD_PREFIXES",
-    "TRAIN_PARTS",
-    "TimeBudgetCallback",
-    "dropout_off",
-    "encoder_outputs",
-    "is_trainable",
-    "select_trainable",
-    "unpadded",
-]
+def distill(
+    student: nn.Module,
+    teacher: nn.Module,
+    blocks,
+    heal_args: HealArguments,
+    training_args: TrainingArguments,
+    callbacks: list,
+    resume: str | None,
+) -> tuple[nn.Module, list[dict], int, float, bool]:
+    """Distil `student` from `teacher` on `blocks`, dropout off (with --padding_free: packed batches, run unpadded),
+    stopped after --max_train_minutes if given.
+
+    Returns:
+        (the student, unwrapped, in eval mode; Trainer's log_history; steps; train seconds; stopped by the time budget).
+    """
+    time_budget = TimeBudgetCallback(heal_args.max_train_minutes) if heal_args.max_train_minutes else None
+    trainer = DistillationTrainer(
+        model=student,
+        args=training_args,
+        train_dataset=blocks,
+        data_collator=PaddingFreeCollator() if heal_args.padding_free else default_data_collator,  # blocks: one row
+        teacher=teacher,
+        distillation_loss=heal_args.loss,
+        callbacks=[*callbacks, *([time_budget] if time_budget else [])],
+    )
+    with dropout_off(student), unpadded(teacher, student) if heal_args.padding_free else contextlib.nullcontext():
+        train_output = trainer.train(resume_from_checkpoint=resume)
+    student = trainer.accelerator.unwrap_model(trainer.model).eval()  # under FSDP trainer.model is the wrapper
+    state = trainer.state
+    stopped = bool(time_budget and time_budget.stopped)
+    return student, state.log_history, state.global_step, train_output.metrics["train_runtime"], stopped

@@ -1,54 +1,46 @@
 """Layer-wise healing (`hf-ffn heal --method layerwise`): fit each converted layer to its teacher layer, one after
 another, on calibration blocks (Kwon et al. 2022; MOHAWK, Bick et al. 2024; Minitron, Muralidharan et al. 2024).
 
-    ffn    the FFN alone, on the teacher FFN's own input x and output y: down_proj in closed form (ridge least
-           squares, `solve_down`), Adam on gate/up/down (MSE; `--layerwise_refit_every N`: down solved again every N
-           steps), down solved once more; the first closed form is kept if the steps did worse ("ffn_kept").
+    ffn    the FFN alone on the teacher FFN's own input x and output y: down_proj in closed form (ridge least
+           squares), Adam on gate/up/down (down re-solved every `--layerwise_refit_every` steps), down solved once
+           more; the closed form is kept if the steps did worse ("ffn_kept").
     layer  the ffn fit where the LayerNorms sit alike, then Adam on the whole layer so that layer(input) ≈ h_i (kept
-           only if it lowers the error, "layer_kept"). For a Pre-LN student of a Post-LN teacher,
-           `--layerwise_stream free` fits LN(x_i) to LN(h_i) (LayerNorm without affine part: the stream's per-token
-           scale and mean stay free); `teacher` fits x_i to h_i. The last layer is fitted through `final_norm`, whose
-           γ, β are then set by per-coordinate least squares.
+           only if it lowers the error, "layer_kept"). `--layerwise_stream free` compares a Pre-LN student's stream
+           with a Post-LN teacher's after a LayerNorm without affine part. The last layer of a Pre-LN student is
+           fitted through `final_norm`, whose γ, β are then set by per-coordinate least squares.
 
-`--layerwise_inputs`: `teacher` (each layer on the teacher's h_{i-1}) or `student` (on its own h_{i-1}). Memory:
-at most `HELD_TENSORS` float32 (tokens, hidden) tensors, capped by `--layerwise_memory_mb`. Each finished layer is
-saved in `work_dir` and loaded by a rerun with the same arguments (`hf_ffn.healing.layerwise_folder`). Details and
-measurements: docs/healing.md.
+Memory: at most `HELD_TENSORS` float32 (tokens, hidden) tensors, capped by `--layerwise_memory_mb`. Each finished
+fit is saved in `work_dir` (`layer-<i>.safetensors`/`.json`, `final_norm.*`, with the arguments in
+`arguments.json`): a rerun with the same arguments resumes, one with others is refused. docs/healing.md.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import PretrainedConfig
 from transformers.utils.logging import tqdm  # transformers' progress bars (off with disable_progress_bar())
 
 from ..configuration_ffn_bert import FfnBertConfig
 from ..conversion.pruning import GramStatistics, accumulate, relative_error, solve_down
+from ..files import atomic_output_file
 from ..modeling_ffn_bert import FfnBertPreTrainedModel
-from .distill import dropout_off
-from .layerwise_folder import calibration_digest, check_resume_arguments, load_layer, save_layer
 
 logger = logging.getLogger(__name__)
 
-LAYERWISE_PARTS = {
-    "ffn": "each FFN on its teacher FFN's input/output",
-    "layer": "the FFN fit, then the whole layer (attention, LayerNorms, FFN) to the teacher layer's output",
-    "auto": "ffn if every layer places its LayerNorms as the teacher's, else layer",
-}
+LAYERWISE_PARTS = ("ffn", "layer", "auto")
 LAYERWISE_INPUTS = ("teacher", "student", "auto")
-LAYERWISE_STREAMS = {
-    "free": "only the stream's LayerNorm-normalised form fitted: its per-token scale and mean free",
-    "teacher": "the residual stream after each layer fitted to the teacher's hidden state",
-}
+LAYERWISE_STREAMS = ("free", "teacher")
 HELD_TENSORS = 6  # (tokens, hidden) float32 tensors held at once: hidden states, layer output, FFN input/output
 METHODS = ("end_to_end", "layerwise")
 
@@ -102,7 +94,11 @@ class LayerwiseArguments:
     )
 
     def __post_init__(self) -> None:
-        for name, allowed in (("layerwise_parts", LAYERWISE_PARTS), ("layerwise_inputs", LAYERWISE_INPUTS)):
+        for name, allowed in (
+            ("layerwise_parts", LAYERWISE_PARTS),
+            ("layerwise_inputs", LAYERWISE_INPUTS),
+            ("layerwise_stream", LAYERWISE_STREAMS),
+        ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"--{name} has unknown value {getattr(self, name)!r}; allowed: {', '.join(allowed)}")
         for name in ("layerwise_tokens", "layerwise_batch_tokens", "layerwise_memory_mb"):
@@ -112,11 +108,6 @@ class LayerwiseArguments:
             raise ValueError(
                 "--layerwise_inputs student applies to the whole-layer fit: the FFN fit is always on the "
                 "teacher FFN's input/output; use --layerwise_parts layer (or --layerwise_inputs teacher)"
-            )
-        if self.layerwise_stream not in LAYERWISE_STREAMS:
-            raise ValueError(
-                f"--layerwise_stream has unknown value {self.layerwise_stream!r}; allowed: "
-                f"{', '.join(LAYERWISE_STREAMS)}"
             )
         if self.layerwise_refit_every < 0:
             raise ValueError(f"--layerwise_refit_every must be >= 0, got {self.layerwise_refit_every}")
@@ -133,12 +124,8 @@ MIN_TOKENS_PER_UNIT = 8
 
 
 def check_calibration_tokens(tokens: int, intermediate_size: int) -> None:
-    """Refuse an underdetermined closed-form fit (`intermediate_size` + 1 unknowns per output from `tokens`
-    equations), warn below `MIN_TOKENS_PER_UNIT` tokens per unit.
-
-    Raises:
-        ValueError: `tokens` <= `intermediate_size` + 1, naming `--layerwise_tokens`.
-    """
+    """Refuse an underdetermined closed-form fit (ValueError: `tokens` <= `intermediate_size` + 1 unknowns per
+    output); warn below `MIN_TOKENS_PER_UNIT` tokens per unit."""
     recommended = MIN_TOKENS_PER_UNIT * intermediate_size
     if tokens <= intermediate_size + 1:
         raise ValueError(
@@ -159,11 +146,7 @@ def check_calibration_tokens(tokens: int, intermediate_size: int) -> None:
 
 def calibration_blocks(input_ids: torch.Tensor, args: LayerwiseArguments, hidden_size: int) -> torch.Tensor:
     """Blocks of `input_ids` (blocks, seq), evenly spaced, within `layerwise_tokens` and the memory cap
-    (`HELD_TENSORS` × tokens × hidden × 4 bytes ≤ `layerwise_memory_mb` · 10⁶); at least one block.
-
-    Raises:
-        ValueError: if not even one block fits under the cap.
-    """
+    (`HELD_TENSORS` × tokens × hidden × 4 bytes ≤ `layerwise_memory_mb` · 10⁶; ValueError if one block exceeds it)."""
     seq = input_ids.shape[1]
     per_block = HELD_TENSORS * seq * hidden_size * 4
     by_memory = int(args.layerwise_memory_mb * 1e6 // per_block)
@@ -194,9 +177,8 @@ def relative_squared_error(prediction: torch.Tensor, target: torch.Tensor) -> fl
 
 
 def encoder_input(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
-    """What `model`'s encoder reads for `input_ids` (blocks, seq): its embeddings, then (an ELECTRA whose
-    `embedding_size` differs from `hidden_size`) its `embeddings_project`, as the model's own forward runs them;
-    (blocks, seq, hidden)."""
+    """What `model`'s encoder reads for `input_ids` (blocks, seq): its embeddings, projected in an ELECTRA whose
+    `embedding_size` differs from `hidden_size`; (blocks, seq, hidden)."""
     hidden = model.embeddings(input_ids=input_ids)
     projection = getattr(model, "embeddings_project", None)  # ELECTRA's: (.., embedding_size) → (.., hidden_size)
     return hidden if projection is None else projection(hidden)
@@ -219,12 +201,6 @@ def run_layer(layer: nn.Module, hidden: torch.Tensor, chunk: int = 16, mlp_io: b
         if handle is not None:
             handle.remove()
     return (out, torch.cat(xs), torch.cat(ys)) if mlp_io else out
-
-
-@torch.no_grad()
-def apply_chunked(module: nn.Module, x: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
-    """`module` over the rows of `x` (tokens, hidden) in chunks."""
-    return torch.cat([module(part) for part in x.split(chunk)])
 
 
 def adam_fit(
@@ -276,7 +252,8 @@ def fit_ffn(mlp: nn.Module, x: torch.Tensor, y: torch.Tensor, args: LayerwiseArg
     def refit() -> float:
         return set_down(mlp, accumulate(mlp, x, y), args.layerwise_ridge)
 
-    before = relative_squared_error(apply_chunked(mlp, x), y)
+    with torch.no_grad():
+        before = relative_squared_error(torch.cat([mlp(part) for part in x.split(4096)]), y)
     closed = refit()
     closed_state = {k: v.clone() for k, v in mlp.state_dict().items()}
     losses = adam_fit(
@@ -311,7 +288,6 @@ def normalized(x: torch.Tensor) -> torch.Tensor:
 
 
 def unchanged(hidden: torch.Tensor) -> torch.Tensor:
-    """The identity view (`fit_whole_layer`'s default)."""
     return hidden
 
 
@@ -321,7 +297,7 @@ def fit_whole_layer(
     target: torch.Tensor,
     args: LayerwiseArguments,
     seed: int,
-    view: Callable[[torch.Tensor], torch.Tensor] = unchanged,
+    view=unchanged,
 ) -> dict:
     """Adam on every parameter of `layer` so that view(layer(inputs)) ≈ target, (blocks, seq, hidden) each; the
     layer is restored if that does not lower the relative squared error."""
@@ -366,6 +342,56 @@ def resolve_auto(args: LayerwiseArguments, same_norms: bool) -> LayerwiseArgumen
     return replace(args, layerwise_parts=parts, layerwise_inputs=inputs)
 
 
+def calibration_digest(input_ids: torch.Tensor) -> str:
+    """SHA-256 of the calibration token ids (blocks, seq) as int64, shape included (other blocks: other contexts)."""
+    digest = hashlib.sha256(str(tuple(input_ids.shape)).encode())
+    digest.update(input_ids.to(torch.int64).contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def check_resume_arguments(work_dir: Path, arguments: dict[str, Any]) -> None:
+    """Create `work_dir`; ValueError (naming each flag, then and now) if its finished fits were made with other
+    `arguments` (`arguments.json`, written afresh while no fit is finished)."""
+    path = work_dir / "arguments.json"
+    finished = sorted(work_dir.glob("layer-*.json")) + [p for p in [work_dir / "final_norm.json"] if p.is_file()]
+    if finished and path.is_file():
+        saved = json.loads(path.read_text())
+        changed = [
+            "other calibration tokens (--train_files, --max_seq_length, --max_train_samples, --layerwise_tokens)"
+            if k == "calibration_sha256"
+            else f"--{k} {saved.get(k)!r} there, {v!r} now"
+            for k, v in arguments.items()
+            if saved.get(k, v) != v
+        ]
+        if changed:
+            raise ValueError(
+                f"{work_dir} holds layers fitted with other layer-wise arguments ({', '.join(changed)}); "
+                "use another --output_dir, or the same arguments to resume"
+            )
+    if finished:
+        return
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_output_file(path) as tmp:
+        Path(tmp).write_text(json.dumps(arguments, indent=2) + "\n")
+
+
+def save_layer(work_dir: Path, name: str, module: nn.Module, record: dict) -> None:
+    """Write `name`.safetensors (the module's state) and `name`.json (the record), each atomically."""
+    with atomic_output_file(work_dir / f"{name}.safetensors") as tmp:
+        save_file({k: v.contiguous() for k, v in module.state_dict().items()}, str(tmp))
+    with atomic_output_file(work_dir / f"{name}.json") as tmp:
+        Path(tmp).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def load_layer(work_dir: Path, name: str, module: nn.Module) -> dict | None:
+    """The record of a finished `name`, its weights loaded into `module`; None if not done."""
+    weights, record = work_dir / f"{name}.safetensors", work_dir / f"{name}.json"
+    if not (weights.is_file() and record.is_file()):
+        return None
+    module.load_state_dict(load_file(str(weights)))
+    return {**json.loads(record.read_text()), "resumed": True}
+
+
 def prepare_layerwise(
     s_config: FfnBertConfig,
     t_config: PretrainedConfig,
@@ -374,16 +400,15 @@ def prepare_layerwise(
     work_dir: str | Path,
     seed: int = 0,
 ) -> tuple[LayerwiseArguments, torch.Tensor, list[bool]]:
-    """What `heal_layerwise` checks and records before fitting, from the configs alone (so a command refuses before
-    loading a model). `input_ids`: (blocks, seq) int64 calibration token ids.
+    """The checks of `heal_layerwise`, from the configs alone (a command refuses before loading a model);
+    `input_ids` (blocks, seq). Writes `work_dir`/arguments.json.
 
     Returns:
         (`args` with `auto` resolved, the calibration blocks used, one bool per layer: LayerNorms placed alike).
-        Writes `work_dir`/arguments.json (`check_resume_arguments`).
 
     Raises:
-        ValueError: depths or hidden sizes differ; `--layerwise_parts ffn` across different LayerNorm placements;
-            too few calibration tokens; `work_dir` holds layers fitted with other arguments.
+        ValueError: depths or hidden sizes differ; `--layerwise_parts ffn` across LayerNorm placements; too few
+            calibration tokens; `work_dir` holds fits made with other arguments.
     """
     if s_config.num_hidden_layers != t_config.num_hidden_layers or s_config.hidden_size != t_config.hidden_size:
         raise ValueError(
@@ -415,12 +440,11 @@ def heal_layerwise(
     work_dir: str | Path,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Fit `student` (an hf_ffn base model of any family, in place) layer by layer to `teacher` (one of the same family,
-    depth and hidden size) on the calibration blocks `input_ids` (blocks, seq); each layer's input starts from
-    `encoder_input` (the embeddings, projected in an ELECTRA).
+    """Fit `student` (an hf_ffn base model, in place) layer by layer to `teacher` (one of the same family, depth and
+    hidden size) on the calibration blocks `input_ids` (blocks, seq), from `encoder_input`.
 
     Returns:
-        {"arguments", "tokens", "blocks", "activation_bytes", "layers": one record per layer (errors before/after,
+        {"arguments", "blocks", "tokens", "activation_bytes", "layers": one record per layer (errors before/after,
         "propagated_rel_error": the student's own h_i against the teacher's), "final_norm" (Pre-LN), "seconds"}.
 
     Raises:
@@ -430,25 +454,21 @@ def heal_layerwise(
     work_dir = Path(work_dir)
     args, input_ids, same_norms = prepare_layerwise(student.config, teacher.config, input_ids, args, work_dir, seed)
     logger.info("layer-wise healing on %d blocks × %d tokens (cap %.0f MB)", *input_ids.shape, args.layerwise_memory_mb)
-    student.eval(), teacher.eval()
+    student.eval(), teacher.eval()  # dropout off: the target is the teacher's inference function
     records: list[dict] = []
     held_bytes = 0
-    with dropout_off(student), torch.no_grad():
+    with torch.no_grad():
         t_hidden = torch.cat([encoder_input(teacher, ids) for ids in input_ids.split(16)])
         s_hidden = torch.cat([encoder_input(student, ids) for ids in input_ids.split(16)])
-    progress = tqdm(total=len(student.encoder.layer), desc="layer-wise healing", unit="layer")
-    for i, (s_layer, t_layer) in enumerate(zip(student.encoder.layer, teacher.encoder.layer, strict=False)):
+    layers = student.encoder.layer
+    progress = tqdm(total=len(layers), desc="layer-wise healing", unit="layer")
+    for i, (s_layer, t_layer) in enumerate(zip(layers, teacher.encoder.layer, strict=False)):
         t_out, x, y = run_layer(t_layer, t_hidden, mlp_io=True)
         inputs = t_hidden if args.layerwise_inputs == "teacher" else s_hidden
         held_bytes = max(held_bytes, sum(t.numel() * t.element_size() for t in (t_hidden, s_hidden, t_out, x, y)))
         # A Pre-LN student's last layer is fitted through its final_norm to the teacher's last (normalised) output.
-        normed = (
-            i == len(student.encoder.layer) - 1
-            and student.encoder.final_norm is not None
-            and teacher.encoder.final_norm is None
-        )
+        normed = i == len(layers) - 1 and student.encoder.final_norm is not None and teacher.encoder.final_norm is None
         fitted = NormedLayer(s_layer, student.encoder.final_norm) if normed else s_layer
-        # --layerwise_stream free: a Pre-LN stream is compared with the teacher's hidden state once both are normalised
         free = args.layerwise_stream == "free" and not same_norms[i] and not normed
         view = normalized if free else unchanged
         target = view(t_out)
@@ -461,34 +481,29 @@ def heal_layerwise(
             )
         if record is None:
             layer_start = time.perf_counter()
-            with dropout_off(student):
-                record = {
-                    "layer": i,
-                    "through_final_norm": normed,
-                    "free_stream": free,
-                    "layer_rel_error_before": relative_squared_error(view(run_layer(fitted, inputs)), target),
-                }
-                if same_norms[i]:  # teacher forcing: the teacher FFN's own input and output
-                    record.update(fit_ffn(s_layer.mlp, x, y, args, seed + i))
-                if args.layerwise_parts == "layer":
-                    record.update(fit_whole_layer(fitted, inputs, target, args, seed + 1000 + i, view))
-                record["layer_rel_error"] = relative_squared_error(view(run_layer(fitted, inputs)), target)
+            record = {
+                "layer": i,
+                "through_final_norm": normed,
+                "free_stream": free,
+                "layer_rel_error_before": relative_squared_error(view(run_layer(fitted, inputs)), target),
+            }
+            if same_norms[i]:  # teacher forcing: the teacher FFN's own input and output
+                record.update(fit_ffn(s_layer.mlp, x, y, args, seed + i))
+            if args.layerwise_parts == "layer":
+                record.update(fit_whole_layer(fitted, inputs, target, args, seed + 1000 + i, view))
+            record["layer_rel_error"] = relative_squared_error(view(run_layer(fitted, inputs)), target)
             record["seconds"] = time.perf_counter() - layer_start
             save_layer(work_dir, f"layer-{i}", fitted, record)
         del x, y
-        with dropout_off(student):
-            s_hidden = run_layer(s_layer, s_hidden)
-            record["propagated_rel_error"] = relative_squared_error(
-                fitted.norm(s_hidden) if normed else view(s_hidden), target
-            )
-            record["stream_norm"] = float(s_hidden.norm(dim=-1).mean())  # mean per-token norm of the residual stream
+        s_hidden = run_layer(s_layer, s_hidden)
+        record["propagated_rel_error"] = relative_squared_error(
+            fitted.norm(s_hidden) if normed else view(s_hidden), target
+        )
+        record["stream_norm"] = float(s_hidden.norm(dim=-1).mean())  # mean per-token norm of the residual stream
         logger.info("layer %d: %s", i, {k: round(v, 6) for k, v in record.items() if isinstance(v, float)})
         records.append(record)
-        progress.set_postfix(
-            layer=i,
-            rel_error=f"{record.get('layer_rel_error_before', math.nan):.3g}→"
-            f"{record.get('layer_rel_error', math.nan):.3g}",
-        )
+        before, after = record.get("layer_rel_error_before", math.nan), record.get("layer_rel_error", math.nan)
+        progress.set_postfix(layer=i, rel_error=f"{before:.3g}→{after:.3g}")
         progress.update()
         t_hidden = t_out
     progress.close()
@@ -509,28 +524,3 @@ def heal_layerwise(
         result["final_norm"] = final
     result["seconds"] = time.perf_counter() - start
     return result
-
-
-__all__ = [
-    "HELD_TENSORS",
-    "LAYERWISE_INPUTS",
-    "LAYERWISE_PARTS",
-    "LAYERWISE_STREAMS",
-    "METHODS",
-    "LayerwiseArguments",
-    "NormedLayer",
-    "adam_fit",
-    "apply_chunked",
-    "calibration_blocks",
-    "encoder_input",
-    "fit_ffn",
-    "fit_final_norm",
-    "fit_whole_layer",
-    "heal_layerwise",
-    "normalized",
-    "prepare_layerwise",
-    "relative_squared_error",
-    "resolve_auto",
-    "run_layer",
-    "set_down",
-]

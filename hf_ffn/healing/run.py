@@ -1,15 +1,11 @@
-"""`run_healing` (`hf-ffn heal`): check the input, heal the student (layer-wise, `hf_ffn.healing.layerwise`, and/or
-end to end with `DistillationTrainer`), measure it against the teacher before and after on held-out text, and write
-the healed model as a converted folder (`hf_ffn.healing.healed_folder`), default `output_dir/healed`.
-
-Every input error raises before training (missing text or `--eval_data`, text shorter than one block, teacher and
-student of different vocabularies or hidden sizes, `--layers all` across LayerNorm placements, the KL term without
-MLM heads, a non-empty `healed_dir`). The whole record is in `output_dir/healing.json`. docs/healing.md.
+"""`run_healing` (`hf-ffn heal`): check the input, read the text, heal the student (layer-wise,
+`hf_ffn.healing.layerwise`, and/or end to end, `hf_ffn.healing.distill`), measure it against the teacher before and
+after on held-out text, and write the healed folder (default `output_dir/healed`) and the run's record
+(`output_dir/healing.json`). Every input error raises before training. docs/healing.md.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shlex
 import sys
@@ -26,7 +22,6 @@ from transformers import (
     PretrainedConfig,
     PreTrainedTokenizerBase,
     TrainingArguments,
-    default_data_collator,
 )
 
 from ..checkpoints import check_checkpoint, conversion_source, load_pretrained, load_tokenizer
@@ -36,25 +31,15 @@ from ..conversion import REPORT_FILE, ffn_class_for
 from ..conversion.measure import usable_positions
 from ..families import Family, checkpoint_family
 from ..files import check_new_folder, one_run_per_output_dir
-from ..finetune.readers import read_labelled_texts
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertPreTrainedModel
 from ..training.arguments import resume_checkpoint
-from ..training.collators import PaddingFreeCollator
-from ..training.corpus import is_streamed
 from ..training.outputs import check_not_started
-from .data import set_steps_for_tokens, training_blocks, training_documents
-from .distill import (
-    DistillationLoss,
-    DistillationTrainer,
-    TimeBudgetCallback,
-    dropout_off,
-    select_trainable,
-    unpadded,
-)
+from .data import read_data
+from .distill import DistillationLoss, distill, select_trainable
 from .healed_folder import save_healed
 from .layerwise import METHODS, LayerwiseArguments, heal_layerwise, prepare_layerwise
-from .metrics import PROBE_FOLDS, AgreementCallback, measure_agreement, subset_indices
+from .metrics import AgreementCallback, measure_agreement
 
 MLM_CLASSES = ("FfnBertForMaskedLM", "FfnBertForPreTraining", "FfnRobertaForMaskedLM", "FfnElectraForMaskedLM")
 HEALING_FILE = "healing.json"  # the run's whole record, in --output_dir
@@ -214,8 +199,8 @@ def check_models(heal_args: HealArguments) -> HealModels:
 
     Raises:
         FileNotFoundError: student or teacher folder missing.
-        ValueError: vocabularies, hidden sizes or (`--layers all`) LayerNorm placements differ; the KL term without
-            an MLM head; no teacher given or recorded.
+        ValueError: no teacher given or recorded; families, vocabularies, hidden sizes or (`--layers all`) LayerNorm
+            placements differ; --max_seq_length too long; the KL term without an MLM head.
     """
     check_checkpoint(heal_args.student, "--student")
     student = Path(heal_args.student)
@@ -286,13 +271,11 @@ def check_models(heal_args: HealArguments) -> HealModels:
 def load_teacher(
     teacher: str, with_head: bool, config: PretrainedConfig | None = None, padding_free: bool = False
 ) -> torch.nn.Module:
-    """The teacher (upstream's class of its family, or hf_ffn's, as the checkpoint is; with `padding_free` always
-    hf_ffn's class of its family, FfnBert or FfnElectra, which keeps the sequences of a padding-free batch apart where
-    upstream's may not), eval mode, frozen.
+    """The teacher, eval mode, frozen: the checkpoint's class (upstream's or hf_ffn's); with `padding_free` hf_ffn's
+    class of its family, which keeps the sequences of a padding-free batch apart where upstream's may not.
 
     Raises:
-        CheckpointNotLoadedError: an encoder weight the checkpoint lacks, a corrupt file
-            (`hf_ffn.checkpoints.load_pretrained`).
+        CheckpointNotLoadedError: as `hf_ffn.checkpoints.load_pretrained`.
         ValueError: if the MLM head would be newly initialised.
     """
     auto = AutoModelForMaskedLM if with_head else AutoModel
@@ -309,22 +292,16 @@ def load_teacher(
     return model.eval().requires_grad_(False)
 
 
-@one_run_per_output_dir
-def run_healing(
-    heal_args: HealArguments,
-    training_args: TrainingArguments,
-    *,
-    callbacks: list | None = None,
-    command: str | None = None,
-    layerwise_args: LayerwiseArguments | None = None,
-) -> dict[str, Any]:
-    """Heal `heal_args.student`; returns the `healing` record written to the report (with "healed_dir").
+def check_arguments(
+    heal_args: HealArguments, training_args: TrainingArguments, layerwise_args: LayerwiseArguments | None
+) -> LayerwiseArguments:
+    """The options that only make sense together: layer-wise ones only with --method layerwise; --max_train_tokens
+    sets --max_steps; a stream needs --max_steps. Returns `layerwise_args` (the defaults for None).
 
     Raises:
-        FileNotFoundError, FileExistsError, ValueError: on bad input, before training.
+        ValueError: a layer-wise option with --method end_to_end; --max_train_tokens with --max_steps; --streaming
+            without --max_steps or --max_train_tokens.
     """
-    start = time.perf_counter()
-    command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
     if heal_args.method == "end_to_end" and layerwise_args is not None:  # options the run would silently ignore
         default = LayerwiseArguments()
         ignored = [
@@ -337,55 +314,66 @@ def run_healing(
                 f"{', '.join(ignored)} set the layer-wise stage, which --method end_to_end does not "
                 f"run; remove them, or use --method layerwise"
             )
-    documents = training_documents(heal_args)
-    models = check_models(heal_args)
-    teacher_path, tokenizer = models.teacher, models.tokenizer
-    healed_dir = Path(heal_args.healed_dir or Path(training_args.output_dir) / "healed")
-    check_new_folder(healed_dir, "--healed_dir")
-    texts, labels = (
-        read_labelled_texts(
-            heal_args.eval_data,
-            text_column=heal_args.eval_text_column,
-            label_column=heal_args.eval_label_column,
-            split=heal_args.eval_split,
-            argument="--eval_data",
-        )
-        if heal_args.eval_data
-        else (None, None)
-    )
-    if texts and heal_args.max_eval_snippets:
-        keep = subset_indices(len(texts), heal_args.max_eval_snippets)
-        texts, labels = [texts[i] for i in keep], (None if labels is None else [labels[i] for i in keep])
-        counts = {label: labels.count(label) for label in sorted(set(labels), key=str)} if labels else {}
-        if heal_args.probe and counts and min(counts.values()) < PROBE_FOLDS:
+    if heal_args.max_train_tokens is not None:  # ceil(N / tokens per optimizer step)
+        if training_args.max_steps > 0:
             raise ValueError(
-                f"--max_eval_snippets {heal_args.max_eval_snippets}: the seeded subset has {counts} "
-                f"snippets per label, but the {PROBE_FOLDS}-fold probe needs at least {PROBE_FOLDS} of "
-                f"each; give a larger number or --probe false"
+                f"--max_train_tokens {heal_args.max_train_tokens} and --max_steps {training_args.max_steps} both set "
+                f"the end-to-end stage's length; give one"
             )
-    if heal_args.max_train_tokens is not None:
-        set_steps_for_tokens(heal_args, training_args)
+        training_args.max_steps = -(-heal_args.max_train_tokens // tokens_per_step(heal_args, training_args))
     if heal_args.streaming and training_args.max_steps <= 0:
         raise ValueError(
             "--streaming: a stream has no length, so the end-to-end stage needs --max_steps or --max_train_tokens"
         )
+    return layerwise_args or LayerwiseArguments()
+
+
+def tokens_per_step(heal_args: HealArguments, training_args: TrainingArguments) -> int:
+    return (
+        heal_args.max_seq_length
+        * training_args.train_batch_size
+        * training_args.gradient_accumulation_steps
+        * training_args.world_size
+    )
+
+
+TRAINING_KEYS = (  # the TrainingArguments the record keeps
+    "learning_rate max_steps num_train_epochs per_device_train_batch_size gradient_accumulation_steps world_size "
+    "warmup_steps lr_scheduler_type weight_decay seed bf16"
+).split()
+
+
+@one_run_per_output_dir
+def run_healing(
+    heal_args: HealArguments,
+    training_args: TrainingArguments,
+    *,
+    callbacks: list | None = None,
+    command: str | None = None,
+    layerwise_args: LayerwiseArguments | None = None,
+) -> dict[str, Any]:
+    """Heal `heal_args.student`; returns the `healing` record written to `HEALING_FILE` (with "healed_dir").
+
+    Raises:
+        FileNotFoundError, FileExistsError, ValueError: on bad input, before training.
+    """
+    start = time.perf_counter()
+    command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    layerwise_args = check_arguments(heal_args, training_args, layerwise_args)
+    models = check_models(heal_args)
+    healed_dir = Path(heal_args.healed_dir or Path(training_args.output_dir) / "healed")
+    check_new_folder(healed_dir, "--healed_dir")
     check_not_started(training_args.output_dir, training_args.resume_from_checkpoint)
     resume = resume_checkpoint(training_args)
-    blocks = training_blocks(documents, tokenizer, heal_args)
+    layerwise = heal_args.method == "layerwise"
+    data = read_data(heal_args, models.tokenizer, layerwise_args.layerwise_tokens if layerwise else None)
     layerwise_dir = Path(training_args.output_dir) / "layerwise"
-    layerwise_args = layerwise_args or LayerwiseArguments()
-    if heal_args.method == "layerwise":  # refuse a mismatched resume before loading or measuring a model
-        first = None  # a stream's calibration: its first blocks, as many as the memory cap could use
-        if is_streamed(blocks):
-            first = -(-layerwise_args.layerwise_tokens // heal_args.max_seq_length)
-        rows = [row["input_ids"] for row in blocks.take(first)] if first else blocks["input_ids"]
-        input_ids = torch.tensor(rows)
-        prepare_layerwise(
-            models.student_config, models.teacher_config, input_ids, layerwise_args, layerwise_dir, training_args.seed
-        )
+    if layerwise:  # refuse a mismatched resume before loading or measuring a model
+        config = models.student_config, models.teacher_config
+        prepare_layerwise(*config, data.calibration, layerwise_args, layerwise_dir, training_args.seed)
 
     with_head = heal_args.mlm_kl_weight > 0
-    teacher = load_teacher(teacher_path, with_head, models.teacher_config, heal_args.padding_free)
+    teacher = load_teacher(models.teacher, with_head, models.teacher_config, heal_args.padding_free)
     # no "not function-preserving: heal it" warning: this is the healing
     student, _ = load_pretrained(
         models.student_class,
@@ -394,121 +382,83 @@ def run_healing(
         config=models.student_config,
         warn_not_function_preserving=False,
     )
-    trainable = select_trainable(student, heal_args.train_parts, with_head)
+    trainable = set(select_trainable(student, heal_args.train_parts, with_head))  # before either stage
     main = training_args.process_index == 0
-    curve_texts = [texts[i] for i in subset_indices(len(texts), heal_args.curve_snippets)] if texts else []
-
     teacher_cache: list = []  # the teacher's outputs on the held-out snippets, computed once for before and after
 
-    def measure(when: str) -> dict[str, Any] | None:
-        if not texts:
+    def measure(when: str, student: torch.nn.Module) -> dict[str, Any] | None:
+        if not data.texts:
             return None
+        labels = data.labels if heal_args.probe else None
         return measure_agreement(
             teacher.base_model,
             student.base_model,
-            tokenizer,
-            texts,
-            labels if heal_args.probe else None,
+            models.tokenizer,
+            data.texts,
+            labels,
             max_length=heal_args.max_seq_length,
             teacher_cache=teacher_cache,
             progress=f"held-out agreement {when}",
         )
 
-    before = measure("before") if main else None
+    before = measure("before", student) if main else None
     callbacks = list(callbacks or [])
-    time_budget = TimeBudgetCallback(heal_args.max_train_minutes) if heal_args.max_train_minutes else None
-    if time_budget:
-        callbacks.append(time_budget)
-    if curve_texts and heal_args.curve_snippets:
+    if data.curve_texts and heal_args.curve_snippets:
         callbacks.append(
             AgreementCallback(
-                teacher.base_model, tokenizer, curve_texts, heal_args.curve_steps, heal_args.max_seq_length
+                teacher.base_model, models.tokenizer, data.curve_texts, heal_args.curve_steps, heal_args.max_seq_length
             )
         )
-    layerwise = None
-    if heal_args.method == "layerwise":
+    layerwise_record = None
+    if layerwise:  # the teacher as hf_ffn's base model of its family, whose layers are FfnBert layers
         with quiet_transformers():
-            base_class = models.teacher_family.heads[0].ffn_bert  # FfnBertModel, FfnRobertaModel, FfnElectraModel
-            no_pooler = {"add_pooling_layer": False} if models.teacher_family.has_pooler else {}  # ELECTRA has none
-            teacher_layers, _ = load_pretrained(base_class, teacher_path, "--teacher", **no_pooler)
-        layerwise = heal_layerwise(
-            student.base_model, teacher_layers, input_ids, layerwise_args, layerwise_dir, training_args.seed
+            family = models.teacher_family
+            no_pooler = {"add_pooling_layer": False} if family.has_pooler else {}  # ELECTRA has none
+            teacher_layers, _ = load_pretrained(family.heads[0].ffn_bert, models.teacher, "--teacher", **no_pooler)
+        layerwise_record = heal_layerwise(
+            student.base_model, teacher_layers, data.calibration, layerwise_args, layerwise_dir, training_args.seed
         )
         del teacher_layers
-    history, steps, train_seconds = [], 0, 0.0
+    history, steps, train_seconds, stopped = [], 0, 0.0, False
     if heal_args.method == "end_to_end" or training_args.max_steps > 0:
-        collator = PaddingFreeCollator() if heal_args.padding_free else default_data_collator  # blocks: one row
-        trainer = DistillationTrainer(
-            model=student,
-            args=training_args,
-            train_dataset=blocks,
-            data_collator=collator,
-            teacher=teacher,
-            distillation_loss=heal_args.loss,
-            callbacks=callbacks,
+        student, history, steps, train_seconds, stopped = distill(
+            student, teacher, data.blocks, heal_args, training_args, callbacks, resume
         )
-        with dropout_off(student), unpadded(teacher, student) if heal_args.padding_free else contextlib.nullcontext():
-            train_output = trainer.train(resume_from_checkpoint=resume)
-        student = trainer.accelerator.unwrap_model(trainer.model).eval()  # under FSDP trainer.model is the wrapper
-        history, steps = trainer.state.log_history, trainer.state.global_step
-        train_seconds = train_output.metrics["train_runtime"]
     if not main:
         return {}
-    after = measure("after")
-    trainable_set = set(trainable)
-    curve = [
-        {"step": e["step"], **{k[len("heldout_") :]: v for k, v in e.items() if k.startswith("heldout_")}}
-        for e in history
-        if "heldout_cosine_mean" in e
-    ]
     healing = {
         "student": heal_args.student,
-        "teacher": teacher_path,
+        "teacher": models.teacher,
         "command": command,
         "arguments": asdict(heal_args),
-        "training": {
-            k: getattr(getattr(training_args, k), "value", getattr(training_args, k))
-            for k in (
-                "learning_rate",
-                "max_steps",
-                "num_train_epochs",
-                "per_device_train_batch_size",
-                "gradient_accumulation_steps",
-                "world_size",
-                "warmup_steps",
-                "lr_scheduler_type",
-                "weight_decay",
-                "seed",
-                "bf16",
-            )
-        },
-        "trainable_parameters": sum(p.numel() for n, p in student.named_parameters() if n in trainable_set),
+        "training": {k: getattr(getattr(training_args, k), "value", getattr(training_args, k)) for k in TRAINING_KEYS},
+        "trainable_parameters": sum(p.numel() for n, p in student.named_parameters() if n in trainable),
         "train_parts": heal_args.train_parts,
         "data": {
-            "train_files": heal_args.train_files,
-            "dataset_name": heal_args.dataset_name,
-            "documents": "streamed" if is_streamed(documents) else len(documents),
-            "blocks": "streamed" if is_streamed(blocks) else len(blocks),
-            "block_tokens": heal_args.max_seq_length,
-            "end_to_end_tokens": steps
-            * heal_args.max_seq_length
-            * training_args.train_batch_size
-            * training_args.gradient_accumulation_steps
-            * training_args.world_size,
-            "stopped_by_time_budget": bool(time_budget and time_budget.stopped),
+            **data.summary,
+            "end_to_end_tokens": steps * tokens_per_step(heal_args, training_args),
+            "stopped_by_time_budget": stopped,
         },
-        "heldout": {"eval_data": heal_args.eval_data, "snippets": len(texts or []), "curve_snippets": len(curve_texts)},
+        "heldout": {
+            "eval_data": heal_args.eval_data,
+            "snippets": len(data.texts or []),
+            "curve_snippets": len(data.curve_texts),
+        },
         "before": before,
-        "after": after,
-        "curve": curve,
+        "after": measure("after", student),
+        "curve": [
+            {"step": e["step"], **{k[len("heldout_") :]: v for k, v in e.items() if k.startswith("heldout_")}}
+            for e in history
+            if "heldout_cosine_mean" in e
+        ],
         "losses": [{"step": e["step"], "loss": e["loss"]} for e in history if "loss" in e],
         "steps": steps,
         "train_seconds": train_seconds,
-        "layerwise": layerwise,
+        "layerwise": layerwise_record,
         "wall_seconds": time.perf_counter() - start,
         "healed_dir": str(healed_dir),
     }
-    save_healed(healed_dir, student.cpu(), tokenizer, heal_args.student, teacher.cpu(), healing)
+    save_healed(healed_dir, student.cpu(), models.tokenizer, heal_args.student, teacher.cpu(), healing)
     record = Path(training_args.output_dir) / HEALING_FILE
     record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text(json.dumps(healing, indent=2, default=str) + "\n", encoding="utf-8")
@@ -531,13 +481,3 @@ def healing_summary(healing: dict) -> str:
         f"healed: {cosine}, {probe}, {healing['wall_seconds']:.0f} s; saved to {healing['healed_dir']} "
         f"(record: {HEALING_FILE})"
     )
-
-
-__all__ = [
-    "HEALING_FILE",
-    "HealArguments",
-    "HealModels",
-    "check_models",
-    "healing_summary",
-    "run_healing",
-]
