@@ -33,13 +33,6 @@ class HealData:
     summary: dict[str, Any]
 
 
-def subset_indices(count: int, size: int, seed: int = 0) -> list[int]:
-    """`size` indices out of `count` (all when `size >= count`), drawn without replacement with `seed`, sorted."""
-    if size >= count:
-        return list(range(count))
-    return sorted(np.random.default_rng(seed).choice(count, size=size, replace=False).tolist())
-
-
 def read_data(heal_args: HealArguments, tokenizer: PreTrainedTokenizerBase, calibration_tokens: int | None) -> HealData:
     """The training text as blocks of --max_seq_length tokens (the first --max_train_samples; nothing held out of it:
     the held-out text is --eval_data), `calibration_tokens` of them as a stream's calibration (evenly spaced blocks
@@ -60,6 +53,12 @@ def read_data(heal_args: HealArguments, tokenizer: PreTrainedTokenizerBase, cali
             text_column=heal_args.text_column,
             validation_split_percentage=None,
         )["train"]
+
+    def subset(items: list, size: int) -> list:  # `size` of them (all if fewer), seeded, in their order
+        if size >= len(items):
+            return list(items)
+        return [items[i] for i in sorted(np.random.default_rng(0).choice(len(items), size=size, replace=False))]
+
     texts, labels = (
         read_labelled_texts(
             heal_args.eval_data,
@@ -72,8 +71,10 @@ def read_data(heal_args: HealArguments, tokenizer: PreTrainedTokenizerBase, cali
         else (None, None)
     )
     if texts and heal_args.max_eval_snippets:
-        keep = subset_indices(len(texts), heal_args.max_eval_snippets)
-        texts, labels = [texts[i] for i in keep], (None if labels is None else [labels[i] for i in keep])
+        texts, labels = (
+            subset(texts, heal_args.max_eval_snippets),
+            labels and subset(labels, heal_args.max_eval_snippets),
+        )
         counts = {label: labels.count(label) for label in sorted(set(labels), key=str)} if labels else {}
         if heal_args.probe and counts and min(counts.values()) < PROBE_FOLDS:
             raise ValueError(
@@ -105,5 +106,5 @@ def read_data(heal_args: HealArguments, tokenizer: PreTrainedTokenizerBase, cali
         "blocks": "streamed" if streamed else len(blocks),
         "block_tokens": block,
     }
-    curve_texts = [texts[i] for i in subset_indices(len(texts), heal_args.curve_snippets)] if texts else []
+    curve_texts = subset(texts, heal_args.curve_snippets) if texts else []
     return HealData(blocks, calibration, texts, labels, curve_texts, summary)

@@ -294,9 +294,10 @@ def load_teacher(
 
 def check_arguments(
     heal_args: HealArguments, training_args: TrainingArguments, layerwise_args: LayerwiseArguments | None
-) -> LayerwiseArguments:
+) -> tuple[LayerwiseArguments, int]:
     """The options that only make sense together: layer-wise ones only with --method layerwise; --max_train_tokens
-    sets --max_steps; a stream needs --max_steps. Returns `layerwise_args` (the defaults for None).
+    sets --max_steps; a stream needs --max_steps. Returns `layerwise_args` (the defaults for None) and the training
+    tokens per optimizer step.
 
     Raises:
         ValueError: a layer-wise option with --method end_to_end; --max_train_tokens with --max_steps; --streaming
@@ -314,33 +315,54 @@ def check_arguments(
                 f"{', '.join(ignored)} set the layer-wise stage, which --method end_to_end does not "
                 f"run; remove them, or use --method layerwise"
             )
+    per_step = (
+        heal_args.max_seq_length
+        * training_args.train_batch_size
+        * training_args.gradient_accumulation_steps
+        * training_args.world_size
+    )
     if heal_args.max_train_tokens is not None:  # ceil(N / tokens per optimizer step)
         if training_args.max_steps > 0:
             raise ValueError(
                 f"--max_train_tokens {heal_args.max_train_tokens} and --max_steps {training_args.max_steps} both set "
                 f"the end-to-end stage's length; give one"
             )
-        training_args.max_steps = -(-heal_args.max_train_tokens // tokens_per_step(heal_args, training_args))
+        training_args.max_steps = -(-heal_args.max_train_tokens // per_step)
     if heal_args.streaming and training_args.max_steps <= 0:
         raise ValueError(
             "--streaming: a stream has no length, so the end-to-end stage needs --max_steps or --max_train_tokens"
         )
-    return layerwise_args or LayerwiseArguments()
-
-
-def tokens_per_step(heal_args: HealArguments, training_args: TrainingArguments) -> int:
-    return (
-        heal_args.max_seq_length
-        * training_args.train_batch_size
-        * training_args.gradient_accumulation_steps
-        * training_args.world_size
-    )
+    return layerwise_args or LayerwiseArguments(), per_step
 
 
 TRAINING_KEYS = (  # the TrainingArguments the record keeps
     "learning_rate max_steps num_train_epochs per_device_train_batch_size gradient_accumulation_steps world_size "
     "warmup_steps lr_scheduler_type weight_decay seed bf16"
 ).split()
+
+
+def load_models(
+    heal_args: HealArguments, models: HealModels, layerwise: bool
+) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Module | None, set[str]]:
+    """The teacher (`load_teacher`), the student with its trainable parameters selected (`select_trainable`, before
+    either stage), and for the layer-wise stage the teacher as hf_ffn's base model of its family (FfnBert layers)."""
+    with_head = heal_args.mlm_kl_weight > 0
+    teacher = load_teacher(models.teacher, with_head, models.teacher_config, heal_args.padding_free)
+    # no "not function-preserving: heal it" warning: this is the healing
+    student, _ = load_pretrained(
+        models.student_class,
+        heal_args.student,
+        "--student",
+        config=models.student_config,
+        warn_not_function_preserving=False,
+    )
+    teacher_layers = None
+    if layerwise:
+        with quiet_transformers():
+            family = models.teacher_family
+            no_pooler = {"add_pooling_layer": False} if family.has_pooler else {}  # ELECTRA has none
+            teacher_layers, _ = load_pretrained(family.heads[0].ffn_bert, models.teacher, "--teacher", **no_pooler)
+    return teacher, student, teacher_layers, set(select_trainable(student, heal_args.train_parts, with_head))
 
 
 @one_run_per_output_dir
@@ -359,7 +381,7 @@ def run_healing(
     """
     start = time.perf_counter()
     command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
-    layerwise_args = check_arguments(heal_args, training_args, layerwise_args)
+    layerwise_args, per_step = check_arguments(heal_args, training_args, layerwise_args)
     models = check_models(heal_args)
     healed_dir = Path(heal_args.healed_dir or Path(training_args.output_dir) / "healed")
     check_new_folder(healed_dir, "--healed_dir")
@@ -372,17 +394,7 @@ def run_healing(
         config = models.student_config, models.teacher_config
         prepare_layerwise(*config, data.calibration, layerwise_args, layerwise_dir, training_args.seed)
 
-    with_head = heal_args.mlm_kl_weight > 0
-    teacher = load_teacher(models.teacher, with_head, models.teacher_config, heal_args.padding_free)
-    # no "not function-preserving: heal it" warning: this is the healing
-    student, _ = load_pretrained(
-        models.student_class,
-        heal_args.student,
-        "--student",
-        config=models.student_config,
-        warn_not_function_preserving=False,
-    )
-    trainable = set(select_trainable(student, heal_args.train_parts, with_head))  # before either stage
+    teacher, student, teacher_layers, trainable = load_models(heal_args, models, layerwise)
     main = training_args.process_index == 0
     teacher_cache: list = []  # the teacher's outputs on the held-out snippets, computed once for before and after
 
@@ -410,11 +422,7 @@ def run_healing(
             )
         )
     layerwise_record = None
-    if layerwise:  # the teacher as hf_ffn's base model of its family, whose layers are FfnBert layers
-        with quiet_transformers():
-            family = models.teacher_family
-            no_pooler = {"add_pooling_layer": False} if family.has_pooler else {}  # ELECTRA has none
-            teacher_layers, _ = load_pretrained(family.heads[0].ffn_bert, models.teacher, "--teacher", **no_pooler)
+    if layerwise:
         layerwise_record = heal_layerwise(
             student.base_model, teacher_layers, data.calibration, layerwise_args, layerwise_dir, training_args.seed
         )
@@ -436,7 +444,7 @@ def run_healing(
         "train_parts": heal_args.train_parts,
         "data": {
             **data.summary,
-            "end_to_end_tokens": steps * tokens_per_step(heal_args, training_args),
+            "end_to_end_tokens": steps * per_step,
             "stopped_by_time_budget": stopped,
         },
         "heldout": {
