@@ -1,7 +1,5 @@
-"""Healing converted BERTs (`hf-ffn heal`, `run.run_healing`): distil a converted FfnBert (the student) from its source
-checkpoint (the teacher) layer by layer (`layerwise`) and/or end to end (`distill`), on the text `data` reads, measured
-on held-out text (`metrics`), written as a converted folder (`healed_folder`). docs/healing.md.
-"""
+"""Healing converted BERTs: `hf-ffn heal` (`run.run_healing`) and its parts, `data`, `layerwise`, `distill`,
+`metrics` and `healed_folder`. docs/healing.md."""
 
 from .distill import DistillationLoss, DistillationTrainer, dropout_off
 from .layerwise import LayerwiseArguments

@@ -33,53 +33,45 @@ if TYPE_CHECKING:
 
 HIDDEN_LOSSES = ("mse", "cosine")
 LAYER_CHOICES = ("last", "all")
-# Which parameters train (in-memory FfnBert names). Only what the loss reaches: never the pooler, nor a head outside
-# the base model (a classifier, ELECTRA's discriminator head, BERT's next-sentence head), the MLM head only with the
-# KL term.
-TRAIN_PARTS = {
-    "ffn": "the FFNs (encoder.layer.*.mlp.*)",
-    "ffn_norms": "the FFNs and every LayerNorm (embedding, attention output, mlp_norm, final_norm)",
-    "encoder": "every encoder layer (attention, FFN, LayerNorms) and final_norm; not the embeddings",
-    "all": "everything the loss reaches: embeddings and encoder (and the MLM head with the KL term)",
-}
+# Which parameters train (`select_trainable`): the FFNs; the FFNs and every LayerNorm; every encoder layer and
+# final_norm; or everything the loss reaches (embeddings, encoder, the MLM head with the KL term). Never the pooler,
+# nor a head outside the base model (a classifier, ELECTRA's discriminator head, BERT's next-sentence head).
+TRAIN_PARTS = ("ffn", "ffn_norms", "encoder", "all")
 # The MLM heads the KL term reads (`encoder_outputs`' logits), in-memory names: BERT's `cls.predictions` (also
 # FfnBertForPreTraining's; not its `cls.seq_relationship`), RoBERTa's `lm_head`, ELECTRA's generator head.
 MLM_HEAD_PREFIXES = ("cls.predictions.", "lm_head.", "generator_predictions.", "generator_lm_head.")
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids")
 
 
-def is_trainable(name: str, parts: str, with_head: bool, base_prefix: str | None = None) -> bool:
-    """Whether parameter `name` (in-memory name) trains for `parts` (ValueError if not a key of `TRAIN_PARTS`):
-    only if the loss reaches it. `base_prefix`: the base model's attribute in a model with a head ("bert", ...), so
-    that a name outside it is the head's (None: a bare base model). A head's parameter trains only with the KL term
-    (`with_head`), in the MLM head it reads (`MLM_HEAD_PREFIXES`): for "all", and its LayerNorm for "ffn_norms"."""
+def select_trainable(model: nn.Module, parts: str, with_head: bool = False) -> list[str]:
+    """Set `requires_grad` on each parameter of `model` for `parts` (`TRAIN_PARTS`): only where the loss reaches it;
+    a head's (outside `model.base_model`) only with the KL term (`with_head`), in the MLM head it reads
+    (`MLM_HEAD_PREFIXES`), for "all" (its LayerNorm also for "ffn_norms"). Returns the trainable names.
+
+    Raises:
+        ValueError: an unknown `parts`, or none selected.
+    """
     if parts not in TRAIN_PARTS:
         raise ValueError(f"--train_parts has unknown value {parts!r}; allowed: {', '.join(TRAIN_PARTS)}")
-    is_norm = "LayerNorm" in name or "mlp_norm" in name or "final_norm" in name
-    if "pooler." in name:
-        return False
-    if base_prefix is not None and not name.startswith(f"{base_prefix}."):  # a head's
-        reached = with_head and name.startswith(MLM_HEAD_PREFIXES)
-        return reached and (parts == "all" or (parts == "ffn_norms" and is_norm))
-    if parts == "ffn":
-        return ".mlp." in name
-    if parts == "ffn_norms":
-        return ".mlp." in name or is_norm
-    if parts == "encoder":
-        return "encoder." in name
-    return True
-
-
-def select_trainable(model: nn.Module, parts: str, with_head: bool = False) -> list[str]:
-    """Set `requires_grad` on each parameter of `model` by `is_trainable`; return the trainable names (ValueError:
-    an unknown `parts`, or none selected)."""
     base_prefix = None if getattr(model, "base_model", model) is model else model.base_model_prefix
+
+    def trainable(name: str) -> bool:
+        is_norm = "LayerNorm" in name or "mlp_norm" in name or "final_norm" in name
+        if "pooler." in name:
+            return False
+        if base_prefix is not None and not name.startswith(f"{base_prefix}."):  # a head's
+            reached = with_head and name.startswith(MLM_HEAD_PREFIXES)
+            return reached and (parts == "all" or (parts == "ffn_norms" and is_norm))
+        if parts == "ffn":
+            return ".mlp." in name
+        if parts == "ffn_norms":
+            return ".mlp." in name or is_norm
+        return "encoder." in name if parts == "encoder" else True
+
     names = []
     for name, parameter in model.named_parameters():
-        trainable = is_trainable(name, parts, with_head, base_prefix)
-        parameter.requires_grad_(trainable)
-        if trainable:
-            names.append(name)
+        parameter.requires_grad_(trainable(name))
+        names += [name] if parameter.requires_grad else []
     if not names:
         raise ValueError(f"--train_parts {parts!r} selects no parameter of {type(model).__name__}")
     return names
@@ -111,11 +103,8 @@ def unpadded(*models: nn.Module) -> contextlib.AbstractContextManager[None]:
 
 @dataclass(frozen=True)
 class DistillationLoss:
-    """The distillation loss of the module docstring. `mlm_kl_weight` w ≥ 0, `temperature` T > 0.
-
-    Raises:
-        ValueError: on an unknown `hidden_loss` / `layers` or a negative weight / non-positive temperature.
-    """
+    """The distillation loss of the module docstring (ValueError on an unknown `hidden_loss` / `layers`, a
+    `mlm_kl_weight` w < 0 or a `temperature` T <= 0)."""
 
     hidden_loss: str = "mse"
     layers: str = "last"
@@ -123,12 +112,9 @@ class DistillationLoss:
     temperature: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.hidden_loss not in HIDDEN_LOSSES:
-            raise ValueError(
-                f"--hidden_loss has unknown value {self.hidden_loss!r}; allowed: {', '.join(HIDDEN_LOSSES)}"
-            )
-        if self.layers not in LAYER_CHOICES:
-            raise ValueError(f"--layers has unknown value {self.layers!r}; allowed: {', '.join(LAYER_CHOICES)}")
+        for name, allowed in (("hidden_loss", HIDDEN_LOSSES), ("layers", LAYER_CHOICES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"--{name} has unknown value {getattr(self, name)!r}; allowed: {', '.join(allowed)}")
         if self.mlm_kl_weight < 0:
             raise ValueError(f"--mlm_kl_weight must be >= 0, got {self.mlm_kl_weight}")
         if self.temperature <= 0:

@@ -48,22 +48,17 @@ def save_healed(folder: Path, student, tokenizer, student_dir: str, teacher: tor
         keep_student_files(Path(student_dir), Path(tmp))
 
 
-def keep_student_files(student_dir: Path, healed: Path) -> list[str]:
+def keep_student_files(student_dir: Path, healed: Path) -> None:
     """Copy into `healed` every entry of `student_dir` it lacks (a sentence-transformers student's modules.json,
-    1_Pooling/, ...), except top-level weight files and `checkpoint-N` folders; returns the names copied."""
-    copied = []
+    1_Pooling/, ...), except top-level weight files and `checkpoint-N` folders."""
     for entry in sorted(student_dir.iterdir()):
         target = healed / entry.name
         if target.exists() or entry.name.startswith("checkpoint-"):
             continue
         if entry.is_dir():
             shutil.copytree(entry, target)
-        elif entry.suffix in WEIGHT_SUFFIXES:
-            continue
-        else:
+        elif entry.suffix not in WEIGHT_SUFFIXES:
             shutil.copy2(entry, target)
-        copied.append(entry.name)
-    return copied
 
 
 def _row(name: str, before: dict | None, after: dict | None, key: str, fmt: str) -> str:

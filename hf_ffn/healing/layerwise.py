@@ -21,7 +21,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from ..configuration_ffn_bert import FfnBertConfig
 from ..conversion.pruning import GramStatistics, accumulate, relative_error, solve_down
 from ..files import atomic_output_file
 from ..modeling_ffn_bert import FfnBertPreTrainedModel
+from ..training.arguments import option
 
 logger = logging.getLogger(__name__)
 
@@ -50,47 +51,32 @@ class LayerwiseArguments:
     """The layer-wise stage of `hf-ffn heal --method layerwise`; the defaults are the best recipe measured on
     all-MiniLM-L6-v2 (docs/healing.md)."""
 
-    layerwise_tokens: int = field(
-        default=65536, metadata={"help": "calibration tokens (whole blocks, evenly spaced over the training text)"}
+    layerwise_tokens: int = option(65536, "calibration tokens (whole blocks, evenly spaced over the training text)")
+    layerwise_memory_mb: float = option(
+        2048.0, "cap on the recorded activations (MB, 10⁶ bytes); above it fewer tokens are used"
     )
-    layerwise_memory_mb: float = field(
-        default=2048.0,
-        metadata={"help": "cap on the recorded activations (MB, 10⁶ bytes); above it fewer tokens are used"},
+    layerwise_steps: int = option(
+        1000, "Adam steps per layer (each fit; 0: closed form only, as good for a nearly exact start)"
     )
-    layerwise_steps: int = field(
-        default=1000,
-        metadata={"help": "Adam steps per layer (each fit; 0: closed form only, as good for a nearly exact start)"},
+    layerwise_lr: float = option(1e-3, "peak Adam learning rate (cosine decay to 0)")
+    layerwise_batch_tokens: int = option(512, "tokens per Adam step")
+    layerwise_parts: str = option(
+        "auto",
+        "ffn, layer (see hf_ffn.healing.layerwise) or auto: ffn where the LayerNorms sit as the teacher's, else layer",
     )
-    layerwise_lr: float = field(default=1e-3, metadata={"help": "peak Adam learning rate (cosine decay to 0)"})
-    layerwise_batch_tokens: int = field(default=512, metadata={"help": "tokens per Adam step"})
-    layerwise_parts: str = field(
-        default="auto",
-        metadata={
-            "help": "ffn, layer (see hf_ffn.healing.layerwise) or auto: ffn where the LayerNorms sit as the "
-            "teacher's, else layer"
-        },
+    layerwise_inputs: str = option(
+        "auto", "teacher (parallel) or student (sequential) layer inputs; auto: teacher for ffn, student for layer"
     )
-    layerwise_inputs: str = field(
-        default="auto",
-        metadata={
-            "help": "teacher (parallel) or student (sequential) layer inputs; auto: teacher for ffn, student for layer"
-        },
+    layerwise_refit_every: int = option(
+        0, "also solve down_proj in closed form every N Adam steps of the FFN fit (0: before and after)"
     )
-    layerwise_refit_every: int = field(
-        default=0,
-        metadata={
-            "help": "also solve down_proj in closed form every N Adam steps of the FFN fit (0: before and after)"
-        },
+    layerwise_ridge: float = option(
+        1e-4, "ridge of the closed-form down projection, relative to the mean feature energy"
     )
-    layerwise_ridge: float = field(
-        default=1e-4, metadata={"help": "ridge of the closed-form down projection, relative to the mean feature energy"}
-    )
-    layerwise_stream: str = field(
-        default="free",
-        metadata={
-            "help": "a Pre-LN student's residual stream after each layer: free (only its LayerNorm-normalised "
-            "form is fitted to the teacher's hidden state) or teacher (the stream itself)"
-        },
+    layerwise_stream: str = option(
+        "free",
+        "a Pre-LN student's residual stream after each layer: free (only its LayerNorm-normalised "
+        "form is fitted to the teacher's hidden state) or teacher (the stream itself)",
     )
 
     def __post_init__(self) -> None:
@@ -142,21 +128,6 @@ def check_calibration_tokens(tokens: int, intermediate_size: int) -> None:
             MIN_TOKENS_PER_UNIT,
             recommended,
         )
-
-
-def calibration_blocks(input_ids: torch.Tensor, args: LayerwiseArguments, hidden_size: int) -> torch.Tensor:
-    """Blocks of `input_ids` (blocks, seq), evenly spaced, within `layerwise_tokens` and the memory cap
-    (`HELD_TENSORS` × tokens × hidden × 4 bytes ≤ `layerwise_memory_mb` · 10⁶; ValueError if one block exceeds it)."""
-    seq = input_ids.shape[1]
-    per_block = HELD_TENSORS * seq * hidden_size * 4
-    by_memory = int(args.layerwise_memory_mb * 1e6 // per_block)
-    if by_memory < 1:
-        raise ValueError(
-            f"--layerwise_memory_mb {args.layerwise_memory_mb}: one block of {seq} tokens needs "
-            f"{per_block / 1e6:.3f} MB of activations; raise the cap"
-        )
-    count = max(1, min(len(input_ids), args.layerwise_tokens // seq, by_memory))
-    return input_ids[torch.linspace(0, len(input_ids) - 1, count).round().long()]
 
 
 class NormedLayer(nn.Module):
@@ -287,17 +258,13 @@ def normalized(x: torch.Tensor) -> torch.Tensor:
     return nn.functional.layer_norm(x, x.shape[-1:], eps=1e-12)
 
 
-def unchanged(hidden: torch.Tensor) -> torch.Tensor:
-    return hidden
-
-
 def fit_whole_layer(
     layer: nn.Module,
     inputs: torch.Tensor,
     target: torch.Tensor,
     args: LayerwiseArguments,
     seed: int,
-    view=unchanged,
+    view: nn.Module,
 ) -> dict:
     """Adam on every parameter of `layer` so that view(layer(inputs)) ≈ target, (blocks, seq, hidden) each; the
     layer is restored if that does not lower the relative squared error."""
@@ -333,13 +300,6 @@ def fit_final_norm(norm: nn.LayerNorm, stream: torch.Tensor, target: torch.Tenso
     norm.weight.copy_(gamma)
     norm.bias.copy_(t_mean - gamma * n_mean)
     return {"final_norm_rel_error_before": before, "final_norm_rel_error": relative_squared_error(norm(stream), target)}
-
-
-def resolve_auto(args: LayerwiseArguments, same_norms: bool) -> LayerwiseArguments:
-    """`args` with `auto` resolved: parts ffn if `same_norms` else layer; inputs teacher for ffn, student for layer."""
-    parts = args.layerwise_parts if args.layerwise_parts != "auto" else ("ffn" if same_norms else "layer")
-    inputs = args.layerwise_inputs if args.layerwise_inputs != "auto" else ("teacher" if parts == "ffn" else "student")
-    return replace(args, layerwise_parts=parts, layerwise_inputs=inputs)
 
 
 def calibration_digest(input_ids: torch.Tensor) -> str:
@@ -400,15 +360,15 @@ def prepare_layerwise(
     work_dir: str | Path,
     seed: int = 0,
 ) -> tuple[LayerwiseArguments, torch.Tensor, list[bool]]:
-    """The checks of `heal_layerwise`, from the configs alone (a command refuses before loading a model);
-    `input_ids` (blocks, seq). Writes `work_dir`/arguments.json.
+    """The checks of `heal_layerwise` from the configs alone (a command refuses before loading a model); writes
+    `work_dir`/arguments.json. `input_ids`: (blocks, seq).
 
     Returns:
         (`args` with `auto` resolved, the calibration blocks used, one bool per layer: LayerNorms placed alike).
 
     Raises:
-        ValueError: depths or hidden sizes differ; `--layerwise_parts ffn` across LayerNorm placements; too few
-            calibration tokens; `work_dir` holds fits made with other arguments.
+        ValueError: depths or hidden sizes differ; `--layerwise_parts ffn` across LayerNorm placements; a block over
+            the memory cap; too few calibration tokens; `work_dir` holds fits made with other arguments.
     """
     if s_config.num_hidden_layers != t_config.num_hidden_layers or s_config.hidden_size != t_config.hidden_size:
         raise ValueError(
@@ -417,14 +377,27 @@ def prepare_layerwise(
         )
     t_norms = getattr(t_config, "layer_norm_positions", ["post"] * t_config.num_hidden_layers)  # a BertConfig: Post-LN
     same_norms = [s == t for s, t in zip(s_config.layer_norm_positions, t_norms, strict=False)]
-    args = resolve_auto(args, all(same_norms))
+    # auto: parts ffn if the LayerNorms sit alike, else layer; inputs teacher for ffn, student for layer
+    parts = args.layerwise_parts if args.layerwise_parts != "auto" else ("ffn" if all(same_norms) else "layer")
+    inputs = args.layerwise_inputs if args.layerwise_inputs != "auto" else ("teacher" if parts == "ffn" else "student")
+    args = replace(args, layerwise_parts=parts, layerwise_inputs=inputs)
     if args.layerwise_parts == "ffn" and not all(same_norms):
         raise ValueError(
             f"--layerwise_parts ffn fits each FFN to its teacher FFN, but the LayerNorm placement "
             f"differs ({s_config.layer_norm_positions} vs the teacher's {t_norms}); "
             f"use --layerwise_parts layer"
         )
-    input_ids = calibration_blocks(input_ids, args, s_config.hidden_size)
+    # evenly spaced blocks within layerwise_tokens and the memory cap: HELD_TENSORS × tokens × hidden × 4 bytes
+    seq = input_ids.shape[1]
+    per_block = HELD_TENSORS * seq * s_config.hidden_size * 4
+    by_memory = int(args.layerwise_memory_mb * 1e6 // per_block)
+    if by_memory < 1:
+        raise ValueError(
+            f"--layerwise_memory_mb {args.layerwise_memory_mb}: one block of {seq} tokens needs "
+            f"{per_block / 1e6:.3f} MB of activations; raise the cap"
+        )
+    count = max(1, min(len(input_ids), args.layerwise_tokens // seq, by_memory))
+    input_ids = input_ids[torch.linspace(0, len(input_ids) - 1, count).round().long()]
     check_calibration_tokens(input_ids.numel(), s_config.intermediate_size)
     check_resume_arguments(
         Path(work_dir), {**asdict(args), "seed": seed, "calibration_sha256": calibration_digest(input_ids)}
@@ -470,7 +443,7 @@ def heal_layerwise(
         normed = i == len(layers) - 1 and student.encoder.final_norm is not None and teacher.encoder.final_norm is None
         fitted = NormedLayer(s_layer, student.encoder.final_norm) if normed else s_layer
         free = args.layerwise_stream == "free" and not same_norms[i] and not normed
-        view = normalized if free else unchanged
+        view = normalized if free else nn.Identity()
         target = view(t_out)
         record = load_layer(work_dir, f"layer-{i}", fitted)
         if record is not None and record.get("free_stream", False) != free:  # a folder from before arguments.json

@@ -10,7 +10,8 @@ import json
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, fields
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from ..families import Family, checkpoint_family
 from ..files import check_new_folder, one_run_per_output_dir
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertPreTrainedModel
-from ..training.arguments import resume_checkpoint
+from ..training.arguments import option, resume_checkpoint
 from ..training.outputs import check_not_started
 from .data import read_data
 from .distill import DistillationLoss, distill, select_trainable
@@ -49,111 +50,87 @@ HEALING_FILE = "healing.json"  # the run's whole record, in --output_dir
 class HealArguments:
     """What to heal, from which teacher, on which text, with which loss; parsed with `TrainingArguments`."""
 
-    student: str = field(
-        metadata={"help": "converted folder (hf-ffn convert's output: FfnBert, FfnRoberta or FfnElectra) to heal"}
+    student: str = option(
+        MISSING, "converted folder (hf-ffn convert's output: FfnBert, FfnRoberta or FfnElectra) to heal"
     )
-    train_files: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "text to distil on: text files (a document each; compressed .xz/.gz/.bz2/.zst too), json/jsonl/"
-            "parquet files (a document per row of --text_column), or folders of *.txt files; or --dataset_name"
-        },
+    train_files: list[str] | None = option(
+        None,
+        "text to distil on: text files (a document each; compressed .xz/.gz/.bz2/.zst too), json/jsonl/"
+        "parquet files (a document per row of --text_column), or folders of *.txt files; or --dataset_name",
     )
-    dataset_name: str | None = field(
-        default=None,
-        metadata={"help": "a datasets data set to distil on instead (hub name, or a save_to_disk folder)"},
+    dataset_name: str | None = option(
+        None, "a datasets data set to distil on instead (hub name, or a save_to_disk folder)"
     )
-    dataset_config_name: str | None = field(default=None, metadata={"help": "its configuration"})
-    text_column: str = field(default="text", metadata={"help": "text column of --dataset_name or json/parquet files"})
-    document_boundary: str = field(
-        default="file",
-        metadata={
-            "help": "where a document of a --train_files text file ends: file (the whole file) or empty_line (an "
-            "empty line; for a large corpus in few files, so a file is not tokenized as one document)",
-        },
+    dataset_config_name: str | None = option(None, "its configuration")
+    text_column: str = option("text", "text column of --dataset_name or json/parquet files")
+    document_boundary: str = option(
+        "file",
+        "where a document of a --train_files text file ends: file (the whole file) or empty_line (an "
+        "empty line; for a large corpus in few files, so a file is not tokenized as one document)",
     )
-    streaming: bool = field(
-        default=False,
-        metadata={
-            "help": "read --dataset_name as a stream (as training reads it; needs --max_steps or --max_train_tokens): "
-            "the layer-wise calibration is then its first blocks, not blocks evenly spaced over the whole text"
-        },
+    streaming: bool = option(
+        False,
+        "read --dataset_name as a stream (as training reads it; needs --max_steps or --max_train_tokens): "
+        "the layer-wise calibration is then its first blocks, not blocks evenly spaced over the whole text",
     )
-    max_train_tokens: int | None = field(
-        default=None,
-        metadata={
-            "help": "budget of the end-to-end stage in training tokens: sets --max_steps to ceil(N / (max_seq_length "
-            "× batch size × gradient accumulation × processes))"
-        },
+    max_train_tokens: int | None = option(
+        None,
+        "budget of the end-to-end stage in training tokens: sets --max_steps to ceil(N / (max_seq_length "
+        "× batch size × gradient accumulation × processes))",
     )
-    max_train_minutes: float | None = field(
-        default=None,
-        metadata={
-            "help": "stop the end-to-end stage after N minutes of this process's training (a checkpoint is saved; "
-            "the learning-rate schedule stays that of --max_steps); the healed model is the one it stopped at"
-        },
+    max_train_minutes: float | None = option(
+        None,
+        "stop the end-to-end stage after N minutes of this process's training (a checkpoint is saved; "
+        "the learning-rate schedule stays that of --max_steps); the healed model is the one it stopped at",
     )
-    teacher: str | None = field(
-        default=None,
-        metadata={
-            "help": "the source checkpoint (BERT, RoBERTa-family or ELECTRA, or its hf_ffn twin); default: the "
-            "student's conversion_report.json source"
-        },
+    teacher: str | None = option(
+        None,
+        "the source checkpoint (BERT, RoBERTa-family or ELECTRA, or its hf_ffn twin); default: the "
+        "student's conversion_report.json source",
     )
-    healed_dir: str | None = field(
-        default=None,
-        metadata={"help": "folder for the healed model (default: OUTPUT_DIR/healed); must not exist or be empty"},
+    healed_dir: str | None = option(
+        None, "folder for the healed model (default: OUTPUT_DIR/healed); must not exist or be empty"
     )
-    eval_data: str | None = field(
-        default=None,
-        metadata={
-            "help": "held-out labelled text, never trained on, for the before/after agreement and the linear probe: a "
-            "folder with one text file per label (one example per line), a csv/tsv/json/jsonl file, or a datasets "
-            "dataset (saved folder or hub name)",
-            "metavar": "PATH",
-        },
+    eval_data: str | None = option(
+        None,
+        "held-out labelled text, never trained on, for the before/after agreement and the linear probe: a "
+        "folder with one text file per label (one example per line), a csv/tsv/json/jsonl file, or a datasets "
+        "dataset (saved folder or hub name)",
+        metavar="PATH",
     )
-    eval_text_column: str | None = field(
-        default=None, metadata={"help": "text column of a file or dataset --eval_data; default: text or sentence"}
+    eval_text_column: str | None = option(
+        None, "text column of a file or dataset --eval_data; default: text or sentence"
     )
-    eval_label_column: str = field(
-        default="label", metadata={"help": "label column of a file or dataset --eval_data (none there: no probe)"}
+    eval_label_column: str = option("label", "label column of a file or dataset --eval_data (none there: no probe)")
+    eval_split: str = option("validation", "split of a datasets --eval_data")
+    probe: bool = option(True, "linear probe on all --eval_data examples before and after")
+    max_eval_snippets: int | None = option(
+        None,
+        "measure before/after (and probe) on a seeded subset of N held-out snippets "
+        "instead of all of them (a quick run; published numbers use all)",
     )
-    eval_split: str = field(default="validation", metadata={"help": "split of a datasets --eval_data"})
-    probe: bool = field(default=True, metadata={"help": "linear probe on all --eval_data examples before and after"})
-    max_eval_snippets: int | None = field(
-        default=None,
-        metadata={
-            "help": "measure before/after (and probe) on a seeded subset of N held-out snippets "
-            "instead of all of them (a quick run; published numbers use all)"
-        },
+    curve_snippets: int = option(1000, "snippets (seeded subset) measured during training")
+    curve_steps: int = option(0, "measure the subset every N steps (0: at the end only)")
+    max_seq_length: int = option(128, "tokens per training block")
+    max_train_samples: int | None = option(None, "use only the first N blocks")
+    hidden_loss: str = option("mse", "mse or cosine, on hidden states at real tokens")
+    layers: str = option("last", "last (last_hidden_state) or all (every hidden state)")
+    mlm_kl_weight: float = option(0.0, "weight of KL on MLM logits (needs both heads)")
+    temperature: float = option(1.0, "softmax temperature of the KL term")
+    train_parts: str = option("encoder", "ffn, ffn_norms, encoder or all")
+    method: str = option(
+        "layerwise",
+        "layerwise (the default, the best measured in docs/healing.md: fit each layer to its teacher "
+        "layer, hf_ffn.healing.layerwise; an end-to-end stage follows only with --max_steps > 0) or end_to_end "
+        "(distil the whole model alone, for --max_steps or --num_train_epochs)",
     )
-    curve_snippets: int = field(default=1000, metadata={"help": "snippets (seeded subset) measured during training"})
-    curve_steps: int = field(default=0, metadata={"help": "measure the subset every N steps (0: at the end only)"})
-    max_seq_length: int = field(default=128, metadata={"help": "tokens per training block"})
-    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N blocks"})
-    hidden_loss: str = field(default="mse", metadata={"help": "mse or cosine, on hidden states at real tokens"})
-    layers: str = field(default="last", metadata={"help": "last (last_hidden_state) or all (every hidden state)"})
-    mlm_kl_weight: float = field(default=0.0, metadata={"help": "weight of KL on MLM logits (needs both heads)"})
-    temperature: float = field(default=1.0, metadata={"help": "softmax temperature of the KL term"})
-    train_parts: str = field(default="encoder", metadata={"help": "ffn, ffn_norms, encoder or all"})
-    method: str = field(
-        default="layerwise",
-        metadata={
-            "help": "layerwise (the default, the best measured in docs/healing.md: fit each layer to its teacher "
-            "layer, hf_ffn.healing.layerwise; an end-to-end stage follows only with --max_steps > 0) or end_to_end "
-            "(distil the whole model alone, for --max_steps or --num_train_epochs)"
-        },
-    )
-    padding_free: bool = field(
-        default=False,
-        metadata={
-            "help": "padding-free batches (DataCollatorWithFlattening): each batch's blocks concatenated into one row, "
-            "position_ids restarting at 0 per block, run packed (unpad_tokens during training: each block's attention "
-            "over its own keys); the teacher then runs as hf_ffn's class of its family, FfnBert or FfnElectra "
-            "(upstream's would mix the blocks: they carry an all-ones attention_mask); not for the RoBERTa family, "
-            "whose positions count from pad_token_id + 1"
-        },
+    padding_free: bool = option(
+        False,
+        "padding-free batches (DataCollatorWithFlattening): each batch's blocks concatenated into one row, "
+        "position_ids restarting at 0 per block, run packed (unpad_tokens during training: each block's attention "
+        "over its own keys); the teacher then runs as hf_ffn's class of its family, FfnBert or FfnElectra "
+        "(upstream's would mix the blocks: they carry an all-ones attention_mask); not for the RoBERTa family, "
+        "whose positions count from pad_token_id + 1",
     )
 
     def __post_init__(self) -> None:
@@ -304,12 +281,7 @@ def check_arguments(
             without --max_steps or --max_train_tokens.
     """
     if heal_args.method == "end_to_end" and layerwise_args is not None:  # options the run would silently ignore
-        default = LayerwiseArguments()
-        ignored = [
-            f"--{f.name}"
-            for f in fields(LayerwiseArguments)
-            if getattr(layerwise_args, f.name) != getattr(default, f.name)
-        ]
+        ignored = [f"--{f.name}" for f in fields(LayerwiseArguments) if getattr(layerwise_args, f.name) != f.default]
         if ignored:
             raise ValueError(
                 f"{', '.join(ignored)} set the layer-wise stage, which --method end_to_end does not "
@@ -396,24 +368,16 @@ def run_healing(
 
     teacher, student, teacher_layers, trainable = load_models(heal_args, models, layerwise)
     main = training_args.process_index == 0
-    teacher_cache: list = []  # the teacher's outputs on the held-out snippets, computed once for before and after
-
-    def measure(when: str, student: torch.nn.Module) -> dict[str, Any] | None:
-        if not data.texts:
-            return None
-        labels = data.labels if heal_args.probe else None
-        return measure_agreement(
-            teacher.base_model,
-            student.base_model,
-            models.tokenizer,
-            data.texts,
-            labels,
-            max_length=heal_args.max_seq_length,
-            teacher_cache=teacher_cache,
-            progress=f"held-out agreement {when}",
-        )
-
-    before = measure("before", student) if main else None
+    measure = partial(  # measure(student base model, progress=...); the teacher's outputs computed once
+        measure_agreement,
+        teacher.base_model,
+        tokenizer=models.tokenizer,
+        texts=data.texts,
+        labels=data.labels if heal_args.probe else None,
+        max_length=heal_args.max_seq_length,
+        teacher_cache=[],
+    )
+    before = measure(student.base_model, progress="held-out agreement before") if main and data.texts else None
     callbacks = list(callbacks or [])
     if data.curve_texts and heal_args.curve_snippets:
         callbacks.append(
@@ -453,7 +417,7 @@ def run_healing(
             "curve_snippets": len(data.curve_texts),
         },
         "before": before,
-        "after": measure("after", student),
+        "after": measure(student.base_model, progress="held-out agreement after") if data.texts else None,
         "curve": [
             {"step": e["step"], **{k[len("heldout_") :]: v for k, v in e.items() if k.startswith("heldout_")}}
             for e in history
@@ -477,14 +441,12 @@ def run_healing(
 def healing_summary(healing: dict) -> str:
     """The one line a healing run ends with: cosine to the teacher and probe difference before → after, time, folder."""
     before, after = healing.get("before") or {}, healing.get("after") or {}
-    if before and after:
-        cosine = f"cosine {before['agreement']['cosine_mean']:.4f} → {after['agreement']['cosine_mean']:.4f}"
-    else:
-        cosine = "cosine not measured (no --eval_data)"
-    if "probe" in before and "probe" in after:
-        probe = f"probe Δ {before['probe']['difference']:+.4f} → {after['probe']['difference']:+.4f}"
-    else:
-        probe = "no probe"
+    b, a = before.get("agreement"), after.get("agreement")
+    cosine = (
+        f"cosine {b['cosine_mean']:.4f} → {a['cosine_mean']:.4f}" if b and a else "cosine not measured (no --eval_data)"
+    )
+    b, a = before.get("probe"), after.get("probe")
+    probe = f"probe Δ {b['difference']:+.4f} → {a['difference']:+.4f}" if b and a else "no probe"
     return (
         f"healed: {cosine}, {probe}, {healing['wall_seconds']:.0f} s; saved to {healing['healed_dir']} "
         f"(record: {HEALING_FILE})"
