@@ -8,9 +8,8 @@ Loss (`DistillationLoss`), at real tokens (attention_mask 1) only:
             output and each layer's output, as TinyBERT's hidden-state loss, Jiao et al. 2020, Eq. 7-9)
     + w · T² · KL(softmax(z_t / T) ‖ softmax(z_s / T))   on MLM logits (Hinton et al. 2015), when w > 0
 
-MSE is the default: it drives |Δ| to 0 (and the cosine to 1), while a cosine loss (DistilBERT, Sanh et al. 2019) leaves
-each hidden state's norm free. The student is distilled with dropout off (`dropout_off`) and the teacher in eval mode:
-the target is the teacher's inference function, and a student equal to it gets loss and gradients exactly 0.
+MSE drives |Δ| to 0; a cosine loss (DistilBERT, Sanh et al. 2019) leaves each norm free. Dropout is off in the student
+and the teacher is in eval mode, so a student equal to the teacher gets loss and gradients exactly 0.
 """
 
 from __future__ import annotations
@@ -33,9 +32,8 @@ if TYPE_CHECKING:
 
 HIDDEN_LOSSES = ("mse", "cosine")
 LAYER_CHOICES = ("last", "all")
-# Which parameters train (`select_trainable`): the FFNs; the FFNs and every LayerNorm; every encoder layer and
-# final_norm; or everything the loss reaches (embeddings, encoder, the MLM head with the KL term). Never the pooler,
-# nor a head outside the base model (a classifier, ELECTRA's discriminator head, BERT's next-sentence head).
+# Which parameters train (`select_trainable`; docs/healing.md, "Methods"): the FFNs; with every LayerNorm; every
+# encoder layer and final_norm; everything the loss reaches.
 TRAIN_PARTS = ("ffn", "ffn_norms", "encoder", "all")
 # The MLM heads the KL term reads (`encoder_outputs`' logits), in-memory names: BERT's `cls.predictions` (also
 # FfnBertForPreTraining's; not its `cls.seq_relationship`), RoBERTa's `lm_head`, ELECTRA's generator head.
@@ -93,12 +91,6 @@ def _set_during(objects: list[Any], name: str, value: Any) -> Iterator[None]:
 def dropout_off(model: nn.Module) -> contextlib.AbstractContextManager[None]:
     """Set `p = 0` on every `nn.Dropout` of `model` for the block, then restore each."""
     return _set_during([module for module in model.modules() if isinstance(module, nn.Dropout)], "p", 0.0)
-
-
-def unpadded(*models: nn.Module) -> contextlib.AbstractContextManager[None]:
-    """Set `config.unpad_tokens = True` on each model for the block (padding-free batches then run packed,
-    docs/unpadded.md), then restore each value."""
-    return _set_during([model.config for model in models], "unpad_tokens", True)
 
 
 @dataclass(frozen=True)
@@ -226,7 +218,9 @@ def distill(
         distillation_loss=heal_args.loss,
         callbacks=[*callbacks, *([time_budget] if time_budget else [])],
     )
-    with dropout_off(student), unpadded(teacher, student) if heal_args.padding_free else contextlib.nullcontext():
+    # padding-free batches run packed (unpad_tokens: each block's attention over its own keys, docs/unpadded.md)
+    unpadded = _set_during([teacher.config, student.config], "unpad_tokens", True)
+    with dropout_off(student), unpadded if heal_args.padding_free else contextlib.nullcontext():
         train_output = trainer.train(resume_from_checkpoint=resume)
     student = trainer.accelerator.unwrap_model(trainer.model).eval()  # under FSDP trainer.model is the wrapper
     state = trainer.state

@@ -1,17 +1,8 @@
-"""Layer-wise healing (`hf-ffn heal --method layerwise`): fit each converted layer to its teacher layer, one after
-another, on calibration blocks (Kwon et al. 2022; MOHAWK, Bick et al. 2024; Minitron, Muralidharan et al. 2024).
-
-    ffn    the FFN alone on the teacher FFN's own input x and output y: down_proj in closed form (ridge least
-           squares), Adam on gate/up/down (down re-solved every `--layerwise_refit_every` steps), down solved once
-           more; the closed form is kept if the steps did worse ("ffn_kept").
-    layer  the ffn fit where the LayerNorms sit alike, then Adam on the whole layer so that layer(input) ≈ h_i (kept
-           only if it lowers the error, "layer_kept"). `--layerwise_stream free` compares a Pre-LN student's stream
-           with a Post-LN teacher's after a LayerNorm without affine part. The last layer of a Pre-LN student is
-           fitted through `final_norm`, whose γ, β are then set by per-coordinate least squares.
-
-Memory: at most `HELD_TENSORS` float32 (tokens, hidden) tensors, capped by `--layerwise_memory_mb`. Each finished
-fit is saved in `work_dir` (`layer-<i>.safetensors`/`.json`, `final_norm.*`, with the arguments in
-`arguments.json`): a rerun with the same arguments resumes, one with others is refused. docs/healing.md.
+"""Layer-wise healing (`hf-ffn heal --method layerwise`; docs/healing.md, "Methods"): each converted layer fitted to
+its teacher layer, one after another, on calibration blocks (Kwon et al. 2022; MOHAWK, Bick et al. 2024; Minitron,
+Muralidharan et al. 2024): `fit_ffn` (closed-form down projection, Adam, closed form again), `fit_whole_layer`,
+`fit_final_norm`. At most `HELD_TENSORS` float32 (tokens, hidden) tensors are held. Each finished fit is saved in
+`work_dir` with its arguments (`arguments.json`): a rerun with the same ones resumes, one with others is refused.
 """
 
 from __future__ import annotations
@@ -259,12 +250,7 @@ def normalized(x: torch.Tensor) -> torch.Tensor:
 
 
 def fit_whole_layer(
-    layer: nn.Module,
-    inputs: torch.Tensor,
-    target: torch.Tensor,
-    args: LayerwiseArguments,
-    seed: int,
-    view: nn.Module,
+    layer: nn.Module, inputs: torch.Tensor, target: torch.Tensor, args: LayerwiseArguments, seed: int, view: nn.Module
 ) -> dict:
     """Adam on every parameter of `layer` so that view(layer(inputs)) ≈ target, (blocks, seq, hidden) each; the
     layer is restored if that does not lower the relative squared error."""
