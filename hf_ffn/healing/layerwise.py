@@ -398,9 +398,11 @@ def heal_layerwise(
     args: LayerwiseArguments,
     work_dir: str | Path,
     seed: int = 0,
+    prepared: tuple[LayerwiseArguments, torch.Tensor, list[bool]] | None = None,
 ) -> dict[str, Any]:
     """Fit `student` (an hf_ffn base model, in place) layer by layer to `teacher` (one of the same family, depth and
-    hidden size) on the calibration blocks `input_ids` (blocks, seq), from `encoder_input`.
+    hidden size) on the calibration blocks `input_ids` (blocks, seq), from `encoder_input`. `prepared`: what
+    `prepare_layerwise` returned for these arguments, if a caller checked them already.
 
     Returns:
         {"arguments", "blocks", "tokens", "activation_bytes", "layers": one record per layer (errors before/after,
@@ -411,7 +413,8 @@ def heal_layerwise(
     """
     start = time.perf_counter()
     work_dir = Path(work_dir)
-    args, input_ids, same_norms = prepare_layerwise(student.config, teacher.config, input_ids, args, work_dir, seed)
+    prepared = prepared or prepare_layerwise(student.config, teacher.config, input_ids, args, work_dir, seed)
+    args, input_ids, same_norms = prepared
     logger.info("layer-wise healing on %d blocks × %d tokens (cap %.0f MB)", *input_ids.shape, args.layerwise_memory_mb)
     student.eval(), teacher.eval()  # dropout off: the target is the teacher's inference function
     records: list[dict] = []

@@ -361,11 +361,10 @@ def run_healing(
     resume = resume_checkpoint(training_args)
     layerwise = heal_args.method == "layerwise"
     data = read_data(heal_args, models.tokenizer, layerwise_args.layerwise_tokens if layerwise else None)
-    layerwise_dir = Path(training_args.output_dir) / "layerwise"
+    layerwise_dir, seed = Path(training_args.output_dir) / "layerwise", training_args.seed
     if layerwise:  # refuse a mismatched resume before loading or measuring a model
         config = models.student_config, models.teacher_config
-        prepare_layerwise(*config, data.calibration, layerwise_args, layerwise_dir, training_args.seed)
-
+        prepared = prepare_layerwise(*config, data.calibration, layerwise_args, layerwise_dir, seed)
     teacher, student, teacher_layers, trainable = load_models(heal_args, models, layerwise)
     main = training_args.process_index == 0
     measure = partial(  # measure(student base model, progress=...); the teacher's outputs computed once
@@ -388,7 +387,7 @@ def run_healing(
     layerwise_record = None
     if layerwise:
         layerwise_record = heal_layerwise(
-            student.base_model, teacher_layers, data.calibration, layerwise_args, layerwise_dir, training_args.seed
+            student.base_model, teacher_layers, data.calibration, layerwise_args, layerwise_dir, seed, prepared
         )
         del teacher_layers
     history, steps, train_seconds, stopped = [], 0, 0.0, False
