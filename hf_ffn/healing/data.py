@@ -59,22 +59,18 @@ def read_data(heal_args: HealArguments, tokenizer: PreTrainedTokenizerBase, cali
             return list(items)
         return [items[i] for i in sorted(np.random.default_rng(0).choice(len(items), size=size, replace=False))]
 
-    texts, labels = (
-        read_labelled_texts(
+    texts = labels = None
+    if heal_args.eval_data:
+        texts, labels = read_labelled_texts(
             heal_args.eval_data,
             text_column=heal_args.eval_text_column,
             label_column=heal_args.eval_label_column,
             split=heal_args.eval_split,
             argument="--eval_data",
         )
-        if heal_args.eval_data
-        else (None, None)
-    )
     if texts and heal_args.max_eval_snippets:
-        texts, labels = (
-            subset(texts, heal_args.max_eval_snippets),
-            labels and subset(labels, heal_args.max_eval_snippets),
-        )
+        size = heal_args.max_eval_snippets
+        texts, labels = subset(texts, size), labels and subset(labels, size)
         counts = {label: labels.count(label) for label in sorted(set(labels), key=str)} if labels else {}
         if heal_args.probe and counts and min(counts.values()) < PROBE_FOLDS:
             raise ValueError(

@@ -75,22 +75,60 @@ def select_trainable(model: nn.Module, parts: str, with_head: bool = False) -> l
     return names
 
 
-@contextlib.contextmanager
-def _set_during(objects: list[Any], name: str, value: Any) -> Iterator[None]:
-    """Set attribute `name` of each object to `value` for the block, then restore each."""
-    saved = [(obj, getattr(obj, name)) for obj in objects]
-    for obj, _ in saved:
-        setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        for obj, old in saved:
-            setattr(obj, name, old)
+def distill(
+    student: nn.Module,
+    teacher: nn.Module,
+    blocks,
+    heal_args: HealArguments,
+    training_args: TrainingArguments,
+    callbacks: list,
+    resume: str | None,
+) -> tuple[nn.Module, list[dict], int, float, bool]:
+    """Distil `student` from `teacher` on `blocks`, dropout off (with --padding_free: packed batches, run unpadded),
+    stopped after --max_train_minutes if given.
+
+    Returns:
+        (the student, unwrapped, in eval mode; Trainer's log_history; steps; train seconds; stopped by the time budget).
+    """
+    time_budget = TimeBudgetCallback(heal_args.max_train_minutes) if heal_args.max_train_minutes else None
+    trainer = DistillationTrainer(
+        model=student,
+        args=training_args,
+        train_dataset=blocks,
+        data_collator=PaddingFreeCollator() if heal_args.padding_free else default_data_collator,  # blocks: one row
+        teacher=teacher,
+        distillation_loss=heal_args.loss,
+        callbacks=[*callbacks, *([time_budget] if time_budget else [])],
+    )
+    # padding-free batches run packed (unpad_tokens: each block's attention over its own keys, docs/unpadded.md)
+    unpadded = _set_during([teacher.config, student.config], "unpad_tokens", True)
+    with dropout_off(student), unpadded if heal_args.padding_free else contextlib.nullcontext():
+        train_output = trainer.train(resume_from_checkpoint=resume)
+    student = trainer.accelerator.unwrap_model(trainer.model).eval()  # under FSDP trainer.model is the wrapper
+    state = trainer.state
+    stopped = bool(time_budget and time_budget.stopped)
+    return student, state.log_history, state.global_step, train_output.metrics["train_runtime"], stopped
 
 
-def dropout_off(model: nn.Module) -> contextlib.AbstractContextManager[None]:
-    """Set `p = 0` on every `nn.Dropout` of `model` for the block, then restore each."""
-    return _set_during([module for module in model.modules() if isinstance(module, nn.Dropout)], "p", 0.0)
+class DistillationTrainer(Trainer):
+    """`Trainer` whose loss (`compute_loss`, the only override) is `DistillationLoss` between the student (`model`)
+    and a frozen, unwrapped `teacher`; a mean over real tokens, so Trainer divides it by the accumulation steps."""
+
+    def __init__(self, *args, teacher: nn.Module, distillation_loss: DistillationLoss, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.teacher = teacher.to(self.args.device).eval().requires_grad_(False)
+        self.distillation_loss = distillation_loss
+        self.loss_is_scaled_for_ga = False
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        inputs = {k: v for k, v in inputs.items() if k in MODEL_INPUTS}
+        loss_fn = self.distillation_loss
+        all_layers = loss_fn.layers == "all"
+        with torch.no_grad():
+            teacher = encoder_outputs(self.teacher, self.teacher.base_model, inputs, all_layers)
+        student = encoder_outputs(model, self.accelerator.unwrap_model(model).base_model, inputs, all_layers)
+        loss = loss_fn(student, teacher, inputs["attention_mask"])
+        return (loss, student) if return_outputs else loss
 
 
 @dataclass(frozen=True)
@@ -172,57 +210,19 @@ class TimeBudgetCallback(TrainerCallback):
         return control
 
 
-class DistillationTrainer(Trainer):
-    """`Trainer` whose loss (`compute_loss`, the only override) is `DistillationLoss` between the student (`model`)
-    and a frozen, unwrapped `teacher`; a mean over real tokens, so Trainer divides it by the accumulation steps."""
-
-    def __init__(self, *args, teacher: nn.Module, distillation_loss: DistillationLoss, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.teacher = teacher.to(self.args.device).eval().requires_grad_(False)
-        self.distillation_loss = distillation_loss
-        self.loss_is_scaled_for_ga = False
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        inputs = {k: v for k, v in inputs.items() if k in MODEL_INPUTS}
-        loss_fn = self.distillation_loss
-        all_layers = loss_fn.layers == "all"
-        with torch.no_grad():
-            teacher = encoder_outputs(self.teacher, self.teacher.base_model, inputs, all_layers)
-        student = encoder_outputs(model, self.accelerator.unwrap_model(model).base_model, inputs, all_layers)
-        loss = loss_fn(student, teacher, inputs["attention_mask"])
-        return (loss, student) if return_outputs else loss
+def dropout_off(model: nn.Module) -> contextlib.AbstractContextManager[None]:
+    """Set `p = 0` on every `nn.Dropout` of `model` for the block, then restore each."""
+    return _set_during([module for module in model.modules() if isinstance(module, nn.Dropout)], "p", 0.0)
 
 
-def distill(
-    student: nn.Module,
-    teacher: nn.Module,
-    blocks,
-    heal_args: HealArguments,
-    training_args: TrainingArguments,
-    callbacks: list,
-    resume: str | None,
-) -> tuple[nn.Module, list[dict], int, float, bool]:
-    """Distil `student` from `teacher` on `blocks`, dropout off (with --padding_free: packed batches, run unpadded),
-    stopped after --max_train_minutes if given.
-
-    Returns:
-        (the student, unwrapped, in eval mode; Trainer's log_history; steps; train seconds; stopped by the time budget).
-    """
-    time_budget = TimeBudgetCallback(heal_args.max_train_minutes) if heal_args.max_train_minutes else None
-    trainer = DistillationTrainer(
-        model=student,
-        args=training_args,
-        train_dataset=blocks,
-        data_collator=PaddingFreeCollator() if heal_args.padding_free else default_data_collator,  # blocks: one row
-        teacher=teacher,
-        distillation_loss=heal_args.loss,
-        callbacks=[*callbacks, *([time_budget] if time_budget else [])],
-    )
-    # padding-free batches run packed (unpad_tokens: each block's attention over its own keys, docs/unpadded.md)
-    unpadded = _set_during([teacher.config, student.config], "unpad_tokens", True)
-    with dropout_off(student), unpadded if heal_args.padding_free else contextlib.nullcontext():
-        train_output = trainer.train(resume_from_checkpoint=resume)
-    student = trainer.accelerator.unwrap_model(trainer.model).eval()  # under FSDP trainer.model is the wrapper
-    state = trainer.state
-    stopped = bool(time_budget and time_budget.stopped)
-    return student, state.log_history, state.global_step, train_output.metrics["train_runtime"], stopped
+@contextlib.contextmanager
+def _set_during(objects: list[Any], name: str, value: Any) -> Iterator[None]:
+    """Set attribute `name` of each object to `value` for the block, then restore each."""
+    saved = [(obj, getattr(obj, name)) for obj in objects]
+    for obj, _ in saved:
+        setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        for obj, old in saved:
+            setattr(obj, name, old)

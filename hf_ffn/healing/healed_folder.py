@@ -17,20 +17,16 @@ from ..files import atomic_output_dir
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".ckpt", ".onnx")
 
 
-def save_healed(folder: Path, student, tokenizer, student_dir: str, teacher: torch.nn.Module, healing: dict) -> None:
-    """Write the healed folder atomically, the difference re-measured against `teacher` (loaded from
-    `healing["teacher"]`)."""
-    teacher_path = healing["teacher"]
-    file = Path(student_dir) / REPORT_FILE
-    if file.is_file():
-        data = json.loads(file.read_text())
+def save_healed(folder: Path, student, tokenizer, teacher: torch.nn.Module, healing: dict) -> None:
+    """Write the healed folder atomically: the student (from `healing["student"]`) with the difference re-measured
+    against `teacher` (loaded from `healing["teacher"]`)."""
+    student_dir, teacher_path = Path(healing["student"]), healing["teacher"]
+    if (student_dir / REPORT_FILE).is_file():
+        data = json.loads((student_dir / REPORT_FILE).read_text())
         previous, report = data.pop("healing", None), ConversionReport(**data)  # an earlier healing of this student
     else:  # a minimal report naming the teacher
-        model_class = type(student).__name__
-        previous, report = (
-            None,
-            ConversionReport(source=teacher_path, model_class=model_class, init="unknown", exact=False),
-        )
+        report = ConversionReport(source=teacher_path, model_class=type(student).__name__, init="unknown", exact=False)
+        previous = None
     if previous is not None:
         healing = {**healing, "previous": previous}
     healing["fixed_input_difference_before"] = report.difference
@@ -43,9 +39,9 @@ def save_healed(folder: Path, student, tokenizer, student_dir: str, teacher: tor
             tokenizer=tokenizer,
             report_extra={"healing": healing},
             card_section=healing_section(healing),
-            model_name=f"{Path(student_dir).name}-healed",
+            model_name=f"{student_dir.name}-healed",
         )
-        keep_student_files(Path(student_dir), Path(tmp))
+        keep_student_files(student_dir, Path(tmp))
 
 
 def keep_student_files(student_dir: Path, healed: Path) -> None:

@@ -22,6 +22,30 @@ PROBE_C = 1.0  # scikit-learn's default inverse L2 strength, on standardised fea
 PROBE_MAX_ITER = 2000  # lbfgs converges in a few hundred iterations on 384 standardised features; margin above
 
 
+def measure_agreement(
+    teacher: nn.Module,
+    student: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    labels: Sequence[Any] | None = None,
+    **kwargs,
+) -> dict[str, Any]:
+    """`compare_to_teacher` (`kwargs`: its keywords), plus with `labels` both `linear_probe`s and their per-fold
+    difference (student − teacher)."""
+    metrics, teacher_emb, student_emb = compare_to_teacher(teacher, student, tokenizer, texts, **kwargs)
+    result: dict[str, Any] = {"agreement": metrics}
+    if labels is not None:
+        teacher_probe, student_probe = linear_probe(teacher_emb, labels), linear_probe(student_emb, labels)
+        differences = np.subtract(student_probe["folds"], teacher_probe["folds"])
+        result["probe"] = {
+            "teacher": teacher_probe,
+            "student": student_probe,
+            "difference": float(differences.mean()),
+            "difference_std": float(differences.std()),
+        }
+    return result
+
+
 @torch.no_grad()
 def compare_to_teacher(
     teacher: nn.Module,
@@ -131,30 +155,6 @@ def linear_probe(
             "classifier": "sklearn LogisticRegression (lbfgs, L2)",
         },
     }
-
-
-def measure_agreement(
-    teacher: nn.Module,
-    student: nn.Module,
-    tokenizer: PreTrainedTokenizerBase,
-    texts: Sequence[str],
-    labels: Sequence[Any] | None = None,
-    **kwargs,
-) -> dict[str, Any]:
-    """`compare_to_teacher` (`kwargs`: its keywords), plus with `labels` both `linear_probe`s and their per-fold
-    difference (student − teacher)."""
-    metrics, teacher_emb, student_emb = compare_to_teacher(teacher, student, tokenizer, texts, **kwargs)
-    result: dict[str, Any] = {"agreement": metrics}
-    if labels is not None:
-        teacher_probe, student_probe = linear_probe(teacher_emb, labels), linear_probe(student_emb, labels)
-        differences = np.subtract(student_probe["folds"], teacher_probe["folds"])
-        result["probe"] = {
-            "teacher": teacher_probe,
-            "student": student_probe,
-            "difference": float(differences.mean()),
-            "difference_std": float(differences.std()),
-        }
-    return result
 
 
 class AgreementCallback(TrainerCallback):

@@ -44,6 +44,10 @@ from .metrics import AgreementCallback, measure_agreement
 
 MLM_CLASSES = ("FfnBertForMaskedLM", "FfnBertForPreTraining", "FfnRobertaForMaskedLM", "FfnElectraForMaskedLM")
 HEALING_FILE = "healing.json"  # the run's whole record, in --output_dir
+TRAINING_KEYS = (  # the TrainingArguments the record keeps
+    "learning_rate max_steps num_train_epochs per_device_train_batch_size gradient_accumulation_steps world_size "
+    "warmup_steps lr_scheduler_type weight_decay seed bf16"
+).split()
 
 
 @dataclass
@@ -159,184 +163,6 @@ class HealArguments:
             raise ValueError(f"--max_seq_length must be > 2, got {self.max_seq_length}")
 
 
-@dataclass
-class HealModels:
-    """What `check_models` read, each once (the teacher's tokenizer is only compared)."""
-
-    teacher: str
-    teacher_family: Family
-    teacher_config: PretrainedConfig
-    student_config: FfnBertConfig
-    student_class: type[FfnBertPreTrainedModel]
-    tokenizer: PreTrainedTokenizerBase
-
-
-def check_models(heal_args: HealArguments) -> HealModels:
-    """Check that teacher and student fit, reading each config and tokenizer once.
-
-    Raises:
-        FileNotFoundError: student or teacher folder missing.
-        ValueError: no teacher given or recorded; families, vocabularies, hidden sizes or (`--layers all`) LayerNorm
-            placements differ; --max_seq_length too long; the KL term without an MLM head.
-    """
-    check_checkpoint(heal_args.student, "--student")
-    student = Path(heal_args.student)
-    if not student.is_dir():
-        raise FileNotFoundError(f"--student: no such folder: {heal_args.student} (the student is a local folder)")
-    teacher = heal_args.teacher if heal_args.teacher is not None else conversion_source(student)
-    if teacher is None:
-        raise ValueError(f"--teacher not given and --student {str(student)!r} has no {REPORT_FILE} naming its source")
-    check_checkpoint(teacher, "--teacher")
-    s_config = AutoConfig.from_pretrained(student)  # FfnBertConfig, FfnRobertaConfig (converted folders)
-    if not isinstance(s_config, FfnBertConfig):  # a plain upstream folder, or one of no supported family (raises)
-        s_config = checkpoint_family(str(student), "--student").config_class.from_pretrained(student)
-    t_family = checkpoint_family(teacher, "--teacher")
-    if type(s_config) is not t_family.config_class:
-        raise ValueError(
-            f"--student {str(student)!r} is a {s_config.model_type} folder, --teacher {teacher!r} of the "
-            f"{t_family.upstream_type} family; distillation pairs a conversion with its own source"
-        )
-    if heal_args.padding_free and isinstance(s_config, FfnRobertaConfig):
-        raise ValueError(
-            f"--padding_free: --student {str(student)!r} is a {s_config.model_type} folder, whose positions count "
-            f"from pad_token_id + 1, which the padding-free collator does not give; allowed: BERT and ELECTRA "
-            f"checkpoints (positions from 0)"
-        )
-    try:
-        t_config = AutoConfig.from_pretrained(teacher)
-    except OSError as error:
-        raise FileNotFoundError(f"--teacher: cannot load a config from {teacher!r} ({error})") from error
-    for name in ("vocab_size", "hidden_size"):
-        if getattr(t_config, name) != getattr(s_config, name):
-            raise ValueError(
-                f"teacher and student differ in {name}: teacher {teacher!r} has {getattr(t_config, name)}, student "
-                f"{str(student)!r} has {getattr(s_config, name)}; distillation compares hidden states token by "
-                f"token, so both must be equal"
-            )
-    if heal_args.layers == "all":
-        t_lns = getattr(t_config, "layer_norm_positions", ["post"] * t_config.num_hidden_layers)
-        if t_lns != s_config.layer_norm_positions:
-            raise ValueError(
-                f"--layers all compares every hidden state, but the LayerNorm placement differs (teacher {t_lns}, "
-                f"student {s_config.layer_norm_positions}): a Pre-LN layer's output is the un-normalised residual "
-                f"stream, a Post-LN one's is normalised; use --layers last"
-            )
-    if heal_args.max_seq_length > usable_positions(s_config):
-        raise ValueError(
-            f"--max_seq_length {heal_args.max_seq_length}: a sequence of --student {str(student)!r} holds at most "
-            f"{usable_positions(s_config)} tokens (max_position_embeddings {s_config.max_position_embeddings}); "
-            f"give at most that"
-        )
-    student_class = ffn_class_for(s_config)
-    if heal_args.mlm_kl_weight > 0 and student_class.__name__ not in MLM_CLASSES:
-        raise ValueError(
-            f"--mlm_kl_weight > 0 needs an MLM head on the student; {str(student)!r} is a "
-            f"{student_class.__name__} (allowed: {', '.join(MLM_CLASSES)})"
-        )
-    tokenizer = load_tokenizer(student, "--student", config=s_config)
-    t_tokenizer = load_tokenizer(teacher, "--teacher", config=t_config)
-    t_vocab, s_vocab = t_tokenizer.get_vocab(), tokenizer.get_vocab()
-    if t_vocab != s_vocab:
-        only = sorted(set(s_vocab.items()) ^ set(t_vocab.items()))[:5]
-        raise ValueError(
-            f"teacher {teacher!r} and student {str(student)!r} tokenizers differ ({len(t_vocab)} vs "
-            f"{len(s_vocab)} tokens; e.g. {only}); distillation needs the same vocabulary"
-        )
-    return HealModels(teacher, t_family, t_config, s_config, student_class, tokenizer)
-
-
-def load_teacher(
-    teacher: str, with_head: bool, config: PretrainedConfig | None = None, padding_free: bool = False
-) -> torch.nn.Module:
-    """The teacher, eval mode, frozen: the checkpoint's class (upstream's or hf_ffn's); with `padding_free` hf_ffn's
-    class of its family, which keeps the sequences of a padding-free batch apart where upstream's may not.
-
-    Raises:
-        CheckpointNotLoadedError: as `hf_ffn.checkpoints.load_pretrained`.
-        ValueError: if the MLM head would be newly initialised.
-    """
-    auto = AutoModelForMaskedLM if with_head else AutoModel
-    if padding_free:
-        family = checkpoint_family(teacher, "--teacher")
-        auto = family.ffn_class("AutoModelForMaskedLM" if with_head else "AutoModel")
-        if config is not None and not isinstance(config, family.config_class):  # an upstream checkpoint's config
-            config = family.config_class.from_dict(config.to_dict())
-    model, info = load_pretrained(auto, teacher, "--teacher", config=config)
-    if with_head and info["missing_keys"]:
-        raise ValueError(
-            f"--mlm_kl_weight > 0 needs the teacher's MLM head, but {teacher!r} lacks {sorted(info['missing_keys'])}"
-        )
-    return model.eval().requires_grad_(False)
-
-
-def check_arguments(
-    heal_args: HealArguments, training_args: TrainingArguments, layerwise_args: LayerwiseArguments | None
-) -> tuple[LayerwiseArguments, int]:
-    """The options that only make sense together: layer-wise ones only with --method layerwise; --max_train_tokens
-    sets --max_steps; a stream needs --max_steps. Returns `layerwise_args` (the defaults for None) and the training
-    tokens per optimizer step.
-
-    Raises:
-        ValueError: a layer-wise option with --method end_to_end; --max_train_tokens with --max_steps; --streaming
-            without --max_steps or --max_train_tokens.
-    """
-    if heal_args.method == "end_to_end" and layerwise_args is not None:  # options the run would silently ignore
-        ignored = [f"--{f.name}" for f in fields(LayerwiseArguments) if getattr(layerwise_args, f.name) != f.default]
-        if ignored:
-            raise ValueError(
-                f"{', '.join(ignored)} set the layer-wise stage, which --method end_to_end does not "
-                f"run; remove them, or use --method layerwise"
-            )
-    per_step = (
-        heal_args.max_seq_length
-        * training_args.train_batch_size
-        * training_args.gradient_accumulation_steps
-        * training_args.world_size
-    )
-    if heal_args.max_train_tokens is not None:  # ceil(N / tokens per optimizer step)
-        if training_args.max_steps > 0:
-            raise ValueError(
-                f"--max_train_tokens {heal_args.max_train_tokens} and --max_steps {training_args.max_steps} both set "
-                f"the end-to-end stage's length; give one"
-            )
-        training_args.max_steps = -(-heal_args.max_train_tokens // per_step)
-    if heal_args.streaming and training_args.max_steps <= 0:
-        raise ValueError(
-            "--streaming: a stream has no length, so the end-to-end stage needs --max_steps or --max_train_tokens"
-        )
-    return layerwise_args or LayerwiseArguments(), per_step
-
-
-TRAINING_KEYS = (  # the TrainingArguments the record keeps
-    "learning_rate max_steps num_train_epochs per_device_train_batch_size gradient_accumulation_steps world_size "
-    "warmup_steps lr_scheduler_type weight_decay seed bf16"
-).split()
-
-
-def load_models(
-    heal_args: HealArguments, models: HealModels, layerwise: bool
-) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Module | None, set[str]]:
-    """The teacher (`load_teacher`), the student with its trainable parameters selected (`select_trainable`, before
-    either stage), and for the layer-wise stage the teacher as hf_ffn's base model of its family (FfnBert layers)."""
-    with_head = heal_args.mlm_kl_weight > 0
-    teacher = load_teacher(models.teacher, with_head, models.teacher_config, heal_args.padding_free)
-    # no "not function-preserving: heal it" warning: this is the healing
-    student, _ = load_pretrained(
-        models.student_class,
-        heal_args.student,
-        "--student",
-        config=models.student_config,
-        warn_not_function_preserving=False,
-    )
-    teacher_layers = None
-    if layerwise:
-        with quiet_transformers():
-            family = models.teacher_family
-            no_pooler = {"add_pooling_layer": False} if family.has_pooler else {}  # ELECTRA has none
-            teacher_layers, _ = load_pretrained(family.heads[0].ffn_bert, models.teacher, "--teacher", **no_pooler)
-    return teacher, student, teacher_layers, set(select_trainable(student, heal_args.train_parts, with_head))
-
-
 @one_run_per_output_dir
 def run_healing(
     heal_args: HealArguments,
@@ -429,12 +255,184 @@ def run_healing(
         "wall_seconds": time.perf_counter() - start,
         "healed_dir": str(healed_dir),
     }
-    save_healed(healed_dir, student.cpu(), models.tokenizer, heal_args.student, teacher.cpu(), healing)
+    save_healed(healed_dir, student.cpu(), models.tokenizer, teacher.cpu(), healing)
     record = Path(training_args.output_dir) / HEALING_FILE
     record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text(json.dumps(healing, indent=2, default=str) + "\n", encoding="utf-8")
     print(healing_summary(healing), flush=True)
     return healing
+
+
+def check_arguments(
+    heal_args: HealArguments, training_args: TrainingArguments, layerwise_args: LayerwiseArguments | None
+) -> tuple[LayerwiseArguments, int]:
+    """The options that only make sense together: layer-wise ones only with --method layerwise; --max_train_tokens
+    sets --max_steps; a stream needs --max_steps. Returns `layerwise_args` (the defaults for None) and the training
+    tokens per optimizer step.
+
+    Raises:
+        ValueError: a layer-wise option with --method end_to_end; --max_train_tokens with --max_steps; --streaming
+            without --max_steps or --max_train_tokens.
+    """
+    if heal_args.method == "end_to_end" and layerwise_args is not None:  # options the run would silently ignore
+        ignored = [f"--{f.name}" for f in fields(LayerwiseArguments) if getattr(layerwise_args, f.name) != f.default]
+        if ignored:
+            raise ValueError(
+                f"{', '.join(ignored)} set the layer-wise stage, which --method end_to_end does not "
+                f"run; remove them, or use --method layerwise"
+            )
+    per_step = (
+        heal_args.max_seq_length
+        * training_args.train_batch_size
+        * training_args.gradient_accumulation_steps
+        * training_args.world_size
+    )
+    if heal_args.max_train_tokens is not None:  # ceil(N / tokens per optimizer step)
+        if training_args.max_steps > 0:
+            raise ValueError(
+                f"--max_train_tokens {heal_args.max_train_tokens} and --max_steps {training_args.max_steps} both set "
+                f"the end-to-end stage's length; give one"
+            )
+        training_args.max_steps = -(-heal_args.max_train_tokens // per_step)
+    if heal_args.streaming and training_args.max_steps <= 0:
+        raise ValueError(
+            "--streaming: a stream has no length, so the end-to-end stage needs --max_steps or --max_train_tokens"
+        )
+    return layerwise_args or LayerwiseArguments(), per_step
+
+
+@dataclass
+class HealModels:
+    """What `check_models` read, each once (the teacher's tokenizer is only compared)."""
+
+    teacher: str
+    teacher_family: Family
+    teacher_config: PretrainedConfig
+    student_config: FfnBertConfig
+    student_class: type[FfnBertPreTrainedModel]
+    tokenizer: PreTrainedTokenizerBase
+
+
+def check_models(heal_args: HealArguments) -> HealModels:
+    """Check that teacher and student fit, reading each config and tokenizer once.
+
+    Raises:
+        FileNotFoundError: student or teacher folder missing.
+        ValueError: no teacher given or recorded; families, vocabularies, hidden sizes or (`--layers all`) LayerNorm
+            placements differ; --max_seq_length too long; the KL term without an MLM head.
+    """
+    check_checkpoint(heal_args.student, "--student")
+    student = Path(heal_args.student)
+    if not student.is_dir():
+        raise FileNotFoundError(f"--student: no such folder: {heal_args.student} (the student is a local folder)")
+    teacher = heal_args.teacher if heal_args.teacher is not None else conversion_source(student)
+    if teacher is None:
+        raise ValueError(f"--teacher not given and --student {str(student)!r} has no {REPORT_FILE} naming its source")
+    check_checkpoint(teacher, "--teacher")
+    s_config = AutoConfig.from_pretrained(student)  # FfnBertConfig, FfnRobertaConfig (converted folders)
+    if not isinstance(s_config, FfnBertConfig):  # a plain upstream folder, or one of no supported family (raises)
+        s_config = checkpoint_family(str(student), "--student").config_class.from_pretrained(student)
+    t_family = checkpoint_family(teacher, "--teacher")
+    if type(s_config) is not t_family.config_class:
+        raise ValueError(
+            f"--student {str(student)!r} is a {s_config.model_type} folder, --teacher {teacher!r} of the "
+            f"{t_family.upstream_type} family; distillation pairs a conversion with its own source"
+        )
+    if heal_args.padding_free and isinstance(s_config, FfnRobertaConfig):
+        raise ValueError(
+            f"--padding_free: --student {str(student)!r} is a {s_config.model_type} folder, whose positions count "
+            f"from pad_token_id + 1, which the padding-free collator does not give; allowed: BERT and ELECTRA "
+            f"checkpoints (positions from 0)"
+        )
+    try:
+        t_config = AutoConfig.from_pretrained(teacher)
+    except OSError as error:
+        raise FileNotFoundError(f"--teacher: cannot load a config from {teacher!r} ({error})") from error
+    for name in ("vocab_size", "hidden_size"):
+        if getattr(t_config, name) != getattr(s_config, name):
+            raise ValueError(
+                f"teacher and student differ in {name}: teacher {teacher!r} has {getattr(t_config, name)}, student "
+                f"{str(student)!r} has {getattr(s_config, name)}; distillation compares hidden states token by "
+                f"token, so both must be equal"
+            )
+    if heal_args.layers == "all":
+        t_lns = getattr(t_config, "layer_norm_positions", ["post"] * t_config.num_hidden_layers)
+        if t_lns != s_config.layer_norm_positions:
+            raise ValueError(
+                f"--layers all compares every hidden state, but the LayerNorm placement differs (teacher {t_lns}, "
+                f"student {s_config.layer_norm_positions}): a Pre-LN layer's output is the un-normalised residual "
+                f"stream, a Post-LN one's is normalised; use --layers last"
+            )
+    if heal_args.max_seq_length > usable_positions(s_config):
+        raise ValueError(
+            f"--max_seq_length {heal_args.max_seq_length}: a sequence of --student {str(student)!r} holds at most "
+            f"{usable_positions(s_config)} tokens (max_position_embeddings {s_config.max_position_embeddings}); "
+            f"give at most that"
+        )
+    student_class = ffn_class_for(s_config)
+    if heal_args.mlm_kl_weight > 0 and student_class.__name__ not in MLM_CLASSES:
+        raise ValueError(
+            f"--mlm_kl_weight > 0 needs an MLM head on the student; {str(student)!r} is a "
+            f"{student_class.__name__} (allowed: {', '.join(MLM_CLASSES)})"
+        )
+    tokenizer = load_tokenizer(student, "--student", config=s_config)
+    t_tokenizer = load_tokenizer(teacher, "--teacher", config=t_config)
+    t_vocab, s_vocab = t_tokenizer.get_vocab(), tokenizer.get_vocab()
+    if t_vocab != s_vocab:
+        only = sorted(set(s_vocab.items()) ^ set(t_vocab.items()))[:5]
+        raise ValueError(
+            f"teacher {teacher!r} and student {str(student)!r} tokenizers differ ({len(t_vocab)} vs "
+            f"{len(s_vocab)} tokens; e.g. {only}); distillation needs the same vocabulary"
+        )
+    return HealModels(teacher, t_family, t_config, s_config, student_class, tokenizer)
+
+
+def load_models(
+    heal_args: HealArguments, models: HealModels, layerwise: bool
+) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Module | None, set[str]]:
+    """The teacher (`load_teacher`), the student with its trainable parameters selected (`select_trainable`, before
+    either stage), and for the layer-wise stage the teacher as hf_ffn's base model of its family (FfnBert layers)."""
+    with_head = heal_args.mlm_kl_weight > 0
+    teacher = load_teacher(models.teacher, with_head, models.teacher_config, heal_args.padding_free)
+    # no "not function-preserving: heal it" warning: this is the healing
+    student, _ = load_pretrained(
+        models.student_class,
+        heal_args.student,
+        "--student",
+        config=models.student_config,
+        warn_not_function_preserving=False,
+    )
+    teacher_layers = None
+    if layerwise:
+        with quiet_transformers():
+            family = models.teacher_family
+            no_pooler = {"add_pooling_layer": False} if family.has_pooler else {}  # ELECTRA has none
+            teacher_layers, _ = load_pretrained(family.heads[0].ffn_bert, models.teacher, "--teacher", **no_pooler)
+    return teacher, student, teacher_layers, set(select_trainable(student, heal_args.train_parts, with_head))
+
+
+def load_teacher(
+    teacher: str, with_head: bool, config: PretrainedConfig | None = None, padding_free: bool = False
+) -> torch.nn.Module:
+    """The teacher, eval mode, frozen: the checkpoint's class (upstream's or hf_ffn's); with `padding_free` hf_ffn's
+    class of its family, which keeps the sequences of a padding-free batch apart where upstream's may not.
+
+    Raises:
+        CheckpointNotLoadedError: as `hf_ffn.checkpoints.load_pretrained`.
+        ValueError: if the MLM head would be newly initialised.
+    """
+    auto = AutoModelForMaskedLM if with_head else AutoModel
+    if padding_free:
+        family = checkpoint_family(teacher, "--teacher")
+        auto = family.ffn_class("AutoModelForMaskedLM" if with_head else "AutoModel")
+        if config is not None and not isinstance(config, family.config_class):  # an upstream checkpoint's config
+            config = family.config_class.from_dict(config.to_dict())
+    model, info = load_pretrained(auto, teacher, "--teacher", config=config)
+    if with_head and info["missing_keys"]:
+        raise ValueError(
+            f"--mlm_kl_weight > 0 needs the teacher's MLM head, but {teacher!r} lacks {sorted(info['missing_keys'])}"
+        )
+    return model.eval().requires_grad_(False)
 
 
 def healing_summary(healing: dict) -> str:
