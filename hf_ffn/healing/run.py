@@ -231,11 +231,7 @@ def run_healing(
         "training": {k: getattr(getattr(training_args, k), "value", getattr(training_args, k)) for k in TRAINING_KEYS},
         "trainable_parameters": sum(p.numel() for n, p in student.named_parameters() if n in trainable),
         "train_parts": heal_args.train_parts,
-        "data": {
-            **data.summary,
-            "end_to_end_tokens": steps * per_step,
-            "stopped_by_time_budget": stopped,
-        },
+        "data": {**data.summary, "end_to_end_tokens": steps * per_step, "stopped_by_time_budget": stopped},
         "heldout": {
             "eval_data": heal_args.eval_data,
             "snippets": len(data.texts or []),
