@@ -26,6 +26,7 @@ from hf_ffn.healing import (
     linear_probe,
     run_healing,
 )
+from hf_ffn.healing import distill as distill_module
 from hf_ffn.healing import run as run_module
 from hf_ffn.healing.run import healing_summary
 from hf_ffn.parity import UPSTREAM_MASKS_PACKED_SEQUENCES, bundled_checkpoint
@@ -312,7 +313,7 @@ def test_bad_input_fails_before_training(setup, tmp_path, monkeypatch, case):
     def no_training(*args, **kwargs):
         raise AssertionError("training started")
 
-    monkeypatch.setattr(run_module, "DistillationTrainer", no_training)
+    monkeypatch.setattr(distill_module, "DistillationTrainer", no_training)
     with pytest.raises(error, match=message):
         run_healing(heal_args(setup, student, **overrides), training_args(tmp_path / "run"))
     assert not (tmp_path / "run" / "healed").exists()
@@ -324,7 +325,7 @@ def test_non_empty_healed_dir_is_refused_before_training(setup, tmp_path, monkey
     AutoTokenizer.from_pretrained(setup / "teacher").save_pretrained(student)
     (tmp_path / "run" / "healed").mkdir(parents=True)
     (tmp_path / "run" / "healed" / "keep.txt").write_text("x")
-    monkeypatch.setattr(run_module, "DistillationTrainer", None)
+    monkeypatch.setattr(distill_module, "DistillationTrainer", None)
     with pytest.raises(FileExistsError, match=r"--healed_dir .*healed. exists and is not empty"):
         run_healing(heal_args(setup, student), training_args(tmp_path / "run"))
 

@@ -15,7 +15,7 @@ from hf_ffn import FfnBertModel
 from hf_ffn.configuration_ffn_bert import FfnBertConfig
 from hf_ffn.conversion import convert_checkpoint, load_converted, load_pruned, pruning
 from hf_ffn.conversion.pruning import GramStatistics, ffn_features, importance_scores, solve_down, top_units
-from hf_ffn.healing import HealArguments, layerwise, layerwise_folder, run_healing
+from hf_ffn.healing import HealArguments, healed_folder, layerwise, run_healing
 from hf_ffn.healing import run as heal_run
 from hf_ffn.healing.layerwise import (
     HELD_TENSORS,
@@ -365,13 +365,13 @@ def test_card_section_names_the_free_stream_layers():
         "seconds": 395.0,
         "layers": layers,
     }
-    card = layerwise_folder.layerwise_section(record)
+    card = healed_folder.layerwise_section(record)
     assert "residual stream `free` (layers 0): " in card
     assert "| 0 | - → - | 1.217 → 0.002 | 0.002 | 16.1 |" in card
     assert "| 1 | - → - | 13.29 → 0.133 | 0.133 | 191.5 |" in card
     same_norms = {**record, "layers": [{**r, "free_stream": False} for r in layers]}
-    assert "hidden states compared as they are." in layerwise_folder.layerwise_section(same_norms)
-    assert "`free`" not in layerwise_folder.layerwise_section(same_norms)
+    assert "hidden states compared as they are." in healed_folder.layerwise_section(same_norms)
+    assert "`free`" not in healed_folder.layerwise_section(same_norms)
 
 
 def test_heal_method_layerwise_writes_per_layer_errors(

@@ -1,5 +1,5 @@
-"""Distillation of a converted FfnBert (the student) from its source checkpoint (the teacher): the loss, the
-`Trainer` subclass that computes it, which parameters train, and dropout off during distillation.
+"""The end-to-end stage of `hf-ffn heal` (`distill`): a converted FfnBert (the student) distilled from its source
+checkpoint (the teacher) by `DistillationTrainer`, on the parameters `select_trainable` picks.
 
 Loss (`DistillationLoss`), at real tokens (attention_mask 1) only:
 
@@ -8,9 +8,8 @@ Loss (`DistillationLoss`), at real tokens (attention_mask 1) only:
             output and each layer's output, as TinyBERT's hidden-state loss, Jiao et al. 2020, Eq. 7-9)
     + w · T² · KL(softmax(z_t / T) ‖ softmax(z_s / T))   on MLM logits (Hinton et al. 2015), when w > 0
 
-MSE is the default: it drives |Δ| to 0 (and the cosine to 1), while a cosine loss (DistilBERT, Sanh et al. 2019) leaves
-each hidden state's norm free. The student is distilled with dropout off (`dropout_off`) and the teacher in eval mode:
-the target is the teacher's inference function, and a student equal to it gets loss and gradients exactly 0.
+MSE drives |Δ| to 0; a cosine loss (DistilBERT, Sanh et al. 2019) leaves each norm free. Dropout is off in the student
+and the teacher is in eval mode, so a student equal to the teacher gets loss and gradients exactly 0.
 """
 
 from __future__ import annotations
@@ -19,108 +18,123 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import Trainer, TrainerCallback
+from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
+
+from ..training.collators import PaddingFreeCollator
+
+if TYPE_CHECKING:
+    from .run import HealArguments
 
 HIDDEN_LOSSES = ("mse", "cosine")
 LAYER_CHOICES = ("last", "all")
-# Which parameters train (in-memory FfnBert names). Only what the loss reaches: never the pooler, nor a head outside
-# the base model (a classifier, ELECTRA's discriminator head, BERT's next-sentence head), the MLM head only with the
-# KL term.
-TRAIN_PARTS = {
-    "ffn": "the FFNs (encoder.layer.*.mlp.*)",
-    "ffn_norms": "the FFNs and every LayerNorm (embedding, attention output, mlp_norm, final_norm)",
-    "encoder": "every encoder layer (attention, FFN, LayerNorms) and final_norm; not the embeddings",
-    "all": "everything the loss reaches: embeddings and encoder (and the MLM head with the KL term)",
-}
+# Which parameters train (`select_trainable`; docs/healing.md, "Methods"): the FFNs; with every LayerNorm; every
+# encoder layer and final_norm; everything the loss reaches.
+TRAIN_PARTS = ("ffn", "ffn_norms", "encoder", "all")
 # The MLM heads the KL term reads (`encoder_outputs`' logits), in-memory names: BERT's `cls.predictions` (also
 # FfnBertForPreTraining's; not its `cls.seq_relationship`), RoBERTa's `lm_head`, ELECTRA's generator head.
 MLM_HEAD_PREFIXES = ("cls.predictions.", "lm_head.", "generator_predictions.", "generator_lm_head.")
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids")
 
 
-def is_trainable(name: str, parts: str, with_head: bool, base_prefix: str | None = None) -> bool:
-    """Whether parameter `name` (in-memory name) trains for `parts`: only if the distillation loss reaches it.
-
-    `base_prefix`: the base model's attribute in a model with a head (`base_model_prefix`: "bert", "roberta",
-    "electra"), so that a parameter outside it is the head's; None for a bare base model's names. A head's parameter
-    trains only with the KL term (`with_head`) and only in the MLM head it reads (`MLM_HEAD_PREFIXES`): for "all",
-    and its LayerNorm for "ffn_norms".
+def select_trainable(model: nn.Module, parts: str, with_head: bool = False) -> list[str]:
+    """Set `requires_grad` on each parameter of `model` for `parts` (`TRAIN_PARTS`): only where the loss reaches it;
+    a head's (outside `model.base_model`) only with the KL term (`with_head`), in the MLM head it reads
+    (`MLM_HEAD_PREFIXES`), for "all" (its LayerNorm also for "ffn_norms"). Returns the trainable names.
 
     Raises:
-        ValueError: if `parts` is not a key of `TRAIN_PARTS`.
+        ValueError: an unknown `parts`, or none selected.
     """
     if parts not in TRAIN_PARTS:
         raise ValueError(f"--train_parts has unknown value {parts!r}; allowed: {', '.join(TRAIN_PARTS)}")
-    is_norm = "LayerNorm" in name or "mlp_norm" in name or "final_norm" in name
-    if "pooler." in name:
-        return False
-    if base_prefix is not None and not name.startswith(f"{base_prefix}."):  # a head's
-        reached = with_head and name.startswith(MLM_HEAD_PREFIXES)
-        return reached and (parts == "all" or (parts == "ffn_norms" and is_norm))
-    if parts == "ffn":
-        return ".mlp." in name
-    if parts == "ffn_norms":
-        return ".mlp." in name or is_norm
-    if parts == "encoder":
-        return "encoder." in name
-    return True
-
-
-def select_trainable(model: nn.Module, parts: str, with_head: bool = False) -> list[str]:
-    """Set `requires_grad` on each parameter of `model` by `is_trainable` (its head's parameters: those outside
-    `model.base_model`); return the trainable names.
-
-    Raises:
-        ValueError: on an unknown `parts`, or when nothing is selected.
-    """
     base_prefix = None if getattr(model, "base_model", model) is model else model.base_model_prefix
+
+    def trainable(name: str) -> bool:
+        is_norm = "LayerNorm" in name or "mlp_norm" in name or "final_norm" in name
+        if "pooler." in name:
+            return False
+        if base_prefix is not None and not name.startswith(f"{base_prefix}."):  # a head's
+            reached = with_head and name.startswith(MLM_HEAD_PREFIXES)
+            return reached and (parts == "all" or (parts == "ffn_norms" and is_norm))
+        if parts == "ffn":
+            return ".mlp." in name
+        if parts == "ffn_norms":
+            return ".mlp." in name or is_norm
+        return "encoder." in name if parts == "encoder" else True
+
     names = []
     for name, parameter in model.named_parameters():
-        trainable = is_trainable(name, parts, with_head, base_prefix)
-        parameter.requires_grad_(trainable)
-        if trainable:
-            names.append(name)
+        parameter.requires_grad_(trainable(name))
+        names += [name] if parameter.requires_grad else []
     if not names:
         raise ValueError(f"--train_parts {parts!r} selects no parameter of {type(model).__name__}")
     return names
 
 
-@contextlib.contextmanager
-def _set_during(objects: list[Any], name: str, value: Any) -> Iterator[None]:
-    """Set attribute `name` of each object to `value` for the block, then restore each."""
-    saved = [(obj, getattr(obj, name)) for obj in objects]
-    for obj, _ in saved:
-        setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        for obj, old in saved:
-            setattr(obj, name, old)
+def distill(
+    student: nn.Module,
+    teacher: nn.Module,
+    blocks,
+    heal_args: HealArguments,
+    training_args: TrainingArguments,
+    callbacks: list,
+    resume: str | None,
+) -> tuple[nn.Module, list[dict], int, float, bool]:
+    """Distil `student` from `teacher` on `blocks`, dropout off (with --padding_free: packed batches, run unpadded),
+    stopped after --max_train_minutes if given.
+
+    Returns:
+        (the student, unwrapped, in eval mode; Trainer's log_history; steps; train seconds; stopped by the time budget).
+    """
+    time_budget = TimeBudgetCallback(heal_args.max_train_minutes) if heal_args.max_train_minutes else None
+    trainer = DistillationTrainer(
+        model=student,
+        args=training_args,
+        train_dataset=blocks,
+        data_collator=PaddingFreeCollator() if heal_args.padding_free else default_data_collator,  # blocks: one row
+        teacher=teacher,
+        distillation_loss=heal_args.loss,
+        callbacks=[*callbacks, *([time_budget] if time_budget else [])],
+    )
+    # padding-free batches run packed (unpad_tokens: each block's attention over its own keys, docs/unpadded.md)
+    unpadded = _set_during([teacher.config, student.config], "unpad_tokens", True)
+    with dropout_off(student), unpadded if heal_args.padding_free else contextlib.nullcontext():
+        train_output = trainer.train(resume_from_checkpoint=resume)
+    student = trainer.accelerator.unwrap_model(trainer.model).eval()  # under FSDP trainer.model is the wrapper
+    state = trainer.state
+    stopped = bool(time_budget and time_budget.stopped)
+    return student, state.log_history, state.global_step, train_output.metrics["train_runtime"], stopped
 
 
-def dropout_off(model: nn.Module) -> contextlib.AbstractContextManager[None]:
-    """Set `p = 0` on every `nn.Dropout` of `model` for the block, then restore each."""
-    return _set_during([module for module in model.modules() if isinstance(module, nn.Dropout)], "p", 0.0)
+class DistillationTrainer(Trainer):
+    """`Trainer` whose loss (`compute_loss`, the only override) is `DistillationLoss` between the student (`model`)
+    and a frozen, unwrapped `teacher`; a mean over real tokens, so Trainer divides it by the accumulation steps."""
 
+    def __init__(self, *args, teacher: nn.Module, distillation_loss: DistillationLoss, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.teacher = teacher.to(self.args.device).eval().requires_grad_(False)
+        self.distillation_loss = distillation_loss
+        self.loss_is_scaled_for_ga = False
 
-def unpadded(*models: nn.Module) -> contextlib.AbstractContextManager[None]:
-    """Set `config.unpad_tokens = True` on each model for the block (padding-free batches then run packed,
-    docs/unpadded.md), then restore each value."""
-    return _set_during([model.config for model in models], "unpad_tokens", True)
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        inputs = {k: v for k, v in inputs.items() if k in MODEL_INPUTS}
+        loss_fn = self.distillation_loss
+        all_layers = loss_fn.layers == "all"
+        with torch.no_grad():
+            teacher = encoder_outputs(self.teacher, self.teacher.base_model, inputs, all_layers)
+        student = encoder_outputs(model, self.accelerator.unwrap_model(model).base_model, inputs, all_layers)
+        loss = loss_fn(student, teacher, inputs["attention_mask"])
+        return (loss, student) if return_outputs else loss
 
 
 @dataclass(frozen=True)
 class DistillationLoss:
-    """The distillation loss of the module docstring. `mlm_kl_weight` w ≥ 0, `temperature` T > 0.
-
-    Raises:
-        ValueError: on an unknown `hidden_loss` / `layers` or a negative weight / non-positive temperature.
-    """
+    """The distillation loss of the module docstring (ValueError on an unknown `hidden_loss` / `layers`, a
+    `mlm_kl_weight` w < 0 or a `temperature` T <= 0)."""
 
     hidden_loss: str = "mse"
     layers: str = "last"
@@ -128,12 +142,9 @@ class DistillationLoss:
     temperature: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.hidden_loss not in HIDDEN_LOSSES:
-            raise ValueError(
-                f"--hidden_loss has unknown value {self.hidden_loss!r}; allowed: {', '.join(HIDDEN_LOSSES)}"
-            )
-        if self.layers not in LAYER_CHOICES:
-            raise ValueError(f"--layers has unknown value {self.layers!r}; allowed: {', '.join(LAYER_CHOICES)}")
+        for name, allowed in (("hidden_loss", HIDDEN_LOSSES), ("layers", LAYER_CHOICES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"--{name} has unknown value {getattr(self, name)!r}; allowed: {', '.join(allowed)}")
         if self.mlm_kl_weight < 0:
             raise ValueError(f"--mlm_kl_weight must be >= 0, got {self.mlm_kl_weight}")
         if self.temperature <= 0:
@@ -199,39 +210,19 @@ class TimeBudgetCallback(TrainerCallback):
         return control
 
 
-class DistillationTrainer(Trainer):
-    """`Trainer` whose loss (`compute_loss`, the only override) is `DistillationLoss` between the student (`model`)
-    and a frozen, unwrapped `teacher`. The loss is a mean over the micro-batch's real tokens, so
-    `loss_is_scaled_for_ga = False` lets Trainer divide it by the gradient-accumulation steps."""
-
-    def __init__(self, *args, teacher: nn.Module, distillation_loss: DistillationLoss, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.teacher = teacher.to(self.args.device).eval().requires_grad_(False)
-        self.distillation_loss = distillation_loss
-        self.loss_is_scaled_for_ga = False
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        inputs = {k: v for k, v in inputs.items() if k in MODEL_INPUTS}
-        loss_fn = self.distillation_loss
-        all_layers = loss_fn.layers == "all"
-        with torch.no_grad():
-            teacher = encoder_outputs(self.teacher, self.teacher.base_model, inputs, all_layers)
-        student = encoder_outputs(model, self.accelerator.unwrap_model(model).base_model, inputs, all_layers)
-        loss = loss_fn(student, teacher, inputs["attention_mask"])
-        return (loss, student) if return_outputs else loss
+def dropout_off(model: nn.Module) -> contextlib.AbstractContextManager[None]:
+    """Set `p = 0` on every `nn.Dropout` of `model` for the block, then restore each."""
+    return _set_during([module for module in model.modules() if isinstance(module, nn.Dropout)], "p", 0.0)
 
 
-__all__ = [
-    "DistillationLoss",
-    "DistillationTrainer",
-    "HIDDEN_LOSSES",
-    "LAYER_CHOICES",
-    "MLM_HEAD_PREFIXES",
-    "TRAIN_PARTS",
-    "TimeBudgetCallback",
-    "dropout_off",
-    "encoder_outputs",
-    "is_trainable",
-    "select_trainable",
-    "unpadded",
-]
+@contextlib.contextmanager
+def _set_during(objects: list[Any], name: str, value: Any) -> Iterator[None]:
+    """Set attribute `name` of each object to `value` for the block, then restore each."""
+    saved = [(obj, getattr(obj, name)) for obj in objects]
+    for obj, _ in saved:
+        setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        for obj, old in saved:
+            setattr(obj, name, old)

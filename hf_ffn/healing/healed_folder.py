@@ -1,5 +1,6 @@
-"""The healed folder (`save_healed`): a converted folder whose report has a `healing` entry and whose model card has a
-"Healing" section, with the difference from the source re-measured and the student's other files kept."""
+"""The healed folder (`save_healed`): a converted folder whose report has a `healing` entry and whose model card has
+"Layer-wise healing" and "Healing" sections, with the difference from the source re-measured and the student's other
+files kept."""
 
 from __future__ import annotations
 
@@ -11,35 +12,26 @@ import torch
 
 from ..conversion import REPORT_FILE, ConversionReport, measure_difference, write_converted_folder
 from ..files import atomic_output_dir
-from .layerwise_folder import layerwise_section
 
 # weight files of a student folder that the healed weights replace (not copied by `keep_student_files`)
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".ckpt", ".onnx")
 
 
-def student_report(student_dir: str, teacher: str, model_class: str) -> tuple[ConversionReport, dict | None]:
-    """The student's `ConversionReport` (a minimal one naming the teacher if it has none) and an earlier `healing`."""
-    file = Path(student_dir) / REPORT_FILE
-    if not file.is_file():
-        return ConversionReport(source=teacher, model_class=model_class, init="unknown", exact=False), None
-    data = json.loads(file.read_text())
-    previous = data.pop("healing", None)
-    return ConversionReport(**data), previous
-
-
-def save_healed(
-    folder: Path, student, tokenizer, student_dir: str, teacher: str | torch.nn.Module, healing: dict
-) -> None:
-    """Write the healed folder atomically. `teacher`: its path, or the teacher already loaded (path
-    `healing["teacher"]`), against which the difference is re-measured."""
-    teacher_path = healing["teacher"] if isinstance(teacher, torch.nn.Module) else teacher
-    reference = teacher if isinstance(teacher, torch.nn.Module) else None
-    report, previous = student_report(student_dir, teacher_path, type(student).__name__)
+def save_healed(folder: Path, student, tokenizer, teacher: torch.nn.Module, healing: dict) -> None:
+    """Write the healed folder atomically: the student (from `healing["student"]`) with the difference re-measured
+    against `teacher` (loaded from `healing["teacher"]`)."""
+    student_dir, teacher_path = Path(healing["student"]), healing["teacher"]
+    if (student_dir / REPORT_FILE).is_file():
+        data = json.loads((student_dir / REPORT_FILE).read_text())
+        previous, report = data.pop("healing", None), ConversionReport(**data)  # an earlier healing of this student
+    else:  # a minimal report naming the teacher
+        report = ConversionReport(source=teacher_path, model_class=type(student).__name__, init="unknown", exact=False)
+        previous = None
     if previous is not None:
         healing = {**healing, "previous": previous}
     healing["fixed_input_difference_before"] = report.difference
     with atomic_output_dir(folder) as tmp:
-        measure_difference(teacher_path, student, report, reference=reference)
+        measure_difference(teacher_path, student, report, reference=teacher)
         write_converted_folder(
             tmp,
             student,
@@ -47,27 +39,22 @@ def save_healed(
             tokenizer=tokenizer,
             report_extra={"healing": healing},
             card_section=healing_section(healing),
-            model_name=f"{Path(student_dir).name}-healed",
+            model_name=f"{student_dir.name}-healed",
         )
-        keep_student_files(Path(student_dir), Path(tmp))
+        keep_student_files(student_dir, Path(tmp))
 
 
-def keep_student_files(student_dir: Path, healed: Path) -> list[str]:
+def keep_student_files(student_dir: Path, healed: Path) -> None:
     """Copy into `healed` every entry of `student_dir` it lacks (a sentence-transformers student's modules.json,
-    1_Pooling/, ...), except top-level weight files and `checkpoint-N` folders; returns the names copied."""
-    copied = []
+    1_Pooling/, ...), except top-level weight files and `checkpoint-N` folders."""
     for entry in sorted(student_dir.iterdir()):
         target = healed / entry.name
         if target.exists() or entry.name.startswith("checkpoint-"):
             continue
         if entry.is_dir():
             shutil.copytree(entry, target)
-        elif entry.suffix in WEIGHT_SUFFIXES:
-            continue
-        else:
+        elif entry.suffix not in WEIGHT_SUFFIXES:
             shutil.copy2(entry, target)
-        copied.append(entry.name)
-    return copied
 
 
 def _row(name: str, before: dict | None, after: dict | None, key: str, fmt: str) -> str:
@@ -135,4 +122,49 @@ Command:
     )
 
 
-__all__ = ["WEIGHT_SUFFIXES", "healing_section", "keep_student_files", "save_healed", "student_report"]
+def _fmt(record: dict, key: str) -> str:
+    return f"{record[key]:.4g}" if key in record else "-"
+
+
+def layerwise_section(record: dict | None) -> str:
+    """The model card's "Layer-wise healing" section (empty without a layer-wise stage)."""
+    if not record:
+        return ""
+    a = record["arguments"]
+    rows = [
+        f"| {r['layer']} | {_fmt(r, 'ffn_rel_error_before')} → {_fmt(r, 'ffn_rel_error')} | "
+        f"{_fmt(r, 'layer_rel_error_before')} → {_fmt(r, 'layer_rel_error')} | {_fmt(r, 'propagated_rel_error')} | "
+        f"{_fmt(r, 'stream_norm')} |"
+        for r in record["layers"]
+    ]
+    final = record.get("final_norm")
+    norm = (
+        f"\n`final_norm` set in closed form (per coordinate least squares): relative squared error "
+        f"{final['final_norm_rel_error_before']:.4g} → {final['final_norm_rel_error']:.4g}.\n"
+        if final
+        else ""
+    )
+    free = [str(r["layer"]) for r in record["layers"] if r.get("free_stream")]  # `free` where the norms differ
+    stream = (
+        f"residual stream `free` (layers {', '.join(free)}): the student's and the teacher's hidden states are "
+        "compared after a LayerNorm without affine part (per-token scale and mean not fitted)."
+        if free
+        else "hidden states compared as they are."
+    )
+    return f"""
+## Layer-wise healing
+
+Each layer was fitted to its teacher layer (`hf_ffn.healing.layerwise`) on {record["tokens"]:,} calibration tokens
+({record["blocks"]} blocks; recorded activations {record["activation_bytes"] / 1e6:.0f} MB, cap
+{a["layerwise_memory_mb"]:.0f} MB): parts `{a["layerwise_parts"]}`, inputs `{a["layerwise_inputs"]}`,
+{a["layerwise_steps"]} Adam steps per fit (learning rate {a["layerwise_lr"]}, {a["layerwise_batch_tokens"]} tokens per
+step), closed-form ridge down projection (ridge {a["layerwise_ridge"]}), {record["seconds"]:.0f} s in all.
+Relative squared error ‖Δ‖²/‖target‖² on the calibration tokens: the FFN output (teacher FFN input), the layer
+output (the layer's fitting input) and the student's own hidden state after the layer (its errors propagated);
+{stream} The last column is the mean per-token norm of the student's hidden state after the layer (for Pre-LN
+the residual stream, before `final_norm`).
+
+| layer | FFN output | layer output | propagated hidden state | hidden-state norm |
+|---|---|---|---|---|
+{chr(10).join(rows)}
+{norm}"""

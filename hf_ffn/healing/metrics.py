@@ -22,11 +22,28 @@ PROBE_C = 1.0  # scikit-learn's default inverse L2 strength, on standardised fea
 PROBE_MAX_ITER = 2000  # lbfgs converges in a few hundred iterations on 384 standardised features; margin above
 
 
-def subset_indices(count: int, size: int, seed: int = 0) -> list[int]:
-    """`size` indices out of `count` (all when `size >= count`), drawn without replacement with `seed`, sorted."""
-    if size >= count:
-        return list(range(count))
-    return sorted(np.random.default_rng(seed).choice(count, size=size, replace=False).tolist())
+def measure_agreement(
+    teacher: nn.Module,
+    student: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    labels: Sequence[Any] | None = None,
+    **kwargs,
+) -> dict[str, Any]:
+    """`compare_to_teacher` (`kwargs`: its keywords), plus with `labels` both `linear_probe`s and their per-fold
+    difference (student − teacher)."""
+    metrics, teacher_emb, student_emb = compare_to_teacher(teacher, student, tokenizer, texts, **kwargs)
+    result: dict[str, Any] = {"agreement": metrics}
+    if labels is not None:
+        teacher_probe, student_probe = linear_probe(teacher_emb, labels), linear_probe(student_emb, labels)
+        differences = np.subtract(student_probe["folds"], teacher_probe["folds"])
+        result["probe"] = {
+            "teacher": teacher_probe,
+            "student": student_probe,
+            "difference": float(differences.mean()),
+            "difference_std": float(differences.std()),
+        }
+    return result
 
 
 @torch.no_grad()
@@ -42,9 +59,8 @@ def compare_to_teacher(
     progress: str | None = None,
 ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
     """Teacher–student agreement on `texts` (truncated to `max_length` tokens), both base models in eval mode
-    (their modes restored after). `teacher_cache`: an empty list is filled with the teacher's outputs (one fp32 CPU
-    tensor per batch), a filled one is used instead of running the teacher (same texts and settings only).
-    `progress`: the description of a progress bar over the batches (None: no bar).
+    (modes restored after). `teacher_cache`: an empty list is filled with the teacher's outputs (fp32 CPU, one per
+    batch), a filled one replaces running the teacher. `progress`: a progress bar's description (None: no bar).
 
     Returns:
         `(metrics, teacher_embeddings, student_embeddings)`: metrics = {"cosine_mean", "cosine_min" (of the
@@ -141,30 +157,6 @@ def linear_probe(
     }
 
 
-def measure_agreement(
-    teacher: nn.Module,
-    student: nn.Module,
-    tokenizer: PreTrainedTokenizerBase,
-    texts: Sequence[str],
-    labels: Sequence[Any] | None = None,
-    **kwargs,
-) -> dict[str, Any]:
-    """`compare_to_teacher` (`kwargs`: its keywords), plus with `labels` both `linear_probe`s and their per-fold
-    difference (student − teacher)."""
-    metrics, teacher_emb, student_emb = compare_to_teacher(teacher, student, tokenizer, texts, **kwargs)
-    result: dict[str, Any] = {"agreement": metrics}
-    if labels is not None:
-        teacher_probe, student_probe = linear_probe(teacher_emb, labels), linear_probe(student_emb, labels)
-        differences = np.subtract(student_probe["folds"], teacher_probe["folds"])
-        result["probe"] = {
-            "teacher": teacher_probe,
-            "student": student_probe,
-            "difference": float(differences.mean()),
-            "difference_std": float(differences.std()),
-        }
-    return result
-
-
 class AgreementCallback(TrainerCallback):
     """At the start, every `every` optimizer steps and at the last, `compare_to_teacher` on `texts` (main process
     only), appended to `state.log_history` as {"step", "heldout_cosine_mean", ...} so it survives resuming."""
@@ -204,13 +196,3 @@ class AgreementCallback(TrainerCallback):
         )
         kept = ("cosine_mean", "cosine_min", "max_abs_diff", "mean_abs_diff")
         state.log_history.append({"step": state.global_step, **{f"heldout_{k}": metrics[k] for k in kept}})
-
-
-__all__ = [
-    "AgreementCallback",
-    "compare_to_teacher",
-    "linear_probe",
-    "mean_pool",
-    "measure_agreement",
-    "subset_indices",
-]

@@ -1,20 +1,17 @@
-"""`run_healing` (`hf-ffn heal`): check the input, heal the student (layer-wise, `hf_ffn.healing.layerwise`, and/or
-end to end with `DistillationTrainer`), measure it against the teacher before and after on held-out text, and write
-the healed model as a converted folder (`hf_ffn.healing.healed_folder`), default `output_dir/healed`.
-
-Every input error raises before training (missing text or `--eval_data`, text shorter than one block, teacher and
-student of different vocabularies or hidden sizes, `--layers all` across LayerNorm placements, the KL term without
-MLM heads, a non-empty `healed_dir`). The whole record is in `output_dir/healing.json`. docs/healing.md.
+"""`run_healing` (`hf-ffn heal`): check the input, read the text, heal the student (layer-wise,
+`hf_ffn.healing.layerwise`, and/or end to end, `hf_ffn.healing.distill`), measure it against the teacher before and
+after on held-out text, and write the healed folder (default `output_dir/healed`) and the run's record
+(`output_dir/healing.json`). Every input error raises before training. docs/healing.md.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, fields
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +23,6 @@ from transformers import (
     PretrainedConfig,
     PreTrainedTokenizerBase,
     TrainingArguments,
-    default_data_collator,
 )
 
 from ..checkpoints import check_checkpoint, conversion_source, load_pretrained, load_tokenizer
@@ -36,146 +32,114 @@ from ..conversion import REPORT_FILE, ffn_class_for
 from ..conversion.measure import usable_positions
 from ..families import Family, checkpoint_family
 from ..files import check_new_folder, one_run_per_output_dir
-from ..finetune.readers import read_labelled_texts
 from ..logging_utils import quiet_transformers
 from ..modeling_ffn_bert import FfnBertPreTrainedModel
-from ..training.arguments import resume_checkpoint
-from ..training.collators import PaddingFreeCollator
-from ..training.corpus import is_streamed
+from ..training.arguments import option, resume_checkpoint
 from ..training.outputs import check_not_started
-from .data import end_to_end_blocks, set_steps_for_tokens, training_blocks, training_documents
-from .distill import (
-    DistillationLoss,
-    DistillationTrainer,
-    TimeBudgetCallback,
-    dropout_off,
-    select_trainable,
-    unpadded,
-)
+from .data import end_to_end_blocks, read_data
+from .distill import DistillationLoss, distill, select_trainable
 from .healed_folder import save_healed
 from .layerwise import METHODS, LayerwiseArguments, heal_layerwise, prepare_layerwise
-from .metrics import PROBE_FOLDS, AgreementCallback, measure_agreement, subset_indices
+from .metrics import AgreementCallback, measure_agreement
 
 MLM_CLASSES = ("FfnBertForMaskedLM", "FfnBertForPreTraining", "FfnRobertaForMaskedLM", "FfnElectraForMaskedLM")
 HEALING_FILE = "healing.json"  # the run's whole record, in --output_dir
+TRAINING_KEYS = (  # the TrainingArguments the record keeps
+    "learning_rate max_steps num_train_epochs per_device_train_batch_size gradient_accumulation_steps world_size "
+    "warmup_steps lr_scheduler_type weight_decay seed bf16"
+).split()
 
 
 @dataclass
 class HealArguments:
     """What to heal, from which teacher, on which text, with which loss; parsed with `TrainingArguments`."""
 
-    student: str = field(
-        metadata={"help": "converted folder (hf-ffn convert's output: FfnBert, FfnRoberta or FfnElectra) to heal"}
+    student: str = option(
+        MISSING, "converted folder (hf-ffn convert's output: FfnBert, FfnRoberta or FfnElectra) to heal"
     )
-    train_files: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "text to distil on: text files (a document each; compressed .xz/.gz/.bz2/.zst too), json/jsonl/"
-            "parquet files (a document per row of --text_column), or folders of *.txt files; or --dataset_name"
-        },
+    train_files: list[str] | None = option(
+        None,
+        "text to distil on: text files (a document each; compressed .xz/.gz/.bz2/.zst too), json/jsonl/"
+        "parquet files (a document per row of --text_column), or folders of *.txt files; or --dataset_name",
     )
-    dataset_name: str | None = field(
-        default=None,
-        metadata={"help": "a datasets data set to distil on instead (hub name, or a save_to_disk folder)"},
+    dataset_name: str | None = option(
+        None, "a datasets data set to distil on instead (hub name, or a save_to_disk folder)"
     )
-    dataset_config_name: str | None = field(default=None, metadata={"help": "its configuration"})
-    text_column: str = field(default="text", metadata={"help": "text column of --dataset_name or json/parquet files"})
-    document_boundary: str = field(
-        default="file",
-        metadata={
-            "help": "where a document of a --train_files text file ends: file (the whole file) or empty_line (an "
-            "empty line; for a large corpus in few files, so a file is not tokenized as one document)",
-        },
+    dataset_config_name: str | None = option(None, "its configuration")
+    text_column: str = option("text", "text column of --dataset_name or json/parquet files")
+    document_boundary: str = option(
+        "file",
+        "where a document of a --train_files text file ends: file (the whole file) or empty_line (an "
+        "empty line; for a large corpus in few files, so a file is not tokenized as one document)",
     )
-    streaming: bool = field(
-        default=False,
-        metadata={
-            "help": "read --dataset_name as a stream (as training reads it; needs --max_steps or --max_train_tokens): "
-            "the layer-wise calibration is then its first blocks, not blocks evenly spaced over the whole text"
-        },
+    streaming: bool = option(
+        False,
+        "read --dataset_name as a stream (as training reads it; needs --max_steps or --max_train_tokens): "
+        "the layer-wise calibration is then its first blocks, not blocks evenly spaced over the whole text",
     )
-    max_train_tokens: int | None = field(
-        default=None,
-        metadata={
-            "help": "budget of the end-to-end stage in training tokens: sets --max_steps to ceil(N / (max_seq_length "
-            "× batch size × gradient accumulation × processes))"
-        },
+    max_train_tokens: int | None = option(
+        None,
+        "budget of the end-to-end stage in training tokens: sets --max_steps to ceil(N / (max_seq_length "
+        "× batch size × gradient accumulation × processes))",
     )
-    max_train_minutes: float | None = field(
-        default=None,
-        metadata={
-            "help": "stop the end-to-end stage after N minutes of this process's training (a checkpoint is saved; "
-            "the learning-rate schedule stays that of --max_steps); the healed model is the one it stopped at"
-        },
+    max_train_minutes: float | None = option(
+        None,
+        "stop the end-to-end stage after N minutes of this process's training (a checkpoint is saved; "
+        "the learning-rate schedule stays that of --max_steps); the healed model is the one it stopped at",
     )
-    teacher: str | None = field(
-        default=None,
-        metadata={
-            "help": "the source checkpoint (BERT, RoBERTa-family or ELECTRA, or its hf_ffn twin); default: the "
-            "student's conversion_report.json source"
-        },
+    teacher: str | None = option(
+        None,
+        "the source checkpoint (BERT, RoBERTa-family or ELECTRA, or its hf_ffn twin); default: the "
+        "student's conversion_report.json source",
     )
-    healed_dir: str | None = field(
-        default=None,
-        metadata={"help": "folder for the healed model (default: OUTPUT_DIR/healed); must not exist or be empty"},
+    healed_dir: str | None = option(
+        None, "folder for the healed model (default: OUTPUT_DIR/healed); must not exist or be empty"
     )
-    eval_data: str | None = field(
-        default=None,
-        metadata={
-            "help": "held-out labelled text, never trained on, for the before/after agreement and the linear probe: a "
-            "folder with one text file per label (one example per line), a csv/tsv/json/jsonl file, or a datasets "
-            "dataset (saved folder or hub name)",
-            "metavar": "PATH",
-        },
+    eval_data: str | None = option(
+        None,
+        "held-out labelled text, never trained on, for the before/after agreement and the linear probe: a "
+        "folder with one text file per label (one example per line), a csv/tsv/json/jsonl file, or a datasets "
+        "dataset (saved folder or hub name)",
+        metavar="PATH",
     )
-    eval_text_column: str | None = field(
-        default=None, metadata={"help": "text column of a file or dataset --eval_data; default: text or sentence"}
+    eval_text_column: str | None = option(
+        None, "text column of a file or dataset --eval_data; default: text or sentence"
     )
-    eval_label_column: str = field(
-        default="label", metadata={"help": "label column of a file or dataset --eval_data (none there: no probe)"}
+    eval_label_column: str = option("label", "label column of a file or dataset --eval_data (none there: no probe)")
+    eval_split: str = option("validation", "split of a datasets --eval_data")
+    probe: bool = option(True, "linear probe on all --eval_data examples before and after")
+    max_eval_snippets: int | None = option(
+        None,
+        "measure before/after (and probe) on a seeded subset of N held-out snippets "
+        "instead of all of them (a quick run; published numbers use all)",
     )
-    eval_split: str = field(default="validation", metadata={"help": "split of a datasets --eval_data"})
-    probe: bool = field(default=True, metadata={"help": "linear probe on all --eval_data examples before and after"})
-    max_eval_snippets: int | None = field(
-        default=None,
-        metadata={
-            "help": "measure before/after (and probe) on a seeded subset of N held-out snippets "
-            "instead of all of them (a quick run; published numbers use all)"
-        },
+    curve_snippets: int = option(1000, "snippets (seeded subset) measured during training")
+    curve_steps: int = option(0, "measure the subset every N steps (0: at the end only)")
+    max_seq_length: int = option(128, "tokens per training block")
+    max_train_samples: int | None = option(None, "use only the first N blocks")
+    short_seq_probability: float = option(
+        0.0,
+        "the fraction of blocks cut to a length drawn uniformly from 2 to --max_seq_length (padded; "
+        "BERT's short_seq_prob), so the end-to-end stage also fits short inputs (0: every block whole)",
     )
-    curve_snippets: int = field(default=1000, metadata={"help": "snippets (seeded subset) measured during training"})
-    curve_steps: int = field(default=0, metadata={"help": "measure the subset every N steps (0: at the end only)"})
-    max_seq_length: int = field(default=128, metadata={"help": "tokens per training block"})
-    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N blocks"})
-    short_seq_probability: float = field(
-        default=0.0,
-        metadata={
-            "help": "the fraction of blocks cut to a length drawn uniformly from 2 to --max_seq_length (padded; "
-            "BERT's short_seq_prob), so the end-to-end stage also fits short inputs (0: every block whole)"
-        },
+    hidden_loss: str = option("mse", "mse or cosine, on hidden states at real tokens")
+    layers: str = option("last", "last (last_hidden_state) or all (every hidden state)")
+    mlm_kl_weight: float = option(0.0, "weight of KL on MLM logits (needs both heads)")
+    temperature: float = option(1.0, "softmax temperature of the KL term")
+    train_parts: str = option("encoder", "ffn, ffn_norms, encoder or all")
+    method: str = option(
+        "layerwise",
+        "layerwise (the default, the best measured in docs/healing.md: fit each layer to its teacher "
+        "layer, hf_ffn.healing.layerwise; an end-to-end stage follows only with --max_steps > 0) or end_to_end "
+        "(distil the whole model alone, for --max_steps or --num_train_epochs)",
     )
-    hidden_loss: str = field(default="mse", metadata={"help": "mse or cosine, on hidden states at real tokens"})
-    layers: str = field(default="last", metadata={"help": "last (last_hidden_state) or all (every hidden state)"})
-    mlm_kl_weight: float = field(default=0.0, metadata={"help": "weight of KL on MLM logits (needs both heads)"})
-    temperature: float = field(default=1.0, metadata={"help": "softmax temperature of the KL term"})
-    train_parts: str = field(default="encoder", metadata={"help": "ffn, ffn_norms, encoder or all"})
-    method: str = field(
-        default="layerwise",
-        metadata={
-            "help": "layerwise (the default, the best measured in docs/healing.md: fit each layer to its teacher "
-            "layer, hf_ffn.healing.layerwise; an end-to-end stage follows only with --max_steps > 0) or end_to_end "
-            "(distil the whole model alone, for --max_steps or --num_train_epochs)"
-        },
-    )
-    padding_free: bool = field(
-        default=False,
-        metadata={
-            "help": "padding-free batches (DataCollatorWithFlattening): each batch's blocks concatenated into one row, "
-            "position_ids restarting at 0 per block, run packed (unpad_tokens during training: each block's attention "
-            "over its own keys); the teacher then runs as hf_ffn's class of its family, FfnBert or FfnElectra "
-            "(upstream's would mix the blocks: they carry an all-ones attention_mask); not for the RoBERTa family, "
-            "whose positions count from pad_token_id + 1"
-        },
+    padding_free: bool = option(
+        False,
+        "padding-free batches (DataCollatorWithFlattening): each batch's blocks concatenated into one row, "
+        "position_ids restarting at 0 per block, run packed (unpad_tokens during training: each block's attention "
+        "over its own keys); the teacher then runs as hf_ffn's class of its family, FfnBert or FfnElectra "
+        "(upstream's would mix the blocks: they carry an all-ones attention_mask); not for the RoBERTa family, "
+        "whose positions count from pad_token_id + 1",
     )
 
     def __post_init__(self) -> None:
@@ -211,6 +175,141 @@ class HealArguments:
             )
 
 
+@one_run_per_output_dir
+def run_healing(
+    heal_args: HealArguments,
+    training_args: TrainingArguments,
+    *,
+    callbacks: list | None = None,
+    command: str | None = None,
+    layerwise_args: LayerwiseArguments | None = None,
+) -> dict[str, Any]:
+    """Heal `heal_args.student`; returns the `healing` record written to `HEALING_FILE` (with "healed_dir").
+
+    Raises:
+        FileNotFoundError, FileExistsError, ValueError: on bad input, before training.
+    """
+    start = time.perf_counter()
+    command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    layerwise_args, per_step = check_arguments(heal_args, training_args, layerwise_args)
+    models = check_models(heal_args)
+    healed_dir = Path(heal_args.healed_dir or Path(training_args.output_dir) / "healed")
+    check_new_folder(healed_dir, "--healed_dir")
+    check_not_started(training_args.output_dir, training_args.resume_from_checkpoint)
+    resume = resume_checkpoint(training_args)
+    layerwise = heal_args.method == "layerwise"
+    data = read_data(heal_args, models.tokenizer, layerwise_args.layerwise_tokens if layerwise else None)
+    layerwise_dir, seed = Path(training_args.output_dir) / "layerwise", training_args.seed
+    if layerwise:  # refuse a mismatched resume before loading or measuring a model
+        config = models.student_config, models.teacher_config
+        prepared = prepare_layerwise(*config, data.calibration, layerwise_args, layerwise_dir, seed)
+    teacher, student, teacher_layers, trainable = load_models(heal_args, models, layerwise)
+    main = training_args.process_index == 0
+    measure = partial(  # measure(student base model, progress=...); the teacher's outputs computed once
+        measure_agreement,
+        teacher.base_model,
+        tokenizer=models.tokenizer,
+        texts=data.texts,
+        labels=data.labels if heal_args.probe else None,
+        max_length=heal_args.max_seq_length,
+        teacher_cache=[],
+    )
+    before = measure(student.base_model, progress="held-out agreement before") if main and data.texts else None
+    callbacks = list(callbacks or [])
+    if data.curve_texts and heal_args.curve_snippets:
+        callbacks.append(
+            AgreementCallback(
+                teacher.base_model, models.tokenizer, data.curve_texts, heal_args.curve_steps, heal_args.max_seq_length
+            )
+        )
+    layerwise_record = None
+    if layerwise:
+        layerwise_record = heal_layerwise(
+            student.base_model, teacher_layers, data.calibration, layerwise_args, layerwise_dir, seed, prepared
+        )
+        del teacher_layers
+    history, steps, train_seconds, stopped = [], 0, 0.0, False
+    if heal_args.method == "end_to_end" or training_args.max_steps > 0:
+        blocks = end_to_end_blocks(data.blocks, heal_args.short_seq_probability, models.tokenizer.pad_token_id, seed)
+        student, history, steps, train_seconds, stopped = distill(
+            student, teacher, blocks, heal_args, training_args, callbacks, resume
+        )
+    if not main:
+        return {}
+    healing = {
+        "student": heal_args.student,
+        "teacher": models.teacher,
+        "command": command,
+        "arguments": asdict(heal_args),
+        "training": {k: getattr(getattr(training_args, k), "value", getattr(training_args, k)) for k in TRAINING_KEYS},
+        "trainable_parameters": sum(p.numel() for n, p in student.named_parameters() if n in trainable),
+        "train_parts": heal_args.train_parts,
+        "data": {**data.summary, "end_to_end_tokens": steps * per_step, "stopped_by_time_budget": stopped},
+        "heldout": {
+            "eval_data": heal_args.eval_data,
+            "snippets": len(data.texts or []),
+            "curve_snippets": len(data.curve_texts),
+        },
+        "before": before,
+        "after": measure(student.base_model, progress="held-out agreement after") if data.texts else None,
+        "curve": [
+            {"step": e["step"], **{k[len("heldout_") :]: v for k, v in e.items() if k.startswith("heldout_")}}
+            for e in history
+            if "heldout_cosine_mean" in e
+        ],
+        "losses": [{"step": e["step"], "loss": e["loss"]} for e in history if "loss" in e],
+        "steps": steps,
+        "train_seconds": train_seconds,
+        "layerwise": layerwise_record,
+        "wall_seconds": time.perf_counter() - start,
+        "healed_dir": str(healed_dir),
+    }
+    save_healed(healed_dir, student.cpu(), models.tokenizer, teacher.cpu(), healing)
+    record = Path(training_args.output_dir) / HEALING_FILE
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps(healing, indent=2, default=str) + "\n", encoding="utf-8")
+    print(healing_summary(healing), flush=True)
+    return healing
+
+
+def check_arguments(
+    heal_args: HealArguments, training_args: TrainingArguments, layerwise_args: LayerwiseArguments | None
+) -> tuple[LayerwiseArguments, int]:
+    """The options that only make sense together: layer-wise ones only with --method layerwise; --max_train_tokens
+    sets --max_steps; a stream needs --max_steps. Returns `layerwise_args` (the defaults for None) and the training
+    tokens per optimizer step.
+
+    Raises:
+        ValueError: a layer-wise option with --method end_to_end; --max_train_tokens with --max_steps; --streaming
+            without --max_steps or --max_train_tokens.
+    """
+    if heal_args.method == "end_to_end" and layerwise_args is not None:  # options the run would silently ignore
+        ignored = [f"--{f.name}" for f in fields(LayerwiseArguments) if getattr(layerwise_args, f.name) != f.default]
+        if ignored:
+            raise ValueError(
+                f"{', '.join(ignored)} set the layer-wise stage, which --method end_to_end does not "
+                f"run; remove them, or use --method layerwise"
+            )
+    per_step = (
+        heal_args.max_seq_length
+        * training_args.train_batch_size
+        * training_args.gradient_accumulation_steps
+        * training_args.world_size
+    )
+    if heal_args.max_train_tokens is not None:  # ceil(N / tokens per optimizer step)
+        if training_args.max_steps > 0:
+            raise ValueError(
+                f"--max_train_tokens {heal_args.max_train_tokens} and --max_steps {training_args.max_steps} both set "
+                f"the end-to-end stage's length; give one"
+            )
+        training_args.max_steps = -(-heal_args.max_train_tokens // per_step)
+    if heal_args.streaming and training_args.max_steps <= 0:
+        raise ValueError(
+            "--streaming: a stream has no length, so the end-to-end stage needs --max_steps or --max_train_tokens"
+        )
+    return layerwise_args or LayerwiseArguments(), per_step
+
+
 @dataclass
 class HealModels:
     """What `check_models` read, each once (the teacher's tokenizer is only compared)."""
@@ -228,8 +327,8 @@ def check_models(heal_args: HealArguments) -> HealModels:
 
     Raises:
         FileNotFoundError: student or teacher folder missing.
-        ValueError: vocabularies, hidden sizes or (`--layers all`) LayerNorm placements differ; the KL term without
-            an MLM head; no teacher given or recorded.
+        ValueError: no teacher given or recorded; families, vocabularies, hidden sizes or (`--layers all`) LayerNorm
+            placements differ; --max_seq_length too long; the KL term without an MLM head.
     """
     check_checkpoint(heal_args.student, "--student")
     student = Path(heal_args.student)
@@ -297,16 +396,38 @@ def check_models(heal_args: HealArguments) -> HealModels:
     return HealModels(teacher, t_family, t_config, s_config, student_class, tokenizer)
 
 
+def load_models(
+    heal_args: HealArguments, models: HealModels, layerwise: bool
+) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Module | None, set[str]]:
+    """The teacher (`load_teacher`), the student with its trainable parameters selected (`select_trainable`, before
+    either stage), and for the layer-wise stage the teacher as hf_ffn's base model of its family (FfnBert layers)."""
+    with_head = heal_args.mlm_kl_weight > 0
+    teacher = load_teacher(models.teacher, with_head, models.teacher_config, heal_args.padding_free)
+    # no "not function-preserving: heal it" warning: this is the healing
+    student, _ = load_pretrained(
+        models.student_class,
+        heal_args.student,
+        "--student",
+        config=models.student_config,
+        warn_not_function_preserving=False,
+    )
+    teacher_layers = None
+    if layerwise:
+        with quiet_transformers():
+            family = models.teacher_family
+            no_pooler = {"add_pooling_layer": False} if family.has_pooler else {}  # ELECTRA has none
+            teacher_layers, _ = load_pretrained(family.heads[0].ffn_bert, models.teacher, "--teacher", **no_pooler)
+    return teacher, student, teacher_layers, set(select_trainable(student, heal_args.train_parts, with_head))
+
+
 def load_teacher(
     teacher: str, with_head: bool, config: PretrainedConfig | None = None, padding_free: bool = False
 ) -> torch.nn.Module:
-    """The teacher (upstream's class of its family, or hf_ffn's, as the checkpoint is; with `padding_free` always
-    hf_ffn's class of its family, FfnBert or FfnElectra, which keeps the sequences of a padding-free batch apart where
-    upstream's may not), eval mode, frozen.
+    """The teacher, eval mode, frozen: the checkpoint's class (upstream's or hf_ffn's); with `padding_free` hf_ffn's
+    class of its family, which keeps the sequences of a padding-free batch apart where upstream's may not.
 
     Raises:
-        CheckpointNotLoadedError: an encoder weight the checkpoint lacks, a corrupt file
-            (`hf_ffn.checkpoints.load_pretrained`).
+        CheckpointNotLoadedError: as `hf_ffn.checkpoints.load_pretrained`.
         ValueError: if the MLM head would be newly initialised.
     """
     auto = AutoModelForMaskedLM if with_head else AutoModel
@@ -323,237 +444,16 @@ def load_teacher(
     return model.eval().requires_grad_(False)
 
 
-@one_run_per_output_dir
-def run_healing(
-    heal_args: HealArguments,
-    training_args: TrainingArguments,
-    *,
-    callbacks: list | None = None,
-    command: str | None = None,
-    layerwise_args: LayerwiseArguments | None = None,
-) -> dict[str, Any]:
-    """Heal `heal_args.student`; returns the `healing` record written to the report (with "healed_dir").
-
-    Raises:
-        FileNotFoundError, FileExistsError, ValueError: on bad input, before training.
-    """
-    start = time.perf_counter()
-    command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
-    if heal_args.method == "end_to_end" and layerwise_args is not None:  # options the run would silently ignore
-        default = LayerwiseArguments()
-        ignored = [
-            f"--{f.name}"
-            for f in fields(LayerwiseArguments)
-            if getattr(layerwise_args, f.name) != getattr(default, f.name)
-        ]
-        if ignored:
-            raise ValueError(
-                f"{', '.join(ignored)} set the layer-wise stage, which --method end_to_end does not "
-                f"run; remove them, or use --method layerwise"
-            )
-    documents = training_documents(heal_args)
-    models = check_models(heal_args)
-    teacher_path, tokenizer = models.teacher, models.tokenizer
-    healed_dir = Path(heal_args.healed_dir or Path(training_args.output_dir) / "healed")
-    check_new_folder(healed_dir, "--healed_dir")
-    texts, labels = (
-        read_labelled_texts(
-            heal_args.eval_data,
-            text_column=heal_args.eval_text_column,
-            label_column=heal_args.eval_label_column,
-            split=heal_args.eval_split,
-            argument="--eval_data",
-        )
-        if heal_args.eval_data
-        else (None, None)
-    )
-    if texts and heal_args.max_eval_snippets:
-        keep = subset_indices(len(texts), heal_args.max_eval_snippets)
-        texts, labels = [texts[i] for i in keep], (None if labels is None else [labels[i] for i in keep])
-        counts = {label: labels.count(label) for label in sorted(set(labels), key=str)} if labels else {}
-        if heal_args.probe and counts and min(counts.values()) < PROBE_FOLDS:
-            raise ValueError(
-                f"--max_eval_snippets {heal_args.max_eval_snippets}: the seeded subset has {counts} "
-                f"snippets per label, but the {PROBE_FOLDS}-fold probe needs at least {PROBE_FOLDS} of "
-                f"each; give a larger number or --probe false"
-            )
-    if heal_args.max_train_tokens is not None:
-        set_steps_for_tokens(heal_args, training_args)
-    if heal_args.streaming and training_args.max_steps <= 0:
-        raise ValueError(
-            "--streaming: a stream has no length, so the end-to-end stage needs --max_steps or --max_train_tokens"
-        )
-    check_not_started(training_args.output_dir, training_args.resume_from_checkpoint)
-    resume = resume_checkpoint(training_args)
-    blocks = training_blocks(documents, tokenizer, heal_args)
-    layerwise_dir = Path(training_args.output_dir) / "layerwise"
-    layerwise_args = layerwise_args or LayerwiseArguments()
-    if heal_args.method == "layerwise":  # refuse a mismatched resume before loading or measuring a model
-        first = None  # a stream's calibration: its first blocks, as many as the memory cap could use
-        if is_streamed(blocks):
-            first = -(-layerwise_args.layerwise_tokens // heal_args.max_seq_length)
-        rows = [row["input_ids"] for row in blocks.take(first)] if first else blocks["input_ids"]
-        input_ids = torch.tensor(rows)
-        prepare_layerwise(
-            models.student_config, models.teacher_config, input_ids, layerwise_args, layerwise_dir, training_args.seed
-        )
-
-    with_head = heal_args.mlm_kl_weight > 0
-    teacher = load_teacher(teacher_path, with_head, models.teacher_config, heal_args.padding_free)
-    # no "not function-preserving: heal it" warning: this is the healing
-    student, _ = load_pretrained(
-        models.student_class,
-        heal_args.student,
-        "--student",
-        config=models.student_config,
-        warn_not_function_preserving=False,
-    )
-    trainable = select_trainable(student, heal_args.train_parts, with_head)
-    main = training_args.process_index == 0
-    curve_texts = [texts[i] for i in subset_indices(len(texts), heal_args.curve_snippets)] if texts else []
-
-    teacher_cache: list = []  # the teacher's outputs on the held-out snippets, computed once for before and after
-
-    def measure(when: str) -> dict[str, Any] | None:
-        if not texts:
-            return None
-        return measure_agreement(
-            teacher.base_model,
-            student.base_model,
-            tokenizer,
-            texts,
-            labels if heal_args.probe else None,
-            max_length=heal_args.max_seq_length,
-            teacher_cache=teacher_cache,
-            progress=f"held-out agreement {when}",
-        )
-
-    before = measure("before") if main else None
-    callbacks = list(callbacks or [])
-    time_budget = TimeBudgetCallback(heal_args.max_train_minutes) if heal_args.max_train_minutes else None
-    if time_budget:
-        callbacks.append(time_budget)
-    if curve_texts and heal_args.curve_snippets:
-        callbacks.append(
-            AgreementCallback(
-                teacher.base_model, tokenizer, curve_texts, heal_args.curve_steps, heal_args.max_seq_length
-            )
-        )
-    layerwise = None
-    if heal_args.method == "layerwise":
-        with quiet_transformers():
-            base_class = models.teacher_family.heads[0].ffn_bert  # FfnBertModel, FfnRobertaModel, FfnElectraModel
-            no_pooler = {"add_pooling_layer": False} if models.teacher_family.has_pooler else {}  # ELECTRA has none
-            teacher_layers, _ = load_pretrained(base_class, teacher_path, "--teacher", **no_pooler)
-        layerwise = heal_layerwise(
-            student.base_model, teacher_layers, input_ids, layerwise_args, layerwise_dir, training_args.seed
-        )
-        del teacher_layers
-    history, steps, train_seconds = [], 0, 0.0
-    if heal_args.method == "end_to_end" or training_args.max_steps > 0:
-        collator = PaddingFreeCollator() if heal_args.padding_free else default_data_collator  # blocks: one row
-        trainer = DistillationTrainer(
-            model=student,
-            args=training_args,
-            train_dataset=end_to_end_blocks(
-                blocks, heal_args.short_seq_probability, tokenizer.pad_token_id, training_args.seed
-            ),
-            data_collator=collator,
-            teacher=teacher,
-            distillation_loss=heal_args.loss,
-            callbacks=callbacks,
-        )
-        with dropout_off(student), unpadded(teacher, student) if heal_args.padding_free else contextlib.nullcontext():
-            train_output = trainer.train(resume_from_checkpoint=resume)
-        student = trainer.accelerator.unwrap_model(trainer.model).eval()  # under FSDP trainer.model is the wrapper
-        history, steps = trainer.state.log_history, trainer.state.global_step
-        train_seconds = train_output.metrics["train_runtime"]
-    if not main:
-        return {}
-    after = measure("after")
-    trainable_set = set(trainable)
-    curve = [
-        {"step": e["step"], **{k[len("heldout_") :]: v for k, v in e.items() if k.startswith("heldout_")}}
-        for e in history
-        if "heldout_cosine_mean" in e
-    ]
-    healing = {
-        "student": heal_args.student,
-        "teacher": teacher_path,
-        "command": command,
-        "arguments": asdict(heal_args),
-        "training": {
-            k: getattr(getattr(training_args, k), "value", getattr(training_args, k))
-            for k in (
-                "learning_rate",
-                "max_steps",
-                "num_train_epochs",
-                "per_device_train_batch_size",
-                "gradient_accumulation_steps",
-                "world_size",
-                "warmup_steps",
-                "lr_scheduler_type",
-                "weight_decay",
-                "seed",
-                "bf16",
-            )
-        },
-        "trainable_parameters": sum(p.numel() for n, p in student.named_parameters() if n in trainable_set),
-        "train_parts": heal_args.train_parts,
-        "data": {
-            "train_files": heal_args.train_files,
-            "dataset_name": heal_args.dataset_name,
-            "documents": "streamed" if is_streamed(documents) else len(documents),
-            "blocks": "streamed" if is_streamed(blocks) else len(blocks),
-            "block_tokens": heal_args.max_seq_length,
-            "end_to_end_tokens": steps
-            * heal_args.max_seq_length
-            * training_args.train_batch_size
-            * training_args.gradient_accumulation_steps
-            * training_args.world_size,
-            "stopped_by_time_budget": bool(time_budget and time_budget.stopped),
-        },
-        "heldout": {"eval_data": heal_args.eval_data, "snippets": len(texts or []), "curve_snippets": len(curve_texts)},
-        "before": before,
-        "after": after,
-        "curve": curve,
-        "losses": [{"step": e["step"], "loss": e["loss"]} for e in history if "loss" in e],
-        "steps": steps,
-        "train_seconds": train_seconds,
-        "layerwise": layerwise,
-        "wall_seconds": time.perf_counter() - start,
-        "healed_dir": str(healed_dir),
-    }
-    save_healed(healed_dir, student.cpu(), tokenizer, heal_args.student, teacher.cpu(), healing)
-    record = Path(training_args.output_dir) / HEALING_FILE
-    record.parent.mkdir(parents=True, exist_ok=True)
-    record.write_text(json.dumps(healing, indent=2, default=str) + "\n", encoding="utf-8")
-    print(healing_summary(healing), flush=True)
-    return healing
-
-
 def healing_summary(healing: dict) -> str:
     """The one line a healing run ends with: cosine to the teacher and probe difference before → after, time, folder."""
     before, after = healing.get("before") or {}, healing.get("after") or {}
-    if before and after:
-        cosine = f"cosine {before['agreement']['cosine_mean']:.4f} → {after['agreement']['cosine_mean']:.4f}"
-    else:
-        cosine = "cosine not measured (no --eval_data)"
-    if "probe" in before and "probe" in after:
-        probe = f"probe Δ {before['probe']['difference']:+.4f} → {after['probe']['difference']:+.4f}"
-    else:
-        probe = "no probe"
+    b, a = before.get("agreement"), after.get("agreement")
+    cosine = (
+        f"cosine {b['cosine_mean']:.4f} → {a['cosine_mean']:.4f}" if b and a else "cosine not measured (no --eval_data)"
+    )
+    b, a = before.get("probe"), after.get("probe")
+    probe = f"probe Δ {b['difference']:+.4f} → {a['difference']:+.4f}" if b and a else "no probe"
     return (
         f"healed: {cosine}, {probe}, {healing['wall_seconds']:.0f} s; saved to {healing['healed_dir']} "
         f"(record: {HEALING_FILE})"
     )
-
-
-__all__ = [
-    "HEALING_FILE",
-    "HealArguments",
-    "HealModels",
-    "check_models",
-    "healing_summary",
-    "run_healing",
-]
