@@ -43,6 +43,7 @@ RECIPES = {
 # (variant, budget, seed, recipe) in the order they run: the method probes at 262,144 tokens first (the curve's
 # default recipe bought +0.009 cosine there), then the rest of the curve, then seeds 1 and 2 at the largest budget
 UNITS = [(v, BUDGETS[2], 0, r) for r in ("lr1e-3", "short0.5") for v in VARIANTS]
+UNITS += [("pre-ln", BUDGETS[3], 0, "short0.5")]  # the probe that paid, at 4x its budget
 UNITS += [(v, b, 0, "") for b in BUDGETS[:5] for v in VARIANTS]
 UNITS += [(v, b, s, "") for s in (1, 2) for v in VARIANTS for b in (0, BUDGETS[4])]
 
