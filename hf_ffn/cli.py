@@ -1,14 +1,13 @@
-"""`hf-ffn`: the whole workflow in one command. Each command's options and help are here (`add_parity`, ...; heal,
-finetune and mlm take HfArgumentParser dataclasses: `PASSTHROUGH`, `passthrough_parser`); what it runs is
-`hf_ffn.commands`, a thin layer over a library function. `hf-ffn --help` is fast: torch and transformers are imported
-by the subcommand that needs them. Errors name the option that set a value (`user_message`); exit codes: `EXIT_CODES`.
-"""
+"""`hf-ffn`: the whole workflow in one command. Each command's parser and help are here (`add_parity`, ...; heal,
+finetune and mlm parse HfArgumentParser dataclasses: `passthrough_parser`); `hf_ffn.commands` runs them, importing torch
+and transformers only then (a fast `--help`). Exit codes: `EXIT_CODES`."""
 
 from __future__ import annotations
 
 import argparse
 import copy
 import dataclasses
+import math
 import sys
 import textwrap
 
@@ -25,7 +24,6 @@ EXIT_CODES = {
     "(not a plain-BERT checkpoint); use the variant report (--ffn_type ...) on its BERT source",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); a training run names its last checkpoint and how to resume",
 }
-PARITY_ONLY_EXIT_CODES = (EXIT_NOT_EXACT, EXIT_NOT_PLAIN_BERT)
 # The options that set a library keyword or config field, per subcommand: an error names the option (`user_message`).
 _VARIANT_OPTIONS = {"ffn_type": "--ffn_type", "layer_norm_position": "--layer_norm_position"}
 OPTION_NAMES: dict[str, dict[str, str]] = {
@@ -33,16 +31,13 @@ OPTION_NAMES: dict[str, dict[str, str]] = {
     "convert": {**_VARIANT_OPTIONS, "init": "--init", "width": "--width"},
     "compare": {"variants": "--variants"},
 }
-DESCRIPTION = (
-    "The hf_ffn workflow in one command: check parity with BERT, convert a checkpoint into an FFN variant, heal it, "
-    "fine-tune, compare variants. `hf-ffn COMMAND --help` lists a command's options. Options are spelled in "
-    "snake_case, as transformers' Trainer arguments are (--output_dir, --ffn_type)."
-)
 
 
 def epilog(command: str | None = None) -> str:
     """The exit codes a command can return (`EXIT_CODES`; those of parity only on parity's help)."""
-    codes = {c: m for c, m in EXIT_CODES.items() if command == "parity" or c not in PARITY_ONLY_EXIT_CODES}
+    codes = {
+        c: m for c, m in EXIT_CODES.items() if command == "parity" or c not in (EXIT_NOT_EXACT, EXIT_NOT_PLAIN_BERT)
+    }
     return "exit codes:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in codes.items())
 
 
@@ -56,8 +51,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 
 def command(sub, name: str, line: str, description: str) -> argparse.ArgumentParser:
-    """Subcommand `name`, run by `commands.<name>`: its line in `hf-ffn --help`, its --help's description; no
-    abbreviated option accepted."""
+    """Subcommand `name`, run by `commands.<name>`: `line` in `hf-ffn --help`, then its own --help; no abbreviations."""
     parser = sub.add_parser(
         name,
         help=line,
@@ -167,20 +161,18 @@ COMPARE_OVERRIDES = {
 MAX_SEED = 2**32 - 1  # numpy's seed range (transformers.set_seed seeds numpy)
 
 
-def bounded(kind: type, minimum: float, maximum: float | None = None, unset: str = "the task's recipe"):
-    """An argparse `type` for a number of `kind` > `minimum` (a float) or >= `minimum` (an int), and <= `maximum`
-    when given; the error names the value and what is allowed."""
-    strict = kind is float
-    allowed = f"{'a number >' if strict else 'an integer >='} {minimum:g}" + (
-        f" and <= {maximum}" if maximum is not None else ""
-    )
+def bounded(kind: type, minimum: float, maximum: float = math.inf, unset: str = "the task's recipe"):
+    """An argparse `type`: a float > `minimum` or an int >= `minimum`, <= `maximum`; its one-line error names the
+    value and what is allowed."""
+    allowed = f"{'a number >' if kind is float else 'an integer >='} {minimum:g}"
+    allowed += f" and <= {maximum}" if maximum < math.inf else ""
 
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"got {text!r}; allowed: {allowed}") from None
-        if (value <= minimum if strict else value < minimum) or (maximum is not None and value > maximum):
+        if not (value > minimum if kind is float else value >= minimum) or value > maximum:
             raise argparse.ArgumentTypeError(f"got {text}; allowed: {allowed} (leave the option out for {unset})")
         return value
 
@@ -342,8 +334,13 @@ def passthrough_parser(command: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    description = (
+        "The hf_ffn workflow in one command: check parity with BERT, convert a checkpoint into an FFN variant, heal "
+        "it, fine-tune, compare variants. `hf-ffn COMMAND --help` lists a command's options. Options are spelled in "
+        "snake_case, as transformers' Trainer arguments are (--output_dir, --ffn_type)."
+    )
     parser = argparse.ArgumentParser(
-        prog="hf-ffn", description=textwrap.fill(DESCRIPTION, 100), epilog=epilog(), formatter_class=HelpFormatter
+        prog="hf-ffn", description=textwrap.fill(description, 100), epilog=epilog(), formatter_class=HelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_parity(sub)

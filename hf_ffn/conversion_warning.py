@@ -116,13 +116,3 @@ def warn_if_not_function_preserving(
     if message is not None:
         logger.warning_once(message)
     return message
-
-
-__all__ = [
-    "COLLAPSE_STUDY",
-    "HEALING_GUIDE",
-    "not_function_preserving_message",
-    "read_conversion_report",
-    "single_name",
-    "warn_if_not_function_preserving",
-]

@@ -168,14 +168,3 @@ def onnx_max_abs_diff(
         name: tensor_difference(torch_outputs[name], torch.from_numpy(value))["max_abs_diff"]
         for name, value in onnx_outputs.items()
     }
-
-
-__all__ = [
-    "ONNX_INPUT_NAMES",
-    "ROBERTA_ONNX_INPUT_NAMES",
-    "example_inputs",
-    "export_onnx",
-    "model_example_inputs",
-    "onnx_input_names",
-    "onnx_max_abs_diff",
-]

@@ -166,14 +166,3 @@ def export_sentence_transformer_to_bert(source: str | os.PathLike, output_dir: s
         st_model[0].model = AutoModel.from_pretrained(bert_folder)  # upstream BertModel: the same forward
         st_model.save(str(tmp))
     return Path(output_dir)
-
-
-__all__ = [
-    "MODULES_FILE",
-    "TRANSFORMER_MODULE_TYPES",
-    "backbone_folder",
-    "bert_backbone_folder",
-    "convert_sentence_transformer",
-    "export_sentence_transformer_to_bert",
-    "is_sentence_transformer",
-]
