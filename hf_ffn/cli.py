@@ -363,12 +363,11 @@ def short_help(parser: argparse.ArgumentParser, command: str) -> str:
         actions.setdefault(action.dest, []).append(shown)
     own = [kind for kind in parser.dataclass_types if not kind.__module__.startswith("transformers")]
     training = [kind for kind in parser.dataclass_types if kind not in own]
-    usage = HelpFormatter(parser.prog)
-    usage.add_usage(None, [action for field in actions.values() for action in field if action.required], [])
-    formatter = HelpFormatter(parser.prog)
+    formatter, usage = HelpFormatter(parser.prog), HelpFormatter(parser.prog)
     if getattr(parser, "short_usage", None):  # required: one of several options (mlm: files or a data set)
         formatter.add_text("usage: " + parser.short_usage)
     else:
+        usage.add_usage(None, [action for field in actions.values() for action in field if action.required], [])
         formatter.add_text(usage.format_help().strip() + " [OPTIONS]")
     formatter.add_text(textwrap.fill(parser.description, 100))
     formatter.add_text("examples:\n" + textwrap.indent(PASSTHROUGH[command][1], "  "))
@@ -393,23 +392,12 @@ def short_help(parser: argparse.ArgumentParser, command: str) -> str:
     return formatter.format_help()
 
 
-def passthrough_help(command: str, rest: list[str]) -> None:
-    """Answer `--help` (`short_help`) or `--help_all` (every option) among `rest` and exit 0, else return."""
-    if "--help_all" in rest:
-        passthrough_parser(command).print_help()
-    elif any(arg in ("-h", "--help") for arg in rest):
-        print(short_help(passthrough_parser(command), command), end="")
-    else:
-        return
-    raise SystemExit(EXIT_OK)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     if argv[:1] and argv[0] in PASSTHROUGH:  # their options are HfArgumentParser's dataclasses: `args.parser`
         args = argparse.Namespace(command=argv[0], func=getattr(commands, argv[0]), rest=argv[1:])
-        args.parser = passthrough_parser
+        args.parser = passthrough_parser  # `hf-ffn heal`'s parser, built by `commands.heal`
     else:
         args = parser.parse_args(argv)
     args.argv = argv
@@ -422,8 +410,10 @@ def main(argv: list[str] | None = None) -> int:
         # stdout must hold only the JSON document: send transformers' logs and progress bars elsewhere.
         hf_logging.disable_progress_bar()
     try:
-        if args.command in PASSTHROUGH:  # --help / --help_all: their parser imports Trainer (the train extra)
-            passthrough_help(args.command, args.rest)
+        if args.command in PASSTHROUGH and {"-h", "--help", "--help_all"} & set(args.rest):  # imports Trainer
+            full = passthrough_parser(args.command)
+            print(full.format_help() if "--help_all" in args.rest else short_help(full, args.command), end="")
+            raise SystemExit(EXIT_OK)
         return args.func(args)
     except (ValueError, OSError) as error:  # bad input: a one-line message, not a traceback
         parser.exit(EXIT_BAD_INPUT, f"hf-ffn {args.command}: error: {user_message(error, args)}\n")
