@@ -35,10 +35,8 @@ OPTION_NAMES: dict[str, dict[str, str]] = {
 
 def epilog(command: str | None = None) -> str:
     """The exit codes a command can return (`EXIT_CODES`; those of parity only on parity's help)."""
-    codes = {
-        c: m for c, m in EXIT_CODES.items() if command == "parity" or c not in (EXIT_NOT_EXACT, EXIT_NOT_PLAIN_BERT)
-    }
-    return "exit codes:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in codes.items())
+    hidden = () if command == "parity" else (EXIT_NOT_EXACT, EXIT_NOT_PLAIN_BERT)
+    return "exit codes:\n" + "\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items() if code not in hidden)
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -52,14 +50,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 def command(sub, name: str, line: str, description: str) -> argparse.ArgumentParser:
     """Subcommand `name`, run by `commands.<name>`: `line` in `hf-ffn --help`, then its own --help; no abbreviations."""
-    parser = sub.add_parser(
-        name,
-        help=line,
-        description=textwrap.fill(description, 100),
-        epilog=epilog(name),
-        formatter_class=HelpFormatter,
-        allow_abbrev=False,
-    )
+    parser = sub.add_parser(name, help=line, epilog=epilog(name), formatter_class=HelpFormatter, allow_abbrev=False)
+    parser.description = textwrap.fill(description, 100)
     parser.set_defaults(func=getattr(commands, name))
     return parser
 
@@ -295,13 +287,8 @@ PASSTHROUGH = {
     ),
 }
 # The options of TrainingArguments their `--help` shows (`--help_all`: every option).
-COMMON_TRAINING_OPTIONS = (
-    "output_dir",
-    "num_train_epochs",
-    "max_steps",
-    "learning_rate",
-    "per_device_train_batch_size",
-    "seed",
+COMMON_TRAINING_OPTIONS = tuple(
+    "output_dir num_train_epochs max_steps learning_rate per_device_train_batch_size seed".split()
 )
 
 

@@ -94,15 +94,12 @@ def parity(args: argparse.Namespace) -> int:
     try:
         rows = run_parity(checkpoint, **settings)
     except NotPlainBertError as error:
-        if not args.json:
+        document = {"checkpoint": checkpoint, "reason": reason, "exact": None, "not_plain_bert": True}
+        document |= {"differences": error.reasons, "ignored_weights": error.ignored_weights, "message": str(error)}
+        if args.json:
+            print(json.dumps(document, indent=2))
+        else:
             print(f"hf-ffn parity: {error}", file=sys.stderr)
-            return EXIT_NOT_PLAIN_BERT
-        found = {"differences": error.reasons, "ignored_weights": error.ignored_weights, "message": str(error)}
-        print(
-            json.dumps(
-                {"checkpoint": checkpoint, "reason": reason, "exact": None, "not_plain_bert": True, **found}, indent=2
-            )
-        )
         return EXIT_NOT_PLAIN_BERT
     document = parity_document(checkpoint, reason, settings, rows)
     print(json.dumps(document, indent=2) if args.json else format_parity(document, rows))
@@ -139,23 +136,15 @@ def convert(args: argparse.Namespace) -> int:
             if getattr(args, name) <= 0:
                 raise ValueError(f"--{name} must be > 0, got {getattr(args, name)}")
         tokenizer = load_tokenizer(args.checkpoint, "CHECKPOINT")
-        options.update(
-            calibration_ids=calibration_ids(
-                args.calibration_files, tokenizer, args.calibration_block, args.calibration_tokens
-            ),
-            prune_score=args.prune_score,
-        )
+        ids = calibration_ids(args.calibration_files, tokenizer, args.calibration_block, args.calibration_tokens)
+        options.update(calibration_ids=ids, prune_score=args.prune_score)
     if sentence_transformer:  # convert the backbone, keep every other module
         report = convert_sentence_transformer(args.checkpoint, args.output_dir, **options)
         if not args.json:
             print(f"sentence-transformers model: converted the backbone, kept the other modules ({MODULES_FILE})")
     else:
         report = convert_checkpoint(args.checkpoint, args.output_dir, **options)
-    if args.json:
-        print(report.to_json())
-    else:
-        print(report.summary())
-        print(f"wrote {args.output_dir}")
+    print(report.to_json() if args.json else f"{report.summary()}\nwrote {args.output_dir}")
     return 0
 
 
@@ -236,8 +225,9 @@ def mlm(args: argparse.Namespace) -> int:
 
 
 def compare(args: argparse.Namespace) -> int:
-    from .comparing import SMOKE_TASKS, SMOKE_VARIANTS, run_comparison
+    from .comparing import SMOKE_TASKS, SMOKE_VARIANTS, TABLE, run_comparison
     from .finetune.tasks import TASKS
+    from .parity import bundled_checkpoint
     from .variants import VARIANTS
 
     if args.list:
@@ -249,11 +239,6 @@ def compare(args: argparse.Namespace) -> int:
         return 0
     if args.data_dir is None:
         raise ValueError("--data_dir is required: a folder with one subfolder per task (e.g. DATA_DIR/stsb)")
-    checkpoint = args.model_name_or_path
-    if checkpoint is None:
-        from .parity import bundled_checkpoint
-
-        checkpoint = bundled_checkpoint()
     for option, names, allowed in (("--variants", args.variants, VARIANTS), ("--tasks", args.tasks, TASKS)):
         unknown = [name for name in names or [] if name not in allowed]
         if unknown:
@@ -262,18 +247,9 @@ def compare(args: argparse.Namespace) -> int:
     variants = args.variants or list(SMOKE_VARIANTS if args.smoke else VARIANTS)
     tasks = args.tasks or list(SMOKE_TASKS if args.smoke else TASKS)
     seeds = args.seeds or ([0] if args.smoke else [0, 1, 2])
-    # the fine-tuning options compare passes on (hf_ffn.cli.COMPARE_OVERRIDES), those given
-    overrides = {name: getattr(args, name) for name in args.overrides if getattr(args, name) is not None}
-    output = run_comparison(
-        checkpoint,
-        variants,
-        tasks,
-        args.data_dir,
-        seeds,
-        args.output_dir,
-        heal_text=args.heal_text,
-        smoke=args.smoke,
-        **overrides,
-    )
-    print((output / "comparison.md").read_text())
+    options = {"heal_text": args.heal_text, "smoke": args.smoke}  # and the fine-tuning overrides given
+    options |= {name: getattr(args, name) for name in args.overrides if getattr(args, name) is not None}
+    checkpoint = args.model_name_or_path or bundled_checkpoint()
+    output = run_comparison(checkpoint, variants, tasks, args.data_dir, seeds, args.output_dir, **options)
+    print((output / TABLE).read_text())
     return 0
