@@ -40,12 +40,8 @@ FLATTENED = " (flattened)"  # the suffix of a flattened-batch row's output name
 
 
 class NotPlainBertError(ValueError):
-    """The checkpoint is an FfnBert variant that upstream `BertModel` cannot represent (`hf-ffn parity` exits 3).
-
-    Attributes:
-        checkpoint: the checkpoint given. reasons: its config's `non_default_fields()`. ignored_weights: the
-            weights `BertModel` would drop (`weights_bert_ignores`).
-    """
+    """The checkpoint is an hf_ffn variant its upstream class cannot represent (`hf-ffn parity` exits 3); `reasons`:
+    its config's `non_default_fields()`, `ignored_weights`: what upstream would drop (`weights_bert_ignores`)."""
 
     def __init__(self, checkpoint: str, config: FfnBertConfig, upstream: str = "BertModel"):
         self.checkpoint = checkpoint
@@ -90,10 +86,9 @@ def ffn_outputs(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[torch
 def head_folders(
     checkpoint: str, root: str | os.PathLike, seed: int = 0, family: Family | None = None
 ) -> dict[type, str]:
-    """The folder each upstream head class of the family's table (`checkpoint_family`) loads `checkpoint` from, so
-    that both sides load the same weights: a head the checkpoint lacks is created by upstream under
-    `torch.manual_seed(seed)` and saved under `root`; others load from `checkpoint`. Every encoder weight must come
-    from the checkpoint (or both sides would agree on random weights and prove nothing).
+    """The folder each upstream head class of the family loads `checkpoint` from, so that both sides load the same
+    weights: a head the checkpoint lacks is created by upstream under `torch.manual_seed(seed)` and saved under
+    `root`. Every encoder weight must come from the checkpoint (else both sides would agree on random weights).
 
     Raises:
         CheckpointNotLoadedError: an encoder weight the checkpoint lacks or names otherwise, or a corrupt file
