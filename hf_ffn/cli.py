@@ -1,14 +1,13 @@
-"""`hf-ffn`: the whole workflow in one command. Each command's options and help are here (`add_parity`, ...; heal,
-finetune and mlm take HfArgumentParser dataclasses: `PASSTHROUGH`, `passthrough_parser`); what it runs is
-`hf_ffn.commands`, a thin layer over a library function. `hf-ffn --help` is fast: torch and transformers are imported
-by the subcommand that needs them. Errors name the option that set a value (`user_message`); exit codes: `EXIT_CODES`.
-"""
+"""`hf-ffn`: the whole workflow in one command. Each command's parser and help are here (`add_parity`, ...; heal,
+finetune and mlm parse HfArgumentParser dataclasses: `passthrough_parser`); `hf_ffn.commands` runs them, importing torch
+and transformers only then (a fast `--help`). Exit codes: `EXIT_CODES`."""
 
 from __future__ import annotations
 
 import argparse
 import copy
 import dataclasses
+import math
 import sys
 import textwrap
 
@@ -25,7 +24,6 @@ EXIT_CODES = {
     "(not a plain-BERT checkpoint); use the variant report (--ffn_type ...) on its BERT source",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); a training run names its last checkpoint and how to resume",
 }
-PARITY_ONLY_EXIT_CODES = (EXIT_NOT_EXACT, EXIT_NOT_PLAIN_BERT)
 # The options that set a library keyword or config field, per subcommand: an error names the option (`user_message`).
 _VARIANT_OPTIONS = {"ffn_type": "--ffn_type", "layer_norm_position": "--layer_norm_position"}
 OPTION_NAMES: dict[str, dict[str, str]] = {
@@ -33,17 +31,12 @@ OPTION_NAMES: dict[str, dict[str, str]] = {
     "convert": {**_VARIANT_OPTIONS, "init": "--init", "width": "--width"},
     "compare": {"variants": "--variants"},
 }
-DESCRIPTION = (
-    "The hf_ffn workflow in one command: check parity with BERT, convert a checkpoint into an FFN variant, heal it, "
-    "fine-tune, compare variants. `hf-ffn COMMAND --help` lists a command's options. Options are spelled in "
-    "snake_case, as transformers' Trainer arguments are (--output_dir, --ffn_type)."
-)
 
 
 def epilog(command: str | None = None) -> str:
     """The exit codes a command can return (`EXIT_CODES`; those of parity only on parity's help)."""
-    codes = {c: m for c, m in EXIT_CODES.items() if command == "parity" or c not in PARITY_ONLY_EXIT_CODES}
-    return "exit codes:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in codes.items())
+    hidden = () if command == "parity" else (EXIT_NOT_EXACT, EXIT_NOT_PLAIN_BERT)
+    return "exit codes:\n" + "\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items() if code not in hidden)
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -56,16 +49,9 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 
 def command(sub, name: str, line: str, description: str) -> argparse.ArgumentParser:
-    """Subcommand `name`, run by `commands.<name>`: its line in `hf-ffn --help`, its --help's description; no
-    abbreviated option accepted."""
-    parser = sub.add_parser(
-        name,
-        help=line,
-        description=textwrap.fill(description, 100),
-        epilog=epilog(name),
-        formatter_class=HelpFormatter,
-        allow_abbrev=False,
-    )
+    """Subcommand `name`, run by `commands.<name>`: `line` in `hf-ffn --help`, then its own --help; no abbreviations."""
+    parser = sub.add_parser(name, help=line, epilog=epilog(name), formatter_class=HelpFormatter, allow_abbrev=False)
+    parser.description = textwrap.fill(description, 100)
     parser.set_defaults(func=getattr(commands, name))
     return parser
 
@@ -167,20 +153,18 @@ COMPARE_OVERRIDES = {
 MAX_SEED = 2**32 - 1  # numpy's seed range (transformers.set_seed seeds numpy)
 
 
-def bounded(kind: type, minimum: float, maximum: float | None = None, unset: str = "the task's recipe"):
-    """An argparse `type` for a number of `kind` > `minimum` (a float) or >= `minimum` (an int), and <= `maximum`
-    when given; the error names the value and what is allowed."""
-    strict = kind is float
-    allowed = f"{'a number >' if strict else 'an integer >='} {minimum:g}" + (
-        f" and <= {maximum}" if maximum is not None else ""
-    )
+def bounded(kind: type, minimum: float, maximum: float = math.inf, unset: str = "the task's recipe"):
+    """An argparse `type`: a float > `minimum` or an int >= `minimum`, <= `maximum`; its one-line error names the
+    value and what is allowed."""
+    allowed = f"{'a number >' if kind is float else 'an integer >='} {minimum:g}"
+    allowed += f" and <= {maximum}" if maximum < math.inf else ""
 
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"got {text!r}; allowed: {allowed}") from None
-        if (value <= minimum if strict else value < minimum) or (maximum is not None and value > maximum):
+        if not (value > minimum if kind is float else value >= minimum) or value > maximum:
             raise argparse.ArgumentTypeError(f"got {text}; allowed: {allowed} (leave the option out for {unset})")
         return value
 
@@ -303,13 +287,8 @@ PASSTHROUGH = {
     ),
 }
 # The options of TrainingArguments their `--help` shows (`--help_all`: every option).
-COMMON_TRAINING_OPTIONS = (
-    "output_dir",
-    "num_train_epochs",
-    "max_steps",
-    "learning_rate",
-    "per_device_train_batch_size",
-    "seed",
+COMMON_TRAINING_OPTIONS = tuple(
+    "output_dir num_train_epochs max_steps learning_rate per_device_train_batch_size seed".split()
 )
 
 
@@ -342,8 +321,13 @@ def passthrough_parser(command: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    description = (
+        "The hf_ffn workflow in one command: check parity with BERT, convert a checkpoint into an FFN variant, heal "
+        "it, fine-tune, compare variants. `hf-ffn COMMAND --help` lists a command's options. Options are spelled in "
+        "snake_case, as transformers' Trainer arguments are (--output_dir, --ffn_type)."
+    )
     parser = argparse.ArgumentParser(
-        prog="hf-ffn", description=textwrap.fill(DESCRIPTION, 100), epilog=epilog(), formatter_class=HelpFormatter
+        prog="hf-ffn", description=textwrap.fill(description, 100), epilog=epilog(), formatter_class=HelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_parity(sub)
@@ -366,12 +350,11 @@ def short_help(parser: argparse.ArgumentParser, command: str) -> str:
         actions.setdefault(action.dest, []).append(shown)
     own = [kind for kind in parser.dataclass_types if not kind.__module__.startswith("transformers")]
     training = [kind for kind in parser.dataclass_types if kind not in own]
-    usage = HelpFormatter(parser.prog)
-    usage.add_usage(None, [action for field in actions.values() for action in field if action.required], [])
-    formatter = HelpFormatter(parser.prog)
+    formatter, usage = HelpFormatter(parser.prog), HelpFormatter(parser.prog)
     if getattr(parser, "short_usage", None):  # required: one of several options (mlm: files or a data set)
         formatter.add_text("usage: " + parser.short_usage)
     else:
+        usage.add_usage(None, [action for field in actions.values() for action in field if action.required], [])
         formatter.add_text(usage.format_help().strip() + " [OPTIONS]")
     formatter.add_text(textwrap.fill(parser.description, 100))
     formatter.add_text("examples:\n" + textwrap.indent(PASSTHROUGH[command][1], "  "))
@@ -396,23 +379,12 @@ def short_help(parser: argparse.ArgumentParser, command: str) -> str:
     return formatter.format_help()
 
 
-def passthrough_help(command: str, rest: list[str]) -> None:
-    """Answer `--help` (`short_help`) or `--help_all` (every option) among `rest` and exit 0, else return."""
-    if "--help_all" in rest:
-        passthrough_parser(command).print_help()
-    elif any(arg in ("-h", "--help") for arg in rest):
-        print(short_help(passthrough_parser(command), command), end="")
-    else:
-        return
-    raise SystemExit(EXIT_OK)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     if argv[:1] and argv[0] in PASSTHROUGH:  # their options are HfArgumentParser's dataclasses: `args.parser`
         args = argparse.Namespace(command=argv[0], func=getattr(commands, argv[0]), rest=argv[1:])
-        args.parser = passthrough_parser
+        args.parser = passthrough_parser  # `hf-ffn heal`'s parser, built by `commands.heal`
     else:
         args = parser.parse_args(argv)
     args.argv = argv
@@ -425,8 +397,10 @@ def main(argv: list[str] | None = None) -> int:
         # stdout must hold only the JSON document: send transformers' logs and progress bars elsewhere.
         hf_logging.disable_progress_bar()
     try:
-        if args.command in PASSTHROUGH:  # --help / --help_all: their parser imports Trainer (the train extra)
-            passthrough_help(args.command, args.rest)
+        if args.command in PASSTHROUGH and {"-h", "--help", "--help_all"} & set(args.rest):  # imports Trainer
+            full = passthrough_parser(args.command)
+            print(full.format_help() if "--help_all" in args.rest else short_help(full, args.command), end="")
+            raise SystemExit(EXIT_OK)
         return args.func(args)
     except (ValueError, OSError) as error:  # bad input: a one-line message, not a traceback
         parser.exit(EXIT_BAD_INPUT, f"hf-ffn {args.command}: error: {user_message(error, args)}\n")

@@ -69,12 +69,12 @@ def missing_package_message(error: ImportError) -> str | None:
 
 def parity(args: argparse.Namespace) -> int:
     from .checkpoints import check_checkpoint
-    from .families import checkpoint_family
     from .parity import (
         NotPlainBertError,
         choose_default_checkpoint,
-        format_table,
-        rows_as_dicts,
+        format_parity,
+        format_variant_report,
+        parity_document,
         run_parity,
         variant_report,
     )
@@ -84,89 +84,26 @@ def parity(args: argparse.Namespace) -> int:
         checkpoint, reason = args.model_name_or_path, "given with --model_name_or_path"
     else:
         checkpoint, reason = choose_default_checkpoint()
-    chosen = {"checkpoint": checkpoint, "reason": reason}
     names = ("ffn_type", "layer_norm_position", "intermediate_size")
     overrides = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     if overrides:  # a variant: report what it changes, never fail on a difference
-        report = variant_report(checkpoint, attn_implementation=args.attn, **overrides)
-        report["reason"] = reason
-        if args.json:
-            print(json.dumps(report, indent=2))
-        else:
-            _print_variant_report(report)
+        report = variant_report(checkpoint, attn_implementation=args.attn, **overrides) | {"reason": reason}
+        print(json.dumps(report, indent=2) if args.json else format_variant_report(report))
         return EXIT_OK
-
+    settings = {"attn_implementation": args.attn, "device": args.device, "dtype": args.dtype}
     try:
-        rows = run_parity(checkpoint, attn_implementation=args.attn, device=args.device, dtype=args.dtype)
+        rows = run_parity(checkpoint, **settings)
     except NotPlainBertError as error:
+        document = {"checkpoint": checkpoint, "reason": reason, "exact": None, "not_plain_bert": True}
+        document |= {"differences": error.reasons, "ignored_weights": error.ignored_weights, "message": str(error)}
         if args.json:
-            found = {"differences": error.reasons, "ignored_weights": error.ignored_weights, "message": str(error)}
-            print(json.dumps({**chosen, "exact": None, "not_plain_bert": True, **found}, indent=2))
+            print(json.dumps(document, indent=2))
         else:
             print(f"hf-ffn parity: {error}", file=sys.stderr)
         return EXIT_NOT_PLAIN_BERT
-    bitwise = [row for row in rows if row.tolerance is None]  # the default path: torch.equal
-    unpadded = [row for row in rows if row.tolerance is not None]  # unpad_tokens=True: within a tolerance
-    exact, within = all(row.equal for row in bitwise), all(row.holds for row in unpadded)
-    if args.json:
-        document = {
-            **chosen,
-            "attn_implementation": args.attn,
-            "device": args.device,
-            "dtype": args.dtype,
-            "exact": exact,
-            "unpadded_within_tolerance": within,
-            "encoder_weights_loaded": True,  # run_parity raises (exit 2) when one did not come from the checkpoint
-            "rows": rows_as_dicts(rows),
-        }
-        print(json.dumps(document, indent=2))
-    else:
-        print(f"checkpoint: {checkpoint}\n  ({reason})")
-        print(f"attention: {args.attn}, device: {args.device}, dtype: {args.dtype}")
-        print(
-            "weights: every encoder weight loaded from the checkpoint (none missing or renamed); head weights it "
-            "lacks were seeded once by upstream and loaded by both sides\n"
-        )
-        print(format_table(rows))
-        equal = sum(row.equal for row in bitwise)
-        family = checkpoint_family(checkpoint)
-        upstream = "BERT" if family.upstream_type == "bert" else family.upstream_class(family.heads[0]).__name__
-        verdict = f"EXACT: every output equals upstream {upstream} bit for bit" if exact else "NOT EXACT"
-        print(f"\n{equal}/{len(bitwise)} outputs equal (torch.equal). {verdict}")
-        if unpadded:
-            held = sum(row.holds for row in unpadded)
-            print(
-                f"{held}/{len(unpadded)} unpadded outputs (unpad_tokens=True, real tokens) within tolerance. "
-                + ("OK" if within else "NOT WITHIN TOLERANCE")
-            )
-    return EXIT_OK if exact and within else EXIT_NOT_EXACT
-
-
-def _print_variant_report(report: dict) -> None:
-    print(f"checkpoint: {report['checkpoint']}\n  ({report['reason']})")
-    print(f"variant: {report['config']}")
-    counts = report["parameters"]
-    print(
-        f"parameters: BERT {counts['bert']:,}  variant {counts['variant']:,}  ({counts['variant'] - counts['bert']:+,})"
-    )
-    print(
-        f"new weights (initialised as BERT does: linears normal(0, initializer_range) with zero bias, "
-        f"LayerNorms ones/zeros): {len(report['new_weights'])}"
-    )
-    for key in report["new_weights"]:
-        print(f"  + {key}")
-    print(f"checkpoint weights not used: {len(report['unused_weights'])}")
-    for key in report["unused_weights"]:
-        print(f"  - {key}")
-    for key in report["mismatched_weights"]:
-        print(f"  ! shape mismatch, re-initialised: {key}")
-    diff = report["last_hidden_state"]
-    print(
-        f"last_hidden_state vs BERT (real tokens): max |Δ| {diff['max_abs_diff']:.4g}, "
-        f"mean |Δ| {diff['mean_abs_diff']:.4g}"
-    )
-    for i, d in enumerate(report["hidden_states"]):
-        print(f"  hidden_states[{i}]: max |Δ| {d['max_abs_diff']:.4g}, mean |Δ| {d['mean_abs_diff']:.4g}")
+    document = parity_document(checkpoint, reason, settings, rows)
+    print(json.dumps(document, indent=2) if args.json else format_parity(document, rows))
+    return EXIT_OK if document["exact"] and document["unpadded_within_tolerance"] else EXIT_NOT_EXACT
 
 
 def convert(args: argparse.Namespace) -> int:
@@ -199,23 +136,15 @@ def convert(args: argparse.Namespace) -> int:
             if getattr(args, name) <= 0:
                 raise ValueError(f"--{name} must be > 0, got {getattr(args, name)}")
         tokenizer = load_tokenizer(args.checkpoint, "CHECKPOINT")
-        options.update(
-            calibration_ids=calibration_ids(
-                args.calibration_files, tokenizer, args.calibration_block, args.calibration_tokens
-            ),
-            prune_score=args.prune_score,
-        )
+        ids = calibration_ids(args.calibration_files, tokenizer, args.calibration_block, args.calibration_tokens)
+        options.update(calibration_ids=ids, prune_score=args.prune_score)
     if sentence_transformer:  # convert the backbone, keep every other module
         report = convert_sentence_transformer(args.checkpoint, args.output_dir, **options)
         if not args.json:
             print(f"sentence-transformers model: converted the backbone, kept the other modules ({MODULES_FILE})")
     else:
         report = convert_checkpoint(args.checkpoint, args.output_dir, **options)
-    if args.json:
-        print(report.to_json())
-    else:
-        print(report.summary())
-        print(f"wrote {args.output_dir}")
+    print(report.to_json() if args.json else f"{report.summary()}\nwrote {args.output_dir}")
     return 0
 
 
@@ -296,8 +225,9 @@ def mlm(args: argparse.Namespace) -> int:
 
 
 def compare(args: argparse.Namespace) -> int:
-    from .comparing import SMOKE_TASKS, SMOKE_VARIANTS, run_comparison
+    from .comparing import SMOKE_TASKS, SMOKE_VARIANTS, TABLE, run_comparison
     from .finetune.tasks import TASKS
+    from .parity import bundled_checkpoint
     from .variants import VARIANTS
 
     if args.list:
@@ -309,11 +239,6 @@ def compare(args: argparse.Namespace) -> int:
         return 0
     if args.data_dir is None:
         raise ValueError("--data_dir is required: a folder with one subfolder per task (e.g. DATA_DIR/stsb)")
-    checkpoint = args.model_name_or_path
-    if checkpoint is None:
-        from .parity import bundled_checkpoint
-
-        checkpoint = bundled_checkpoint()
     for option, names, allowed in (("--variants", args.variants, VARIANTS), ("--tasks", args.tasks, TASKS)):
         unknown = [name for name in names or [] if name not in allowed]
         if unknown:
@@ -322,18 +247,9 @@ def compare(args: argparse.Namespace) -> int:
     variants = args.variants or list(SMOKE_VARIANTS if args.smoke else VARIANTS)
     tasks = args.tasks or list(SMOKE_TASKS if args.smoke else TASKS)
     seeds = args.seeds or ([0] if args.smoke else [0, 1, 2])
-    # the fine-tuning options compare passes on (hf_ffn.cli.COMPARE_OVERRIDES), those given
-    overrides = {name: getattr(args, name) for name in args.overrides if getattr(args, name) is not None}
-    output = run_comparison(
-        checkpoint,
-        variants,
-        tasks,
-        args.data_dir,
-        seeds,
-        args.output_dir,
-        heal_text=args.heal_text,
-        smoke=args.smoke,
-        **overrides,
-    )
-    print((output / "comparison.md").read_text())
+    options = {"heal_text": args.heal_text, "smoke": args.smoke}  # and the fine-tuning overrides given
+    options |= {name: getattr(args, name) for name in args.overrides if getattr(args, name) is not None}
+    checkpoint = args.model_name_or_path or bundled_checkpoint()
+    output = run_comparison(checkpoint, variants, tasks, args.data_dir, seeds, args.output_dir, **options)
+    print((output / TABLE).read_text())
     return 0

@@ -1,13 +1,7 @@
-"""Compare named variants of one BERT (or RoBERTa-family, or ELECTRA) checkpoint on fine-tuning tasks:
-`run_comparison` (`hf-ffn compare`).
-
-Each variant (`hf_ffn.variants.VARIANTS`) is converted, healed where the conversion is not function-preserving, and
-fine-tuned on every task for every seed, into one resumable output folder; a RoBERTa-family checkpoint (its own
-tokenizer, `RobertaClassificationHead`, positions from `padding_idx + 1`: `hf-ffn finetune`'s, healed by `hf-ffn
-heal` against upstream's class) or an ELECTRA one (`ElectraClassificationHead`, `embeddings_project`) compares them
-as a BERT's; the table gives each variant's paired difference from the baseline with its Student-t interval over
-seeds (`paired_t_interval`). Layout and how to read the table: docs/comparing.md. scipy and matplotlib (the `plots`
-extra) are imported by the functions that need them.
+"""Compare named variants of one BERT, RoBERTa-family or ELECTRA checkpoint on fine-tuning tasks: `run_comparison`
+(`hf-ffn compare`). Each variant is converted, healed where the conversion is not function-preserving, and fine-tuned
+on every task for every seed into one resumable folder; the table gives each variant's paired difference from the
+baseline with its Student-t interval over seeds. Layout and how to read the table: docs/comparing.md.
 """
 
 from __future__ import annotations
@@ -28,12 +22,12 @@ from .finetune.run import finetune
 from .finetune.tasks import get_task
 from .healing import HealArguments, LayerwiseArguments, run_healing
 from .training.outputs import checkpoint_max_positions
-from .variants import BASELINE, VARIANTS, Variant, get_variant
+from .variants import BASELINE, Variant, get_variant
 
 SETTINGS, RUNS, TABLE, FIGURE = "settings.json", "runs.jsonl", "comparison.md", "comparison.png"
 CONFIDENCE = 0.95
 
-# --- statistics (one copy: the studies import these) -------------------------------------------------------------
+# --- statistics (the one copy: the studies import these) ---------------------------------------------------------
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -133,36 +127,28 @@ def read_runs(path: str | Path) -> list[dict]:
 LAYERWISE_LOGGER, CONVERSION_WARNING_LOGGER = "hf_ffn.healing.layerwise", "hf_ffn.conversion_warning"
 
 
-class _Messages(logging.Filter):
-    """Drops a warning already shown once and each record `replace` maps to None (printing what it maps to)."""
-
-    def __init__(self, replace=None):
-        super().__init__()
-        self.seen: set[str] = set()
-        self.replace = replace or (lambda record: record)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if record.levelno >= logging.WARNING and message in self.seen:
-            return False
-        self.seen.add(message)
-        replaced = self.replace(record)
-        if isinstance(replaced, str):
-            print(replaced, flush=True)
-        return replaced is record
-
-
 @contextmanager
 def warnings_once(logger: str = LAYERWISE_LOGGER, replace=None) -> Iterator[None]:
     """Inside the block, each warning of `logger` is shown once; `replace(record)`, when given, returns the record to
     show it, a string to print instead, or None to drop it."""
+    seen: set[str] = set()
+
+    def show(record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if record.levelno >= logging.WARNING and message in seen:
+            return False
+        seen.add(message)
+        replaced = replace(record) if replace else record
+        if isinstance(replaced, str):
+            print(replaced, flush=True)
+        return replaced is record
+
     handle = logging.getLogger(logger)
-    messages = _Messages(replace)
-    handle.addFilter(messages)
+    handle.addFilter(show)
     try:
         yield
     finally:
-        handle.removeFilter(messages)
+        handle.removeFilter(show)
 
 
 def _few_tokens_in_compare(name: str, smoke: bool):
@@ -241,9 +227,9 @@ def prepare_variant(
         if unknown:
             raise ValueError(f"variant {variant.name!r}: heal recipe has unknown field(s) {unknown}")
         pick = [{k: v for k, v in recipe.items() if k in n} for n in names]
-        shutil.rmtree(healed, ignore_errors=True)
         work = folder / "healing"
-        shutil.rmtree(work, ignore_errors=True)
+        for stale in (healed, work):
+            shutil.rmtree(stale, ignore_errors=True)
         heal_args = HealArguments(
             student=str(converted), train_files=list(heal_text), teacher=checkpoint, healed_dir=str(healed), **pick[0]
         )
@@ -268,21 +254,13 @@ def finetune_run(
 ) -> dict[str, Any]:
     """Fine-tune `start` on `task` with `seed` into `run_dir` (`finetuning` overriding the task's recipe); returns
     the run's score (×100), metrics, split and seconds."""
-    fixed = {
-        "data_dir": str(data_dir / task),
-        "report_to": "none",
-        "save_strategy": "no",
-        "eval_strategy": "no",
-        "disable_tqdm": True,
-    }
-    outcome = finetune(start, str(run_dir), task=task, seed=seed, quiet=True, **fixed, **finetuning)
+    fixed = dict(report_to="none", save_strategy="no", eval_strategy="no", disable_tqdm=True, quiet=True)
+    outcome = finetune(start, str(run_dir), task=task, seed=seed, data_dir=str(data_dir / task), **fixed, **finetuning)
     split = outcome["score_split"]
     prefix = "eval_" if split == "validation" else f"{split}_"
-    results = outcome["results"]
-    metrics = {name: results[prefix + name] for name in get_task(task).metrics}
     return {
         "score": outcome["task_score"],
-        "metrics": metrics,
+        "metrics": {name: outcome["results"][prefix + name] for name in get_task(task).metrics},
         "split": split,
         "train_seconds": outcome.get("train_seconds"),
         "wall_seconds": outcome["wall_seconds"],
@@ -290,6 +268,10 @@ def finetune_run(
 
 
 # --- the report --------------------------------------------------------------------------------------------------
+
+
+def _runs(runs: Sequence[Mapping], task: str, variant: str) -> list[Mapping]:
+    return [r for r in runs if r["task"] == task and r["variant"] == variant]
 
 
 def _interval_cell(differences: list[float]) -> tuple[str, str]:
@@ -310,9 +292,9 @@ def format_table(runs: Sequence[Mapping], variants: Sequence[str], tasks: Sequen
         "|---|---|---|---|---|---|",
     ]
     for task in tasks:
-        base = [r for r in runs if r["task"] == task and r["variant"] == BASELINE]
+        base = _runs(runs, task, BASELINE)
         for name in variants:
-            rows = sorted((r for r in runs if r["task"] == task and r["variant"] == name), key=lambda r: r["seed"])
+            rows = sorted(_runs(runs, task, name), key=lambda r: r["seed"])
             if not rows:
                 continue
             mean, sd = mean_std([r["score"] for r in rows])
@@ -373,9 +355,9 @@ def plot_comparison(
         1, len(tasks), figsize=(4 * len(tasks), 0.6 * len(others) + 1.6), squeeze=False, sharey=True
     )
     for ax, task in zip(axes[0], tasks, strict=True):
-        base = [r for r in runs if r["task"] == task and r["variant"] == BASELINE]
+        base = _runs(runs, task, BASELINE)
         for y, name in enumerate(others):
-            differences = paired_differences([r for r in runs if r["task"] == task and r["variant"] == name], base)
+            differences = paired_differences(_runs(runs, task, name), base)
             if not differences:
                 continue
             if len(differences) >= 2:
@@ -413,18 +395,10 @@ def run_comparison(
     smoke: bool = False,
     **finetuning: Any,
 ) -> Path:
-    """Compare `variants` of `checkpoint` on `tasks` over `seeds`; returns `output_dir` (layout: docs/comparing.md).
-
-    Args:
-        checkpoint: a BERT, RoBERTa-family or ELECTRA checkpoint folder or hub name (the baseline as it is).
-        variants: names of `hf_ffn.variants.VARIANTS`; the baseline (`BASELINE`) is added when missing.
-        tasks: names of `hf_ffn.finetune.tasks.TASKS`, read from `data_dir/<task>`.
-        seeds: fine-tuning seeds, paired across variants.
-        output_dir: the comparison folder; an existing one is resumed (finished runs are skipped).
-        heal_text: plain-text files or folders to heal on; default: the tasks' training sentences.
-        smoke: a check of the command in about a minute (`SMOKE_FINETUNING`, `SMOKE_HEALING`; its sequence length
-            capped at the tokens the checkpoint's positions hold).
-        finetuning: `TrainingArguments` or `ClassificationDataArguments` fields overriding the tasks' recipes.
+    """Compare `variants` (names of `hf_ffn.variants.VARIANTS`; `BASELINE` added) of `checkpoint` on `tasks` (read
+    from `data_dir/<task>`) over `seeds` (paired across variants) into `output_dir` (resumed when it exists), healing
+    on `heal_text` (default: the tasks' training sentences); `smoke`: `SMOKE_FINETUNING` and `SMOKE_HEALING`;
+    `finetuning`: fields overriding the tasks' recipes. Returns `output_dir` (layout: docs/comparing.md).
 
     Raises:
         ValueError: an unknown variant or task name, no seed, a variant that needs healing for a family heal does
@@ -468,15 +442,8 @@ def run_comparison(
                 result = finetune_run(starts[name], task, data, seed, run_dir, finetuning)
                 for weights in run_dir.glob("*.safetensors"):  # the scores are kept; the weights would fill the disk
                     weights.unlink()
-                line = {
-                    "variant": name,
-                    "task": task,
-                    "seed": seed,
-                    **result,
-                    "start": starts[name],
-                    "run_dir": str(run_dir),
-                    "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-                }
+                line = {"variant": name, "task": task, "seed": seed, **result, "start": starts[name]}
+                line |= {"run_dir": str(run_dir), "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
                 with runs_path.open("a") as handle:
                     handle.write(json.dumps(line) + "\n")
                 print(f"[compare] {name} / {task} / seed {seed}: score {result['score']:.2f}", flush=True)
@@ -485,33 +452,3 @@ def run_comparison(
     plot_comparison(runs, names, list(tasks), output / FIGURE, smoke=smoke)
     print(f"[compare] wrote {output / TABLE}", flush=True)
     return output
-
-
-__all__ = [
-    "BASELINE",
-    "FIGURE",
-    "RUNS",
-    "SETTINGS",
-    "SINGLE_SEED_NOTE",
-    "SMOKE_NOTE",
-    "SMOKE_FINETUNING",
-    "SMOKE_HEALING",
-    "SMOKE_TASKS",
-    "SMOKE_VARIANTS",
-    "TABLE",
-    "VARIANTS",
-    "check_settings",
-    "finetune_run",
-    "format_table",
-    "mean_std",
-    "paired_differences",
-    "paired_t_interval",
-    "plot_comparison",
-    "prepare_variant",
-    "read_runs",
-    "run_comparison",
-    "smoke_finetuning",
-    "warnings_once",
-    "write_heal_text",
-    "write_report",
-]

@@ -68,7 +68,7 @@ def not_function_preserving_message(
     the next step; `subject`: what the text calls the model (default: `folder`, else "this conversion").
     """
     healed, pre_ln = "healing" in report, _moves_to_pre_ln(report)
-    if (report.get("exact", True) and not pre_ln) or (healed and not pre_ln):
+    if not pre_ln and (healed or report.get("exact", True)):
         return None
     where = f"{subject or folder or 'this conversion'} ({_what_changed(report)})"
     if healed:
@@ -116,13 +116,3 @@ def warn_if_not_function_preserving(
     if message is not None:
         logger.warning_once(message)
     return message
-
-
-__all__ = [
-    "COLLAPSE_STUDY",
-    "HEALING_GUIDE",
-    "not_function_preserving_message",
-    "read_conversion_report",
-    "single_name",
-    "warn_if_not_function_preserving",
-]

@@ -1,12 +1,7 @@
-"""ONNX export of FfnBert, FfnRoberta and FfnElectra models with dynamic batch and sequence axes (`export_onnx`, over
-PyTorch's `torch.export`-based exporter: the legacy TorchScript one fails or exports wrong masks, docs/export.md), and
-a check against PyTorch (`onnx_max_abs_diff`).
-
-An FfnRoberta graph takes what RoBERTa's tokenizer gives, `input_ids` and `attention_mask` (no `token_type_ids`: one
-token type), and computes upstream's positions inside it (from `padding_idx + 1`, pads at `padding_idx`). An
-FfnElectra graph takes BERT's three inputs (ELECTRA's tokenizer is BERT's) and runs `embeddings_project` where the
-model has one. Every model is traced through its own `forward` (with no `position_ids` and `unpad_tokens=False` it
-reads no tensor's values to choose a path).
+"""ONNX export of hf_ffn models with dynamic batch and sequence axes (`export_onnx`, over PyTorch's
+`torch.export`-based exporter) and a check against PyTorch (`onnx_max_abs_diff`). An FfnRoberta graph takes
+`input_ids` and `attention_mask` and computes upstream's positions inside it; FfnBert and FfnElectra graphs take
+BERT's three inputs. Why this exporter, and the graphs' inputs: docs/export.md.
 """
 
 from __future__ import annotations
@@ -134,8 +129,6 @@ def export_onnx(
         batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=max_len)
         dynamic_shapes = {name: {0: batch, 1: sequence} for name in input_names}
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     program = torch.onnx.export(
         model,
         (),
@@ -149,7 +142,7 @@ def export_onnx(
     )
     with atomic_output_file(path, suffix=".onnx.tmp") as tmp:  # an ordinary file (umask), renamed at the end
         program.save(str(tmp), external_data=False)  # one self-contained file (models under the 2 GB protobuf limit)
-    return path
+    return Path(path)
 
 
 def onnx_max_abs_diff(
@@ -168,14 +161,3 @@ def onnx_max_abs_diff(
         name: tensor_difference(torch_outputs[name], torch.from_numpy(value))["max_abs_diff"]
         for name, value in onnx_outputs.items()
     }
-
-
-__all__ = [
-    "ONNX_INPUT_NAMES",
-    "ROBERTA_ONNX_INPUT_NAMES",
-    "example_inputs",
-    "export_onnx",
-    "model_example_inputs",
-    "onnx_input_names",
-    "onnx_max_abs_diff",
-]

@@ -177,18 +177,3 @@ def one_run_per_output_dir(run: Callable[..., Any] | None = None, *, disposable:
                     shutil.rmtree(output_dir, ignore_errors=True)  # a failed run's folder: nothing to resume from
 
     return locked
-
-
-__all__ = [
-    "LOCK_FILE",
-    "RunInterrupted",
-    "atomic_output_dir",
-    "atomic_output_file",
-    "check_folder_path",
-    "check_new_folder",
-    "current_umask",
-    "give_ordinary_permissions",
-    "interrupted_message",
-    "last_complete_checkpoint",
-    "one_run_per_output_dir",
-]

@@ -158,16 +158,3 @@ def format_markdown(rows: list[FfnRow]) -> str:
             cells.append(f"{value:.1%}" if key == "ffn_share" else f"{value:,}" if isinstance(value, int) else value)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-__all__ = [
-    "PRESETS",
-    "Dims",
-    "FfnRow",
-    "MlmFlops",
-    "config_row",
-    "ffn_row",
-    "format_markdown",
-    "mlm_flops",
-    "param_table",
-]

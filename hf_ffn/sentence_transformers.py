@@ -1,9 +1,6 @@
-"""sentence-transformers models with an FfnBert, FfnRoberta or FfnElectra backbone (docs/sentence_transformers.md): a
-sentence-transformers BERT, RoBERTa-family or ELECTRA folder converted into a variant (`convert_sentence_transformer`;
-the backbone's family picks FfnBert, FfnRoberta or FfnElectra) and a BERT one back
-(`export_sentence_transformer_to_bert`), every module but the backbone kept. `SentenceTransformer` loads any hf_ffn
-folder through `AutoModel`.
-"""
+"""sentence-transformers models with an hf_ffn backbone (docs/sentence_transformers.md): a BERT, RoBERTa-family or
+ELECTRA one converted into a variant (`convert_sentence_transformer`), a BERT one back
+(`export_sentence_transformer_to_bert`), every module but the backbone kept."""
 
 from __future__ import annotations
 
@@ -75,12 +72,14 @@ def backbone_folder(folder: str | os.PathLike) -> Path:
     return backbone
 
 
-bert_backbone_folder = backbone_folder  # its name before the RoBERTa family
-
-
 def is_sentence_transformer(name_or_path: str | os.PathLike) -> bool:
     """Whether `name_or_path` is a local sentence-transformers model folder (it holds `modules.json`)."""
     return (Path(name_or_path).expanduser() / MODULES_FILE).is_file()
+
+
+def _model_folder(source: str | os.PathLike) -> Path:
+    """The local folder of sentence-transformers model `source`: itself, or a hub name's copy in the local cache."""
+    return Path(source).expanduser() if looks_local(source) else Path(snapshot_download(str(source)))
 
 
 def convert_sentence_transformer(
@@ -91,23 +90,12 @@ def convert_sentence_transformer(
     license: str | None = None,
     **conversion: Any,
 ) -> ConversionReport:
-    """Save a copy of a sentence-transformers BERT (RoBERTa-family, ELECTRA) model whose backbone is an FfnBert
-    (FfnRoberta, FfnElectra) variant, written atomically by `SentenceTransformer.save`: the backbone converted by
-    `load_converted(backbone, FfnBertModel, **conversion)` (which loads a RoBERTa-family backbone into
-    `FfnRobertaModel`, an ELECTRA one into `FfnElectraModel`; or `load_pruned` for
-    `init="pruned"`), the other modules, the tokenizer and the settings kept,
-    plus what `hf-ffn convert` writes for a plain checkpoint (`write_converted_folder`: auto_map, the backbone's
-    conversion_report.json, hf_ffn's model card). A conversion that is not function-preserving logs a warning.
-
-    Args:
-        source: a local sentence-transformers model folder, or a hub name already in the local cache.
-        output_dir: the new folder; must not exist, or be empty.
-        seed: seeds every weight the conversion initialises.
-        base_model, license: for the model card (default: the source card's), as in `convert_checkpoint`.
-        **conversion: keyword arguments of `load_converted`.
-
-    Returns:
-        The backbone's `ConversionReport`.
+    """Write to `output_dir` (atomically) a copy of the sentence-transformers model `source` (a folder, or a hub name
+    in the local cache) whose backbone is converted by `load_converted(backbone, FfnBertModel, **conversion)` (the
+    backbone's family picks FfnBert, FfnRoberta or FfnElectra; `load_pruned` for `init="pruned"`), every other module
+    kept, plus what `hf-ffn convert` writes (`write_converted_folder`; `seed`, `base_model`, `license` as in
+    `convert_checkpoint`). Returns the backbone's `ConversionReport`; a conversion that is not function-preserving
+    logs a warning.
 
     Raises:
         FileNotFoundError: `source` looks local and is not a folder with `modules.json` (`check_checkpoint`).
@@ -118,10 +106,8 @@ def convert_sentence_transformer(
     from sentence_transformers import SentenceTransformer  # optional dependency (the `sentence-transformers` extra)
 
     check_checkpoint(source, marker=MODULES_FILE)
-    folder = Path(source).expanduser()
     with atomic_output_dir(output_dir) as tmp:  # raises FileExistsError first, for a non-empty output_dir
-        if not looks_local(source):
-            folder = Path(snapshot_download(str(source)))
+        folder = _model_folder(source)
         backbone = backbone_folder(folder)
         torch.manual_seed(seed)
         if conversion.get("init") == "pruned":  # init="pruned" needs calibration blocks (hf_ffn.conversion.pruning)
@@ -157,23 +143,10 @@ def export_sentence_transformer_to_bert(source: str | os.PathLike, output_dir: s
     from sentence_transformers import SentenceTransformer  # optional dependency (the `sentence-transformers` extra)
 
     check_checkpoint(source, marker=MODULES_FILE)
-    folder = Path(source).expanduser()
     with atomic_output_dir(output_dir) as tmp, tempfile.TemporaryDirectory() as scratch:
-        if not looks_local(source):
-            folder = Path(snapshot_download(str(source)))
+        folder = _model_folder(source)
         bert_folder = export_to_bert(backbone_folder(folder), Path(scratch) / "bert")
         st_model = SentenceTransformer(str(folder), device="cpu")
         st_model[0].model = AutoModel.from_pretrained(bert_folder)  # upstream BertModel: the same forward
         st_model.save(str(tmp))
     return Path(output_dir)
-
-
-__all__ = [
-    "MODULES_FILE",
-    "TRANSFORMER_MODULE_TYPES",
-    "backbone_folder",
-    "bert_backbone_folder",
-    "convert_sentence_transformer",
-    "export_sentence_transformer_to_bert",
-    "is_sentence_transformer",
-]

@@ -113,13 +113,3 @@ def sts_spearman(
     result = cosine_spearman(embeddings[: len(pairs)], embeddings[len(pairs) :], pairs["label"])
     seconds = time.perf_counter() - start
     return {**result, "pairs": len(pairs), "split": split, "model": str(Path(model_path)), "seconds": seconds}
-
-
-__all__ = [
-    "STS_MAX_LENGTH",
-    "cosine_spearman",
-    "length_sorted_batches",
-    "mean_pool",
-    "sentence_embeddings",
-    "sts_spearman",
-]

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from hf_ffn import FfnBertModel
-from hf_ffn.sentence_transformers import bert_backbone_folder, convert_sentence_transformer
+from hf_ffn.sentence_transformers import backbone_folder, convert_sentence_transformer
 
 st = pytest.importorskip("sentence_transformers")
 
@@ -123,11 +123,11 @@ def test_backbone_of_another_family_raises(tmp_path):
 def test_not_a_sentence_transformers_folder_raises(tmp_path, bundled_checkpoint):
     (tmp_path / "plain").mkdir()
     with pytest.raises(ValueError, match="no modules.json"):
-        bert_backbone_folder(tmp_path / "plain")
+        backbone_folder(tmp_path / "plain")
     folder = _write_st_folder(tmp_path / "clip", first_type="sentence_transformers.models.CLIPModel")
     with pytest.raises(ValueError, match="first module has type 'sentence_transformers.models.CLIPModel'"):
-        bert_backbone_folder(folder)
-    assert bert_backbone_folder(bundled_checkpoint).samefile(bundled_checkpoint)
+        backbone_folder(folder)
+    assert backbone_folder(bundled_checkpoint).samefile(bundled_checkpoint)
 
 
 def test_existing_output_and_bad_conversion_options_raise(tmp_path, bundled_checkpoint):

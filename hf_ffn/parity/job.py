@@ -28,17 +28,11 @@ from ..modeling_ffn_roberta import saved_model_type
 from .batches import TIME_FLIES_IDS, UPSTREAM_MASKS_PACKED_SEQUENCES, example_batch, flattened_batch, head_inputs
 from .compare import ParityRow, compare_outputs, compare_tensors, tensor_difference
 
-HEAD_PAIRS: dict[type, type] = {head.bert: head.ffn_bert for head in HEAD_CLASSES}  # upstream → FfnBert, table order
 # The heads compared on a padding-free batch (`flattened_batch`), by Auto class. Sequence-level outputs differ by
 # design there (hf_ffn pools each sequence, upstream each row), so those outputs and heads are left out.
 FLATTENED_AUTO_CLASSES = frozenset(
-    {
-        "AutoModel",
-        "AutoModelForPreTraining",
-        "AutoModelForMaskedLM",
-        "AutoModelForTokenClassification",
-        "AutoModelForQuestionAnswering",
-    }
+    {"AutoModel", "AutoModelForPreTraining", "AutoModelForMaskedLM"}
+    | {"AutoModelForTokenClassification", "AutoModelForQuestionAnswering"}
 )
 FLATTENED_HEADS: tuple[type, ...] = tuple(h.bert for h in HEAD_CLASSES if h.auto_class in FLATTENED_AUTO_CLASSES)
 PER_SEQUENCE_OUTPUTS = frozenset({"pooler_output", "seq_relationship_logits"})
@@ -46,12 +40,8 @@ FLATTENED = " (flattened)"  # the suffix of a flattened-batch row's output name
 
 
 class NotPlainBertError(ValueError):
-    """The checkpoint is an FfnBert variant that upstream `BertModel` cannot represent (`hf-ffn parity` exits 3).
-
-    Attributes:
-        checkpoint: the checkpoint given. reasons: its config's `non_default_fields()`. ignored_weights: the
-            weights `BertModel` would drop (`weights_bert_ignores`).
-    """
+    """The checkpoint is an hf_ffn variant its upstream class cannot represent (`hf-ffn parity` exits 3); `reasons`:
+    its config's `non_default_fields()`, `ignored_weights`: what upstream would drop (`weights_bert_ignores`)."""
 
     def __init__(self, checkpoint: str, config: FfnBertConfig, upstream: str = "BertModel"):
         self.checkpoint = checkpoint
@@ -96,10 +86,9 @@ def ffn_outputs(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[torch
 def head_folders(
     checkpoint: str, root: str | os.PathLike, seed: int = 0, family: Family | None = None
 ) -> dict[type, str]:
-    """The folder each upstream head class of the family's table (`checkpoint_family`) loads `checkpoint` from, so
-    that both sides load the same weights: a head the checkpoint lacks is created by upstream under
-    `torch.manual_seed(seed)` and saved under `root`; others load from `checkpoint`. Every encoder weight must come
-    from the checkpoint (or both sides would agree on random weights and prove nothing).
+    """The folder each upstream head class of the family loads `checkpoint` from, so that both sides load the same
+    weights: a head the checkpoint lacks is created by upstream under `torch.manual_seed(seed)` and saved under
+    `root`. Every encoder weight must come from the checkpoint (else both sides would agree on random weights).
 
     Raises:
         CheckpointNotLoadedError: an encoder weight the checkpoint lacks or names otherwise, or a corrupt file
@@ -120,11 +109,7 @@ def head_folders(
     return folders
 
 
-PARITY_DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
+PARITY_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # The unpadded rows' bars (`unpadded_rows`; docs/unpadded.md, "How close, and why not bitwise"): in float32 this
 # fraction of the tensor's largest |value|; in bfloat16/float16 this many eps of it beyond upstream's own error.
 UNPADDED_FP32_TOLERANCE = 1e-5
@@ -173,22 +158,14 @@ def run_parity(
     dtype: str | torch.dtype = "float32",
     **overrides,
 ) -> list[ParityRow]:
-    """Load `checkpoint` into each upstream head class of its family (`checkpoint_family`) and the matching hf_ffn
-    class; compare all outputs.
+    """Load `checkpoint` (a checkpoint of a supported family, or a default-config hf_ffn one) into each upstream head
+    class of its family and the matching hf_ffn class, both on `device` in `dtype` (`PARITY_DTYPES`), and compare
+    every output; `attn_implementation` "eager" compares the attention maps too; `seed` seeds the heads the checkpoint
+    lacks; `overrides` go to the hf_ffn side's config (negative controls, e.g. `layer_norm_eps=1e-5`).
 
-    Args:
-        checkpoint: a folder or hub name of a BERT, RoBERTa, XLM-RoBERTa, CamemBERT, RoBERTa-PreLayerNorm or ELECTRA
-            checkpoint, or of a default-config FfnBert / FfnRoberta / FfnElectra one.
-        attn_implementation: "eager" (attention maps are compared too) or "sdpa".
-        seed: seeds the heads that the checkpoint lacks (created once by upstream, saved, loaded by both).
-        device: where both models run ("cpu", "cuda", "cuda:1", ...).
-        dtype: both models' weights and activations ("float32", "bfloat16", "float16": `PARITY_DTYPES`).
-        **overrides: config overrides for the FfnBert side (e.g. `layer_norm_eps=1e-5` as a negative control).
-
-    Returns:
-        Rows for every output of every head; `ffn_rows`; with transformers ≥ 5.25 (`UPSTREAM_MASKS_PACKED_SEQUENCES`)
-        `flattened_rows` for each head of `FLATTENED_HEADS`; then `unpadded_rows` (each within its tolerance).
-        Every other row asks for `torch.equal`.
+    Returns rows for every output of every head, `ffn_rows`, with transformers ≥ 5.25
+    (`UPSTREAM_MASKS_PACKED_SEQUENCES`) `flattened_rows`, then `unpadded_rows` (each within its tolerance); every other
+    row asks for `torch.equal`.
 
     Raises:
         FileNotFoundError: `checkpoint` looks local and is not a checkpoint folder (`hf_ffn.checkpoints`).
@@ -213,9 +190,8 @@ def run_parity(
             upstream_class, ffn_class = family.upstream_class(head), head.ffn_bert
             folder = folders[upstream_class]
             reference = upstream_class.from_pretrained(folder, **load).to(device).eval()
-            # `overrides` are deliberate (negative controls)
-            candidate = ffn_class.from_pretrained(folder, warn_reused_weights=False, **load, **overrides)
-            candidate = candidate.to(device).eval()
+            candidate = ffn_class.from_pretrained(folder, warn_reused_weights=False, **load, **overrides).to(device)
+            candidate.eval()
             inputs = head_inputs(upstream_class, batch)
             with torch.no_grad():
                 ref_out = reference(**inputs, output_hidden_states=True, output_attentions=want_attentions)
@@ -227,17 +203,8 @@ def run_parity(
                 rows += ffn_rows(reference, candidate, batch, time_flies=time_flies)
             if UPSTREAM_MASKS_PACKED_SEQUENCES and head.auto_class in FLATTENED_AUTO_CLASSES:
                 rows += flattened_rows(reference, candidate, batch, output_attentions=want_attentions)
-        base = family.heads[0]  # AutoModel
-        rows += unpadded_rows(
-            folders[family.upstream_class(base)],
-            batch,
-            attn_implementation,
-            device,
-            dtype,
-            upstream_class=family.upstream_class(base),
-            ffn_class=base.ffn_bert,
-            **overrides,
-        )
+        base, ffn_base = family.upstream_class(family.heads[0]), family.heads[0].ffn_bert  # AutoModel
+        rows += unpadded_rows(folders[base], batch, attn_implementation, device, dtype, base, ffn_base, **overrides)
     return rows
 
 
@@ -251,10 +218,8 @@ def unpadded_rows(
     ffn_class: type = FfnBertModel,
     **overrides,
 ) -> list[ParityRow]:
-    """`ffn_class` (`FfnBertModel`) with `unpad_tokens=True` against `upstream_class` (`BertModel`), both from
-    `checkpoint`, on the padded
-    `batch` (on `device`), compared on the real tokens (`last_hidden_state`, every hidden state, `pooler_output` where
-    the model has a pooler: ELECTRA has none).
+    """`ffn_class` with `unpad_tokens=True` against `upstream_class`, both from `checkpoint`, on the padded `batch`,
+    compared on the real tokens (`last_hidden_state`, every hidden state, `pooler_output` where there is a pooler).
     Each row carries its tolerance:
 
     - float32: |unpadded − upstream| ≤ `UNPADDED_FP32_TOLERANCE` · max |upstream|.
@@ -338,11 +303,9 @@ def ffn_rows(
 
 
 def variant_report(checkpoint: str, attn_implementation: str = "eager", **overrides) -> dict:
-    """What a variant changes relative to the checkpoint (a report, never a failure).
-
-    Returns a dict: the overrides, parameter counts (`bert`: the checkpoint's upstream base model, e.g. `BertModel`
-    or `RobertaModel`), `new_weights`, `unused_weights`, `mismatched_weights`, and the `tensor_difference` of
-    `last_hidden_state` and each hidden state against that upstream model on real tokens.
+    """What a variant (config `overrides`) changes relative to the checkpoint: a report, never a failure. A dict of
+    the overrides, parameter counts (`bert`: the upstream base model), `new_weights`, `unused_weights`,
+    `mismatched_weights`, and the `tensor_difference` of `last_hidden_state` and each hidden state on real tokens.
 
     Raises:
         FileNotFoundError, CheckpointNotLoadedError: as `run_parity`.
@@ -382,11 +345,6 @@ def variant_report(checkpoint: str, attn_implementation: str = "eager", **overri
     }
 
 
-def rows_as_dicts(rows: list[ParityRow]) -> list[dict]:
-    """The rows as JSON-ready dicts (with `holds`)."""
-    return [asdict(row) | {"holds": row.holds} for row in rows]
-
-
 def format_table(rows: list[ParityRow]) -> str:
     """A fixed-width text table of the rows ("yes"/"NO", or "≤ tolerance"/"NO (> tolerance)")."""
     header = f"{'head':<34} {'output':<34} {'shape':<18} {'max |Δ|':>10}  equal"
@@ -400,11 +358,73 @@ def format_table(rows: list[ParityRow]) -> str:
     return "\n".join(lines)
 
 
+def parity_document(checkpoint: str, reason: str, settings: dict, rows: list[ParityRow]) -> dict:
+    """`hf-ffn parity --json`'s document: the checkpoint and why, `run_parity`'s `settings`, the verdicts (`exact`:
+    every bitwise row equal; `unpadded_within_tolerance`) and the rows (with `holds`)."""
+    return {
+        "checkpoint": checkpoint,
+        "reason": reason,
+        **settings,
+        "exact": all(row.equal for row in rows if row.tolerance is None),
+        "unpadded_within_tolerance": all(row.holds for row in rows if row.tolerance is not None),
+        "encoder_weights_loaded": True,  # run_parity raises when one did not come from the checkpoint
+        "rows": [asdict(row) | {"holds": row.holds} for row in rows],
+    }
+
+
+def format_parity(document: dict, rows: list[ParityRow]) -> str:
+    """`hf-ffn parity`'s text report of `parity_document`'s `document`: the settings, `format_table`, the verdicts."""
+    family = checkpoint_family(document["checkpoint"])
+    upstream = "BERT" if family.upstream_type == "bert" else family.upstream_class(family.heads[0]).__name__
+    bitwise = [row for row in rows if row.tolerance is None]
+    unpadded = [row for row in rows if row.tolerance is not None]
+    verdict = f"EXACT: every output equals upstream {upstream} bit for bit" if document["exact"] else "NOT EXACT"
+    lines = [
+        f"checkpoint: {document['checkpoint']}\n  ({document['reason']})",
+        f"attention: {document['attn_implementation']}, device: {document['device']}, dtype: {document['dtype']}",
+        "weights: every encoder weight loaded from the checkpoint (none missing or renamed); head weights it lacks "
+        "were seeded once by upstream and loaded by both sides\n",
+        format_table(rows),
+        f"\n{sum(row.equal for row in bitwise)}/{len(bitwise)} outputs equal (torch.equal). {verdict}",
+    ]
+    if unpadded:
+        within = "OK" if document["unpadded_within_tolerance"] else "NOT WITHIN TOLERANCE"
+        lines.append(
+            f"{sum(row.holds for row in unpadded)}/{len(unpadded)} unpadded outputs (unpad_tokens=True, real tokens) "
+            f"within tolerance. {within}"
+        )
+    return "\n".join(lines)
+
+
+def format_variant_report(report: dict) -> str:
+    """`hf-ffn parity --ffn_type ...`'s text report of `variant_report`'s `report` (with its `reason`)."""
+    counts, diff = report["parameters"], report["last_hidden_state"]
+    return "\n".join(
+        [
+            f"checkpoint: {report['checkpoint']}\n  ({report['reason']})",
+            f"variant: {report['config']}",
+            f"parameters: BERT {counts['bert']:,}  variant {counts['variant']:,}  "
+            f"({counts['variant'] - counts['bert']:+,})",
+            "new weights (initialised as BERT does: linears normal(0, initializer_range) with zero bias, "
+            f"LayerNorms ones/zeros): {len(report['new_weights'])}",
+            *(f"  + {key}" for key in report["new_weights"]),
+            f"checkpoint weights not used: {len(report['unused_weights'])}",
+            *(f"  - {key}" for key in report["unused_weights"]),
+            *(f"  ! shape mismatch, re-initialised: {key}" for key in report["mismatched_weights"]),
+            f"last_hidden_state vs BERT (real tokens): max |Δ| {diff['max_abs_diff']:.4g}, "
+            f"mean |Δ| {diff['mean_abs_diff']:.4g}",
+            *(
+                f"  hidden_states[{i}]: max |Δ| {d['max_abs_diff']:.4g}, mean |Δ| {d['mean_abs_diff']:.4g}"
+                for i, d in enumerate(report["hidden_states"])
+            ),
+        ]
+    )
+
+
 __all__ = [
     "FLATTENED",
     "FLATTENED_AUTO_CLASSES",
     "FLATTENED_HEADS",
-    "HEAD_PAIRS",
     "PER_SEQUENCE_OUTPUTS",
     "PARITY_DTYPES",
     "UNPADDED_FP32_TOLERANCE",
@@ -415,7 +435,9 @@ __all__ = [
     "flattened_rows",
     "format_table",
     "head_folders",
-    "rows_as_dicts",
+    "parity_document",
+    "format_parity",
+    "format_variant_report",
     "run_parity",
     "parity_device",
     "parity_dtype",
