@@ -90,3 +90,8 @@ def test_the_length_table_measures_agreement_at_real_tokens():
     with torch.no_grad():
         student.encoder.layer[1].output.dense.weight.mul_(3.0)
     assert lengths.agreement(teacher, student, tokenizer, texts, 128)[1] < 0.999
+    cls_cos, other_cos, t_spread, s_spread = lengths.cls_agreement(teacher, teacher, tokenizer, texts)
+    assert math.isclose(cls_cos, 1, abs_tol=1e-6) and math.isclose(other_cos, 1, abs_tol=1e-6)
+    assert t_spread == s_spread > 0
+    first = teacher(**tokenizer(texts, padding=True, return_tensors="pt")).last_hidden_state[:, 0].detach()
+    assert math.isclose(t_spread, float(first.std(0).mean() / first.norm(dim=-1).mean()), rel_tol=1e-5)
