@@ -112,8 +112,8 @@ def end_to_end_blocks(blocks, probability: float, pad_token_id: int, seed: int):
     the block's index); the layer-wise calibration takes the blocks whole."""
     if probability == 0:
         return blocks
-    cut = lambda row, index: short_block(row, index, probability, pad_token_id, seed)  # noqa: E731
-    return blocks.map(cut, with_indices=True)
+    options = {"probability": probability, "pad_token_id": pad_token_id, "seed": seed}
+    return blocks.map(short_block, with_indices=True, fn_kwargs=options)
 
 
 def short_block(row: dict, index: int, probability: float, pad_token_id: int, seed: int) -> dict:
