@@ -722,6 +722,46 @@ def test_short_blocks_are_bert_short_sequences_seeded_by_index():
     assert all(short_block(row, index, 0.0, 0, seed=3)["attention_mask"] == [1] * BLOCK for index in range(50))
 
 
+def test_framed_blocks_are_cls_text_sep():
+    """--frame_blocks: every block is [CLS] + its first text tokens + [SEP] at the kept length (a leading [CLS] of a
+    document not repeated), cut or whole; with probability 0 every block keeps its length."""
+    from hf_ffn.healing.data import short_block
+
+    cls, sep = 101, 102
+    row = {"input_ids": list(range(1000, 1000 + BLOCK))}
+    whole = short_block(row, 0, 0.0, 0, seed=3, frame=(cls, sep))
+    assert whole["input_ids"] == [cls, *range(1000, 1000 + BLOCK - 2), sep]
+    assert whole["attention_mask"] == [1] * BLOCK
+    starts = {"input_ids": [cls, *range(1000, 1000 + BLOCK - 1)]}  # a block where a document starts
+    assert short_block(starts, 0, 0.0, 0, seed=3, frame=(cls, sep))["input_ids"] == whole["input_ids"]
+    for index in range(300):
+        plain = short_block(row, index, 0.5, 0, seed=3)
+        framed = short_block(row, index, 0.5, 0, seed=3, frame=(cls, sep))
+        n = sum(plain["attention_mask"])
+        assert framed["attention_mask"] == plain["attention_mask"]  # the same draw
+        assert framed["input_ids"] == [cls, *range(1000, 1000 + n - 2), sep] + [0] * (BLOCK - n)
+
+
+def test_framed_blocks_reach_the_end_to_end_stage(setup, tmp_path, monkeypatch):
+    """With --frame_blocks every training row the loss sees starts with [CLS] and ends its real tokens with [SEP]."""
+    student = _pre_ln_student(setup, tmp_path / "pre")
+    seen = []
+    compute_loss = DistillationTrainer.compute_loss
+
+    def recording(self, model, inputs, *args, **kwargs):
+        seen.append((inputs["input_ids"].clone(), inputs["attention_mask"].clone()))
+        return compute_loss(self, model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(DistillationTrainer, "compute_loss", recording)
+    arguments = heal_args(setup, student, short_seq_probability=0.5, frame_blocks=True)
+    run_healing(arguments, training_args(tmp_path / "run", max_steps=2))
+    assert len(seen) == 2
+    for input_ids, mask in seen:
+        lengths = mask.sum(1)
+        assert bool((input_ids[:, 0] == 101).all())  # bert-base-uncased's [CLS]
+        assert bool((input_ids[torch.arange(len(lengths)), lengths - 1] == 102).all())  # [SEP]
+
+
 def test_short_blocks_reach_the_end_to_end_stage_padded(setup, tmp_path, monkeypatch):
     """With --short_seq_probability 1 every training batch the loss sees holds cut blocks whose pads are masked."""
     student = _pre_ln_student(setup, tmp_path / "pre")

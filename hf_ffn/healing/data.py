@@ -107,24 +107,36 @@ def read_data(heal_args: HealArguments, tokenizer: PreTrainedTokenizerBase, cali
     return HealData(blocks, calibration, texts, labels, curve_texts, summary)
 
 
-def end_to_end_blocks(blocks, probability: float, pad_token_id: int, seed: int):
+def end_to_end_blocks(blocks, probability: float, pad_token_id: int, seed: int, frame: tuple[int, int] | None = None):
     """The end-to-end stage's blocks: `blocks`, each cut with `probability` by `short_block` (seeded by `seed` and
-    the block's index); the layer-wise calibration takes the blocks whole."""
-    if probability == 0:
+    the block's index) and, with `frame` = (cls_token_id, sep_token_id), framed; the layer-wise calibration takes the
+    blocks whole."""
+    if probability == 0 and frame is None:
         return blocks
-    options = {"probability": probability, "pad_token_id": pad_token_id, "seed": seed}
+    options = {"probability": probability, "pad_token_id": pad_token_id, "seed": seed, "frame": frame}
     return blocks.map(short_block, with_indices=True, fn_kwargs=options)
 
 
-def short_block(row: dict, index: int, probability: float, pad_token_id: int, seed: int) -> dict:
+def short_block(
+    row: dict, index: int, probability: float, pad_token_id: int, seed: int, frame: tuple[int, int] | None = None
+) -> dict:
     """BERT's short sequences (`short_seq_prob` of google-research/bert `create_pretraining_data.py`): with
     `probability`, block `index` is cut to a length drawn uniformly from [2, its length] and padded back with
     `pad_token_id` (attention_mask 0 there), so the student also fits the short inputs it is used on; else all of
-    it. The draw depends only on (`seed`, `index`): the same blocks are cut on every run and on resuming."""
+    it. The draw depends only on (`seed`, `index`): the same blocks are cut on every run and on resuming.
+
+    With `frame` = (cls, sep) the kept length is `cls`, the block's first tokens (a leading `cls` not repeated), `sep`,
+    as each of BERT's pre-training instances is, so position 0 is [CLS] as in every input the student is used on."""
     ids = row["input_ids"]
     draw = random.Random(f"{seed}:{index}")
     length = draw.randint(2, len(ids)) if draw.random() < probability else len(ids)
+    if frame is None:
+        kept = ids[:length]
+    else:
+        cls, sep = frame
+        text = ids[1:] if ids[0] == cls else ids
+        kept = [cls, *text[: length - 2], sep]
     return {
-        "input_ids": ids[:length] + [pad_token_id] * (len(ids) - length),
+        "input_ids": kept + [pad_token_id] * (len(ids) - length),
         "attention_mask": [1] * length + [0] * (len(ids) - length),
     }

@@ -122,6 +122,12 @@ class HealArguments:
         "the fraction of blocks cut to a length drawn uniformly from 2 to --max_seq_length (padded; "
         "BERT's short_seq_prob), so the end-to-end stage also fits short inputs (0: every block whole)",
     )
+    frame_blocks: bool = option(
+        False,
+        "each end-to-end block as [CLS] text [SEP] (BERT's pre-training instances; with --short_seq_probability the "
+        "cut ones too), so position 0 is [CLS] as in the inputs the student is used on; false: blocks cut from the "
+        "token stream (run_mlm.py's), [CLS] only where a document starts",
+    )
     hidden_loss: str = option("mse", "mse or cosine, on hidden states at real tokens")
     layers: str = option("last", "last (last_hidden_state) or all (every hidden state)")
     mlm_kl_weight: float = option(0.0, "weight of KL on MLM logits (needs both heads)")
@@ -230,7 +236,9 @@ def run_healing(
         del teacher_layers
     history, steps, train_seconds, stopped = [], 0, 0.0, False
     if heal_args.method == "end_to_end" or training_args.max_steps > 0:
-        blocks = end_to_end_blocks(data.blocks, heal_args.short_seq_probability, models.tokenizer.pad_token_id, seed)
+        tokenizer = models.tokenizer
+        frame = (tokenizer.cls_token_id, tokenizer.sep_token_id) if heal_args.frame_blocks else None
+        blocks = end_to_end_blocks(data.blocks, heal_args.short_seq_probability, tokenizer.pad_token_id, seed, frame)
         student, history, steps, train_seconds, stopped = distill(
             student, teacher, blocks, heal_args, training_args, callbacks, resume
         )
@@ -328,7 +336,8 @@ def check_models(heal_args: HealArguments) -> HealModels:
     Raises:
         FileNotFoundError: student or teacher folder missing.
         ValueError: no teacher given or recorded; families, vocabularies, hidden sizes or (`--layers all`) LayerNorm
-            placements differ; --max_seq_length too long; the KL term without an MLM head.
+            placements differ; --max_seq_length too long; the KL term without an MLM head; --frame_blocks without
+            [CLS] / [SEP] tokens.
     """
     check_checkpoint(heal_args.student, "--student")
     student = Path(heal_args.student)
@@ -393,6 +402,8 @@ def check_models(heal_args: HealArguments) -> HealModels:
             f"teacher {teacher!r} and student {str(student)!r} tokenizers differ ({len(t_vocab)} vs "
             f"{len(s_vocab)} tokens; e.g. {only}); distillation needs the same vocabulary"
         )
+    if heal_args.frame_blocks and None in (tokenizer.cls_token_id, tokenizer.sep_token_id):
+        raise ValueError(f"--frame_blocks: the tokenizer of --student {str(student)!r} has no cls_token or sep_token")
     return HealModels(teacher, t_family, t_config, s_config, student_class, tokenizer)
 
 

@@ -39,11 +39,19 @@ RECIPES = {
     # half the blocks cut to a length uniform in [2, 128] (BERT's short sequences): the held-out snippets are short
     # (rt_polarity: 30 tokens on average), and a Pre-LN student healed on 128-token blocks agrees less at 32 or 16
     "short0.5": {"learning_rate": "1e-4", "layers": "last", "short_seq_probability": "0.5"},
+    # and every block framed as [CLS] text [SEP]: a Pre-LN student's [CLS] stays near-constant (lengths.md), and in
+    # blocks cut from the token stream [CLS] is only where an article starts
+    "cls-short0.5": {"learning_rate": "1e-4", "layers": "last", "short_seq_probability": "0.5", "frame_blocks": "true"},
+    # and every hidden state as a target, not only the last (TinyBERT's intermediate supervision); for SwiGLU only: a
+    # Pre-LN student's inner hidden states are its un-normalised residual stream, a Post-LN teacher's are normalised
+    "all-short0.5": {"learning_rate": "1e-4", "layers": "all", "short_seq_probability": "0.5"},
 }
 # (variant, budget, seed, recipe) in the order they run: the method probes at 262,144 tokens first (the curve's
 # default recipe bought +0.009 cosine there), then the rest of the curve, then seeds 1 and 2 at the largest budget
 UNITS = [(v, BUDGETS[2], 0, r) for r in ("lr1e-3", "short0.5") for v in VARIANTS]
 UNITS += [("pre-ln", BUDGETS[3], 0, "short0.5")]  # the probe that paid, at 4x its budget
+UNITS += [("pre-ln", BUDGETS[4], 0, "short0.5")]  # and at 16x: the fourth budget of the recipe that pays
+UNITS += [("pre-ln", BUDGETS[2], 0, "cls-short0.5"), ("swiglu-matched", BUDGETS[2], 0, "all-short0.5")]
 UNITS += [(v, b, 0, "") for b in BUDGETS[:5] for v in VARIANTS]
 UNITS += [(v, b, s, "") for s in (1, 2) for v in VARIANTS for b in (0, BUDGETS[4])]
 
