@@ -762,6 +762,22 @@ def test_framed_blocks_reach_the_end_to_end_stage(setup, tmp_path, monkeypatch):
         assert bool((input_ids[torch.arange(len(lengths)), lengths - 1] == 102).all())  # [SEP]
 
 
+def test_framed_blocks_need_cls_and_sep_tokens(setup, tmp_path):
+    """--frame_blocks with a tokenizer that has no cls_token is refused before any text is read, naming the option."""
+    from transformers import AutoTokenizer
+
+    from hf_ffn.healing.run import check_models
+
+    student = _pre_ln_student(setup, tmp_path / "pre")
+    tokenizer = AutoTokenizer.from_pretrained(student)
+    tokenizer.cls_token = None
+    tokenizer.save_pretrained(student)
+    assert AutoTokenizer.from_pretrained(student).cls_token_id is None
+    check_models(heal_args(setup, student))  # without the option the same folder is accepted
+    with pytest.raises(ValueError, match=r"--frame_blocks: the tokenizer of --student .* has no cls_token"):
+        check_models(heal_args(setup, student, frame_blocks=True))
+
+
 def test_short_blocks_reach_the_end_to_end_stage_padded(setup, tmp_path, monkeypatch):
     """With --short_seq_probability 1 every training batch the loss sees holds cut blocks whose pads are masked."""
     student = _pre_ln_student(setup, tmp_path / "pre")
