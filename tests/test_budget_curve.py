@@ -95,3 +95,17 @@ def test_the_length_table_measures_agreement_at_real_tokens():
     assert t_spread == s_spread > 0
     first = teacher(**tokenizer(texts, padding=True, return_tensors="pt")).last_hidden_state[:, 0].detach()
     assert math.isclose(t_spread, float(first.std(0).mean() / first.norm(dim=-1).mean()), rel_tol=1e-5)
+
+
+def test_a_recipe_run_at_several_budgets_gets_its_own_fit():
+    """The short-block recipe's points make a curve of their own: fitted apart from the default's, never mixed."""
+    default = [record(t, 1 - 0.5 * t**-0.25) for t in (65_536, 262_144)]
+    short = [dict(record(t, 1 - 0.5 * t**-0.5), recipe="short0.5") for t in (262_144, 1_048_576, 4_194_304)]
+    assert "tokens^-0.250" in curve.extrapolation(default + short)
+    assert "tokens^-0.500" in curve.extrapolation(default + short, "short0.5") and "(3 points)" in curve.extrapolation(
+        default + short, "short0.5"
+    )
+    heal, _, _ = passthrough_parser("heal").parse_args_into_dataclasses(
+        curve.heal_command("pre-ln", 262_144, 0, Path("w"), Path("t.txt"), "T", "E", "cls-short0.5")
+    )
+    assert heal.frame_blocks is True and heal.short_seq_probability == 0.5 and heal.layers == "last"
