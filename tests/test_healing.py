@@ -742,8 +742,9 @@ def test_framed_blocks_are_cls_text_sep():
         assert framed["input_ids"] == [cls, *range(1000, 1000 + n - 2), sep] + [0] * (BLOCK - n)
 
 
-def test_framed_blocks_reach_the_end_to_end_stage(setup, tmp_path, monkeypatch):
-    """With --frame_blocks every training row the loss sees starts with [CLS] and ends its real tokens with [SEP]."""
+def _batches_the_loss_sees(setup, tmp_path, monkeypatch, **options) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(input_ids, attention_mask) of each batch `compute_loss` gets in a 2-step end-to-end heal of a Pre-LN student
+    with the `HealArguments` `options` (two batches, checked)."""
     student = _pre_ln_student(setup, tmp_path / "pre")
     seen = []
     compute_loss = DistillationTrainer.compute_loss
@@ -753,9 +754,14 @@ def test_framed_blocks_reach_the_end_to_end_stage(setup, tmp_path, monkeypatch):
         return compute_loss(self, model, inputs, *args, **kwargs)
 
     monkeypatch.setattr(DistillationTrainer, "compute_loss", recording)
-    arguments = heal_args(setup, student, short_seq_probability=0.5, frame_blocks=True)
-    run_healing(arguments, training_args(tmp_path / "run", max_steps=2))
+    run_healing(heal_args(setup, student, **options), training_args(tmp_path / "run", max_steps=2))
     assert len(seen) == 2
+    return seen
+
+
+def test_framed_blocks_reach_the_end_to_end_stage(setup, tmp_path, monkeypatch):
+    """With --frame_blocks every training row the loss sees starts with [CLS] and ends its real tokens with [SEP]."""
+    seen = _batches_the_loss_sees(setup, tmp_path, monkeypatch, short_seq_probability=0.5, frame_blocks=True)
     for input_ids, mask in seen:
         lengths = mask.sum(1)
         assert bool((input_ids[:, 0] == 101).all())  # bert-base-uncased's [CLS]
@@ -780,17 +786,7 @@ def test_framed_blocks_need_cls_and_sep_tokens(setup, tmp_path):
 
 def test_short_blocks_reach_the_end_to_end_stage_padded(setup, tmp_path, monkeypatch):
     """With --short_seq_probability 1 every training batch the loss sees holds cut blocks whose pads are masked."""
-    student = _pre_ln_student(setup, tmp_path / "pre")
-    seen = []
-    compute_loss = DistillationTrainer.compute_loss
-
-    def recording(self, model, inputs, *args, **kwargs):
-        seen.append((inputs["input_ids"].clone(), inputs["attention_mask"].clone()))
-        return compute_loss(self, model, inputs, *args, **kwargs)
-
-    monkeypatch.setattr(DistillationTrainer, "compute_loss", recording)
-    run_healing(heal_args(setup, student, short_seq_probability=1.0), training_args(tmp_path / "run", max_steps=2))
-    assert len(seen) == 2
+    seen = _batches_the_loss_sees(setup, tmp_path, monkeypatch, short_seq_probability=1.0)
     for input_ids, mask in seen:
         lengths = mask.sum(1)
         assert input_ids.shape[1] == BLOCK and bool((lengths < BLOCK).any()) and bool((lengths >= 2).all())
