@@ -401,7 +401,12 @@ def main(argv: list[str] | None = None) -> int:
             full = passthrough_parser(args.command)
             print(full.format_help() if "--help_all" in args.rest else short_help(full, args.command), end="")
             raise SystemExit(EXIT_OK)
-        return args.func(args)
+        status = args.func(args)
+        if "torch.distributed" in sys.modules:  # under torchrun: end the process group before interpreter exit
+            from .training.arguments import end_process_group
+
+            end_process_group()
+        return status
     except (ValueError, OSError) as error:  # bad input: a one-line message, not a traceback
         parser.exit(EXIT_BAD_INPUT, f"hf-ffn {args.command}: error: {user_message(error, args)}\n")
     except KeyboardInterrupt as error:  # Ctrl-C: one line (a training run's says where its last checkpoint is)

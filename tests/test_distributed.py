@@ -229,3 +229,45 @@ def test_gradient_accumulation_matches_full_batch(tmp_path):
     (full_losses, full_weights), (accumulated_losses, accumulated_weights) = runs
     torch.testing.assert_close(torch.tensor(accumulated_losses), torch.tensor(full_losses), rtol=LOSS_RTOL, atol=0)
     assert_same_weights_but_rounding(full_weights, accumulated_weights, steps=2)
+
+
+@pytest.fixture
+def start_group(tmp_path):
+    """Starts a one-process Gloo group, as a launcher's run holds one; destroys it afterwards if still alive."""
+    import torch.distributed as dist
+
+    stores = iter(range(10))
+
+    def start():
+        dist.init_process_group("gloo", init_method=(tmp_path / f"store{next(stores)}").as_uri(), rank=0, world_size=1)
+        assert dist.is_initialized()
+
+    yield start
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_a_finished_command_ends_its_process_group(start_group, capsys):
+    """Left to interpreter exit, Gloo's threads can abort a torchrun process after its run finished and saved
+    (SIGABRT, "terminate called without an active exception": a failed exit status for a run that succeeded; seen
+    in CI on tests/test_healing.py's torchrun test). `hf-ffn` and the scripts' `bad_input_exits` end the group on
+    success, and only on success: after an error the other processes may wait in a collective."""
+    import torch.distributed as dist
+
+    from hf_ffn.cli import main
+    from hf_ffn.training.arguments import bad_input_exits
+
+    start_group()
+    assert main(["params", "--preset", "bert-base"]) == 0 and "| BERT-base | geglu |" in capsys.readouterr().out
+    assert not dist.is_initialized()
+
+    start_group()
+    with bad_input_exits("finetune_mlm.py"):
+        pass
+    assert not dist.is_initialized()
+
+    start_group()
+    with pytest.raises(SystemExit) as exit_status, bad_input_exits("finetune_mlm.py"):
+        raise ValueError("--max_steps -1: must be > 0")
+    assert exit_status.value.code == 2 and dist.is_initialized()  # an error leaves the group to the launcher
+    assert capsys.readouterr().err == "finetune_mlm.py: error: --max_steps -1: must be > 0\n"

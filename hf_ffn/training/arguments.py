@@ -281,12 +281,26 @@ def folder_name(name_or_path: str) -> str:
     return Path(name_or_path.rstrip("/\\")).name
 
 
+def end_process_group() -> None:
+    """Destroy the process group a launcher's run started (torchrun, `accelerate launch`; Trainer initialises it), as
+    torch's "Shutdown" guide asks at the end of each process's work. Left to interpreter exit, Gloo's worker threads
+    can outlive the interpreter and abort the process (SIGABRT, "terminate called without an active exception")
+    after the run finished and saved: a failed exit status for a run that succeeded. Called on success only (after
+    an error the other processes may still wait in a collective, and destroying would hang); a no-op in one process."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 @contextlib.contextmanager
 def bad_input_exits(prog: str) -> Iterator[None]:
     """Bad input inside (`ValueError`, `OSError`) ends as `prog: error: message` on stderr and exit status
-    `EXIT_BAD_INPUT`, as argparse ends a bad command line; Ctrl-C as one line, status 130."""
+    `EXIT_BAD_INPUT`, as argparse ends a bad command line; Ctrl-C as one line, status 130. A run that ends without
+    error ends its process group (`end_process_group`)."""
     try:
         yield
+        end_process_group()
     except (ValueError, OSError) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT) from None
