@@ -37,6 +37,29 @@ def test_spread_hand_computed(collapse):
     assert collapse.spread(torch.tensor([[1.0, 0.0], [-1.0, 0.0]])) == pytest.approx(2**0.5 / 2)
 
 
+def test_weight_change_hand_computed(collapse, tmp_path):
+    """‖ΔW‖ / ‖W‖ over a group's tensors together, keys matched across a head's prefix; a head's own weights and a
+    weight only one folder has are left out."""
+    from safetensors.torch import save_file
+
+    start = {
+        "encoder.layer.0.intermediate.dense.weight": torch.tensor([[3.0, 0.0]]),
+        "pooler.dense.bias": torch.ones(2),
+    }
+    start["encoder.layer.0.output.dense.weight"] = torch.tensor([[0.0, 4.0]])  # group ffn 0: ‖W‖ = 5
+    start["encoder.final_norm.weight"] = torch.ones(4)  # only in the start
+    tuned = {f"bert.{k}": v.clone() for k, v in start.items() if "final_norm" not in k}
+    tuned["bert.encoder.layer.0.output.dense.weight"] += torch.tensor([[0.0, 1.0]])  # ‖ΔW‖ = 1
+    tuned["classifier.weight"] = torch.ones(1, 2)
+    for name, weights in (("start", start), ("tuned", tuned)):
+        (tmp_path / name).mkdir()
+        save_file(weights, tmp_path / name / "model.safetensors")
+    assert collapse.weight_change(tmp_path / "start", tmp_path / "tuned") == {"ffn 0": 0.2, "pooler": 0.0}
+    assert collapse.weight_group("roberta.encoder.layer.11.attention.output.LayerNorm.bias") == "attention norm 11"
+    assert collapse.weight_group("encoder.layer.2.mlp.gate_proj.weight") == "ffn 2"
+    assert collapse.weight_group("encoder.layer.2.output.LayerNorm.weight") == "ffn norm 2"
+
+
 def test_measure_reads_cls_from_padded_outputs_whatever_the_saved_switch(collapse, bundled_checkpoint, tmp_path):
     """A folder saved with `unpad_tokens=True` is measured as the same weights saved with it off: the hooks read
     [CLS] from (pairs, seq, hidden) outputs, never from packed (n_real, hidden) ones."""
@@ -100,6 +123,10 @@ def test_finetune_collapse_end_to_end(collapse, bundled_checkpoint, tmp_path):
     assert 0 < after["spread_cls"] < 1 and 0 < after["spread_mean"] < 1 and 0 < after["dropout_cosine"] < 1
     assert after != results["models"]["baseline"]["before"]  # two optimizer steps changed the encoder
     assert -100 <= results["models"]["pre-ln"]["pearson"] <= 100
+    change = results["models"]["pre-ln"]["weight_change"]  # the tiny model: 2 layers, a Pre-LN final norm
+    groups = {f"{part} {i}" for part in ("attention", "attention norm", "ffn", "ffn norm") for i in (0, 1)}
+    assert set(change) == groups | {"embeddings", "final norm"}  # no pooler: an MLM folder has none, so it is new
+    assert all(0 < value < 1 for value in change.values())  # two Adam steps at lr 1e-4 moved every group a little
     report = (output / "collapse.md").read_text()
     assert (
         "| pre-ln |" in report

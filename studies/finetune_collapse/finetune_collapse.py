@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -45,6 +46,7 @@ from hf_ffn.similarity import mean_pool
 from hf_ffn.training.arguments import ModelArguments, bad_input_exits
 from studies.common.environment import machine, portable_command, portable_path, versions
 
+HEAD_PREFIX = re.compile(r"^(bert|roberta|electra)\.")  # a head model's base-model prefix
 TABLE_WARMUP_STEPS = 36  # the four-task table's warm-up on STS-B: 10% of one epoch at batch 16 (360 steps)
 
 
@@ -147,6 +149,50 @@ def measure(folder: str, tokenizer, pairs) -> dict:
     }
 
 
+def weight_group(key: str) -> str | None:
+    """The group a checkpoint key (BERT's on-disk names, any head prefix) is counted in: "embeddings", "attention i"
+    (query, key, value and output projections of layer i), "attention norm i", "ffn i" (up, gate and down
+    projections), "ffn norm i", "final norm", "pooler"; None for a head's own weights."""
+    key = HEAD_PREFIX.sub("", key)
+    layer = re.match(r"encoder\.layer\.(\d+)\.(.*)", key)
+    if layer is None:
+        for prefix, group in (
+            ("embeddings.", "embeddings"),
+            ("encoder.final_norm.", "final norm"),
+            ("pooler.", "pooler"),
+        ):
+            if key.startswith(prefix):
+                return group
+        return None
+    i, rest = layer.groups()
+    if rest.startswith("attention.output.LayerNorm."):
+        return f"attention norm {i}"
+    if rest.startswith("attention."):
+        return f"attention {i}"
+    if rest.startswith(("intermediate.", "output.dense.", "mlp.")):
+        return f"ffn {i}"
+    return f"ffn norm {i}" if rest.startswith(("output.LayerNorm.", "mlp_norm.")) else None
+
+
+def weight_change(start: str | Path, tuned: str | Path) -> dict[str, float]:
+    """Per `weight_group`, the relative change fine-tuning made: ‖W_after − W_before‖ / ‖W_before‖ (Frobenius, over
+    the group's tensors together), on the weights both folders' `model.safetensors` hold (no unit; 0: unchanged)."""
+    from safetensors.torch import load_file
+
+    def weights(folder) -> dict[str, torch.Tensor]:  # keyed without the head's prefix
+        return {HEAD_PREFIX.sub("", k): v for k, v in load_file(Path(folder) / "model.safetensors").items()}
+
+    before, after = weights(start), weights(tuned)
+    sums: dict[str, list[float]] = {}
+    for key in before.keys() & after.keys():
+        group = weight_group(key)
+        if group is not None:
+            delta, base = sums.setdefault(group, [0.0, 0.0]), before[key].double()
+            delta[0] += (after[key].double() - base).pow(2).sum().item()
+            delta[1] += base.pow(2).sum().item()
+    return {group: (d / b) ** 0.5 for group, (d, b) in sums.items() if b > 0}
+
+
 def with_dropout(folder: str, dropout: float, work_dir: Path) -> str:
     """A copy of `folder` whose config sets both dropout probabilities to `dropout`."""
     copy = work_dir / "start"
@@ -208,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             "after": measure(str(work_dir / "fine-tuned"), tokenizer, pairs),
             "pearson": 100 * outcome["results"]["eval_pearson"],
             "spearman": 100 * outcome["results"]["eval_spearman"],
+            "weight_change": weight_change(start, work_dir / "fine-tuned"),
         }
         shutil.rmtree(work_dir, ignore_errors=True)  # the fine-tuned weights are not kept
     results["load_after"] = os.getloadavg()[0]
@@ -253,6 +300,22 @@ def report(results: dict, argv: list[str]) -> str:
         before, after = m["before"]["cls_norms"], m["after"]["cls_norms"]
         cells = [f"{before[k]:.1f} → {after[k]:.1f}" if k in before else "" for k in columns]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    changed = [m.get("weight_change") for m in results["models"].values()]
+    if all(changed):  # records made before the measure have none
+        groups = sorted(
+            dict.fromkeys(k for c in changed for k in c),
+            key=lambda k: (int(k.split()[-1]) if k.split()[-1].isdigit() else -1 if k == "embeddings" else 99, k),
+        )
+        lines += [
+            "",
+            "Relative weight change by fine-tuning, ‖W_after − W_before‖ / ‖W_before‖ per group:",
+            "",
+            "| model | " + " | ".join(groups) + " |",
+            "|---|" + "---|" * len(groups),
+        ]
+        for name, m in results["models"].items():
+            cells = [f"{m['weight_change'][g]:.4f}" if g in m["weight_change"] else "" for g in groups]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",
         f"Machine: {results['machine']['cpu']}, {results['machine']['cores']} cores, load average "
