@@ -60,6 +60,22 @@ def test_weight_change_hand_computed(collapse, tmp_path):
     assert collapse.weight_group("encoder.layer.2.output.LayerNorm.weight") == "ffn norm 2"
 
 
+def test_mean_pooled_head_reads_the_mean_over_real_tokens(collapse):
+    from hf_ffn import FfnBertModel
+
+    torch.manual_seed(0)
+    model = FfnBertModel(tiny_config(unpad_tokens=False)).eval()
+    ids, mask = torch.tensor([[2, 5, 7, 3], [2, 9, 3, 0]]), torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
+    plain = model(input_ids=ids, attention_mask=mask)
+    with collapse.mean_pooled_head():
+        pooled = model(input_ids=ids, attention_mask=mask)
+    mean = (plain.last_hidden_state * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)  # row 2: its 3 real tokens
+    assert torch.equal(pooled.last_hidden_state, plain.last_hidden_state)
+    torch.testing.assert_close(pooled.pooler_output, torch.tanh(model.pooler.dense(mean)))  # summation order aside
+    assert torch.equal(plain.pooler_output, torch.tanh(model.pooler.dense(plain.last_hidden_state[:, 0])))
+    assert torch.equal(model(input_ids=ids, attention_mask=mask).pooler_output, plain.pooler_output)  # restored
+
+
 def test_measure_reads_cls_from_padded_outputs_whatever_the_saved_switch(collapse, bundled_checkpoint, tmp_path):
     """A folder saved with `unpad_tokens=True` is measured as the same weights saved with it off: the hooks read
     [CLS] from (pairs, seq, hidden) outputs, never from packed (n_real, hidden) ones."""
@@ -80,7 +96,8 @@ def test_measure_reads_cls_from_padded_outputs_whatever_the_saved_switch(collaps
     assert sorted(on["cls_norms"]) == ["attention 0", "attention 1", "ffn 0", "ffn 1"]
 
 
-def test_finetune_collapse_end_to_end(collapse, bundled_checkpoint, tmp_path):
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_finetune_collapse_end_to_end(collapse, bundled_checkpoint, tmp_path, pooling):
     hf_logging.set_verbosity_error()
     tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint)
     folders = {}
@@ -108,6 +125,8 @@ def test_finetune_collapse_end_to_end(collapse, bundled_checkpoint, tmp_path):
         "1",
         "--output_dir",
         str(output),
+        "--pooling",
+        pooling,
     ]
     try:
         assert collapse.main(argv) == 0
@@ -130,6 +149,7 @@ def test_finetune_collapse_end_to_end(collapse, bundled_checkpoint, tmp_path):
     report = (output / "collapse.md").read_text()
     assert (
         "| pre-ln |" in report
+        and f"pooler reading {pooling}," in report
         and "Command: `python -m studies.finetune_collapse.finetune_collapse --baseline" in report
     )
     assert not (output / "baseline").exists()  # fine-tuned weights are not kept

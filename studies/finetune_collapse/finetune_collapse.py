@@ -26,6 +26,7 @@ model here (100 steps at ~0.6 s, plus evaluation and save).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -36,6 +37,7 @@ from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer, TrainingArguments
+from transformers.models.bert.modeling_bert import BertPooler
 
 from hf_ffn import FfnBertModel
 from hf_ffn.finetune.arguments import ClassificationDataArguments
@@ -75,6 +77,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=None,
         help="fine-tune with this hidden and attention dropout (default: each folder's own)",
+    )
+    parser.add_argument(
+        "--pooling",
+        choices=("cls", "mean"),
+        default="cls",
+        help="what the regression head's pooler reads: cls (BertPooler, the table's) or mean (the mean over real "
+        "tokens, as the teacher was trained; padded execution) (default: %(default)s)",
     )
     parser.add_argument(
         "--pairs", type=int, default=256, help="validation pairs the encoder is measured on (default: %(default)s)"
@@ -193,6 +202,30 @@ def weight_change(start: str | Path, tuned: str | Path) -> dict[str, float]:
     return {group: (d / b) ** 0.5 for group, (d, b) in sums.items() if b > 0}
 
 
+@contextlib.contextmanager
+def mean_pooled_head():
+    """For the block, `BertPooler` (dense + tanh) reads the mean of the last hidden state over real tokens (the
+    `attention_mask` of the enclosing `FfnBertModel` call) instead of [CLS]: the sentence-transformers pooling the
+    teacher was trained with. Needs padded execution ((batch, seq, hidden) outputs; RuntimeError otherwise)."""
+    masks: list[torch.Tensor] = []
+    forward, pooler_forward = FfnBertModel.forward, BertPooler.forward
+
+    def model_forward(self, *args, **kwargs):
+        masks[:] = [kwargs["attention_mask"]]
+        return forward(self, *args, **kwargs)
+
+    def pool(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if hidden_states.shape[:2] != masks[0].shape:
+            raise RuntimeError(f"mean pooling needs padded outputs, got {tuple(hidden_states.shape)}")
+        return self.activation(self.dense(mean_pool(hidden_states, masks[0])))
+
+    FfnBertModel.forward, BertPooler.forward = model_forward, pool
+    try:
+        yield
+    finally:
+        FfnBertModel.forward, BertPooler.forward = forward, pooler_forward
+
+
 def with_dropout(folder: str, dropout: float, work_dir: Path) -> str:
     """A copy of `folder` whose config sets both dropout probabilities to `dropout`."""
     copy = work_dir / "start"
@@ -248,7 +281,10 @@ def main(argv: list[str] | None = None) -> int:
             logging_steps=max(1, args.steps // 5),
         )
         data_args = ClassificationDataArguments(task="stsb", data_dir=args.data_dir, max_seq_length=128)
-        outcome = run_classification(ModelArguments(model_name_or_path=start), data_args, training_args)
+        mean = args.pooling == "mean"
+        with mean_pooled_head() if mean else contextlib.nullcontext():
+            model_args = ModelArguments(model_name_or_path=start, unpad_tokens=not mean)
+            outcome = run_classification(model_args, data_args, training_args)
         results["models"][name] = {
             "before": measure(start, tokenizer, pairs),
             "after": measure(str(work_dir / "fine-tuned"), tokenizer, pairs),
@@ -271,7 +307,8 @@ def report(results: dict, argv: list[str]) -> str:
         f"# Representation after {settings['steps']} STS-B fine-tuning steps",
         "",
         f"Learning rate {settings['learning_rate']} (warm-up {min(TABLE_WARMUP_STEPS, settings['steps'])} steps, then "
-        f"constant), batch 16, dropout {dropout}, seed {settings['seed']}; spread on the first {settings['pairs']} "
+        f"constant), batch 16, dropout {dropout}, pooler reading {settings.get('pooling', 'cls')}, "
+        f"seed {settings['seed']}; spread on the first {settings['pairs']} "
         "validation pairs (std over pairs / mean norm; 0: every input gives the same vector); Pearson on the whole "
         "validation set; dropout cosine: the cosine similarity at real tokens between the last hidden state with "
         "the config's dropout on and off (1: dropout changes nothing).",

@@ -53,7 +53,7 @@ UNITS += [("pre-ln", BUDGETS[3], 0, "short0.5")]  # the probe that paid, at 4x i
 UNITS += [("pre-ln", BUDGETS[4], 0, "short0.5")]  # and at 16x: the fourth budget of the recipe that pays
 UNITS += [("pre-ln", BUDGETS[2], 0, "cls-short0.5"), ("swiglu-matched", BUDGETS[2], 0, "all-short0.5")]
 UNITS += [(v, b, 0, "") for b in BUDGETS[:5] for v in VARIANTS]
-# seeds 1 and 2 of the Pre-LN recipe that pays at its largest budget (the README row), each after its own layer-wise start
+# seeds 1 and 2 of the Pre-LN recipe that pays, at its largest budget (the README row), each after its layer-wise start
 UNITS += [("pre-ln", b, s, "short0.5" if b else "") for s in (1, 2) for b in (0, BUDGETS[4])]
 UNITS += [(v, b, s, "") for s in (1, 2) for v in VARIANTS for b in (0, BUDGETS[4])]
 UNITS = list(dict.fromkeys(UNITS))  # each layer-wise start once
