@@ -12,7 +12,7 @@ import torch
 from transformers import AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from hf_ffn import FfnBertForMaskedLM
+from hf_ffn import FfnBertForMaskedLM, FfnBertModel
 from hf_ffn.finetune.tasks import read_stsb
 
 from .conftest import tiny_config
@@ -226,3 +226,48 @@ def test_finetune_collapse_report_models_of_other_depths(collapse):
     header = lines.index("| model | attention 0 | ffn 0 | attention 1 | ffn 1 |")
     assert lines[header + 2] == "| one | 1.0 → 1.0 | 1.0 → 1.0 |  |  |"
     assert lines[header + 3] == "| two | 1.0 → 1.0 | 1.0 → 1.0 | 2.0 → 2.0 | 2.0 → 2.0 |"
+
+
+@pytest.fixture(scope="module")
+def probes():
+    spec = importlib.util.spec_from_file_location("probes", REPO / "studies" / "finetune_collapse" / "probes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_probes_of_the_teacher_against_itself(probes, bundled_checkpoint, tmp_path):
+    """The teacher given as a student: every segment cosine 1, the same perturbation and stream as the teacher's row
+    (same weights, same seeds); the perturbation grows with ε and leaves the weights as they were."""
+    data = write_stsb(tmp_path / "stsb")
+    output = tmp_path / "probes.md"
+    argv = ["--model", f"copy={bundled_checkpoint}", "--data_dir", str(data), "--pairs", "6", "--output", str(output)]
+    assert probes.main(argv) == 0
+    results = json.loads(output.with_suffix(".json").read_text())
+    teacher, copy = results["models"]["teacher"], results["models"]["copy"]
+    assert set(copy["segments"]) == {"A", "B", "[CLS]", "A types 0", "B types 0", "[CLS] types 0"}
+    assert all(value == pytest.approx(1.0, abs=1e-6) for value in copy["segments"].values())
+    assert copy["perturbation"] == teacher["perturbation"] and copy["stream"] == teacher["stream"]
+    small, medium, large = teacher["perturbation"].values()
+    assert 0 < small < medium < large < 0.1
+    stream = teacher["stream"]
+    assert 0 < stream["top 1 share"] < stream["top 5 share"] <= 1 and stream["norm [CLS]"] > 0
+    assert "| copy | 1.0000 | 1.0000 |" in output.read_text()
+
+
+def test_perturbation_restores_the_weights_and_reads_the_final_norm_input(probes):
+    torch.manual_seed(0)
+    model = FfnBertModel(tiny_config(layer_norm_position="pre", unpad_tokens=False)).eval()
+    batch = {"input_ids": torch.tensor([[2, 5, 7, 3]]), "attention_mask": torch.ones(1, 4, dtype=torch.long)}
+    batch["token_type_ids"] = torch.tensor([[0, 0, 1, 1]])
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        assert probes.perturbation(model, batch, 0.0) == pytest.approx(0.0, abs=1e-6)
+        assert 0 < probes.perturbation(model, batch, 0.05) < probes.perturbation(model, batch, 0.5)
+        assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+        stream = probes.stream(model, batch)
+        inputs = []
+        model.encoder.final_norm.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
+        model(**batch)
+    assert stream["norm [CLS]"] == pytest.approx(inputs[0][0, 0].norm().item())
+    assert stream["norm other"] == pytest.approx(inputs[0][0, 1:].norm(dim=-1).mean().item())
