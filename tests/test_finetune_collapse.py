@@ -271,3 +271,30 @@ def test_perturbation_restores_the_weights_and_reads_the_final_norm_input(probes
         model(**batch)
     assert stream["norm [CLS]"] == pytest.approx(inputs[0][0, 0].norm().item())
     assert stream["norm other"] == pytest.approx(inputs[0][0, 1:].norm(dim=-1).mean().item())
+
+
+def test_rescale_stream_keeps_the_function_and_scales_the_stream(tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "rescale_stream", REPO / "studies" / "finetune_collapse" / "rescale_stream.py"
+    )
+    rescale = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rescale)
+    torch.manual_seed(0)
+    model = FfnBertModel(tiny_config(layer_norm_position="pre", unpad_tokens=False)).eval()
+    model.save_pretrained(tmp_path / "pre")
+    # 2 layers: embeddings' LayerNorm (2) + per layer attention output and FFN down projection (2 x 2 x 2)
+    assert rescale.rescale_stream(tmp_path / "pre", 0.1, tmp_path / "small") == 10
+    small = FfnBertModel.from_pretrained(tmp_path / "small").eval()
+    ids = torch.tensor([[2, 5, 7, 3, 9]])
+    streams = []
+    for m in (model, small):
+        m.encoder.final_norm.register_forward_pre_hook(lambda module, args: streams.append(args[0]))
+    with torch.no_grad():
+        before, after = model(input_ids=ids).last_hidden_state, small(input_ids=ids).last_hidden_state
+    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)  # LayerNorm is scale-invariant: rounding only
+    torch.testing.assert_close(streams[1], 0.1 * streams[0], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="exists"):
+        rescale.rescale_stream(tmp_path / "pre", 0.1, tmp_path / "small")
+    FfnBertModel(tiny_config()).save_pretrained(tmp_path / "post")
+    with pytest.raises(ValueError, match="layer_norm_position 'post'"):
+        rescale.rescale_stream(tmp_path / "post", 0.1, tmp_path / "other")
