@@ -38,35 +38,25 @@ def register_auto_classes() -> None:
     from .modeling_ffn_electra import HEAD_CLASSES as ELECTRA_HEAD_CLASSES
     from .modeling_ffn_roberta import HEAD_CLASSES as ROBERTA_HEAD_CLASSES
 
-    # exist_ok: importing twice (or alongside remote code that registered the same names) must not fail.
-    AutoConfig.register(FfnBertConfig.model_type, FfnBertConfig, exist_ok=True)
-    for head in HEAD_CLASSES:
-        getattr(transformers, head.auto_class).register(FfnBertConfig, head.ffn_bert, exist_ok=True)
-    AutoTokenizer.register(FfnBertConfig, tokenizer_class=BertTokenizer, exist_ok=True)
-    # FfnRoberta (model_type "ffn_roberta"): RoBERTa's tokenizer, as upstream maps "roberta"
-    AutoConfig.register(FfnRobertaConfig.model_type, FfnRobertaConfig, exist_ok=True)
-    for head in ROBERTA_HEAD_CLASSES:
-        getattr(transformers, head.auto_class).register(FfnRobertaConfig, head.ffn_bert, exist_ok=True)
-    AutoTokenizer.register(FfnRobertaConfig, tokenizer_class=RobertaTokenizer, exist_ok=True)
-    # FfnElectra (model_type "ffn_electra"): ELECTRA's tokenizer, as upstream maps "electra"
-    AutoConfig.register(FfnElectraConfig.model_type, FfnElectraConfig, exist_ok=True)
-    for head in ELECTRA_HEAD_CLASSES:
-        getattr(transformers, head.auto_class).register(FfnElectraConfig, head.ffn_bert, exist_ok=True)
-    AutoTokenizer.register(FfnElectraConfig, tokenizer_class=ElectraTokenizer, exist_ok=True)
-    # trust_remote_code: `save_pretrained` then copies configuration_ffn_bert.py and modeling_ffn_bert.py (with the
-    # files they import relatively: activations.py, checkpoint_names.py, unpadding.py, grouped_attention.py,
-    # sparse_prediction.py) next to the weights and writes `auto_map`, so the folder loads where hf_ffn is not
-    # installed: `AutoModel.from_pretrained(folder, trust_remote_code=True)`. `AUTO_MAP` names every Auto class, for
-    # folders that should load with any of them.
-    FfnBertConfig.register_for_auto_class()
-    for head in HEAD_CLASSES:
-        head.ffn_bert.register_for_auto_class(head.auto_class)
-    FfnRobertaConfig.register_for_auto_class()
-    for head in ROBERTA_HEAD_CLASSES:
-        head.ffn_bert.register_for_auto_class(head.auto_class)
-    FfnElectraConfig.register_for_auto_class()
-    for head in ELECTRA_HEAD_CLASSES:
-        head.ffn_bert.register_for_auto_class(head.auto_class)
+    families = (  # each config with its heads and the tokenizer upstream maps its family to
+        (FfnBertConfig, HEAD_CLASSES, BertTokenizer),
+        (FfnRobertaConfig, ROBERTA_HEAD_CLASSES, RobertaTokenizer),
+        (FfnElectraConfig, ELECTRA_HEAD_CLASSES, ElectraTokenizer),
+    )
+    for config, heads, tokenizer in families:
+        # exist_ok: importing twice (or alongside remote code that registered the same names) must not fail.
+        AutoConfig.register(config.model_type, config, exist_ok=True)
+        for head in heads:
+            getattr(transformers, head.auto_class).register(config, head.ffn_bert, exist_ok=True)
+        AutoTokenizer.register(config, tokenizer_class=tokenizer, exist_ok=True)
+        # trust_remote_code: `save_pretrained` then copies the configuration and modeling files (with the files they
+        # import relatively: activations.py, checkpoint_names.py, unpadding.py, grouped_attention.py,
+        # sparse_prediction.py) next to the weights and writes `auto_map`, so the folder loads where hf_ffn is not
+        # installed: `AutoModel.from_pretrained(folder, trust_remote_code=True)`. `AUTO_MAP` names every Auto class,
+        # for folders that should load with any of them.
+        config.register_for_auto_class()
+        for head in heads:
+            head.ffn_bert.register_for_auto_class(head.auto_class)
 
 
 def __getattr__(name: str):
