@@ -109,3 +109,19 @@ def test_a_recipe_run_at_several_budgets_gets_its_own_fit():
         curve.heal_command("pre-ln", 262_144, 0, Path("w"), Path("t.txt"), "T", "E", "cls-short0.5")
     )
     assert heal.frame_blocks is True and heal.short_seq_probability == 0.5 and heal.layers == "last"
+
+
+def test_seeds_of_one_unit_are_summarised_with_a_t_interval():
+    """Three seeds at one budget: the mean and a 95% t-interval (t(0.975, 2) = 4.303) of cosine and probe Δ; a
+    budget run at one seed gets no line."""
+    runs = []
+    for seed, (cosine, probe) in enumerate([(0.95, -0.004), (0.96, -0.002), (0.97, -0.003)]):
+        runs.append(dict(record(4_194_304, cosine), seed=seed, variant="pre-ln", recipe="short0.5"))
+        runs[-1]["after"]["probe"]["difference"] = probe
+    runs.append(dict(record(262_144, 0.9), variant="pre-ln", recipe="short0.5"))
+    (line,) = curve.across_seeds(runs)
+    half = 4.302653 * 0.01 / 3**0.5  # cosine: std 0.01 over 3 seeds
+    assert line.startswith("- pre-ln, short0.5, 4,194,304 tokens, 3 seeds: ")
+    assert f"cosine 0.9600 [{0.96 - half:.4f}, {0.96 + half:.4f}]" in line  # [0.9352, 0.9848]
+    assert "probe Δ -0.30 [-0.55, -0.05] points" in line  # std 0.1 points: half 0.248
+    assert "seed 0: 0.9500 / -0.40; seed 1: 0.9600 / -0.20; seed 2: 0.9700 / -0.30" in line

@@ -243,6 +243,37 @@ def extrapolation(rows: list[dict], recipe: str = "") -> str:
     )
 
 
+def across_seeds(rows: list[dict]) -> list[str]:
+    """One line per (variant, recipe, budget) run at two seeds or more: the mean cosine and the mean probe Δ (points)
+    over the seeds, each with a 95% Student-t interval over the seeds (n − 1 degrees of freedom), and each seed's
+    values."""
+    from scipy.stats import t
+
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["variant"], r.get("recipe", ""), r["budget_tokens"]), []).append(r)
+    lines = []
+    for (variant, recipe, budget), runs in sorted(groups.items()):
+        if len({r["seed"] for r in runs}) < 2:
+            continue
+        runs = sorted(runs, key=lambda r: r["seed"])
+        cells = []
+        for name, values, digits in (
+            ("cosine", [points(r)[0] for r in runs], 4),
+            ("probe Δ", [points(r)[1] for r in runs], 2),
+        ):
+            n, mean = len(values), sum(values) / len(values)
+            std = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
+            half = t.ppf(0.975, n - 1) * std / n**0.5
+            cells.append(f"{name} {mean:.{digits}f} [{mean - half:.{digits}f}, {mean + half:.{digits}f}]")
+        seeds = "; ".join(f"seed {r['seed']}: {points(r)[0]:.4f} / {points(r)[1]:+.2f}" for r in runs)
+        name = recipe or ("layer-wise" if not budget else "curve")
+        lines.append(
+            f"- {variant}, {name}, {budget:,} tokens, {len(runs)} seeds: {cells[0]}, {cells[1]} points ({seeds})"
+        )
+    return lines
+
+
 def recipe_text(record: dict) -> str:
     """The end-to-end recipe's name and options as the table shows them (the layer-wise stage has none)."""
     if not record["budget_tokens"]:
@@ -291,7 +322,11 @@ def report(args: argparse.Namespace) -> None:
         if rows
         else "No unit recorded yet."
     )
+    seeds = across_seeds(rows)
     table = "\n".join(lines) + "\n\nExtrapolation (seed 0):\n\n" + "\n".join(notes) if rows else ""
+    if seeds:
+        table += "\n\nAcross seeds (mean [95% Student-t interval over the seeds]; cosine / probe Δ per seed):\n\n"
+        table += "\n".join(seeds)
     text = f"{head}\n\n{table}\n"
     print(text)
     if args.output:
