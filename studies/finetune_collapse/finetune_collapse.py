@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, TrainingArguments
+from transformers import AutoTokenizer, Trainer, TrainingArguments
 from transformers.models.bert.modeling_bert import BertPooler
 
 from hf_ffn import FfnBertModel
@@ -84,6 +84,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="cls",
         help="what the regression head's pooler reads: cls (BertPooler, the table's) or mean (the mean over real "
         "tokens, as the teacher was trained; padded execution) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--freeze_ffn",
+        action="store_true",
+        help="fine-tune with every FFN projection frozen (gate, up, down; their LayerNorms train)",
     )
     parser.add_argument(
         "--pairs", type=int, default=256, help="validation pairs the encoder is measured on (default: %(default)s)"
@@ -226,6 +231,25 @@ def mean_pooled_head():
         FfnBertModel.forward, BertPooler.forward = forward, pooler_forward
 
 
+@contextlib.contextmanager
+def frozen_ffns():
+    """For the block, every `Trainer` sets `requires_grad=False` on the FFN projections (in-memory names with
+    `.mlp.`: gate_proj, up_proj, down_proj) before it builds its optimizer, so they never move."""
+    create = Trainer.create_optimizer
+
+    def create_optimizer(self, model=None):
+        for name, parameter in (model or self.model).named_parameters():
+            if ".mlp." in name:
+                parameter.requires_grad_(False)
+        return create(self, model) if model is not None else create(self)
+
+    Trainer.create_optimizer = create_optimizer
+    try:
+        yield
+    finally:
+        Trainer.create_optimizer = create
+
+
 def with_dropout(folder: str, dropout: float, work_dir: Path) -> str:
     """A copy of `folder` whose config sets both dropout probabilities to `dropout`."""
     copy = work_dir / "start"
@@ -282,7 +306,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         data_args = ClassificationDataArguments(task="stsb", data_dir=args.data_dir, max_seq_length=128)
         mean = args.pooling == "mean"
-        with mean_pooled_head() if mean else contextlib.nullcontext():
+        with (
+            mean_pooled_head() if mean else contextlib.nullcontext(),
+            frozen_ffns() if args.freeze_ffn else contextlib.nullcontext(),
+        ):
             model_args = ModelArguments(model_name_or_path=start, unpad_tokens=not mean)
             outcome = run_classification(model_args, data_args, training_args)
         results["models"][name] = {
@@ -307,7 +334,8 @@ def report(results: dict, argv: list[str]) -> str:
         f"# Representation after {settings['steps']} STS-B fine-tuning steps",
         "",
         f"Learning rate {settings['learning_rate']} (warm-up {min(TABLE_WARMUP_STEPS, settings['steps'])} steps, then "
-        f"constant), batch 16, dropout {dropout}, pooler reading {settings.get('pooling', 'cls')}, "
+        f"constant), batch 16, dropout {dropout}, pooler reading {settings.get('pooling', 'cls')}"
+        f"{', FFN projections frozen' if settings.get('freeze_ffn') else ''}, "
         f"seed {settings['seed']}; spread on the first {settings['pairs']} "
         "validation pairs (std over pairs / mean norm; 0: every input gives the same vector); Pearson on the whole "
         "validation set; dropout cosine: the cosine similarity at real tokens between the last hidden state with "
