@@ -96,7 +96,7 @@ def test_measure_reads_cls_from_padded_outputs_whatever_the_saved_switch(collaps
     assert sorted(on["cls_norms"]) == ["attention 0", "attention 1", "ffn 0", "ffn 1"]
 
 
-@pytest.mark.parametrize("pooling, freeze", [("cls", False), ("mean", False), ("cls", True)])
+@pytest.mark.parametrize("pooling, freeze", [("cls", None), ("mean", None), ("cls", "ffn"), ("cls", "attention")])
 def test_finetune_collapse_end_to_end(collapse, bundled_checkpoint, tmp_path, pooling, freeze):
     hf_logging.set_verbosity_error()
     tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint)
@@ -127,7 +127,7 @@ def test_finetune_collapse_end_to_end(collapse, bundled_checkpoint, tmp_path, po
         str(output),
         "--pooling",
         pooling,
-        *(["--freeze_ffn"] if freeze else []),
+        *(["--freeze", freeze] if freeze else []),
     ]
     try:
         assert collapse.main(argv) == 0
@@ -146,14 +146,14 @@ def test_finetune_collapse_end_to_end(collapse, bundled_checkpoint, tmp_path, po
     change = results["models"]["pre-ln"]["weight_change"]  # the tiny model: 2 layers, a Pre-LN final norm
     groups = {f"{part} {i}" for part in ("attention", "attention norm", "ffn", "ffn norm") for i in (0, 1)}
     assert set(change) == groups | {"embeddings", "final norm"}  # no pooler: an MLM folder has none, so it is new
-    moved = {group: value for group, value in change.items() if not (freeze and group.startswith("ffn "))}
+    moved = {group: value for group, value in change.items() if not (freeze and group[:-2] == freeze)}
     assert all(0 < value < 1 for value in moved.values())  # two Adam steps at lr 1e-4 moved every group a little
-    if freeze:  # the projections never moved; their LayerNorms (ffn norm i) did
-        assert [change[f"ffn {i}"] for i in (0, 1)] == [0.0, 0.0] and change["ffn norm 0"] > 0
+    if freeze:  # the projections never moved; their LayerNorms ("ffn norm i", "attention norm i") did
+        assert [change[f"{freeze} {i}"] for i in (0, 1)] == [0.0, 0.0] and change[f"{freeze} norm 0"] > 0
     report = (output / "collapse.md").read_text()
     assert (
         "| pre-ln |" in report
-        and f"pooler reading {pooling}{', FFN projections frozen' if freeze else ''}," in report
+        and f"pooler reading {pooling}{collapse.FROZEN_TEXT.get(freeze, '')}," in report
         and "Command: `python -m studies.finetune_collapse.finetune_collapse --baseline" in report
     )
     assert not (output / "baseline").exists()  # fine-tuned weights are not kept

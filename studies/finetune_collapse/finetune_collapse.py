@@ -49,6 +49,12 @@ from hf_ffn.training.arguments import ModelArguments, bad_input_exits
 from studies.common.environment import machine, portable_command, portable_path, versions
 
 HEAD_PREFIX = re.compile(r"^(bert|roberta|electra)\.")  # a head model's base-model prefix
+# `--freeze`: which parameters (in-memory names) stay fixed in fine-tuning; LayerNorms are never frozen
+FROZEN = {
+    "ffn": lambda name: ".mlp." in name,  # gate_proj, up_proj, down_proj (not mlp_norm)
+    "attention": lambda name: ".attention." in name and "LayerNorm" not in name,  # query, key, value, output.dense
+}
+FROZEN_TEXT = {"ffn": ", FFN projections frozen", "attention": ", attention projections frozen"}
 TABLE_WARMUP_STEPS = 36  # the four-task table's warm-up on STS-B: 10% of one epoch at batch 16 (360 steps)
 
 
@@ -86,9 +92,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "tokens, as the teacher was trained; padded execution) (default: %(default)s)",
     )
     parser.add_argument(
-        "--freeze_ffn",
-        action="store_true",
-        help="fine-tune with every FFN projection frozen (gate, up, down; their LayerNorms train)",
+        "--freeze",
+        choices=tuple(FROZEN),
+        default=None,
+        help="fine-tune with these projections frozen: ffn (gate, up, down) or attention (query, key, value, output); "
+        "the LayerNorms train",
     )
     parser.add_argument(
         "--pairs", type=int, default=256, help="validation pairs the encoder is measured on (default: %(default)s)"
@@ -232,14 +240,14 @@ def mean_pooled_head():
 
 
 @contextlib.contextmanager
-def frozen_ffns():
-    """For the block, every `Trainer` sets `requires_grad=False` on the FFN projections (in-memory names with
-    `.mlp.`: gate_proj, up_proj, down_proj) before it builds its optimizer, so they never move."""
-    create = Trainer.create_optimizer
+def frozen(part: str):
+    """For the block, every `Trainer` sets `requires_grad=False` on `part`'s projections (`FROZEN`: in-memory names)
+    before it builds its optimizer, so they never move."""
+    create, inside = Trainer.create_optimizer, FROZEN[part]
 
     def create_optimizer(self, model=None):
         for name, parameter in (model or self.model).named_parameters():
-            if ".mlp." in name:
+            if inside(name):
                 parameter.requires_grad_(False)
         return create(self, model) if model is not None else create(self)
 
@@ -308,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         mean = args.pooling == "mean"
         with (
             mean_pooled_head() if mean else contextlib.nullcontext(),
-            frozen_ffns() if args.freeze_ffn else contextlib.nullcontext(),
+            frozen(args.freeze) if args.freeze else contextlib.nullcontext(),
         ):
             model_args = ModelArguments(model_name_or_path=start, unpad_tokens=not mean)
             outcome = run_classification(model_args, data_args, training_args)
@@ -335,7 +343,7 @@ def report(results: dict, argv: list[str]) -> str:
         "",
         f"Learning rate {settings['learning_rate']} (warm-up {min(TABLE_WARMUP_STEPS, settings['steps'])} steps, then "
         f"constant), batch 16, dropout {dropout}, pooler reading {settings.get('pooling', 'cls')}"
-        f"{', FFN projections frozen' if settings.get('freeze_ffn') else ''}, "
+        f"{FROZEN_TEXT.get(settings.get('freeze'), '')}, "
         f"seed {settings['seed']}; spread on the first {settings['pairs']} "
         "validation pairs (std over pairs / mean norm; 0: every input gives the same vector); Pearson on the whole "
         "validation set; dropout cosine: the cosine similarity at real tokens between the last hidden state with "
