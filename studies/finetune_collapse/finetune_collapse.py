@@ -49,12 +49,17 @@ from hf_ffn.training.arguments import ModelArguments, bad_input_exits
 from studies.common.environment import machine, portable_command, portable_path, versions
 
 HEAD_PREFIX = re.compile(r"^(bert|roberta|electra)\.")  # a head model's base-model prefix
-# `--freeze`: which parameters (in-memory names) stay fixed in fine-tuning; LayerNorms are never frozen
+# `--freeze`: which parameters (in-memory names) stay fixed in fine-tuning
 FROZEN = {
     "ffn": lambda name: ".mlp." in name,  # gate_proj, up_proj, down_proj (not mlp_norm)
     "attention": lambda name: ".attention." in name and "LayerNorm" not in name,  # query, key, value, output.dense
+    "norms": lambda name: any(norm in name for norm in ("LayerNorm", "mlp_norm", "final_norm")),  # every LayerNorm
 }
-FROZEN_TEXT = {"ffn": ", FFN projections frozen", "attention": ", attention projections frozen"}
+FROZEN_TEXT = {
+    "ffn": ", FFN projections frozen",
+    "attention": ", attention projections frozen",
+    "norms": ", LayerNorms frozen",
+}
 TABLE_WARMUP_STEPS = 36  # the four-task table's warm-up on STS-B: 10% of one epoch at batch 16 (360 steps)
 
 
@@ -95,8 +100,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--freeze",
         choices=tuple(FROZEN),
         default=None,
-        help="fine-tune with these projections frozen: ffn (gate, up, down) or attention (query, key, value, output); "
-        "the LayerNorms train",
+        help="fine-tune with these frozen: ffn (gate, up, down projections) or attention (query, key, value, output "
+        "projections), the LayerNorms training; or norms (every LayerNorm, the embeddings' included)",
     )
     parser.add_argument(
         "--pairs", type=int, default=256, help="validation pairs the encoder is measured on (default: %(default)s)"
@@ -241,7 +246,7 @@ def mean_pooled_head():
 
 @contextlib.contextmanager
 def frozen(part: str):
-    """For the block, every `Trainer` sets `requires_grad=False` on `part`'s projections (`FROZEN`: in-memory names)
+    """For the block, every `Trainer` sets `requires_grad=False` on `part`'s parameters (`FROZEN`: in-memory names)
     before it builds its optimizer, so they never move."""
     create, inside = Trainer.create_optimizer, FROZEN[part]
 
