@@ -97,7 +97,8 @@ def test_measure_reads_cls_from_padded_outputs_whatever_the_saved_switch(collaps
 
 
 @pytest.mark.parametrize(
-    "pooling, freeze", [("cls", None), ("mean", None), ("cls", "ffn"), ("cls", "attention"), ("cls", "norms")]
+    "pooling, freeze",
+    [("cls", None), ("mean", None), ("cls", "ffn"), ("cls", "attention"), ("cls", "norms"), ("cls", "encoder")],
 )
 def test_finetune_collapse_end_to_end(collapse, bundled_checkpoint, tmp_path, pooling, freeze):
     hf_logging.set_verbosity_error()
@@ -143,13 +144,15 @@ def test_finetune_collapse_end_to_end(collapse, bundled_checkpoint, tmp_path, po
     after = results["models"]["baseline"]["after"]
     assert sorted(after["cls_norms"]) == ["attention 0", "attention 1", "ffn 0", "ffn 1"]
     assert 0 < after["spread_cls"] < 1 and 0 < after["spread_mean"] < 1 and 0 < after["dropout_cosine"] < 1
-    assert after != results["models"]["baseline"]["before"]  # two optimizer steps changed the encoder
+    # two optimizer steps changed the encoder, unless it was frozen: then it measures exactly as before
+    assert (after == results["models"]["baseline"]["before"]) == (freeze == "encoder")
     assert -100 <= results["models"]["pre-ln"]["pearson"] <= 100
     change = results["models"]["pre-ln"]["weight_change"]  # the tiny model: 2 layers, a Pre-LN final norm
     groups = {f"{part} {i}" for part in ("attention", "attention norm", "ffn", "ffn norm") for i in (0, 1)}
     assert set(change) == groups | {"embeddings", "final norm"}  # no pooler: an MLM folder has none, so it is new
     norms = {f"{part} norm {i}" for part in ("attention", "ffn") for i in (0, 1)} | {"final norm"}
     still = {g for g in change if g[:-2] == freeze} if freeze in ("ffn", "attention") else norms if freeze else set()
+    still = set(change) if freeze == "encoder" else still  # the tiny MLM folder has no pooler: nothing else moved
     assert all(0 < value < 1 for group, value in change.items() if group not in still)  # two Adam steps moved them
     assert [change[group] for group in still] == [0.0] * len(still)  # the frozen groups never moved
     if freeze in ("ffn", "attention"):  # their LayerNorms did

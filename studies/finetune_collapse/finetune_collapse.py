@@ -54,11 +54,13 @@ FROZEN = {
     "ffn": lambda name: ".mlp." in name,  # gate_proj, up_proj, down_proj (not mlp_norm)
     "attention": lambda name: ".attention." in name and "LayerNorm" not in name,  # query, key, value, output.dense
     "norms": lambda name: any(norm in name for norm in ("LayerNorm", "mlp_norm", "final_norm")),  # every LayerNorm
+    "encoder": lambda name: ".encoder." in name or ".embeddings." in name,  # all but the pooler and the head
 }
 FROZEN_TEXT = {
     "ffn": ", FFN projections frozen",
     "attention": ", attention projections frozen",
     "norms": ", LayerNorms frozen",
+    "encoder": ", encoder and embeddings frozen (the pooler and the head train)",
 }
 TABLE_WARMUP_STEPS = 36  # the four-task table's warm-up on STS-B: 10% of one epoch at batch 16 (360 steps)
 
@@ -101,7 +103,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=tuple(FROZEN),
         default=None,
         help="fine-tune with these frozen: ffn (gate, up, down projections) or attention (query, key, value, output "
-        "projections), the LayerNorms training; or norms (every LayerNorm, the embeddings' included)",
+        "projections), the LayerNorms training; norms (every LayerNorm, the embeddings' included); or encoder "
+        "(everything but the pooler and the regression head)",
     )
     parser.add_argument(
         "--pairs", type=int, default=256, help="validation pairs the encoder is measured on (default: %(default)s)"
