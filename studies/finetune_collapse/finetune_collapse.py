@@ -370,33 +370,33 @@ def report(results: dict, argv: list[str]) -> str:
     # every model's layers (models of other depths leave the cells they lack empty), in layer order
     columns = list(dict.fromkeys(k for m in results["models"].values() for k in m["before"]["cls_norms"]))
     columns.sort(key=lambda k: int(k.split()[1]))  # stable: attention before ffn within a layer
-    lines += [
-        "",
+
+    def table(title: str, columns: list[str], cell) -> list[str]:  # one row per model, `cell(model, column)`
+        rows = [
+            f"| {name} | " + " | ".join(cell(m, k) for k in columns) + " |" for name, m in results["models"].items()
+        ]
+        return ["", title, "", "| model | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns), *rows]
+
+    lines += table(
         "Norm of each sublayer's output at [CLS] (before the residual add), before → after:",
-        "",
-        "| model | " + " | ".join(columns) + " |",
-        "|---|" + "---|" * len(columns),
-    ]
-    for name, m in results["models"].items():
-        before, after = m["before"]["cls_norms"], m["after"]["cls_norms"]
-        cells = [f"{before[k]:.1f} → {after[k]:.1f}" if k in before else "" for k in columns]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        columns,
+        lambda m, k: (
+            f"{m['before']['cls_norms'][k]:.1f} → {m['after']['cls_norms'][k]:.1f}"
+            if k in m["before"]["cls_norms"]
+            else ""
+        ),
+    )
     changed = [m.get("weight_change") for m in results["models"].values()]
     if all(changed):  # records made before the measure have none
         groups = sorted(
             dict.fromkeys(k for c in changed for k in c),
             key=lambda k: (int(k.split()[-1]) if k.split()[-1].isdigit() else -1 if k == "embeddings" else 99, k),
         )
-        lines += [
-            "",
+        lines += table(
             "Relative weight change by fine-tuning, ‖W_after − W_before‖ / ‖W_before‖ per group:",
-            "",
-            "| model | " + " | ".join(groups) + " |",
-            "|---|" + "---|" * len(groups),
-        ]
-        for name, m in results["models"].items():
-            cells = [f"{m['weight_change'][g]:.4f}" if g in m["weight_change"] else "" for g in groups]
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+            groups,
+            lambda m, g: f"{m['weight_change'][g]:.4f}" if g in m["weight_change"] else "",
+        )
     lines += [
         "",
         f"Machine: {results['machine']['cpu']}, {results['machine']['cores']} cores, load average "
