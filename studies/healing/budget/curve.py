@@ -247,7 +247,7 @@ def across_seeds(rows: list[dict]) -> list[str]:
     """One line per (variant, recipe, budget) run at two seeds or more: the mean cosine and the mean probe Δ (points)
     over the seeds, each with a 95% Student-t interval over the seeds (n − 1 degrees of freedom), and each seed's
     values."""
-    from scipy.stats import t
+    from hf_ffn.comparing import paired_t_interval  # the project's one t-interval: of any sample's mean
 
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -258,14 +258,12 @@ def across_seeds(rows: list[dict]) -> list[str]:
             continue
         runs = sorted(runs, key=lambda r: r["seed"])
         cells = []
-        for name, values, digits in (
+        for measure, values, digits in (
             ("cosine", [points(r)[0] for r in runs], 4),
             ("probe Δ", [points(r)[1] for r in runs], 2),
         ):
-            n, mean = len(values), sum(values) / len(values)
-            std = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
-            half = t.ppf(0.975, n - 1) * std / n**0.5
-            cells.append(f"{name} {mean:.{digits}f} [{mean - half:.{digits}f}, {mean + half:.{digits}f}]")
+            mean, low, high = paired_t_interval(values)
+            cells.append(f"{measure} {mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]")
         seeds = "; ".join(f"seed {r['seed']}: {points(r)[0]:.4f} / {points(r)[1]:+.2f}" for r in runs)
         name = recipe or ("layer-wise" if not budget else "curve")
         lines.append(
